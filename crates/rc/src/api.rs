@@ -1,0 +1,42 @@
+//! What goes in and out of an rc replica core.
+
+use bytes::Bytes;
+use strata_wire::client::{ClientRequest, ClientResponse};
+use strata_wire::{Carstamp, SessionId};
+
+/// Opaque number by which the driver routes replies back to a client connection.
+pub type Route = u64;
+
+/// An input from a client connection.
+#[derive(Clone, Debug)]
+pub enum RcInput {
+    /// A decoded client request arriving on connection `route`.
+    Client { route: Route, req: ClientRequest },
+    /// Connection `route` is gone: its sessions are closed (Kite §6, client crash).
+    Disconnected { route: Route },
+}
+
+/// A response to send on connection `route`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RcReply {
+    pub route: Route,
+    pub resp: ClientResponse,
+}
+
+/// Observable facts for tests and tracing (Kite §2.5, test hook).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum RcEvent {
+    /// This replica created version `cs` of `key` (a local write).
+    VersionCreated { session: SessionId, key: Bytes, cs: Carstamp, value: Option<Bytes> },
+}
+
+/// Counters a replica keeps about itself.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RcStats {
+    pub keys: u64,
+    pub sessions: u64,
+    pub pending_writes: u64,
+    /// Peer messages dropped as hostile or malformed (unknown sender, oversized value, ...).
+    pub bad_peer_messages: u64,
+    pub writes_retransmitted: u64,
+}

@@ -1,0 +1,227 @@
+//! The Eventual Store: relaxed reads and writes (Kite §5.2, §5.3, fast path) and the
+//! pending-write records that make every replica converge despite message loss (§5.1.7).
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use strata_wire::peer::{PeerMessage, Write, WriteAck};
+use strata_wire::{Carstamp, Instant, NodeId, SessionId};
+
+use crate::api::RcEvent;
+use crate::node_set::NodeSet;
+use crate::replica::RcReplica;
+
+/// A locally created version not yet acknowledged by every peer (Kite §3.3 `PendingWrite`).
+///
+/// [DECISION] (docs/design.md): records are kept per key at the node, not per session, and a
+/// newer local write of the key replaces the older record — an ack of the newer version implies
+/// the peer holds a version `>=` the older one, which is all §5.1.7 asks.
+#[derive(Debug)]
+pub(crate) struct PendingWrite {
+    pub(crate) value: Option<Bytes>,
+    pub(crate) cs: Carstamp,
+    /// Peers known to hold a version `>= cs` of the key.
+    pub(crate) acked: NodeSet,
+    /// Re-sends so far; each one doubles the wait, up to `retransmit_max`.
+    pub(crate) resends: u32,
+}
+
+impl RcReplica {
+    /// Kite §5.2 R2, fast path: the local replica's value and version.
+    pub(crate) fn relaxed_read(&self, key: &[u8]) -> (Option<Bytes>, Carstamp) {
+        self.local(key)
+    }
+
+    /// Kite §5.3 W2, fast path: a new version above the local clock, installed locally,
+    /// broadcast to every peer, and complete at once (no wait for acks).
+    pub(crate) fn relaxed_write(&mut self, now: Instant, session: SessionId, key: Bytes, value: Option<Bytes>) -> Carstamp {
+        let node = self.cfg.node;
+        let k = self.keys.entry(key.clone()).or_default();
+        // The clock is chosen in the same step that installs the value, from the current local
+        // version, so two writes of this node never share a carstamp (§5.3, last paragraph).
+        let cs = Carstamp::next_write(k.cs.llc, node);
+        let installed = k.apply_version(value.clone(), cs);
+        assert!(installed, "a fresh local version must be newer than the replica");
+        self.effects.event.push(RcEvent::VersionCreated { session, key: key.clone(), cs, value: value.clone() });
+        if !self.peers.is_empty() {
+            let req = self.next_req();
+            let msg = PeerMessage::Write(Write { req, key: key.clone(), value: value.clone(), cs, rmw_id: None, acq: None });
+            for &p in &self.peers {
+                self.effects.send.push((p, msg.clone()));
+            }
+            self.pending.insert(key.clone(), PendingWrite { value, cs, acked: NodeSet::EMPTY, resends: 0 });
+            self.retransmit.push(now + self.cfg.retransmit_after, (key, cs));
+        }
+        cs
+    }
+
+    /// Kite §5.7.1 `WRITE` at a receiver: apply if newer, acknowledge with the version now held.
+    pub(crate) fn on_write(&mut self, _now: Instant, from: NodeId, w: Write) {
+        if w.key.is_empty()
+            || w.key.len() > self.cfg.limits.max_key_bytes
+            || w.value.as_ref().is_some_and(|v| v.len() > self.cfg.limits.max_value_bytes)
+        {
+            self.stats.bad_peer_messages += 1;
+            return;
+        }
+        let k = self.keys.entry(w.key.clone()).or_default();
+        #[cfg(feature = "canaries")]
+        if self.cfg.planted_bug == Some(crate::PlantedBug::ApplyOlderWrites) {
+            // CANARY: last arrival wins, whatever its version.
+            k.value = w.value.clone();
+            k.cs = w.cs;
+        }
+        k.apply_version(w.value, w.cs);
+        let held = k.cs;
+        // `delinquent` only means something for an acquire's write-back (`acq` is Some); the
+        // delinquency check (§5.1.4) arrives with acquires.
+        let ack = WriteAck { req: w.req, key: w.key, cs: held, delinquent: false };
+        self.effects.send.push((from, PeerMessage::WriteAck(ack)));
+    }
+
+    /// Credits a peer's ack to the pending record of the key (§5.1.7: a version `>= cs` counts).
+    pub(crate) fn on_write_ack(&mut self, from: NodeId, a: WriteAck) {
+        let Some(p) = self.pending.get_mut(&a.key) else { return };
+        if a.cs >= p.cs {
+            p.acked.insert(from);
+            if p.acked.is_superset(self.peer_set) {
+                self.pending.remove(&a.key);
+            }
+        }
+    }
+
+    /// Re-sends every due pending write to the peers that have not acknowledged it.
+    pub(crate) fn retransmit_due(&mut self, now: Instant) {
+        while let Some((key, cs)) = self.retransmit.pop_due(now) {
+            let Some(p) = self.pending.get_mut(&key) else { continue };
+            if p.cs != cs {
+                continue; // superseded by a newer local write, which has its own schedule
+            }
+            p.resends = p.resends.saturating_add(1);
+            let backoff = backoff(self.cfg.retransmit_after, self.cfg.retransmit_max, p.resends);
+            let (value, acked) = (p.value.clone(), p.acked);
+            let req = self.next_req();
+            let msg = PeerMessage::Write(Write { req, key: key.clone(), value, cs, rmw_id: None, acq: None });
+            for &peer in &self.peers {
+                if !acked.contains(peer) {
+                    self.effects.send.push((peer, msg.clone()));
+                    self.stats.writes_retransmitted += 1;
+                }
+            }
+            self.retransmit.push(now + backoff, (key, cs));
+        }
+    }
+
+    pub(crate) fn next_req(&mut self) -> u64 {
+        self.next_req += 1;
+        self.next_req
+    }
+}
+
+/// `base * 2^resends`, capped at `max`.
+fn backoff(base: Duration, max: Duration, resends: u32) -> Duration {
+    base.checked_mul(1u32 << resends.min(20)).unwrap_or(max).min(max)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{RcConfig, RcInput, RcReply};
+    use strata_core::Node;
+    use strata_wire::client::{ClientRequest, Request, Response};
+
+    fn replica(id: u32) -> RcReplica {
+        let mut cfg = RcConfig::new(NodeId(id), vec![NodeId(0), NodeId(1), NodeId(2)]);
+        cfg.retransmit_after = Duration::from_millis(1);
+        cfg.retransmit_max = Duration::from_millis(4);
+        RcReplica::new(cfg).unwrap()
+    }
+
+    fn call(r: &mut RcReplica, now: Instant, body: Request) -> Response {
+        r.on_client_request(now, RcInput::Client { route: 1, req: ClientRequest { corr: 9, body } });
+        let mut out = Default::default();
+        r.poll_effects(&mut out);
+        let RcReply { route, resp } = out.reply.pop().expect("a reply");
+        assert_eq!((route, resp.corr), (1, 9));
+        r.effects.send = out.send; // keep sends for inspection
+        resp.body
+    }
+
+    fn open(r: &mut RcReplica) -> SessionId {
+        match call(r, Instant(0), Request::OpenSession) {
+            Response::SessionOpened { session } => session,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn write_is_local_broadcast_and_readable_in_session() {
+        let mut r = replica(0);
+        let s = open(&mut r);
+        let put = Request::Put { session: s, key: Bytes::from_static(b"k"), value: Bytes::from_static(b"v") };
+        let Response::Written { cs } = call(&mut r, Instant(0), put) else { panic!() };
+        assert_eq!(cs, Carstamp::next_write(Carstamp::ZERO.llc, NodeId(0)));
+        assert_eq!(r.effects.send.len(), 2, "one WRITE per peer");
+        let get = Request::Get { session: s, key: Bytes::from_static(b"k") };
+        assert_eq!(call(&mut r, Instant(0), get), Response::Value { value: Some(Bytes::from_static(b"v")), cs });
+        r.check_invariants();
+    }
+
+    #[test]
+    fn older_write_never_replaces_newer() {
+        let mut r = replica(1);
+        let new = Carstamp { llc: strata_wire::Llc { ver: 5, node: NodeId(0) }, pno: 0 };
+        let old = Carstamp { llc: strata_wire::Llc { ver: 4, node: NodeId(2) }, pno: 0 };
+        let k = Bytes::from_static(b"k");
+        for (cs, v) in [(new, "new"), (old, "old")] {
+            let w = Write { req: 1, key: k.clone(), value: Some(Bytes::from(v)), cs, rmw_id: None, acq: None };
+            r.on_message(Instant(0), NodeId(0), PeerMessage::Write(w));
+        }
+        assert_eq!(r.local(b"k"), (Some(Bytes::from_static(b"new")), new));
+        // Both acks report the version held, so the sender of the old write credits it too.
+        let mut out = Default::default();
+        r.poll_effects(&mut out);
+        assert!(out.send.iter().all(|(_, m)| matches!(m, PeerMessage::WriteAck(a) if a.cs == new)));
+    }
+
+    #[test]
+    fn unacked_write_is_resent_only_to_non_ackers_until_all_ack() {
+        let mut r = replica(0);
+        let s = open(&mut r);
+        let put = Request::Put { session: s, key: Bytes::from_static(b"k"), value: Bytes::from_static(b"v") };
+        let Response::Written { cs } = call(&mut r, Instant(0), put) else { panic!() };
+        let ack = WriteAck { req: 1, key: Bytes::from_static(b"k"), cs, delinquent: false };
+        r.on_message(Instant(0), NodeId(1), PeerMessage::WriteAck(ack.clone()));
+        r.effects.send.clear();
+        r.on_tick(Instant::from_millis(1));
+        let dests: Vec<NodeId> = r.effects.send.drain(..).map(|(d, _)| d).collect();
+        assert_eq!(dests, vec![NodeId(2)]);
+        r.check_invariants();
+        r.on_message(Instant(0), NodeId(2), PeerMessage::WriteAck(ack));
+        assert_eq!(r.stats().pending_writes, 0);
+        r.on_tick(Instant::from_millis(100));
+        assert!(r.effects.send.is_empty(), "nothing re-sent once everyone acked");
+    }
+
+    #[test]
+    fn rejects_foreign_sessions_and_oversized_values() {
+        let mut r = replica(0);
+        let s = open(&mut r);
+        let foreign = SessionId { node: NodeId(1), index: s.index };
+        let get = Request::Get { session: foreign, key: Bytes::from_static(b"k") };
+        assert!(matches!(call(&mut r, Instant(0), get), Response::Error { code: strata_wire::client::ErrorCode::InvalidSession, .. }));
+        let big = Bytes::from(vec![0u8; r.cfg.limits.max_value_bytes + 1]);
+        let put = Request::Put { session: s, key: Bytes::from_static(b"k"), value: big };
+        assert!(matches!(call(&mut r, Instant(0), put), Response::Error { code: strata_wire::client::ErrorCode::ValueTooLarge, .. }));
+        assert_eq!(r.local(b"k"), (None, Carstamp::ZERO), "a rejected write has no effect");
+    }
+
+    #[test]
+    fn backoff_doubles_and_caps() {
+        let (b, m) = (Duration::from_millis(1), Duration::from_millis(5));
+        assert_eq!(backoff(b, m, 1), Duration::from_millis(2));
+        assert_eq!(backoff(b, m, 2), Duration::from_millis(4));
+        assert_eq!(backoff(b, m, 3), m);
+        assert_eq!(backoff(b, m, 99), m);
+    }
+}

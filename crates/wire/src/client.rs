@@ -1,0 +1,364 @@
+//! Client <-> node messages. Tags are explicit and never reused (`docs/design.md`).
+//!
+//! Every request carries a per-connection correlation number `corr` that its response echoes;
+//! a client may pipeline any number of requests on one connection. Operations of one session
+//! are executed, and answered, in the order they arrive.
+
+use bytes::{BufMut, Bytes, BytesMut};
+
+use crate::codec::{get_value, put_bool, put_bytes, put_option, put_seq, put_value, Decode, DecodeError, Encode, Reader};
+use crate::ids::{Carstamp, NodeId, SessionId};
+
+/// Request tags (0x01..=0x3f). Never reuse a retired tag.
+pub mod request_tag {
+    pub const OPEN_SESSION: u8 = 0x01;
+    pub const CLOSE_SESSION: u8 = 0x02;
+    pub const GET: u8 = 0x10;
+    pub const PUT: u8 = 0x11;
+    pub const DELETE: u8 = 0x12;
+    pub const STATUS: u8 = 0x30;
+    pub const SET_FAULT: u8 = 0x31;
+}
+
+/// Response tags (0x40..=0x7f).
+pub mod response_tag {
+    pub const SESSION_OPENED: u8 = 0x41;
+    pub const SESSION_CLOSED: u8 = 0x42;
+    pub const VALUE: u8 = 0x50;
+    pub const WRITTEN: u8 = 0x51;
+    pub const STATUS: u8 = 0x60;
+    pub const FAULT_SET: u8 = 0x61;
+    pub const ERROR: u8 = 0x7f;
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ClientRequest {
+    pub corr: u64,
+    pub body: Request,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Request {
+    /// Open a session at the node the connection reaches; the node allocates its id.
+    OpenSession,
+    CloseSession { session: SessionId },
+    /// Relaxed read (Kite §5.2): served from the local replica.
+    Get { session: SessionId, key: Bytes },
+    /// Relaxed write (Kite §5.3): applied locally, broadcast, acknowledged at once.
+    Put { session: SessionId, key: Bytes, value: Bytes },
+    /// Relaxed delete: a relaxed write of the absent value (a tombstone version).
+    Delete { session: SessionId, key: Bytes },
+    /// Node and transport counters, for `strata status`.
+    Status,
+    /// Admin: set the fault layer of this node's outbound links (`None` = every peer).
+    SetFault { peer: Option<NodeId>, fault: LinkFault },
+}
+
+/// Faults injected by a node's transport on its outbound link to one peer. The kernel here has
+/// no netem, so wide-area delay and lossy or cut links between real processes come from this.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct LinkFault {
+    /// Added one-way delay, microseconds.
+    pub delay_us: u64,
+    /// Uniform random extra delay in `[0, jitter_us]`, microseconds (reorders nothing: a link
+    /// stays FIFO, as TCP is).
+    pub jitter_us: u64,
+    /// Probability of dropping a message, in parts per million.
+    pub loss_ppm: u32,
+    /// Drop everything.
+    pub partitioned: bool,
+}
+
+impl LinkFault {
+    pub fn is_clear(&self) -> bool {
+        *self == LinkFault::default()
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ClientResponse {
+    pub corr: u64,
+    pub body: Response,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Response {
+    SessionOpened { session: SessionId },
+    SessionClosed,
+    /// Result of a read: the value (`None` if absent) and the version it belongs to.
+    Value { value: Option<Bytes>, cs: Carstamp },
+    /// Result of a write or delete: the version it created.
+    Written { cs: Carstamp },
+    Status(NodeStatus),
+    FaultSet,
+    Error { code: ErrorCode, message: String },
+}
+
+/// What a node reports about itself.
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
+pub struct NodeStatus {
+    pub node: NodeId,
+    pub uptime_ms: u64,
+    pub keys: u64,
+    pub sessions: u64,
+    pub pending_writes: u64,
+    pub bad_client_frames: u64,
+    pub bad_peer_frames: u64,
+    pub peers: Vec<PeerStatus>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
+pub struct PeerStatus {
+    pub node: NodeId,
+    pub addr: String,
+    pub connected: bool,
+    pub fault: LinkFault,
+    pub messages_sent: u64,
+    pub messages_dropped_by_fault: u64,
+}
+
+/// Error codes a node returns. Stable numbers; unknown ones decode as `Other`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ErrorCode {
+    /// The request could not be decoded. Fix the client; the connection is closed.
+    Malformed,
+    /// The frame names another cluster. Point the client at the right endpoints.
+    WrongCluster,
+    /// The request tag is unknown to this node (older node, newer client).
+    UnknownRequest,
+    /// The frame exceeds the node's frame limit; the connection is closed.
+    FrameTooLarge,
+    /// The value exceeds the node's value limit. Split or shrink the value.
+    ValueTooLarge,
+    /// The key exceeds the node's key limit.
+    KeyTooLarge,
+    /// The session does not exist at this node (closed, or opened at another node).
+    InvalidSession,
+    /// The session has too many requests in flight. Wait for completions.
+    QueueFull,
+    /// The node is shutting down. Retry at another node.
+    ShuttingDown,
+    /// An argument is out of range.
+    InvalidArgument,
+    Other(u16),
+}
+
+impl ErrorCode {
+    pub fn to_u16(self) -> u16 {
+        match self {
+            ErrorCode::Malformed => 1,
+            ErrorCode::WrongCluster => 2,
+            ErrorCode::UnknownRequest => 3,
+            ErrorCode::FrameTooLarge => 4,
+            ErrorCode::ValueTooLarge => 5,
+            ErrorCode::KeyTooLarge => 6,
+            ErrorCode::InvalidSession => 7,
+            ErrorCode::QueueFull => 8,
+            ErrorCode::ShuttingDown => 9,
+            ErrorCode::InvalidArgument => 10,
+            ErrorCode::Other(c) => c,
+        }
+    }
+
+    pub fn from_u16(c: u16) -> ErrorCode {
+        match c {
+            1 => ErrorCode::Malformed,
+            2 => ErrorCode::WrongCluster,
+            3 => ErrorCode::UnknownRequest,
+            4 => ErrorCode::FrameTooLarge,
+            5 => ErrorCode::ValueTooLarge,
+            6 => ErrorCode::KeyTooLarge,
+            7 => ErrorCode::InvalidSession,
+            8 => ErrorCode::QueueFull,
+            9 => ErrorCode::ShuttingDown,
+            10 => ErrorCode::InvalidArgument,
+            c => ErrorCode::Other(c),
+        }
+    }
+}
+
+// ---- encoding ----
+
+impl Encode for LinkFault {
+    fn encode(&self, out: &mut BytesMut) {
+        out.put_u64_le(self.delay_us);
+        out.put_u64_le(self.jitter_us);
+        out.put_u32_le(self.loss_ppm);
+        put_bool(out, self.partitioned);
+    }
+}
+impl Decode for LinkFault {
+    fn decode(r: &mut Reader) -> Result<Self, DecodeError> {
+        let fault = LinkFault { delay_us: r.u64()?, jitter_us: r.u64()?, loss_ppm: r.u32()?, partitioned: r.bool()? };
+        if fault.loss_ppm > 1_000_000 {
+            return Err(DecodeError::Invalid { what: "loss_ppm", value: fault.loss_ppm as u64 });
+        }
+        Ok(fault)
+    }
+}
+
+impl Encode for ClientRequest {
+    fn encode(&self, out: &mut BytesMut) {
+        use request_tag::*;
+        let tag = match &self.body {
+            Request::OpenSession => OPEN_SESSION,
+            Request::CloseSession { .. } => CLOSE_SESSION,
+            Request::Get { .. } => GET,
+            Request::Put { .. } => PUT,
+            Request::Delete { .. } => DELETE,
+            Request::Status => STATUS,
+            Request::SetFault { .. } => SET_FAULT,
+        };
+        out.put_u8(tag);
+        out.put_u64_le(self.corr);
+        match &self.body {
+            Request::OpenSession | Request::Status => {}
+            Request::CloseSession { session } => session.encode(out),
+            Request::Get { session, key } | Request::Delete { session, key } => {
+                session.encode(out);
+                put_bytes(out, key);
+            }
+            Request::Put { session, key, value } => {
+                session.encode(out);
+                put_bytes(out, key);
+                put_bytes(out, value);
+            }
+            Request::SetFault { peer, fault } => {
+                put_option(out, peer, |o, p| p.encode(o));
+                fault.encode(out);
+            }
+        }
+    }
+}
+
+impl Decode for ClientRequest {
+    fn decode(r: &mut Reader) -> Result<Self, DecodeError> {
+        use request_tag::*;
+        let tag = r.u8()?;
+        let corr = r.u64()?;
+        let body = match tag {
+            OPEN_SESSION => Request::OpenSession,
+            CLOSE_SESSION => Request::CloseSession { session: SessionId::decode(r)? },
+            GET => Request::Get { session: SessionId::decode(r)?, key: r.bytes()? },
+            PUT => Request::Put { session: SessionId::decode(r)?, key: r.bytes()?, value: r.bytes()? },
+            DELETE => Request::Delete { session: SessionId::decode(r)?, key: r.bytes()? },
+            STATUS => Request::Status,
+            SET_FAULT => Request::SetFault { peer: r.option(NodeId::decode)?, fault: LinkFault::decode(r)? },
+            tag => return Err(DecodeError::UnknownTag { tag }),
+        };
+        Ok(ClientRequest { corr, body })
+    }
+}
+
+/// Reads only the tag and correlation number of a request payload, so that a node can answer
+/// a request it cannot fully decode (unknown tag, bad field) with an error the client can match.
+pub fn peek_request_header(payload: &[u8]) -> Option<(u8, u64)> {
+    if payload.len() < 9 {
+        return None;
+    }
+    Some((payload[0], u64::from_le_bytes(payload[1..9].try_into().ok()?)))
+}
+
+impl Encode for PeerStatus {
+    fn encode(&self, out: &mut BytesMut) {
+        self.node.encode(out);
+        put_bytes(out, self.addr.as_bytes());
+        put_bool(out, self.connected);
+        self.fault.encode(out);
+        out.put_u64_le(self.messages_sent);
+        out.put_u64_le(self.messages_dropped_by_fault);
+    }
+}
+impl Decode for PeerStatus {
+    fn decode(r: &mut Reader) -> Result<Self, DecodeError> {
+        Ok(PeerStatus {
+            node: NodeId::decode(r)?,
+            addr: r.string()?,
+            connected: r.bool()?,
+            fault: LinkFault::decode(r)?,
+            messages_sent: r.u64()?,
+            messages_dropped_by_fault: r.u64()?,
+        })
+    }
+}
+
+impl Encode for NodeStatus {
+    fn encode(&self, out: &mut BytesMut) {
+        self.node.encode(out);
+        for v in [
+            self.uptime_ms,
+            self.keys,
+            self.sessions,
+            self.pending_writes,
+            self.bad_client_frames,
+            self.bad_peer_frames,
+        ] {
+            out.put_u64_le(v);
+        }
+        put_seq(out, &self.peers, |o, p| p.encode(o));
+    }
+}
+impl Decode for NodeStatus {
+    fn decode(r: &mut Reader) -> Result<Self, DecodeError> {
+        Ok(NodeStatus {
+            node: NodeId::decode(r)?,
+            uptime_ms: r.u64()?,
+            keys: r.u64()?,
+            sessions: r.u64()?,
+            pending_writes: r.u64()?,
+            bad_client_frames: r.u64()?,
+            bad_peer_frames: r.u64()?,
+            peers: r.seq(PeerStatus::decode)?,
+        })
+    }
+}
+
+impl Encode for ClientResponse {
+    fn encode(&self, out: &mut BytesMut) {
+        use response_tag::*;
+        let tag = match &self.body {
+            Response::SessionOpened { .. } => SESSION_OPENED,
+            Response::SessionClosed => SESSION_CLOSED,
+            Response::Value { .. } => VALUE,
+            Response::Written { .. } => WRITTEN,
+            Response::Status(_) => STATUS,
+            Response::FaultSet => FAULT_SET,
+            Response::Error { .. } => ERROR,
+        };
+        out.put_u8(tag);
+        out.put_u64_le(self.corr);
+        match &self.body {
+            Response::SessionOpened { session } => session.encode(out),
+            Response::SessionClosed | Response::FaultSet => {}
+            Response::Value { value, cs } => {
+                put_value(out, value);
+                cs.encode(out);
+            }
+            Response::Written { cs } => cs.encode(out),
+            Response::Status(s) => s.encode(out),
+            Response::Error { code, message } => {
+                out.put_u16_le(code.to_u16());
+                put_bytes(out, message.as_bytes());
+            }
+        }
+    }
+}
+
+impl Decode for ClientResponse {
+    fn decode(r: &mut Reader) -> Result<Self, DecodeError> {
+        use response_tag::*;
+        let tag = r.u8()?;
+        let corr = r.u64()?;
+        let body = match tag {
+            SESSION_OPENED => Response::SessionOpened { session: SessionId::decode(r)? },
+            SESSION_CLOSED => Response::SessionClosed,
+            VALUE => Response::Value { value: get_value(r)?, cs: Carstamp::decode(r)? },
+            WRITTEN => Response::Written { cs: Carstamp::decode(r)? },
+            STATUS => Response::Status(NodeStatus::decode(r)?),
+            FAULT_SET => Response::FaultSet,
+            ERROR => Response::Error { code: ErrorCode::from_u16(r.u16()?), message: r.string()? },
+            tag => return Err(DecodeError::UnknownTag { tag }),
+        };
+        Ok(ClientResponse { corr, body })
+    }
+}

@@ -1,0 +1,16 @@
+//! Strata's wire protocol.
+//!
+//! * [`ids`]: node, cluster, session ids and Kite's version stamps;
+//! * [`time`]: the virtual [`Instant`] every protocol core takes as an argument;
+//! * [`codec`]: field encodings and the checksummed, cluster-tagged frame;
+//! * [`client`] and [`peer`]: the messages, each with an explicit, stable tag.
+
+pub mod client;
+pub mod codec;
+pub mod ids;
+pub mod peer;
+pub mod time;
+
+pub use codec::{decode_frame, decode_message, encode_frame, Decode, DecodeError, Encode, FrameError, Limits, Reader};
+pub use ids::{AcquireId, Carstamp, ClusterId, Llc, NodeId, RmwId, SessionId};
+pub use time::Instant;
