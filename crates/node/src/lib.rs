@@ -1,0 +1,314 @@
+//! `strata-node`: the server runtime. A thin tokio pump around the sans-IO rc core
+//! (`DESIGN.md`, "The sans-IO contract"): sockets, timers and logs live here; every protocol
+//! decision lives in `strata-rc`.
+//!
+//! Tasks of a running node:
+//!
+//! * the **core task** (`driver`) owns the [`strata_rc::RcReplica`] and the clock origin; it
+//!   takes inputs from one channel, drains effects, routes replies and peer messages, and sleeps
+//!   until the next input or `poll_timeout()`;
+//! * per client connection a reader and a writer (`client`);
+//! * per peer an outbound sender with the fault layer (`transport`, [`fault`]), and a reader
+//!   per inbound peer connection;
+//! * two accept loops.
+//!
+//! Start a node with [`start`] (or [`run_blocking`] from a `main`), stop it with
+//! [`RunningNode::shutdown`].
+
+mod client;
+pub mod config;
+mod driver;
+pub mod fault;
+mod shared;
+mod transport;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use strata_rc::{RcConfig, RcReplica};
+use strata_wire::{ClusterId, Limits, NodeId};
+use thiserror::Error;
+use tokio::net::TcpListener;
+use tokio::sync::{mpsc, watch};
+use tokio::task::JoinHandle;
+use tokio::time::Instant as TokioInstant;
+use tracing::{error, info, warn};
+
+pub use config::{ConfigError, LogFormat, NodeArgs, NodeConfig, PeerConfig};
+
+use shared::{Counters, Tasks, WireSettings};
+use transport::PeerLink;
+
+/// Capacity of the core task's input channel (batches of messages): readers wait when it is
+/// full, which pushes back on clients and peers through TCP flow control.
+const CORE_CHANNEL: usize = 1024;
+/// How long shutdown waits for connection tasks to flush before aborting them.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(3);
+
+/// Why a node could not start. Each variant says what to fix.
+#[derive(Debug, Error)]
+pub enum StartError {
+    /// The configuration is invalid.
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    /// A listen address could not be bound (in use, not local, no permission).
+    #[error("cannot listen for {what} on {addr}: {source}{hint}")]
+    Bind { what: &'static str, addr: SocketAddr, source: std::io::Error, hint: &'static str },
+    /// The data directory could not be created.
+    #[error("cannot create data directory {path}: {source}")]
+    DataDir { path: PathBuf, source: std::io::Error },
+    /// The protocol core refused the replica set.
+    #[error("invalid replica set: {0}")]
+    Core(#[from] strata_rc::ConfigError),
+    /// The tokio runtime or the signal handlers could not be set up.
+    #[error("cannot set up the runtime: {0}")]
+    Runtime(std::io::Error),
+    /// The node started but stopped abnormally (the protocol core panicked: a bug; the log
+    /// has the details).
+    #[error("the node failed: {0}")]
+    Failed(String),
+}
+
+fn bind_error(what: &'static str, addr: SocketAddr, source: std::io::Error) -> StartError {
+    let hint = match source.kind() {
+        std::io::ErrorKind::AddrInUse => " (address in use: another process listens there; stop it or pick another port)",
+        std::io::ErrorKind::AddrNotAvailable => " (this machine has no such address)",
+        std::io::ErrorKind::PermissionDenied => " (permission denied: ports below 1024 need privileges)",
+        _ => "",
+    };
+    StartError::Bind { what, addr, source, hint }
+}
+
+/// Binds both listeners and starts the node. Port 0 picks a free port: ask
+/// [`RunningNode::client_addr`] / [`RunningNode::peer_addr`] for the bound addresses.
+pub async fn start(cfg: NodeConfig) -> Result<RunningNode, StartError> {
+    cfg.validate()?;
+    let client = TcpListener::bind(cfg.client_addr).await.map_err(|e| bind_error("clients", cfg.client_addr, e))?;
+    let peer = TcpListener::bind(cfg.peer_addr).await.map_err(|e| bind_error("peers", cfg.peer_addr, e))?;
+    start_on(cfg, client, peer).await
+}
+
+/// Starts the node on listeners the caller bound already (tests bind every node's listeners
+/// first, on port 0, so that each node's peer list holds real addresses with no race). The
+/// config's `client_addr` / `peer_addr` are ignored.
+pub async fn start_with_listeners(
+    cfg: NodeConfig,
+    client: std::net::TcpListener,
+    peer: std::net::TcpListener,
+) -> Result<RunningNode, StartError> {
+    cfg.validate()?;
+    let wrap = |l: std::net::TcpListener, what: &'static str| -> Result<TcpListener, StartError> {
+        let addr = l.local_addr().map_err(|e| bind_error(what, cfg.client_addr, e))?;
+        l.set_nonblocking(true).map_err(|e| bind_error(what, addr, e))?;
+        TcpListener::from_std(l).map_err(|e| bind_error(what, addr, e))
+    };
+    let client = wrap(client, "clients")?;
+    let peer = wrap(peer, "peers")?;
+    start_on(cfg, client, peer).await
+}
+
+async fn start_on(cfg: NodeConfig, client: TcpListener, peer: TcpListener) -> Result<RunningNode, StartError> {
+    std::fs::create_dir_all(&cfg.data_dir).map_err(|source| StartError::DataDir { path: cfg.data_dir.clone(), source })?;
+    let client_addr = client.local_addr().map_err(|e| bind_error("clients", cfg.client_addr, e))?;
+    let peer_addr = peer.local_addr().map_err(|e| bind_error("peers", cfg.peer_addr, e))?;
+
+    let node = NodeId(cfg.node_id);
+    let mut rc = RcConfig::new(node, cfg.replica_ids().into_iter().map(NodeId).collect());
+    rc.retransmit_after = Duration::from_millis(cfg.retransmit_ms);
+    rc.limits = Limits { max_frame_bytes: cfg.max_frame_bytes, max_value_bytes: cfg.max_value_bytes, ..Limits::default() };
+    let core = RcReplica::new(rc)?;
+
+    let wire = WireSettings { node, cluster: ClusterId(cfg.cluster_id), max_frame_bytes: cfg.max_frame_bytes };
+    let counters = Arc::new(Counters::default());
+    let tasks = Arc::new(Tasks::default());
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let (core_tx, core_rx) = mpsc::channel(CORE_CHANNEL);
+    let links: Vec<Arc<PeerLink>> = cfg.peers.iter().map(|p| Arc::new(PeerLink::new(NodeId(p.id), p.addr))).collect();
+    let peer_ids = Arc::new(links.iter().map(|l| l.id).collect::<Vec<_>>());
+
+    let driver = driver::Driver::new(core, TokioInstant::now(), links.clone(), counters.clone());
+    let core_task = tokio::spawn(driver.run(core_rx, stop_rx.clone()));
+    for link in &links {
+        tasks.spawn(transport::run_sender(link.clone(), wire));
+    }
+    tasks.spawn(transport::run_peer_acceptor(
+        peer,
+        wire,
+        peer_ids,
+        core_tx.clone(),
+        counters.clone(),
+        tasks.clone(),
+        stop_rx.clone(),
+    ));
+    tasks.spawn(client::run_client_acceptor(client, wire, core_tx, counters, tasks.clone(), stop_rx));
+
+    let peers: Vec<String> = cfg.peers.iter().map(|p| p.to_string()).collect();
+    info!(
+        node = cfg.node_id,
+        cluster = %wire.cluster,
+        client = %client_addr,
+        peer = %peer_addr,
+        peers = %peers.join(","),
+        data_dir = %cfg.data_dir.display(),
+        "node started"
+    );
+    Ok(RunningNode {
+        node_id: cfg.node_id,
+        client_addr,
+        peer_addr,
+        stop: Arc::new(stop_tx),
+        core_task: Some(core_task),
+        tasks,
+    })
+}
+
+/// Stops a running node from anywhere (a signal handler, another task). Cheap to clone.
+#[derive(Clone, Debug)]
+pub struct StopHandle(Arc<watch::Sender<bool>>);
+
+impl StopHandle {
+    /// Begins a graceful shutdown; [`RunningNode::wait`] returns once it is done.
+    pub fn stop(&self) {
+        self.0.send_replace(true);
+    }
+}
+
+/// A started node. Dropping it without [`RunningNode::shutdown`] also stops it (without waiting).
+#[derive(Debug)]
+pub struct RunningNode {
+    node_id: u32,
+    client_addr: SocketAddr,
+    peer_addr: SocketAddr,
+    stop: Arc<watch::Sender<bool>>,
+    core_task: Option<JoinHandle<()>>,
+    tasks: Arc<Tasks>,
+}
+
+impl RunningNode {
+    pub fn node_id(&self) -> u32 {
+        self.node_id
+    }
+
+    /// The bound client address (the real port when the config asked for port 0).
+    pub fn client_addr(&self) -> SocketAddr {
+        self.client_addr
+    }
+
+    /// The bound peer address.
+    pub fn peer_addr(&self) -> SocketAddr {
+        self.peer_addr
+    }
+
+    pub fn stop_handle(&self) -> StopHandle {
+        StopHandle(self.stop.clone())
+    }
+
+    /// Stops accepting, answers what already arrived, lets writers flush, closes everything.
+    pub async fn shutdown(self) {
+        self.stop.send_replace(true);
+        self.wait().await;
+    }
+
+    /// Runs until the node is stopped (a [`StopHandle`], or the core task ending), then
+    /// completes the graceful shutdown.
+    pub async fn wait(self) {
+        let _ = self.wait_inner().await;
+    }
+
+    /// [`RunningNode::wait`], reporting whether the core task failed (panicked).
+    async fn wait_inner(mut self) -> Result<(), String> {
+        let mut failure = None;
+        let mut core_task = self.core_task.take().expect("core task present until wait");
+        let mut stop = self.stop.subscribe();
+        let mut core_done = false;
+        tokio::select! {
+            biased;
+            _ = stop.wait_for(|s| *s) => {}
+            r = &mut core_task => {
+                core_done = true;
+                match r {
+                    Err(e) => {
+                        error!(error = %e, "core task failed; stopping the node");
+                        failure = Some(e.to_string());
+                    }
+                    // It stops by itself only when asked to (a race with the branch above).
+                    Ok(()) if *self.stop.borrow() => {}
+                    Ok(()) => {
+                        error!("core task ended unexpectedly; stopping the node");
+                        failure = Some("the core task ended unexpectedly".into());
+                    }
+                }
+            }
+        }
+        info!(node = self.node_id, "shutting down");
+        self.stop.send_replace(true);
+        if !core_done {
+            match tokio::time::timeout(SHUTDOWN_GRACE, &mut core_task).await {
+                Ok(Err(e)) => {
+                    error!(error = %e, "core task failed during shutdown");
+                    failure = Some(e.to_string());
+                }
+                Ok(Ok(())) => {}
+                Err(_) => {
+                    warn!("core task did not stop in time; aborting it");
+                    core_task.abort();
+                }
+            }
+        }
+        let aborted = self.tasks.close_and_join(SHUTDOWN_GRACE).await;
+        if aborted > 0 {
+            warn!(aborted, "some connection tasks did not finish in time and were aborted");
+        }
+        info!(node = self.node_id, "node stopped");
+        failure.map_or(Ok(()), Err)
+    }
+}
+
+impl Drop for RunningNode {
+    fn drop(&mut self) {
+        self.stop.send_replace(true);
+    }
+}
+
+/// Initialises `tracing` for a node process: `RUST_LOG` chooses the level (default `info`).
+/// Does nothing if a subscriber is already installed.
+pub fn init_tracing(format: LogFormat) {
+    use tracing_subscriber::EnvFilter;
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_ansi(ansi);
+    let _ = match format {
+        LogFormat::Text => builder.try_init(),
+        LogFormat::Json => builder.json().flatten_event(true).try_init(),
+    };
+}
+
+/// Runs a node in the calling thread until SIGTERM or SIGINT (Ctrl-C), then shuts it down
+/// gracefully. Sets up logging and a small tokio runtime.
+pub fn run_blocking(cfg: NodeConfig) -> Result<(), StartError> {
+    init_tracing(cfg.log_format);
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .thread_name("strata-node")
+        .enable_all()
+        .build()
+        .map_err(StartError::Runtime)?;
+    rt.block_on(async move {
+        use tokio::signal::unix::{signal, SignalKind};
+        let mut term = signal(SignalKind::terminate()).map_err(StartError::Runtime)?;
+        let mut int = signal(SignalKind::interrupt()).map_err(StartError::Runtime)?;
+        let node = start(cfg).await?;
+        let stopper = node.stop_handle();
+        tokio::spawn(async move {
+            let name = tokio::select! {
+                _ = term.recv() => "SIGTERM",
+                _ = int.recv() => "SIGINT",
+            };
+            info!(signal = name, "signal received");
+            stopper.stop();
+        });
+        node.wait_inner().await.map_err(StartError::Failed)
+    })
+}

@@ -1,0 +1,472 @@
+//! Node configuration: a TOML file, command-line overrides, and their validation.
+//!
+//! Precedence: a flag beats the config file, which beats the built-in default. `--peer` flags,
+//! when any is given, replace the file's whole `peers` list (they are not merged).
+
+use std::collections::HashSet;
+use std::fmt;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::str::FromStr;
+
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use thiserror::Error;
+
+/// Default frame limit (matches `strata_wire::Limits::default()`).
+pub const DEFAULT_MAX_FRAME_BYTES: usize = 16 << 20;
+/// Default value limit (matches `strata_wire::Limits::default()`).
+pub const DEFAULT_MAX_VALUE_BYTES: usize = 1 << 20;
+/// Default first re-send of an unacknowledged write (Kite §3.4 `T_RETX`).
+pub const DEFAULT_RETRANSMIT_MS: u64 = 5;
+/// Default cluster id.
+pub const DEFAULT_CLUSTER_ID: u64 = 1;
+/// Room a frame needs beside its value: the largest key (64 KiB) plus headers.
+pub const FRAME_SLACK_BYTES: usize = (64 << 10) + 1024;
+/// Node ids must be below this (the rc engine keeps replica sets as a 64-bit mask).
+pub const MAX_NODE_ID: u32 = 63;
+
+/// Everything one `strata-node` process needs to know.
+///
+/// ```toml
+/// node_id = 0
+/// cluster_id = 1
+/// client_addr = "127.0.0.1:7000"
+/// peer_addr = "127.0.0.1:7100"
+/// data_dir = "data/n0"
+///
+/// [[peers]]
+/// id = 1
+/// addr = "127.0.0.1:7101"
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NodeConfig {
+    /// This replica's id, `0..=63`, unique in the cluster.
+    pub node_id: u32,
+    /// Every frame carries it; frames of another cluster are refused. In TOML an integer, or a
+    /// string (`"0x..."` hex or decimal) for ids above `i64::MAX`.
+    #[serde(default = "default_cluster_id", serialize_with = "ser_cluster_id", deserialize_with = "de_cluster_id")]
+    pub cluster_id: u64,
+    /// Where clients connect (port 0: any free port, see `RunningNode::client_addr`).
+    pub client_addr: SocketAddr,
+    /// Where the other replicas connect.
+    pub peer_addr: SocketAddr,
+    /// The other replicas and their peer addresses; the replica set is this node plus these.
+    #[serde(default)]
+    pub peers: Vec<PeerConfig>,
+    /// Directory for this node's files (created at start).
+    pub data_dir: PathBuf,
+    /// `T_RETX`: first re-send of an unacknowledged write, milliseconds.
+    #[serde(default = "default_retransmit_ms")]
+    pub retransmit_ms: u64,
+    /// Largest frame accepted from a client or peer, header included.
+    #[serde(default = "default_max_frame_bytes")]
+    pub max_frame_bytes: usize,
+    /// Largest value a write may carry.
+    #[serde(default = "default_max_value_bytes")]
+    pub max_value_bytes: usize,
+    /// Log line format (`RUST_LOG` chooses the level; default `info`).
+    #[serde(default)]
+    pub log_format: LogFormat,
+}
+
+/// Another replica of the group.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PeerConfig {
+    pub id: u32,
+    /// Its peer listen address.
+    pub addr: SocketAddr,
+}
+
+impl FromStr for PeerConfig {
+    type Err = String;
+    /// `ID=ADDR`, e.g. `1=127.0.0.1:7101`.
+    fn from_str(s: &str) -> Result<Self, String> {
+        let (id, addr) = s.split_once('=').ok_or_else(|| format!("expected ID=ADDR, got {s:?}"))?;
+        let id = id.trim().parse::<u32>().map_err(|e| format!("bad peer id {id:?}: {e}"))?;
+        let addr = addr.trim().parse::<SocketAddr>().map_err(|e| format!("bad peer address {addr:?}: {e}"))?;
+        Ok(PeerConfig { id, addr })
+    }
+}
+
+impl fmt::Display for PeerConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}={}", self.id, self.addr)
+    }
+}
+
+/// Log line format.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    /// Human-readable lines.
+    #[default]
+    Text,
+    /// One JSON object per line.
+    Json,
+}
+
+fn default_cluster_id() -> u64 {
+    DEFAULT_CLUSTER_ID
+}
+fn default_retransmit_ms() -> u64 {
+    DEFAULT_RETRANSMIT_MS
+}
+fn default_max_frame_bytes() -> usize {
+    DEFAULT_MAX_FRAME_BYTES
+}
+fn default_max_value_bytes() -> usize {
+    DEFAULT_MAX_VALUE_BYTES
+}
+
+/// Parses a cluster id: decimal, or hex with a `0x` prefix.
+pub fn parse_cluster_id(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    let r = match t.strip_prefix("0x").or_else(|| t.strip_prefix("0X")) {
+        Some(hex) => u64::from_str_radix(hex, 16),
+        None => t.parse::<u64>(),
+    };
+    r.map_err(|e| format!("bad cluster id {s:?}: {e}"))
+}
+
+// TOML integers are i64: ids above i64::MAX are written as hex strings.
+fn ser_cluster_id<S: Serializer>(id: &u64, s: S) -> Result<S::Ok, S::Error> {
+    match i64::try_from(*id) {
+        Ok(v) => s.serialize_i64(v),
+        Err(_) => s.serialize_str(&format!("{id:#x}")),
+    }
+}
+
+fn de_cluster_id<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Raw {
+        Int(i64),
+        Str(String),
+    }
+    match Raw::deserialize(d)? {
+        Raw::Int(v) => u64::try_from(v).map_err(|_| serde::de::Error::custom(format!("cluster id {v} is negative"))),
+        Raw::Str(s) => parse_cluster_id(&s).map_err(serde::de::Error::custom),
+    }
+}
+
+/// Why a configuration is unusable. Every message says what to fix.
+#[derive(Debug, Error)]
+pub enum ConfigError {
+    /// The config file could not be read: check the path and permissions.
+    #[error("cannot read config file {path}: {source}")]
+    Read { path: PathBuf, source: std::io::Error },
+    /// The config file is not valid TOML, has an unknown key, or a value of the wrong type.
+    #[error("invalid config file {path}: {message}")]
+    Parse { path: PathBuf, message: String },
+    /// A required setting is neither in the file nor on the command line.
+    #[error("missing {what}: pass {flag} or set `{key}` in the config file")]
+    Missing { what: &'static str, flag: &'static str, key: &'static str },
+    #[error("node id {0} is too large: node ids must be in 0..={MAX_NODE_ID}")]
+    NodeIdTooLarge(u32),
+    /// The peer list must name the *other* replicas only.
+    #[error("the peer list contains this node's own id {0}; list only the other replicas")]
+    PeerIsSelf(u32),
+    #[error("peer id {0} appears more than once in the peer list")]
+    DuplicatePeer(u32),
+    #[error("peer address {0} appears more than once in the peer list")]
+    DuplicatePeerAddr(SocketAddr),
+    #[error("client_addr and peer_addr are both {0}; they must differ")]
+    SameAddress(SocketAddr),
+    /// A numeric setting is out of range.
+    #[error("invalid {what}: {why}")]
+    Invalid { what: &'static str, why: String },
+}
+
+impl Default for NodeConfig {
+    /// A single node on loopback: node 0, clients on `127.0.0.1:7000`, peers on `127.0.0.1:7100`.
+    fn default() -> Self {
+        NodeConfig {
+            node_id: 0,
+            cluster_id: DEFAULT_CLUSTER_ID,
+            client_addr: SocketAddr::from(([127, 0, 0, 1], 7000)),
+            peer_addr: SocketAddr::from(([127, 0, 0, 1], 7100)),
+            peers: Vec::new(),
+            data_dir: PathBuf::from("strata-data/n0"),
+            retransmit_ms: DEFAULT_RETRANSMIT_MS,
+            max_frame_bytes: DEFAULT_MAX_FRAME_BYTES,
+            max_value_bytes: DEFAULT_MAX_VALUE_BYTES,
+            log_format: LogFormat::Text,
+        }
+    }
+}
+
+impl NodeConfig {
+    /// Parses a complete configuration from TOML and validates it.
+    pub fn from_toml(text: &str) -> Result<NodeConfig, ConfigError> {
+        let cfg: NodeConfig = toml::from_str(text)
+            .map_err(|e| ConfigError::Parse { path: PathBuf::from("<string>"), message: e.message().to_string() })?;
+        cfg.validate()?;
+        Ok(cfg)
+    }
+
+    /// Reads, parses and validates a complete configuration file.
+    pub fn load(path: &Path) -> Result<NodeConfig, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read { path: path.into(), source })?;
+        let cfg: NodeConfig =
+            toml::from_str(&text).map_err(|e| ConfigError::Parse { path: path.into(), message: e.to_string() })?;
+        cfg.validate()?;
+        Ok(cfg)
+    }
+
+    /// The configuration as a TOML document that [`NodeConfig::from_toml`] reads back.
+    pub fn to_toml(&self) -> String {
+        // Every field is a plain value or an array of plain tables, and cluster ids beyond
+        // i64::MAX are written as strings, so serialization cannot fail.
+        toml::to_string_pretty(self).expect("NodeConfig always serializes to TOML")
+    }
+
+    /// The ids of every replica of the group, this node first.
+    pub fn replica_ids(&self) -> Vec<u32> {
+        std::iter::once(self.node_id).chain(self.peers.iter().map(|p| p.id)).collect()
+    }
+
+    /// Checks everything that can be checked without touching the network.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if self.node_id > MAX_NODE_ID {
+            return Err(ConfigError::NodeIdTooLarge(self.node_id));
+        }
+        let mut ids = HashSet::new();
+        let mut addrs = HashSet::new();
+        for p in &self.peers {
+            if p.id == self.node_id {
+                return Err(ConfigError::PeerIsSelf(p.id));
+            }
+            if p.id > MAX_NODE_ID {
+                return Err(ConfigError::NodeIdTooLarge(p.id));
+            }
+            if !ids.insert(p.id) {
+                return Err(ConfigError::DuplicatePeer(p.id));
+            }
+            if !addrs.insert(p.addr) {
+                return Err(ConfigError::DuplicatePeerAddr(p.addr));
+            }
+        }
+        if self.client_addr == self.peer_addr && self.client_addr.port() != 0 {
+            return Err(ConfigError::SameAddress(self.client_addr));
+        }
+        if self.retransmit_ms == 0 {
+            return Err(ConfigError::Invalid { what: "retransmit_ms", why: "must be at least 1".into() });
+        }
+        if self.max_frame_bytes > u32::MAX as usize {
+            return Err(ConfigError::Invalid {
+                what: "max_frame_bytes",
+                why: format!("{} exceeds the wire format's limit of {}", self.max_frame_bytes, u32::MAX),
+            });
+        }
+        // A value travels in one frame together with its key (up to 64 KiB) and headers.
+        if self.max_value_bytes == 0 || self.max_value_bytes.saturating_add(FRAME_SLACK_BYTES) > self.max_frame_bytes {
+            return Err(ConfigError::Invalid {
+                what: "max_value_bytes",
+                why: format!(
+                    "{} must be at least 1 and leave {} bytes of max_frame_bytes ({}) for the key and headers",
+                    self.max_value_bytes, FRAME_SLACK_BYTES, self.max_frame_bytes
+                ),
+            });
+        }
+        Ok(())
+    }
+}
+
+/// Command-line arguments of a node (used by `strata-node` and `strata node`).
+#[derive(Clone, Debug, Default, clap::Args)]
+pub struct NodeArgs {
+    /// TOML config file; flags override its settings.
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// This replica's id (0..=63).
+    #[arg(long, value_name = "ID")]
+    pub node_id: Option<u32>,
+    /// Cluster id (decimal or 0x-hex); default 1.
+    #[arg(long, value_name = "ID", value_parser = parse_cluster_id)]
+    pub cluster_id: Option<u64>,
+    /// Address to listen on for clients.
+    #[arg(long, value_name = "ADDR")]
+    pub client_addr: Option<SocketAddr>,
+    /// Address to listen on for the other replicas.
+    #[arg(long, value_name = "ADDR")]
+    pub peer_addr: Option<SocketAddr>,
+    /// Another replica, as ID=ADDR (its peer address). Repeat for each; replaces the file's list.
+    #[arg(long = "peer", value_name = "ID=ADDR")]
+    pub peers: Vec<PeerConfig>,
+    /// Directory for this node's files; default `strata-data/n<ID>`.
+    #[arg(long, value_name = "DIR")]
+    pub data_dir: Option<PathBuf>,
+    /// Log format.
+    #[arg(long, value_enum, value_name = "FORMAT")]
+    pub log_format: Option<LogFormat>,
+}
+
+/// A config file in which every setting is optional, so that flags can supply the rest.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PartialConfig {
+    node_id: Option<u32>,
+    #[serde(default, deserialize_with = "de_opt_cluster_id")]
+    cluster_id: Option<u64>,
+    client_addr: Option<SocketAddr>,
+    peer_addr: Option<SocketAddr>,
+    peers: Option<Vec<PeerConfig>>,
+    data_dir: Option<PathBuf>,
+    retransmit_ms: Option<u64>,
+    max_frame_bytes: Option<usize>,
+    max_value_bytes: Option<usize>,
+    log_format: Option<LogFormat>,
+}
+
+fn de_opt_cluster_id<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
+    de_cluster_id(d).map(Some)
+}
+
+impl NodeArgs {
+    /// Merges the config file (if any) with the flags, fills defaults, and validates.
+    pub fn resolve(&self) -> Result<NodeConfig, ConfigError> {
+        let file = match &self.config {
+            Some(path) => {
+                let text =
+                    std::fs::read_to_string(path).map_err(|source| ConfigError::Read { path: path.clone(), source })?;
+                toml::from_str::<PartialConfig>(&text)
+                    .map_err(|e| ConfigError::Parse { path: path.clone(), message: e.to_string() })?
+            }
+            None => PartialConfig::default(),
+        };
+        let node_id = self.node_id.or(file.node_id).ok_or(ConfigError::Missing {
+            what: "node id",
+            flag: "--node-id",
+            key: "node_id",
+        })?;
+        let client_addr = self.client_addr.or(file.client_addr).ok_or(ConfigError::Missing {
+            what: "client listen address",
+            flag: "--client-addr",
+            key: "client_addr",
+        })?;
+        let peer_addr = self.peer_addr.or(file.peer_addr).ok_or(ConfigError::Missing {
+            what: "peer listen address",
+            flag: "--peer-addr",
+            key: "peer_addr",
+        })?;
+        let peers = if self.peers.is_empty() { file.peers.unwrap_or_default() } else { self.peers.clone() };
+        let cfg = NodeConfig {
+            node_id,
+            cluster_id: self.cluster_id.or(file.cluster_id).unwrap_or(DEFAULT_CLUSTER_ID),
+            client_addr,
+            peer_addr,
+            peers,
+            data_dir: self
+                .data_dir
+                .clone()
+                .or(file.data_dir)
+                .unwrap_or_else(|| PathBuf::from(format!("strata-data/n{node_id}"))),
+            retransmit_ms: file.retransmit_ms.unwrap_or(DEFAULT_RETRANSMIT_MS),
+            max_frame_bytes: file.max_frame_bytes.unwrap_or(DEFAULT_MAX_FRAME_BYTES),
+            max_value_bytes: file.max_value_bytes.unwrap_or(DEFAULT_MAX_VALUE_BYTES),
+            log_format: self.log_format.or(file.log_format).unwrap_or_default(),
+        };
+        cfg.validate()?;
+        Ok(cfg)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn three_node() -> NodeConfig {
+        NodeConfig {
+            node_id: 0,
+            client_addr: "127.0.0.1:7000".parse().unwrap(),
+            peer_addr: "127.0.0.1:7100".parse().unwrap(),
+            peers: vec![
+                PeerConfig { id: 1, addr: "127.0.0.1:7101".parse().unwrap() },
+                PeerConfig { id: 2, addr: "127.0.0.1:7102".parse().unwrap() },
+            ],
+            data_dir: "d/n0".into(),
+            ..NodeConfig::default()
+        }
+    }
+
+    #[test]
+    fn toml_round_trip() {
+        let cfg = three_node();
+        let text = cfg.to_toml();
+        assert_eq!(NodeConfig::from_toml(&text).unwrap(), cfg, "{text}");
+        let big = NodeConfig { cluster_id: u64::MAX, log_format: LogFormat::Json, ..cfg };
+        assert_eq!(NodeConfig::from_toml(&big.to_toml()).unwrap(), big);
+    }
+
+    #[test]
+    fn minimal_toml_gets_defaults_and_unknown_keys_are_refused() {
+        let text = "node_id = 2\nclient_addr = \"127.0.0.1:1\"\npeer_addr = \"127.0.0.1:2\"\ndata_dir = \"x\"\n";
+        let cfg = NodeConfig::from_toml(text).unwrap();
+        assert_eq!(cfg.cluster_id, 1);
+        assert_eq!(cfg.retransmit_ms, 5);
+        assert_eq!(cfg.max_frame_bytes, 16 << 20);
+        assert_eq!(cfg.max_value_bytes, 1 << 20);
+        assert_eq!(cfg.log_format, LogFormat::Text);
+        let err = NodeConfig::from_toml(&format!("{text}colour = \"blue\"\n")).unwrap_err();
+        assert!(err.to_string().contains("colour"), "{err}");
+        let err = NodeConfig::from_toml(&format!("{text}cluster_id = \"0x10\"\n")).unwrap();
+        assert_eq!(err.cluster_id, 16);
+    }
+
+    #[test]
+    fn validation_errors_are_specific() {
+        let mut c = three_node();
+        c.peers.push(PeerConfig { id: 0, addr: "127.0.0.1:7199".parse().unwrap() });
+        assert!(matches!(c.validate(), Err(ConfigError::PeerIsSelf(0))));
+        let mut c = three_node();
+        c.peers.push(PeerConfig { id: 1, addr: "127.0.0.1:7199".parse().unwrap() });
+        assert!(matches!(c.validate(), Err(ConfigError::DuplicatePeer(1))));
+        let mut c = three_node();
+        c.node_id = 64;
+        assert!(matches!(c.validate(), Err(ConfigError::NodeIdTooLarge(64))));
+        let mut c = three_node();
+        c.peer_addr = c.client_addr;
+        assert!(matches!(c.validate(), Err(ConfigError::SameAddress(_))));
+        let mut c = three_node();
+        c.max_value_bytes = c.max_frame_bytes;
+        assert!(matches!(c.validate(), Err(ConfigError::Invalid { what: "max_value_bytes", .. })));
+    }
+
+    #[test]
+    fn flags_override_the_file_and_missing_settings_are_named() {
+        let dir = std::env::temp_dir().join(format!("strata-node-cfg-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("n.toml");
+        std::fs::write(&path, three_node().to_toml()).unwrap();
+        let args = NodeArgs {
+            config: Some(path.clone()),
+            node_id: Some(1),
+            peers: vec!["0=127.0.0.1:7100".parse().unwrap(), "2=127.0.0.1:7102".parse().unwrap()],
+            cluster_id: Some(9),
+            ..NodeArgs::default()
+        };
+        let cfg = args.resolve().unwrap();
+        assert_eq!((cfg.node_id, cfg.cluster_id, cfg.peers.len()), (1, 9, 2));
+        assert_eq!(cfg.client_addr, "127.0.0.1:7000".parse().unwrap(), "kept from the file");
+        // The file's peer list contains node 1 itself, so without --peer this is refused.
+        let args = NodeArgs { config: Some(path.clone()), node_id: Some(1), ..NodeArgs::default() };
+        assert!(matches!(args.resolve(), Err(ConfigError::PeerIsSelf(1))));
+        let err = NodeArgs::default().resolve().unwrap_err();
+        assert!(err.to_string().contains("--node-id"), "{err}");
+        let err = NodeArgs { node_id: Some(0), ..NodeArgs::default() }.resolve().unwrap_err();
+        assert!(err.to_string().contains("--client-addr"), "{err}");
+        std::fs::write(&path, "node_id = 0\nbogus = 1\n").unwrap();
+        let err = NodeArgs { config: Some(path), ..NodeArgs::default() }.resolve().unwrap_err();
+        assert!(matches!(err, ConfigError::Parse { .. }) && err.to_string().contains("bogus"), "{err}");
+        let _ = std::fs::remove_dir_all(dir);
+    }
+
+    #[test]
+    fn peer_flag_parses() {
+        assert_eq!("3=10.0.0.1:9".parse::<PeerConfig>().unwrap(), PeerConfig { id: 3, addr: "10.0.0.1:9".parse().unwrap() });
+        assert!("3:10.0.0.1:9".parse::<PeerConfig>().is_err());
+        assert!("x=10.0.0.1:9".parse::<PeerConfig>().is_err());
+    }
+}

@@ -1,0 +1,236 @@
+//! The core task: the single owner of the protocol core. A thin pump (`DESIGN.md`, sans-IO
+//! contract): take every queued input, call the core, drain its effects, route replies to client
+//! writers and messages to peer links, then sleep until the next input or `poll_timeout()`.
+
+use std::collections::HashMap;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+use strata_core::Node;
+use strata_rc::{RcEffects, RcInput, RcReplica, Route};
+use strata_wire::client::{ClientRequest, ClientResponse, ErrorCode, NodeStatus, Request, Response};
+use strata_wire::{Instant, NodeId};
+use tokio::sync::{mpsc, watch};
+use tokio::time::Instant as TokioInstant;
+use tracing::{debug, info};
+
+use crate::shared::{ClientItem, CoreInput, Counters, WriterMsg};
+use crate::transport::PeerLink;
+
+/// Inputs taken per wake-up before effects are flushed (bounds reply latency under load).
+const MAX_INPUTS_PER_BATCH: usize = 1024;
+
+pub(crate) struct Driver {
+    core: RcReplica,
+    /// `Instant(0)` of the core's clock.
+    origin: TokioInstant,
+    effects: RcEffects,
+    routes: HashMap<Route, mpsc::UnboundedSender<WriterMsg>>,
+    links: Vec<Arc<PeerLink>>,
+    /// Which links got messages in this flush (parallel to `links`).
+    touched: Vec<bool>,
+    counters: Arc<Counters>,
+}
+
+impl Driver {
+    pub fn new(core: RcReplica, origin: TokioInstant, links: Vec<Arc<PeerLink>>, counters: Arc<Counters>) -> Driver {
+        let touched = vec![false; links.len()];
+        Driver { core, origin, effects: RcEffects::default(), routes: HashMap::new(), links, touched, counters }
+    }
+
+    fn now(&self, at: TokioInstant) -> Instant {
+        Instant(at.saturating_duration_since(self.origin).as_nanos().min(u64::MAX as u128) as u64)
+    }
+
+    fn deadline(&self) -> Option<TokioInstant> {
+        self.core.poll_timeout().map(|t| self.origin + Duration::from_nanos(t.0))
+    }
+
+    pub async fn run(mut self, mut rx: mpsc::Receiver<CoreInput>, mut stop: watch::Receiver<bool>) {
+        loop {
+            let deadline = self.deadline();
+            tokio::select! {
+                biased;
+                _ = stop.wait_for(|s| *s) => break,
+                input = rx.recv() => {
+                    let Some(input) = input else { break };
+                    let at = TokioInstant::now();
+                    self.handle(at, input);
+                    for _ in 1..MAX_INPUTS_PER_BATCH {
+                        match rx.try_recv() {
+                            Ok(input) => self.handle(at, input),
+                            Err(_) => break,
+                        }
+                    }
+                }
+                _ = sleep_until_opt(deadline) => {}
+            }
+            self.tick_if_due();
+        }
+        // Shutdown: the listeners and readers are stopping; answer what already arrived.
+        let at = TokioInstant::now();
+        while let Ok(input) = rx.try_recv() {
+            self.handle(at, input);
+        }
+        self.flush(at);
+        for link in &self.links {
+            link.close();
+        }
+        // Dropping the senders lets every client writer flush and close its connection.
+        self.routes.clear();
+        debug!("core task stopped");
+    }
+
+    fn tick_if_due(&mut self) {
+        let at = TokioInstant::now();
+        let now = self.now(at);
+        if self.core.poll_timeout().is_some_and(|t| t <= now) {
+            self.core.on_tick(now);
+        }
+        self.flush(at);
+    }
+
+    fn handle(&mut self, at: TokioInstant, input: CoreInput) {
+        let now = self.now(at);
+        match input {
+            CoreInput::Connected { route, tx } => {
+                self.routes.insert(route, tx);
+            }
+            CoreInput::Disconnected { route } => {
+                self.routes.remove(&route);
+                self.core.on_client_request(now, RcInput::Disconnected { route });
+            }
+            CoreInput::Client { route, items } => {
+                for item in items {
+                    match item {
+                        ClientItem::Req(req) => self.on_request(at, route, req),
+                        ClientItem::Reply(resp) => {
+                            // In order with the replies the core produced before it.
+                            self.flush(at);
+                            self.send_to(route, WriterMsg::Resp(resp));
+                        }
+                        ClientItem::Close => {
+                            self.flush(at);
+                            self.send_to(route, WriterMsg::Close);
+                        }
+                    }
+                }
+            }
+            CoreInput::Peer { from, msgs } => {
+                for msg in msgs {
+                    self.core.on_message(now, from, msg);
+                }
+            }
+        }
+    }
+
+    fn on_request(&mut self, at: TokioInstant, route: Route, req: ClientRequest) {
+        let ClientRequest { corr, body } = req;
+        match body {
+            // Node-level requests are the runtime's: it owns the transport.
+            Request::Status => {
+                self.flush(at);
+                let status = self.status();
+                self.send_to(route, WriterMsg::Resp(ClientResponse { corr, body: Response::Status(status) }));
+            }
+            Request::SetFault { peer, fault } => {
+                self.flush(at);
+                let body = self.set_fault(peer, fault);
+                self.send_to(route, WriterMsg::Resp(ClientResponse { corr, body }));
+            }
+            body => {
+                let now = self.now(at);
+                self.core.on_client_request(now, RcInput::Client { route, req: ClientRequest { corr, body } });
+            }
+        }
+    }
+
+    fn set_fault(&mut self, peer: Option<NodeId>, fault: strata_wire::client::LinkFault) -> Response {
+        match peer {
+            None => {
+                for link in &self.links {
+                    link.set_fault(fault);
+                }
+            }
+            Some(p) => match self.links.iter().find(|l| l.id == p) {
+                Some(link) => link.set_fault(fault),
+                None => {
+                    let known: Vec<String> = self.links.iter().map(|l| l.id.to_string()).collect();
+                    return Response::Error {
+                        code: ErrorCode::InvalidArgument,
+                        message: format!("{p} is not a peer of {} (peers: {})", self.core.id(), known.join(", ")),
+                    };
+                }
+            },
+        }
+        info!(peer = ?peer.map(|p| p.0), ?fault, "link fault set");
+        Response::FaultSet
+    }
+
+    fn status(&self) -> NodeStatus {
+        let s = self.core.stats();
+        NodeStatus {
+            node: self.core.id(),
+            uptime_ms: self.origin.elapsed().as_millis() as u64,
+            keys: s.keys,
+            sessions: s.sessions,
+            pending_writes: s.pending_writes,
+            bad_client_frames: self.counters.bad_client_frames.load(Ordering::Relaxed),
+            // Frames the transport dropped plus messages the core refused (unknown sender, ...).
+            bad_peer_frames: self.counters.bad_peer_frames.load(Ordering::Relaxed) + s.bad_peer_messages,
+            peers: self.links.iter().map(|l| l.status()).collect(),
+        }
+    }
+
+    fn send_to(&self, route: Route, msg: WriterMsg) {
+        if let Some(tx) = self.routes.get(&route) {
+            // A closed writer means the connection is gone; its Disconnected is on the way.
+            let _ = tx.send(msg);
+        }
+    }
+
+    /// Executes the core's pending effects.
+    fn flush(&mut self, at: TokioInstant) {
+        self.core.poll_effects(&mut self.effects);
+        if self.effects.is_empty() {
+            return;
+        }
+        // The rc engine keeps no durable state (Kite §6); a core that persists needs the disk
+        // path (issue: storage) before it can run here.
+        assert!(
+            self.effects.persist.is_empty() && self.effects.send_after_persist.is_empty(),
+            "the node runtime has no storage path yet, but the core asked to persist"
+        );
+        for (to, msg) in self.effects.send.drain(..) {
+            match self.links.iter().position(|l| l.id == to) {
+                Some(i) => {
+                    self.links[i].push(at, msg);
+                    self.touched[i] = true;
+                }
+                None => debug!(to = %to, "core sent to a node that is not a peer; dropped"),
+            }
+        }
+        for (i, t) in self.touched.iter_mut().enumerate() {
+            if std::mem::take(t) {
+                self.links[i].wake();
+            }
+        }
+        for reply in self.effects.reply.drain(..) {
+            if let Some(tx) = self.routes.get(&reply.route) {
+                let _ = tx.send(WriterMsg::Resp(reply.resp));
+            }
+        }
+        self.effects.event.clear();
+        if cfg!(debug_assertions) {
+            self.core.check_invariants();
+        }
+    }
+}
+
+async fn sleep_until_opt(t: Option<TokioInstant>) {
+    match t {
+        Some(t) => tokio::time::sleep_until(t).await,
+        None => std::future::pending().await,
+    }
+}
