@@ -1,0 +1,40 @@
+//! Rust client for Strata.
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), strata_client::ClientError> {
+//! use strata_client::{Client, ClientOptions, Op};
+//!
+//! let endpoints = ["127.0.0.1:7000".parse().unwrap()];
+//! let client = Client::connect(&endpoints, ClientOptions::default()).await?;
+//! let mut s = client.open_session().await?;
+//! s.put("greeting", "hello").await?;
+//! assert_eq!(s.get("greeting").await?.value.as_deref(), Some(&b"hello"[..]));
+//!
+//! // Pipelining: submit a batch, then wait for the last request — its completion implies
+//! // that every earlier request of the session has completed (Kite §2.3).
+//! let mut last = 0;
+//! for i in 0..100u32 {
+//!     last = s.submit(Op::put(format!("k{i}"), i.to_string()))?;
+//! }
+//! s.wait(last).await?;
+//! # Ok(()) }
+//! ```
+//!
+//! * A [`Client`] connects to any node of the cluster; a [`Session`] is an ordered stream of
+//!   requests bound to that node (Kite §2.1). Sessions are cheap: open many for concurrency.
+//! * Requests of a session are pipelined and complete in session order.
+//! * Errors are typed ([`ClientError`]); each variant says what to do, and
+//!   [`ClientError::outcome_unknown`] tells whether a failed write may still have happened.
+//! * [`blocking`] wraps the same API for code without an async runtime.
+
+pub mod blocking;
+mod client;
+mod conn;
+mod error;
+mod session;
+
+pub use client::{Client, ClientOptions};
+pub use error::ClientError;
+pub use session::{Op, Outcome, ReqId, Session, Versioned};
+pub use strata_wire::client::{LinkFault, NodeStatus, PeerStatus};
+pub use strata_wire::{Carstamp, ClusterId, NodeId, SessionId};

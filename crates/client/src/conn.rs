@@ -1,0 +1,234 @@
+//! One TCP connection to one node, shared by every session opened on it.
+//!
+//! Requests are encoded straight into a shared output buffer and a writer task sends whatever
+//! has accumulated with one write (opportunistic batching: it never waits to fill a batch).
+//! A reader task matches responses to requests by their correlation number. Replies of one
+//! session arrive in the order its requests were sent, because the node executes and answers
+//! a connection's requests in order (`docs/design.md`, wire format).
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use bytes::BytesMut;
+use strata_wire::client::{ClientRequest, ClientResponse, Request, Response};
+use strata_wire::{decode_frame, decode_message, encode_frame, ClusterId, FrameError, Limits};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::net::TcpStream;
+use tokio::sync::{oneshot, Notify};
+use tracing::debug;
+
+use crate::error::ClientError;
+
+pub(crate) type ReplySlot = oneshot::Receiver<Result<Response, ClientError>>;
+
+pub(crate) struct Conn {
+    pub addr: SocketAddr,
+    pub cluster: ClusterId,
+    state: Mutex<ConnState>,
+    wake_writer: Notify,
+}
+
+struct ConnState {
+    /// Encoded frames not yet handed to the socket.
+    out: BytesMut,
+    pending: HashMap<u64, oneshot::Sender<Result<Response, ClientError>>>,
+    next_corr: u64,
+    /// Set once the connection is unusable; every later request fails at once with this.
+    failed: Option<FailReason>,
+    /// The owner asked to close: the writer flushes and shuts the socket.
+    closing: bool,
+}
+
+#[derive(Clone, Debug)]
+enum FailReason {
+    Lost,
+    WrongCluster(String),
+}
+
+impl FailReason {
+    fn error(&self, conn: &Conn) -> ClientError {
+        match self {
+            FailReason::Lost => ClientError::ConnectionLost { node: conn.addr },
+            FailReason::WrongCluster(m) => ClientError::WrongCluster { expected: conn.cluster, message: m.clone() },
+        }
+    }
+}
+
+impl Conn {
+    /// Dials `addr` and starts the reader and writer tasks on the current tokio runtime.
+    pub async fn open(addr: SocketAddr, cluster: ClusterId, connect_timeout: Duration) -> std::io::Result<Arc<Conn>> {
+        let stream = tokio::time::timeout(connect_timeout, TcpStream::connect(addr))
+            .await
+            .map_err(|_| std::io::Error::new(std::io::ErrorKind::TimedOut, format!("no answer within {connect_timeout:?}")))??;
+        stream.set_nodelay(true)?;
+        let (rd, wr) = stream.into_split();
+        let conn = Arc::new(Conn {
+            addr,
+            cluster,
+            state: Mutex::new(ConnState {
+                out: BytesMut::with_capacity(16 << 10),
+                pending: HashMap::new(),
+                next_corr: 1,
+                failed: None,
+                closing: false,
+            }),
+            wake_writer: Notify::new(),
+        });
+        tokio::spawn(run_writer(conn.clone(), wr));
+        tokio::spawn(run_reader(conn.clone(), rd));
+        Ok(conn)
+    }
+
+    fn lock(&self) -> MutexGuard<'_, ConnState> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub fn is_usable(&self) -> bool {
+        let s = self.lock();
+        s.failed.is_none() && !s.closing
+    }
+
+    /// Queues a request; the returned slot receives its response. Never blocks.
+    pub fn send(&self, body: Request) -> Result<ReplySlot, ClientError> {
+        let (tx, rx) = oneshot::channel();
+        {
+            let mut s = self.lock();
+            if let Some(f) = &s.failed {
+                return Err(f.error(self));
+            }
+            if s.closing {
+                return Err(ClientError::ConnectionLost { node: self.addr });
+            }
+            let corr = s.next_corr;
+            s.next_corr += 1;
+            encode_frame(&mut s.out, self.cluster, &ClientRequest { corr, body });
+            s.pending.insert(corr, tx);
+        }
+        self.wake_writer.notify_one();
+        Ok(rx)
+    }
+
+    /// Sends a request whose answer nobody waits for (closing a dropped session).
+    pub fn send_and_forget(&self, body: Request) {
+        let _ = self.send(body);
+    }
+
+    /// One request, one response.
+    pub async fn call(&self, body: Request, timeout: Option<Duration>) -> Result<Response, ClientError> {
+        let slot = self.send(body)?;
+        await_reply(slot, timeout, self.addr).await
+    }
+
+    /// Flushes what is queued and closes the connection.
+    pub fn close(&self) {
+        self.lock().closing = true;
+        self.wake_writer.notify_one();
+    }
+
+    /// Marks the connection failed and fails every request in flight.
+    fn fail(&self, reason: FailReason) {
+        let pending = {
+            let mut s = self.lock();
+            if s.failed.is_none() {
+                s.failed = Some(reason);
+            }
+            std::mem::take(&mut s.pending)
+        };
+        let reason = self.lock().failed.clone().expect("just set");
+        for (_, tx) in pending {
+            let _ = tx.send(Err(reason.error(self)));
+        }
+        self.wake_writer.notify_one();
+    }
+
+    fn complete(&self, resp: ClientResponse) {
+        let tx = self.lock().pending.remove(&resp.corr);
+        match tx {
+            Some(tx) => {
+                let _ = tx.send(Ok(resp.body));
+            }
+            None => debug!(node = %self.addr, corr = resp.corr, "reply to no outstanding request; ignored"),
+        }
+    }
+}
+
+/// Waits for a reply slot, mapping a dropped slot to a lost connection.
+pub(crate) async fn await_reply(
+    slot: ReplySlot,
+    timeout: Option<Duration>,
+    node: SocketAddr,
+) -> Result<Response, ClientError> {
+    let r = match timeout {
+        Some(t) => tokio::time::timeout(t, slot).await.map_err(|_| ClientError::TimedOut(t))?,
+        None => slot.await,
+    };
+    r.unwrap_or(Err(ClientError::ConnectionLost { node }))
+}
+
+async fn run_writer(conn: Arc<Conn>, mut wr: OwnedWriteHalf) {
+    let mut spare = BytesMut::with_capacity(16 << 10);
+    loop {
+        let (batch, stop) = {
+            let mut s = conn.lock();
+            std::mem::swap(&mut s.out, &mut spare);
+            (!spare.is_empty(), s.failed.is_some() || s.closing)
+        };
+        if batch {
+            if let Err(e) = wr.write_all(&spare).await {
+                debug!(node = %conn.addr, error = %e, "write failed");
+                conn.fail(FailReason::Lost);
+                return;
+            }
+            spare.clear();
+            continue; // more may have been queued while writing
+        }
+        if stop {
+            let _ = wr.shutdown().await;
+            return;
+        }
+        conn.wake_writer.notified().await;
+    }
+}
+
+async fn run_reader(conn: Arc<Conn>, mut rd: OwnedReadHalf) {
+    let mut buf = BytesMut::with_capacity(16 << 10);
+    // Replies are never larger than what a node may send; the default frame limit bounds them.
+    let max_frame = Limits::default().max_frame_bytes;
+    loop {
+        loop {
+            match decode_frame(&mut buf, conn.cluster, max_frame) {
+                Ok(None) => break,
+                Ok(Some(payload)) => match decode_message::<ClientResponse>(payload) {
+                    Ok(resp) => conn.complete(resp),
+                    Err(e) => {
+                        debug!(node = %conn.addr, error = %e, "undecodable reply; closing the connection");
+                        conn.fail(FailReason::Lost);
+                        return;
+                    }
+                },
+                Err(FrameError::WrongCluster { got, .. }) => {
+                    conn.fail(FailReason::WrongCluster(format!("{} answers for cluster {got}", conn.addr)));
+                    return;
+                }
+                Err(e) => {
+                    debug!(node = %conn.addr, error = %e, "bad reply frame; closing the connection");
+                    conn.fail(FailReason::Lost);
+                    return;
+                }
+            }
+        }
+        if buf.capacity() - buf.len() < 4096 {
+            buf.reserve(16 << 10);
+        }
+        match rd.read_buf(&mut buf).await {
+            Ok(0) | Err(_) => {
+                conn.fail(FailReason::Lost);
+                return;
+            }
+            Ok(_) => {}
+        }
+    }
+}

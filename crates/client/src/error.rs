@@ -1,0 +1,80 @@
+//! What can go wrong, and what the caller should do about it.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use strata_wire::client::ErrorCode;
+use strata_wire::ClusterId;
+use thiserror::Error;
+
+/// One error type for every client call. Each variant says what to do.
+#[derive(Debug, Error)]
+pub enum ClientError {
+    /// No endpoint accepted a connection. Is the cluster running (`strata up`)? Are the
+    /// endpoints right (`--endpoints`, or the data dir `strata up` wrote them to)?
+    #[error("cannot reach any Strata node (tried {tried}): {last}")]
+    Unreachable { tried: String, last: String },
+    /// The client was given no endpoint to connect to.
+    #[error("no endpoints given")]
+    NoEndpoints,
+    /// The connection to `node` broke. Requests that were in flight may or may not have taken
+    /// effect (outcome unknown); the session is gone. Open a new session (the client
+    /// reconnects, to another node if this one is down) and retry what must be retried.
+    #[error("connection to {node} lost; the outcome of in-flight requests is unknown")]
+    ConnectionLost { node: SocketAddr },
+    /// No reply within the configured request timeout. The request may still take effect
+    /// (outcome unknown); it stays in flight and a later wait may still return its result.
+    #[error("no reply within {0:?}; the request may still take effect")]
+    TimedOut(Duration),
+    /// The node belongs to another cluster: the endpoints point at the wrong deployment.
+    #[error("the node belongs to another cluster (this client speaks to cluster {expected}): {message}")]
+    WrongCluster { expected: ClusterId, message: String },
+    /// The value exceeds the cluster's value limit: split or shrink it.
+    #[error("value too large: {0}")]
+    ValueTooLarge(String),
+    /// The key exceeds the cluster's key limit, or is empty.
+    #[error("invalid key: {0}")]
+    InvalidKey(String),
+    /// The session is not open at that node (closed, or opened on another connection).
+    /// Open a new session.
+    #[error("invalid session: {0}")]
+    InvalidSession(String),
+    /// Too many requests in flight on the session: wait for completions first.
+    #[error("session queue full: {0}")]
+    QueueFull(String),
+    /// The node is shutting down. Open a session at another node and retry.
+    #[error("node shutting down: {0}")]
+    ShuttingDown(String),
+    /// The node did not understand the request: client and node versions differ, or the
+    /// client is broken. Upgrade one of them.
+    #[error("the node refused the request as {code:?}: {message}")]
+    Protocol { code: ErrorCode, message: String },
+    /// An argument was refused by the node (for admin requests, e.g. an unknown peer).
+    #[error("invalid argument: {0}")]
+    InvalidArgument(String),
+    /// The node answered with something this client does not expect for the request.
+    #[error("unexpected reply from the node: {0}")]
+    UnexpectedReply(String),
+}
+
+impl ClientError {
+    /// Maps a node's error reply.
+    pub(crate) fn from_code(code: ErrorCode, message: String, cluster: ClusterId) -> ClientError {
+        match code {
+            ErrorCode::ValueTooLarge => ClientError::ValueTooLarge(message),
+            ErrorCode::KeyTooLarge => ClientError::InvalidKey(message),
+            ErrorCode::InvalidSession => ClientError::InvalidSession(message),
+            ErrorCode::QueueFull => ClientError::QueueFull(message),
+            ErrorCode::ShuttingDown => ClientError::ShuttingDown(message),
+            ErrorCode::WrongCluster => ClientError::WrongCluster { expected: cluster, message },
+            ErrorCode::InvalidArgument if message.contains("key") => ClientError::InvalidKey(message),
+            ErrorCode::InvalidArgument => ClientError::InvalidArgument(message),
+            code => ClientError::Protocol { code, message },
+        }
+    }
+
+    /// Whether the request may have taken effect although no result came back.
+    pub fn outcome_unknown(&self) -> bool {
+        matches!(self, ClientError::ConnectionLost { .. } | ClientError::TimedOut(_))
+    }
+}

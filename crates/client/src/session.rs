@@ -1,0 +1,245 @@
+//! Sessions: ordered streams of requests bound to one node (Kite §2.1, §2.3).
+//!
+//! A session pipelines: [`Session::submit`] queues a request and returns at once with its
+//! [`ReqId`]; completions are consumed in session order, with [`Session::next`] one at a time
+//! or with [`Session::wait`], which waits for a request *and every earlier one* — so waiting
+//! for the last request of a batch tells that the whole batch is done (Kite §2.3 `poll`).
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use strata_wire::client::{Request, Response};
+use strata_wire::{Carstamp, SessionId};
+
+use crate::conn::{await_reply, Conn, ReplySlot};
+use crate::error::ClientError;
+
+/// Number of a request within its session: 1, 2, 3, ... in submission order.
+pub type ReqId = u64;
+
+/// An operation a session can run.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Op {
+    /// Relaxed read (Kite §5.2): the node's local replica, no coordination.
+    Get { key: Bytes },
+    /// Relaxed write (Kite §5.3): applied at the node, broadcast, acknowledged at once.
+    Put { key: Bytes, value: Bytes },
+    /// Relaxed delete: a relaxed write of the absent value.
+    Delete { key: Bytes },
+}
+
+impl Op {
+    pub fn get(key: impl Into<Bytes>) -> Op {
+        Op::Get { key: key.into() }
+    }
+    pub fn put(key: impl Into<Bytes>, value: impl Into<Bytes>) -> Op {
+        Op::Put { key: key.into(), value: value.into() }
+    }
+    pub fn delete(key: impl Into<Bytes>) -> Op {
+        Op::Delete { key: key.into() }
+    }
+    /// Whether the operation changes the store.
+    pub fn is_write(&self) -> bool {
+        !matches!(self, Op::Get { .. })
+    }
+}
+
+/// A value as read, with the version it belongs to.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Versioned {
+    /// `None`: the key was never written, or was deleted.
+    pub value: Option<Bytes>,
+    pub version: Carstamp,
+}
+
+/// The result of one operation.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    /// A read's value.
+    Value(Versioned),
+    /// A write's (or delete's) new version.
+    Written(Carstamp),
+}
+
+pub struct Session {
+    conn: Arc<Conn>,
+    id: SessionId,
+    /// The last `ReqId` handed out.
+    last_submitted: ReqId,
+    /// Submitted, not yet completed, oldest first.
+    in_flight: VecDeque<(ReqId, ReplySlot)>,
+    /// Completed, not yet consumed, oldest first.
+    completed: VecDeque<(ReqId, Result<Outcome, ClientError>)>,
+    timeout: Option<Duration>,
+    max_in_flight: usize,
+    closed: bool,
+}
+
+impl Session {
+    pub(crate) fn new(conn: Arc<Conn>, id: SessionId, timeout: Option<Duration>, max_in_flight: usize) -> Session {
+        Session {
+            conn,
+            id,
+            last_submitted: 0,
+            in_flight: VecDeque::new(),
+            completed: VecDeque::new(),
+            timeout,
+            max_in_flight,
+            closed: false,
+        }
+    }
+
+    pub fn id(&self) -> SessionId {
+        self.id
+    }
+
+    /// The address of the node the session is bound to.
+    pub fn node_addr(&self) -> std::net::SocketAddr {
+        self.conn.addr
+    }
+
+    /// Requests submitted whose completion has not been consumed yet.
+    pub fn outstanding(&self) -> usize {
+        self.in_flight.len() + self.completed.len()
+    }
+
+    /// Queues `op` and returns its id at once (never blocks). Fails with
+    /// [`ClientError::QueueFull`] when `max_in_flight` requests are outstanding.
+    pub fn submit(&mut self, op: Op) -> Result<ReqId, ClientError> {
+        if self.outstanding() >= self.max_in_flight {
+            return Err(ClientError::QueueFull(format!(
+                "{} requests outstanding on session {} (the limit); consume completions first",
+                self.outstanding(),
+                self.id
+            )));
+        }
+        let session = self.id;
+        let body = match op {
+            Op::Get { key } => Request::Get { session, key },
+            Op::Put { key, value } => Request::Put { session, key, value },
+            Op::Delete { key } => Request::Delete { session, key },
+        };
+        let slot = self.conn.send(body)?;
+        self.last_submitted += 1;
+        self.in_flight.push_back((self.last_submitted, slot));
+        Ok(self.last_submitted)
+    }
+
+    /// The oldest completion not consumed yet, in session order; `None` if nothing is
+    /// outstanding. Waits (up to the request timeout) for it to arrive.
+    pub async fn next(&mut self) -> Option<(ReqId, Result<Outcome, ClientError>)> {
+        if let Some(done) = self.completed.pop_front() {
+            return Some(done);
+        }
+        let (id, slot) = self.in_flight.front_mut()?;
+        let id = *id;
+        let result = match self.timeout {
+            Some(t) => match tokio::time::timeout(t, slot).await {
+                Ok(r) => r.unwrap_or(Err(ClientError::ConnectionLost { node: self.conn.addr })),
+                // Stays in flight: a later call may still see its result.
+                Err(_) => return Some((id, Err(ClientError::TimedOut(t)))),
+            },
+            None => slot.await.unwrap_or(Err(ClientError::ConnectionLost { node: self.conn.addr })),
+        };
+        self.in_flight.pop_front();
+        Some((id, result.and_then(outcome)))
+    }
+
+    /// Waits until request `req` and every earlier one have completed, consuming their
+    /// completions. Returns `req`'s outcome, or the first error among them.
+    pub async fn wait(&mut self, req: ReqId) -> Result<Outcome, ClientError> {
+        let mut first_err = None;
+        loop {
+            let front = self.completed.front().map(|(id, _)| *id).or(self.in_flight.front().map(|(id, _)| *id));
+            match front {
+                Some(id) if id <= req => {}
+                _ => {
+                    return Err(first_err.unwrap_or_else(|| {
+                        ClientError::InvalidArgument(format!("request {req} is not outstanding on session {}", self.id))
+                    }))
+                }
+            }
+            let (id, r) = self.next().await.expect("an outstanding request");
+            if matches!(r, Err(ClientError::TimedOut(_))) {
+                return r; // still in flight; nothing was consumed
+            }
+            if id == req {
+                return match first_err {
+                    Some(e) => Err(e),
+                    None => r,
+                };
+            }
+            if let (Err(e), None) = (r, &first_err) {
+                first_err = Some(e);
+            }
+        }
+    }
+
+    /// Runs one operation and returns its outcome (submit, then wait).
+    pub async fn call(&mut self, op: Op) -> Result<Outcome, ClientError> {
+        let id = self.submit(op)?;
+        self.wait(id).await
+    }
+
+    /// Relaxed read of `key`.
+    pub async fn get(&mut self, key: impl Into<Bytes>) -> Result<Versioned, ClientError> {
+        match self.call(Op::get(key)).await? {
+            Outcome::Value(v) => Ok(v),
+            other => Err(ClientError::UnexpectedReply(format!("{other:?} to a get"))),
+        }
+    }
+
+    /// Relaxed write; returns the version it created.
+    pub async fn put(&mut self, key: impl Into<Bytes>, value: impl Into<Bytes>) -> Result<Carstamp, ClientError> {
+        written(self.call(Op::put(key, value)).await?)
+    }
+
+    /// Relaxed delete; returns the version (tombstone) it created.
+    pub async fn delete(&mut self, key: impl Into<Bytes>) -> Result<Carstamp, ClientError> {
+        written(self.call(Op::delete(key)).await?)
+    }
+
+    /// Closes the session at the node, after its outstanding requests.
+    pub async fn close(mut self) -> Result<(), ClientError> {
+        self.closed = true;
+        let slot = self.conn.send(Request::CloseSession { session: self.id })?;
+        match await_reply(slot, self.timeout, self.conn.addr).await? {
+            Response::SessionClosed => Ok(()),
+            other => Err(unexpected(other)),
+        }
+    }
+}
+
+impl Drop for Session {
+    fn drop(&mut self) {
+        if !self.closed && self.conn.is_usable() {
+            self.conn.send_and_forget(Request::CloseSession { session: self.id });
+        }
+    }
+}
+
+fn outcome(resp: Response) -> Result<Outcome, ClientError> {
+    match resp {
+        Response::Value { value, cs } => Ok(Outcome::Value(Versioned { value, version: cs })),
+        Response::Written { cs } => Ok(Outcome::Written(cs)),
+        other => Err(unexpected(other)),
+    }
+}
+
+fn written(o: Outcome) -> Result<Carstamp, ClientError> {
+    match o {
+        Outcome::Written(cs) => Ok(cs),
+        other => Err(ClientError::UnexpectedReply(format!("{other:?} to a write"))),
+    }
+}
+
+/// Turns an error reply into its typed error, anything else into `UnexpectedReply`.
+pub(crate) fn unexpected(resp: Response) -> ClientError {
+    match resp {
+        // The cluster id does not matter here: WrongCluster is caught at the frame level.
+        Response::Error { code, message } => ClientError::from_code(code, message, Default::default()),
+        other => ClientError::UnexpectedReply(format!("{other:?}")),
+    }
+}

@@ -1,0 +1,184 @@
+//! The client library against real in-process nodes on loopback.
+
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use strata_client::{blocking, Client, ClientError, ClientOptions, ClusterId, Op, Outcome};
+use strata_node::{NodeConfig, PeerConfig, RunningNode};
+
+fn bind() -> std::net::TcpListener {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap()
+}
+
+async fn cluster(n: u32) -> Vec<RunningNode> {
+    let listeners: Vec<_> = (0..n).map(|_| (bind(), bind())).collect();
+    let peer_addrs: Vec<SocketAddr> = listeners.iter().map(|(_, p)| p.local_addr().unwrap()).collect();
+    let mut nodes = Vec::new();
+    for (id, (c, p)) in listeners.into_iter().enumerate() {
+        let id = id as u32;
+        let peers = (0..n).filter(|&j| j != id).map(|j| PeerConfig { id: j, addr: peer_addrs[j as usize] }).collect();
+        let dir = std::env::temp_dir().join(format!("strata-client-test-{}-{id}", std::process::id()));
+        let cfg = NodeConfig {
+            node_id: id,
+            client_addr: "127.0.0.1:0".parse().unwrap(),
+            peer_addr: "127.0.0.1:0".parse().unwrap(),
+            peers,
+            data_dir: dir,
+            ..NodeConfig::default()
+        };
+        nodes.push(strata_node::start_with_listeners(cfg, c, p).await.unwrap());
+    }
+    nodes
+}
+
+fn opts() -> ClientOptions {
+    ClientOptions { request_timeout: Some(Duration::from_secs(10)), ..ClientOptions::default() }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_at_one_node_is_read_at_another() {
+    let nodes = cluster(3).await;
+    let a = Client::connect_node(nodes[0].client_addr(), opts()).await.unwrap();
+    let b = Client::connect_node(nodes[2].client_addr(), opts()).await.unwrap();
+    let mut sa = a.open_session().await.unwrap();
+    let mut sb = b.open_session().await.unwrap();
+    assert_eq!(sb.get("k").await.unwrap().value, None, "never written reads as absent");
+    let cs = sa.put("k", "v1").await.unwrap();
+    let start = Instant::now();
+    loop {
+        let got = sb.get("k").await.unwrap();
+        if got.value.as_deref() == Some(&b"v1"[..]) {
+            assert_eq!(got.version, cs, "the reader sees the writer's version");
+            break;
+        }
+        assert!(start.elapsed() < Duration::from_secs(10), "write never arrived");
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    let del = sa.delete("k").await.unwrap();
+    assert!(del > cs, "a delete is a newer version");
+    assert_eq!(sa.get("k").await.unwrap().value, None);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pipelined_requests_complete_in_session_order() {
+    let nodes = cluster(3).await;
+    let c = Client::connect(&[nodes[1].client_addr()], opts()).await.unwrap();
+    let mut s = c.open_session().await.unwrap();
+    let mut ids = Vec::new();
+    for i in 0..500u32 {
+        ids.push(s.submit(Op::put("counter", i.to_string())).unwrap());
+        ids.push(s.submit(Op::get("counter")).unwrap());
+    }
+    // Consuming one by one: completions come in submission order, and every read sees the
+    // write just before it in the session (per-key session order, Kite G2).
+    let mut expected = 1;
+    let mut last_write = None;
+    while let Some((id, r)) = s.next().await {
+        assert_eq!(id, expected);
+        expected += 1;
+        match r.unwrap() {
+            Outcome::Written(cs) => last_write = Some(cs),
+            Outcome::Value(v) => assert_eq!(Some(v.version), last_write),
+        }
+    }
+    assert_eq!(expected, 1001);
+    // Waiting for the last of a batch waits for the whole batch.
+    let mut last = 0;
+    for i in 0..100u32 {
+        last = s.submit(Op::put(format!("k{i}"), "x")).unwrap();
+    }
+    assert!(matches!(s.wait(last).await.unwrap(), Outcome::Written(_)));
+    assert_eq!(s.outstanding(), 0, "earlier completions were consumed by the wait");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn errors_are_typed_and_the_session_survives_them() {
+    let nodes = cluster(1).await;
+    let c = Client::connect(&[nodes[0].client_addr()], opts()).await.unwrap();
+    let mut s = c.open_session().await.unwrap();
+    let big = Bytes::from(vec![7u8; (1 << 20) + 1]);
+    assert!(matches!(s.put("k", big).await, Err(ClientError::ValueTooLarge(_))));
+    assert!(matches!(s.put("", "v").await, Err(ClientError::InvalidKey(_))));
+    assert!(matches!(s.put(vec![b'k'; 70 << 10], "v").await, Err(ClientError::InvalidKey(_))));
+    s.put("k", "ok").await.unwrap();
+    assert_eq!(s.get("k").await.unwrap().value.as_deref(), Some(&b"ok"[..]));
+    // In a batch, `wait` reports the first failure among the requests it waited for.
+    s.submit(Op::put("a", "1")).unwrap();
+    s.submit(Op::put("", "2")).unwrap();
+    let last = s.submit(Op::put("b", "3")).unwrap();
+    assert!(matches!(s.wait(last).await, Err(ClientError::InvalidKey(_))));
+    let err = s.wait(last + 1).await.unwrap_err();
+    assert!(matches!(err, ClientError::InvalidArgument(_)), "{err}");
+    // The session's in-flight limit is enforced without blocking.
+    let limited = ClientOptions { max_in_flight: 2, ..opts() };
+    let c2 = Client::connect(&[nodes[0].client_addr()], limited).await.unwrap();
+    let mut s2 = c2.open_session().await.unwrap();
+    s2.submit(Op::get("k")).unwrap();
+    s2.submit(Op::get("k")).unwrap();
+    assert!(matches!(s2.submit(Op::get("k")), Err(ClientError::QueueFull(_))));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connection_errors_say_what_happened() {
+    let nodes = cluster(1).await;
+    let addr = nodes[0].client_addr();
+    let wrong = ClientOptions { cluster: ClusterId(99), ..opts() };
+    let c = Client::connect(&[addr], wrong).await.unwrap();
+    let err = c.open_session().await.err().expect("refused");
+    assert!(matches!(err, ClientError::WrongCluster { .. }), "{err}");
+
+    let c = Client::connect(&[addr], opts()).await.unwrap();
+    let mut s = c.open_session().await.unwrap();
+    s.put("k", "v").await.unwrap();
+    for n in nodes {
+        n.shutdown().await;
+    }
+    let err = s.put("k", "w").await.unwrap_err();
+    assert!(err.outcome_unknown(), "{err}");
+    let err = c.open_session().await.err().expect("nothing to reconnect to");
+    assert!(matches!(err, ClientError::Unreachable { .. }), "{err}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_session_fails_over_to_a_live_endpoint() {
+    let mut nodes = cluster(3).await;
+    let endpoints: Vec<SocketAddr> = nodes.iter().map(|n| n.client_addr()).collect();
+    // Start at node 0 (first endpoint) by listing it alone first, then all.
+    let c = Client::connect(&endpoints, opts()).await.unwrap();
+    let first = c.node_addr().unwrap();
+    let mut s = c.open_session().await.unwrap();
+    s.put("k", "v").await.unwrap();
+    let i = endpoints.iter().position(|a| *a == first).unwrap();
+    nodes.remove(i).shutdown().await;
+    assert!(s.get("k").await.unwrap_err().outcome_unknown());
+    let mut s = c.open_session().await.unwrap();
+    assert_ne!(c.node_addr().unwrap(), first, "reconnected elsewhere");
+    // The write was broadcast before the node stopped (the cluster was healthy).
+    let start = Instant::now();
+    while s.get("k").await.unwrap().value.is_none() {
+        assert!(start.elapsed() < Duration::from_secs(10));
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+}
+
+#[test]
+fn the_blocking_wrapper_works_without_a_runtime() {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let nodes = rt.block_on(cluster(1));
+    let c = blocking::Client::connect(&[nodes[0].client_addr()], opts()).unwrap();
+    let mut s = c.open_session().unwrap();
+    s.put("k", "v").unwrap();
+    assert_eq!(s.get("k").unwrap().value.as_deref(), Some(&b"v"[..]));
+    let id = s.submit(Op::delete("k")).unwrap();
+    assert!(matches!(s.wait(id).unwrap(), Outcome::Written(_)));
+    assert_eq!(s.get("k").unwrap().value, None);
+    assert_eq!(c.status().unwrap().keys, 1);
+    s.close().unwrap();
+    drop(c);
+    rt.block_on(async move {
+        for n in nodes {
+            n.shutdown().await;
+        }
+    });
+}
