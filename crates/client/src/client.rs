@@ -8,7 +8,7 @@ use std::time::Duration;
 use strata_wire::client::{LinkFault, NodeStatus, Request, Response};
 use strata_wire::{ClusterId, NodeId};
 
-use crate::conn::Conn;
+use crate::conn::{Conn, ConnHandle};
 use crate::error::ClientError;
 use crate::session::{unexpected, Session};
 
@@ -38,12 +38,13 @@ impl Default for ClientOptions {
 }
 
 /// A handle on a cluster. Cheap to share (`Arc<Client>`); sessions it opens are bound to the
-/// node it is connected to. If that connection breaks, the next `open_session` reconnects —
-/// to the next reachable endpoint if the node is down.
+/// node it is connected to, and keep the connection open after the client is dropped. If the
+/// connection breaks, the next `open_session` reconnects — to the next reachable endpoint if
+/// the node is down.
 pub struct Client {
     endpoints: Vec<SocketAddr>,
     opts: ClientOptions,
-    conn: Mutex<Option<Arc<Conn>>>,
+    conn: Mutex<Option<Arc<ConnHandle>>>,
     /// Where the next connection attempt starts in `endpoints`.
     cursor: AtomicUsize,
 }
@@ -84,7 +85,7 @@ impl Client {
     }
 
     /// The current connection, or a new one to the first reachable endpoint.
-    async fn connection(&self) -> Result<Arc<Conn>, ClientError> {
+    async fn connection(&self) -> Result<Arc<ConnHandle>, ClientError> {
         if let Some(c) = self.conn.lock().unwrap_or_else(|e| e.into_inner()).as_ref() {
             if c.is_usable() {
                 return Ok(c.clone());
@@ -101,8 +102,7 @@ impl Client {
                     let mut slot = self.conn.lock().unwrap_or_else(|e| e.into_inner());
                     // Another task may have reconnected meanwhile; keep one connection.
                     if let Some(c) = slot.as_ref().filter(|c| c.is_usable()) {
-                        conn.close();
-                        return Ok(c.clone());
+                        return Ok(c.clone()); // dropping `conn` closes it
                     }
                     *slot = Some(conn.clone());
                     return Ok(conn);
@@ -145,10 +145,3 @@ impl Client {
     }
 }
 
-impl Drop for Client {
-    fn drop(&mut self) {
-        if let Some(c) = self.conn.lock().unwrap_or_else(|e| e.into_inner()).take() {
-            c.close();
-        }
-    }
-}

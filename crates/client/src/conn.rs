@@ -24,6 +24,23 @@ use crate::error::ClientError;
 
 pub(crate) type ReplySlot = oneshot::Receiver<Result<Response, ClientError>>;
 
+/// A user's handle on a connection (held by the `Client` and by each `Session`). The reader
+/// and writer tasks hold the `Conn` itself; when the last handle goes, the connection closes.
+pub(crate) struct ConnHandle(Arc<Conn>);
+
+impl std::ops::Deref for ConnHandle {
+    type Target = Conn;
+    fn deref(&self) -> &Conn {
+        &self.0
+    }
+}
+
+impl Drop for ConnHandle {
+    fn drop(&mut self) {
+        self.0.close();
+    }
+}
+
 pub(crate) struct Conn {
     pub addr: SocketAddr,
     pub cluster: ClusterId,
@@ -59,7 +76,7 @@ impl FailReason {
 
 impl Conn {
     /// Dials `addr` and starts the reader and writer tasks on the current tokio runtime.
-    pub async fn open(addr: SocketAddr, cluster: ClusterId, connect_timeout: Duration) -> std::io::Result<Arc<Conn>> {
+    pub async fn open(addr: SocketAddr, cluster: ClusterId, connect_timeout: Duration) -> std::io::Result<Arc<ConnHandle>> {
         let stream = tokio::time::timeout(connect_timeout, TcpStream::connect(addr))
             .await
             .map_err(|_| std::io::Error::new(std::io::ErrorKind::TimedOut, format!("no answer within {connect_timeout:?}")))??;
@@ -79,7 +96,7 @@ impl Conn {
         });
         tokio::spawn(run_writer(conn.clone(), wr));
         tokio::spawn(run_reader(conn.clone(), rd));
-        Ok(conn)
+        Ok(Arc::new(ConnHandle(conn)))
     }
 
     fn lock(&self) -> MutexGuard<'_, ConnState> {

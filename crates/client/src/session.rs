@@ -13,7 +13,7 @@ use bytes::Bytes;
 use strata_wire::client::{Request, Response};
 use strata_wire::{Carstamp, SessionId};
 
-use crate::conn::{await_reply, Conn, ReplySlot};
+use crate::conn::{await_reply, ConnHandle, ReplySlot};
 use crate::error::ClientError;
 
 /// Number of a request within its session: 1, 2, 3, ... in submission order.
@@ -64,7 +64,7 @@ pub enum Outcome {
 }
 
 pub struct Session {
-    conn: Arc<Conn>,
+    conn: Arc<ConnHandle>,
     id: SessionId,
     /// The last `ReqId` handed out.
     last_submitted: ReqId,
@@ -78,7 +78,7 @@ pub struct Session {
 }
 
 impl Session {
-    pub(crate) fn new(conn: Arc<Conn>, id: SessionId, timeout: Option<Duration>, max_in_flight: usize) -> Session {
+    pub(crate) fn new(conn: Arc<ConnHandle>, id: SessionId, timeout: Option<Duration>, max_in_flight: usize) -> Session {
         Session {
             conn,
             id,

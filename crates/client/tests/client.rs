@@ -182,3 +182,20 @@ fn the_blocking_wrapper_works_without_a_runtime() {
         }
     });
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_outlives_its_client_handle_and_the_last_handle_closes_the_connection() {
+    let nodes = cluster(1).await;
+    let c = Client::connect_node(nodes[0].client_addr(), opts()).await.unwrap();
+    let mut s = c.open_session().await.unwrap();
+    drop(c);
+    s.put("k", "v").await.unwrap();
+    let probe = Client::connect_node(nodes[0].client_addr(), opts()).await.unwrap();
+    assert_eq!(probe.status().await.unwrap().sessions, 1);
+    drop(s);
+    let start = Instant::now();
+    while probe.status().await.unwrap().sessions != 0 {
+        assert!(start.elapsed() < Duration::from_secs(10), "dropping the last handle closes the connection and its sessions");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}

@@ -1,0 +1,54 @@
+//! The CLI's exit codes. Documented in `strata --help` and the README; never renumber.
+
+use strata_client::ClientError;
+
+/// The command did what was asked.
+pub const OK: i32 = 0;
+/// The command failed: the node refused the request, or something went wrong locally.
+pub const FAILED: i32 = 1;
+/// Bad usage: unknown flag, missing argument (clap's own code).
+pub const USAGE: i32 = 2;
+/// `strata get`: the key has no value (never written, or deleted).
+pub const NOT_FOUND: i32 = 3;
+/// No node of the cluster could be reached (is `strata up` running? right `--endpoints`?).
+pub const UNREACHABLE: i32 = 4;
+/// The request was sent but no answer came back: it may or may not have taken effect.
+pub const OUTCOME_UNKNOWN: i32 = 5;
+
+pub const HELP: &str = "\
+Exit codes:
+  0  success
+  1  the operation failed (the message says why)
+  2  bad usage
+  3  get: the key has no value
+  4  no node of the cluster could be reached
+  5  no answer: the request may or may not have taken effect";
+
+/// A failed command: what to print and which code to exit with.
+#[derive(Debug)]
+pub struct Failure {
+    pub code: i32,
+    pub message: String,
+}
+
+impl Failure {
+    pub fn new(code: i32, message: impl Into<String>) -> Failure {
+        Failure { code, message: message.into() }
+    }
+}
+
+impl From<ClientError> for Failure {
+    fn from(e: ClientError) -> Failure {
+        let code = match &e {
+            ClientError::Unreachable { .. } | ClientError::NoEndpoints => UNREACHABLE,
+            e if e.outcome_unknown() => OUTCOME_UNKNOWN,
+            _ => FAILED,
+        };
+        let hint = match &e {
+            ClientError::Unreachable { .. } => "\nhint: start a local cluster with `strata up`, or pass --endpoints",
+            ClientError::WrongCluster { .. } => "\nhint: pass the cluster's id with --cluster-id",
+            _ => "",
+        };
+        Failure::new(code, format!("{e}{hint}"))
+    }
+}

@@ -1,0 +1,101 @@
+//! `strata`: run a local cluster, read and write keys, inspect nodes, inject faults.
+//! `strata --help` lists the commands; each has its own `--help`.
+
+mod cluster_file;
+mod exit;
+mod ops;
+mod up;
+
+use clap::{Parser, Subcommand};
+
+use exit::Failure;
+
+#[derive(Parser, Debug)]
+#[command(name = "strata", version, about = "Strata: a replicated key-value store where every operation chooses its consistency", after_help = exit::HELP)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Start a local cluster of node processes and supervise it until Ctrl-C.
+    Up(up::UpArgs),
+    /// Run one node in this process (what `strata up` starts; see `strata-node --help`).
+    Node(strata_node::NodeArgs),
+    /// Read a key (relaxed read at one node); prints the value. Exit code 3 if it has none.
+    Get {
+        key: String,
+        /// Also print the version (carstamp) on stderr.
+        #[arg(long)]
+        show_version: bool,
+        #[command(flatten)]
+        target: ops::Target,
+    },
+    /// Write a key (relaxed write: applied at one node, replicated to all).
+    Put {
+        key: String,
+        value: String,
+        #[arg(long)]
+        show_version: bool,
+        #[command(flatten)]
+        target: ops::Target,
+    },
+    /// Delete a key.
+    Del {
+        key: String,
+        #[arg(long)]
+        show_version: bool,
+        #[command(flatten)]
+        target: ops::Target,
+    },
+    /// Show every node's state: keys, sessions, pending writes, peers, faults.
+    Status {
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        target: ops::Target,
+    },
+    /// Inject (or clear) delay, loss or a partition on a node's outbound links.
+    Fault {
+        #[command(flatten)]
+        fault: ops::FaultArgs,
+        #[command(flatten)]
+        target: ops::Target,
+    },
+}
+
+fn main() {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Up(args) => up::run(args),
+        Command::Node(args) => run_node(args),
+        Command::Get { key, show_version, target } => block_on(ops::get(&target, key, show_version)),
+        Command::Put { key, value, show_version, target } => block_on(ops::put(&target, key, value, show_version)),
+        Command::Del { key, show_version, target } => block_on(ops::del(&target, key, show_version)),
+        Command::Status { json, target } => block_on(ops::status(&target, json)),
+        Command::Fault { fault, target } => block_on(ops::fault(&target, &fault)),
+    };
+    match result {
+        Ok(code) => std::process::exit(code),
+        Err(f) => {
+            eprintln!("strata: {}", f.message);
+            std::process::exit(f.code);
+        }
+    }
+}
+
+fn block_on<F: std::future::Future<Output = Result<i32, Failure>>>(f: F) -> Result<i32, Failure> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| Failure::new(exit::FAILED, format!("cannot start the runtime: {e}")))?;
+    rt.block_on(f)
+}
+
+fn run_node(args: strata_node::NodeArgs) -> Result<i32, Failure> {
+    let cfg = args.resolve().map_err(|e| Failure::new(exit::USAGE, e.to_string()))?;
+    strata_node::run_blocking(cfg).map_err(|e| Failure::new(exit::FAILED, e.to_string()))?;
+    Ok(exit::OK)
+}

@@ -1,0 +1,253 @@
+//! The commands that talk to a running cluster: get, put, del, status, fault.
+
+use std::io::Write;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use strata_client::{Client, ClientOptions, ClusterId, LinkFault, NodeId, NodeStatus};
+
+use crate::cluster_file::ClusterFile;
+use crate::exit::{Failure, FAILED, NOT_FOUND, OK, UNREACHABLE};
+
+/// Which cluster to talk to. By default: the one `strata up` runs from `--data-dir`.
+#[derive(clap::Args, Debug, Clone)]
+pub struct Target {
+    /// Client addresses of the nodes, comma-separated; default: read from the cluster file
+    /// that `strata up` wrote into --data-dir.
+    #[arg(long, global = true, value_delimiter = ',', value_name = "ADDR,...")]
+    pub endpoints: Vec<SocketAddr>,
+    /// Data directory of the `strata up` cluster.
+    #[arg(long, global = true, env = "STRATA_DATA_DIR", default_value = "strata-data")]
+    pub data_dir: PathBuf,
+    /// Cluster id; default: the cluster file's, else 1.
+    #[arg(long, global = true)]
+    pub cluster_id: Option<u64>,
+    /// Seconds to wait for an answer before giving up (exit code 5: outcome unknown).
+    #[arg(long, global = true, default_value_t = 10.0)]
+    pub timeout: f64,
+}
+
+impl Target {
+    /// The endpoints and cluster id to use.
+    pub fn resolve(&self) -> Result<(Vec<SocketAddr>, ClusterId), Failure> {
+        if !self.endpoints.is_empty() {
+            return Ok((self.endpoints.clone(), ClusterId(self.cluster_id.unwrap_or(1))));
+        }
+        let file = ClusterFile::read(&self.data_dir)?;
+        Ok((file.endpoints(), ClusterId(self.cluster_id.unwrap_or(file.cluster_id))))
+    }
+
+    fn options(&self, cluster: ClusterId) -> ClientOptions {
+        let timeout = Duration::from_secs_f64(self.timeout.max(0.001));
+        ClientOptions { cluster, request_timeout: Some(timeout), connect_timeout: timeout.min(Duration::from_secs(2)), ..ClientOptions::default() }
+    }
+
+    async fn client(&self) -> Result<Client, Failure> {
+        let (endpoints, cluster) = self.resolve()?;
+        Ok(Client::connect(&endpoints, self.options(cluster)).await?)
+    }
+}
+
+pub async fn get(target: &Target, key: String, show_version: bool) -> Result<i32, Failure> {
+    let client = target.client().await?;
+    let mut s = client.open_session().await?;
+    let v = s.get(key.clone()).await?;
+    if show_version {
+        eprintln!("version {}", v.version);
+    }
+    match v.value {
+        Some(value) => {
+            let mut out = std::io::stdout().lock();
+            out.write_all(&value).and_then(|()| out.write_all(b"\n")).map_err(|e| Failure::new(FAILED, e.to_string()))?;
+            Ok(OK)
+        }
+        None => {
+            eprintln!("{key}: not found");
+            Ok(NOT_FOUND)
+        }
+    }
+}
+
+pub async fn put(target: &Target, key: String, value: String, show_version: bool) -> Result<i32, Failure> {
+    let client = target.client().await?;
+    let mut s = client.open_session().await?;
+    let cs = s.put(key, value).await?;
+    if show_version {
+        eprintln!("version {cs}");
+    }
+    Ok(OK)
+}
+
+pub async fn del(target: &Target, key: String, show_version: bool) -> Result<i32, Failure> {
+    let client = target.client().await?;
+    let mut s = client.open_session().await?;
+    let cs = s.delete(key).await?;
+    if show_version {
+        eprintln!("version {cs}");
+    }
+    Ok(OK)
+}
+
+/// Asks every node for its status. Exit 0 if all answer, 1 if some are down, 4 if none is up.
+pub async fn status(target: &Target, json: bool) -> Result<i32, Failure> {
+    let (endpoints, cluster) = target.resolve()?;
+    let opts = target.options(cluster);
+    let mut rows: Vec<(SocketAddr, Result<NodeStatus, String>)> = Vec::new();
+    for addr in endpoints {
+        let r = match Client::connect_node(addr, opts.clone()).await {
+            Ok(c) => c.status().await.map_err(|e| e.to_string()),
+            Err(e) => Err(e.to_string()),
+        };
+        rows.push((addr, r));
+    }
+    if json {
+        let v: Vec<serde_json::Value> = rows.iter().map(|(a, r)| status_json(*a, r)).collect();
+        println!("{}", serde_json::to_string_pretty(&v).expect("json"));
+    } else {
+        print_status(&rows);
+    }
+    let up = rows.iter().filter(|(_, r)| r.is_ok()).count();
+    Ok(if up == rows.len() {
+        OK
+    } else if up == 0 {
+        UNREACHABLE
+    } else {
+        FAILED
+    })
+}
+
+fn print_status(rows: &[(SocketAddr, Result<NodeStatus, String>)]) {
+    println!(
+        "{:<5} {:<22} {:>9} {:>8} {:>8} {:>8} {:>9} {:>9}  peers (connected/total)",
+        "node", "clients", "uptime_s", "keys", "sessions", "pending", "bad_cli", "bad_peer"
+    );
+    for (addr, r) in rows {
+        match r {
+            Ok(s) => {
+                let connected = s.peers.iter().filter(|p| p.connected).count();
+                let faults: Vec<String> = s
+                    .peers
+                    .iter()
+                    .filter(|p| !p.fault.is_clear())
+                    .map(|p| format!("{}:{}", p.node, describe_fault(&p.fault)))
+                    .collect();
+                println!(
+                    "{:<5} {:<22} {:>9} {:>8} {:>8} {:>8} {:>9} {:>9}  {}/{}{}",
+                    s.node.0,
+                    addr.to_string(),
+                    s.uptime_ms / 1000,
+                    s.keys,
+                    s.sessions,
+                    s.pending_writes,
+                    s.bad_client_frames,
+                    s.bad_peer_frames,
+                    connected,
+                    s.peers.len(),
+                    if faults.is_empty() { String::new() } else { format!("  faults: {}", faults.join(" ")) }
+                );
+            }
+            Err(e) => println!("{:<5} {:<22} DOWN: {e}", "?", addr.to_string()),
+        }
+    }
+}
+
+fn status_json(addr: SocketAddr, r: &Result<NodeStatus, String>) -> serde_json::Value {
+    match r {
+        Ok(s) => serde_json::json!({
+            "addr": addr.to_string(),
+            "up": true,
+            "node": s.node.0,
+            "uptime_ms": s.uptime_ms,
+            "keys": s.keys,
+            "sessions": s.sessions,
+            "pending_writes": s.pending_writes,
+            "bad_client_frames": s.bad_client_frames,
+            "bad_peer_frames": s.bad_peer_frames,
+            "peers": s.peers.iter().map(|p| serde_json::json!({
+                "node": p.node.0,
+                "addr": p.addr,
+                "connected": p.connected,
+                "fault": describe_fault(&p.fault),
+                "messages_sent": p.messages_sent,
+                "messages_dropped_by_fault": p.messages_dropped_by_fault,
+            })).collect::<Vec<_>>(),
+        }),
+        Err(e) => serde_json::json!({ "addr": addr.to_string(), "up": false, "error": e }),
+    }
+}
+
+fn describe_fault(f: &LinkFault) -> String {
+    if f.is_clear() {
+        return "none".into();
+    }
+    let mut parts = Vec::new();
+    if f.partitioned {
+        parts.push("partitioned".to_string());
+    }
+    if f.delay_us > 0 || f.jitter_us > 0 {
+        parts.push(format!("delay={}us+{}us", f.delay_us, f.jitter_us));
+    }
+    if f.loss_ppm > 0 {
+        parts.push(format!("loss={}%", f64::from(f.loss_ppm) / 10_000.0));
+    }
+    parts.join(",")
+}
+
+/// `strata fault`: set or clear the fault layer of one node's outbound links.
+#[derive(clap::Args, Debug, Clone)]
+pub struct FaultArgs {
+    /// The node whose outbound links change (its id in the cluster file).
+    #[arg(long)]
+    pub node: u32,
+    /// Only the link to this peer; default: every peer of the node.
+    #[arg(long)]
+    pub peer: Option<u32>,
+    /// Added one-way delay, milliseconds (fractions allowed).
+    #[arg(long, default_value_t = 0.0)]
+    pub delay_ms: f64,
+    /// Random extra delay in [0, JITTER], milliseconds.
+    #[arg(long, default_value_t = 0.0)]
+    pub jitter_ms: f64,
+    /// Percentage of messages dropped, 0-100.
+    #[arg(long, default_value_t = 0.0)]
+    pub loss: f64,
+    /// Drop every message (a one-way cut; set it on both nodes for a full partition).
+    #[arg(long)]
+    pub partition: bool,
+    /// Remove every fault (the default when no fault flag is given).
+    #[arg(long, conflicts_with_all = ["delay_ms", "jitter_ms", "loss", "partition"])]
+    pub clear: bool,
+}
+
+pub async fn fault(target: &Target, args: &FaultArgs) -> Result<i32, Failure> {
+    if !(0.0..=100.0).contains(&args.loss) || args.delay_ms < 0.0 || args.jitter_ms < 0.0 {
+        return Err(Failure::new(FAILED, "--loss must be within 0-100 and delays must not be negative"));
+    }
+    let addr = node_addr(target, args.node)?;
+    let (_, cluster) = target.resolve().unwrap_or((Vec::new(), ClusterId(target.cluster_id.unwrap_or(1))));
+    let fault = LinkFault {
+        delay_us: (args.delay_ms * 1000.0) as u64,
+        jitter_us: (args.jitter_ms * 1000.0) as u64,
+        loss_ppm: (args.loss * 10_000.0) as u32,
+        partitioned: args.partition,
+    };
+    let client = Client::connect_node(addr, target.options(cluster)).await?;
+    client.set_fault(args.peer.map(NodeId), fault).await?;
+    let to = args.peer.map_or("every peer".to_string(), |p| format!("node {p}"));
+    println!("node {} → {to}: {}", args.node, describe_fault(&fault));
+    Ok(OK)
+}
+
+/// The client address of node `id`: from the cluster file, or `--endpoints` in id order.
+fn node_addr(target: &Target, id: u32) -> Result<SocketAddr, Failure> {
+    if !target.endpoints.is_empty() {
+        return target.endpoints.get(id as usize).copied().ok_or_else(|| {
+            Failure::new(FAILED, format!("--node {id}: only {} endpoints given (listed in node-id order)", target.endpoints.len()))
+        });
+    }
+    let file = ClusterFile::read(&target.data_dir)?;
+    file.nodes.iter().find(|n| n.id == id).map(|n| n.client_addr).ok_or_else(|| {
+        Failure::new(FAILED, format!("the cluster has no node {id} (nodes 0..{})", file.nodes.len()))
+    })
+}

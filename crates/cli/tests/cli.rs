@@ -1,0 +1,101 @@
+//! The `strata` command end to end: `strata up`, then get/put/del/status/fault against it,
+//! then Ctrl-C. These run the real binary and real node processes.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+
+#[test]
+fn up_serves_put_and_get_and_ctrl_c_stops_every_node() {
+    let mut up = Up::start(3);
+    assert_eq!(up.endpoints.len(), 3);
+    assert!(up.pids.iter().all(|&p| alive(p)));
+
+    let put = up.strata(&["put", "a", "1"]);
+    assert!(put.status.success(), "{}", stderr(&put));
+    let get = up.strata(&["get", "a"]);
+    assert_eq!((get.status.code(), stdout(&get).as_str()), (Some(0), "1\n"), "{}", stderr(&get));
+
+    let missing = up.strata(&["get", "never-written"]);
+    assert_eq!(missing.status.code(), Some(3), "not found is exit code 3");
+    assert!(stderr(&missing).contains("not found"));
+
+    assert!(up.strata(&["del", "a"]).status.success());
+    assert_eq!(up.strata(&["get", "a"]).status.code(), Some(3), "deleted");
+
+    let status = up.strata(&["status"]);
+    assert_eq!(status.status.code(), Some(0), "{}", stderr(&status));
+    assert_eq!(stdout(&status).lines().count(), 4, "a header and one row per node:\n{}", stdout(&status));
+
+    // A second cluster on the same data dir is refused, and says why.
+    let again = strata_in(&up.data_dir, &["up", "--base-port", &free_base_port(3).to_string()]);
+    assert_eq!(again.status.code(), Some(1));
+    assert!(stderr(&again).contains("already running"), "{}", stderr(&again));
+
+    // Ctrl-C: the supervisor stops every node and removes the cluster file.
+    up.signal(libc::SIGINT);
+    let exit = up.wait_exit(Duration::from_secs(15));
+    assert!(exit.success(), "{exit}");
+    for &pid in &up.pids {
+        eventually(&format!("node pid {pid} to exit"), Duration::from_secs(5), || !alive(pid));
+    }
+    assert!(!up.data_dir.join("cluster.json").exists());
+    let after = up.strata(&["get", "a"]);
+    assert_eq!(after.status.code(), Some(4), "nothing to reach: exit 4");
+    assert!(stderr(&after).contains("strata up"), "the message says how to start one: {}", stderr(&after));
+}
+
+#[test]
+fn killing_the_supervisor_takes_its_nodes_down() {
+    let mut up = Up::start(2);
+    up.signal(libc::SIGKILL);
+    up.wait_exit(Duration::from_secs(5));
+    for &pid in &up.pids {
+        eventually(&format!("orphaned node {pid} to exit"), Duration::from_secs(10), || !alive(pid));
+    }
+}
+
+#[test]
+fn a_node_that_dies_is_reported_and_the_others_keep_serving() {
+    let up = Up::start(3);
+    // SAFETY: a node process of this test's cluster.
+    unsafe { libc::kill(up.pids[2], libc::SIGKILL) };
+    eventually("node 2 to die", Duration::from_secs(5), || !alive(up.pids[2]));
+    let ep = up.endpoints[0].to_string();
+    let put = up.strata(&["put", "k", "v", "--endpoints", &ep]);
+    assert!(put.status.success(), "{}", stderr(&put));
+    let status = up.strata(&["status"]);
+    assert_eq!(status.status.code(), Some(1), "some nodes down is exit 1");
+    assert!(stdout(&status).contains("DOWN"), "{}", stdout(&status));
+}
+
+#[test]
+fn fault_commands_validate_and_apply() {
+    let up = Up::start(2);
+    let bad = up.strata(&["fault", "--node", "0", "--loss", "150"]);
+    assert_eq!(bad.status.code(), Some(1));
+    let unknown = up.strata(&["fault", "--node", "7", "--partition"]);
+    assert_eq!(unknown.status.code(), Some(1));
+    assert!(stderr(&unknown).contains("no node 7"), "{}", stderr(&unknown));
+    let ok = up.strata(&["fault", "--node", "0", "--peer", "1", "--delay-ms", "5", "--loss", "1.5"]);
+    assert!(ok.status.success(), "{}", stderr(&ok));
+    let status = up.strata(&["status"]);
+    assert!(stdout(&status).contains("delay=5000us"), "{}", stdout(&status));
+    assert!(stdout(&status).contains("loss=1.5%"), "{}", stdout(&status));
+    assert!(up.strata(&["fault", "--node", "0", "--clear"]).status.success());
+    assert!(!stdout(&up.strata(&["status"])).contains("faults:"));
+}
+
+#[test]
+fn usage_errors_exit_2_and_unreachable_endpoints_exit_4() {
+    let dir = temp_dir("usage");
+    let o = strata_in(&dir, &["put", "only-a-key"]);
+    assert_eq!(o.status.code(), Some(2));
+    // A port nobody listens on (bound, then released).
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let o = strata_in(&dir, &["get", "k", "--endpoints", &format!("127.0.0.1:{port}")]);
+    assert_eq!(o.status.code(), Some(4), "{}", stderr(&o));
+    let _ = std::fs::remove_dir_all(dir);
+}

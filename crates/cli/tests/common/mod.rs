@@ -1,0 +1,157 @@
+//! Helpers for tests that run the real `strata` binary: a supervised local cluster in a
+//! temporary directory on ports that are free.
+
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+pub const STRATA: &str = env!("CARGO_BIN_EXE_strata");
+
+pub fn temp_dir(tag: &str) -> PathBuf {
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().subsec_nanos();
+    let dir = std::env::temp_dir().join(format!("strata-cli-{tag}-{}-{nanos}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// A base port whose client and peer ranges look free right now (`strata up` re-checks and
+/// fails clearly if another process takes one meanwhile).
+pub fn free_base_port(nodes: u16) -> u16 {
+    for _ in 0..200 {
+        let probe = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let base = probe.local_addr().unwrap().port();
+        drop(probe);
+        if base > 60_000 {
+            continue;
+        }
+        let free = (0..nodes).all(|i| {
+            std::net::TcpListener::bind(("127.0.0.1", base + i)).is_ok()
+                && std::net::TcpListener::bind(("127.0.0.1", base + 100 + i)).is_ok()
+        });
+        if free {
+            return base;
+        }
+    }
+    panic!("no free port range found");
+}
+
+/// A running `strata up`. Dropping it kills the supervisor (its nodes die with it).
+pub struct Up {
+    pub child: Child,
+    pub data_dir: PathBuf,
+    pub endpoints: Vec<SocketAddr>,
+    pub pids: Vec<i32>,
+    stdout: mpsc::Receiver<String>,
+}
+
+impl Up {
+    pub fn start(nodes: u16) -> Up {
+        let data_dir = temp_dir("up");
+        let base = free_base_port(nodes);
+        let mut child = Command::new(STRATA)
+            .args(["up", "--nodes", &nodes.to_string(), "--base-port", &base.to_string(), "--data-dir"])
+            .arg(&data_dir)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap();
+        let (tx, stdout) = mpsc::channel();
+        let out = child.stdout.take().unwrap();
+        std::thread::spawn(move || {
+            for line in BufReader::new(out).lines().map_while(Result::ok) {
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        let mut up = Up { child, data_dir, endpoints: Vec::new(), pids: Vec::new(), stdout };
+        let line = up.wait_for_line("endpoints: ", Duration::from_secs(30));
+        up.endpoints = line["endpoints: ".len()..].split(',').map(|a| a.parse().unwrap()).collect();
+        let file: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(up.data_dir.join("cluster.json")).unwrap()).unwrap();
+        up.pids = file["nodes"].as_array().unwrap().iter().map(|n| n["pid"].as_i64().unwrap() as i32).collect();
+        up
+    }
+
+    pub fn wait_for_line(&self, prefix: &str, within: Duration) -> String {
+        let deadline = Instant::now() + within;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.stdout.recv_timeout(left) {
+                Ok(line) if line.starts_with(prefix) => return line,
+                Ok(_) => {}
+                Err(_) => panic!("`strata up` printed no line starting with {prefix:?} within {within:?}"),
+            }
+        }
+    }
+
+    /// Runs a `strata` command against this cluster.
+    pub fn strata(&self, args: &[&str]) -> Output {
+        strata_in(&self.data_dir, args)
+    }
+
+    pub fn signal(&self, sig: i32) {
+        // SAFETY: signalling the supervisor we spawned.
+        assert_eq!(unsafe { libc::kill(self.child.id() as i32, sig) }, 0);
+    }
+
+    /// Waits for the supervisor to exit; panics after `within`.
+    pub fn wait_exit(&mut self, within: Duration) -> std::process::ExitStatus {
+        let deadline = Instant::now() + within;
+        loop {
+            if let Some(s) = self.child.try_wait().unwrap() {
+                return s;
+            }
+            assert!(Instant::now() < deadline, "`strata up` did not exit within {within:?}");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for Up {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        for &pid in &self.pids {
+            // SAFETY: the node processes this test started (they also die with the supervisor).
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+        }
+        let _ = std::fs::remove_dir_all(&self.data_dir);
+    }
+}
+
+pub fn strata_in(data_dir: &Path, args: &[&str]) -> Output {
+    Command::new(STRATA).args(args).arg("--data-dir").arg(data_dir).output().unwrap()
+}
+
+/// Whether a process exists and is not a zombie (orphaned nodes are reparented to whatever
+/// reaps orphans here, which may be slow to do so; a zombie has stopped running).
+pub fn alive(pid: i32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        // The state is the first field after the parenthesised command name.
+        Ok(stat) => stat.rsplit_once(')').is_some_and(|(_, rest)| !rest.trim_start().starts_with('Z')),
+        Err(_) => false,
+    }
+}
+
+/// Polls `cond` every 20 ms until it holds; panics with `what` after `within`.
+pub fn eventually(what: &str, within: Duration, mut cond: impl FnMut() -> bool) {
+    let deadline = Instant::now() + within;
+    while !cond() {
+        assert!(Instant::now() < deadline, "timed out after {within:?} waiting for {what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+pub fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+pub fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
