@@ -17,7 +17,7 @@
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use thiserror::Error;
 
-use crate::ids::{AcquireId, Carstamp, ClusterId, Llc, NodeId, RmwId, SessionId};
+use crate::ids::{AcquireId, Ballot, Carstamp, ClusterId, Llc, NodeId, RmwId, SessionId};
 
 /// Bytes of frame header before the payload.
 pub const FRAME_HEADER_BYTES: usize = 16;
@@ -288,6 +288,30 @@ impl Decode for Carstamp {
         let ver = r.u64()?;
         let node = NodeId::decode(r)?;
         Ok(Carstamp { llc: Llc { ver, node }, pno: r.u32()? })
+    }
+}
+
+impl Encode for Llc {
+    fn encode(&self, out: &mut BytesMut) {
+        out.put_u64_le(self.ver);
+        self.node.encode(out);
+    }
+}
+impl Decode for Llc {
+    fn decode(r: &mut Reader) -> Result<Self, DecodeError> {
+        Ok(Llc { ver: r.u64()?, node: NodeId::decode(r)? })
+    }
+}
+
+impl Encode for Ballot {
+    fn encode(&self, out: &mut BytesMut) {
+        out.put_u32_le(self.round);
+        self.node.encode(out);
+    }
+}
+impl Decode for Ballot {
+    fn decode(r: &mut Reader) -> Result<Self, DecodeError> {
+        Ok(Ballot { round: r.u32()?, node: NodeId::decode(r)? })
     }
 }
 

@@ -71,6 +71,18 @@ impl fmt::Display for Carstamp {
     }
 }
 
+/// A Paxos ballot, Kite §0: `(round, node)` ordered lexicographically. Unique per attempt
+/// because at most one local RMW proposes on a key at a time (Kite §5.6 rule M-1).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+pub struct Ballot {
+    pub round: u32,
+    pub node: NodeId,
+}
+
+impl Ballot {
+    pub const ZERO: Ballot = Ballot { round: 0, node: NodeId(0) };
+}
+
 /// Identifies one RMW, Kite §3.2: `seq` increases by one per RMW of the session.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct RmwId {

@@ -12,5 +12,5 @@ pub mod peer;
 pub mod time;
 
 pub use codec::{decode_frame, decode_message, encode_frame, Decode, DecodeError, Encode, FrameError, Limits, Reader};
-pub use ids::{AcquireId, Carstamp, ClusterId, Llc, NodeId, RmwId, SessionId};
+pub use ids::{AcquireId, Ballot, Carstamp, ClusterId, Llc, NodeId, RmwId, SessionId};
 pub use time::Instant;

@@ -1,18 +1,32 @@
-//! Node <-> node messages. Tags 0x80..=0xff, explicit and never reused.
+//! Node <-> node messages (Kite §4). Tags 0x80..=0xff, explicit and never reused.
 //!
 //! A peer connection starts with `Hello` naming the dialing node; every later frame on it is
 //! a protocol message from that node. Messages may be lost, duplicated, delayed or reordered
-//! (across reconnects): every handler is idempotent (Kite §4).
+//! (across reconnects): every handler is idempotent (Kite §4), and every reply echoes the
+//! request's `req` and `key` so that the requester can match it without other state.
 
 use bytes::{BufMut, Bytes, BytesMut};
 
 use crate::codec::{get_value, put_bool, put_bytes, put_option, put_value, Decode, DecodeError, Encode, Reader};
-use crate::ids::{AcquireId, Carstamp, NodeId, RmwId};
+use crate::ids::{AcquireId, Ballot, Carstamp, Llc, NodeId, RmwId};
 
 pub mod peer_tag {
     pub const HELLO: u8 = 0x80;
     pub const WRITE: u8 = 0x81;
     pub const WRITE_ACK: u8 = 0x82;
+    pub const READ_TS: u8 = 0x83;
+    pub const READ_TS_REPLY: u8 = 0x84;
+    pub const READ: u8 = 0x85;
+    pub const READ_REPLY: u8 = 0x86;
+    pub const SLOW_RELEASE: u8 = 0x87;
+    pub const SLOW_RELEASE_ACK: u8 = 0x88;
+    pub const RESET_BIT: u8 = 0x89;
+    pub const PROPOSE: u8 = 0x8a;
+    pub const PROPOSE_REPLY: u8 = 0x8b;
+    pub const ACCEPT: u8 = 0x8c;
+    pub const ACCEPT_REPLY: u8 = 0x8d;
+    pub const COMMIT: u8 = 0x8e;
+    pub const COMMIT_ACK: u8 = 0x8f;
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -20,6 +34,23 @@ pub enum PeerMessage {
     Hello { from: NodeId },
     Write(Write),
     WriteAck(WriteAck),
+    /// Kite §4 msg 2: the first round of a release or slow relaxed write.
+    ReadTs { req: u64, key: Bytes },
+    ReadTsReply { req: u64, key: Bytes, cs: Carstamp },
+    Read(Read),
+    ReadReply(ReadReply),
+    /// Kite §4 msg 4: the DM-set of a barrier that timed out (bit `i` = node `i`).
+    SlowRelease { req: u64, dm: u64 },
+    SlowReleaseAck { req: u64 },
+    /// Kite §4 msg 5: the acquire `acq` bumped its node's epoch; clear the bit it observed.
+    ResetBit { acq: AcquireId },
+    Propose(Propose),
+    ProposeReply(PaxosReply),
+    Accept(Accept),
+    AcceptReply(PaxosReply),
+    Commit(Commit),
+    /// Echoes the committed version, so it credits the sender's pending record (§5.1.7).
+    CommitAck { req: u64, key: Bytes, cs: Carstamp },
 }
 
 /// Kite §4 message 1: install `value` at version `cs` of `key` (if newer than the replica's).
@@ -37,9 +68,9 @@ pub struct Write {
     pub acq: Option<AcquireId>,
 }
 
-/// Reply to `Write`. Echoes the key and version as well as `req`, so the sender can credit the
-/// ack to its pending-write record without remembering every request it sent (Kite §5.1.7:
-/// an ack for a version `>= cs` of the key counts).
+/// Reply to `Write`. Echoes the key and the version the receiver now holds, so the sender can
+/// credit the ack to its pending-write record without remembering every request it sent
+/// (Kite §5.1.7: an ack for a version `>= cs` of the key counts).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct WriteAck {
     pub req: u64,
@@ -48,15 +79,213 @@ pub struct WriteAck {
     pub delinquent: bool,
 }
 
+/// Kite §4 message 3: an acquire's read round (`acq` Some) or a slow relaxed read.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Read {
+    pub req: u64,
+    pub key: Bytes,
+    /// The requester's local version: the reply carries the value only if it holds a newer one.
+    pub known_cs: Carstamp,
+    pub acq: Option<AcquireId>,
+}
+
+/// A replica's version of a key, as carried by replies.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Version {
+    pub value: Option<Bytes>,
+    pub cs: Carstamp,
+    /// The RMW that created `cs`, iff `cs.pno > 0`.
+    pub rmw_id: Option<RmwId>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ReadReply {
+    pub req: u64,
+    pub key: Bytes,
+    pub cs: Carstamp,
+    /// Some iff `cs > known_cs` (Kite §5.9 O4).
+    pub newer: Option<Version>,
+    pub delinquent: bool,
+}
+
+/// The outcome proposed for a Paxos slot (Kite §3.2): slot `n` decided with `Tuple` creates
+/// version `(base, n)` holding `value`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Tuple {
+    pub rmw_id: RmwId,
+    pub base: Llc,
+    pub value: Option<Bytes>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Propose {
+    pub req: u64,
+    pub key: Bytes,
+    pub slot: u32,
+    pub ballot: Ballot,
+    pub rmw_id: RmwId,
+    pub known_cs: Carstamp,
+    pub acq: AcquireId,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Accept {
+    pub req: u64,
+    pub key: Bytes,
+    pub slot: u32,
+    pub ballot: Ballot,
+    pub tuple: Tuple,
+    pub acq: AcquireId,
+}
+
+/// Kite §4 messages 6-7: what an acceptor answered.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum PaxosOutcome {
+    Ack,
+    /// Propose only: the acceptor already accepted `tuple` at `ballot` for this slot.
+    AlreadyAccepted { ballot: Ballot, tuple: Tuple },
+    Nack { promised: Ballot },
+    /// The RMW is already committed (it is in the acceptor's registry).
+    RmwCommitted,
+    /// The slot is already decided here: `lc` is the acceptor's last committed slot.
+    SlotTooSmall { lc: u32, lc_rmw: Option<RmwId> },
+    /// The acceptor lags: it has not learned slot `slot - 1` yet.
+    SlotTooHigh { lc: u32 },
+}
+
+/// Reply to `Propose` or `Accept`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PaxosReply {
+    pub req: u64,
+    pub key: Bytes,
+    pub outcome: PaxosOutcome,
+    /// The acceptor's version when newer than the proposer's `known_cs` (always for SlotTooSmall).
+    pub current: Option<Version>,
+    pub delinquent: bool,
+}
+
+/// Kite §4 message 8: slot `slot` of `key` was decided with `rmw_id`; `cs` is either that
+/// slot's version or (catch-up) the sender's newer current version.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Commit {
+    pub req: u64,
+    pub key: Bytes,
+    pub slot: u32,
+    pub rmw_id: RmwId,
+    pub value: Option<Bytes>,
+    pub cs: Carstamp,
+}
+
+// ---- encoding ----
+
+impl Encode for Version {
+    fn encode(&self, out: &mut BytesMut) {
+        put_value(out, &self.value);
+        self.cs.encode(out);
+        put_option(out, &self.rmw_id, |o, id| id.encode(o));
+    }
+}
+impl Decode for Version {
+    fn decode(r: &mut Reader) -> Result<Self, DecodeError> {
+        Ok(Version { value: get_value(r)?, cs: Carstamp::decode(r)?, rmw_id: r.option(RmwId::decode)? })
+    }
+}
+
+impl Encode for Tuple {
+    fn encode(&self, out: &mut BytesMut) {
+        self.rmw_id.encode(out);
+        self.base.encode(out);
+        put_value(out, &self.value);
+    }
+}
+impl Decode for Tuple {
+    fn decode(r: &mut Reader) -> Result<Self, DecodeError> {
+        Ok(Tuple { rmw_id: RmwId::decode(r)?, base: Llc::decode(r)?, value: get_value(r)? })
+    }
+}
+
+mod outcome_tag {
+    pub const ACK: u8 = 0;
+    pub const ALREADY_ACCEPTED: u8 = 1;
+    pub const NACK: u8 = 2;
+    pub const RMW_COMMITTED: u8 = 3;
+    pub const SLOT_TOO_SMALL: u8 = 4;
+    pub const SLOT_TOO_HIGH: u8 = 5;
+}
+
+impl Encode for PaxosOutcome {
+    fn encode(&self, out: &mut BytesMut) {
+        use outcome_tag::*;
+        match self {
+            PaxosOutcome::Ack => out.put_u8(ACK),
+            PaxosOutcome::AlreadyAccepted { ballot, tuple } => {
+                out.put_u8(ALREADY_ACCEPTED);
+                ballot.encode(out);
+                tuple.encode(out);
+            }
+            PaxosOutcome::Nack { promised } => {
+                out.put_u8(NACK);
+                promised.encode(out);
+            }
+            PaxosOutcome::RmwCommitted => out.put_u8(RMW_COMMITTED),
+            PaxosOutcome::SlotTooSmall { lc, lc_rmw } => {
+                out.put_u8(SLOT_TOO_SMALL);
+                out.put_u32_le(*lc);
+                put_option(out, lc_rmw, |o, id| id.encode(o));
+            }
+            PaxosOutcome::SlotTooHigh { lc } => {
+                out.put_u8(SLOT_TOO_HIGH);
+                out.put_u32_le(*lc);
+            }
+        }
+    }
+}
+impl Decode for PaxosOutcome {
+    fn decode(r: &mut Reader) -> Result<Self, DecodeError> {
+        use outcome_tag::*;
+        Ok(match r.u8()? {
+            ACK => PaxosOutcome::Ack,
+            ALREADY_ACCEPTED => PaxosOutcome::AlreadyAccepted { ballot: Ballot::decode(r)?, tuple: Tuple::decode(r)? },
+            NACK => PaxosOutcome::Nack { promised: Ballot::decode(r)? },
+            RMW_COMMITTED => PaxosOutcome::RmwCommitted,
+            SLOT_TOO_SMALL => PaxosOutcome::SlotTooSmall { lc: r.u32()?, lc_rmw: r.option(RmwId::decode)? },
+            SLOT_TOO_HIGH => PaxosOutcome::SlotTooHigh { lc: r.u32()? },
+            v => return Err(DecodeError::Invalid { what: "paxos outcome", value: v as u64 }),
+        })
+    }
+}
+
+impl Encode for PaxosReply {
+    fn encode(&self, out: &mut BytesMut) {
+        out.put_u64_le(self.req);
+        put_bytes(out, &self.key);
+        self.outcome.encode(out);
+        put_option(out, &self.current, |o, v| v.encode(o));
+        put_bool(out, self.delinquent);
+    }
+}
+impl Decode for PaxosReply {
+    fn decode(r: &mut Reader) -> Result<Self, DecodeError> {
+        Ok(PaxosReply {
+            req: r.u64()?,
+            key: r.bytes()?,
+            outcome: PaxosOutcome::decode(r)?,
+            current: r.option(Version::decode)?,
+            delinquent: r.bool()?,
+        })
+    }
+}
+
 impl Encode for PeerMessage {
     fn encode(&self, out: &mut BytesMut) {
+        use peer_tag::*;
         match self {
             PeerMessage::Hello { from } => {
-                out.put_u8(peer_tag::HELLO);
+                out.put_u8(HELLO);
                 from.encode(out);
             }
             PeerMessage::Write(w) => {
-                out.put_u8(peer_tag::WRITE);
+                out.put_u8(WRITE);
                 out.put_u64_le(w.req);
                 put_bytes(out, &w.key);
                 put_value(out, &w.value);
@@ -65,11 +294,92 @@ impl Encode for PeerMessage {
                 put_option(out, &w.acq, |o, id| id.encode(o));
             }
             PeerMessage::WriteAck(a) => {
-                out.put_u8(peer_tag::WRITE_ACK);
+                out.put_u8(WRITE_ACK);
                 out.put_u64_le(a.req);
                 put_bytes(out, &a.key);
                 a.cs.encode(out);
                 put_bool(out, a.delinquent);
+            }
+            PeerMessage::ReadTs { req, key } => {
+                out.put_u8(READ_TS);
+                out.put_u64_le(*req);
+                put_bytes(out, key);
+            }
+            PeerMessage::ReadTsReply { req, key, cs } => {
+                out.put_u8(READ_TS_REPLY);
+                out.put_u64_le(*req);
+                put_bytes(out, key);
+                cs.encode(out);
+            }
+            PeerMessage::Read(m) => {
+                out.put_u8(READ);
+                out.put_u64_le(m.req);
+                put_bytes(out, &m.key);
+                m.known_cs.encode(out);
+                put_option(out, &m.acq, |o, id| id.encode(o));
+            }
+            PeerMessage::ReadReply(m) => {
+                out.put_u8(READ_REPLY);
+                out.put_u64_le(m.req);
+                put_bytes(out, &m.key);
+                m.cs.encode(out);
+                put_option(out, &m.newer, |o, v| v.encode(o));
+                put_bool(out, m.delinquent);
+            }
+            PeerMessage::SlowRelease { req, dm } => {
+                out.put_u8(SLOW_RELEASE);
+                out.put_u64_le(*req);
+                out.put_u64_le(*dm);
+            }
+            PeerMessage::SlowReleaseAck { req } => {
+                out.put_u8(SLOW_RELEASE_ACK);
+                out.put_u64_le(*req);
+            }
+            PeerMessage::ResetBit { acq } => {
+                out.put_u8(RESET_BIT);
+                acq.encode(out);
+            }
+            PeerMessage::Propose(m) => {
+                out.put_u8(PROPOSE);
+                out.put_u64_le(m.req);
+                put_bytes(out, &m.key);
+                out.put_u32_le(m.slot);
+                m.ballot.encode(out);
+                m.rmw_id.encode(out);
+                m.known_cs.encode(out);
+                m.acq.encode(out);
+            }
+            PeerMessage::ProposeReply(m) => {
+                out.put_u8(PROPOSE_REPLY);
+                m.encode(out);
+            }
+            PeerMessage::Accept(m) => {
+                out.put_u8(ACCEPT);
+                out.put_u64_le(m.req);
+                put_bytes(out, &m.key);
+                out.put_u32_le(m.slot);
+                m.ballot.encode(out);
+                m.tuple.encode(out);
+                m.acq.encode(out);
+            }
+            PeerMessage::AcceptReply(m) => {
+                out.put_u8(ACCEPT_REPLY);
+                m.encode(out);
+            }
+            PeerMessage::Commit(m) => {
+                out.put_u8(COMMIT);
+                out.put_u64_le(m.req);
+                put_bytes(out, &m.key);
+                out.put_u32_le(m.slot);
+                m.rmw_id.encode(out);
+                put_value(out, &m.value);
+                m.cs.encode(out);
+            }
+            PeerMessage::CommitAck { req, key, cs } => {
+                out.put_u8(COMMIT_ACK);
+                out.put_u64_le(*req);
+                put_bytes(out, key);
+                cs.encode(out);
             }
         }
     }
@@ -77,23 +387,70 @@ impl Encode for PeerMessage {
 
 impl Decode for PeerMessage {
     fn decode(r: &mut Reader) -> Result<Self, DecodeError> {
-        match r.u8()? {
-            peer_tag::HELLO => Ok(PeerMessage::Hello { from: NodeId::decode(r)? }),
-            peer_tag::WRITE => Ok(PeerMessage::Write(Write {
+        use peer_tag::*;
+        Ok(match r.u8()? {
+            HELLO => PeerMessage::Hello { from: NodeId::decode(r)? },
+            WRITE => PeerMessage::Write(Write {
                 req: r.u64()?,
                 key: r.bytes()?,
                 value: get_value(r)?,
                 cs: Carstamp::decode(r)?,
                 rmw_id: r.option(RmwId::decode)?,
                 acq: r.option(AcquireId::decode)?,
-            })),
-            peer_tag::WRITE_ACK => Ok(PeerMessage::WriteAck(WriteAck {
+            }),
+            WRITE_ACK => PeerMessage::WriteAck(WriteAck {
                 req: r.u64()?,
                 key: r.bytes()?,
                 cs: Carstamp::decode(r)?,
                 delinquent: r.bool()?,
-            })),
-            tag => Err(DecodeError::UnknownTag { tag }),
-        }
+            }),
+            READ_TS => PeerMessage::ReadTs { req: r.u64()?, key: r.bytes()? },
+            READ_TS_REPLY => PeerMessage::ReadTsReply { req: r.u64()?, key: r.bytes()?, cs: Carstamp::decode(r)? },
+            READ => PeerMessage::Read(Read {
+                req: r.u64()?,
+                key: r.bytes()?,
+                known_cs: Carstamp::decode(r)?,
+                acq: r.option(AcquireId::decode)?,
+            }),
+            READ_REPLY => PeerMessage::ReadReply(ReadReply {
+                req: r.u64()?,
+                key: r.bytes()?,
+                cs: Carstamp::decode(r)?,
+                newer: r.option(Version::decode)?,
+                delinquent: r.bool()?,
+            }),
+            SLOW_RELEASE => PeerMessage::SlowRelease { req: r.u64()?, dm: r.u64()? },
+            SLOW_RELEASE_ACK => PeerMessage::SlowReleaseAck { req: r.u64()? },
+            RESET_BIT => PeerMessage::ResetBit { acq: AcquireId::decode(r)? },
+            PROPOSE => PeerMessage::Propose(Propose {
+                req: r.u64()?,
+                key: r.bytes()?,
+                slot: r.u32()?,
+                ballot: Ballot::decode(r)?,
+                rmw_id: RmwId::decode(r)?,
+                known_cs: Carstamp::decode(r)?,
+                acq: AcquireId::decode(r)?,
+            }),
+            PROPOSE_REPLY => PeerMessage::ProposeReply(PaxosReply::decode(r)?),
+            ACCEPT => PeerMessage::Accept(Accept {
+                req: r.u64()?,
+                key: r.bytes()?,
+                slot: r.u32()?,
+                ballot: Ballot::decode(r)?,
+                tuple: Tuple::decode(r)?,
+                acq: AcquireId::decode(r)?,
+            }),
+            ACCEPT_REPLY => PeerMessage::AcceptReply(PaxosReply::decode(r)?),
+            COMMIT => PeerMessage::Commit(Commit {
+                req: r.u64()?,
+                key: r.bytes()?,
+                slot: r.u32()?,
+                rmw_id: RmwId::decode(r)?,
+                value: get_value(r)?,
+                cs: Carstamp::decode(r)?,
+            }),
+            COMMIT_ACK => PeerMessage::CommitAck { req: r.u64()?, key: r.bytes()?, cs: Carstamp::decode(r)? },
+            tag => return Err(DecodeError::UnknownTag { tag }),
+        })
     }
 }

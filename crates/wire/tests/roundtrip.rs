@@ -4,8 +4,8 @@
 use bytes::{Bytes, BytesMut};
 use proptest::prelude::*;
 use strata_wire::client::{ClientRequest, ClientResponse, ErrorCode, LinkFault, NodeStatus, PeerStatus, Request, Response};
-use strata_wire::peer::{PeerMessage, Write, WriteAck};
-use strata_wire::{decode_frame, decode_message, encode_frame, AcquireId, Carstamp, ClusterId, FrameError, Llc, NodeId, RmwId, SessionId};
+use strata_wire::peer::{Accept, Commit, PaxosOutcome, PaxosReply, PeerMessage, Propose, Read, ReadReply, Tuple, Version, Write, WriteAck};
+use strata_wire::{decode_frame, decode_message, encode_frame, AcquireId, Ballot, Carstamp, ClusterId, FrameError, Llc, NodeId, RmwId, SessionId};
 
 const CLUSTER: ClusterId = ClusterId(0x5eed);
 const MAX_FRAME: usize = 1 << 20;
@@ -88,6 +88,66 @@ fn peer_message() -> impl Strategy<Value = PeerMessage> {
             })),
         (any::<u64>(), bytes(), carstamp(), any::<bool>())
             .prop_map(|(req, key, cs, delinquent)| PeerMessage::WriteAck(WriteAck { req, key, cs, delinquent })),
+        kite_message(),
+    ]
+}
+
+fn rmw_id() -> impl Strategy<Value = RmwId> {
+    (session(), any::<u64>()).prop_map(|(session, seq)| RmwId { session, seq })
+}
+
+fn acq_id() -> impl Strategy<Value = AcquireId> {
+    (session(), any::<u64>()).prop_map(|(session, seq)| AcquireId { session, seq })
+}
+
+fn ballot() -> impl Strategy<Value = Ballot> {
+    (any::<u32>(), any::<u32>()).prop_map(|(round, n)| Ballot { round, node: NodeId(n) })
+}
+
+fn version() -> impl Strategy<Value = Version> {
+    (proptest::option::of(bytes()), carstamp(), proptest::option::of(rmw_id()))
+        .prop_map(|(value, cs, rmw_id)| Version { value, cs, rmw_id })
+}
+
+fn tuple() -> impl Strategy<Value = Tuple> {
+    (rmw_id(), carstamp(), proptest::option::of(bytes())).prop_map(|(rmw_id, c, value)| Tuple { rmw_id, base: c.llc, value })
+}
+
+fn paxos_reply() -> impl Strategy<Value = PaxosReply> {
+    let outcome = prop_oneof![
+        Just(PaxosOutcome::Ack),
+        (ballot(), tuple()).prop_map(|(ballot, tuple)| PaxosOutcome::AlreadyAccepted { ballot, tuple }),
+        ballot().prop_map(|promised| PaxosOutcome::Nack { promised }),
+        Just(PaxosOutcome::RmwCommitted),
+        (any::<u32>(), proptest::option::of(rmw_id())).prop_map(|(lc, lc_rmw)| PaxosOutcome::SlotTooSmall { lc, lc_rmw }),
+        any::<u32>().prop_map(|lc| PaxosOutcome::SlotTooHigh { lc }),
+    ];
+    (any::<u64>(), bytes(), outcome, proptest::option::of(version()), any::<bool>())
+        .prop_map(|(req, key, outcome, current, delinquent)| PaxosReply { req, key, outcome, current, delinquent })
+}
+
+/// The synchronisation messages of Kite §4 (ABD rounds, barriers, per-key Paxos).
+fn kite_message() -> impl Strategy<Value = PeerMessage> {
+    prop_oneof![
+        (any::<u64>(), bytes()).prop_map(|(req, key)| PeerMessage::ReadTs { req, key }),
+        (any::<u64>(), bytes(), carstamp()).prop_map(|(req, key, cs)| PeerMessage::ReadTsReply { req, key, cs }),
+        (any::<u64>(), bytes(), carstamp(), proptest::option::of(acq_id()))
+            .prop_map(|(req, key, known_cs, acq)| PeerMessage::Read(Read { req, key, known_cs, acq })),
+        (any::<u64>(), bytes(), carstamp(), proptest::option::of(version()), any::<bool>())
+            .prop_map(|(req, key, cs, newer, delinquent)| PeerMessage::ReadReply(ReadReply { req, key, cs, newer, delinquent })),
+        (any::<u64>(), any::<u64>()).prop_map(|(req, dm)| PeerMessage::SlowRelease { req, dm }),
+        any::<u64>().prop_map(|req| PeerMessage::SlowReleaseAck { req }),
+        acq_id().prop_map(|acq| PeerMessage::ResetBit { acq }),
+        (any::<u64>(), bytes(), any::<u32>(), ballot(), rmw_id(), carstamp(), acq_id()).prop_map(
+            |(req, key, slot, ballot, rmw_id, known_cs, acq)| PeerMessage::Propose(Propose { req, key, slot, ballot, rmw_id, known_cs, acq })
+        ),
+        paxos_reply().prop_map(PeerMessage::ProposeReply),
+        (any::<u64>(), bytes(), any::<u32>(), ballot(), tuple(), acq_id())
+            .prop_map(|(req, key, slot, ballot, tuple, acq)| PeerMessage::Accept(Accept { req, key, slot, ballot, tuple, acq })),
+        paxos_reply().prop_map(PeerMessage::AcceptReply),
+        (any::<u64>(), bytes(), any::<u32>(), rmw_id(), proptest::option::of(bytes()), carstamp())
+            .prop_map(|(req, key, slot, rmw_id, value, cs)| PeerMessage::Commit(Commit { req, key, slot, rmw_id, value, cs })),
+        (any::<u64>(), bytes(), carstamp()).prop_map(|(req, key, cs)| PeerMessage::CommitAck { req, key, cs }),
     ]
 }
 
