@@ -171,6 +171,11 @@ impl RcReplica {
                 let cs = self.relaxed_write(now, session, key, None);
                 self.reply(route, corr, Response::Written { cs });
             }
+            Request::Release { .. } | Request::Acquire { .. } | Request::Faa { .. } | Request::Cas { .. } => {
+                // Issue #3 brings ABD and per-key Paxos; until then these are refused plainly.
+                let msg = "release, acquire, fetch-and-add and compare-and-swap are not served by this node version".to_string();
+                self.reply_error(route, corr, ErrorCode::UnknownRequest, msg);
+            }
             Request::Status | Request::SetFault { .. } => {
                 // Answered by the driver, which owns the transport; never routed here.
                 let msg = "node-level request routed to the rc core".to_string();

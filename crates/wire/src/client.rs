@@ -16,6 +16,10 @@ pub mod request_tag {
     pub const GET: u8 = 0x10;
     pub const PUT: u8 = 0x11;
     pub const DELETE: u8 = 0x12;
+    pub const RELEASE: u8 = 0x13;
+    pub const ACQUIRE: u8 = 0x14;
+    pub const FAA: u8 = 0x15;
+    pub const CAS: u8 = 0x16;
     pub const STATUS: u8 = 0x30;
     pub const SET_FAULT: u8 = 0x31;
 }
@@ -26,6 +30,7 @@ pub mod response_tag {
     pub const SESSION_CLOSED: u8 = 0x42;
     pub const VALUE: u8 = 0x50;
     pub const WRITTEN: u8 = 0x51;
+    pub const RMW: u8 = 0x52;
     pub const STATUS: u8 = 0x60;
     pub const FAULT_SET: u8 = 0x61;
     pub const ERROR: u8 = 0x7f;
@@ -48,6 +53,17 @@ pub enum Request {
     Put { session: SessionId, key: Bytes, value: Bytes },
     /// Relaxed delete: a relaxed write of the absent value (a tombstone version).
     Delete { session: SessionId, key: Bytes },
+    /// Release-write (Kite §5.4): every earlier access of the session is visible before it.
+    Release { session: SessionId, key: Bytes, value: Bytes },
+    /// Acquire-read (Kite §5.5): every later access of the session sees what preceded the
+    /// release it reads from.
+    Acquire { session: SessionId, key: Bytes },
+    /// Fetch-and-add (Kite §2.2): the value as a little-endian u64 (first 8 bytes,
+    /// zero-extended) plus `delta`, wrapping. Answered with `Rmw`.
+    Faa { session: SessionId, key: Bytes, delta: u64 },
+    /// Compare-and-swap (Kite §2.2): installs `new` iff the value equals `expected` (`None`:
+    /// absent). `weak`: may fail at once when the local replica differs. Answered with `Rmw`.
+    Cas { session: SessionId, key: Bytes, expected: Option<Bytes>, new: Bytes, weak: bool },
     /// Node and transport counters, for `strata status`.
     Status,
     /// Admin: set the fault layer of this node's outbound links (`None` = every peer).
@@ -89,6 +105,9 @@ pub enum Response {
     Value { value: Option<Bytes>, cs: Carstamp },
     /// Result of a write or delete: the version it created.
     Written { cs: Carstamp },
+    /// Result of an RMW: the value it observed (and its version), the version it created
+    /// (`None` for a weak CAS that failed locally), and for a CAS whether it swapped.
+    Rmw { observed: Option<Bytes>, observed_cs: Carstamp, written: Option<Carstamp>, swapped: bool },
     Status(NodeStatus),
     FaultSet,
     Error { code: ErrorCode, message: String },
@@ -206,6 +225,10 @@ impl Encode for ClientRequest {
             Request::Get { .. } => GET,
             Request::Put { .. } => PUT,
             Request::Delete { .. } => DELETE,
+            Request::Release { .. } => RELEASE,
+            Request::Acquire { .. } => ACQUIRE,
+            Request::Faa { .. } => FAA,
+            Request::Cas { .. } => CAS,
             Request::Status => STATUS,
             Request::SetFault { .. } => SET_FAULT,
         };
@@ -214,14 +237,26 @@ impl Encode for ClientRequest {
         match &self.body {
             Request::OpenSession | Request::Status => {}
             Request::CloseSession { session } => session.encode(out),
-            Request::Get { session, key } | Request::Delete { session, key } => {
+            Request::Get { session, key } | Request::Delete { session, key } | Request::Acquire { session, key } => {
                 session.encode(out);
                 put_bytes(out, key);
             }
-            Request::Put { session, key, value } => {
+            Request::Put { session, key, value } | Request::Release { session, key, value } => {
                 session.encode(out);
                 put_bytes(out, key);
                 put_bytes(out, value);
+            }
+            Request::Faa { session, key, delta } => {
+                session.encode(out);
+                put_bytes(out, key);
+                out.put_u64_le(*delta);
+            }
+            Request::Cas { session, key, expected, new, weak } => {
+                session.encode(out);
+                put_bytes(out, key);
+                put_value(out, expected);
+                put_bytes(out, new);
+                put_bool(out, *weak);
             }
             Request::SetFault { peer, fault } => {
                 put_option(out, peer, |o, p| p.encode(o));
@@ -242,6 +277,16 @@ impl Decode for ClientRequest {
             GET => Request::Get { session: SessionId::decode(r)?, key: r.bytes()? },
             PUT => Request::Put { session: SessionId::decode(r)?, key: r.bytes()?, value: r.bytes()? },
             DELETE => Request::Delete { session: SessionId::decode(r)?, key: r.bytes()? },
+            RELEASE => Request::Release { session: SessionId::decode(r)?, key: r.bytes()?, value: r.bytes()? },
+            ACQUIRE => Request::Acquire { session: SessionId::decode(r)?, key: r.bytes()? },
+            FAA => Request::Faa { session: SessionId::decode(r)?, key: r.bytes()?, delta: r.u64()? },
+            CAS => Request::Cas {
+                session: SessionId::decode(r)?,
+                key: r.bytes()?,
+                expected: get_value(r)?,
+                new: r.bytes()?,
+                weak: r.bool()?,
+            },
             STATUS => Request::Status,
             SET_FAULT => Request::SetFault { peer: r.option(NodeId::decode)?, fault: LinkFault::decode(r)? },
             tag => return Err(DecodeError::UnknownTag { tag }),
@@ -321,6 +366,7 @@ impl Encode for ClientResponse {
             Response::SessionClosed => SESSION_CLOSED,
             Response::Value { .. } => VALUE,
             Response::Written { .. } => WRITTEN,
+            Response::Rmw { .. } => RMW,
             Response::Status(_) => STATUS,
             Response::FaultSet => FAULT_SET,
             Response::Error { .. } => ERROR,
@@ -335,6 +381,12 @@ impl Encode for ClientResponse {
                 cs.encode(out);
             }
             Response::Written { cs } => cs.encode(out),
+            Response::Rmw { observed, observed_cs, written, swapped } => {
+                put_value(out, observed);
+                observed_cs.encode(out);
+                put_option(out, written, |o, c| c.encode(o));
+                put_bool(out, *swapped);
+            }
             Response::Status(s) => s.encode(out),
             Response::Error { code, message } => {
                 out.put_u16_le(code.to_u16());
@@ -354,6 +406,12 @@ impl Decode for ClientResponse {
             SESSION_CLOSED => Response::SessionClosed,
             VALUE => Response::Value { value: get_value(r)?, cs: Carstamp::decode(r)? },
             WRITTEN => Response::Written { cs: Carstamp::decode(r)? },
+            RMW => Response::Rmw {
+                observed: get_value(r)?,
+                observed_cs: Carstamp::decode(r)?,
+                written: r.option(Carstamp::decode)?,
+                swapped: r.bool()?,
+            },
             STATUS => Response::Status(NodeStatus::decode(r)?),
             FAULT_SET => Response::FaultSet,
             ERROR => Response::Error { code: ErrorCode::from_u16(r.u16()?), message: r.string()? },

@@ -34,6 +34,11 @@ fn request() -> impl Strategy<Value = ClientRequest> {
         (session(), bytes()).prop_map(|(session, key)| Request::Get { session, key }),
         (session(), bytes(), bytes()).prop_map(|(session, key, value)| Request::Put { session, key, value }),
         (session(), bytes()).prop_map(|(session, key)| Request::Delete { session, key }),
+        (session(), bytes(), bytes()).prop_map(|(session, key, value)| Request::Release { session, key, value }),
+        (session(), bytes()).prop_map(|(session, key)| Request::Acquire { session, key }),
+        (session(), bytes(), any::<u64>()).prop_map(|(session, key, delta)| Request::Faa { session, key, delta }),
+        (session(), bytes(), proptest::option::of(bytes()), bytes(), any::<bool>())
+            .prop_map(|(session, key, expected, new, weak)| Request::Cas { session, key, expected, new, weak }),
         Just(Request::Status),
         (proptest::option::of(any::<u32>().prop_map(NodeId)), fault()).prop_map(|(peer, fault)| Request::SetFault { peer, fault }),
     ];
@@ -66,6 +71,8 @@ fn response() -> impl Strategy<Value = ClientResponse> {
         Just(Response::SessionClosed),
         (proptest::option::of(bytes()), carstamp()).prop_map(|(value, cs)| Response::Value { value, cs }),
         carstamp().prop_map(|cs| Response::Written { cs }),
+        (proptest::option::of(bytes()), carstamp(), proptest::option::of(carstamp()), any::<bool>())
+            .prop_map(|(observed, observed_cs, written, swapped)| Response::Rmw { observed, observed_cs, written, swapped }),
         status.prop_map(Response::Status),
         Just(Response::FaultSet),
         (1..=10u16, ".{0,30}").prop_map(|(c, message)| Response::Error { code: ErrorCode::from_u16(c), message }),
