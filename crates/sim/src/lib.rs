@@ -1,0 +1,25 @@
+//! `strata-sim`: a deterministic simulator that runs the same sans-IO cores as `strata-node`
+//! on a simulated network, clock and fault schedule, records a history and checks it
+//! (`DESIGN.md`, testing layers 3 and 4; Kite §7).
+//!
+//! * [`knobs`]: everything a run does, drawn from one `u64` seed;
+//! * [`net`], [`clock`]: lossy, duplicating, reordering, partitionable links; skewed clocks;
+//! * [`cluster`]: the event loop driving N `RcReplica` cores through safety, liveness and drain;
+//! * [`workload`]: closed-loop client sessions;
+//! * [`history`]: what a run records; [`check`]: the checkers over it;
+//! * [`run`]: one seed end to end, with its report.
+
+pub mod check;
+pub mod clock;
+pub mod cluster;
+mod guard;
+pub mod history;
+pub mod knobs;
+pub mod net;
+pub mod run;
+pub mod workload;
+
+pub use check::Violation;
+pub use history::History;
+pub use knobs::{Canary, Knobs};
+pub use run::{run_seed, RunOptions, RunReport};

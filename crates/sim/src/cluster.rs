@@ -1,0 +1,442 @@
+//! The simulated cluster: N `RcReplica` cores (the same code `strata-node` runs, `DESIGN.md`
+//! "The sans-IO contract") driven by one event queue of `(global time, seq, event)`.
+//!
+//! The driver owns time, the network, the fault schedule and the clients; the cores only see
+//! inputs with their own skewed `now`. After every input the driver runs the core's
+//! `check_invariants`, drains its effects (sends go through the [`Network`], replies to the
+//! clients, version-creation events into the history), samples the replica's state for the G1
+//! checker, and re-arms the core's single timer at `poll_timeout`.
+//!
+//! Phases (`DESIGN.md`, testing layer 3; Kite §7 prop 9): a *safety* phase with every fault;
+//! then *liveness*: partitions healed, paused nodes resumed, loss stopped, clients still
+//! issuing (they must progress); then *drain*: clients stop, the network quiesces, and the final
+//! replica states are recorded for the convergence checker.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::time::Duration;
+
+use bytes::Bytes;
+use strata_core::{DeadlineQueue, Node};
+use strata_rc::{RcConfig, RcEffects, RcEvent, RcInput, RcReplica};
+use strata_wire::peer::PeerMessage;
+use strata_wire::{Carstamp, Instant, NodeId};
+
+use crate::clock::NodeClock;
+use crate::guard::guarded;
+use crate::history::{Anomaly, Creation, FinalState, History, ReplicaChange, Value};
+use crate::knobs::{Fault, Knobs, Streams};
+use crate::net::{NetStats, Network};
+use crate::workload::Workload;
+
+/// A run that processes this many events is stuck in a loop; the run stops and says so.
+const EVENT_BUDGET: u64 = 20_000_000;
+
+#[derive(Debug)]
+enum Event {
+    Deliver { from: NodeId, to: NodeId, msg: PeerMessage },
+    /// The node's armed tick; stale unless it is still the armed one.
+    Timer { node: NodeId },
+    Issue { client: usize },
+    Fault(Fault),
+    Heal { links: Vec<(NodeId, NodeId)> },
+    Resume { node: NodeId },
+    StartLiveness,
+    StopClients,
+    End,
+}
+
+/// An input as the driver queues it for a paused node.
+#[derive(Debug)]
+enum NodeInput {
+    Client(RcInput),
+    Peer { from: NodeId, msg: PeerMessage },
+    Tick,
+}
+
+#[derive(Debug)]
+enum NodeState {
+    Up,
+    /// Inputs wait here, in arrival order, until the node resumes.
+    Paused { inbox: VecDeque<NodeInput> },
+    Crashed,
+}
+
+struct SimNode {
+    id: NodeId,
+    /// `None` once crashed: the state is lost for good.
+    core: Option<RcReplica>,
+    state: NodeState,
+    clock: NodeClock,
+    /// The last `now` given to the core, so its clock never runs backwards.
+    last_local: Instant,
+    /// Global instant of the armed tick.
+    timer: Option<Instant>,
+    /// The replica's `(value, cs)` per key at the last sample.
+    held: BTreeMap<Bytes, (Value, Carstamp)>,
+    invariants_failed: bool,
+    stuck_reported: bool,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Phase {
+    Safety,
+    Liveness,
+    Drain,
+    Done,
+}
+
+/// Counters of one run, besides the history.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct RunStats {
+    pub net: NetStats,
+    pub events: u64,
+    /// Writes re-sent by the cores (`RcStats::writes_retransmitted`, crashed nodes included).
+    pub retransmissions: u64,
+    pub end_ns: u64,
+}
+
+pub struct Cluster {
+    knobs: Knobs,
+    now: Instant,
+    queue: DeadlineQueue<Event>,
+    nodes: Vec<SimNode>,
+    net: Network,
+    workload: Workload,
+    history: History,
+    phase: Phase,
+    liveness_requested: bool,
+    effects: RcEffects,
+    stats: RunStats,
+}
+
+impl Cluster {
+    pub fn new(knobs: Knobs) -> Cluster {
+        let streams = Streams::new(knobs.seed);
+        let net = Network::new(knobs.net.clone(), streams.net);
+        let workload = Workload::new(knobs.workload.clone(), knobs.nodes, streams.workload);
+        let replicas: Vec<NodeId> = (0..knobs.nodes).map(NodeId).collect();
+        let nodes = replicas
+            .iter()
+            .map(|&id| {
+                let mut cfg = RcConfig::new(id, replicas.clone());
+                cfg.retransmit_after = Duration::from_micros(knobs.retransmit_after_us);
+                cfg.retransmit_max = Duration::from_micros(knobs.retransmit_max_us);
+                cfg.planted_bug = knobs.canary.map(|c| c.planted_bug());
+                SimNode {
+                    id,
+                    core: Some(RcReplica::new(cfg).expect("dense ids 0..N form a valid replica set")),
+                    state: NodeState::Up,
+                    clock: knobs.clocks[id.0 as usize],
+                    last_local: Instant::ZERO,
+                    timer: None,
+                    held: BTreeMap::new(),
+                    invariants_failed: false,
+                    stuck_reported: false,
+                }
+            })
+            .collect();
+        Cluster {
+            knobs,
+            now: Instant::ZERO,
+            queue: DeadlineQueue::default(),
+            nodes,
+            net,
+            workload,
+            history: History::default(),
+            phase: Phase::Safety,
+            liveness_requested: false,
+            effects: RcEffects::default(),
+            stats: RunStats::default(),
+        }
+    }
+
+    /// Runs every phase to the end and returns what happened.
+    pub fn run(mut self) -> (History, RunStats) {
+        for sf in self.knobs.faults.clone() {
+            self.queue.push(Instant(sf.at_ns), Event::Fault(sf.fault));
+        }
+        self.queue.push(Instant(self.knobs.safety_ns), Event::StartLiveness);
+        for c in 0..self.workload.clients.len() {
+            let (node, input) = self.workload.open(c);
+            self.input(node, NodeInput::Client(input));
+        }
+        while let Some(at) = self.queue.next_deadline() {
+            // The queue never goes back in time, so neither does any node's clock.
+            assert!(at >= self.now, "event queue went back in time");
+            self.now = at;
+            let Some(event) = self.queue.pop_due(at) else { break };
+            self.stats.events += 1;
+            self.handle(event);
+            if self.phase == Phase::Done {
+                break;
+            }
+            if self.stats.events >= EVENT_BUDGET {
+                let what = format!("event budget of {EVENT_BUDGET} exhausted: the run does not quiesce");
+                self.history.anomalies.push(Anomaly { at: self.now, node: None, what });
+                break;
+            }
+        }
+        self.finish()
+    }
+
+    fn handle(&mut self, event: Event) {
+        match event {
+            Event::Deliver { from, to, msg } => self.deliver(from, to, msg),
+            Event::Timer { node } => {
+                let n = &mut self.nodes[node.0 as usize];
+                if n.timer == Some(self.now) && matches!(n.state, NodeState::Up) {
+                    n.timer = None;
+                    self.step(node, NodeInput::Tick);
+                }
+            }
+            Event::Issue { client } => self.issue(client),
+            Event::Fault(fault) => self.fault(fault),
+            Event::Heal { links } => self.net.heal_links(&links),
+            Event::Resume { node } => self.resume(node),
+            Event::StartLiveness => self.start_liveness(),
+            Event::StopClients => {
+                self.phase = Phase::Drain;
+                self.workload.issuing = false;
+                self.queue.push(self.now + Duration::from_nanos(self.knobs.drain_ns), Event::End);
+            }
+            Event::End => self.phase = Phase::Done,
+        }
+    }
+
+    fn deliver(&mut self, from: NodeId, to: NodeId, msg: PeerMessage) {
+        if matches!(self.nodes[to.0 as usize].state, NodeState::Crashed) {
+            self.net.stats.dropped_dead += 1;
+        } else if self.net.admits(from, to) {
+            self.net.stats.delivered += 1;
+            self.input(to, NodeInput::Peer { from, msg });
+        }
+    }
+
+    fn issue(&mut self, client: usize) {
+        self.workload.issue_due(client);
+        if let Some((node, input)) = self.workload.issue(client, self.now, &mut self.history) {
+            self.input(node, NodeInput::Client(input));
+        }
+        self.schedule_issue(client);
+        let cap_reached = self.history.ops.len() as u64 >= self.knobs.safety_max_ops;
+        if self.phase == Phase::Safety && cap_reached && !self.liveness_requested {
+            self.liveness_requested = true;
+            self.queue.push(self.now, Event::StartLiveness);
+        }
+    }
+
+    fn schedule_issue(&mut self, client: usize) {
+        if let Some(at) = self.workload.next_issue(client, self.now) {
+            self.queue.push(at, Event::Issue { client });
+        }
+    }
+
+    /// Faults strike only during the safety phase; a heal or resume scheduled later is harmless.
+    fn fault(&mut self, fault: Fault) {
+        if self.phase != Phase::Safety {
+            return;
+        }
+        match fault {
+            Fault::Partition { links, heal_ns, .. } => {
+                self.net.cut_links(&links);
+                self.queue.push(Instant(heal_ns), Event::Heal { links });
+            }
+            Fault::Pause { node, resume_ns } => {
+                let n = &mut self.nodes[node.0 as usize];
+                if matches!(n.state, NodeState::Up) {
+                    n.state = NodeState::Paused { inbox: VecDeque::new() };
+                    n.timer = None; // ticks wait too; `resume` re-arms
+                    self.queue.push(Instant(resume_ns), Event::Resume { node });
+                }
+            }
+            Fault::Crash { node } => self.crash(node),
+        }
+    }
+
+    fn crash(&mut self, node: NodeId) {
+        let n = &mut self.nodes[node.0 as usize];
+        if let Some(core) = n.core.take() {
+            self.stats.retransmissions += core.stats().writes_retransmitted;
+        }
+        n.state = NodeState::Crashed;
+        n.timer = None;
+        self.workload.node_crashed(node);
+    }
+
+    /// A paused node processes what queued up, in arrival order (Kite §6, wake-up step 3).
+    fn resume(&mut self, node: NodeId) {
+        let n = &mut self.nodes[node.0 as usize];
+        let NodeState::Paused { inbox } = std::mem::replace(&mut n.state, NodeState::Up) else { return };
+        for input in inbox {
+            self.step(node, input);
+        }
+        self.rearm(node, false);
+    }
+
+    fn start_liveness(&mut self) {
+        if self.phase != Phase::Safety {
+            return;
+        }
+        self.phase = Phase::Liveness;
+        self.history.heal_at = Some(self.now);
+        self.net.calm();
+        self.workload.read_only = self.knobs.workload.read_only_after_heal;
+        for i in 0..self.nodes.len() {
+            self.resume(NodeId(i as u32));
+        }
+        self.queue.push(self.now + Duration::from_nanos(self.knobs.liveness_ns), Event::StopClients);
+    }
+
+    /// Hands an input to a node: processed now if it is up, queued if paused, lost if crashed.
+    fn input(&mut self, node: NodeId, input: NodeInput) {
+        match &mut self.nodes[node.0 as usize].state {
+            NodeState::Up => self.step(node, input),
+            NodeState::Paused { inbox } => inbox.push_back(input),
+            NodeState::Crashed => {}
+        }
+    }
+
+    /// One input to one core, then everything the contract asks of the driver after it.
+    fn step(&mut self, node: NodeId, input: NodeInput) {
+        let now = self.now;
+        let n = &mut self.nodes[node.0 as usize];
+        let Some(core) = n.core.as_mut() else { return };
+        let local = n.clock.local(now).max(n.last_local);
+        n.last_local = local;
+        let is_tick = matches!(input, NodeInput::Tick);
+        let handled = guarded(|| match input {
+            NodeInput::Client(req) => core.on_client_request(local, req),
+            NodeInput::Peer { from, msg } => core.on_message(local, from, msg),
+            NodeInput::Tick => core.on_tick(local),
+        });
+        if let Err(panic) = handled {
+            // A panicking input handler leaves the core torn: treat it as a crash, loudly.
+            let what = format!("core panicked while handling an input: {panic}");
+            self.history.anomalies.push(Anomaly { at: now, node: Some(node), what });
+            return self.crash(node);
+        }
+        if !n.invariants_failed {
+            if let Err(panic) = guarded(|| core.check_invariants()) {
+                // Reported once; the node keeps running so the checkers see the consequences.
+                n.invariants_failed = true;
+                let what = format!("check_invariants failed: {panic}");
+                self.history.anomalies.push(Anomaly { at: now, node: Some(node), what });
+            }
+        }
+        let mut effects = std::mem::take(&mut self.effects);
+        core.poll_effects(&mut effects);
+        self.sample(node);
+        self.execute(node, &mut effects);
+        self.effects = effects;
+        self.rearm(node, is_tick);
+    }
+
+    /// Records every key whose `(value, cs)` changed at this replica (for the G1 checker,
+    /// Kite §7 inv. 12). Keys are visited in order, so the history is deterministic.
+    fn sample(&mut self, node: NodeId) {
+        let n = &mut self.nodes[node.0 as usize];
+        let Some(core) = n.core.as_ref() else { return };
+        let mut changed: Vec<(Bytes, Value, Carstamp)> = core
+            .versions()
+            .filter(|(key, ks)| !matches!(n.held.get(*key), Some((v, cs)) if *cs == ks.cs && *v == ks.value))
+            .map(|(key, ks)| (key.clone(), ks.value.clone(), ks.cs))
+            .collect();
+        if core.versions().count() < n.held.len() {
+            // A key vanished: report it as dropping back to the initial version.
+            let vanished: Vec<Bytes> =
+                n.held.keys().filter(|k| core.versions().all(|(key, _)| key != *k)).cloned().collect();
+            changed.extend(vanished.into_iter().map(|k| (k, None, Carstamp::ZERO)));
+        }
+        changed.sort_by(|a, b| a.0.cmp(&b.0));
+        for (key, value, cs) in changed {
+            n.held.insert(key.clone(), (value.clone(), cs));
+            self.history.replica_changes.push(ReplicaChange { at: self.now, node, key, value, cs });
+        }
+    }
+
+    fn execute(&mut self, node: NodeId, effects: &mut RcEffects) {
+        for event in effects.event.drain(..) {
+            #[allow(clippy::single_match)]
+            match event {
+                RcEvent::VersionCreated { session, key, cs, value } => {
+                    self.history.creations.push(Creation { at: self.now, node, session, key, cs, value });
+                }
+                // Events no checker reads yet; the core may grow them before the simulator does.
+                #[allow(unreachable_patterns)]
+                _ => {}
+            }
+        }
+        for reply in effects.reply.drain(..) {
+            match self.workload.on_reply(self.now, reply, &mut self.history) {
+                Ok(client) => self.schedule_issue(client),
+                Err(what) => self.history.anomalies.push(Anomaly { at: self.now, node: Some(node), what }),
+            }
+        }
+        for (to, msg) in effects.send.drain(..) {
+            if to == node || to.0 >= self.knobs.nodes {
+                let what = format!("core sent a message to {to}, which is not a peer");
+                self.history.anomalies.push(Anomaly { at: self.now, node: Some(node), what });
+                continue;
+            }
+            for at in self.net.transmit(self.now, node, to) {
+                self.queue.push(at, Event::Deliver { from: node, to, msg: msg.clone() });
+            }
+        }
+        if !effects.persist.is_empty() || !effects.send_after_persist.is_empty() {
+            // The rc engine is in memory (Kite §6); a simulated disk arrives with the first
+            // core that persists.
+            effects.persist.clear();
+            effects.send_after_persist.clear();
+            let what = "core asked to persist, which the simulator does not model yet".to_string();
+            self.history.anomalies.push(Anomaly { at: self.now, node: Some(node), what });
+        }
+    }
+
+    /// Arms the node's single timer at the core's `poll_timeout`, mapped through its clock.
+    fn rearm(&mut self, node: NodeId, after_tick: bool) {
+        let now = self.now;
+        let n = &mut self.nodes[node.0 as usize];
+        if !matches!(n.state, NodeState::Up) {
+            return;
+        }
+        let Some(deadline) = n.core.as_ref().and_then(|c| c.poll_timeout()) else {
+            n.timer = None;
+            return;
+        };
+        let mut at = n.clock.global_at(deadline).max(now);
+        if after_tick && at <= now {
+            // A tick at the deadline must consume it (`Node::on_tick`); otherwise the run would
+            // spin at one instant.
+            if !n.stuck_reported {
+                n.stuck_reported = true;
+                let what = format!("poll_timeout still {deadline:?} after a tick at local {:?}", n.last_local);
+                self.history.anomalies.push(Anomaly { at: now, node: Some(node), what });
+            }
+            at = now + Duration::from_millis(1);
+        }
+        if n.timer != Some(at) {
+            n.timer = Some(at);
+            self.queue.push(at, Event::Timer { node });
+        }
+    }
+
+    fn finish(mut self) -> (History, RunStats) {
+        let mut fin = FinalState::default();
+        for n in &self.nodes {
+            match &n.core {
+                Some(core) => {
+                    fin.live.push(n.id);
+                    self.stats.retransmissions += core.stats().writes_retransmitted;
+                    let held = core.versions().map(|(k, ks)| (k.clone(), (ks.value.clone(), ks.cs))).collect();
+                    fin.replicas.insert(n.id, held);
+                    fin.pending_writes.insert(n.id, core.stats().pending_writes);
+                }
+                None => fin.crashed.push(n.id),
+            }
+        }
+        self.history.final_state = Some(fin);
+        self.stats.net = self.net.stats;
+        self.stats.end_ns = self.now.0;
+        (self.history, self.stats)
+    }
+}
