@@ -39,4 +39,17 @@ pub struct RcStats {
     /// Peer messages dropped as hostile or malformed (unknown sender, oversized value, ...).
     pub bad_peer_messages: u64,
     pub writes_retransmitted: u64,
+    /// Requests of protocol rounds re-sent to silent peers (Kite §5.1.3).
+    pub rounds_retransmitted: u64,
+    /// Kite §5.8: the machine epoch (bumped by each acquire/RMW that detected delinquency).
+    pub machine_epoch: u64,
+    pub ops_in_flight: u64,
+    /// Barriers that completed on the fast path (every prior write acked by all).
+    pub barriers_fast: u64,
+    /// Barriers that took the slow path (`SLOW_RELEASE` of a DM-set, Kite §5.1.6 B4).
+    pub barriers_slow: u64,
+    /// Relaxed accesses served through the slow path (out-of-epoch keys, §5.2 R3, §5.3 W3).
+    pub slow_path_accesses: u64,
+    /// Paxos attempts that were Nacked and backed off.
+    pub paxos_nacks: u64,
 }

@@ -12,10 +12,26 @@ pub struct RcConfig {
     pub node: NodeId,
     /// Every replica of the group, this one included.
     pub replicas: Vec<NodeId>,
-    /// `T_RETX` (Kite §3.4): first re-send of an unacknowledged write to a non-acker.
+    /// `T_RETX` (Kite §3.4) for pending writes: first re-send of an unacknowledged write to a
+    /// non-acker; re-sends back off exponentially up to `retransmit_max`.
     pub retransmit_after: Duration,
-    /// Re-sends back off exponentially up to this period (see `docs/design.md`, departures).
+    /// Cap of the pending-write back-off (see `docs/design.md`, departures).
     pub retransmit_max: Duration,
+    /// `T_RETX` for protocol rounds (Kite §5.1.3): a round re-sends its request to the nodes
+    /// that have not replied this often until it finishes.
+    pub round_retransmit: Duration,
+    /// `T_REL` (Kite §3.4): how long a barrier waits for every prior write to be acknowledged
+    /// by all nodes before it takes the slow path.
+    pub release_timeout: Duration,
+    /// `B_MIN`, `B_MAX` (Kite §3.4): randomized exponential back-off of a Nacked Paxos attempt.
+    pub backoff_min: Duration,
+    pub backoff_max: Duration,
+    /// Session indexes of this replica start here. A node process picks a fresh base per
+    /// incarnation, so that a restarted node never reuses the session ids (and thus RMW ids)
+    /// of its previous life (Kite §6, restart).
+    pub session_index_base: u32,
+    /// Seed of the replica's randomness (Paxos back-off).
+    pub seed: u64,
     pub limits: Limits,
     /// Planted bugs for the simulator's canaries; `None` in every real deployment.
     #[cfg(feature = "canaries")]
@@ -30,16 +46,25 @@ pub enum ConfigError {
     NodeIdTooLarge(NodeId),
     #[error("node id {0} appears twice in the replica set")]
     DuplicateReplica(NodeId),
+    #[error("{0} must be positive")]
+    ZeroDuration(&'static str),
 }
 
 impl RcConfig {
-    /// Defaults sized for loopback: a re-send after 5 ms, backing off to 1 s.
+    /// Defaults sized for loopback: pending writes re-sent after 5 ms backing off to 1 s, rounds
+    /// re-sent every 5 ms, `T_REL` = 5 ms, Paxos back-off 200 µs to 10 ms.
     pub fn new(node: NodeId, replicas: Vec<NodeId>) -> RcConfig {
         RcConfig {
             node,
             replicas,
             retransmit_after: Duration::from_millis(5),
             retransmit_max: Duration::from_secs(1),
+            round_retransmit: Duration::from_millis(5),
+            release_timeout: Duration::from_millis(5),
+            backoff_min: Duration::from_micros(200),
+            backoff_max: Duration::from_millis(10),
+            session_index_base: 0,
+            seed: u64::from(node.0),
             limits: Limits::default(),
             #[cfg(feature = "canaries")]
             planted_bug: None,
@@ -60,6 +85,21 @@ impl RcConfig {
         if !seen.contains(self.node) {
             return Err(ConfigError::SelfNotReplica(self.node));
         }
+        for (d, name) in [
+            (self.retransmit_after, "retransmit_after"),
+            (self.round_retransmit, "round_retransmit"),
+            (self.release_timeout, "release_timeout"),
+            (self.backoff_min, "backoff_min"),
+        ] {
+            if d.is_zero() {
+                return Err(ConfigError::ZeroDuration(name));
+            }
+        }
         Ok(())
+    }
+
+    /// Quorum size `Q = floor(N/2) + 1` (Kite §0).
+    pub fn quorum(&self) -> usize {
+        self.replicas.len() / 2 + 1
     }
 }

@@ -1,25 +1,30 @@
-//! The Eventual Store: relaxed reads and writes (Kite §5.2, §5.3, fast path) and the
-//! pending-write records that make every replica converge despite message loss (§5.1.7).
+//! The Eventual Store: relaxed reads and writes on the fast path (Kite §5.2, §5.3), and the
+//! pending-write records that make every replica converge despite message loss (§5.1.7) and
+//! that barriers consult (§5.1.6).
 
 use std::time::Duration;
 
 use bytes::Bytes;
-use strata_wire::peer::{PeerMessage, Write, WriteAck};
-use strata_wire::{Carstamp, Instant, NodeId, SessionId};
+use strata_wire::peer::{Commit, PeerMessage, Write, WriteAck};
+use strata_wire::{Carstamp, Instant, NodeId, RmwId, SessionId};
 
 use crate::api::RcEvent;
 use crate::node_set::NodeSet;
 use crate::replica::RcReplica;
 
-/// A locally created version not yet acknowledged by every peer (Kite §3.3 `PendingWrite`).
+/// A version this node must see acknowledged by every peer (Kite §3.3 `PendingWrite`): its own
+/// writes, releases and RMW commits, and acquire obligations (K-F2).
 ///
-/// [DECISION] (docs/design.md): records are kept per key at the node, not per session, and a
-/// newer local write of the key replaces the older record — an ack of the newer version implies
-/// the peer holds a version `>=` the older one, which is all §5.1.7 asks.
+/// [DECISION] (docs/design.md): records are kept per key at the node, not per session; a newer
+/// version of the key replaces the older record — an ack of the newer version implies the peer
+/// holds a version `>=` the older one, which is all §5.1.7 asks. Sessions remember which
+/// versions they still need resolved (`Session::unresolved`).
 #[derive(Debug)]
 pub(crate) struct PendingWrite {
     pub(crate) value: Option<Bytes>,
     pub(crate) cs: Carstamp,
+    /// The RMW that created `cs` (re-sent as `COMMIT`), iff `cs.pno > 0`.
+    pub(crate) rmw_id: Option<RmwId>,
     /// Peers known to hold a version `>= cs` of the key.
     pub(crate) acked: NodeSet,
     /// Re-sends so far; each one doubles the wait, up to `retransmit_max`.
@@ -27,66 +32,117 @@ pub(crate) struct PendingWrite {
 }
 
 impl RcReplica {
-    /// Kite §5.2 R2, fast path: the local replica's value and version.
-    pub(crate) fn relaxed_read(&self, key: &[u8]) -> (Option<Bytes>, Carstamp) {
-        self.local(key)
-    }
-
     /// Kite §5.3 W2, fast path: a new version above the local clock, installed locally,
-    /// broadcast to every peer, and complete at once (no wait for acks).
-    pub(crate) fn relaxed_write(&mut self, now: Instant, session: SessionId, key: Bytes, value: Option<Bytes>) -> Carstamp {
+    /// broadcast to every peer, complete at once (no wait for acks).
+    pub(crate) fn relaxed_write_fast(&mut self, now: Instant, session: SessionId, key: Bytes, value: Option<Bytes>) -> Carstamp {
         let node = self.cfg.node;
-        let k = self.keys.entry(key.clone()).or_default();
+        let k = self.key_mut(&key);
         // The clock is chosen in the same step that installs the value, from the current local
         // version, so two writes of this node never share a carstamp (§5.3, last paragraph).
         let cs = Carstamp::next_write(k.cs.llc, node);
-        let installed = k.apply_version(value.clone(), cs);
+        let installed = k.apply_version(value.clone(), cs, None);
         assert!(installed, "a fresh local version must be newer than the replica");
-        self.effects.event.push(RcEvent::VersionCreated { session, key: key.clone(), cs, value: value.clone() });
-        if !self.peers.is_empty() {
-            let req = self.next_req();
-            let msg = PeerMessage::Write(Write { req, key: key.clone(), value: value.clone(), cs, rmw_id: None, acq: None });
-            for &p in &self.peers {
-                self.effects.send.push((p, msg.clone()));
-            }
-            self.pending.insert(key.clone(), PendingWrite { value, cs, acked: NodeSet::EMPTY, resends: 0 });
-            self.retransmit.push(now + self.cfg.retransmit_after, (key, cs));
-        }
+        self.publish_write(now, session, key, value, cs);
         cs
     }
 
-    /// Kite §5.7.1 `WRITE` at a receiver: apply if newer, acknowledge with the version now held.
-    pub(crate) fn on_write(&mut self, _now: Instant, from: NodeId, w: Write) {
-        if w.key.is_empty()
-            || w.key.len() > self.cfg.limits.max_key_bytes
-            || w.value.as_ref().is_some_and(|v| v.len() > self.cfg.limits.max_value_bytes)
-        {
-            self.stats.bad_peer_messages += 1;
+    /// Announces a plain version this node created (relaxed write, slow write): the version
+    /// event, the broadcast, the pending record, and the session's note for its next barrier.
+    pub(crate) fn publish_write(&mut self, now: Instant, session: SessionId, key: Bytes, value: Option<Bytes>, cs: Carstamp) {
+        self.effects.event.push(RcEvent::VersionCreated { session, key: key.clone(), cs, value: value.clone() });
+        let req = self.next_req();
+        let msg = PeerMessage::Write(Write { req, key: key.clone(), value: value.clone(), cs, rmw_id: None, acq: None });
+        self.broadcast(&msg);
+        self.track(now, key.clone(), value, cs, None, NodeSet::EMPTY);
+        if let Some(s) = self.sessions.get_mut(&session.index) {
+            s.note_unresolved(key, cs);
+        }
+    }
+
+    /// Starts (or merges into) the pending record of `key` at version `cs`, already acked by
+    /// `acked`. A record for a newer version covers this one.
+    pub(crate) fn track(&mut self, now: Instant, key: Bytes, value: Option<Bytes>, cs: Carstamp, rmw_id: Option<RmwId>, acked: NodeSet) {
+        if self.peers.is_empty() {
             return;
         }
-        let k = self.keys.entry(w.key.clone()).or_default();
+        match self.pending.get_mut(&key) {
+            Some(p) if p.cs > cs => return,
+            Some(p) if p.cs == cs => {
+                p.acked = p.acked.union(acked);
+            }
+            _ => {
+                self.pending.insert(key.clone(), PendingWrite { value, cs, rmw_id, acked, resends: 0 });
+                self.retransmit.push(now + self.cfg.retransmit_after, (key.clone(), cs));
+            }
+        }
+        if self.pending.get(&key).is_some_and(|p| p.acked.is_superset(self.peer_set)) {
+            self.pending.remove(&key);
+        }
+        self.credits_changed = true;
+    }
+
+    /// Peers known to hold a version `>= cs` of `key` (for barriers). No record means the
+    /// last one was acknowledged by every peer, and records only ever grow newer.
+    pub(crate) fn acked_for(&self, key: &[u8], cs: Carstamp) -> NodeSet {
+        match self.pending.get(key) {
+            Some(p) if p.cs >= cs => p.acked,
+            Some(_) => NodeSet::EMPTY,
+            None => self.peer_set,
+        }
+    }
+
+    /// Kite §5.7.1 `WRITE` at a receiver: apply if newer, run the delinquency check for an
+    /// acquire's write-back (after the key update, K-F3), acknowledge with the version held.
+    pub(crate) fn on_write(&mut self, _now: Instant, from: NodeId, w: Write) {
         #[cfg(feature = "canaries")]
         if self.cfg.planted_bug == Some(crate::PlantedBug::ApplyOlderWrites) {
             // CANARY: last arrival wins, whatever its version.
+            let k = self.key_mut(&w.key);
             k.value = w.value.clone();
             k.cs = w.cs;
+            k.rmw_id = w.rmw_id.filter(|_| w.cs.pno > 0);
         }
-        k.apply_version(w.value, w.cs);
-        let held = k.cs;
-        // `delinquent` only means something for an acquire's write-back (`acq` is Some); the
-        // delinquency check (§5.1.4) arrives with acquires.
-        let ack = WriteAck { req: w.req, key: w.key, cs: held, delinquent: false };
+        self.apply(&w.key, w.value, w.cs, w.rmw_id);
+        let held = self.keys.get(&w.key).map_or(Carstamp::ZERO, |k| k.cs);
+        let delinquent = match w.acq {
+            Some(acq) => self.dcheck(from, acq),
+            None => false,
+        };
+        let ack = WriteAck { req: w.req, key: w.key, cs: held, delinquent };
         self.effects.send.push((from, PeerMessage::WriteAck(ack)));
     }
 
-    /// Credits a peer's ack to the pending record of the key (§5.1.7: a version `>= cs` counts).
-    pub(crate) fn on_write_ack(&mut self, from: NodeId, a: WriteAck) {
-        let Some(p) = self.pending.get_mut(&a.key) else { return };
-        if a.cs >= p.cs {
+    /// Credits a peer's reply to the pending record of the key (§5.1.7: a version `>= cs`
+    /// counts, whichever message carried it).
+    pub(crate) fn credit(&mut self, key: &Bytes, from: NodeId, cs: Carstamp) {
+        let Some(p) = self.pending.get_mut(key) else { return };
+        if cs >= p.cs && !p.acked.contains(from) {
             p.acked.insert(from);
             if p.acked.is_superset(self.peer_set) {
-                self.pending.remove(&a.key);
+                self.pending.remove(key);
             }
+            self.credits_changed = true;
+        }
+    }
+
+    /// The message that re-sends a pending record: `WRITE`, or `COMMIT` for an RMW's version.
+    fn resend_message(&mut self, key: &Bytes, p_value: Option<Bytes>, cs: Carstamp, rmw_id: Option<RmwId>) -> PeerMessage {
+        let req = self.next_req();
+        match rmw_id {
+            Some(rmw_id) if cs.pno > 0 => {
+                PeerMessage::Commit(Commit { req, key: key.clone(), slot: cs.pno, rmw_id, value: p_value, cs })
+            }
+            _ => PeerMessage::Write(Write { req, key: key.clone(), value: p_value, cs, rmw_id: None, acq: None }),
+        }
+    }
+
+    /// Sends a pending record to `to` now (e.g. an acquire obligation to a lagging replier).
+    pub(crate) fn resend_now(&mut self, key: &Bytes, to: NodeSet) {
+        let Some(p) = self.pending.get(key) else { return };
+        let (value, cs, rmw_id) = (p.value.clone(), p.cs, p.rmw_id);
+        let msg = self.resend_message(key, value, cs, rmw_id);
+        for peer in to.iter() {
+            self.effects.send.push((peer, msg.clone()));
         }
     }
 
@@ -95,13 +151,12 @@ impl RcReplica {
         while let Some((key, cs)) = self.retransmit.pop_due(now) {
             let Some(p) = self.pending.get_mut(&key) else { continue };
             if p.cs != cs {
-                continue; // superseded by a newer local write, which has its own schedule
+                continue; // superseded by a newer version, which has its own schedule
             }
             p.resends = p.resends.saturating_add(1);
             let backoff = backoff(self.cfg.retransmit_after, self.cfg.retransmit_max, p.resends);
-            let (value, acked) = (p.value.clone(), p.acked);
-            let req = self.next_req();
-            let msg = PeerMessage::Write(Write { req, key: key.clone(), value, cs, rmw_id: None, acq: None });
+            let (value, acked, rmw_id) = (p.value.clone(), p.acked, p.rmw_id);
+            let msg = self.resend_message(&key, value, cs, rmw_id);
             for &peer in &self.peers {
                 if !acked.contains(peer) {
                     self.effects.send.push((peer, msg.clone()));

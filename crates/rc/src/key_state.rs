@@ -1,8 +1,10 @@
-//! Per-key replica state shared by every rc protocol (Kite §3.2). The Eventual Store uses the
-//! value and version; ABD and per-key Paxos (issue 3) add their fields here, beside them.
+//! Per-key replica state shared by every rc protocol (Kite §3.2): the Eventual Store and ABD
+//! use the value and version, per-key Paxos the slot and acceptor fields, the slow path the
+//! key epoch.
 
 use bytes::Bytes;
-use strata_wire::Carstamp;
+use strata_wire::peer::{Tuple, Version};
+use strata_wire::{Ballot, Carstamp, RmwId};
 
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct KeyState {
@@ -10,18 +12,48 @@ pub struct KeyState {
     pub value: Option<Bytes>,
     /// Version of `value`; never decreases (Kite G1, §7 inv. 12).
     pub cs: Carstamp,
+    /// The RMW that created `cs`, iff `cs.pno > 0`.
+    pub rmw_id: Option<RmwId>,
+    /// Key epoch (Kite §5.8): the key is in-epoch iff `epoch == machine_epoch`.
+    pub epoch: u64,
+    /// Last committed Paxos slot known here; `cs.pno <= lc` (§7 inv. 12).
+    pub lc: u32,
+    /// The RMW committed in slot `lc`.
+    pub lc_rmw: Option<RmwId>,
+    /// Highest ballot promised for slot `lc + 1`.
+    pub promised: Ballot,
+    /// The tuple accepted for slot `lc + 1`, with its ballot.
+    pub accepted: Option<(Ballot, Tuple)>,
 }
 
 impl KeyState {
-    /// Kite §5.1.1 `apply_version`: install `(value, cs)` only if it is newer.
-    /// Returns whether it was installed.
-    pub fn apply_version(&mut self, value: Option<Bytes>, cs: Carstamp) -> bool {
+    /// The replica's current version, as carried by replies.
+    pub fn version(&self) -> Version {
+        Version { value: self.value.clone(), cs: self.cs, rmw_id: self.rmw_id }
+    }
+
+    /// Kite §5.1.1 `apply_version`, the value part: install `(value, cs)` only if it is newer.
+    /// Returns whether it was installed. (Learning the slot is the replica's job: it also
+    /// registers the RMW, see `RcReplica::apply`.)
+    pub fn apply_version(&mut self, value: Option<Bytes>, cs: Carstamp, rmw_id: Option<RmwId>) -> bool {
         if cs > self.cs {
             self.value = value;
             self.cs = cs;
+            self.rmw_id = if cs.pno > 0 { rmw_id } else { None };
             true
         } else {
             false
+        }
+    }
+
+    /// Kite §5.1.2, the key part of `learn_committed`: slot `slot` was decided with `rmw_id`.
+    /// Acceptor state belongs to slot `lc + 1` only, so it resets when `lc` advances.
+    pub fn learn_slot(&mut self, slot: u32, rmw_id: RmwId) {
+        if slot > self.lc {
+            self.lc = slot;
+            self.lc_rmw = Some(rmw_id);
+            self.promised = Ballot::ZERO;
+            self.accepted = None;
         }
     }
 }

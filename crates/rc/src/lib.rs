@@ -1,22 +1,34 @@
 //! The rc engine: Kite's release-consistent, leaderless, fully replicated store
 //! (`../shared/specs/kite.md`), as a sans-IO core.
 //!
-//! Implemented so far: the Eventual Store (relaxed reads and writes, Kite §5.2, §5.3 fast path):
-//! per-key Lamport clocks `<version, node_id>`, writes applied locally and broadcast to every
-//! replica, reads served locally, per-key sequential consistency within a session, and
-//! convergence through acknowledged, re-sent writes (§5.1.7). ABD releases/acquires, per-key
-//! Paxos RMWs and barriers sit beside it and share [`key_state::KeyState`].
+//! * `es`: the Eventual Store — relaxed reads and writes on the fast path (Kite §5.2, §5.3) and
+//!   the pending-write records that make replicas converge (§5.1.7);
+//! * `abd`: releases and acquires (multi-writer ABD, §5.4, §5.5) and the slow path of relaxed
+//!   accesses to out-of-epoch keys (§5.2 R3, §5.3 W3);
+//! * `paxos`: fetch-and-add and compare-and-swap through leaderless per-key Paxos (§5.6, §5.7);
+//! * `barrier`: the fast/slow-path barrier, delinquency bits and epochs (§5.1.4 - §5.1.6, §5.8);
+//! * `session`, `rounds`, `ops`, `replica`: session order (§5.1.8), rounds with retransmission
+//!   (§5.1.3), and the engine that advances operations.
+//!
+//! Every protocol shares [`key_state::KeyState`].
 
+mod abd;
 mod api;
+mod barrier;
 mod config;
 mod es;
 pub mod key_state;
 mod node_set;
+mod ops;
+mod paxos;
 mod replica;
+mod rounds;
+mod session;
 
 pub use api::{RcEvent, RcInput, RcReply, RcStats, Route};
 pub use config::{ConfigError, RcConfig};
 pub use node_set::NodeSet;
+pub use paxos::value_as_u64;
 pub use replica::{RcEffects, RcReplica};
 
 /// Bugs the simulator plants on purpose, to prove its checkers can fail (canaries).
@@ -26,4 +38,16 @@ pub enum PlantedBug {
     /// A replica applies a received write even when its version is older than the one it
     /// holds (last arrival wins): breaks G1, per-key session order and convergence.
     ApplyOlderWrites,
+    /// Kite issue #3 canary (a): a barrier that timed out proceeds without publishing its
+    /// DM-set, so a delinquent replica never learns it missed writes.
+    SkipSlowRelease,
+    /// Canary (b): Paxos decides on the proposer's own accept alone, without a quorum.
+    AcceptWithoutQuorum,
+    /// Canary (c): acquires register no obligation (the K-F2 fix turned off).
+    NoAcquireObligation,
 }
+
+#[cfg(test)]
+mod testkit;
+#[cfg(test)]
+mod scenarios;

@@ -14,6 +14,29 @@ impl NodeSet {
         self.0 |= 1 << n.0;
     }
 
+    pub fn remove(&mut self, n: NodeId) {
+        if n.0 < Self::MAX_NODES {
+            self.0 &= !(1 << n.0);
+        }
+    }
+
+    pub fn intersection(self, other: NodeSet) -> NodeSet {
+        NodeSet(self.0 & other.0)
+    }
+
+    pub fn union(self, other: NodeSet) -> NodeSet {
+        NodeSet(self.0 | other.0)
+    }
+
+    /// The members as a bit mask (bit `i` = node `i`), as `SLOW_RELEASE` carries them.
+    pub fn bits(self) -> u64 {
+        self.0
+    }
+
+    pub fn from_bits(bits: u64) -> NodeSet {
+        NodeSet(bits)
+    }
+
     pub fn contains(&self, n: NodeId) -> bool {
         n.0 < Self::MAX_NODES && self.0 & (1 << n.0) != 0
     }

@@ -1,28 +1,30 @@
-//! One rc replica: state, input dispatch, sessions, and the `Node` contract.
+//! One rc replica: state, input dispatch, the operation engine, and the `Node` contract.
+//!
+//! Every input is handled in two steps. First the handler updates state: it answers peers,
+//! credits pending writes, records round replies and marks the operations it affected as
+//! *dirty*. Then [`RcReplica::settle`] advances dirty operations (each operation's `step`
+//! re-checks its conditions: level-triggered, so no event can be "missed"), delivers
+//! completions in session order and starts the session operations they unblocked.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 
 use bytes::Bytes;
-use strata_core::{DeadlineQueue, Effects, Node};
+use strata_core::{DeadlineQueue, Effects, Node, Prng};
 use strata_wire::client::{ClientRequest, ClientResponse, ErrorCode, Request, Response};
 use strata_wire::peer::PeerMessage;
-use strata_wire::{Carstamp, Instant, NodeId, SessionId};
+use strata_wire::{Carstamp, Instant, NodeId, RmwId, SessionId};
 
 use crate::api::{RcEvent, RcInput, RcReply, RcStats, Route};
+use crate::barrier::DBit;
 use crate::config::{ConfigError, RcConfig};
 use crate::es::PendingWrite;
 use crate::key_state::KeyState;
 use crate::node_set::NodeSet;
+use crate::ops::{Op, OpKind};
+use crate::rounds::Rounds;
+use crate::session::{is_blocking, request_key, OpId, Queued, Running, Session};
 
 pub type RcEffects = Effects<PeerMessage, RcReply, (), RcEvent>;
-
-/// A session at its node (Kite §3.3). Relaxed operations of the Eventual Store complete in the
-/// same step that starts them, so executing requests in arrival order is session order; the
-/// blocking rules of §5.1.8 arrive with releases and acquires.
-#[derive(Debug)]
-pub(crate) struct Session {
-    pub(crate) route: Route,
-}
 
 pub struct RcReplica {
     pub(crate) cfg: RcConfig,
@@ -32,10 +34,32 @@ pub struct RcReplica {
     pub(crate) keys: HashMap<Bytes, KeyState>,
     pub(crate) sessions: HashMap<u32, Session>,
     next_session_index: u32,
-    /// Latest locally created write per key not yet acknowledged by every peer (Kite §5.1.7).
+    /// Latest locally tracked version per key not yet acknowledged by every peer (Kite §5.1.7).
     pub(crate) pending: HashMap<Bytes, PendingWrite>,
     /// When to re-send which pending write: `(key, version)`; stale entries are skipped.
     pub(crate) retransmit: DeadlineQueue<(Bytes, Carstamp)>,
+    pub(crate) rounds: Rounds,
+    pub(crate) ops: HashMap<OpId, Op>,
+    next_op: OpId,
+    /// Operations to advance before the input is done.
+    pub(crate) dirty: Vec<OpId>,
+    /// Operations whose barrier waits for acknowledgements: advanced whenever one arrives.
+    pub(crate) barrier_waiters: BTreeSet<OpId>,
+    pub(crate) credits_changed: bool,
+    /// Operations waiting for an instant (barrier time-out, Paxos back-off).
+    pub(crate) op_timers: DeadlineQueue<OpId>,
+    /// Sessions whose queue may be able to start an operation.
+    to_pump: Vec<u32>,
+    /// Kite §3.1: the machine epoch, the delinquency bits, `self_delinquent`, the RMW registry.
+    pub(crate) machine_epoch: u64,
+    pub(crate) dbits: HashMap<NodeId, DBit>,
+    pub(crate) self_delinquent: bool,
+    pub(crate) rmw_registry: HashMap<SessionId, u64>,
+    /// Kite §5.9 O3: nodes that recently missed a barrier; barriers do not wait `T_REL` for them.
+    pub(crate) suspected: NodeSet,
+    /// Rule M-1: the local RMWs per key, the first one proposing, the others queued behind it.
+    pub(crate) proposers: HashMap<Bytes, std::collections::VecDeque<OpId>>,
+    pub(crate) prng: Prng,
     pub(crate) next_req: u64,
     pub(crate) stats: RcStats,
     pub(crate) effects: RcEffects,
@@ -48,15 +72,30 @@ impl RcReplica {
         Ok(RcReplica {
             peer_set: peers.iter().copied().collect(),
             peers,
-            cfg,
             keys: HashMap::new(),
             sessions: HashMap::new(),
-            next_session_index: 0,
+            next_session_index: cfg.session_index_base,
             pending: HashMap::new(),
             retransmit: DeadlineQueue::default(),
+            rounds: Rounds::default(),
+            ops: HashMap::new(),
+            next_op: 0,
+            dirty: Vec::new(),
+            barrier_waiters: BTreeSet::new(),
+            credits_changed: false,
+            op_timers: DeadlineQueue::default(),
+            to_pump: Vec::new(),
+            machine_epoch: 0,
+            dbits: HashMap::new(),
+            self_delinquent: false,
+            rmw_registry: HashMap::new(),
+            suspected: NodeSet::EMPTY,
+            proposers: HashMap::new(),
+            prng: Prng::new(cfg.seed),
             next_req: 0,
             stats: RcStats::default(),
             effects: RcEffects::default(),
+            cfg,
         })
     }
 
@@ -69,6 +108,8 @@ impl RcReplica {
             keys: self.keys.len() as u64,
             sessions: self.sessions.len() as u64,
             pending_writes: self.pending.len() as u64,
+            machine_epoch: self.machine_epoch,
+            ops_in_flight: self.ops.len() as u64,
             ..self.stats
         }
     }
@@ -78,17 +119,54 @@ impl RcReplica {
         self.keys.get(key).map(|k| (k.value.clone(), k.cs)).unwrap_or((None, Carstamp::ZERO))
     }
 
-    /// Every key this replica holds, with its version (for convergence checks).
+    /// Every key this replica holds, with its state (for convergence checks).
     pub fn versions(&self) -> impl Iterator<Item = (&Bytes, &KeyState)> {
         self.keys.iter()
     }
 
-    pub(crate) fn reply(&mut self, route: Route, corr: u64, body: Response) {
-        self.effects.reply.push(RcReply { route, resp: ClientResponse { corr, body } });
+    /// Kite §0: `Q - 1`, the remote replies a quorum round waits for.
+    pub(crate) fn remote_quorum(&self) -> usize {
+        self.cfg.quorum() - 1
+    }
+
+    pub(crate) fn key_mut(&mut self, key: &Bytes) -> &mut KeyState {
+        self.keys.entry(key.clone()).or_default()
+    }
+
+    /// Kite §5.8 E3: a relaxed access is fast iff the key is in-epoch.
+    pub(crate) fn in_epoch(&self, key: &[u8]) -> bool {
+        self.keys.get(key).map_or(0, |k| k.epoch) == self.machine_epoch
+    }
+
+    /// Kite §5.1.1 `apply_version` with §5.1.2 `learn_committed`: installs the version if it is
+    /// newer; a version `(L, n)` with `n > 0` proves slot `n` was decided with `rmw_id`.
+    pub(crate) fn apply(&mut self, key: &Bytes, value: Option<Bytes>, cs: Carstamp, rmw_id: Option<RmwId>) -> bool {
+        let installed = self.key_mut(key).apply_version(value, cs, rmw_id);
+        if cs.pno > 0 {
+            if let Some(id) = rmw_id {
+                self.learn_committed(key, cs.pno, id);
+            }
+        }
+        installed
+    }
+
+    /// Kite §5.1.2: registers the RMW, and advances the key's last committed slot.
+    pub(crate) fn learn_committed(&mut self, key: &Bytes, slot: u32, rmw_id: RmwId) {
+        self.register(rmw_id);
+        self.key_mut(key).learn_slot(slot, rmw_id);
+    }
+
+    pub(crate) fn register(&mut self, id: RmwId) {
+        let e = self.rmw_registry.entry(id.session).or_insert(0);
+        *e = (*e).max(id.seq);
+    }
+
+    pub(crate) fn registry_has(&self, id: RmwId) -> bool {
+        self.rmw_registry.get(&id.session).is_some_and(|&s| s >= id.seq)
     }
 
     fn reply_error(&mut self, route: Route, corr: u64, code: ErrorCode, message: String) {
-        self.reply(route, corr, Response::Error { code, message });
+        self.effects.reply.push(RcReply { route, resp: ClientResponse { corr, body: Response::Error { code, message } } });
     }
 
     /// Checks that `session` exists and belongs to the connection that names it.
@@ -113,75 +191,285 @@ impl RcReplica {
         if value.len() > self.cfg.limits.max_value_bytes {
             return Err((
                 ErrorCode::ValueTooLarge,
-                format!(
-                    "value of {} bytes exceeds the limit of {} bytes",
-                    value.len(),
-                    self.cfg.limits.max_value_bytes
-                ),
+                format!("value of {} bytes exceeds the limit of {} bytes", value.len(), self.cfg.limits.max_value_bytes),
             ));
         }
         Ok(())
     }
 
+    fn validate(&self, req: &Request) -> Result<(), (ErrorCode, String)> {
+        if let Some(key) = request_key(req) {
+            self.check_key(key)?;
+        }
+        match req {
+            Request::Put { value, .. } | Request::Release { value, .. } => self.check_value(value),
+            Request::Cas { expected, new, .. } => {
+                self.check_value(new)?;
+                expected.as_deref().map_or(Ok(()), |e| self.check_value(e))
+            }
+            _ => Ok(()),
+        }
+    }
+
     fn on_client(&mut self, now: Instant, route: Route, req: ClientRequest) {
         let ClientRequest { corr, body } = req;
-        // Validate the session and arguments first: a rejected request has no effect.
-        let session = match &body {
-            Request::CloseSession { session }
-            | Request::Get { session, .. }
-            | Request::Put { session, .. }
-            | Request::Delete { session, .. } => Some(*session),
-            _ => None,
-        };
-        if let Some(s) = session {
-            if !self.session_ok(route, s) {
-                let msg = format!("session {s} is not open on this connection to {}", self.cfg.node);
-                return self.reply_error(route, corr, ErrorCode::InvalidSession, msg);
-            }
-        }
-        let checked = match &body {
-            Request::Get { key, .. } | Request::Delete { key, .. } => self.check_key(key),
-            Request::Put { key, value, .. } => self.check_key(key).and_then(|()| self.check_value(value)),
-            _ => Ok(()),
-        };
-        if let Err((code, msg)) = checked {
-            return self.reply_error(route, corr, code, msg);
-        }
         match body {
             Request::OpenSession => {
                 let index = self.next_session_index;
                 self.next_session_index = self.next_session_index.wrapping_add(1);
-                self.sessions.insert(index, Session { route });
                 let session = SessionId { node: self.cfg.node, index };
-                self.reply(route, corr, Response::SessionOpened { session });
+                self.sessions.insert(index, Session::new(session, route));
+                let resp = ClientResponse { corr, body: Response::SessionOpened { session } };
+                self.effects.reply.push(RcReply { route, resp });
             }
             Request::CloseSession { session } => {
-                self.sessions.remove(&session.index);
-                self.reply(route, corr, Response::SessionClosed);
-            }
-            Request::Get { key, .. } => {
-                let (value, cs) = self.relaxed_read(&key);
-                self.reply(route, corr, Response::Value { value, cs });
-            }
-            Request::Put { session, key, value } => {
-                let cs = self.relaxed_write(now, session, key, Some(value));
-                self.reply(route, corr, Response::Written { cs });
-            }
-            Request::Delete { session, key } => {
-                let cs = self.relaxed_write(now, session, key, None);
-                self.reply(route, corr, Response::Written { cs });
-            }
-            Request::Release { .. } | Request::Acquire { .. } | Request::Faa { .. } | Request::Cas { .. } => {
-                // Issue #3 brings ABD and per-key Paxos; until then these are refused plainly.
-                let msg = "release, acquire, fetch-and-add and compare-and-swap are not served by this node version".to_string();
-                self.reply_error(route, corr, ErrorCode::UnknownRequest, msg);
+                if self.session_ok(route, session) {
+                    // Kite §6, client crash: operations in flight run to completion; their
+                    // results are discarded with the session.
+                    self.sessions.remove(&session.index);
+                }
+                let resp = ClientResponse { corr, body: Response::SessionClosed };
+                self.effects.reply.push(RcReply { route, resp });
             }
             Request::Status | Request::SetFault { .. } => {
                 // Answered by the driver, which owns the transport; never routed here.
                 let msg = "node-level request routed to the rc core".to_string();
                 self.reply_error(route, corr, ErrorCode::InvalidArgument, msg);
             }
+            body => {
+                let Some(session) = session_of(&body) else { return };
+                if !self.session_ok(route, session) {
+                    let msg = format!("session {session} is not open on this connection to {}", self.cfg.node);
+                    return self.reply_error(route, corr, ErrorCode::InvalidSession, msg);
+                }
+                // Validate first: a rejected request has no effect (it still keeps its place in
+                // session order, as an error reply).
+                let checked = self.validate(&body);
+                let s = self.sessions.get_mut(&session.index).expect("checked above");
+                let seq = s.next_seq;
+                s.next_seq += 1;
+                match checked {
+                    Ok(()) => s.queue.push_back(Queued { seq, corr, req: body }),
+                    Err((code, message)) => {
+                        s.done.insert(seq, ClientResponse { corr, body: Response::Error { code, message } });
+                    }
+                }
+                self.to_pump.push(session.index);
+                self.settle(now);
+            }
         }
+    }
+
+    /// Starts every queued operation of the session that rule §5.1.8 lets start.
+    fn pump_session(&mut self, now: Instant, index: u32) {
+        loop {
+            let Some(s) = self.sessions.get_mut(&index) else { return };
+            match s.queue.front() {
+                Some(q) if s.may_start(&q.req) => {}
+                _ => break,
+            }
+            let q = s.queue.pop_front().expect("front exists");
+            let sid = s.id;
+            let blocking = is_blocking(&q.req);
+            let key = request_key(&q.req).cloned().unwrap_or_default();
+            match self.start(now, sid, q.req) {
+                Started::Done(body) => self.deliver(index, q.seq, ClientResponse { corr: q.corr, body }),
+                Started::Op(kind) => {
+                    let id = self.next_op;
+                    self.next_op += 1;
+                    self.ops.insert(id, Op { session: index, seq: q.seq, corr: q.corr, sid, key: key.clone(), kind });
+                    let s = self.sessions.get_mut(&index).expect("still there");
+                    s.running.insert(q.seq, Running { op: id, key, blocking });
+                    self.dirty.push(id);
+                }
+            }
+        }
+        self.flush_session(index);
+    }
+
+    /// Starts one operation: completes it at once (fast paths) or returns its state machine.
+    fn start(&mut self, now: Instant, sid: SessionId, req: Request) -> Started {
+        match req {
+            Request::Get { key, .. } => {
+                if self.in_epoch(&key) {
+                    let (value, cs) = self.local(&key);
+                    Started::Done(Response::Value { value, cs })
+                } else {
+                    Started::Op(OpKind::slow_read(self.machine_epoch))
+                }
+            }
+            Request::Put { key, value, .. } => self.start_relaxed_write(now, sid, key, Some(value)),
+            Request::Delete { key, .. } => self.start_relaxed_write(now, sid, key, None),
+            Request::Release { value, .. } => Started::Op(OpKind::release(value)),
+            Request::Acquire { .. } => Started::Op(OpKind::acquire(self.next_acquire_id(sid))),
+            Request::Faa { key, delta, .. } => self.start_rmw(sid, key, crate::paxos::RmwOp::Faa { delta }),
+            Request::Cas { key, expected, new, weak, .. } => {
+                self.start_rmw(sid, key, crate::paxos::RmwOp::Cas { expected, new, weak })
+            }
+            other => unreachable!("not a session operation: {other:?}"),
+        }
+    }
+
+    fn start_relaxed_write(&mut self, now: Instant, sid: SessionId, key: Bytes, value: Option<Bytes>) -> Started {
+        if self.in_epoch(&key) {
+            let cs = self.relaxed_write_fast(now, sid, key, value);
+            Started::Done(Response::Written { cs })
+        } else {
+            Started::Op(OpKind::slow_write(self.machine_epoch, value))
+        }
+    }
+
+    pub(crate) fn next_acquire_id(&mut self, sid: SessionId) -> strata_wire::AcquireId {
+        let s = self.sessions.get_mut(&sid.index).expect("a started operation's session exists");
+        s.acq_seq += 1;
+        strata_wire::AcquireId { session: sid, seq: s.acq_seq }
+    }
+
+    /// Records a completion and sends every response now reportable in session order.
+    fn deliver(&mut self, index: u32, seq: u64, resp: ClientResponse) {
+        let Some(s) = self.sessions.get_mut(&index) else { return };
+        s.running.remove(&seq);
+        s.done.insert(seq, resp);
+        self.to_pump.push(index);
+    }
+
+    fn flush_session(&mut self, index: u32) {
+        let Some(s) = self.sessions.get_mut(&index) else { return };
+        let route = s.route;
+        let mut out = Vec::new();
+        s.take_reportable(&mut out);
+        self.effects.reply.extend(out.into_iter().map(|resp| RcReply { route, resp }));
+    }
+
+    /// Advances dirty operations, delivers completions and starts what they unblocked, until
+    /// nothing changes.
+    pub(crate) fn settle(&mut self, now: Instant) {
+        loop {
+            if std::mem::take(&mut self.credits_changed) {
+                self.dirty.extend(self.barrier_waiters.iter().copied());
+            }
+            if let Some(id) = self.dirty.pop() {
+                self.advance(now, id);
+                continue;
+            }
+            if self.to_pump.is_empty() {
+                break;
+            }
+            let mut pump = std::mem::take(&mut self.to_pump);
+            pump.sort_unstable();
+            pump.dedup();
+            for index in pump {
+                self.pump_session(now, index);
+            }
+        }
+    }
+
+    fn advance(&mut self, now: Instant, id: OpId) {
+        let Some(mut op) = self.ops.remove(&id) else { return };
+        match self.step(now, id, &mut op) {
+            Some(body) => {
+                self.barrier_waiters.remove(&id);
+                self.deliver(op.session, op.seq, ClientResponse { corr: op.corr, body });
+            }
+            None => {
+                self.ops.insert(id, op);
+            }
+        }
+    }
+
+    /// One step of an operation's state machine; `Some` when it completed with that response.
+    fn step(&mut self, now: Instant, id: OpId, op: &mut Op) -> Option<Response> {
+        match &mut op.kind {
+            OpKind::SlowRead(s) => self.step_slow_read(now, id, &op.key, s),
+            OpKind::SlowWrite(s) => self.step_slow_write(now, id, op.sid, &op.key, s),
+            OpKind::Release(r) => self.step_release(now, id, op.sid, &op.key, r),
+            OpKind::Acquire(a) => self.step_acquire(now, id, op.sid, &op.key, a),
+            OpKind::Rmw(r) => self.step_rmw(now, id, op.sid, &op.key, r),
+        }
+    }
+
+    fn on_peer(&mut self, now: Instant, from: NodeId, msg: PeerMessage) {
+        // Kite §5.9 O3: a node leaves `suspected` as soon as it is heard from.
+        if self.suspected.contains(from) {
+            self.suspected.remove(from);
+        }
+        let (reply_to, key_cs) = match &msg {
+            PeerMessage::WriteAck(a) => (Some(a.req), Some((&a.key, a.cs))),
+            PeerMessage::ReadTsReply { req, key, cs } => (Some(*req), Some((key, *cs))),
+            PeerMessage::ReadReply(r) => (Some(r.req), Some((&r.key, r.cs))),
+            PeerMessage::CommitAck { req, key, cs } => (Some(*req), Some((key, *cs))),
+            PeerMessage::ProposeReply(r) | PeerMessage::AcceptReply(r) => {
+                (Some(r.req), r.current.as_ref().map(|v| (&r.key, v.cs)))
+            }
+            PeerMessage::SlowReleaseAck { req } => (Some(*req), None),
+            _ => (None, None),
+        };
+        if let Some(req) = reply_to {
+            // Kite §5.1.7: any reply showing a version >= a pending write's credits it.
+            if let Some((key, cs)) = key_cs {
+                let key = key.clone();
+                self.credit(&key, from, cs);
+            }
+            if let Some(op) = self.note_reply(req, from, msg) {
+                self.dirty.push(op);
+            }
+            return;
+        }
+        match msg {
+            PeerMessage::Hello { .. } => {} // the transport consumes handshakes
+            PeerMessage::Write(w) => self.on_write(now, from, w),
+            PeerMessage::ReadTs { req, key } => {
+                let cs = self.keys.get(&key).map_or(Carstamp::ZERO, |k| k.cs);
+                self.effects.send.push((from, PeerMessage::ReadTsReply { req, key, cs }));
+            }
+            PeerMessage::Read(r) => self.on_read(from, r),
+            PeerMessage::SlowRelease { req, dm } => self.on_slow_release(from, req, dm),
+            PeerMessage::ResetBit { acq } => self.on_reset_bit(from, acq),
+            PeerMessage::Propose(p) => self.on_propose(from, p),
+            PeerMessage::Accept(a) => self.on_accept(from, a),
+            PeerMessage::Commit(c) => self.on_commit(from, c),
+            _ => unreachable!("replies are handled above"),
+        }
+    }
+
+    /// Whether a peer message is acceptable at all (hostile input is counted and dropped).
+    fn peer_message_ok(&self, msg: &PeerMessage) -> bool {
+        let limits = &self.cfg.limits;
+        let key_ok = |k: &Bytes| !k.is_empty() && k.len() <= limits.max_key_bytes;
+        let value_ok = |v: &Option<Bytes>| v.as_ref().is_none_or(|v| v.len() <= limits.max_value_bytes);
+        match msg {
+            PeerMessage::Write(w) => key_ok(&w.key) && value_ok(&w.value),
+            PeerMessage::Read(r) => key_ok(&r.key),
+            PeerMessage::ReadTs { key, .. } => key_ok(key),
+            PeerMessage::Propose(p) => key_ok(&p.key) && p.slot > 0,
+            PeerMessage::Accept(a) => key_ok(&a.key) && a.slot > 0 && value_ok(&a.tuple.value),
+            PeerMessage::Commit(c) => key_ok(&c.key) && c.slot > 0 && value_ok(&c.value),
+            PeerMessage::ReadReply(r) => r.newer.as_ref().is_none_or(|v| value_ok(&v.value)),
+            PeerMessage::ProposeReply(r) | PeerMessage::AcceptReply(r) => {
+                r.current.as_ref().is_none_or(|v| value_ok(&v.value))
+            }
+            _ => true,
+        }
+    }
+}
+
+/// How `start` left an operation.
+pub(crate) enum Started {
+    Done(Response),
+    Op(OpKind),
+}
+
+fn session_of(req: &Request) -> Option<SessionId> {
+    match req {
+        Request::CloseSession { session }
+        | Request::Get { session, .. }
+        | Request::Put { session, .. }
+        | Request::Delete { session, .. }
+        | Request::Release { session, .. }
+        | Request::Acquire { session, .. }
+        | Request::Faa { session, .. }
+        | Request::Cas { session, .. } => Some(*session),
+        _ => None,
     }
 }
 
@@ -204,23 +492,21 @@ impl Node for RcReplica {
     }
 
     fn on_message(&mut self, now: Instant, from: NodeId, msg: PeerMessage) {
-        if !self.peer_set.contains(from) {
+        if !self.peer_set.contains(from) || !self.peer_message_ok(&msg) {
             self.stats.bad_peer_messages += 1;
             return;
         }
-        match msg {
-            // The transport consumes the handshake; a stray one is harmless.
-            PeerMessage::Hello { .. } => {}
-            PeerMessage::Write(w) => self.on_write(now, from, w),
-            PeerMessage::WriteAck(a) => self.on_write_ack(from, a),
-            // The synchronisation protocols (ABD, Paxos, barriers; issue #3) are not served by
-            // this build yet: no node of it sends these, so one arriving is counted and dropped.
-            _ => self.stats.bad_peer_messages += 1,
-        }
+        self.on_peer(now, from, msg);
+        self.settle(now);
     }
 
     fn on_tick(&mut self, now: Instant) {
         self.retransmit_due(now);
+        self.resend_due_rounds(now);
+        while let Some(id) = self.op_timers.pop_due(now) {
+            self.dirty.push(id);
+        }
+        self.settle(now);
     }
 
     fn on_persisted(&mut self, _now: Instant, _upto: u64) {
@@ -228,7 +514,10 @@ impl Node for RcReplica {
     }
 
     fn poll_timeout(&self) -> Option<Instant> {
-        self.retransmit.next_deadline()
+        [self.retransmit.next_deadline(), self.rounds.resend.next_deadline(), self.op_timers.next_deadline()]
+            .into_iter()
+            .flatten()
+            .min()
     }
 
     fn poll_effects(&mut self, out: &mut RcEffects) {
@@ -242,5 +531,20 @@ impl Node for RcReplica {
             assert!(!p.acked.is_superset(self.peer_set), "fully acked pending write of {key:?} was kept");
         }
         assert!(self.retransmit.len() >= self.pending.len(), "a pending write has no re-send scheduled");
+        for (key, k) in &self.keys {
+            // Kite §7 inv. 11 and 12.
+            assert!(k.epoch <= self.machine_epoch, "key {key:?} epoch {} above the machine epoch {}", k.epoch, self.machine_epoch);
+            assert!(k.cs.pno <= k.lc, "key {key:?} version {} beyond its last committed slot {}", k.cs, k.lc);
+            assert_eq!(k.rmw_id.is_some(), k.cs.pno > 0, "key {key:?}: an RMW version names its RMW, a plain one does not");
+        }
+        for s in self.sessions.values() {
+            for r in s.running.values() {
+                assert!(self.ops.contains_key(&r.op), "session {} runs a vanished operation", s.id);
+            }
+            assert!(s.running.values().filter(|r| r.blocking).count() <= 1, "two blocking operations in session {}", s.id);
+        }
+        for q in self.proposers.values() {
+            assert!(!q.is_empty(), "an empty proposer queue was kept");
+        }
     }
 }
