@@ -57,6 +57,16 @@ async fn relaxed_ops_survive_sigkill_and_sigstop_and_live_replicas_converge() {
         churn(s, &format!("warm{i}"), 200, &mut written).await;
     }
 
+    // Node 2's writes must have reached everyone before it dies: a receiver does not forward
+    // writes, so a write that reached only one live replica would stay there (Kite §1.2; see
+    // docs/design.md, convergence) and the convergence check below would be wrong to demand it.
+    let n2 = Client::connect_node(up.endpoints[2], ClientOptions::default()).await.unwrap();
+    let start = Instant::now();
+    while n2.status().await.unwrap().pending_writes > 0 {
+        assert!(start.elapsed() < Duration::from_secs(10), "node 2's writes were never acknowledged by all");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    drop(n2);
     // SIGKILL node 2: nodes 0 and 1 keep serving relaxed operations.
     // SAFETY: a node process of this test's cluster.
     unsafe { libc::kill(up.pids[2], libc::SIGKILL) };
