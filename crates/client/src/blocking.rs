@@ -9,7 +9,7 @@ use bytes::Bytes;
 use strata_wire::client::{LinkFault, NodeStatus};
 use strata_wire::{Carstamp, NodeId};
 
-use crate::{ClientError, ClientOptions, Op, Outcome, ReqId, Versioned};
+use crate::{ClientError, ClientOptions, Op, Outcome, ReqId, RmwOutcome, Versioned};
 
 fn runtime() -> Result<Arc<tokio::runtime::Runtime>, ClientError> {
     tokio::runtime::Builder::new_multi_thread()
@@ -81,6 +81,18 @@ impl Session {
     }
     pub fn delete(&mut self, key: impl Into<Bytes>) -> Result<Carstamp, ClientError> {
         self.rt.block_on(self.inner.delete(key))
+    }
+    pub fn acquire(&mut self, key: impl Into<Bytes>) -> Result<Versioned, ClientError> {
+        self.rt.block_on(self.inner.acquire(key))
+    }
+    pub fn release(&mut self, key: impl Into<Bytes>, value: impl Into<Bytes>) -> Result<Carstamp, ClientError> {
+        self.rt.block_on(self.inner.release(key, value))
+    }
+    pub fn faa(&mut self, key: impl Into<Bytes>, delta: u64) -> Result<u64, ClientError> {
+        self.rt.block_on(self.inner.faa(key, delta))
+    }
+    pub fn cas(&mut self, key: impl Into<Bytes>, expected: Option<Bytes>, new: impl Into<Bytes>, weak: bool) -> Result<RmwOutcome, ClientError> {
+        self.rt.block_on(self.inner.cas(key, expected, new, weak))
     }
     pub fn close(self) -> Result<(), ClientError> {
         self.rt.block_on(self.inner.close())

@@ -35,6 +35,6 @@ mod session;
 
 pub use client::{Client, ClientOptions};
 pub use error::ClientError;
-pub use session::{Op, Outcome, ReqId, Session, Versioned};
+pub use session::{Op, Outcome, ReqId, RmwOutcome, Session, Versioned};
 pub use strata_wire::client::{LinkFault, NodeStatus, PeerStatus};
 pub use strata_wire::{Carstamp, ClusterId, NodeId, SessionId};

@@ -28,6 +28,19 @@ pub enum Op {
     Put { key: Bytes, value: Bytes },
     /// Relaxed delete: a relaxed write of the absent value.
     Delete { key: Bytes },
+    /// Release-write (Kite §5.4): every earlier operation of the session is visible to anyone
+    /// whose acquire reads this value. Blocks the session until done.
+    Release { key: Bytes, value: Bytes },
+    /// Acquire-read (Kite §5.5): linearizable; every later operation of the session sees all
+    /// that preceded the release it reads from. Blocks the session until done.
+    Acquire { key: Bytes },
+    /// Fetch-and-add (Kite §2.2): the value as a little-endian u64 (first 8 bytes,
+    /// zero-extended; absent = 0) plus `delta`, wrapping; returns the old value.
+    Faa { key: Bytes, delta: u64 },
+    /// Compare-and-swap: installs `new` iff the value equals `expected` (`None` = absent).
+    /// Strong: always decided with a quorum. Weak: may fail at once, like a relaxed read, when
+    /// the local replica differs.
+    Cas { key: Bytes, expected: Option<Bytes>, new: Bytes, weak: bool },
 }
 
 impl Op {
@@ -40,9 +53,21 @@ impl Op {
     pub fn delete(key: impl Into<Bytes>) -> Op {
         Op::Delete { key: key.into() }
     }
-    /// Whether the operation changes the store.
+    pub fn release(key: impl Into<Bytes>, value: impl Into<Bytes>) -> Op {
+        Op::Release { key: key.into(), value: value.into() }
+    }
+    pub fn acquire(key: impl Into<Bytes>) -> Op {
+        Op::Acquire { key: key.into() }
+    }
+    pub fn faa(key: impl Into<Bytes>, delta: u64) -> Op {
+        Op::Faa { key: key.into(), delta }
+    }
+    pub fn cas(key: impl Into<Bytes>, expected: Option<Bytes>, new: impl Into<Bytes>, weak: bool) -> Op {
+        Op::Cas { key: key.into(), expected, new: new.into(), weak }
+    }
+    /// Whether the operation may change the store.
     pub fn is_write(&self) -> bool {
-        !matches!(self, Op::Get { .. })
+        !matches!(self, Op::Get { .. } | Op::Acquire { .. })
     }
 }
 
@@ -59,8 +84,33 @@ pub struct Versioned {
 pub enum Outcome {
     /// A read's value.
     Value(Versioned),
-    /// A write's (or delete's) new version.
+    /// A write's (or delete's, or release's) new version.
     Written(Carstamp),
+    /// A fetch-and-add's or compare-and-swap's result.
+    Rmw(RmwOutcome),
+}
+
+/// What a read-modify-write saw and did.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RmwOutcome {
+    /// The value it read (and its version): for FAA the old counter, for CAS the value compared.
+    pub observed: Versioned,
+    /// The version it created; `None` for a weak CAS that failed locally.
+    pub written: Option<Carstamp>,
+    /// CAS: whether it installed the new value.
+    pub swapped: bool,
+}
+
+impl RmwOutcome {
+    /// The observed value as a counter (little-endian u64, zero-extended; absent = 0).
+    pub fn observed_u64(&self) -> u64 {
+        let mut b = [0u8; 8];
+        if let Some(v) = &self.observed.value {
+            let n = v.len().min(8);
+            b[..n].copy_from_slice(&v[..n]);
+        }
+        u64::from_le_bytes(b)
+    }
 }
 
 pub struct Session {
@@ -120,6 +170,10 @@ impl Session {
             Op::Get { key } => Request::Get { session, key },
             Op::Put { key, value } => Request::Put { session, key, value },
             Op::Delete { key } => Request::Delete { session, key },
+            Op::Release { key, value } => Request::Release { session, key, value },
+            Op::Acquire { key } => Request::Acquire { session, key },
+            Op::Faa { key, delta } => Request::Faa { session, key, delta },
+            Op::Cas { key, expected, new, weak } => Request::Cas { session, key, expected, new, weak },
         };
         let slot = self.conn.send(body)?;
         self.last_submitted += 1;
@@ -185,10 +239,33 @@ impl Session {
 
     /// Relaxed read of `key`.
     pub async fn get(&mut self, key: impl Into<Bytes>) -> Result<Versioned, ClientError> {
-        match self.call(Op::get(key)).await? {
-            Outcome::Value(v) => Ok(v),
-            other => Err(ClientError::UnexpectedReply(format!("{other:?} to a get"))),
-        }
+        value(self.call(Op::get(key)).await?)
+    }
+
+    /// Acquire-read of `key` (Kite §5.5).
+    pub async fn acquire(&mut self, key: impl Into<Bytes>) -> Result<Versioned, ClientError> {
+        value(self.call(Op::acquire(key)).await?)
+    }
+
+    /// Release-write (Kite §5.4); returns the version it created.
+    pub async fn release(&mut self, key: impl Into<Bytes>, value: impl Into<Bytes>) -> Result<Carstamp, ClientError> {
+        written(self.call(Op::release(key, value)).await?)
+    }
+
+    /// Fetch-and-add; returns the value before the addition.
+    pub async fn faa(&mut self, key: impl Into<Bytes>, delta: u64) -> Result<u64, ClientError> {
+        Ok(rmw(self.call(Op::faa(key, delta)).await?)?.observed_u64())
+    }
+
+    /// Compare-and-swap (strong unless `weak`); see [`Op::Cas`].
+    pub async fn cas(
+        &mut self,
+        key: impl Into<Bytes>,
+        expected: Option<Bytes>,
+        new: impl Into<Bytes>,
+        weak: bool,
+    ) -> Result<RmwOutcome, ClientError> {
+        rmw(self.call(Op::cas(key, expected, new, weak)).await?)
     }
 
     /// Relaxed write; returns the version it created.
@@ -224,7 +301,26 @@ fn outcome(resp: Response) -> Result<Outcome, ClientError> {
     match resp {
         Response::Value { value, cs } => Ok(Outcome::Value(Versioned { value, version: cs })),
         Response::Written { cs } => Ok(Outcome::Written(cs)),
+        Response::Rmw { observed, observed_cs, written, swapped } => Ok(Outcome::Rmw(RmwOutcome {
+            observed: Versioned { value: observed, version: observed_cs },
+            written,
+            swapped,
+        })),
         other => Err(unexpected(other)),
+    }
+}
+
+fn value(o: Outcome) -> Result<Versioned, ClientError> {
+    match o {
+        Outcome::Value(v) => Ok(v),
+        other => Err(ClientError::UnexpectedReply(format!("{other:?} to a read"))),
+    }
+}
+
+fn rmw(o: Outcome) -> Result<RmwOutcome, ClientError> {
+    match o {
+        Outcome::Rmw(r) => Ok(r),
+        other => Err(ClientError::UnexpectedReply(format!("{other:?} to a read-modify-write"))),
     }
 }
 

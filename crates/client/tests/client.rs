@@ -80,6 +80,7 @@ async fn pipelined_requests_complete_in_session_order() {
         match r.unwrap() {
             Outcome::Written(cs) => last_write = Some(cs),
             Outcome::Value(v) => assert_eq!(Some(v.version), last_write),
+            other => panic!("{other:?}"),
         }
     }
     assert_eq!(expected, 1001);
@@ -198,4 +199,51 @@ async fn a_session_outlives_its_client_handle_and_the_last_handle_closes_the_con
         assert!(start.elapsed() < Duration::from_secs(10), "dropping the last handle closes the connection and its sessions");
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn release_acquire_faa_and_cas_through_the_client() {
+    let nodes = cluster(3).await;
+    let a = Client::connect_node(nodes[0].client_addr(), opts()).await.unwrap();
+    let b = Client::connect_node(nodes[2].client_addr(), opts()).await.unwrap();
+    let (mut sa, mut sb) = (a.open_session().await.unwrap(), b.open_session().await.unwrap());
+
+    // Producer-consumer (Kite §4.1): relaxed fields, then a release; the acquirer sees them.
+    for i in 0..10u32 {
+        sa.put(format!("field{i}"), i.to_string()).await.unwrap();
+    }
+    let rel = sa.release("flag", "go").await.unwrap();
+    let got = sb.acquire("flag").await.unwrap();
+    assert_eq!((got.value.as_deref(), got.version), (Some(&b"go"[..]), rel), "an acquire after a release returns it");
+    for i in 0..10u32 {
+        assert_eq!(sb.get(format!("field{i}")).await.unwrap().value, Some(Bytes::from(i.to_string())));
+    }
+
+    // Fetch-and-add from two nodes, pipelined: every old value distinct, the sum exact.
+    let mut ids = Vec::new();
+    for _ in 0..20 {
+        ids.push((0, sa.submit(Op::faa("ctr", 1)).unwrap()));
+        ids.push((1, sb.submit(Op::faa("ctr", 1)).unwrap()));
+    }
+    let mut olds = Vec::new();
+    for (who, id) in ids {
+        let s = if who == 0 { &mut sa } else { &mut sb };
+        match s.wait(id).await.unwrap() {
+            Outcome::Rmw(r) => olds.push(r.observed_u64()),
+            other => panic!("{other:?}"),
+        }
+    }
+    olds.sort_unstable();
+    assert_eq!(olds, (0..40).collect::<Vec<u64>>());
+    assert_eq!(sa.faa("ctr", 0).await.unwrap(), 40);
+
+    // Compare-and-swap as a lock: only the first of two contenders gets it.
+    let first = sa.cas("lock", None, "a", false).await.unwrap();
+    let second = sb.cas("lock", None, "b", false).await.unwrap();
+    assert!(first.swapped && first.written.is_some());
+    assert!(!second.swapped);
+    assert_eq!(second.observed.value.as_deref(), Some(&b"a"[..]), "a failed CAS reports the value it saw");
+    // A weak CAS that fails locally completes without a version.
+    let weak = sb.cas("lock", Some(Bytes::from_static(b"zzz")), "b", true).await.unwrap();
+    assert!(!weak.swapped && weak.written.is_none());
 }

@@ -1,0 +1,147 @@
+//! The two systems the load generator can drive, behind one pipelined-session interface.
+//!
+//! Both sides have the same shape, so the generator cannot tell them apart: a [`Connection`]
+//! is one TCP connection; a [`BenchSession`] opened on it submits requests without blocking
+//! and yields their completions in submission order.
+
+use std::collections::VecDeque;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use strata_client::{Client, ClientOptions, ClusterId, Outcome};
+use tokio::sync::oneshot;
+
+use crate::args::Target;
+use crate::resp::{self, RedisConn, RedisError, Reply};
+
+/// How long connecting may take.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
+
+/// One benchmark operation.
+#[derive(Clone, Debug)]
+pub enum BenchOp {
+    Read { key: Bytes },
+    Write { key: Bytes, value: Bytes },
+}
+
+/// A completed operation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Done {
+    /// A read that found a value.
+    Hit,
+    /// A read that found nothing (the key was never written, or not replicated here yet).
+    Miss,
+    /// A write.
+    Written,
+}
+
+/// One connection to the system under test.
+pub enum Connection {
+    Strata(Client),
+    Redis(Arc<RedisConn>),
+}
+
+impl Connection {
+    /// Connects to `addr` (exactly that node, no failover: a benchmark must know where its
+    /// load goes).
+    pub async fn connect(target: Target, addr: SocketAddr, cluster_id: u64) -> Result<Connection, String> {
+        match target {
+            Target::Strata => {
+                // No request timeout in the client: the generator applies its own to both targets.
+                let opts = ClientOptions {
+                    cluster: ClusterId(cluster_id),
+                    connect_timeout: CONNECT_TIMEOUT,
+                    request_timeout: None,
+                    ..ClientOptions::default()
+                };
+                Client::connect_node(addr, opts).await.map(Connection::Strata).map_err(|e| e.to_string())
+            }
+            Target::Redis => RedisConn::connect(addr, CONNECT_TIMEOUT)
+                .await
+                .map(Connection::Redis)
+                .map_err(|e| format!("cannot connect to redis at {addr}: {e}")),
+        }
+    }
+
+    /// Opens a session: at the node for Strata (Kite §2.1); for Redis a local FIFO of replies
+    /// on the shared connection (Redis has no sessions; a connection answers in order).
+    pub async fn open_session(&self) -> Result<BenchSession, String> {
+        match self {
+            Connection::Strata(c) => c.open_session().await.map(BenchSession::Strata).map_err(|e| e.to_string()),
+            Connection::Redis(c) => {
+                Ok(BenchSession::Redis(RedisSession { conn: c.clone(), in_flight: VecDeque::new() }))
+            }
+        }
+    }
+
+    pub fn close(&self) {
+        if let Connection::Redis(c) = self {
+            c.close();
+        }
+        // A Strata client closes its connection when dropped.
+    }
+}
+
+/// A pipelined stream of requests whose completions come back in order.
+pub enum BenchSession {
+    Strata(strata_client::Session),
+    Redis(RedisSession),
+}
+
+/// A session on a Redis connection: the replies it waits for, oldest first.
+pub struct RedisSession {
+    conn: Arc<RedisConn>,
+    in_flight: VecDeque<oneshot::Receiver<Result<Reply, RedisError>>>,
+}
+
+impl BenchSession {
+    /// Queues `op` without blocking. An error means the session is unusable.
+    pub fn submit(&mut self, op: BenchOp) -> Result<(), String> {
+        match self {
+            BenchSession::Strata(s) => {
+                let op = match op {
+                    BenchOp::Read { key } => strata_client::Op::Get { key },
+                    BenchOp::Write { key, value } => strata_client::Op::Put { key, value },
+                };
+                s.submit(op).map(|_| ()).map_err(|e| e.to_string())
+            }
+            BenchSession::Redis(s) => {
+                let slot = match &op {
+                    BenchOp::Read { key } => s.conn.send(&[b"GET", key]),
+                    BenchOp::Write { key, value } => s.conn.send(&[b"SET", key, value]),
+                };
+                s.in_flight.push_back(slot.map_err(|e| e.to_string())?);
+                Ok(())
+            }
+        }
+    }
+
+    /// The oldest outstanding request's completion; `None` if nothing is outstanding.
+    pub async fn next(&mut self) -> Option<Result<Done, String>> {
+        match self {
+            BenchSession::Strata(s) => {
+                let (_, r) = s.next().await?;
+                Some(match r {
+                    Ok(Outcome::Value(v)) if v.value.is_some() => Ok(Done::Hit),
+                    Ok(Outcome::Value(_)) => Ok(Done::Miss),
+                    Ok(Outcome::Written(_)) => Ok(Done::Written),
+                    // The benchmark submits only gets and puts; anything else is a bug.
+                    Ok(other) => Err(format!("unexpected outcome {other:?} to a get or put")),
+                    Err(e) => Err(e.to_string()),
+                })
+            }
+            BenchSession::Redis(s) => {
+                let slot = s.in_flight.pop_front()?;
+                Some(match resp::await_reply(slot, s.conn.addr()).await {
+                    Ok(Reply::Bulk(Some(_))) => Ok(Done::Hit),
+                    Ok(Reply::Bulk(None)) => Ok(Done::Miss),
+                    Ok(Reply::Simple(_)) | Ok(Reply::Integer(_)) => Ok(Done::Written),
+                    Ok(other) => Err(RedisError::Unexpected(format!("{other:?}")).to_string()),
+                    Err(e) => Err(e.to_string()),
+                })
+            }
+        }
+    }
+}
