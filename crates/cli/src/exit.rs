@@ -14,6 +14,8 @@ pub const NOT_FOUND: i32 = 3;
 pub const UNREACHABLE: i32 = 4;
 /// The request was sent but no answer came back: it may or may not have taken effect.
 pub const OUTCOME_UNKNOWN: i32 = 5;
+/// `strata cas`: the value was not the expected one; nothing was swapped.
+pub const NOT_SWAPPED: i32 = 6;
 
 pub const HELP: &str = "\
 Exit codes:
@@ -22,7 +24,8 @@ Exit codes:
   2  bad usage
   3  get: the key has no value
   4  no node of the cluster could be reached
-  5  no answer: the request may or may not have taken effect";
+  5  no answer: the request may or may not have taken effect
+  6  cas: the value differed from the expected one; nothing swapped";
 
 /// A failed command: what to print and which code to exit with.
 #[derive(Debug)]

@@ -23,19 +23,28 @@ enum Command {
     Up(up::UpArgs),
     /// Run one node in this process (what `strata up` starts; see `strata-node --help`).
     Node(strata_node::NodeArgs),
-    /// Read a key (relaxed read at one node); prints the value. Exit code 3 if it has none.
+    /// Read a key; prints the value. Exit code 3 if it has none. Relaxed (one node's replica)
+    /// unless --acquire.
     Get {
         key: String,
+        /// Acquire-read: linearizable, and everything written before the release it reads
+        /// from is visible to this session afterwards (Kite §5.5).
+        #[arg(long)]
+        acquire: bool,
         /// Also print the version (carstamp) on stderr.
         #[arg(long)]
         show_version: bool,
         #[command(flatten)]
         target: ops::Target,
     },
-    /// Write a key (relaxed write: applied at one node, replicated to all).
+    /// Write a key. Relaxed (applied at one node, replicated to all) unless --release.
     Put {
         key: String,
         value: String,
+        /// Release-write: completes once a quorum holds it, after every earlier write of the
+        /// session is visible (Kite §5.4).
+        #[arg(long)]
+        release: bool,
         #[arg(long)]
         show_version: bool,
         #[command(flatten)]
@@ -44,6 +53,35 @@ enum Command {
     /// Delete a key.
     Del {
         key: String,
+        #[arg(long)]
+        show_version: bool,
+        #[command(flatten)]
+        target: ops::Target,
+    },
+    /// Fetch-and-add: adds DELTA to the key's value (a little-endian u64; absent = 0) and
+    /// prints the previous value.
+    Faa {
+        key: String,
+        delta: u64,
+        #[arg(long)]
+        show_version: bool,
+        #[command(flatten)]
+        target: ops::Target,
+    },
+    /// Compare-and-swap: sets KEY to NEW iff its value is EXPECTED (or absent, with
+    /// --expect-absent, and then no EXPECTED). Prints whether it swapped and the value seen.
+    /// Exit code 6 when it did not swap.
+    Cas {
+        /// KEY EXPECTED NEW, or KEY NEW with --expect-absent.
+        #[arg(required = true, num_args = 2..=3, value_names = ["KEY", "EXPECTED", "NEW"])]
+        args: Vec<String>,
+        /// Expect the key to have no value.
+        #[arg(long)]
+        expect_absent: bool,
+        /// Weak CAS: may fail at once, without contacting other nodes, when the local replica
+        /// differs (Kite §2.2).
+        #[arg(long)]
+        weak: bool,
         #[arg(long)]
         show_version: bool,
         #[command(flatten)]
@@ -71,8 +109,16 @@ fn main() {
     let result = match cli.command {
         Command::Up(args) => up::run(args),
         Command::Node(args) => run_node(args),
-        Command::Get { key, show_version, target } => block_on(ops::get(&target, key, show_version)),
-        Command::Put { key, value, show_version, target } => block_on(ops::put(&target, key, value, show_version)),
+        Command::Get { key, acquire, show_version, target } => block_on(ops::get(&target, key, acquire, show_version)),
+        Command::Put { key, value, release, show_version, target } => {
+            block_on(ops::put(&target, key, value, release, show_version))
+        }
+        Command::Faa { key, delta, show_version, target } => block_on(ops::faa(&target, key, delta, show_version)),
+        Command::Cas { args, expect_absent, weak, show_version, target } => {
+            ops::cas_args(args, expect_absent).and_then(|(key, expected, new)| {
+                block_on(ops::cas(&target, key, expected, new, weak, show_version))
+            })
+        }
         Command::Del { key, show_version, target } => block_on(ops::del(&target, key, show_version)),
         Command::Status { json, target } => block_on(ops::status(&target, json)),
         Command::Fault { fault, target } => block_on(ops::fault(&target, &fault)),

@@ -1,6 +1,8 @@
 //! The commands that talk to a running cluster: get, put, del, status, fault.
 
 use std::io::Write;
+
+use bytes::Bytes;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -8,7 +10,7 @@ use std::time::Duration;
 use strata_client::{Client, ClientOptions, ClusterId, LinkFault, NodeId, NodeStatus};
 
 use crate::cluster_file::ClusterFile;
-use crate::exit::{Failure, FAILED, NOT_FOUND, OK, UNREACHABLE};
+use crate::exit::{Failure, FAILED, NOT_FOUND, NOT_SWAPPED, OK, UNREACHABLE, USAGE};
 
 /// Which cluster to talk to. By default: the one `strata up` runs from `--data-dir`.
 #[derive(clap::Args, Debug, Clone)]
@@ -49,10 +51,10 @@ impl Target {
     }
 }
 
-pub async fn get(target: &Target, key: String, show_version: bool) -> Result<i32, Failure> {
+pub async fn get(target: &Target, key: String, acquire: bool, show_version: bool) -> Result<i32, Failure> {
     let client = target.client().await?;
     let mut s = client.open_session().await?;
-    let v = s.get(key.clone()).await?;
+    let v = if acquire { s.acquire(key.clone()).await? } else { s.get(key.clone()).await? };
     if show_version {
         eprintln!("version {}", v.version);
     }
@@ -69,10 +71,10 @@ pub async fn get(target: &Target, key: String, show_version: bool) -> Result<i32
     }
 }
 
-pub async fn put(target: &Target, key: String, value: String, show_version: bool) -> Result<i32, Failure> {
+pub async fn put(target: &Target, key: String, value: String, release: bool, show_version: bool) -> Result<i32, Failure> {
     let client = target.client().await?;
     let mut s = client.open_session().await?;
-    let cs = s.put(key, value).await?;
+    let cs = if release { s.release(key, value).await? } else { s.put(key, value).await? };
     if show_version {
         eprintln!("version {cs}");
     }
@@ -87,6 +89,50 @@ pub async fn del(target: &Target, key: String, show_version: bool) -> Result<i32
         eprintln!("version {cs}");
     }
     Ok(OK)
+}
+
+pub async fn faa(target: &Target, key: String, delta: u64, show_version: bool) -> Result<i32, Failure> {
+    let client = target.client().await?;
+    let mut s = client.open_session().await?;
+    let r = s.call(strata_client::Op::faa(key, delta)).await?;
+    let strata_client::Outcome::Rmw(r) = r else { return Err(Failure::new(FAILED, format!("unexpected reply {r:?}"))) };
+    if show_version {
+        eprintln!("read version {}, wrote version {}", r.observed.version, r.written.map_or("-".into(), |c| c.to_string()));
+    }
+    println!("{}", r.observed_u64());
+    Ok(OK)
+}
+
+/// Splits `strata cas` positionals: KEY EXPECTED NEW, or KEY NEW with --expect-absent.
+pub fn cas_args(args: Vec<String>, expect_absent: bool) -> Result<(String, Option<Bytes>, String), Failure> {
+    match (expect_absent, <[String; 2]>::try_from(args.clone()), <[String; 3]>::try_from(args)) {
+        (true, Ok([key, new]), _) => Ok((key, None, new)),
+        (false, _, Ok([key, expected, new])) => Ok((key, Some(Bytes::from(expected)), new)),
+        (true, _, _) => Err(Failure::new(USAGE, "with --expect-absent, give KEY NEW")),
+        (false, _, _) => Err(Failure::new(USAGE, "give KEY EXPECTED NEW (or KEY NEW with --expect-absent)")),
+    }
+}
+
+pub async fn cas(
+    target: &Target,
+    key: String,
+    expected: Option<Bytes>,
+    new: String,
+    weak: bool,
+    show_version: bool,
+) -> Result<i32, Failure> {
+    let client = target.client().await?;
+    let mut s = client.open_session().await?;
+    let r = s.cas(key, expected, new, weak).await?;
+    if show_version {
+        eprintln!("read version {}, wrote version {}", r.observed.version, r.written.map_or("-".into(), |c| c.to_string()));
+    }
+    println!("{}", if r.swapped { "swapped" } else { "not swapped" });
+    match &r.observed.value {
+        Some(v) => println!("seen: {}", String::from_utf8_lossy(v)),
+        None => println!("seen: (absent)"),
+    }
+    Ok(if r.swapped { OK } else { NOT_SWAPPED })
 }
 
 /// Asks every node for its status. Exit 0 if all answer, 1 if some are down, 4 if none is up.

@@ -99,3 +99,21 @@ fn usage_errors_exit_2_and_unreachable_endpoints_exit_4() {
     assert_eq!(o.status.code(), Some(4), "{}", stderr(&o));
     let _ = std::fs::remove_dir_all(dir);
 }
+
+#[test]
+fn release_acquire_faa_and_cas_from_the_command_line() {
+    let up = Up::start(3);
+    assert!(up.strata(&["put", "--release", "flag", "go"]).status.success());
+    let acq = up.strata(&["get", "--acquire", "flag"]);
+    assert_eq!((acq.status.code(), stdout(&acq).as_str()), (Some(0), "go\n"), "{}", stderr(&acq));
+    assert_eq!(stdout(&up.strata(&["faa", "ctr", "5"])), "0\n", "faa prints the previous value");
+    assert_eq!(stdout(&up.strata(&["faa", "ctr", "2"])), "5\n");
+    let first = up.strata(&["cas", "--expect-absent", "lock", "me"]);
+    assert_eq!((first.status.code(), stdout(&first).as_str()), (Some(0), "swapped\nseen: (absent)\n"));
+    let lost = up.strata(&["cas", "lock", "other", "you"]);
+    assert_eq!((lost.status.code(), stdout(&lost).as_str()), (Some(6), "not swapped\nseen: me\n"), "exit 6: not swapped");
+    let weak = up.strata(&["cas", "--weak", "lock", "me", "you"]);
+    assert!(weak.status.success(), "{}", stdout(&weak));
+    assert_eq!(stdout(&up.strata(&["get", "--acquire", "lock"])), "you\n");
+    assert_eq!(up.strata(&["cas", "lock"]).status.code(), Some(2), "usage");
+}

@@ -18,6 +18,9 @@ pub const DEFAULT_MAX_FRAME_BYTES: usize = 16 << 20;
 pub const DEFAULT_MAX_VALUE_BYTES: usize = 1 << 20;
 /// Default first re-send of an unacknowledged write (Kite §3.4 `T_RETX`).
 pub const DEFAULT_RETRANSMIT_MS: u64 = 5;
+/// Default `T_REL` (Kite §3.4): how long a release waits for all acks before the slow path.
+/// The paper uses ~1 ms on RDMA; a loaded loopback machine needs more headroom.
+pub const DEFAULT_RELEASE_TIMEOUT_MS: u64 = 5;
 /// Default cluster id.
 pub const DEFAULT_CLUSTER_ID: u64 = 1;
 /// Room a frame needs beside its value: the largest key (64 KiB) plus headers.
@@ -59,6 +62,10 @@ pub struct NodeConfig {
     /// `T_RETX`: first re-send of an unacknowledged write, milliseconds.
     #[serde(default = "default_retransmit_ms")]
     pub retransmit_ms: u64,
+    /// `T_REL`: how long a release (or RMW) waits for every earlier write of its session to be
+    /// acknowledged by all replicas before it takes the slow path, milliseconds.
+    #[serde(default = "default_release_timeout_ms")]
+    pub release_timeout_ms: u64,
     /// Largest frame accepted from a client or peer, header included.
     #[serde(default = "default_max_frame_bytes")]
     pub max_frame_bytes: usize,
@@ -112,6 +119,9 @@ fn default_cluster_id() -> u64 {
 }
 fn default_retransmit_ms() -> u64 {
     DEFAULT_RETRANSMIT_MS
+}
+fn default_release_timeout_ms() -> u64 {
+    DEFAULT_RELEASE_TIMEOUT_MS
 }
 fn default_max_frame_bytes() -> usize {
     DEFAULT_MAX_FRAME_BYTES
@@ -190,6 +200,7 @@ impl Default for NodeConfig {
             peers: Vec::new(),
             data_dir: PathBuf::from("strata-data/n0"),
             retransmit_ms: DEFAULT_RETRANSMIT_MS,
+            release_timeout_ms: DEFAULT_RELEASE_TIMEOUT_MS,
             max_frame_bytes: DEFAULT_MAX_FRAME_BYTES,
             max_value_bytes: DEFAULT_MAX_VALUE_BYTES,
             log_format: LogFormat::Text,
@@ -254,6 +265,9 @@ impl NodeConfig {
         if self.retransmit_ms == 0 {
             return Err(ConfigError::Invalid { what: "retransmit_ms", why: "must be at least 1".into() });
         }
+        if self.release_timeout_ms == 0 {
+            return Err(ConfigError::Invalid { what: "release_timeout_ms", why: "must be at least 1".into() });
+        }
         if self.max_frame_bytes > u32::MAX as usize {
             return Err(ConfigError::Invalid {
                 what: "max_frame_bytes",
@@ -301,6 +315,9 @@ pub struct NodeArgs {
     /// Log format.
     #[arg(long, value_enum, value_name = "FORMAT")]
     pub log_format: Option<LogFormat>,
+    /// `T_REL` in milliseconds: how long a release waits for all acks before the slow path.
+    #[arg(long, value_name = "MS")]
+    pub release_timeout_ms: Option<u64>,
 }
 
 /// A config file in which every setting is optional, so that flags can supply the rest.
@@ -315,6 +332,7 @@ struct PartialConfig {
     peers: Option<Vec<PeerConfig>>,
     data_dir: Option<PathBuf>,
     retransmit_ms: Option<u64>,
+    release_timeout_ms: Option<u64>,
     max_frame_bytes: Option<usize>,
     max_value_bytes: Option<usize>,
     log_format: Option<LogFormat>,
@@ -364,6 +382,7 @@ impl NodeArgs {
                 .or(file.data_dir)
                 .unwrap_or_else(|| PathBuf::from(format!("strata-data/n{node_id}"))),
             retransmit_ms: file.retransmit_ms.unwrap_or(DEFAULT_RETRANSMIT_MS),
+            release_timeout_ms: self.release_timeout_ms.or(file.release_timeout_ms).unwrap_or(DEFAULT_RELEASE_TIMEOUT_MS),
             max_frame_bytes: file.max_frame_bytes.unwrap_or(DEFAULT_MAX_FRAME_BYTES),
             max_value_bytes: file.max_value_bytes.unwrap_or(DEFAULT_MAX_VALUE_BYTES),
             log_format: self.log_format.or(file.log_format).unwrap_or_default(),

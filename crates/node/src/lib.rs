@@ -117,6 +117,13 @@ async fn start_on(cfg: NodeConfig, client: TcpListener, peer: TcpListener) -> Re
     let node = NodeId(cfg.node_id);
     let mut rc = RcConfig::new(node, cfg.replica_ids().into_iter().map(NodeId).collect());
     rc.retransmit_after = Duration::from_millis(cfg.retransmit_ms);
+    rc.round_retransmit = Duration::from_millis(cfg.retransmit_ms);
+    rc.release_timeout = Duration::from_millis(cfg.release_timeout_ms);
+    // A fresh session-id range and seed per incarnation: a restarted node never reuses the
+    // session (hence RMW) ids of its previous life (Kite §6, restart).
+    let incarnation = incarnation_nonce();
+    rc.session_index_base = (incarnation >> 32) as u32;
+    rc.seed = incarnation;
     rc.limits = Limits { max_frame_bytes: cfg.max_frame_bytes, max_value_bytes: cfg.max_value_bytes, ..Limits::default() };
     let core = RcReplica::new(rc)?;
 
@@ -162,6 +169,16 @@ async fn start_on(cfg: NodeConfig, client: TcpListener, peer: TcpListener) -> Re
         core_task: Some(core_task),
         tasks,
     })
+}
+
+/// A number that differs between starts of a node: wall-clock nanoseconds mixed with the pid.
+fn incarnation_nonce() -> u64 {
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64);
+    let mut x = nanos ^ (u64::from(std::process::id()) << 17);
+    // splitmix64 finaliser: spreads the bits so nearby starts land far apart.
+    x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    x ^ (x >> 31)
 }
 
 /// Stops a running node from anywhere (a signal handler, another task). Cheap to clone.
