@@ -165,8 +165,8 @@ pub async fn status(target: &Target, json: bool) -> Result<i32, Failure> {
 
 fn print_status(rows: &[(SocketAddr, Result<NodeStatus, String>)]) {
     println!(
-        "{:<5} {:<22} {:>9} {:>8} {:>8} {:>8} {:>9} {:>9}  peers (connected/total)",
-        "node", "clients", "uptime_s", "keys", "sessions", "pending", "bad_cli", "bad_peer"
+        "{:<5} {:<22} {:>9} {:>8} {:>8} {:>8} {:>9} {:>9} {:>6} {:>13}  peers (connected/total)",
+        "node", "clients", "uptime_s", "keys", "sessions", "pending", "bad_cli", "bad_peer", "epoch", "barriers f/s"
     );
     for (addr, r) in rows {
         match r {
@@ -179,7 +179,7 @@ fn print_status(rows: &[(SocketAddr, Result<NodeStatus, String>)]) {
                     .map(|p| format!("{}:{}", p.node, describe_fault(&p.fault)))
                     .collect();
                 println!(
-                    "{:<5} {:<22} {:>9} {:>8} {:>8} {:>8} {:>9} {:>9}  {}/{}{}",
+                    "{:<5} {:<22} {:>9} {:>8} {:>8} {:>8} {:>9} {:>9} {:>6} {:>13}  {}/{}{}",
                     s.node.0,
                     addr.to_string(),
                     s.uptime_ms / 1000,
@@ -188,6 +188,8 @@ fn print_status(rows: &[(SocketAddr, Result<NodeStatus, String>)]) {
                     s.pending_writes,
                     s.bad_client_frames,
                     s.bad_peer_frames,
+                    s.machine_epoch,
+                    format!("{}/{}", s.barriers_fast, s.barriers_slow),
                     connected,
                     s.peers.len(),
                     if faults.is_empty() { String::new() } else { format!("  faults: {}", faults.join(" ")) }
@@ -210,6 +212,10 @@ fn status_json(addr: SocketAddr, r: &Result<NodeStatus, String>) -> serde_json::
             "pending_writes": s.pending_writes,
             "bad_client_frames": s.bad_client_frames,
             "bad_peer_frames": s.bad_peer_frames,
+            "machine_epoch": s.machine_epoch,
+            "barriers_fast": s.barriers_fast,
+            "barriers_slow": s.barriers_slow,
+            "slow_path_accesses": s.slow_path_accesses,
             "peers": s.peers.iter().map(|p| serde_json::json!({
                 "node": p.node.0,
                 "addr": p.addr,

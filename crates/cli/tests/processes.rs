@@ -125,3 +125,81 @@ async fn relaxed_ops_survive_sigkill_and_sigstop_and_live_replicas_converge() {
     }
     drop(s2);
 }
+
+/// Issue #3, item 5 (Kite §4.1, the paper's failure study): a producer writes fields with
+/// relaxed writes, then releases a flag; consumers on the other nodes acquire the flag and read
+/// the fields — every field must be at least as new as the acquired round. One replica (a
+/// consumer's node) is SIGSTOPped for 400 ms in the middle: zero violations, and the live
+/// consumer keeps going through the pause.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn producer_consumer_has_no_violation_through_a_400ms_sigstop() {
+    const FIELDS: usize = 8;
+    const ROUNDS: u64 = 150;
+    let up = Up::start(3);
+    let mut producer = session_at(up.endpoints[0]).await;
+    let consumers = [session_at(up.endpoints[1]).await, session_at(up.endpoints[2]).await];
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+
+    // Consumers: acquire the flag, then read every field; a field older than the flag's round is
+    // a release-consistency violation.
+    let mut tasks = Vec::new();
+    for (c, mut s) in consumers.into_iter().enumerate() {
+        let done = done.clone();
+        tasks.push(tokio::spawn(async move {
+            let (mut checks, mut violations) = (0u64, Vec::new());
+            loop {
+                let finished = done.load(std::sync::atomic::Ordering::SeqCst);
+                let flag = s.acquire("flag").await.unwrap();
+                let round: u64 = flag.value.map_or(0, |v| String::from_utf8_lossy(&v).parse().unwrap());
+                for f in 0..FIELDS {
+                    let v = s.get(format!("field{f}")).await.unwrap();
+                    let seen: u64 = v.value.map_or(0, |v| String::from_utf8_lossy(&v).parse().unwrap());
+                    if seen < round {
+                        violations.push(format!("consumer {c}: flag round {round}, field{f} round {seen}"));
+                    }
+                }
+                checks += 1;
+                if finished && round == ROUNDS {
+                    return (checks, violations);
+                }
+            }
+        }));
+    }
+
+    let (mut paused_at, mut released_while_paused) = (None, 0);
+    for round in 1..=ROUNDS {
+        for f in 0..FIELDS {
+            producer.submit(Op::put(format!("field{f}"), round.to_string())).unwrap();
+        }
+        let id = producer.submit(Op::release("flag", round.to_string())).unwrap();
+        producer.wait(id).await.unwrap();
+        released_while_paused += u32::from(paused_at.is_some());
+        if round == ROUNDS / 3 {
+            // SAFETY: a node process of this test's cluster (consumer 1's node).
+            unsafe { libc::kill(up.pids[2], libc::SIGSTOP) };
+            paused_at = Some(Instant::now());
+        }
+        if paused_at.is_some_and(|t| t.elapsed() >= Duration::from_millis(400)) {
+            unsafe { libc::kill(up.pids[2], libc::SIGCONT) };
+            paused_at = None;
+        }
+    }
+    if paused_at.is_some() {
+        tokio::time::sleep(Duration::from_millis(400).saturating_sub(paused_at.unwrap().elapsed())).await;
+        unsafe { libc::kill(up.pids[2], libc::SIGCONT) };
+    }
+    done.store(true, std::sync::atomic::Ordering::SeqCst);
+    for (c, t) in tasks.into_iter().enumerate() {
+        let (checks, violations) = tokio::time::timeout(Duration::from_secs(60), t).await.expect("consumer finished").unwrap();
+        assert!(violations.is_empty(), "{} violations, first: {:?}", violations.len(), &violations[..violations.len().min(5)]);
+        assert!(checks > 0, "consumer {c} checked nothing");
+    }
+    assert!(released_while_paused > 0, "the producer must keep releasing while node 2 sleeps");
+    // The producer's releases took the slow path while node 2 slept (it missed their acks), and
+    // the sleeper's first acquire after waking learned it was delinquent (Kite §6).
+    let n0 = Client::connect_node(up.endpoints[0], ClientOptions::default()).await.unwrap();
+    let n2 = Client::connect_node(up.endpoints[2], ClientOptions::default()).await.unwrap();
+    let (s0, s2) = (n0.status().await.unwrap(), n2.status().await.unwrap());
+    assert!(s0.barriers_slow >= 1, "no slow release at the producer: {s0:?}");
+    assert!(s2.machine_epoch >= 1, "the sleeper never bumped its epoch: {s2:?}");
+}

@@ -179,6 +179,10 @@ impl Driver {
             bad_client_frames: self.counters.bad_client_frames.load(Ordering::Relaxed),
             // Frames the transport dropped plus messages the core refused (unknown sender, ...).
             bad_peer_frames: self.counters.bad_peer_frames.load(Ordering::Relaxed) + s.bad_peer_messages,
+            machine_epoch: s.machine_epoch,
+            barriers_fast: s.barriers_fast,
+            barriers_slow: s.barriers_slow,
+            slow_path_accesses: s.slow_path_accesses,
             peers: self.links.iter().map(|l| l.status()).collect(),
         }
     }

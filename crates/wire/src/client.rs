@@ -123,6 +123,13 @@ pub struct NodeStatus {
     pub pending_writes: u64,
     pub bad_client_frames: u64,
     pub bad_peer_frames: u64,
+    /// Kite §5.8: the node's machine epoch (bumped when it learned it missed writes).
+    pub machine_epoch: u64,
+    /// Barriers (releases, RMWs) completed on the fast path / through a `SLOW_RELEASE`.
+    pub barriers_fast: u64,
+    pub barriers_slow: u64,
+    /// Relaxed accesses served through the slow path (out-of-epoch keys).
+    pub slow_path_accesses: u64,
     pub peers: Vec<PeerStatus>,
 }
 
@@ -337,6 +344,10 @@ impl Encode for NodeStatus {
             self.pending_writes,
             self.bad_client_frames,
             self.bad_peer_frames,
+            self.machine_epoch,
+            self.barriers_fast,
+            self.barriers_slow,
+            self.slow_path_accesses,
         ] {
             out.put_u64_le(v);
         }
@@ -353,6 +364,10 @@ impl Decode for NodeStatus {
             pending_writes: r.u64()?,
             bad_client_frames: r.u64()?,
             bad_peer_frames: r.u64()?,
+            machine_epoch: r.u64()?,
+            barriers_fast: r.u64()?,
+            barriers_slow: r.u64()?,
+            slow_path_accesses: r.u64()?,
             peers: r.seq(PeerStatus::decode)?,
         })
     }

@@ -56,7 +56,7 @@ fn response() -> impl Strategy<Value = ClientResponse> {
             messages_dropped_by_fault,
         },
     );
-    let status = (any::<[u64; 6]>(), any::<u32>(), prop::collection::vec(peer, 0..4)).prop_map(|(c, n, peers)| NodeStatus {
+    let status = (any::<[u64; 10]>(), any::<u32>(), prop::collection::vec(peer, 0..4)).prop_map(|(c, n, peers)| NodeStatus {
         node: NodeId(n),
         uptime_ms: c[0],
         keys: c[1],
@@ -64,6 +64,10 @@ fn response() -> impl Strategy<Value = ClientResponse> {
         pending_writes: c[3],
         bad_client_frames: c[4],
         bad_peer_frames: c[5],
+        machine_epoch: c[6],
+        barriers_fast: c[7],
+        barriers_slow: c[8],
+        slow_path_accesses: c[9],
         peers,
     });
     let body = prop_oneof![
