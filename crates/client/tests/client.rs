@@ -5,31 +5,10 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use strata_client::{blocking, Client, ClientError, ClientOptions, ClusterId, Op, Outcome};
-use strata_node::{NodeConfig, PeerConfig, RunningNode};
-
-fn bind() -> std::net::TcpListener {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap()
-}
+use strata_node::RunningNode;
 
 async fn cluster(n: u32) -> Vec<RunningNode> {
-    let listeners: Vec<_> = (0..n).map(|_| (bind(), bind())).collect();
-    let peer_addrs: Vec<SocketAddr> = listeners.iter().map(|(_, p)| p.local_addr().unwrap()).collect();
-    let mut nodes = Vec::new();
-    for (id, (c, p)) in listeners.into_iter().enumerate() {
-        let id = id as u32;
-        let peers = (0..n).filter(|&j| j != id).map(|j| PeerConfig { id: j, addr: peer_addrs[j as usize] }).collect();
-        let dir = std::env::temp_dir().join(format!("strata-client-test-{}-{id}", std::process::id()));
-        let cfg = NodeConfig {
-            node_id: id,
-            client_addr: "127.0.0.1:0".parse().unwrap(),
-            peer_addr: "127.0.0.1:0".parse().unwrap(),
-            peers,
-            data_dir: dir,
-            ..NodeConfig::default()
-        };
-        nodes.push(strata_node::start_with_listeners(cfg, c, p).await.unwrap());
-    }
-    nodes
+    strata_node::testing::local_cluster(n).await
 }
 
 fn opts() -> ClientOptions {

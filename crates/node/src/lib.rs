@@ -20,6 +20,7 @@ pub mod config;
 mod driver;
 pub mod fault;
 mod shared;
+pub mod testing;
 mod transport;
 
 use std::net::SocketAddr;

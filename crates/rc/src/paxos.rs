@@ -372,43 +372,45 @@ impl RcReplica {
 
     // ---- acceptor (Kite §5.7.6 - §5.7.8) ----
 
-    /// The propose handler's decision, without the delinquency check and the reply's version.
-    fn acceptor_propose(&mut self, key: &Bytes, slot: u32, b: Ballot, rmw_id: RmwId) -> PaxosOutcome {
+    /// The checks both acceptor handlers make before acting (§5.7.6, §5.7.7): `Some` outcome
+    /// if the request cannot be acted on for slot `lc + 1` at ballot `b`.
+    fn acceptor_refusal(&mut self, key: &Bytes, slot: u32, b: Ballot, rmw_id: RmwId) -> Option<PaxosOutcome> {
         if self.registry_has(rmw_id) {
-            return PaxosOutcome::RmwCommitted;
+            return Some(PaxosOutcome::RmwCommitted);
         }
         let k = self.key_mut(key);
         if slot <= k.lc {
-            PaxosOutcome::SlotTooSmall { lc: k.lc, lc_rmw: k.lc_rmw }
+            Some(PaxosOutcome::SlotTooSmall { lc: k.lc, lc_rmw: k.lc_rmw })
         } else if slot > k.lc + 1 {
-            PaxosOutcome::SlotTooHigh { lc: k.lc }
+            Some(PaxosOutcome::SlotTooHigh { lc: k.lc })
         } else if b < k.promised {
-            PaxosOutcome::Nack { promised: k.promised }
+            Some(PaxosOutcome::Nack { promised: k.promised })
         } else {
-            k.promised = b; // b == promised is a retransmission: re-ack
-            match &k.accepted {
-                Some((ballot, tuple)) => PaxosOutcome::AlreadyAccepted { ballot: *ballot, tuple: tuple.clone() },
-                None => PaxosOutcome::Ack,
-            }
+            None
+        }
+    }
+
+    /// The propose handler's decision, without the delinquency check and the reply's version.
+    fn acceptor_propose(&mut self, key: &Bytes, slot: u32, b: Ballot, rmw_id: RmwId) -> PaxosOutcome {
+        if let Some(refused) = self.acceptor_refusal(key, slot, b, rmw_id) {
+            return refused;
+        }
+        let k = self.key_mut(key);
+        k.promised = b; // b == promised is a retransmission: re-ack
+        match &k.accepted {
+            Some((ballot, tuple)) => PaxosOutcome::AlreadyAccepted { ballot: *ballot, tuple: tuple.clone() },
+            None => PaxosOutcome::Ack,
         }
     }
 
     fn acceptor_accept(&mut self, key: &Bytes, slot: u32, b: Ballot, tuple: &Tuple) -> PaxosOutcome {
-        if self.registry_has(tuple.rmw_id) {
-            return PaxosOutcome::RmwCommitted;
+        if let Some(refused) = self.acceptor_refusal(key, slot, b, tuple.rmw_id) {
+            return refused;
         }
         let k = self.key_mut(key);
-        if slot <= k.lc {
-            PaxosOutcome::SlotTooSmall { lc: k.lc, lc_rmw: k.lc_rmw }
-        } else if slot > k.lc + 1 {
-            PaxosOutcome::SlotTooHigh { lc: k.lc }
-        } else if b < k.promised {
-            PaxosOutcome::Nack { promised: k.promised }
-        } else {
-            k.promised = b;
-            k.accepted = Some((b, tuple.clone()));
-            PaxosOutcome::Ack
-        }
+        k.promised = b;
+        k.accepted = Some((b, tuple.clone()));
+        PaxosOutcome::Ack
     }
 
     /// An acceptor's reply: the outcome, the version when newer than the proposer's (always

@@ -4,12 +4,10 @@
 #![allow(dead_code)]
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use bytes::{BufMut, Bytes, BytesMut};
-use strata_node::{NodeConfig, PeerConfig, RunningNode};
+use strata_node::RunningNode;
 use strata_wire::client::{ClientRequest, ClientResponse, ErrorCode, LinkFault, NodeStatus, Request, Response};
 use strata_wire::{decode_frame, decode_message, encode_frame, Carstamp, ClusterId, Encode, NodeId, SessionId};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -35,46 +33,12 @@ pub fn frame<M: Encode + ?Sized>(cluster: ClusterId, msg: &M) -> Vec<u8> {
     b.to_vec()
 }
 
-pub fn temp_dir(tag: &str) -> PathBuf {
-    static N: AtomicU64 = AtomicU64::new(0);
-    let dir = std::env::temp_dir().join(format!(
-        "strata-node-test-{}-{}-{}",
-        std::process::id(),
-        tag,
-        N.fetch_add(1, Ordering::Relaxed)
-    ));
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
-}
+#[allow(unused_imports)]
+pub use strata_node::testing::{temp_dir, test_config as config};
 
-fn bind() -> std::net::TcpListener {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap()
-}
-
-/// A config for node `id` with the given peers (addresses filled in by the caller).
-pub fn config(id: u32, peers: Vec<PeerConfig>) -> NodeConfig {
-    NodeConfig {
-        node_id: id,
-        client_addr: "127.0.0.1:0".parse().unwrap(),
-        peer_addr: "127.0.0.1:0".parse().unwrap(),
-        peers,
-        data_dir: temp_dir(&format!("n{id}")),
-        ..NodeConfig::default()
-    }
-}
-
-/// Starts `n` nodes that know each other. Listeners are bound first, so every peer address is
-/// real before any node starts.
+/// Starts `n` nodes that know each other (`strata_node::testing::local_cluster`).
 pub async fn cluster(n: u32) -> Vec<RunningNode> {
-    let listeners: Vec<_> = (0..n).map(|_| (bind(), bind())).collect();
-    let peer_addrs: Vec<SocketAddr> = listeners.iter().map(|(_, p)| p.local_addr().unwrap()).collect();
-    let mut nodes = Vec::new();
-    for (id, (c, p)) in listeners.into_iter().enumerate() {
-        let id = id as u32;
-        let peers = (0..n).filter(|&j| j != id).map(|j| PeerConfig { id: j, addr: peer_addrs[j as usize] }).collect();
-        nodes.push(strata_node::start_with_listeners(config(id, peers), c, p).await.unwrap());
-    }
-    nodes
+    strata_node::testing::local_cluster(n).await
 }
 
 /// Polls an (async) expression yielding `Option<T>` until it is `Some`, or panics at the
