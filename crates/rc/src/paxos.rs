@@ -40,6 +40,9 @@ pub(crate) struct Rmw {
     acq: AcquireId,
     detected: bool,
     backoff: Duration,
+    /// The slot `backoff` grew in; a later slot starts again from `B_MIN` (fairness, see
+    /// `docs/design.md`: without it an RMW that backed off long starves behind fresh ones).
+    backoff_slot: u32,
     last_round: u32,
     /// P-ONCE-PER-SLOT: the outcome computed for each slot tried.
     my: HashMap<u32, Computed>,
@@ -112,6 +115,7 @@ impl RcReplica {
             acq,
             detected: false,
             backoff: self.cfg.backoff_min,
+            backoff_slot: 0,
             last_round: 0,
             my: HashMap::new(),
             own_slot: None,
@@ -149,6 +153,10 @@ impl RcReplica {
                     let slot = k.lc + 1;
                     let ballot = Ballot { round: k.promised.round.max(r.last_round) + 1, node };
                     let known_cs = k.cs;
+                    if slot > r.backoff_slot {
+                        r.backoff = self.cfg.backoff_min;
+                        r.backoff_slot = slot;
+                    }
                     let local = self.acceptor_propose(key, slot, ballot, r.rmw_id);
                     let (key2, rmw_id, acq) = (key.clone(), r.rmw_id, r.acq);
                     let req = self.start_round(now, id, |req| {

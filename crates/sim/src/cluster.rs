@@ -9,21 +9,33 @@
 //!
 //! Phases (`DESIGN.md`, testing layer 3; Kite §7 prop 9): a *safety* phase with every fault;
 //! then *liveness*: partitions healed, paused nodes resumed, loss stopped, clients still
-//! issuing (they must progress); then *drain*: clients stop, the network quiesces, and the final
-//! replica states are recorded for the convergence checker.
+//! issuing (they must progress: the phase lasts `liveness_ns`, and longer — up to a cap —
+//! until every live session has completed an operation invoked after healing); then *drain*:
+//! clients stop, the network quiesces (`drain_ns`, extended up to a cap while operations are in
+//! flight), and the final replica states are recorded for the convergence checker.
+//!
+//! Besides replies and `VersionCreated` events, the driver records what the checkers of Kite §7
+//! need from the wire and the replicas' state: every distinct `COMMIT` sent (the global commit
+//! log, inv. 12/13; the first real commit of a slot is the RMW version's creation, since the
+//! owner reports it only at M10), every acceptor's accepted tuple (inv. 13), `SLOW_RELEASE`s
+//! and their acks (prop 10), machine-epoch changes, and each replica's `lc`.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::time::Duration;
 
+use std::collections::{HashMap, HashSet};
+
 use bytes::Bytes;
 use strata_core::{DeadlineQueue, Node};
-use strata_rc::{RcConfig, RcEffects, RcEvent, RcInput, RcReplica};
-use strata_wire::peer::PeerMessage;
-use strata_wire::{Carstamp, Instant, NodeId};
+use strata_rc::{RcConfig, RcEffects, RcEvent, RcInput, RcReplica, RcStats};
+use strata_wire::peer::{PeerMessage, Tuple};
+use strata_wire::{Ballot, Carstamp, Instant, NodeId, RmwId};
 
 use crate::clock::NodeClock;
 use crate::guard::guarded;
-use crate::history::{Anomaly, Creation, FinalState, History, ReplicaChange, Value};
+use crate::history::{
+    Acceptance, Anomaly, CommitSeen, Creation, EpochChange, FinalState, History, ReplicaChange, SlowReleaseSeen, Value,
+};
 use crate::knobs::{Fault, Knobs, Streams};
 use crate::net::{NetStats, Network};
 use crate::workload::Workload;
@@ -37,6 +49,8 @@ enum Event {
     /// The node's armed tick; stale unless it is still the armed one.
     Timer { node: NodeId },
     Issue { client: usize },
+    /// The script's operation number `op` is due.
+    Scripted { op: usize },
     Fault(Fault),
     Heal { links: Vec<(NodeId, NodeId)> },
     Resume { node: NodeId },
@@ -71,11 +85,28 @@ struct SimNode {
     last_local: Instant,
     /// Global instant of the armed tick.
     timer: Option<Instant>,
-    /// The replica's `(value, cs)` per key at the last sample.
-    held: BTreeMap<Bytes, (Value, Carstamp)>,
+    /// The replica's state per key at the last sample.
+    held: BTreeMap<Bytes, Held>,
+    /// The machine epoch at the last sample.
+    epoch: u64,
     invariants_failed: bool,
     stuck_reported: bool,
 }
+
+/// What the driver samples of one key of one replica after every input.
+#[derive(Clone, Debug, PartialEq, Default)]
+struct Held {
+    value: Value,
+    cs: Carstamp,
+    lc: u32,
+    epoch: u64,
+    accepted: Option<(Ballot, Tuple)>,
+}
+
+/// Limits of the adaptive phase ends: how often to look again, and for how long at most.
+const EXTEND_STEP_NS: u64 = 20_000_000;
+const LIVENESS_CAP_NS: u64 = 3_000_000_000;
+const DRAIN_CAP_NS: u64 = 10_000_000_000;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Phase {
@@ -92,7 +123,26 @@ pub struct RunStats {
     pub events: u64,
     /// Writes re-sent by the cores (`RcStats::writes_retransmitted`, crashed nodes included).
     pub retransmissions: u64,
+    /// Sums over every replica (crashed ones up to their crash) of the cores' counters.
+    pub rounds_retransmitted: u64,
+    pub barriers_fast: u64,
+    pub barriers_slow: u64,
+    pub slow_path_accesses: u64,
+    pub paxos_nacks: u64,
+    pub epoch_bumps: u64,
     pub end_ns: u64,
+}
+
+impl RunStats {
+    fn add_core(&mut self, s: &RcStats) {
+        self.retransmissions += s.writes_retransmitted;
+        self.rounds_retransmitted += s.rounds_retransmitted;
+        self.barriers_fast += s.barriers_fast;
+        self.barriers_slow += s.barriers_slow;
+        self.slow_path_accesses += s.slow_path_accesses;
+        self.paxos_nacks += s.paxos_nacks;
+        self.epoch_bumps += s.machine_epoch;
+    }
 }
 
 pub struct Cluster {
@@ -107,13 +157,23 @@ pub struct Cluster {
     liveness_requested: bool,
     effects: RcEffects,
     stats: RunStats,
+    /// Orders the driver's records (commits, acceptances) globally.
+    seq: u64,
+    /// Distinct commits already recorded: `(key, slot, rmw_id, cs, value)`.
+    commits_seen: HashSet<(Bytes, u32, RmwId, Carstamp, Value)>,
+    /// RMW versions already in `history.creations`, by `(key, cs)`.
+    rmw_versions: HashMap<(Bytes, Carstamp), usize>,
+    /// `SLOW_RELEASE`s by `(sender, req)`: index in `history.slow_releases`.
+    slow_releases: HashMap<(NodeId, u64), usize>,
+    drain_started: Instant,
 }
 
 impl Cluster {
     pub fn new(knobs: Knobs) -> Cluster {
         let streams = Streams::new(knobs.seed);
         let net = Network::new(knobs.net.clone(), streams.net);
-        let workload = Workload::new(knobs.workload.clone(), knobs.nodes, streams.workload);
+        let mut workload = Workload::new(knobs.workload.clone(), knobs.nodes, streams.workload);
+        workload.scripted = knobs.script.is_some();
         let replicas: Vec<NodeId> = (0..knobs.nodes).map(NodeId).collect();
         let nodes = replicas
             .iter()
@@ -121,6 +181,11 @@ impl Cluster {
                 let mut cfg = RcConfig::new(id, replicas.clone());
                 cfg.retransmit_after = Duration::from_micros(knobs.retransmit_after_us);
                 cfg.retransmit_max = Duration::from_micros(knobs.retransmit_max_us);
+                cfg.round_retransmit = Duration::from_micros(knobs.round_retransmit_us);
+                cfg.release_timeout = Duration::from_micros(knobs.release_timeout_us);
+                cfg.backoff_min = Duration::from_micros(knobs.backoff_min_us);
+                cfg.backoff_max = Duration::from_micros(knobs.backoff_max_us);
+                cfg.seed = knobs.seed.rotate_left(17) ^ (u64::from(id.0) + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15);
                 cfg.planted_bug = knobs.canary.map(|c| c.planted_bug());
                 SimNode {
                     id,
@@ -130,11 +195,13 @@ impl Cluster {
                     last_local: Instant::ZERO,
                     timer: None,
                     held: BTreeMap::new(),
+                    epoch: 0,
                     invariants_failed: false,
                     stuck_reported: false,
                 }
             })
             .collect();
+        let history = History { nodes: knobs.nodes, ..History::default() };
         Cluster {
             knobs,
             now: Instant::ZERO,
@@ -142,11 +209,16 @@ impl Cluster {
             nodes,
             net,
             workload,
-            history: History::default(),
+            history,
             phase: Phase::Safety,
             liveness_requested: false,
             effects: RcEffects::default(),
             stats: RunStats::default(),
+            seq: 0,
+            commits_seen: HashSet::new(),
+            rmw_versions: HashMap::new(),
+            slow_releases: HashMap::new(),
+            drain_started: Instant::ZERO,
         }
     }
 
@@ -156,6 +228,11 @@ impl Cluster {
             self.queue.push(Instant(sf.at_ns), Event::Fault(sf.fault));
         }
         self.queue.push(Instant(self.knobs.safety_ns), Event::StartLiveness);
+        if let Some(script) = &self.knobs.script {
+            for (op, s) in script.ops.iter().enumerate() {
+                self.queue.push(Instant(s.at_ns), Event::Scripted { op });
+            }
+        }
         for c in 0..self.workload.clients.len() {
             let (node, input) = self.workload.open(c);
             self.input(node, NodeInput::Client(input));
@@ -190,16 +267,41 @@ impl Cluster {
                 }
             }
             Event::Issue { client } => self.issue(client),
+            Event::Scripted { op } => {
+                let s = self.knobs.script.as_ref().expect("scripted events come from a script").ops[op].clone();
+                if let Some((node, input)) =
+                    self.workload.issue_scripted(s.client, s.kind, Bytes::from_static(s.key.as_bytes()), self.now, &mut self.history)
+                {
+                    self.input(node, NodeInput::Client(input));
+                }
+            }
             Event::Fault(fault) => self.fault(fault),
             Event::Heal { links } => self.net.heal_links(&links),
             Event::Resume { node } => self.resume(node),
             Event::StartLiveness => self.start_liveness(),
             Event::StopClients => {
+                // Kite §7 prop 9: every live session must show progress after healing; a
+                // session blocked behind a barrier time-out or a Paxos back-off gets more time.
+                let heal = self.history.heal_at.unwrap_or(self.now);
+                if !self.workload.all_progressed() && self.now.0 < heal.0 + self.knobs.liveness_ns + LIVENESS_CAP_NS {
+                    self.queue.push(self.now + Duration::from_nanos(EXTEND_STEP_NS), Event::StopClients);
+                    return;
+                }
                 self.phase = Phase::Drain;
                 self.workload.issuing = false;
+                self.drain_started = self.now;
                 self.queue.push(self.now + Duration::from_nanos(self.knobs.drain_ns), Event::End);
             }
-            Event::End => self.phase = Phase::Done,
+            Event::End => {
+                // Operations still in flight at live nodes get more time, up to a cap; the
+                // completion checker reports whatever is left.
+                let busy = self.workload.in_flight_live() > 0;
+                if busy && self.now.0 < self.drain_started.0 + self.knobs.drain_ns + DRAIN_CAP_NS {
+                    self.queue.push(self.now + Duration::from_nanos(EXTEND_STEP_NS), Event::End);
+                    return;
+                }
+                self.phase = Phase::Done;
+            }
         }
     }
 
@@ -256,7 +358,7 @@ impl Cluster {
     fn crash(&mut self, node: NodeId) {
         let n = &mut self.nodes[node.0 as usize];
         if let Some(core) = n.core.take() {
-            self.stats.retransmissions += core.stats().writes_retransmitted;
+            self.stats.add_core(&core.stats());
         }
         n.state = NodeState::Crashed;
         n.timer = None;
@@ -279,6 +381,7 @@ impl Cluster {
         }
         self.phase = Phase::Liveness;
         self.history.heal_at = Some(self.now);
+        self.workload.heal_at = Some(self.now);
         self.net.calm();
         self.workload.read_only = self.knobs.workload.read_only_after_heal;
         for i in 0..self.nodes.len() {
@@ -331,35 +434,153 @@ impl Cluster {
         self.rearm(node, is_tick);
     }
 
-    /// Records every key whose `(value, cs)` changed at this replica (for the G1 checker,
-    /// Kite §7 inv. 12). Keys are visited in order, so the history is deterministic.
+    /// Records every key whose `(value, cs)` or `lc` changed at this replica (for the G1 and
+    /// commit-floor checkers, Kite §7 inv. 12), every new accepted tuple (inv. 13) and machine
+    /// epoch change; reports an epoch going back (inv. 11) as an anomaly. Keys are visited in
+    /// order, so the history is deterministic.
     fn sample(&mut self, node: NodeId) {
         let n = &mut self.nodes[node.0 as usize];
         let Some(core) = n.core.as_ref() else { return };
-        let mut changed: Vec<(Bytes, Value, Carstamp)> = core
+        let mut changed: Vec<(Bytes, Held)> = core
             .versions()
-            .filter(|(key, ks)| !matches!(n.held.get(*key), Some((v, cs)) if *cs == ks.cs && *v == ks.value))
-            .map(|(key, ks)| (key.clone(), ks.value.clone(), ks.cs))
+            .filter(|(key, ks)| {
+                !matches!(n.held.get(*key), Some(h) if h.cs == ks.cs && h.lc == ks.lc && h.epoch == ks.epoch && h.accepted == ks.accepted && h.value == ks.value)
+            })
+            .map(|(key, ks)| {
+                let held =
+                    Held { value: ks.value.clone(), cs: ks.cs, lc: ks.lc, epoch: ks.epoch, accepted: ks.accepted.clone() };
+                (key.clone(), held)
+            })
             .collect();
         if core.versions().count() < n.held.len() {
             // A key vanished: report it as dropping back to the initial version.
             let vanished: Vec<Bytes> =
                 n.held.keys().filter(|k| core.versions().all(|(key, _)| key != *k)).cloned().collect();
-            changed.extend(vanished.into_iter().map(|k| (k, None, Carstamp::ZERO)));
+            changed.extend(vanished.into_iter().map(|k| (k, Held::default())));
         }
         changed.sort_by(|a, b| a.0.cmp(&b.0));
-        for (key, value, cs) in changed {
-            n.held.insert(key.clone(), (value.clone(), cs));
-            self.history.replica_changes.push(ReplicaChange { at: self.now, node, key, value, cs });
+        let epoch = core.stats().machine_epoch;
+        if epoch != n.epoch {
+            if epoch < n.epoch {
+                let what = format!("machine epoch went back from {} to {epoch} (Kite §7 inv. 11)", n.epoch);
+                self.history.anomalies.push(Anomaly { at: self.now, node: Some(node), what });
+            }
+            n.epoch = epoch;
+            self.history.epochs.push(EpochChange { at: self.now, node, epoch });
+        }
+        for (key, new) in changed {
+            let old = n.held.insert(key.clone(), new.clone()).unwrap_or_default();
+            if new.epoch < old.epoch {
+                let what = format!("key {:?} epoch went back from {} to {} (Kite §7 inv. 11)", key, old.epoch, new.epoch);
+                self.history.anomalies.push(Anomaly { at: self.now, node: Some(node), what });
+            }
+            if (&new.value, new.cs, new.lc) != (&old.value, old.cs, old.lc) {
+                let (value, cs, lc) = (new.value.clone(), new.cs, new.lc);
+                self.history.replica_changes.push(ReplicaChange { at: self.now, node, key: key.clone(), value, cs, lc });
+            }
+            if let Some((ballot, t)) = &new.accepted {
+                if new.accepted != old.accepted || new.lc != old.lc {
+                    self.seq += 1;
+                    self.history.acceptances.push(Acceptance {
+                        seq: self.seq,
+                        at: self.now,
+                        node,
+                        key,
+                        slot: new.lc + 1,
+                        ballot: *ballot,
+                        rmw_id: t.rmw_id,
+                        base: t.base,
+                        value: t.value.clone(),
+                    });
+                }
+            }
         }
     }
 
+    /// Records a message a node sends, for the checkers: commits (and the RMW versions they
+    /// create), slow releases and their acks.
+    fn observe_send(&mut self, from: NodeId, to: NodeId, msg: &PeerMessage) {
+        match msg {
+            PeerMessage::Commit(c) => {
+                let id = (c.key.clone(), c.slot, c.rmw_id, c.cs, c.value.clone());
+                if self.commits_seen.contains(&id) {
+                    return;
+                }
+                self.commits_seen.insert(id);
+                self.seq += 1;
+                let seen = CommitSeen {
+                    seq: self.seq,
+                    at: self.now,
+                    from,
+                    key: c.key.clone(),
+                    slot: c.slot,
+                    rmw_id: c.rmw_id,
+                    value: c.value.clone(),
+                    cs: c.cs,
+                };
+                if seen.is_real() && seen.slot > 0 {
+                    let session = c.rmw_id.session;
+                    self.record_rmw_version(Creation {
+                        at: self.now,
+                        node: session.node,
+                        session,
+                        key: c.key.clone(),
+                        cs: c.cs,
+                        value: c.value.clone(),
+                        rmw_id: Some(c.rmw_id),
+                    });
+                }
+                self.history.commits.push(seen);
+            }
+            PeerMessage::SlowRelease { req, dm } if !self.slow_releases.contains_key(&(from, *req)) => {
+                self.slow_releases.insert((from, *req), self.history.slow_releases.len());
+                let sr = SlowReleaseSeen { at: self.now, from, req: *req, dm: *dm, acks: Vec::new() };
+                self.history.slow_releases.push(sr);
+            }
+            PeerMessage::SlowReleaseAck { req } => {
+                if let Some(&i) = self.slow_releases.get(&(to, *req)) {
+                    let sr = &mut self.history.slow_releases[i];
+                    if sr.acks.iter().all(|(n, _)| *n != from) {
+                        sr.acks.push((from, self.now));
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// An RMW version is recorded once, from its first real commit or its owner's event,
+    /// whichever comes first; a second report that disagrees is kept too, so that the
+    /// uniqueness checker sees the clash.
+    fn record_rmw_version(&mut self, c: Creation) {
+        let id = (c.key.clone(), c.cs);
+        if let Some(&i) = self.rmw_versions.get(&id) {
+            let first = &mut self.history.creations[i];
+            if first.value == c.value && first.session == c.session {
+                first.rmw_id = first.rmw_id.or(c.rmw_id);
+                return;
+            }
+        } else {
+            self.rmw_versions.insert(id, self.history.creations.len());
+        }
+        self.history.creations.push(c);
+    }
+
     fn execute(&mut self, node: NodeId, effects: &mut RcEffects) {
+        // Sends first: a commit creates its RMW version before the owner's event reports it.
+        for (to, msg) in &effects.send {
+            self.observe_send(node, *to, msg);
+        }
         for event in effects.event.drain(..) {
             #[allow(clippy::single_match)]
             match event {
                 RcEvent::VersionCreated { session, key, cs, value } => {
-                    self.history.creations.push(Creation { at: self.now, node, session, key, cs, value });
+                    let c = Creation { at: self.now, node, session, key, cs, value, rmw_id: None };
+                    if cs.pno > 0 {
+                        self.record_rmw_version(c);
+                    } else {
+                        self.history.creations.push(c);
+                    }
                 }
                 // Events no checker reads yet; the core may grow them before the simulator does.
                 #[allow(unreachable_patterns)]
@@ -377,6 +598,12 @@ impl Cluster {
                 let what = format!("core sent a message to {to}, which is not a peer");
                 self.history.anomalies.push(Anomaly { at: self.now, node: Some(node), what });
                 continue;
+            }
+            if let Some(rule) = self.knobs.script.as_ref().and_then(|s| s.drop) {
+                if self.now.0 < rule.until_ns && (rule.drops)(node, to, &msg) {
+                    self.net.stats.dropped_rule += 1;
+                    continue;
+                }
             }
             for at in self.net.transmit(self.now, node, to) {
                 self.queue.push(at, Event::Deliver { from: node, to, msg: msg.clone() });
@@ -426,7 +653,7 @@ impl Cluster {
             match &n.core {
                 Some(core) => {
                     fin.live.push(n.id);
-                    self.stats.retransmissions += core.stats().writes_retransmitted;
+                    self.stats.add_core(&core.stats());
                     let held = core.versions().map(|(k, ks)| (k.clone(), (ks.value.clone(), ks.cs))).collect();
                     fin.replicas.insert(n.id, held);
                     fin.pending_writes.insert(n.id, core.stats().pending_writes);

@@ -10,14 +10,15 @@ use std::collections::BTreeMap;
 use std::hash::{Hash, Hasher};
 
 use bytes::Bytes;
-use strata_wire::{Carstamp, Instant, NodeId, SessionId};
+use strata_wire::{Ballot, Carstamp, Instant, Llc, NodeId, RmwId, SessionId};
 
 /// A key's value: `None` is the absent value (never written, or deleted — `docs/design.md`).
 pub type Value = Option<Bytes>;
 
-/// What an operation asks for. The enum grows with the protocols the simulator drives
-/// (ABD acquires/releases, Paxos RMWs); checkers reason through [`OpKind::written_value`] and
-/// [`OpKind::reads`], so a new kind only has to say whether it reads and what it writes.
+/// What an operation asks for (Kite §2.2, with the project's byte keys and absent values).
+/// Checkers reason through [`OpKind::reads`], [`OpKind::may_write`], [`Op::class`] and
+/// [`Op::expected_written`], so a new kind only has to say whether it reads, what it writes and
+/// which RC class it belongs to.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum OpKind {
     /// Relaxed read (Kite §5.2).
@@ -26,6 +27,31 @@ pub enum OpKind {
     Write { value: Bytes },
     /// Relaxed delete: a relaxed write of the absent value, a tombstone (`docs/design.md`).
     Delete,
+    /// Release-write (Kite §5.4, multi-writer ABD).
+    Release { value: Bytes },
+    /// Acquire-read (Kite §5.5).
+    Acquire,
+    /// Fetch-and-add (Kite §2.2): returns the old value; absent reads as 0 (`docs/design.md`).
+    Faa { delta: u64 },
+    /// Compare-and-swap (Kite §2.2); `weak` may fail locally, and then is a relaxed read.
+    Cas { expected: Value, new: Bytes, weak: bool },
+}
+
+/// The RC class of an operation as it executed (Kite §0 "sync op", §1.2 `ppo`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum OpClass {
+    /// Relaxed read or write, or a weak CAS that failed locally.
+    Relaxed,
+    Release,
+    Acquire,
+    Rmw,
+}
+
+impl OpClass {
+    /// Releases, acquires and RMWs (Kite §0).
+    pub fn is_sync(self) -> bool {
+        self != OpClass::Relaxed
+    }
 }
 
 impl OpKind {
@@ -34,22 +60,62 @@ impl OpKind {
             OpKind::Read => "read",
             OpKind::Write { .. } => "write",
             OpKind::Delete => "delete",
+            OpKind::Release { .. } => "release",
+            OpKind::Acquire => "acquire",
+            OpKind::Faa { .. } => "faa",
+            OpKind::Cas { weak: false, .. } => "cas",
+            OpKind::Cas { weak: true, .. } => "weak-cas",
         }
     }
 
     /// Whether the operation returns a version it observed (`obs` in Kite §7).
     pub fn reads(&self) -> bool {
-        matches!(self, OpKind::Read)
+        matches!(self, OpKind::Read | OpKind::Acquire | OpKind::Faa { .. } | OpKind::Cas { .. })
     }
 
-    /// The value the operation installs if it creates a version (`wr` in Kite §7).
+    /// Whether the operation may create a version (`wr` in Kite §7). A weak CAS that fails
+    /// locally does not (Kite §2.2).
+    pub fn may_write(&self) -> bool {
+        !matches!(self, OpKind::Read | OpKind::Acquire)
+    }
+
+    pub fn is_rmw(&self) -> bool {
+        matches!(self, OpKind::Faa { .. } | OpKind::Cas { .. })
+    }
+
+    /// The value a plain write, delete or release installs; `None` for other kinds.
     pub fn written_value(&self) -> Option<Value> {
         match self {
-            OpKind::Read => None,
-            OpKind::Write { value } => Some(Some(value.clone())),
+            OpKind::Write { value } | OpKind::Release { value } => Some(Some(value.clone())),
             OpKind::Delete => Some(None),
+            _ => None,
         }
     }
+
+    /// `f(op, old)` of an RMW (Kite §2.2, §5.6): the value it installs over `old`, and whether
+    /// a CAS swapped. A failed CAS installs the old value again. `None` for non-RMW kinds.
+    pub fn rmw_apply(&self, old: &Value) -> Option<(Value, bool)> {
+        match self {
+            OpKind::Faa { delta } => {
+                let n = value_as_u64(old).wrapping_add(*delta);
+                Some((Some(Bytes::copy_from_slice(&n.to_le_bytes())), false))
+            }
+            OpKind::Cas { expected, new, .. } => {
+                if old == expected {
+                    Some((Some(new.clone()), true))
+                } else {
+                    Some((old.clone(), false))
+                }
+            }
+            _ => None,
+        }
+    }
+}
+
+/// Kite §2.2 [DECISION K-D9]: a value as a little-endian `u64` over its first 8 bytes,
+/// zero-extended; the absent value reads as 0 (`docs/design.md`).
+pub fn value_as_u64(v: &Value) -> u64 {
+    strata_rc::value_as_u64(v.as_deref())
 }
 
 /// The test-hook witness of a completed operation (Kite §2.5).
@@ -59,6 +125,8 @@ pub struct Witness {
     pub observed: Option<(Value, Carstamp)>,
     /// The version created by a write-type operation.
     pub written: Option<Carstamp>,
+    /// A CAS swapped (Kite §2.2, `Response::Rmw::swapped`); false for every other kind.
+    pub swapped: bool,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -99,20 +167,53 @@ impl Op {
             Outcome::Pending => None,
         }
     }
+
+    /// The RC class the operation executed as: a weak CAS that completed without creating a
+    /// version failed locally and is a relaxed read (Kite §2.2, §1.2 `ppo`); an incomplete
+    /// weak CAS counts as an RMW (it can only have created a version by running Paxos).
+    pub fn class(&self) -> OpClass {
+        match &self.kind {
+            OpKind::Read | OpKind::Write { .. } | OpKind::Delete => OpClass::Relaxed,
+            OpKind::Release { .. } => OpClass::Release,
+            OpKind::Acquire => OpClass::Acquire,
+            OpKind::Faa { .. } | OpKind::Cas { weak: false, .. } => OpClass::Rmw,
+            OpKind::Cas { weak: true, .. } => match self.witness() {
+                Some(w) if w.written.is_none() => OpClass::Relaxed,
+                _ => OpClass::Rmw,
+            },
+        }
+    }
+
+    /// The value the operation's version must hold, if it completed and created one: the
+    /// written value of a plain write or release, `f(op, value(obs))` of an RMW.
+    pub fn expected_written(&self) -> Option<Value> {
+        if let Some(v) = self.kind.written_value() {
+            return Some(v);
+        }
+        let (value, _) = self.witness()?.observed.as_ref()?;
+        self.kind.rmw_apply(value).map(|(v, _)| v)
+    }
 }
 
-/// A version creation reported by a core (`RcEvent::VersionCreated`, Kite §2.5).
+/// A version creation (Kite §2.5): reported by a core (`RcEvent::VersionCreated`), or, for an
+/// RMW's version, seen in the first real `COMMIT` of its slot (the owner reports the version
+/// only when it finishes, M10, so an RMW whose owner crashed after someone committed it exists
+/// only in the commits).
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Creation {
     pub at: Instant,
+    /// The creating operation's node (for an RMW: its owner's, whoever committed it).
     pub node: NodeId,
     pub session: SessionId,
     pub key: Bytes,
     pub cs: Carstamp,
     pub value: Value,
+    /// The RMW the version belongs to, when it was learnt from a `COMMIT`.
+    pub rmw_id: Option<RmwId>,
 }
 
-/// A replica's `(value, cs)` for a key changed during one input (sampled after every input).
+/// A replica's `(value, cs)` or last committed slot of a key changed during one input
+/// (sampled after every input).
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct ReplicaChange {
     pub at: Instant,
@@ -120,6 +221,78 @@ pub struct ReplicaChange {
     pub key: Bytes,
     pub value: Value,
     pub cs: Carstamp,
+    /// `k.lc`, the last Paxos slot the replica knows decided (Kite §3.2).
+    pub lc: u32,
+}
+
+/// A distinct `COMMIT` some node sent (Kite §4 msg 8): a real commit if `cs.pno == slot`, a
+/// catch-up otherwise. Identical copies (broadcasts, re-sends) are recorded once.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct CommitSeen {
+    /// Global order of the driver's records, to compare with [`Acceptance::seq`].
+    pub seq: u64,
+    pub at: Instant,
+    pub from: NodeId,
+    pub key: Bytes,
+    pub slot: u32,
+    pub rmw_id: RmwId,
+    pub value: Value,
+    pub cs: Carstamp,
+}
+
+impl CommitSeen {
+    /// A real commit carries the slot's own version `(base, slot)` (Kite §4 msg 8).
+    pub fn is_real(&self) -> bool {
+        self.cs.pno == self.slot
+    }
+}
+
+/// An acceptor's `accepted` changed (Kite §5.7.7): `node` accepted `(rmw_id, base, value)` for
+/// `slot` at `ballot` (sampled after every input).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Acceptance {
+    pub seq: u64,
+    pub at: Instant,
+    pub node: NodeId,
+    pub key: Bytes,
+    pub slot: u32,
+    pub ballot: Ballot,
+    pub rmw_id: RmwId,
+    pub base: Llc,
+    pub value: Value,
+}
+
+/// A `SLOW_RELEASE` (Kite §5.1.6 B4.d) and the nodes that acknowledged it, i.e. that had set
+/// their delinquency bits for `dm` (§5.7.4: the ack leaves only after the bits are set).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct SlowReleaseSeen {
+    pub at: Instant,
+    pub from: NodeId,
+    pub req: u64,
+    /// Bit `i` = node `i`.
+    pub dm: u64,
+    /// First acknowledgement sent by each node, in order.
+    pub acks: Vec<(NodeId, Instant)>,
+}
+
+impl SlowReleaseSeen {
+    pub fn names(&self, node: NodeId) -> bool {
+        node.0 < 64 && self.dm & (1 << node.0) != 0
+    }
+
+    /// When a quorum (the sender, which sets its bits first, and `quorum - 1` ackers) knew the
+    /// DM-set.
+    pub fn quorum_at(&self, quorum: usize) -> Option<Instant> {
+        self.acks.get(quorum.checked_sub(2)?).map(|(_, at)| *at)
+    }
+}
+
+/// A node's machine epoch changed (Kite §5.8; `RcStats::machine_epoch`).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct EpochChange {
+    pub at: Instant,
+    pub node: NodeId,
+    pub epoch: u64,
 }
 
 /// Something the driver saw that is wrong whatever the history says: a core's
@@ -146,9 +319,17 @@ pub struct FinalState {
 
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Default)]
 pub struct History {
+    /// Cluster size (0 in hand-made histories that do not care).
+    pub nodes: u32,
     pub ops: Vec<Op>,
     pub creations: Vec<Creation>,
     pub replica_changes: Vec<ReplicaChange>,
+    /// Every distinct `COMMIT` sent: the global commit log of Kite §7 inv. 12 and 13.
+    pub commits: Vec<CommitSeen>,
+    /// Every change of an acceptor's accepted tuple (Kite §7 inv. 13, last clause).
+    pub acceptances: Vec<Acceptance>,
+    pub slow_releases: Vec<SlowReleaseSeen>,
+    pub epochs: Vec<EpochChange>,
     /// Every session that was opened, with its node.
     pub sessions: Vec<SessionId>,
     pub anomalies: Vec<Anomaly>,
@@ -158,6 +339,11 @@ pub struct History {
 }
 
 impl History {
+    /// Kite §0: `Q = floor(N/2) + 1`.
+    pub fn quorum(&self) -> usize {
+        self.nodes as usize / 2 + 1
+    }
+
     /// A stable 64-bit digest of the whole history (FNV-1a over the derived `Hash`), equal for
     /// two runs of one seed on one platform.
     pub fn digest(&self) -> u64 {
@@ -223,10 +409,36 @@ mod tests {
 
     #[test]
     fn kinds_say_what_they_read_and_write() {
-        assert!(OpKind::Read.reads() && OpKind::Read.written_value().is_none());
+        assert!(OpKind::Read.reads() && OpKind::Read.written_value().is_none() && !OpKind::Read.may_write());
         assert_eq!(OpKind::Delete.written_value(), Some(None));
         let w = OpKind::Write { value: Bytes::from_static(b"v") };
         assert_eq!(w.written_value(), Some(Some(Bytes::from_static(b"v"))));
+        assert!(OpKind::Acquire.reads() && !OpKind::Acquire.may_write());
+        let faa = OpKind::Faa { delta: 3 };
+        assert!(faa.reads() && faa.may_write() && faa.written_value().is_none());
+        let two = Some(Bytes::copy_from_slice(&2u64.to_le_bytes()));
+        assert_eq!(faa.rmw_apply(&two), Some((Some(Bytes::copy_from_slice(&5u64.to_le_bytes())), false)));
+        assert_eq!(faa.rmw_apply(&None), Some((Some(Bytes::copy_from_slice(&3u64.to_le_bytes())), false)));
+        let cas = OpKind::Cas { expected: None, new: Bytes::from_static(b"n"), weak: false };
+        assert_eq!(cas.rmw_apply(&None), Some((Some(Bytes::from_static(b"n")), true)));
+        assert_eq!(cas.rmw_apply(&two), Some((two.clone(), false)), "a failed CAS keeps the value");
         assert_eq!(fmt_ms(1_234_567), "1.234ms");
+    }
+
+    #[test]
+    fn a_weak_cas_that_failed_locally_is_a_relaxed_read() {
+        let kind = OpKind::Cas { expected: None, new: Bytes::from_static(b"n"), weak: true };
+        let done = |written| Outcome::Done {
+            at: Instant(2),
+            order: 0,
+            witness: Witness { observed: Some((None, Carstamp::ZERO)), written, swapped: false },
+        };
+        let mut op = Op { session: SessionId::default(), pos: 0, node: NodeId(0), kind, key: Bytes::new(), invoke: Instant(1), outcome: done(None) };
+        assert_eq!(op.class(), OpClass::Relaxed);
+        op.outcome = done(Some(Carstamp { llc: Llc::ZERO, pno: 1 }));
+        assert_eq!(op.class(), OpClass::Rmw);
+        assert_eq!(op.expected_written(), Some(Some(Bytes::from_static(b"n"))));
+        op.outcome = Outcome::Pending;
+        assert_eq!(op.class(), OpClass::Rmw);
     }
 }

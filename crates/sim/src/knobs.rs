@@ -8,6 +8,7 @@ use std::str::FromStr;
 
 use strata_core::Prng;
 use strata_rc::PlantedBug;
+use strata_wire::peer::PeerMessage;
 use strata_wire::NodeId;
 
 use crate::clock::{NodeClock, MAX_DRIFT_PPM};
@@ -29,26 +30,43 @@ impl Streams {
 }
 
 /// A planted bug in the cores, to prove the checkers can fail (`DESIGN.md`: every checker has a
-/// canary).
+/// canary). A canary may also bias the knobs of a seed towards the conditions its bug needs
+/// ([`Knobs::draw`]; the report shows the result).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Canary {
     /// `strata_rc::PlantedBug::ApplyOlderWrites`: a replica applies any received write, even
     /// an older one (breaks G1, G2 and convergence).
     ApplyOlderWrites,
+    /// `SkipSlowRelease`: a barrier that timed out proceeds without publishing its DM-set, so
+    /// a replica that missed a write is never told (breaks G3, hb-visibility).
+    SkipSlowRelease,
+    /// `AcceptWithoutQuorum`: Paxos decides on the proposer's own accept (breaks G4, G5 and
+    /// Paxos agreement).
+    AcceptWithoutQuorum,
+    /// `NoAcquireObligation`: acquires register no K-F2 obligation (breaks the transitive
+    /// message-passing instance of G3, Kite §9 K-F2).
+    NoAcquireObligation,
 }
 
 impl Canary {
-    pub const ALL: [Canary; 1] = [Canary::ApplyOlderWrites];
+    pub const ALL: [Canary; 4] =
+        [Canary::ApplyOlderWrites, Canary::SkipSlowRelease, Canary::AcceptWithoutQuorum, Canary::NoAcquireObligation];
 
     pub fn name(self) -> &'static str {
         match self {
             Canary::ApplyOlderWrites => "apply-older-writes",
+            Canary::SkipSlowRelease => "skip-slow-release",
+            Canary::AcceptWithoutQuorum => "accept-without-quorum",
+            Canary::NoAcquireObligation => "no-acquire-obligation",
         }
     }
 
     pub fn planted_bug(self) -> PlantedBug {
         match self {
             Canary::ApplyOlderWrites => PlantedBug::ApplyOlderWrites,
+            Canary::SkipSlowRelease => PlantedBug::SkipSlowRelease,
+            Canary::AcceptWithoutQuorum => PlantedBug::AcceptWithoutQuorum,
+            Canary::NoAcquireObligation => PlantedBug::NoAcquireObligation,
         }
     }
 }
@@ -78,9 +96,89 @@ pub struct WorkloadKnobs {
     /// Think time between a session's operations, uniform in `[think_min_us, think_max_us]`.
     pub think_min_us: u64,
     pub think_max_us: u64,
-    /// Sessions only read once healed, so the final state is made of the versions written
-    /// under faults and the convergence checker judges how those spread.
+    /// Sessions only read (relaxed reads and acquires) once healed, so the final state is made
+    /// of the versions written under faults and the convergence checker judges how those spread.
     pub read_only_after_heal: bool,
+    /// The synchronisation mix (Kite §8.2 "5% sync" and heavier), named for the report.
+    pub mix: &'static str,
+    /// Percent of reads that are acquires.
+    pub acquire_pct: u32,
+    /// Percent of writes (deletes excepted) that are releases.
+    pub release_pct: u32,
+    /// Percent of all operations that are RMWs.
+    pub rmw_pct: u32,
+    /// Percent of RMWs that are FAAs (on the counter keys); the rest are CASes on data keys.
+    pub faa_pct: u32,
+    /// Percent of CASes that are weak.
+    pub weak_cas_pct: u32,
+    /// Percent of a session's issues that start a message-passing pattern (producer
+    /// `W..; release`, consumer `acquire; R..`, relay `acquire; release`) instead of one op.
+    pub pattern_pct: u32,
+    /// How many of the data keys patterns use as flags (the first ones).
+    pub flags: u32,
+    /// Counter keys `c0..`: only FAAs write them (Kite §7 prop 7 corollary); reads and
+    /// acquires may read them.
+    pub counters: u32,
+}
+
+impl WorkloadKnobs {
+    /// A relaxed-only workload (no synchronisation), as before Kite's sync operations.
+    pub fn relaxed_only(mut self) -> WorkloadKnobs {
+        self.mix = "relaxed";
+        self.pattern_pct = 0;
+        self.acquire_pct = 0;
+        self.release_pct = 0;
+        self.rmw_pct = 0;
+        self
+    }
+}
+
+/// A synchronisation mix: `(name, weight, acquire %, release %, rmw %)`.
+const MIXES: [(&str, u64, u32, u32, u32); 5] = [
+    ("relaxed", 10, 0, 0, 0),
+    ("kite-5%", 35, 5, 5, 1),
+    ("mixed", 25, 20, 20, 5),
+    ("sync-heavy", 20, 50, 50, 20),
+    ("all-sync", 10, 100, 100, 40),
+];
+
+/// A scripted scenario instead of random sessions: named operations at given instants, and
+/// an optional rule that loses chosen messages (e.g. Kite §9 K-F2's "J's copy is delayed").
+#[derive(Clone, Debug, PartialEq)]
+pub struct Script {
+    pub name: &'static str,
+    pub ops: Vec<ScriptedOp>,
+    pub drop: Option<DropRule>,
+}
+
+/// Client `client` (clients are numbered node by node, `sessions_per_node` each) invokes
+/// `kind` on `key` at `at_ns`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ScriptedOp {
+    pub at_ns: u64,
+    pub client: usize,
+    pub key: &'static str,
+    pub kind: crate::history::OpKind,
+}
+
+/// Loses every message `drops(from, to, msg)` selects until `until_ns`.
+#[derive(Clone, Copy)]
+pub struct DropRule {
+    pub name: &'static str,
+    pub until_ns: u64,
+    pub drops: fn(NodeId, NodeId, &PeerMessage) -> bool,
+}
+
+impl PartialEq for DropRule {
+    fn eq(&self, other: &DropRule) -> bool {
+        self.name == other.name && self.until_ns == other.until_ns
+    }
+}
+
+impl fmt::Debug for DropRule {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "DropRule({} until {})", self.name, fmt_ms(self.until_ns))
+    }
 }
 
 /// A fault and when it strikes.
@@ -107,9 +205,17 @@ pub struct Knobs {
     pub nodes: u32,
     pub clocks: Vec<NodeClock>,
     pub net: NetKnobs,
-    /// The rc core's `T_RETX` and its back-off cap (Kite §3.4; `docs/design.md`).
+    /// The rc core's `T_RETX` for pending writes and its back-off cap (Kite §3.4;
+    /// `docs/design.md`).
     pub retransmit_after_us: u64,
     pub retransmit_max_us: u64,
+    /// `T_RETX` of protocol rounds (Kite §5.1.3).
+    pub round_retransmit_us: u64,
+    /// `T_REL` (Kite §3.4, K-D1): at least 10 x the round trip, or tiny to force slow paths.
+    pub release_timeout_us: u64,
+    /// `B_MIN`, `B_MAX` of the Paxos back-off (Kite §3.4).
+    pub backoff_min_us: u64,
+    pub backoff_max_us: u64,
     pub workload: WorkloadKnobs,
     /// The safety phase ends at this time or after this many operations, whichever is first.
     pub safety_ns: u64,
@@ -120,14 +226,20 @@ pub struct Knobs {
     pub drain_ns: u64,
     pub faults: Vec<ScheduledFault>,
     pub canary: Option<Canary>,
+    /// What the canary changed in the drawn knobs, for the report.
+    pub canary_profile: Option<&'static str>,
+    /// Scripted sessions instead of random ones (scenario tests).
+    pub script: Option<Script>,
 }
 
 const MS: u64 = 1_000_000;
 
 impl Knobs {
-    /// Draws every knob from `seed`.
+    /// Draws every knob from `seed`; a canary then biases some of them (from its own stream,
+    /// so the other knobs stay those of the seed).
     pub fn draw(seed: u64, canary: Option<Canary>) -> Knobs {
-        let mut p = Streams::new(seed).knobs;
+        let mut streams = Streams::new(seed);
+        let p = &mut streams.knobs;
         let nodes = p.range(3, 8) as u32;
         let clocks = (0..nodes)
             .map(|_| NodeClock {
@@ -139,15 +251,15 @@ impl Knobs {
         let net = NetKnobs {
             delay_min_us,
             delay_max_us: delay_min_us + p.range(0, 5_001),
-            loss: rate_or_zero(&mut p, 0.25, 0.25),
-            dup: rate_or_zero(&mut p, 0.4, 0.15),
-            reorder: rate_or_zero(&mut p, 0.4, 0.2),
+            loss: rate_or_zero(p, 0.25, 0.25),
+            dup: rate_or_zero(p, 0.4, 0.15),
+            reorder: rate_or_zero(p, 0.4, 0.2),
             reorder_extra_max_us: p.range(1_000, 20_001),
         };
         let retransmit_after_us = p.range(500, 5_001);
         let retransmit_max_us = retransmit_after_us * p.range(4, 41);
         let think_min_us = p.range(50, 1_001);
-        let workload = WorkloadKnobs {
+        let mut workload = WorkloadKnobs {
             sessions_per_node: p.range(1, 5) as u32,
             depth: p.range(1, 4) as u32,
             keys: p.range(1, 9) as u32,
@@ -156,28 +268,243 @@ impl Knobs {
             think_min_us,
             think_max_us: think_min_us + p.range(0, 3_001),
             read_only_after_heal: p.chance(0.5),
+            mix: "relaxed",
+            acquire_pct: 0,
+            release_pct: 0,
+            rmw_pct: 0,
+            faa_pct: 0,
+            weak_cas_pct: 0,
+            pattern_pct: 0,
+            flags: 1,
+            counters: 0,
         };
         let safety_ns = p.range(100, 501) * MS;
         let liveness_ns = p.range(50, 151) * MS;
-        // Long enough for every pending write to be re-sent at the back-off cap a few times
-        // and every copy to land (Kite §5.1.7: re-sent until acked).
-        let drain_ns = 4 * retransmit_max_us * 1_000 + 4 * net.max_flight().as_nanos() as u64 + 50 * MS;
-        let faults = draw_faults(&mut p, nodes, safety_ns);
-        Knobs {
+        let faults = draw_faults(p, nodes, safety_ns);
+        // Knobs added with Kite's synchronisation come from their own stream, so the knobs
+        // above stay what they were for every seed.
+        let mut q = streams.knobs.fork();
+        let total: u64 = MIXES.iter().map(|m| m.1).sum();
+        let mut pick = q.range(0, total);
+        let mut mix = MIXES[0];
+        for m in MIXES {
+            if pick < m.1 {
+                mix = m;
+                break;
+            }
+            pick -= m.1;
+        }
+        workload.mix = mix.0;
+        workload.acquire_pct = mix.2;
+        workload.release_pct = mix.3;
+        workload.rmw_pct = mix.4;
+        workload.faa_pct = q.range(20, 81) as u32;
+        workload.weak_cas_pct = q.range(0, 61) as u32;
+        workload.counters = q.range(1, 3) as u32;
+        let rtt_us = 2 * net.delay_max_us;
+        // Kite §3.4 / K-D1: T_REL >= 10 x RTT; a quarter of the seeds get a tiny one, which
+        // sends most barriers down the slow path (safety must not depend on it).
+        let release_timeout_us = if q.chance(0.25) { q.range(20, rtt_us.max(21)) } else { rtt_us * q.range(10, 21) };
+        let round_retransmit_us = q.range(rtt_us.max(200), 4 * rtt_us.max(200) + 1);
+        let backoff_min_us = (2 * rtt_us * q.range(50, 201) / 100).max(50);
+        let backoff_max_us = backoff_min_us * q.range(8, 33);
+        if workload.acquire_pct > 0 {
+            workload.pattern_pct = q.range(0, 41) as u32;
+        }
+        workload.flags = (workload.keys / 3).max(1);
+        let mut knobs = Knobs {
             seed,
             nodes,
             clocks,
             net,
             retransmit_after_us,
             retransmit_max_us,
+            round_retransmit_us,
+            release_timeout_us,
+            backoff_min_us,
+            backoff_max_us,
             workload,
             safety_ns,
             safety_max_ops: 4_000,
             liveness_ns,
-            drain_ns,
+            drain_ns: 0,
             faults,
             canary,
+            canary_profile: None,
+            script: None,
+        };
+        if let Some(c) = canary {
+            knobs.apply_canary_profile(c, &mut q);
         }
+        knobs.drain_ns = knobs.default_drain_ns();
+        knobs
+    }
+
+    /// A calm cluster for hand-written scenarios: exact clocks, 100-200 µs one-way delays, no
+    /// loss, no faults, `T_REL` 3 ms (15 x the worst round trip), one session per node running
+    /// a relaxed-only mix with 1 ms think times. Tests adjust what they need.
+    pub fn calm(seed: u64, nodes: u32) -> Knobs {
+        let mut k = Knobs {
+            seed,
+            nodes,
+            clocks: vec![NodeClock::EXACT; nodes as usize],
+            net: NetKnobs { delay_min_us: 100, delay_max_us: 200, loss: 0.0, dup: 0.0, reorder: 0.0, reorder_extra_max_us: 0 },
+            retransmit_after_us: 5_000,
+            retransmit_max_us: 20_000,
+            round_retransmit_us: 1_000,
+            release_timeout_us: 3_000,
+            backoff_min_us: 400,
+            backoff_max_us: 12_800,
+            workload: WorkloadKnobs {
+                sessions_per_node: 1,
+                depth: 1,
+                keys: 4,
+                read_pct: 50,
+                delete_pct: 0,
+                think_min_us: 1_000,
+                think_max_us: 1_000,
+                read_only_after_heal: false,
+                mix: "relaxed",
+                acquire_pct: 0,
+                release_pct: 0,
+                rmw_pct: 0,
+                faa_pct: 0,
+                weak_cas_pct: 0,
+                pattern_pct: 0,
+                flags: 1,
+                counters: 0,
+            },
+            safety_ns: 100 * MS,
+            safety_max_ops: u64::MAX,
+            liveness_ns: 20 * MS,
+            drain_ns: 0,
+            faults: Vec::new(),
+            canary: None,
+            canary_profile: None,
+            script: None,
+        };
+        k.drain_ns = k.default_drain_ns();
+        k
+    }
+
+    /// Long enough for every pending write to be re-sent at the back-off cap a few times and
+    /// every copy to land (Kite §5.1.7: re-sent until acked), and for a barrier to time out and
+    /// a Paxos attempt to back off a few times. (The driver extends the drain while operations
+    /// are still in flight, up to a cap.)
+    pub fn default_drain_ns(&self) -> u64 {
+        4 * self.retransmit_max_us * 1_000
+            + 4 * self.net.max_flight().as_nanos() as u64
+            + 2 * self.release_timeout_us * 1_000
+            + 4 * self.backoff_max_us * 1_000
+            + 50 * MS
+    }
+
+    /// The round trip the protocol time-outs are scaled by.
+    pub fn rtt_us(&self) -> u64 {
+        2 * self.net.delay_max_us
+    }
+
+    /// Lossy links and pending writes re-sent only after many round trips: a replica that
+    /// missed a write keeps missing it for a while.
+    fn slow_resends(&mut self, q: &mut Prng) {
+        self.safety_ns = self.safety_ns.max(q.range(600, 1_001) * MS);
+        self.safety_max_ops = 12_000;
+        self.net.loss = self.net.loss.max(0.05 + q.unit() * 0.15);
+        self.retransmit_after_us = self.retransmit_after_us.max(10 * self.rtt_us());
+        self.retransmit_max_us = self.retransmit_max_us.max(self.retransmit_after_us * 4);
+    }
+
+    /// A series of one-way cuts between random pairs, each 40-80 round trips long, through
+    /// most of the safety phase: while cut, the second node misses every write of the first
+    /// and both keep working with the rest of the cluster.
+    fn one_way_cuts(&mut self, q: &mut Prng) {
+        let rtt_ns = self.rtt_us() * 1_000;
+        let mut at_ns = q.range(5, 20) * MS;
+        while at_ns < self.safety_ns * 8 / 10 {
+            let from = NodeId(q.range(0, u64::from(self.nodes)) as u32);
+            let to = NodeId((from.0 + q.range(1, u64::from(self.nodes)) as u32) % self.nodes);
+            let heal_ns = at_ns + q.range(40, 81) * rtt_ns;
+            let label = format!("one-way cuts [{from}->{to}]");
+            self.faults.push(ScheduledFault { at_ns, fault: Fault::Partition { links: vec![(from, to)], heal_ns, label } });
+            at_ns = heal_ns + q.range(5, 30) * rtt_ns;
+        }
+        self.faults.sort_by_key(|f| f.at_ns);
+    }
+
+    /// Biases a seed's knobs towards what the canary's bug needs to show.
+    fn apply_canary_profile(&mut self, canary: Canary, q: &mut Prng) {
+        if canary == Canary::SkipSlowRelease {
+            self.slow_resends(q);
+            self.one_way_cuts(q);
+        } else if canary == Canary::NoAcquireObligation {
+            self.safety_ns = self.safety_ns.max(q.range(600, 1_001) * MS);
+            self.safety_max_ops = 12_000;
+            // K-F2's shape: K's release reaches a quorum but not J (a short one-way cut
+            // K -> J), and no barrier publishes a DM-set naming J (which would make J
+            // refresh everything): no node fails, and T_REL outlasts a cut and a re-send.
+            self.faults.clear();
+            // N = 3, as in K-F2: one replica outside each quorum.
+            self.nodes = 3;
+            self.clocks.truncate(3);
+            self.net.loss = q.unit() * 0.03;
+            self.net.delay_max_us = self.net.delay_max_us.min(self.net.delay_min_us + 800);
+            self.net.reorder_extra_max_us = self.net.reorder_extra_max_us.min(2_000);
+            let rtt = self.rtt_us();
+            self.retransmit_after_us = 5 * rtt;
+            self.retransmit_max_us = 20 * rtt;
+            self.release_timeout_us = 200 * rtt;
+            self.one_way_cuts(q);
+        }
+        let rtt = self.rtt_us();
+        let w = &mut self.workload;
+        let profile = match canary {
+            Canary::ApplyOlderWrites => return,
+            Canary::SkipSlowRelease => {
+                // Barriers must go slow (tiny T_REL, lost acks) and a replica must miss a
+                // write for longer than a release -> acquire -> read chain takes.
+                self.release_timeout_us = q.range(20, 200);
+                w.mix = "mixed";
+                w.acquire_pct = 20;
+                w.release_pct = 20;
+                w.rmw_pct = 0;
+                w.delete_pct = 0;
+                w.read_pct = q.range(40, 71) as u32;
+                w.pattern_pct = 90;
+                w.keys = q.range(4, 10) as u32;
+                w.flags = (w.keys / 3).max(1);
+                w.sessions_per_node = q.range(1, 3) as u32;
+                w.think_min_us = q.range(20, 200);
+                w.think_max_us = w.think_min_us + q.range(0, 500);
+                "tiny T_REL, loss 5-20%, writes re-sent after >= 10 RTT, one-way cuts, 90% message-passing patterns on 4-9 keys"
+            }
+            Canary::AcceptWithoutQuorum => {
+                w.mix = "sync-heavy";
+                w.acquire_pct = 30;
+                w.release_pct = 30;
+                w.rmw_pct = 50;
+                w.keys = w.keys.clamp(1, 3);
+                w.sessions_per_node = w.sessions_per_node.max(2);
+                "50% RMWs on 1-3 keys, >= 2 sessions per node"
+            }
+            Canary::NoAcquireObligation => {
+                // K-F2: a release reaches a quorum but not J; I acquires it and releases a flag
+                // with nothing else pending; J acquires the flag and reads locally.
+                w.mix = "sync-heavy";
+                w.acquire_pct = 50;
+                w.release_pct = 100;
+                w.rmw_pct = 0;
+                w.delete_pct = 0;
+                w.read_pct = q.range(40, 71) as u32;
+                w.pattern_pct = 90;
+                w.keys = q.range(2, 4) as u32;
+                w.flags = w.keys;
+                w.sessions_per_node = q.range(1, 3) as u32;
+                w.think_min_us = q.range(20, 200);
+                w.think_max_us = w.think_min_us + q.range(2, 20) * rtt;
+                "3 nodes, short one-way cuts, no other fault, loss < 3%, delays <= 0.8ms apart, T_REL 200 RTT, every write a release, 90% message-passing patterns on 2-3 flag keys, sessions think between patterns"
+            }
+        };
+        self.canary_profile = Some(profile);
     }
 
     /// The most nodes that may crash: a minority (Kite §6, G6 needs a live majority).
@@ -282,18 +609,34 @@ impl fmt::Display for Knobs {
             net.reorder * 100.0,
             net.reorder_extra_max_us
         )?;
-        writeln!(f, "  rc core     retransmit after {}us, backing off to {}us", self.retransmit_after_us, self.retransmit_max_us)?;
         writeln!(
             f,
-            "  workload    {} sessions/node, depth {}, {} keys, {}% reads, {}% of writes are deletes, think {}..{}us{}",
+            "  rc core     writes re-sent after {}us backing off to {}us; rounds re-sent every {}us; T_REL {}us{}; Paxos back-off {}..{}us",
+            self.retransmit_after_us,
+            self.retransmit_max_us,
+            self.round_retransmit_us,
+            self.release_timeout_us,
+            if self.release_timeout_us < self.rtt_us() { " (below the RTT: slow paths)" } else { "" },
+            self.backoff_min_us,
+            self.backoff_max_us
+        )?;
+        writeln!(
+            f,
+            "  workload    {} sessions/node, depth {}, {} keys + {} counters, {}% reads, {}% of writes are deletes, think {}..{}us{}",
             w.sessions_per_node,
             w.depth,
             w.keys,
+            w.counters,
             w.read_pct,
             w.delete_pct,
             w.think_min_us,
             w.think_max_us,
             if w.read_only_after_heal { ", only reads once healed" } else { "" }
+        )?;
+        writeln!(
+            f,
+            "  sync mix    {}: {}% of reads acquire, {}% of writes release, {}% RMWs ({}% FAA, CAS {}% weak), {}% message-passing patterns ({} flag keys)",
+            w.mix, w.acquire_pct, w.release_pct, w.rmw_pct, w.faa_pct, w.weak_cas_pct, w.pattern_pct, w.flags
         )?;
         writeln!(
             f,
@@ -316,7 +659,14 @@ impl fmt::Display for Knobs {
             };
             writeln!(f, "    at {:>11}  {what}", fmt_ms(sf.at_ns))?;
         }
-        write!(f, "  canary      {}", self.canary.map_or("none", Canary::name))
+        if let Some(script) = &self.script {
+            writeln!(f, "  script      {} ({} ops){}", script.name, script.ops.len(), script.drop.map_or(String::new(), |d| format!(", losing {d:?}")))?;
+        }
+        write!(f, "  canary      {}", self.canary.map_or("none", Canary::name))?;
+        if let Some(p) = self.canary_profile {
+            write!(f, " (profile: {p})")?;
+        }
+        Ok(())
     }
 }
 
@@ -336,11 +686,22 @@ mod tests {
             assert!(crashes as u32 <= k.max_crashes(), "seed {seed}: crashes a majority");
             assert!(k.faults.iter().all(|f| f.at_ns < k.safety_ns));
             assert!(k.faults.windows(2).all(|w| w[0].at_ns <= w[1].at_ns));
+            let rtt = k.rtt_us();
+            assert!(k.release_timeout_us >= 10 * rtt || k.release_timeout_us < rtt.max(21), "seed {seed}: T_REL {}", k.release_timeout_us);
+            assert!(k.backoff_min_us <= k.backoff_max_us && k.round_retransmit_us > 0);
+            // A canary biases the sync knobs but keeps the seed's cluster and network delays.
+            let c = Knobs::draw(seed, Some(Canary::AcceptWithoutQuorum));
+            assert_eq!((c.nodes, &c.faults, c.net.delay_max_us), (k.nodes, &k.faults, k.net.delay_max_us));
         }
+        let mixes: std::collections::BTreeSet<_> = (0..200).map(|s| Knobs::draw(s, None).workload.mix).collect();
+        assert_eq!(mixes.len(), MIXES.len(), "{mixes:?}");
     }
 
     #[test]
     fn canary_names_parse() {
+        for c in Canary::ALL {
+            assert_eq!(c.name().parse::<Canary>(), Ok(c));
+        }
         assert_eq!("apply-older-writes".parse::<Canary>(), Ok(Canary::ApplyOlderWrites));
         assert!("nope".parse::<Canary>().is_err());
         let shown = Knobs::draw(7, Some(Canary::ApplyOlderWrites)).to_string();

@@ -5,7 +5,8 @@
 //! * [`knobs`]: everything a run does, drawn from one `u64` seed;
 //! * [`net`], [`clock`]: lossy, duplicating, reordering, partitionable links; skewed clocks;
 //! * [`cluster`]: the event loop driving N `RcReplica` cores through safety, liveness and drain;
-//! * [`workload`]: closed-loop client sessions;
+//! * [`workload`]: closed-loop client sessions issuing relaxed, release/acquire and RMW
+//!   operations (or a script);
 //! * [`history`]: what a run records; [`check`]: the checkers over it;
 //! * [`run`]: one seed end to end, with its report.
 
@@ -22,4 +23,4 @@ pub mod workload;
 pub use check::Violation;
 pub use history::History;
 pub use knobs::{Canary, Knobs};
-pub use run::{run_seed, RunOptions, RunReport};
+pub use run::{run_knobs, run_seed, RunOptions, RunReport};

@@ -6,7 +6,12 @@
 //! cargo run -p strata-sim -- --seeds 0..100
 //! cargo run -p strata-sim -- --count 1000 --start 5000
 //! cargo run -p strata-sim -- --seed 7 --canary apply-older-writes
+//! cargo run -p strata-sim -- --count 100 --canary skip-slow-release
 //! ```
+//!
+//! Canaries: `apply-older-writes`, `skip-slow-release`, `accept-without-quorum`,
+//! `no-acquire-obligation` (`strata_rc::PlantedBug`); a canary may bias the seed's knobs
+//! towards what its bug needs, and the report shows how.
 
 use std::ops::Range;
 use std::process::ExitCode;
@@ -16,7 +21,7 @@ use clap::{ArgGroup, Parser};
 use strata_sim::{run_seed, Canary, RunOptions};
 
 #[derive(Parser, Debug)]
-#[command(name = "strata-sim", about = "Deterministic swarm simulation of Strata's rc engine, with history checkers")]
+#[command(name = "strata-sim", about = "Deterministic swarm simulation of Strata's rc engine (relaxed, release/acquire and RMW operations), with history checkers")]
 #[command(group(ArgGroup::new("which").required(true).args(["seed", "seeds", "count"])))]
 struct Args {
     /// Run this one seed and print its knobs, summary and first violations.
@@ -30,7 +35,8 @@ struct Args {
     count: Option<u64>,
     #[arg(long, default_value_t = 0, requires = "count")]
     start: u64,
-    /// Plant a bug in every replica (`apply-older-writes`): the checkers must catch it.
+    /// Plant a bug in every replica: the checkers must catch it (`apply-older-writes`,
+    /// `skip-slow-release`, `accept-without-quorum`, `no-acquire-obligation`).
     #[arg(long)]
     canary: Option<Canary>,
     /// Also count divergence caused by a crashed node's partially delivered write (which the
@@ -114,5 +120,9 @@ mod tests {
         assert_eq!((a.seed, a.canary), (Some(9), Some(Canary::ApplyOlderWrites)));
         assert!(Args::try_parse_from(["strata-sim"]).is_err(), "one of --seed/--seeds/--count is required");
         assert!(Args::try_parse_from(["strata-sim", "--seed", "1", "--canary", "nope"]).is_err());
+        for c in Canary::ALL {
+            let a = Args::try_parse_from(["strata-sim", "--seed", "1", "--canary", c.name()]).unwrap();
+            assert_eq!(a.canary, Some(c));
+        }
     }
 }

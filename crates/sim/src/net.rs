@@ -44,6 +44,8 @@ pub struct NetStats {
     pub dropped_dead: u64,
     pub duplicated: u64,
     pub reordered: u64,
+    /// Lost on purpose by a scripted scenario's drop rule.
+    pub dropped_rule: u64,
 }
 
 #[derive(Debug)]

@@ -6,7 +6,7 @@ use std::fmt::Write as _;
 
 use crate::check::{run_checkers, Violation, CHECKERS, NOTES};
 use crate::cluster::{Cluster, RunStats};
-use crate::history::{digest_of, fmt_ms, History, OpKind, Outcome};
+use crate::history::{digest_of, fmt_ms, History, OpClass, Outcome};
 use crate::knobs::{Canary, Knobs};
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -32,7 +32,12 @@ pub struct RunReport {
 
 /// Runs seed `seed` to the end and checks it.
 pub fn run_seed(seed: u64, opts: &RunOptions) -> RunReport {
-    let knobs = Knobs::draw(seed, opts.canary);
+    run_knobs(Knobs::draw(seed, opts.canary), opts)
+}
+
+/// Runs hand-made knobs (a scenario) to the end and checks it. `opts.canary` is only reported:
+/// the knobs' own canary is the one planted.
+pub fn run_knobs(knobs: Knobs, opts: &RunOptions) -> RunReport {
     let (history, stats) = Cluster::new(knobs.clone()).run();
     let mut violations = run_checkers(&history, CHECKERS);
     let notes = run_checkers(&history, NOTES);
@@ -88,25 +93,43 @@ impl RunReport {
     pub fn render(&self, max_violations: usize) -> String {
         let mut s = format!("{}\n", self.knobs);
         let h = &self.history;
-        let count = |f: &dyn Fn(&OpKind) -> bool| h.ops.iter().filter(|o| f(&o.kind)).count();
         let done = h.ops.iter().filter(|o| matches!(o.outcome, Outcome::Done { .. })).count();
         let failed = h.ops.iter().filter(|o| matches!(o.outcome, Outcome::Failed { .. })).count();
+        let mut kinds: BTreeMap<&str, usize> = BTreeMap::new();
+        for o in &h.ops {
+            *kinds.entry(o.kind.name()).or_insert(0) += 1;
+        }
+        let kinds: Vec<String> = kinds.iter().map(|(k, n)| format!("{n} {k}")).collect();
+        let local_fails = h.ops.iter().filter(|o| o.kind.is_rmw() && o.class() == OpClass::Relaxed).count();
+        let swapped = h.ops.iter().filter(|o| o.witness().is_some_and(|w| w.swapped)).count();
         let net = &self.stats.net;
+        let st = &self.stats;
         let _ = writeln!(s, "summary");
         let _ = writeln!(
             s,
-            "  ops         {} invoked ({} reads, {} writes, {} deletes): {done} completed, {failed} failed, {} pending",
+            "  ops         {} invoked ({}): {done} completed, {failed} failed, {} pending",
             h.ops.len(),
-            count(&|k| matches!(k, OpKind::Read)),
-            count(&|k| matches!(k, OpKind::Write { .. })),
-            count(&|k| matches!(k, OpKind::Delete)),
+            kinds.join(", "),
             h.ops.len() - done - failed
+        );
+        let _ = writeln!(
+            s,
+            "  sync        {} CAS swapped, {local_fails} weak CAS failed locally; {} commits, {} acceptances; barriers {} fast / {} slow ({} SLOW_RELEASEs); {} slow-path accesses; {} epoch bumps; {} Paxos nacks",
+            swapped,
+            h.commits.len(),
+            h.acceptances.len(),
+            st.barriers_fast,
+            st.barriers_slow,
+            h.slow_releases.len(),
+            st.slow_path_accesses,
+            st.epoch_bumps,
+            st.paxos_nacks
         );
         let _ = writeln!(s, "  sessions    {} opened; versions created {}", h.sessions.len(), h.creations.len());
         let _ = writeln!(
             s,
-            "  messages    {} sent, {} delivered, dropped {} (loss) + {} (cut) + {} (dead node), {} duplicated, {} reordered; {} write re-sends",
-            net.sent, net.delivered, net.dropped_loss, net.dropped_cut, net.dropped_dead, net.duplicated, net.reordered, self.stats.retransmissions
+            "  messages    {} sent, {} delivered, dropped {} (loss) + {} (cut) + {} (dead node) + {} (script), {} duplicated, {} reordered; {} write re-sends, {} round re-sends",
+            net.sent, net.delivered, net.dropped_loss, net.dropped_cut, net.dropped_dead, net.dropped_rule, net.duplicated, net.reordered, st.retransmissions, st.rounds_retransmitted
         );
         let fin = h.final_state.as_ref();
         let _ = writeln!(

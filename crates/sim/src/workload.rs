@@ -1,13 +1,24 @@
-//! Simulated clients: closed-loop sessions issuing relaxed reads, writes and deletes on a small
-//! key set, so that sessions conflict (Kite §2.1, §2.2, §5.2, §5.3).
+//! Simulated clients: closed-loop sessions issuing relaxed reads, writes and deletes, releases,
+//! acquires, fetch-and-adds and strong and weak compare-and-swaps on a small key set, so that
+//! sessions conflict (Kite §2.1, §2.2, §5).
+//!
+//! Once healed (the liveness phase) sessions keep starting RMWs, and every one must complete:
+//! the core restarts an RMW's back-off when its key's slot advances, so it is not starved by a
+//! stream of fresh RMWs (Kite G6 asks only that contention subside; this is stronger).
+//!
+//! Keys: data keys `k0..` take every kind but FAA; counter keys `c0..` are written only by FAAs
+//! (so the counter checks of Kite §7 prop 7 are exact) and read by reads and acquires. A CAS
+//! expects the value its session last saw of the key (or absent), so it succeeds often enough
+//! to matter. The mix comes from the seed ([`WorkloadKnobs`]).
 //!
 //! Each session belongs to one node and talks to it over its own connection (`route`); it keeps
-//! at most `depth` operations in flight (§5.1.8 lets relaxed ops pipeline) and waits a think
-//! time between issues. Every operation goes into the [`History`] when it is invoked and gets
-//! its outcome when its reply arrives. [`request_for`] and [`outcome_of`] are the one place
-//! where the history's operation kinds meet the wire: a new protocol adds its arms there.
+//! at most `depth` operations in flight (§5.1.8 lets relaxed ops pipeline; sync ops block the
+//! session at the node, later requests queue there) and waits a think time between issues.
+//! Every operation goes into the [`History`] when it is invoked and gets its outcome when its
+//! reply arrives. [`request_for`] and [`outcome_of`] are the one place where the history's
+//! operation kinds meet the wire.
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -16,8 +27,18 @@ use strata_rc::{RcInput, RcReply, Route};
 use strata_wire::client::{ClientRequest, Request, Response};
 use strata_wire::{Instant, NodeId, SessionId};
 
-use crate::history::{History, Op, OpKind, Outcome, Witness};
+use crate::history::{History, Op, OpKind, Outcome, Value, Witness};
 use crate::knobs::WorkloadKnobs;
+
+/// One step of a message-passing pattern (Kite §1.2: producer `W(x); release(f)`, consumer
+/// `acquire(f); read(x)`, relay `acquire(x); release(f)` — the K-F2 shape).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Step {
+    Write,
+    Release,
+    Acquire,
+    Read,
+}
 
 /// One simulated session and its connection.
 #[derive(Debug)]
@@ -35,6 +56,12 @@ pub struct Client {
     issue_scheduled: bool,
     /// Its node crashed: the session is gone with it (Kite §2.1).
     pub gone: bool,
+    /// The last value this session saw or wrote of each key (a CAS expects it).
+    last_seen: HashMap<Bytes, Value>,
+    /// The rest of a message-passing pattern the session is in the middle of.
+    plan: VecDeque<(Step, Bytes)>,
+    /// It completed an operation invoked after healing (Kite §7 prop 9).
+    pub progressed: bool,
 }
 
 #[derive(Debug)]
@@ -42,17 +69,23 @@ pub struct Workload {
     knobs: WorkloadKnobs,
     prng: Prng,
     keys: Vec<Bytes>,
+    counters: Vec<Bytes>,
     pub clients: Vec<Client>,
     /// Whether sessions start new operations (false while the network drains).
     pub issuing: bool,
     /// Whether new operations are all reads (`WorkloadKnobs::read_only_after_heal`).
     pub read_only: bool,
+    /// Start of the liveness phase, once it has begun.
+    pub heal_at: Option<Instant>,
+    /// Sessions issue only what a script tells them ([`Workload::issue_scripted`]).
+    pub scripted: bool,
     completions: u64,
 }
 
 impl Workload {
     pub fn new(knobs: WorkloadKnobs, nodes: u32, prng: Prng) -> Workload {
         let keys = (0..knobs.keys).map(|k| Bytes::from(format!("k{k}"))).collect();
+        let counters = (0..knobs.counters).map(|k| Bytes::from(format!("c{k}"))).collect();
         let clients = (0..nodes)
             .flat_map(|n| (0..knobs.sessions_per_node).map(move |_| NodeId(n)))
             .enumerate()
@@ -66,9 +99,23 @@ impl Workload {
                 opening: None,
                 issue_scheduled: false,
                 gone: false,
+                last_seen: HashMap::new(),
+                plan: VecDeque::new(),
+                progressed: false,
             })
             .collect();
-        Workload { knobs, prng, keys, clients, issuing: true, read_only: false, completions: 0 }
+        Workload {
+            knobs,
+            prng,
+            keys,
+            counters,
+            clients,
+            issuing: true,
+            read_only: false,
+            heal_at: None,
+            scripted: false,
+            completions: 0,
+        }
     }
 
     /// The `OpenSession` request of client `c` and the node it goes to.
@@ -84,22 +131,30 @@ impl Workload {
     /// Draws client `c`'s next operation, records its invocation, and returns the request and
     /// its node; `None` if the session cannot issue now.
     pub fn issue(&mut self, c: usize, now: Instant, history: &mut History) -> Option<(NodeId, RcInput)> {
-        if !self.can_issue(c) {
+        if !self.can_issue(c) || self.scripted {
             return None;
         }
-        let key = self.keys[self.prng.range(0, self.keys.len() as u64) as usize].clone();
+        let session = self.clients[c].session?;
+        let pos = self.clients[c].next_pos;
+        // Unique per operation, so a read identifies the write it saw (Kite §7 prop 2).
+        let unique = Bytes::from(format!("{session}#{pos}"));
+        let (kind, key) = self.draw(c, unique);
+        self.invoke(c, kind, key, now, history)
+    }
+
+    /// Client `c` invokes `kind` on `key` now, as a script says.
+    pub fn issue_scripted(&mut self, c: usize, kind: OpKind, key: Bytes, now: Instant, history: &mut History) -> Option<(NodeId, RcInput)> {
         let client = &self.clients[c];
+        if client.gone || client.session.is_none() {
+            return None;
+        }
+        self.invoke(c, kind, key, now, history)
+    }
+
+    fn invoke(&mut self, c: usize, kind: OpKind, key: Bytes, now: Instant, history: &mut History) -> Option<(NodeId, RcInput)> {
+        let client = &mut self.clients[c];
         let session = client.session?;
         let pos = client.next_pos;
-        let kind = if self.prng.range(0, 100) < u64::from(self.knobs.read_pct) || self.read_only {
-            OpKind::Read
-        } else if self.prng.range(0, 100) < u64::from(self.knobs.delete_pct) {
-            OpKind::Delete
-        } else {
-            // Unique per operation, so a read identifies the write it saw (Kite §7 prop 2).
-            OpKind::Write { value: Bytes::from(format!("{session}#{pos}")) }
-        };
-        let client = &mut self.clients[c];
         let corr = client.next_corr;
         client.next_corr += 1;
         client.next_pos += 1;
@@ -109,9 +164,123 @@ impl Workload {
         Some((client.node, RcInput::Client { route: client.route, req }))
     }
 
+    /// The session's next operation: the next step of its pattern, a new pattern, or one
+    /// operation of the seed's mix.
+    fn draw(&mut self, c: usize, unique: Bytes) -> (OpKind, Bytes) {
+        if self.clients[c].plan.is_empty() && !self.read_only && self.prng.range(0, 100) < u64::from(self.knobs.pattern_pct) {
+            self.plan_pattern(c);
+        }
+        if let Some((step, key)) = self.clients[c].plan.pop_front() {
+            let kind = match (step, self.read_only) {
+                (Step::Write, false) => OpKind::Write { value: unique },
+                (Step::Release, false) => OpKind::Release { value: unique },
+                (Step::Acquire, _) => OpKind::Acquire,
+                _ => OpKind::Read,
+            };
+            return (kind, key);
+        }
+        self.draw_one(c, unique)
+    }
+
+    /// A producer, consumer or relay pattern. The first `flags` data keys serve as flags,
+    /// released and acquired; the others (all of them, if every key is a flag) as payload,
+    /// written; consumers read any data key.
+    fn plan_pattern(&mut self, c: usize) {
+        let mut plan: Vec<(Step, Bytes)> = Vec::new();
+        match self.prng.range(0, 3) {
+            0 => {
+                for _ in 0..self.prng.range(1, 4) {
+                    plan.push((Step::Write, self.payload_key()));
+                }
+                plan.push((Step::Release, self.flag_key()));
+            }
+            1 => {
+                plan.push((Step::Acquire, self.flag_key()));
+                for _ in 0..self.prng.range(1, 4) {
+                    plan.push((Step::Read, self.data_key()));
+                }
+            }
+            _ => {
+                plan.push((Step::Acquire, self.flag_key()));
+                plan.push((Step::Release, self.flag_key()));
+            }
+        }
+        self.clients[c].plan.extend(plan);
+    }
+
+    fn flags(&self) -> usize {
+        (self.knobs.flags as usize).clamp(1, self.keys.len())
+    }
+
+    fn flag_key(&mut self) -> Bytes {
+        self.keys[self.prng.range(0, self.flags() as u64) as usize].clone()
+    }
+
+    fn data_key(&mut self) -> Bytes {
+        self.keys[self.prng.range(0, self.keys.len() as u64) as usize].clone()
+    }
+
+    fn payload_key(&mut self) -> Bytes {
+        let from = if self.flags() == self.keys.len() { 0 } else { self.flags() };
+        self.keys[self.prng.range(from as u64, self.keys.len() as u64) as usize].clone()
+    }
+
+    /// One operation of the seed's mix.
+    fn draw_one(&mut self, c: usize, unique: Bytes) -> (OpKind, Bytes) {
+        let k = &self.knobs;
+        let p = &mut self.prng;
+        let pct = |p: &mut Prng, x: u32| p.range(0, 100) < u64::from(x);
+        let pick = |p: &mut Prng, keys: &[Bytes]| keys[p.range(0, keys.len() as u64) as usize].clone();
+        // Reads also target the counters when something writes them.
+        let readable: Vec<Bytes> =
+            if k.rmw_pct > 0 { self.keys.iter().chain(&self.counters).cloned().collect() } else { self.keys.clone() };
+        if self.read_only {
+            let key = pick(p, &readable);
+            return (if pct(p, k.acquire_pct) { OpKind::Acquire } else { OpKind::Read }, key);
+        }
+        // Kite G6: RMWs complete once contention subsides. New RMWs keep starting after
+        // healing: the core restarts its back-off when a key's slot advances, so an RMW that
+        // lost a slot competes for the next one on equal terms (without that, seeds 5728, 8008
+        // and 9423 starved an RMW for seconds behind a stream of fresh ones).
+        if pct(p, k.rmw_pct) {
+            if !self.counters.is_empty() && pct(p, k.faa_pct) {
+                return (OpKind::Faa { delta: p.range(1, 4) }, pick(p, &self.counters));
+            }
+            let key = pick(p, &self.keys);
+            let expected = if pct(p, 75) { self.clients[c].last_seen.get(&key).cloned().unwrap_or(None) } else { None };
+            return (OpKind::Cas { expected, new: unique, weak: pct(p, k.weak_cas_pct) }, key);
+        }
+        if pct(p, k.read_pct) {
+            let key = pick(p, &readable);
+            return (if pct(p, k.acquire_pct) { OpKind::Acquire } else { OpKind::Read }, key);
+        }
+        let key = pick(p, &self.keys);
+        if pct(p, k.delete_pct) {
+            (OpKind::Delete, key)
+        } else if pct(p, k.release_pct) {
+            (OpKind::Release { value: unique }, key)
+        } else {
+            (OpKind::Write { value: unique }, key)
+        }
+    }
+
     fn can_issue(&self, c: usize) -> bool {
         let client = &self.clients[c];
-        self.issuing && !client.gone && client.session.is_some() && client.in_flight.len() < self.knobs.depth as usize
+        self.issuing
+            && !self.scripted
+            && !client.gone
+            && client.session.is_some()
+            && client.in_flight.len() < self.knobs.depth as usize
+    }
+
+    /// Operations invoked by sessions of live nodes and not answered yet.
+    pub fn in_flight_live(&self) -> usize {
+        self.clients.iter().filter(|c| !c.gone).map(|c| c.in_flight.len()).sum()
+    }
+
+    /// Whether every session of a live node completed an operation invoked after healing.
+    pub fn all_progressed(&self) -> bool {
+        self.clients.iter().all(|c| c.gone || c.session.is_none() || c.progressed)
     }
 
     /// When client `c` should next issue, if it can and is not already scheduled (closed loop:
@@ -121,7 +290,10 @@ impl Workload {
             return None;
         }
         self.clients[c].issue_scheduled = true;
-        let think = self.prng.range(self.knobs.think_min_us, self.knobs.think_max_us + 1);
+        // Inside a pattern the session hurries (its steps form one hb chain); between
+        // operations it thinks.
+        let max = if self.clients[c].plan.is_empty() { self.knobs.think_max_us } else { self.knobs.think_min_us };
+        let think = self.prng.range(self.knobs.think_min_us, max + 1);
         Some(now + Duration::from_micros(think))
     }
 
@@ -166,6 +338,18 @@ impl Workload {
         self.completions += 1;
         let op = &mut history.ops[op];
         op.outcome = outcome_of(&op.kind, resp.body, now, order);
+        if self.heal_at.is_some_and(|h| op.invoke >= h) && op.witness().is_some() {
+            client.progressed = true;
+        }
+        // What the session now knows of the key: what it wrote, else what it read.
+        let seen = op.witness().and_then(|w| match (op.expected_written(), &w.observed) {
+            (Some(v), _) if w.written.is_some() => Some(v),
+            (_, Some((v, _))) => Some(v.clone()),
+            _ => None,
+        });
+        if let Some(v) = seen {
+            client.last_seen.insert(op.key.clone(), v);
+        }
         Ok(c)
     }
 }
@@ -177,6 +361,12 @@ pub fn request_for(session: SessionId, kind: &OpKind, key: &Bytes) -> Request {
         OpKind::Read => Request::Get { session, key },
         OpKind::Write { value } => Request::Put { session, key, value: value.clone() },
         OpKind::Delete => Request::Delete { session, key },
+        OpKind::Release { value } => Request::Release { session, key, value: value.clone() },
+        OpKind::Acquire => Request::Acquire { session, key },
+        OpKind::Faa { delta } => Request::Faa { session, key, delta: *delta },
+        OpKind::Cas { expected, new, weak } => {
+            Request::Cas { session, key, expected: expected.clone(), new: new.clone(), weak: *weak }
+        }
     }
 }
 
@@ -184,8 +374,15 @@ pub fn request_for(session: SessionId, kind: &OpKind, key: &Bytes) -> Request {
 /// wrong shape is a failure, which the completion checker reports.
 pub fn outcome_of(kind: &OpKind, resp: Response, at: Instant, order: u64) -> Outcome {
     let witness = match (kind, resp) {
-        (OpKind::Read, Response::Value { value, cs }) => Witness { observed: Some((value, cs)), written: None },
-        (OpKind::Write { .. } | OpKind::Delete, Response::Written { cs }) => Witness { observed: None, written: Some(cs) },
+        (OpKind::Read | OpKind::Acquire, Response::Value { value, cs }) => {
+            Witness { observed: Some((value, cs)), written: None, swapped: false }
+        }
+        (OpKind::Write { .. } | OpKind::Delete | OpKind::Release { .. }, Response::Written { cs }) => {
+            Witness { observed: None, written: Some(cs), swapped: false }
+        }
+        (OpKind::Faa { .. } | OpKind::Cas { .. }, Response::Rmw { observed, observed_cs, written, swapped }) => {
+            Witness { observed: Some((observed, observed_cs)), written, swapped }
+        }
         (_, Response::Error { code, message }) => {
             return Outcome::Failed { at, order, error: format!("{code:?}: {message}") }
         }
@@ -203,7 +400,25 @@ mod tests {
     use strata_wire::Carstamp;
 
     fn knobs(depth: u32) -> WorkloadKnobs {
-        WorkloadKnobs { sessions_per_node: 2, depth, keys: 3, read_pct: 50, delete_pct: 20, think_min_us: 1, think_max_us: 5, read_only_after_heal: false }
+        WorkloadKnobs {
+            sessions_per_node: 2,
+            depth,
+            keys: 3,
+            read_pct: 50,
+            delete_pct: 20,
+            think_min_us: 1,
+            think_max_us: 5,
+            read_only_after_heal: false,
+            mix: "relaxed",
+            acquire_pct: 0,
+            release_pct: 0,
+            rmw_pct: 0,
+            faa_pct: 0,
+            weak_cas_pct: 0,
+            pattern_pct: 0,
+            flags: 1,
+            counters: 1,
+        }
     }
 
     fn opened(w: &mut Workload, h: &mut History, c: usize) {
@@ -229,7 +444,8 @@ mod tests {
         let (_, RcInput::Client { route, req }) = first else { panic!() };
         let body = match &h.ops[0].kind {
             OpKind::Read => Response::Value { value: None, cs: Carstamp::ZERO },
-            _ => Response::Written { cs: Carstamp::ZERO },
+            OpKind::Write { .. } | OpKind::Delete => Response::Written { cs: Carstamp::ZERO },
+            other => panic!("a relaxed mix drew {other:?}"),
         };
         w.on_reply(Instant(3), RcReply { route, resp: ClientResponse { corr: req.corr, body } }, &mut h).unwrap();
         assert!(matches!(h.ops[0].outcome, Outcome::Done { order: 0, .. }));
@@ -239,6 +455,45 @@ mod tests {
         assert!(w.on_reply(Instant(3), RcReply { route: 77, resp: bogus }, &mut h).is_err());
         w.node_crashed(NodeId(0));
         assert!(w.issue(0, Instant(4), &mut h).is_none(), "sessions die with their node");
+    }
+
+    #[test]
+    fn sync_mixes_draw_every_kind_and_cas_expects_what_the_session_saw() {
+        let mut k = knobs(1);
+        (k.acquire_pct, k.release_pct, k.rmw_pct, k.faa_pct, k.weak_cas_pct) = (50, 50, 30, 50, 50);
+        let mut w = Workload::new(k, 1, Prng::new(9));
+        let mut h = History::default();
+        opened(&mut w, &mut h, 0);
+        w.clients[0].last_seen.insert(Bytes::from_static(b"k0"), Some(Bytes::from_static(b"seen")));
+        let mut names = std::collections::BTreeSet::new();
+        for i in 0..400 {
+            let (kind, key) = w.draw(0, Bytes::from(format!("u{i}")));
+            if let OpKind::Faa { delta } = kind {
+                assert!(key.starts_with(b"c") && (1..=3).contains(&delta), "FAAs only on counters");
+            }
+            if matches!(kind, OpKind::Write { .. } | OpKind::Delete | OpKind::Release { .. } | OpKind::Cas { .. }) {
+                assert!(key.starts_with(b"k"), "counters are written only by FAAs");
+            }
+            if let OpKind::Cas { expected: Some(e), .. } = &kind {
+                assert!(key == "k0" && e == "seen", "{key:?} {e:?}");
+            }
+            names.insert(kind.name());
+        }
+        let all = ["acquire", "cas", "delete", "faa", "read", "release", "weak-cas", "write"];
+        assert_eq!(names.into_iter().collect::<Vec<_>>(), all);
+    }
+
+    #[test]
+    fn rmw_and_release_responses_become_witnesses() {
+        let cs = Carstamp { llc: strata_wire::Llc { ver: 2, node: NodeId(1) }, pno: 3 };
+        let faa = OpKind::Faa { delta: 1 };
+        let resp = Response::Rmw { observed: None, observed_cs: Carstamp::ZERO, written: Some(cs), swapped: false };
+        let Outcome::Done { witness, .. } = outcome_of(&faa, resp, Instant(1), 0) else { panic!() };
+        assert_eq!(witness, Witness { observed: Some((None, Carstamp::ZERO)), written: Some(cs), swapped: false });
+        let rel = OpKind::Release { value: Bytes::from_static(b"r") };
+        assert!(matches!(outcome_of(&rel, Response::Written { cs }, Instant(1), 0), Outcome::Done { .. }));
+        let wrong = Response::Value { value: None, cs };
+        assert!(matches!(outcome_of(&rel, wrong, Instant(1), 0), Outcome::Failed { .. }));
     }
 
     #[test]

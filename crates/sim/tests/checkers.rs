@@ -62,22 +62,22 @@ impl Builder {
             Some(value) => OpKind::Write { value },
             None => OpKind::Delete,
         };
-        self.op(s, kind, k, Some(Witness { observed: None, written: Some(c) }))
+        self.op(s, kind, k, Some(Witness { observed: None, written: Some(c), swapped: false }))
     }
 
     fn create(&mut self, s: SessionId, k: &str, v: Value, c: Carstamp) -> &mut Self {
         let at = self.tick();
-        self.h.creations.push(Creation { at, node: s.node, session: s, key: key(k), cs: c, value: v });
+        self.h.creations.push(Creation { at, node: s.node, session: s, key: key(k), cs: c, value: v, rmw_id: None });
         self
     }
 
     fn read(&mut self, s: SessionId, k: &str, v: Value, c: Carstamp) -> &mut Self {
-        self.op(s, OpKind::Read, k, Some(Witness { observed: Some((v, c)), written: None }))
+        self.op(s, OpKind::Read, k, Some(Witness { observed: Some((v, c)), written: None, swapped: false }))
     }
 
     fn held(&mut self, node: u32, k: &str, v: Value, c: Carstamp) -> &mut Self {
         let at = self.tick();
-        self.h.replica_changes.push(ReplicaChange { at, node: NodeId(node), key: key(k), value: v, cs: c });
+        self.h.replica_changes.push(ReplicaChange { at, node: NodeId(node), key: key(k), value: v, cs: c, lc: 0 });
         self
     }
 
@@ -150,7 +150,7 @@ fn version_uniqueness_flags_a_carstamp_created_twice() {
 #[test]
 fn version_uniqueness_flags_a_write_without_its_creation() {
     let mut b = good();
-    let w = Witness { observed: None, written: Some(cs(9, 0)) };
+    let w = Witness { observed: None, written: Some(cs(9, 0)), swapped: false };
     b.op(sess(0, 0), OpKind::Write { value: Bytes::from_static(b"ghost") }, "x", Some(w));
     assert_flags(versions::version_uniqueness(&b.h), "version-uniqueness", "no creation event");
 }
@@ -159,12 +159,12 @@ fn version_uniqueness_flags_a_write_without_its_creation() {
 fn version_uniqueness_flags_a_write_claiming_anothers_version_or_value() {
     let mut b = good();
     // Session 0 reports the version session 1 created.
-    let w = Witness { observed: None, written: Some(cs(2, 1)) };
+    let w = Witness { observed: None, written: Some(cs(2, 1)), swapped: false };
     b.op(sess(0, 0), OpKind::Write { value: Bytes::from_static(b"b1") }, "x", Some(w));
     assert_flags(versions::version_uniqueness(&b.h), "version-uniqueness", "was created by n1/s0");
     let mut b = good();
     b.create(sess(0, 0), "z", val("real"), cs(1, 0));
-    let w = Witness { observed: None, written: Some(cs(1, 0)) };
+    let w = Witness { observed: None, written: Some(cs(1, 0)), swapped: false };
     b.op(sess(0, 0), OpKind::Write { value: Bytes::from_static(b"claimed") }, "z", Some(w));
     assert_flags(versions::version_uniqueness(&b.h), "version-uniqueness", "was created with \"real\"");
 }

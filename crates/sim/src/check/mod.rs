@@ -4,7 +4,12 @@
 
 pub mod completion;
 pub mod convergence;
+pub mod hb;
+mod index;
+pub mod linearizability;
+pub mod paxos;
 pub mod replica;
+pub mod rmw;
 pub mod session;
 pub mod versions;
 
@@ -44,6 +49,13 @@ pub const CHECKERS: &[Checker] = &[
     session::replies_in_session_order,
     replica::replica_monotonic,
     replica::replica_holds_created_versions,
+    replica::replica_commit_floor,
+    linearizability::sync_linearizability,
+    hb::hb_visibility,
+    rmw::rmw_atomicity,
+    rmw::faa_counters,
+    paxos::paxos_agreement,
+    paxos::paxos_quorum,
     convergence::convergence,
     completion::completion,
     completion::quiescence,

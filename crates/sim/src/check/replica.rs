@@ -3,7 +3,7 @@
 use std::collections::BTreeMap;
 
 use bytes::Bytes;
-use strata_wire::NodeId;
+use strata_wire::{Carstamp, Instant, NodeId};
 
 use super::{fmt_key, Created, Violation};
 use crate::history::{fmt_value, History, ReplicaChange};
@@ -48,4 +48,43 @@ pub fn replica_holds_created_versions(h: &History) -> Vec<Violation> {
             })
         })
         .collect()
+}
+
+/// Kite §7 inv. 12, the Paxos part: a replica's last committed slot `lc` never decreases; its
+/// version is either plain or that of slot `lc` (`cs.pno` is 0 or `lc`); and it is at least
+/// the version committed in slot `lc` (looked up in the global commit log), so a replica that
+/// advanced `lc` by catch-up holds at least that slot's effect. A replica cannot know a slot
+/// decided before some node sent its first real commit.
+pub fn replica_commit_floor(h: &History) -> Vec<Violation> {
+    let mut slot_version: BTreeMap<(&Bytes, u32), (Carstamp, Instant)> = BTreeMap::new();
+    for c in h.commits.iter().filter(|c| c.is_real()) {
+        slot_version.entry((&c.key, c.slot)).or_insert((c.cs, c.at));
+    }
+    let mut out = Vec::new();
+    let mut lc: BTreeMap<(NodeId, &Bytes), u32> = BTreeMap::new();
+    for ch in &h.replica_changes {
+        let prev = lc.insert((ch.node, &ch.key), ch.lc).unwrap_or(0);
+        let problem = if ch.lc < prev {
+            Some(format!("last committed slot went back from {prev} to {}", ch.lc))
+        } else if ch.cs.pno != 0 && ch.cs.pno != ch.lc {
+            Some(format!("holds {} although its last committed slot is {}", ch.cs, ch.lc))
+        } else if ch.lc == 0 {
+            None
+        } else {
+            match slot_version.get(&(&ch.key, ch.lc)) {
+                None => Some(format!("knows slot {} decided, but no node ever committed it", ch.lc)),
+                Some((_, at)) if *at > ch.at => Some(format!("knows slot {} decided before anyone committed it", ch.lc)),
+                Some((v, _)) if ch.cs < *v => Some(format!("holds {} below {}, the version of its last committed slot {}", ch.cs, v, ch.lc)),
+                Some(_) => None,
+            }
+        };
+        if let Some(problem) = problem {
+            out.push(Violation {
+                checker: "commit-floor",
+                at: Some(ch.at),
+                detail: format!("{}'s replica of {} {problem}", ch.node, fmt_key(&ch.key)),
+            });
+        }
+    }
+    out
 }

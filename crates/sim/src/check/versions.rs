@@ -2,12 +2,16 @@
 
 use std::collections::HashMap;
 
+use super::index::Index;
 use super::{fmt_key, Created, Violation};
-use crate::history::{fmt_value, History};
+use crate::history::{fmt_value, History, OpClass};
 
-/// Kite §7 prop 1: every creation has a distinct `(key, carstamp)`; a plain write (`pno == 0`)
-/// is stamped with its creator's id and a clock of at least 1 (§0, §5.3); and every completed
-/// write reports exactly one version, equal to a creation by its own session with its value.
+/// Kite §7 prop 1: every creation has a distinct `(key, carstamp)`; a plain write or release
+/// (`pno == 0`) is stamped with its creator's id and a clock of at least 1 (§0, §5.3, §5.4); an
+/// RMW version (`pno >= 1`) was carried by a real `COMMIT`; and every completed write, release
+/// or RMW reports exactly one version, equal to a creation by its own session with the value it
+/// wrote (for an RMW, `f(op, value(obs))`, and committed under its own `RmwId`). A weak CAS that
+/// failed locally creates nothing (§2.2).
 pub fn version_uniqueness(h: &History) -> Vec<Violation> {
     let mut out = Vec::new();
     let mut seen = HashMap::new();
@@ -34,10 +38,21 @@ pub fn version_uniqueness(h: &History) -> Vec<Violation> {
                 detail: format!("plain write by {} on {} created {}, not stamped ((ver >= 1, {}), 0)", c.node, fmt_key(&c.key), c.cs, c.node),
             });
         }
+        if c.cs.pno > 0 && c.rmw_id.is_none() {
+            out.push(Violation {
+                checker: "version-uniqueness",
+                at: Some(c.at),
+                detail: format!("RMW version {} of {} reported by {}, but no COMMIT ever carried it", c.cs, fmt_key(&c.key), c.session),
+            });
+        }
     }
     let created = Created::new(h);
-    for op in &h.ops {
-        let (Some(w), Some(expected)) = (op.witness(), op.kind.written_value()) else { continue };
+    let idx = Index::new(h);
+    for (i, op) in h.ops.iter().enumerate() {
+        let Some(w) = op.witness() else { continue };
+        if !op.kind.may_write() || op.class() == OpClass::Relaxed && op.kind.is_rmw() {
+            continue;
+        }
         let Some(cs) = w.written else {
             out.push(Violation {
                 checker: "version-uniqueness",
@@ -46,10 +61,18 @@ pub fn version_uniqueness(h: &History) -> Vec<Violation> {
             });
             continue;
         };
+        let expected = op.expected_written();
         let problem = match created.get(&op.key, cs) {
             None => Some(format!("no creation event for {cs}")),
             Some(c) if c.session != op.session => Some(format!("{cs} was created by {}", c.session)),
-            Some(c) if c.value != expected => Some(format!("{cs} was created with {}, not {}", fmt_value(&c.value), fmt_value(&expected))),
+            Some(c) if expected.as_ref().is_some_and(|e| *e != c.value) => Some(format!(
+                "{cs} was created with {}, not {}",
+                fmt_value(&c.value),
+                fmt_value(expected.as_ref().expect("checked"))
+            )),
+            Some(c) if c.rmw_id.is_some_and(|id| idx.rmw_op.get(&id) != Some(&i)) => {
+                Some(format!("{cs} was committed for {:?}, another operation", c.rmw_id.expect("checked")))
+            }
             Some(_) => None,
         };
         if let Some(problem) = problem {
@@ -63,8 +86,8 @@ pub fn version_uniqueness(h: &History) -> Vec<Violation> {
     out
 }
 
-/// Kite §7 prop 2: every version a read returns was created (or is `ZERO` with the absent
-/// value), and the value returned is the one created with that version.
+/// Kite §7 prop 2: every version a read, acquire or RMW returns was created (or is `ZERO` with
+/// the absent value), and the value returned is the one created with that version.
 pub fn no_thin_air(h: &History) -> Vec<Violation> {
     let created = Created::new(h);
     let mut out = Vec::new();
