@@ -141,9 +141,7 @@ impl RcReplica {
             let acked: NodeSet = self.end_round(req).iter().map(|(n, _)| *n).collect();
             let value = Some(r.value.clone());
             self.track(now, key.clone(), value, cs, None, acked);
-            if let Some(s) = self.sessions.get_mut(&sid.index) {
-                s.note_unresolved(key.clone(), cs);
-            }
+            self.note_unresolved(sid, key.clone(), cs);
             return Some(Response::Written { cs });
         }
         let barrier_done = self.step_barrier(now, id, sid, &mut r.barrier);
@@ -238,9 +236,7 @@ impl RcReplica {
         if !skip && v.cs > Carstamp::ZERO {
             self.track(now, key.clone(), v.value.clone(), v.cs, v.rmw_id, a.holders);
             self.resend_now(key, a.behind);
-            if let Some(s) = self.sessions.get_mut(&sid.index) {
-                s.note_unresolved(key.clone(), v.cs);
-            }
+            self.note_unresolved(sid, key.clone(), v.cs);
         }
         Response::Value { value: v.value, cs: v.cs }
     }

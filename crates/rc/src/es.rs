@@ -2,6 +2,7 @@
 //! pending-write records that make every replica converge despite message loss (§5.1.7) and
 //! that barriers consult (§5.1.6).
 
+use std::collections::HashMap;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -54,9 +55,7 @@ impl RcReplica {
         let msg = PeerMessage::Write(Write { req, key: key.clone(), value: value.clone(), cs, rmw_id: None, acq: None });
         self.broadcast(&msg);
         self.track(now, key.clone(), value, cs, None, NodeSet::EMPTY);
-        if let Some(s) = self.sessions.get_mut(&session.index) {
-            s.note_unresolved(key, cs);
-        }
+        self.note_unresolved(session, key, cs);
     }
 
     /// Starts (or merges into) the pending record of `key` at version `cs`, already acked by
@@ -81,14 +80,9 @@ impl RcReplica {
         self.credits_changed = true;
     }
 
-    /// Peers known to hold a version `>= cs` of `key` (for barriers). No record means the
-    /// last one was acknowledged by every peer, and records only ever grow newer.
+    /// Peers known to hold a version `>= cs` of `key` (for barriers).
     pub(crate) fn acked_for(&self, key: &[u8], cs: Carstamp) -> NodeSet {
-        match self.pending.get(key) {
-            Some(p) if p.cs >= cs => p.acked,
-            Some(_) => NodeSet::EMPTY,
-            None => self.peer_set,
-        }
+        acked(&self.pending, self.peer_set, key, cs)
     }
 
     /// Kite §5.7.1 `WRITE` at a receiver: apply if newer, run the delinquency check for an
@@ -170,6 +164,16 @@ impl RcReplica {
     pub(crate) fn next_req(&mut self) -> u64 {
         self.next_req += 1;
         self.next_req
+    }
+}
+
+/// Peers known to hold a version `>= cs` of `key`. No record means the last one was
+/// acknowledged by every peer, and records only ever grow newer.
+pub(crate) fn acked(pending: &HashMap<Bytes, PendingWrite>, peers: NodeSet, key: &[u8], cs: Carstamp) -> NodeSet {
+    match pending.get(key) {
+        Some(p) if p.cs >= cs => p.acked,
+        Some(_) => NodeSet::EMPTY,
+        None => peers,
     }
 }
 

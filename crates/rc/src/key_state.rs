@@ -37,7 +37,9 @@ impl KeyState {
     /// registers the RMW, see `RcReplica::apply`.)
     pub fn apply_version(&mut self, value: Option<Bytes>, cs: Carstamp, rmw_id: Option<RmwId>) -> bool {
         if cs > self.cs {
-            self.value = value;
+            // Stored in its own allocation: a value decoded from the network is a slice of a
+            // read buffer, which a long-lived replica value would otherwise pin whole.
+            self.value = value.map(|v| Bytes::copy_from_slice(&v));
             self.cs = cs;
             self.rmw_id = if cs.pno > 0 { rmw_id } else { None };
             true

@@ -371,9 +371,7 @@ impl RcReplica {
         let c = r.my.get(&slot).expect("an own slot was computed").clone();
         self.effects.event.push(RcEvent::VersionCreated { session: sid, key: key.clone(), cs, value: tuple.value.clone() });
         self.track(now, key.clone(), tuple.value, cs, Some(r.rmw_id), acked);
-        if let Some(s) = self.sessions.get_mut(&sid.index) {
-            s.note_unresolved(key.clone(), cs);
-        }
+        self.note_unresolved(sid, key.clone(), cs);
         self.acquire_finish(r.detected, r.acq);
         Response::Rmw { observed: c.observed, observed_cs: c.observed_cs, written: Some(cs), swapped: c.swapped }
     }

@@ -130,7 +130,25 @@ impl RcReplica {
     }
 
     pub(crate) fn key_mut(&mut self, key: &Bytes) -> &mut KeyState {
-        self.keys.entry(key.clone()).or_default()
+        // A new key gets its own allocation: request bytes are slices of a network read buffer,
+        // which a long-lived map key would otherwise pin whole.
+        if !self.keys.contains_key(key) {
+            self.keys.insert(Bytes::copy_from_slice(key), KeyState::default());
+        }
+        self.keys.get_mut(key).expect("present")
+    }
+
+    /// Records a session's write or obligation for its next barrier (Kite §5.1.6 `P`). Entries
+    /// that every peer has acknowledged are pruned now and then, so a session that never
+    /// releases keeps only what is still unacknowledged.
+    pub(crate) fn note_unresolved(&mut self, sid: SessionId, key: Bytes, cs: Carstamp) {
+        let Some(s) = self.sessions.get_mut(&sid.index) else { return };
+        s.note_unresolved(key, cs);
+        if s.unresolved.len() >= s.prune_at {
+            let (pending, peers) = (&self.pending, self.peer_set);
+            s.unresolved.retain(|k, cs| !crate::es::acked(pending, peers, k, *cs).is_superset(peers));
+            s.prune_at = (2 * s.unresolved.len()).max(crate::session::PRUNE_MIN);
+        }
     }
 
     /// Kite §5.8 E3: a relaxed access is fast iff the key is in-epoch.

@@ -15,6 +15,9 @@ use strata_wire::{Carstamp, SessionId};
 
 use crate::api::Route;
 
+/// A session's unresolved map is first pruned of fully acknowledged entries at this size.
+pub(crate) const PRUNE_MIN: usize = 256;
+
 /// Identifies an operation in flight at this node.
 pub(crate) type OpId = u64;
 
@@ -48,6 +51,8 @@ pub(crate) struct Session {
     /// §5.1.6 `P`, §5.1.7): the highest version per key — an acknowledgement of a newer version
     /// of a key implies the older one is held too.
     pub unresolved: HashMap<Bytes, Carstamp>,
+    /// Size of `unresolved` at which it is next pruned (amortized: twice what survived).
+    pub prune_at: usize,
     /// `AcquireId` counter, shared by acquires and RMWs (Kite §3.2 [DECISION]).
     pub acq_seq: u64,
     pub rmw_seq: u64,
@@ -64,6 +69,7 @@ impl Session {
             next_seq: 0,
             next_report: 0,
             unresolved: HashMap::new(),
+            prune_at: PRUNE_MIN,
             acq_seq: 0,
             rmw_seq: 0,
         }
