@@ -1,0 +1,510 @@
+//! `strata-bench`: the closed-loop load generator behind `strata bench`.
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), strata_bench::BenchError> {
+//! use strata_bench::{BenchArgs, Target};
+//! let args = BenchArgs { target: Target::Redis, duration: 5.0, pipeline: 16, ..BenchArgs::default() };
+//! let report = strata_bench::run(&args, args.default_endpoints()).await?;
+//! println!("{report}");
+//! # Ok(()) }
+//! ```
+//!
+//! How a run goes ([`run`]):
+//!
+//! 1. `--clients` connections, spread round-robin over the endpoints, each with `--sessions`
+//!    sessions ([`target`]: Strata through `strata-client`, Redis through [`resp`]; both share
+//!    one connection design, so the harness is the same on both sides);
+//! 2. **preload**: every key is written once, split over all sessions, so reads hit;
+//! 3. **warmup** (`--warmup` seconds), then the **measured window** (`--duration` seconds or
+//!    `--ops` operations). Every session is a closed loop that keeps `--pipeline` requests
+//!    outstanding: each completion submits the next request. A request's latency runs from
+//!    its submit to its completion; it is recorded (nanoseconds, 3 significant digits) in the
+//!    session's own HDR histograms, one for reads and one for writes, merged at the end. In
+//!    time mode an operation counts if it was submitted and completed inside the window;
+//! 4. live progress once per second on stderr (ops/s and p99 of the last second), unless
+//!    `--quiet`; the [`BenchReport`] is returned and, with `--json`, written to a file.
+//!
+//! The operation mix: each operation is a write (`put`/`SET` of a `--value-size` value) with
+//! probability `--write-ratio` %, else a read (`get`/`GET`); its key is drawn uniformly or
+//! from a YCSB zipfian ([`keys::Zipfian`]), from a per-session seeded stream.
+
+pub mod args;
+pub mod keys;
+pub mod report;
+pub mod resp;
+pub mod target;
+
+use std::collections::VecDeque;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use bytes::Bytes;
+use hdrhistogram::Histogram;
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use thiserror::Error;
+
+pub use args::{BenchArgs, Distribution, Target, DEFAULT_REDIS_ENDPOINT};
+pub use report::{BenchReport, Latencies, LatencySummary};
+
+use keys::{KeyChooser, Zipfian};
+use target::{BenchOp, BenchSession, Connection, Done};
+
+/// A request with no reply after this long counts as failed and ends its session (the same
+/// bound for both targets; neither client library applies its own).
+pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
+/// Requests in flight per session while preloading.
+const PRELOAD_DEPTH: usize = 64;
+/// Error messages kept in the report.
+const MAX_ERROR_SAMPLES: usize = 5;
+/// Cluster id used when `--cluster-id` is not given (the nodes' default too).
+pub const DEFAULT_CLUSTER_ID: u64 = 1;
+/// Largest latency the histograms hold (larger values are recorded as this).
+const MAX_LATENCY_NS: u64 = 60_000_000_000;
+
+/// Why a benchmark could not run. Each variant says what to fix.
+#[derive(Debug, Error)]
+pub enum BenchError {
+    /// A flag is out of range or contradicts another; the message names it.
+    #[error("invalid arguments: {0}")]
+    InvalidArgs(String),
+    /// Nowhere to connect: pass `--endpoints` (or start the local cluster for Strata).
+    #[error("no endpoints to benchmark: pass --endpoints ADDR,...")]
+    NoEndpoints,
+    /// A connection or session could not be opened: is the server running at that address,
+    /// and (Strata) is `--cluster-id` right?
+    #[error("cannot connect to {target} at {addr}: {message}")]
+    Connect { target: Target, addr: SocketAddr, message: String },
+    /// Writing the keys before measuring failed: the server is unhealthy or refuses the
+    /// writes (e.g. `--value-size` above its limit).
+    #[error("preload failed: {0}")]
+    Preload(String),
+    /// The JSON report could not be written: check the `--json` path.
+    #[error("cannot write the JSON report to {path}: {source}")]
+    WriteJson { path: PathBuf, source: std::io::Error },
+}
+
+/// Runs one benchmark against `endpoints` (if empty: [`BenchArgs::default_endpoints`]). Must
+/// be called inside a tokio runtime; sessions run as tasks on it, so a multi-thread runtime
+/// spreads the load generator over the cores.
+pub async fn run(args: &BenchArgs, endpoints: Vec<SocketAddr>) -> Result<BenchReport, BenchError> {
+    args.validate()?;
+    let endpoints = if endpoints.is_empty() { args.default_endpoints() } else { endpoints };
+    if endpoints.is_empty() {
+        return Err(BenchError::NoEndpoints);
+    }
+
+    let mut conns = Vec::with_capacity(args.clients);
+    for i in 0..args.clients {
+        let addr = endpoints[i % endpoints.len()];
+        let conn = Connection::connect(args.target, addr, args.cluster_id.unwrap_or(DEFAULT_CLUSTER_ID))
+            .await
+            .map_err(|message| BenchError::Connect { target: args.target, addr, message })?;
+        conns.push((addr, conn));
+    }
+    let mut sessions = Vec::with_capacity(args.total_sessions());
+    for (addr, conn) in &conns {
+        for _ in 0..args.sessions {
+            let s = conn.open_session().await.map_err(|message| BenchError::Connect {
+                target: args.target,
+                addr: *addr,
+                message,
+            })?;
+            sessions.push(s);
+        }
+    }
+
+    let value = make_value(args.value_size, args.seed);
+    let preload_started = Instant::now();
+    let sessions = preload(sessions, args, &value).await?;
+    let preload_s = preload_started.elapsed().as_secs_f64();
+
+    let (stats, measure_start, window_end) = measure(sessions, args, value).await;
+    for (_, c) in &conns {
+        c.close();
+    }
+
+    let mut read = new_histogram();
+    let mut write = new_histogram();
+    let (mut read_misses, mut errors, mut last_completion) = (0, 0, None::<Instant>);
+    let mut error_samples: Vec<String> = Vec::new();
+    for s in stats {
+        read.add(&s.read).expect("same bounds");
+        write.add(&s.write).expect("same bounds");
+        read_misses += s.read_misses;
+        errors += s.errors;
+        last_completion = last_completion.max(s.last_measured);
+        for e in s.error_samples {
+            if error_samples.len() < MAX_ERROR_SAMPLES && !error_samples.contains(&e) {
+                error_samples.push(e);
+            }
+        }
+    }
+    let duration_s = match window_end {
+        Some(end) => (end - measure_start).as_secs_f64(),
+        None => last_completion.map_or(0.0, |t| t.saturating_duration_since(measure_start).as_secs_f64()),
+    };
+    let mut all = read.clone();
+    all.add(&write).expect("same bounds");
+    let ops = all.len();
+    let report = BenchReport {
+        label: args.label.clone(),
+        target: args.target,
+        endpoints,
+        args: args.clone(),
+        duration_s,
+        ops,
+        reads: read.len(),
+        writes: write.len(),
+        read_misses,
+        errors,
+        error_samples,
+        throughput_ops_s: if duration_s > 0.0 { ops as f64 / duration_s } else { 0.0 },
+        latency_us: Latencies {
+            all: LatencySummary::from_histogram(&all),
+            read: LatencySummary::from_histogram(&read),
+            write: LatencySummary::from_histogram(&write),
+        },
+        preloaded_keys: args.keys,
+        preload_s,
+        started_at_unix_ms: unix_ms_at(measure_start),
+        tool_version: env!("CARGO_PKG_VERSION").to_string(),
+    };
+    if let Some(path) = &args.json {
+        let text = serde_json::to_string_pretty(&report).expect("a report serializes");
+        std::fs::write(path, text + "\n").map_err(|source| BenchError::WriteJson { path: path.clone(), source })?;
+    }
+    Ok(report)
+}
+
+fn new_histogram() -> Histogram<u64> {
+    Histogram::new_with_bounds(1, MAX_LATENCY_NS, 3).expect("valid bounds")
+}
+
+fn unix_ms_at(t: Instant) -> u64 {
+    let now_unix = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default();
+    let ago = Instant::now().saturating_duration_since(t);
+    now_unix.saturating_sub(ago).as_millis() as u64
+}
+
+/// The value every write carries: printable bytes from the seed (the content does not matter
+/// to either system; it is the same for every write so no time goes into making values).
+fn make_value(size: usize, seed: u64) -> Bytes {
+    let mut rng = StdRng::seed_from_u64(seed ^ 0x5eed_0f7a_1e00);
+    (0..size).map(|_| rng.gen_range(b'a'..=b'z')).collect::<Vec<u8>>().into()
+}
+
+/// Seed of session `i`'s stream: distinct per session, fixed by `--seed`.
+fn session_seed(seed: u64, i: usize) -> u64 {
+    seed.wrapping_mul(0x9E37_79B9_7F4A_7C15).wrapping_add((i as u64 + 1).wrapping_mul(0xD1B5_4A32_D192_ED03))
+}
+
+/// Writes every key once, split over the sessions, `PRELOAD_DEPTH` requests in flight each.
+async fn preload(
+    sessions: Vec<BenchSession>,
+    args: &BenchArgs,
+    value: &Bytes,
+) -> Result<Vec<BenchSession>, BenchError> {
+    let n = sessions.len() as u64;
+    let done = Arc::new(AtomicU64::new(0));
+    let progress = (!args.quiet).then(|| {
+        let done = done.clone();
+        let total = args.keys;
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(Duration::from_secs(1));
+            tick.tick().await;
+            loop {
+                tick.tick().await;
+                let d = done.load(Ordering::Relaxed);
+                eprintln!("preload: {d}/{total} keys ({:.0}%)", 100.0 * d as f64 / total as f64);
+            }
+        })
+    });
+    let mut tasks = Vec::new();
+    for (i, mut s) in sessions.into_iter().enumerate() {
+        let (lo, hi) = (args.keys * i as u64 / n, args.keys * (i as u64 + 1) / n);
+        let (key_size, value, done) = (args.key_size, value.clone(), done.clone());
+        tasks.push(tokio::spawn(async move {
+            let mut next = lo;
+            let mut outstanding = 0usize;
+            while next < hi || outstanding > 0 {
+                while next < hi && outstanding < PRELOAD_DEPTH {
+                    s.submit(BenchOp::Write { key: keys::key(next, key_size), value: value.clone() })?;
+                    next += 1;
+                    outstanding += 1;
+                }
+                match tokio::time::timeout(REQUEST_TIMEOUT, s.next()).await {
+                    Ok(Some(Ok(_))) => {
+                        outstanding -= 1;
+                        done.fetch_add(1, Ordering::Relaxed);
+                    }
+                    Ok(Some(Err(e))) => return Err(e),
+                    Ok(None) => return Err("a session lost its requests".to_string()),
+                    Err(_) => return Err(format!("no reply within {REQUEST_TIMEOUT:?}")),
+                }
+            }
+            Ok(s)
+        }));
+    }
+    let mut out = Vec::with_capacity(tasks.len());
+    let mut failure = None;
+    for t in tasks {
+        match t.await {
+            Ok(Ok(s)) => out.push(s),
+            Ok(Err(e)) => failure = failure.or(Some(e)),
+            Err(e) => failure = failure.or(Some(format!("preload task failed: {e}"))),
+        }
+    }
+    if let Some(p) = progress {
+        p.abort();
+    }
+    match failure {
+        Some(e) => Err(BenchError::Preload(e)),
+        None => {
+            if !args.quiet {
+                eprintln!("preload: {} keys written", args.keys);
+            }
+            Ok(out)
+        }
+    }
+}
+
+/// What the sessions share during the measured phase.
+struct Shared {
+    measure_start: Instant,
+    /// Time mode: the end of the window. Ops mode: `None`.
+    end: Option<Instant>,
+    /// Ops mode: operations still to submit in the window.
+    tickets: Option<AtomicU64>,
+    chooser: KeyChooser,
+    key_size: usize,
+    value: Bytes,
+    write_ratio: f64,
+    pipeline: usize,
+    /// Completions so far, warmup included (for progress).
+    completed: AtomicU64,
+    /// Operations recorded in the measured window so far (for progress).
+    measured: AtomicU64,
+    failed_sessions: AtomicU64,
+}
+
+/// One session's measurements.
+struct SessionStats {
+    read: Histogram<u64>,
+    write: Histogram<u64>,
+    read_misses: u64,
+    errors: u64,
+    error_samples: Vec<String>,
+    last_measured: Option<Instant>,
+}
+
+/// Runs warmup and the measured window on every session; returns each session's stats, the
+/// start of the window, and its end (time mode).
+async fn measure(
+    sessions: Vec<BenchSession>,
+    args: &BenchArgs,
+    value: Bytes,
+) -> (Vec<SessionStats>, Instant, Option<Instant>) {
+    let chooser = match args.dist {
+        Distribution::Uniform => KeyChooser::Uniform { n: args.keys },
+        Distribution::Zipfian => KeyChooser::Zipfian(Zipfian::new(args.keys, args.zipf_theta)),
+    };
+    let started = Instant::now();
+    let measure_start = started + Duration::from_secs_f64(args.warmup);
+    let end = match args.ops {
+        Some(_) => None,
+        None => Some(measure_start + Duration::from_secs_f64(args.duration)),
+    };
+    let shared = Arc::new(Shared {
+        measure_start,
+        end,
+        tickets: args.ops.map(AtomicU64::new),
+        chooser,
+        key_size: args.key_size,
+        value,
+        write_ratio: args.write_ratio,
+        pipeline: args.pipeline,
+        completed: AtomicU64::new(0),
+        measured: AtomicU64::new(0),
+        failed_sessions: AtomicU64::new(0),
+    });
+    let n = sessions.len();
+    // Per-session histograms of the current second, for the progress line.
+    let intervals: Vec<Arc<Mutex<Histogram<u64>>>> =
+        if args.quiet { Vec::new() } else { (0..n).map(|_| Arc::new(Mutex::new(new_histogram()))).collect() };
+    let finished = Arc::new(AtomicBool::new(false));
+    let progress = (!args.quiet)
+        .then(|| tokio::spawn(progress_loop(shared.clone(), intervals.clone(), finished.clone(), started)));
+
+    let mut tasks = Vec::with_capacity(n);
+    for (i, s) in sessions.into_iter().enumerate() {
+        let rng = StdRng::seed_from_u64(session_seed(args.seed, i));
+        tasks.push(tokio::spawn(drive(s, shared.clone(), rng, intervals.get(i).cloned())));
+    }
+    let mut stats = Vec::with_capacity(n);
+    for t in tasks {
+        match t.await {
+            Ok(s) => stats.push(s),
+            Err(e) => stats.push(SessionStats {
+                read: new_histogram(),
+                write: new_histogram(),
+                read_misses: 0,
+                errors: 1,
+                error_samples: vec![format!("session task failed: {e}")],
+                last_measured: None,
+            }),
+        }
+    }
+    finished.store(true, Ordering::Relaxed);
+    if let Some(p) = progress {
+        p.abort();
+    }
+    (stats, measure_start, end)
+}
+
+/// One session's closed loop.
+async fn drive(
+    mut session: BenchSession,
+    sh: Arc<Shared>,
+    mut rng: StdRng,
+    interval: Option<Arc<Mutex<Histogram<u64>>>>,
+) -> SessionStats {
+    let mut st = SessionStats {
+        read: new_histogram(),
+        write: new_histogram(),
+        read_misses: 0,
+        errors: 0,
+        error_samples: Vec::new(),
+        last_measured: None,
+    };
+    fn note(st: &mut SessionStats, e: String) {
+        st.errors += 1;
+        if st.error_samples.len() < MAX_ERROR_SAMPLES && !st.error_samples.contains(&e) {
+            st.error_samples.push(e);
+        }
+    }
+    // (submitted at, is a write, counts for sure: ops mode ticket)
+    let mut in_flight: VecDeque<(Instant, bool, bool)> = VecDeque::with_capacity(sh.pipeline);
+    let mut stopping = false;
+    // An error ends the session: a broken connection fails every later request at once.
+    let mut fatal = false;
+    loop {
+        while !stopping && in_flight.len() < sh.pipeline {
+            let now = Instant::now();
+            let mut ticket = false;
+            if let Some(end) = sh.end {
+                if now >= end {
+                    stopping = true;
+                    break;
+                }
+            } else if now >= sh.measure_start {
+                let tickets = sh.tickets.as_ref().expect("ops mode");
+                if tickets.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |t| t.checked_sub(1)).is_err() {
+                    stopping = true;
+                    break;
+                }
+                ticket = true;
+            }
+            let key = keys::key(sh.chooser.sample(&mut rng), sh.key_size);
+            let is_write = sh.write_ratio > 0.0 && rng.gen::<f64>() * 100.0 < sh.write_ratio;
+            let op = if is_write { BenchOp::Write { key, value: sh.value.clone() } } else { BenchOp::Read { key } };
+            let submitted = Instant::now();
+            match session.submit(op) {
+                Ok(()) => in_flight.push_back((submitted, is_write, ticket)),
+                Err(e) => {
+                    note(&mut st, e);
+                    stopping = true;
+                    fatal = true;
+                }
+            }
+        }
+        if in_flight.is_empty() {
+            break;
+        }
+        let r = tokio::time::timeout(REQUEST_TIMEOUT, session.next()).await;
+        let done_at = Instant::now();
+        let (submitted, is_write, ticket) = in_flight.pop_front().expect("in flight");
+        sh.completed.fetch_add(1, Ordering::Relaxed);
+        let r = match r {
+            Ok(Some(r)) => r,
+            Ok(None) => Err("the session lost track of its requests".to_string()),
+            Err(_) => {
+                // The session is stuck: count what is outstanding as failed and stop.
+                st.errors += in_flight.len() as u64;
+                note(&mut st, format!("no reply within {REQUEST_TIMEOUT:?}"));
+                fatal = true;
+                break;
+            }
+        };
+        let measured = ticket || (submitted >= sh.measure_start && sh.end.is_some_and(|end| done_at <= end));
+        match r {
+            Ok(done) => {
+                let ns = (done_at - submitted).as_nanos().min(MAX_LATENCY_NS as u128) as u64;
+                if let Some(h) = &interval {
+                    h.lock().unwrap_or_else(|e| e.into_inner()).saturating_record(ns.max(1));
+                }
+                if measured {
+                    let h = if is_write { &mut st.write } else { &mut st.read };
+                    h.saturating_record(ns.max(1));
+                    st.last_measured = Some(done_at);
+                    sh.measured.fetch_add(1, Ordering::Relaxed);
+                    if done == Done::Miss {
+                        st.read_misses += 1;
+                    }
+                }
+            }
+            Err(e) => {
+                note(&mut st, e);
+                stopping = true;
+                fatal = true;
+            }
+        }
+    }
+    if fatal {
+        sh.failed_sessions.fetch_add(1, Ordering::Relaxed);
+    }
+    st
+}
+
+/// Prints one line per second: phase, ops/s and p99 over the last second.
+async fn progress_loop(
+    sh: Arc<Shared>,
+    intervals: Vec<Arc<Mutex<Histogram<u64>>>>,
+    finished: Arc<AtomicBool>,
+    started: Instant,
+) {
+    let mut tick = tokio::time::interval(Duration::from_secs(1));
+    tick.tick().await;
+    let mut last_count = 0;
+    let mut last_at = Instant::now();
+    let mut merged = new_histogram();
+    loop {
+        tick.tick().await;
+        if finished.load(Ordering::Relaxed) {
+            return;
+        }
+        merged.reset();
+        for h in &intervals {
+            let mut h = h.lock().unwrap_or_else(|e| e.into_inner());
+            merged.add(&*h).expect("same bounds");
+            h.reset();
+        }
+        let now = Instant::now();
+        let count = sh.completed.load(Ordering::Relaxed);
+        let rate = (count - last_count) as f64 / (now - last_at).as_secs_f64();
+        // The line describes the second that just ended.
+        let phase = if last_at < sh.measure_start { "warmup" } else { "measuring" };
+        (last_count, last_at) = (count, now);
+        let p99 = if merged.is_empty() { 0.0 } else { merged.value_at_quantile(0.99) as f64 / 1_000.0 };
+        let failed = sh.failed_sessions.load(Ordering::Relaxed);
+        let failed = if failed > 0 { format!("  ({failed} sessions failed)") } else { String::new() };
+        let measured = sh.measured.load(Ordering::Relaxed);
+        eprintln!(
+            "[{:>5.1}s] {phase:<9} {rate:>10.0} ops/s  p99 {p99:>8.1} µs  measured {measured} ops{failed}",
+            (now - started).as_secs_f64()
+        );
+    }
+}

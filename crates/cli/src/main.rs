@@ -87,6 +87,15 @@ enum Command {
         #[command(flatten)]
         target: ops::Target,
     },
+    /// Closed-loop load generator against the local cluster (default), any Strata endpoints, or
+    /// a Redis server (`--target redis`); see docs/benchmarks.md.
+    Bench {
+        #[command(flatten)]
+        args: strata_bench::BenchArgs,
+        /// Data directory of the `strata up` cluster (for its endpoints when none are given).
+        #[arg(long, env = "STRATA_DATA_DIR", default_value = "strata-data")]
+        data_dir: std::path::PathBuf,
+    },
     /// Show every node's state: keys, sessions, pending writes, peers, faults.
     Status {
         /// Print JSON instead of a table.
@@ -121,6 +130,7 @@ fn main() {
         }
         Command::Del { key, show_version, target } => block_on(ops::del(&target, key, show_version)),
         Command::Status { json, target } => block_on(ops::status(&target, json)),
+        Command::Bench { args, data_dir } => bench(args, &data_dir),
         Command::Fault { fault, target } => block_on(ops::fault(&target, &fault)),
     };
     match result {
@@ -138,6 +148,35 @@ fn block_on<F: std::future::Future<Output = Result<i32, Failure>>>(f: F) -> Resu
         .build()
         .map_err(|e| Failure::new(exit::FAILED, format!("cannot start the runtime: {e}")))?;
     rt.block_on(f)
+}
+
+/// `strata bench`: endpoints from the flags, or (for Strata) from the running local cluster.
+fn bench(mut args: strata_bench::BenchArgs, data_dir: &std::path::Path) -> Result<i32, Failure> {
+    let endpoints = match (&args.endpoints, args.target) {
+        (Some(e), _) => e.clone(),
+        (None, strata_bench::Target::Strata) => {
+            let file = cluster_file::ClusterFile::read(data_dir)?;
+            args.cluster_id = args.cluster_id.or(Some(file.cluster_id));
+            file.endpoints()
+        }
+        (None, _) => Vec::new(), // the target's default (Redis: 127.0.0.1:6379)
+    };
+    // The load generator's sessions run as tasks: two workers use both cores of a small box.
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .map_err(|e| Failure::new(exit::FAILED, format!("cannot start the runtime: {e}")))?;
+    let report = rt.block_on(strata_bench::run(&args, endpoints)).map_err(|e| {
+        let code = match e {
+            strata_bench::BenchError::Connect { .. } | strata_bench::BenchError::NoEndpoints => exit::UNREACHABLE,
+            strata_bench::BenchError::InvalidArgs(_) => exit::USAGE,
+            _ => exit::FAILED,
+        };
+        Failure::new(code, e.to_string())
+    })?;
+    println!("{report}");
+    Ok(exit::OK)
 }
 
 fn run_node(args: strata_node::NodeArgs) -> Result<i32, Failure> {

@@ -1,0 +1,277 @@
+//! The benchmark's settings: command-line flags (`strata bench --help`) and their checks.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+
+use crate::keys::min_key_size;
+use crate::BenchError;
+
+/// Redis' usual address, used when `--target redis` is given no `--endpoints`.
+pub const DEFAULT_REDIS_ENDPOINT: &str = "127.0.0.1:6379";
+
+/// What to benchmark.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum Target {
+    /// A Strata cluster, through `strata-client` (Eventual Store: relaxed get/put).
+    #[default]
+    Strata,
+    /// A Redis server, through the benchmark's own small RESP2 client (GET/SET).
+    Redis,
+}
+
+impl std::fmt::Display for Target {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Target::Strata => "strata",
+            Target::Redis => "redis",
+        })
+    }
+}
+
+/// How keys are chosen.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum Distribution {
+    /// Every key equally likely.
+    #[default]
+    Uniform,
+    /// YCSB zipfian (not scrambled: key 0 is the hottest), skew set by `--zipf-theta`.
+    Zipfian,
+}
+
+/// `strata bench`: a closed-loop load generator. Every session keeps `--pipeline` requests
+/// outstanding; each request's latency is measured from submit to completion and recorded in
+/// HDR histograms. Before measuring, every key is written once, so reads hit.
+#[derive(clap::Args, Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct BenchArgs {
+    /// What to load: a Strata cluster or a Redis server.
+    #[arg(long, value_enum, default_value_t = Target::Strata)]
+    pub target: Target,
+
+    /// Addresses to connect to, comma-separated. Strata: client addresses of the nodes
+    /// (default: the running local cluster's). Redis: default 127.0.0.1:6379.
+    #[arg(long, value_name = "ADDR,...", value_delimiter = ',')]
+    pub endpoints: Option<Vec<SocketAddr>>,
+
+    /// Connections (one TCP connection each), spread over the endpoints round-robin.
+    #[arg(long, value_name = "N", default_value_t = 4)]
+    pub clients: usize,
+
+    /// Sessions per connection; each is an independent closed loop.
+    #[arg(long, value_name = "N", default_value_t = 4)]
+    pub sessions: usize,
+
+    /// Requests in flight per session (1: one request at a time).
+    #[arg(long, value_name = "D", default_value_t = 1)]
+    pub pipeline: usize,
+
+    /// Number of distinct keys.
+    #[arg(long, value_name = "N", default_value_t = 100_000)]
+    pub keys: u64,
+
+    /// Key size in bytes (`k` + zero-padded index).
+    #[arg(long, value_name = "B", default_value_t = 16)]
+    pub key_size: usize,
+
+    /// Value size in bytes.
+    #[arg(long, value_name = "B", default_value_t = 64)]
+    pub value_size: usize,
+
+    /// Key choice.
+    #[arg(long, value_enum, default_value_t = Distribution::Uniform)]
+    pub dist: Distribution,
+
+    /// Zipfian skew, in (0, 1); with `--dist zipfian`.
+    #[arg(long, value_name = "THETA", default_value_t = 0.99)]
+    pub zipf_theta: f64,
+
+    /// Percentage of operations that are writes (puts), 0-100; the rest are reads.
+    #[arg(long, value_name = "PERCENT", default_value_t = 5.0)]
+    pub write_ratio: f64,
+
+    /// Measure for this many seconds (after the warmup).
+    #[arg(long, value_name = "SECS", default_value_t = 10.0, conflicts_with = "ops")]
+    pub duration: f64,
+
+    /// Measure exactly this many operations instead of a duration.
+    #[arg(long, value_name = "N")]
+    pub ops: Option<u64>,
+
+    /// Run the load this many seconds before measuring (not recorded).
+    #[arg(long, value_name = "SECS", default_value_t = 1.0)]
+    pub warmup: f64,
+
+    /// Seed of the key and operation choices (each session derives its own stream).
+    #[arg(long, value_name = "N", default_value_t = 1)]
+    pub seed: u64,
+
+    /// Also write the report as JSON to FILE.
+    #[arg(long, value_name = "FILE")]
+    pub json: Option<PathBuf>,
+
+    /// No live progress on stderr.
+    #[arg(long)]
+    pub quiet: bool,
+
+    /// A name for this run, copied into the report.
+    #[arg(long, value_name = "TEXT")]
+    pub label: Option<String>,
+
+    /// Strata cluster id the nodes expect (decimal); default: the local cluster's (CLI), else 1.
+    #[arg(long, value_name = "ID")]
+    pub cluster_id: Option<u64>,
+}
+
+impl Default for BenchArgs {
+    fn default() -> Self {
+        BenchArgs {
+            target: Target::Strata,
+            endpoints: None,
+            clients: 4,
+            sessions: 4,
+            pipeline: 1,
+            keys: 100_000,
+            key_size: 16,
+            value_size: 64,
+            dist: Distribution::Uniform,
+            zipf_theta: 0.99,
+            write_ratio: 5.0,
+            duration: 10.0,
+            ops: None,
+            warmup: 1.0,
+            seed: 1,
+            json: None,
+            quiet: false,
+            label: None,
+            cluster_id: None,
+        }
+    }
+}
+
+impl BenchArgs {
+    /// Checks the settings against each other; the message says which flag to change.
+    pub fn validate(&self) -> Result<(), BenchError> {
+        let bad = |m: String| Err(BenchError::InvalidArgs(m));
+        if self.clients == 0 || self.sessions == 0 || self.pipeline == 0 {
+            return bad("--clients, --sessions and --pipeline must be at least 1".into());
+        }
+        if self.pipeline > 4096 {
+            return bad(format!(
+                "--pipeline {} is above the client's limit of 4096 requests per session",
+                self.pipeline
+            ));
+        }
+        if self.keys == 0 {
+            return bad("--keys must be at least 1".into());
+        }
+        let min = min_key_size(self.keys);
+        if self.key_size < min {
+            return bad(format!("--key-size {} cannot hold {} keys: use at least {min}", self.key_size, self.keys));
+        }
+        if !(0.0..=100.0).contains(&self.write_ratio) {
+            return bad(format!("--write-ratio {} is not a percentage in 0-100", self.write_ratio));
+        }
+        if self.dist == Distribution::Zipfian && !(self.zipf_theta > 0.0 && self.zipf_theta < 1.0) {
+            return bad(format!("--zipf-theta {} must be strictly between 0 and 1", self.zipf_theta));
+        }
+        if self.ops.is_none() && !(self.duration > 0.0 && self.duration.is_finite()) {
+            return bad(format!("--duration {} must be a positive number of seconds", self.duration));
+        }
+        if self.ops == Some(0) {
+            return bad("--ops must be at least 1".into());
+        }
+        if !(self.warmup >= 0.0 && self.warmup.is_finite()) {
+            return bad(format!("--warmup {} must be zero or more seconds", self.warmup));
+        }
+        Ok(())
+    }
+
+    /// The endpoints to use when the caller has none: `--endpoints`, else (Redis only)
+    /// 127.0.0.1:6379. Strata's default (the local cluster) is the CLI's to find.
+    pub fn default_endpoints(&self) -> Vec<SocketAddr> {
+        match (&self.endpoints, self.target) {
+            (Some(e), _) => e.clone(),
+            (None, Target::Redis) => vec![DEFAULT_REDIS_ENDPOINT.parse().expect("a valid address")],
+            (None, Target::Strata) => Vec::new(),
+        }
+    }
+
+    /// Sessions across all connections.
+    pub fn total_sessions(&self) -> usize {
+        self.clients * self.sessions
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        bench: BenchArgs,
+    }
+
+    #[test]
+    fn flags_parse_and_defaults_match_default() {
+        let cli = Cli::try_parse_from(["bench"]).unwrap();
+        assert_eq!(cli.bench, BenchArgs::default());
+        let cli = Cli::try_parse_from([
+            "bench",
+            "--target",
+            "redis",
+            "--endpoints",
+            "127.0.0.1:1,127.0.0.1:2",
+            "--write-ratio",
+            "2.5",
+            "--dist",
+            "zipfian",
+            "--ops",
+            "1000",
+            "--pipeline",
+            "16",
+        ])
+        .unwrap();
+        let b = cli.bench;
+        assert_eq!(b.target, Target::Redis);
+        assert_eq!(b.endpoints.as_ref().unwrap().len(), 2);
+        assert_eq!(b.write_ratio, 2.5);
+        assert_eq!(b.ops, Some(1000));
+        assert_eq!(b.pipeline, 16);
+        b.validate().unwrap();
+        assert!(Cli::try_parse_from(["bench", "--ops", "5", "--duration", "3"]).is_err(), "one or the other");
+        assert!(Cli::try_parse_from(["bench", "--target", "etcd"]).is_err());
+    }
+
+    #[test]
+    fn validation_names_the_flag_to_fix() {
+        let check = |f: fn(&mut BenchArgs), flag: &str| {
+            let mut a = BenchArgs::default();
+            f(&mut a);
+            let e = a.validate().unwrap_err().to_string();
+            assert!(e.contains(flag), "{e}");
+        };
+        check(|a| a.write_ratio = 101.0, "--write-ratio");
+        check(|a| a.key_size = 3, "--key-size");
+        check(|a| a.pipeline = 0, "--pipeline");
+        check(
+            |a| {
+                a.dist = Distribution::Zipfian;
+                a.zipf_theta = 1.0
+            },
+            "--zipf-theta",
+        );
+        check(|a| a.duration = 0.0, "--duration");
+    }
+
+    #[test]
+    fn redis_defaults_to_the_usual_port() {
+        let a = BenchArgs { target: Target::Redis, ..BenchArgs::default() };
+        assert_eq!(a.default_endpoints(), vec!["127.0.0.1:6379".parse::<SocketAddr>().unwrap()]);
+        assert!(BenchArgs::default().default_endpoints().is_empty());
+    }
+}

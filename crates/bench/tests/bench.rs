@@ -1,0 +1,147 @@
+//! End-to-end runs of the load generator: against an in-process 3-node Strata cluster
+//! (`strata_node::testing::local_cluster`), and against a minimal in-process RESP2 server
+//! standing in for Redis.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+
+use bytes::{Buf, Bytes, BytesMut};
+use strata_bench::resp::{self, Reply};
+use strata_bench::{BenchArgs, BenchReport, Distribution, Target};
+use strata_node::testing::local_cluster;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+fn bind() -> std::net::TcpListener {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap()
+}
+
+fn short_run(target: Target, json: std::path::PathBuf) -> BenchArgs {
+    BenchArgs {
+        target,
+        clients: 3,
+        sessions: 2,
+        pipeline: 4,
+        keys: 2_000,
+        key_size: 12,
+        value_size: 32,
+        dist: Distribution::Zipfian,
+        write_ratio: 20.0,
+        duration: 1.0,
+        warmup: 0.2,
+        json: Some(json),
+        quiet: true,
+        label: Some(format!("{target} e2e test")),
+        ..BenchArgs::default()
+    }
+}
+
+fn check_report(report: &BenchReport, json: &std::path::Path) {
+    assert!(report.ops > 0, "{report}");
+    assert_eq!(report.errors, 0, "{report}");
+    assert_eq!(report.ops, report.reads + report.writes);
+    assert!(report.reads > 0 && report.writes > 0, "{report}");
+    assert_eq!(report.latency_us.all.count, report.ops);
+    assert!(report.latency_us.all.p50_us > 0.0 && report.latency_us.all.p50_us <= report.latency_us.all.p99_us);
+    assert!((report.duration_s - 1.0).abs() < 1e-6, "time mode measures the configured window");
+    assert!(report.throughput_ops_s > 0.0);
+    assert_eq!(report.preloaded_keys, 2_000);
+    let parsed: BenchReport = serde_json::from_str(&std::fs::read_to_string(json).unwrap()).unwrap();
+    assert_eq!(&parsed, report, "the JSON report parses back to the same report");
+    let table = report.to_string();
+    assert!(table.contains("ops/s") && table.contains("p99"), "{table}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_short_run_against_a_three_node_cluster() {
+    let nodes = local_cluster(3).await;
+    let endpoints: Vec<SocketAddr> = nodes.iter().map(|n| n.client_addr()).collect();
+    let json = std::env::temp_dir().join(format!("strata-bench-e2e-{}.json", std::process::id()));
+    let args = short_run(Target::Strata, json.clone());
+    let report = strata_bench::run(&args, endpoints.clone()).await.unwrap();
+    check_report(&report, &json);
+    assert_eq!(report.endpoints, endpoints);
+    // Ops mode: exactly that many operations are measured.
+    let args = BenchArgs { ops: Some(3_000), json: None, ..args };
+    let report = strata_bench::run(&args, endpoints).await.unwrap();
+    assert_eq!((report.ops, report.errors), (3_000, 0), "{report}");
+    let _ = std::fs::remove_file(json);
+    for n in nodes {
+        n.shutdown().await;
+    }
+}
+
+/// Just enough of Redis for the benchmark: GET, SET, DEL on one shared map.
+async fn mini_redis() -> SocketAddr {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let map: Arc<Mutex<HashMap<Bytes, Bytes>>> = Arc::default();
+    tokio::spawn(async move {
+        loop {
+            let (mut sock, _) = listener.accept().await.unwrap();
+            let map = map.clone();
+            tokio::spawn(async move {
+                let mut buf = BytesMut::new();
+                loop {
+                    let mut out = BytesMut::new();
+                    while let Some((cmd, n)) = resp::parse(&buf).unwrap() {
+                        buf.advance(n);
+                        let Reply::Array(Some(args)) = cmd else { panic!("not a command: {cmd:?}") };
+                        let args: Vec<Bytes> =
+                            args.into_iter().map(|a| if let Reply::Bulk(Some(b)) = a { b } else { panic!() }).collect();
+                        let mut m = map.lock().unwrap();
+                        match &args[0][..] {
+                            b"GET" => match m.get(&args[1]) {
+                                Some(v) => {
+                                    out.extend_from_slice(format!("${}\r\n", v.len()).as_bytes());
+                                    out.extend_from_slice(v);
+                                    out.extend_from_slice(b"\r\n");
+                                }
+                                None => out.extend_from_slice(b"$-1\r\n"),
+                            },
+                            b"SET" => {
+                                m.insert(args[1].clone(), args[2].clone());
+                                out.extend_from_slice(b"+OK\r\n");
+                            }
+                            b"DEL" => {
+                                let n = m.remove(&args[1]).is_some() as u8;
+                                out.extend_from_slice(format!(":{n}\r\n").as_bytes());
+                            }
+                            _ => out.extend_from_slice(b"-ERR unknown command\r\n"),
+                        }
+                    }
+                    if !out.is_empty() && sock.write_all(&out).await.is_err() {
+                        return;
+                    }
+                    match sock.read_buf(&mut buf).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(_) => {}
+                    }
+                }
+            });
+        }
+    });
+    addr
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_short_run_against_a_resp_server() {
+    let addr = mini_redis().await;
+    let json = std::env::temp_dir().join(format!("strata-bench-e2e-redis-{}.json", std::process::id()));
+    let args = BenchArgs { endpoints: Some(vec![addr]), ..short_run(Target::Redis, json.clone()) };
+    let report = strata_bench::run(&args, Vec::new()).await.unwrap();
+    check_report(&report, &json);
+    assert_eq!(report.read_misses, 0, "every key was preloaded into the one map");
+    assert_eq!(report.endpoints, vec![addr], "--endpoints is used when the caller passes none");
+    let _ = std::fs::remove_file(json);
+}
+
+#[tokio::test]
+async fn nothing_listening_is_a_connect_error() {
+    let addr = bind().local_addr().unwrap(); // bound then dropped: nobody listens
+    let args = BenchArgs { quiet: true, ..BenchArgs::default() };
+    let err = strata_bench::run(&args, vec![addr]).await.unwrap_err();
+    assert!(matches!(err, strata_bench::BenchError::Connect { .. }), "{err}");
+    let err = strata_bench::run(&args, vec![]).await.unwrap_err();
+    assert!(matches!(err, strata_bench::BenchError::NoEndpoints), "{err}");
+}
