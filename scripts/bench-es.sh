@@ -1,0 +1,299 @@
+#!/usr/bin/env bash
+# Eventual Store (Kite §5.2/5.3 relaxed get/put) against Redis, side by side, same load
+# generator (`strata bench`), same machine. See docs/benchmarks.md for what it measures.
+#
+#   scripts/bench-es.sh                      # everything, ~15 minutes on 2 cores
+#   RUNS=1 DURATION=2 RATIOS="5 50" scripts/bench-es.sh   # a quick look
+#
+# Knobs (environment): RUNS (5), DURATION (5 s), WARMUP (1 s), CLIENTS (4), SESSIONS (4),
+# DEPTH (16: the pipelined setting; pipeline 1 is always run too), KEYS (100000),
+# KEY_SIZE (16), VALUE_SIZE (64), RATIOS ("1 5 20 50 100"), BASE_PORT (7400),
+# REDIS_PORT (6399), RESULTS (results directory), CARGO_TARGET_DIR; QUIET_CORES (0.1),
+# QUIET_WAIT (60 s), QUIET_BUDGET (600 s): how idle the machine must be before each run, and how
+# long to wait for it (see wait_quiet).
+#
+# It builds release binaries, installs redis-server/redis-tools with apt-get if missing,
+# starts a 3-node Strata cluster and a Redis server, runs every configuration RUNS times
+# (Strata and Redis interleaved), runs redis-benchmark for reference, stops everything it
+# started, and prints a markdown table of medians (also in $RESULTS/summary.md).
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$ROOT"
+
+RUNS=${RUNS:-5}
+DURATION=${DURATION:-5}
+WARMUP=${WARMUP:-1}
+CLIENTS=${CLIENTS:-4}
+SESSIONS=${SESSIONS:-4}
+DEPTH=${DEPTH:-16}
+KEYS=${KEYS:-100000}
+KEY_SIZE=${KEY_SIZE:-16}
+VALUE_SIZE=${VALUE_SIZE:-64}
+RATIOS=${RATIOS:-"1 5 20 50 100"}
+BASE_PORT=${BASE_PORT:-7400}
+REDIS_PORT=${REDIS_PORT:-6399}
+RESULTS=${RESULTS:-${CARGO_TARGET_DIR:-$ROOT/target}/bench-results/es-$(date +%Y%m%d-%H%M%S)}
+BIN=${CARGO_TARGET_DIR:-$ROOT/target}/release
+QUIET_CORES=${QUIET_CORES:-0.1}
+QUIET_WAIT=${QUIET_WAIT:-60}
+QUIET_BUDGET=${QUIET_BUDGET:-600}
+NODES=3
+
+log() { printf '[bench-es] %s\n' "$*" >&2; }
+die() { log "error: $*"; exit 1; }
+
+mkdir -p "$RESULTS"
+WORK=$(mktemp -d "${TMPDIR:-/tmp}/strata-bench-es.XXXXXX")
+
+# ---- (f) stop everything we started, whatever happens -------------------------------------
+PIDS=()
+cleanup() {
+    local rc=$?
+    for pid in "${PIDS[@]}"; do
+        kill -TERM "$pid" 2>/dev/null || true
+    done
+    for pid in "${PIDS[@]}"; do
+        for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+        kill -KILL "$pid" 2>/dev/null || true
+    done
+    rm -rf "$WORK"
+    exit "$rc"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+wait_port() { # host port seconds
+    local deadline=$((SECONDS + $3))
+    until (exec 3<>"/dev/tcp/$1/$2") 2>/dev/null; do
+        [ "$SECONDS" -lt "$deadline" ] || return 1
+        sleep 0.1
+    done
+}
+
+# CPU time (user + system, seconds) consumed so far by the given processes.
+CLK_TCK=$(getconf CLK_TCK)
+cpu_seconds() {
+    local ticks=0 p
+    for p in "$@"; do
+        # Fields 14 and 15 of /proc/PID/stat (after the parenthesised command name).
+        ticks=$((ticks + $(sed 's/^.*) //' "/proc/$p/stat" | awk '{print $12 + $13}')))
+    done
+    echo "$ticks $CLK_TCK" | awk '{printf "%.2f", $1 / $2}'
+}
+
+# CPU time (seconds) the whole machine spent busy so far, every process included: what is not
+# ours during a run is other load on the machine (the benchmark is only as good as its quiet).
+machine_busy_seconds() {
+    awk -v tck="$CLK_TCK" '/^cpu / {printf "%.2f", ($2 + $3 + $4 + $7 + $8 + $9) / tck}' /proc/stat
+}
+
+# Other work on the machine (builds, tests) distorts every number: before each run, wait until
+# the machine is idle (below QUIET_CORES busy over one second, our idle servers included), for
+# at most QUIET_WAIT seconds per run and QUIET_BUDGET seconds in all; then run anyway. What
+# other load remained during each run is recorded next to its results.
+QUIET_BUDGET_LEFT=$QUIET_BUDGET
+wait_quiet() {
+    local waited=0 a b
+    while :; do
+        a=$(machine_busy_seconds)
+        sleep 1
+        b=$(machine_busy_seconds)
+        awk -v a="$a" -v b="$b" -v q="$QUIET_CORES" 'BEGIN { exit !(b - a < q) }' && return 0
+        waited=$((waited + 1))
+        QUIET_BUDGET_LEFT=$((QUIET_BUDGET_LEFT - 1))
+        if [ "$waited" -ge "$QUIET_WAIT" ] || [ "$QUIET_BUDGET_LEFT" -le 0 ]; then
+            log "the machine is busy (other processes); running anyway"
+            return 0
+        fi
+        [ $((waited % 10)) = 1 ] && log "waiting for the machine to be idle"
+    done
+}
+
+# ---- (a) build ------------------------------------------------------------------------------
+log "building release binaries"
+cargo build --release -q -p strata -p strata-node
+"$BIN/strata" bench --help >/dev/null 2>&1 || die "'$BIN/strata bench' does not work"
+BENCH=("$BIN/strata" bench)
+
+# ---- (b) redis ------------------------------------------------------------------------------
+if ! command -v redis-server >/dev/null || ! command -v redis-benchmark >/dev/null; then
+    log "installing redis-server and redis-tools"
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server redis-tools >/dev/null
+fi
+command -v python3 >/dev/null || die "python3 is needed to summarize the JSON results"
+
+# ---- (c) a 3-node Strata cluster --------------------------------------------------------------
+ENDPOINTS=""
+STRATA_PIDS=()
+UP_PID=""
+for i in $(seq 0 $((NODES - 1))); do ENDPOINTS+="${ENDPOINTS:+,}127.0.0.1:$((BASE_PORT + i))"; done
+if [ -x "$BIN/strata" ] && "$BIN/strata" --help 2>/dev/null | grep -qE '^\s+up\b'; then
+    log "starting: strata up --nodes $NODES --base-port $BASE_PORT"
+    "$BIN/strata" up --nodes "$NODES" --data-dir "$WORK/strata" --base-port "$BASE_PORT" >"$RESULTS/strata-up.log" 2>&1 &
+    PIDS+=($!)
+    UP_PID=$!
+else
+    log "starting $NODES strata-node processes (no 'strata up' yet)"
+    for i in $(seq 0 $((NODES - 1))); do
+        peers=()
+        for j in $(seq 0 $((NODES - 1))); do
+            [ "$j" = "$i" ] || peers+=(--peer "$j=127.0.0.1:$((BASE_PORT + 100 + j))")
+        done
+        "$BIN/strata-node" --node-id "$i" --client-addr "127.0.0.1:$((BASE_PORT + i))" \
+            --peer-addr "127.0.0.1:$((BASE_PORT + 100 + i))" "${peers[@]}" --data-dir "$WORK/strata/n$i" \
+            >"$RESULTS/strata-node-$i.log" 2>&1 &
+        PIDS+=($!)
+        STRATA_PIDS+=($!)
+    done
+fi
+for i in $(seq 0 $((NODES - 1))); do
+    wait_port 127.0.0.1 $((BASE_PORT + i)) 20 || die "strata node $i did not start (see $RESULTS)"
+done
+if [ -n "$UP_PID" ]; then
+    # The node processes are the supervisor's children; their CPU time is what we account.
+    mapfile -t STRATA_PIDS < <(pgrep -P "$UP_PID")
+    [ "${#STRATA_PIDS[@]}" = "$NODES" ] || die "expected $NODES node processes under strata up, found ${#STRATA_PIDS[@]}"
+fi
+
+# ---- (d) redis-server -------------------------------------------------------------------------
+redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --save '' --appendonly no --daemonize no \
+    >"$RESULTS/redis-server.log" 2>&1 &
+PIDS+=($!)
+REDIS_PID=$!
+wait_port 127.0.0.1 "$REDIS_PORT" 20 || die "redis-server did not start (see $RESULTS/redis-server.log)"
+
+# ---- machine and settings ---------------------------------------------------------------------
+{
+    echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
+    echo "git: $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)$(git -C "$ROOT" diff --quiet 2>/dev/null || echo ' (dirty)')"
+    echo "nproc: $(nproc)"
+    echo "cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //')"
+    echo "memory: $(awk '/MemTotal/ {printf "%.1f GiB", $2/1048576}' /proc/meminfo)"
+    echo "kernel: $(uname -r)"
+    echo "loadavg at start: $(cat /proc/loadavg)"
+    echo "redis: $(redis-server --version)"
+    echo "driver: $BIN/strata bench"
+    echo "settings: clients=$CLIENTS sessions=$SESSIONS depth=1,$DEPTH keys=$KEYS key_size=$KEY_SIZE value_size=$VALUE_SIZE duration=${DURATION}s warmup=${WARMUP}s runs=$RUNS ratios=[$RATIOS]"
+} | tee "$RESULTS/machine.txt" >&2
+
+# ---- (e) the runs -----------------------------------------------------------------------------
+common=(--clients "$CLIENTS" --sessions "$SESSIONS" --keys "$KEYS" --key-size "$KEY_SIZE"
+    --value-size "$VALUE_SIZE" --dist uniform --duration "$DURATION" --warmup "$WARMUP" --quiet)
+total=$((2 * $(wc -w <<<"$RATIOS") * RUNS * 2))
+n=0
+for depth in 1 "$DEPTH"; do
+    for ratio in $RATIOS; do
+        for run in $(seq 1 "$RUNS"); do
+            for target in strata redis; do
+                n=$((n + 1))
+                if [ "$target" = strata ]; then ep=$ENDPOINTS; else ep=127.0.0.1:$REDIS_PORT; fi
+                name="$target-w$ratio-p$depth-r$run"
+                if [ "$target" = strata ]; then servers=("${STRATA_PIDS[@]}"); else servers=("$REDIS_PID"); fi
+                log "($n/$total) $name"
+                wait_quiet
+                before=$(cpu_seconds "${servers[@]}")
+                busy_before=$(machine_busy_seconds)
+                start_ns=$(date +%s%N)
+                # `time` reports the load generator's own CPU (TIMEFORMAT: user system).
+                { TIMEFORMAT='%U %S'; time "${BENCH[@]}" --target "$target" --endpoints "$ep" "${common[@]}" \
+                    --pipeline "$depth" --write-ratio "$ratio" --seed "$run" --label "$name" \
+                    --json "$RESULTS/$name.json" >"$RESULTS/$name.txt" 2>&1; } 2>"$WORK/time" \
+                    || { cat "$RESULTS/$name.txt" >&2; die "$name failed"; }
+                wall=$(( ($(date +%s%N) - start_ns) / 1000000 ))
+                after=$(cpu_seconds "${servers[@]}")
+                busy_after=$(machine_busy_seconds)
+                # Whole invocation (connect, preload, warmup, window): CPU seconds of the
+                # servers, of the load generator, and of everything else on the machine.
+                read -r bu bs <"$WORK/time"
+                awk -v wall="$wall" -v s0="$before" -v s1="$after" -v bu="$bu" -v bs="$bs" \
+                    -v m0="$busy_before" -v m1="$busy_after" -v load="$(cut -d' ' -f1 /proc/loadavg)" 'BEGIN {
+                        server = s1 - s0; bench = bu + bs; other = (m1 - m0) - server - bench
+                        if (other < 0) other = 0
+                        printf "{\"wall_s\": %.3f, \"server_cpu_s\": %.2f, \"bench_cpu_s\": %.2f, \"other_cpu_s\": %.2f, \"loadavg_1m\": %s}\n",
+                            wall / 1000, server, bench, other, load
+                    }' >"$RESULTS/$name.cpu.json"
+            done
+        done
+    done
+done
+
+# redis-benchmark for reference: the same connection count and key space, its own client.
+conns=$((CLIENTS * SESSIONS))
+for p in 1 "$DEPTH"; do
+    wait_quiet
+    log "redis-benchmark -P $p"
+    redis-benchmark -h 127.0.0.1 -p "$REDIS_PORT" -t get,set -n 500000 -c "$conns" -d "$VALUE_SIZE" \
+        -r "$KEYS" -P "$p" --csv -q >"$RESULTS/redis-benchmark-P$p.csv"
+done
+
+# ---- (g) the table ----------------------------------------------------------------------------
+python3 - "$RESULTS" "$RUNS" "$DEPTH" "$RATIOS" <<'EOF' | tee "$RESULTS/summary.md"
+import csv, json, statistics, sys
+from pathlib import Path
+
+results, runs, depth, ratios = Path(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4].split()
+
+def load(target, ratio, p):
+    out = []
+    for r in range(1, runs + 1):
+        f = results / f"{target}-w{ratio}-p{p}-r{r}.json"
+        if f.exists():
+            out.append(json.loads(f.read_text()))
+    return out
+
+def med(reports, get):
+    return statistics.median(get(x) for x in reports) if reports else float("nan")
+
+print(f"Medians of {runs} runs each; latencies in µs (p50 / p99 over all operations).\n")
+print("| writes % | pipeline | Strata ops/s | Redis ops/s | Strata/Redis | Strata p50 / p99 | Redis p50 / p99 | errors |")
+print("|---:|---:|---:|---:|---:|---:|---:|---:|")
+for p in ["1", depth]:
+    for ratio in ratios:
+        s, r = load("strata", ratio, p), load("redis", ratio, p)
+        st, rt = med(s, lambda x: x["throughput_ops_s"]), med(r, lambda x: x["throughput_ops_s"])
+        lat = lambda rep: f'{med(rep, lambda x: x["latency_us"]["all"]["p50_us"]):.0f} / {med(rep, lambda x: x["latency_us"]["all"]["p99_us"]):.0f}'
+        errors = sum(x["errors"] for x in s + r)
+        print(f"| {ratio} | {p} | {st:,.0f} | {rt:,.0f} | {st / rt:.2f} | {lat(s)} | {lat(r)} | {errors} |")
+
+print("\nCPU during a whole run (connect, preload, warmup and the measured window), median cores busy")
+print("on average: the servers (Strata: the 3 node processes together; Redis: redis-server) and the")
+print("load generator. The machine has 2.\n")
+print("| writes % | pipeline | Strata servers | Strata bench | Redis server | Redis bench | other load (max) |")
+print("|---:|---:|---:|---:|---:|---:|---:|")
+def cores(target, ratio, p, field):
+    xs = []
+    for r in range(1, runs + 1):
+        f = results / f"{target}-w{ratio}-p{p}-r{r}.cpu.json"
+        if f.exists():
+            c = json.loads(f.read_text())
+            xs.append(c[field] / c["wall_s"])
+    return f"{statistics.median(xs):.2f}" if xs else "?"
+def other_max(ratio, p):
+    xs = []
+    for target in ("strata", "redis"):
+        for r in range(1, runs + 1):
+            f = results / f"{target}-w{ratio}-p{p}-r{r}.cpu.json"
+            if f.exists():
+                c = json.loads(f.read_text())
+                xs.append(c["other_cpu_s"] / c["wall_s"])
+    return f"{max(xs):.2f}" if xs else "?"
+for p in ["1", depth]:
+    for ratio in ratios:
+        print(f"| {ratio} | {p} | {cores('strata', ratio, p, 'server_cpu_s')} | {cores('strata', ratio, p, 'bench_cpu_s')} "
+              f"| {cores('redis', ratio, p, 'server_cpu_s')} | {cores('redis', ratio, p, 'bench_cpu_s')} | {other_max(ratio, p)} |")
+print("\nother load: cores busy with processes that are neither the servers nor the load generator")
+print("(the largest over the runs of that row); above ~0.1 the row was measured on a busy machine.")
+
+print("\nredis-benchmark (its own client and connections; requests per second, latency in ms):\n")
+print("| test | -P | rps | p50 ms | p99 ms |")
+print("|---|---:|---:|---:|---:|")
+for p in ["1", depth]:
+    f = results / f"redis-benchmark-P{p}.csv"
+    if not f.exists():
+        continue
+    for row in csv.DictReader(f.read_text().splitlines()):
+        print(f'| {row["test"]} | {p} | {float(row["rps"]):,.0f} | {row.get("p50_latency_ms", "?")} | {row.get("p99_latency_ms", "?")} |')
+EOF
+log "results in $RESULTS"
