@@ -38,3 +38,8 @@ pub use error::ClientError;
 pub use session::{Op, Outcome, ReqId, RmwOutcome, Session, Versioned};
 pub use strata_wire::client::{LinkFault, NodeStatus, PeerStatus};
 pub use strata_wire::{Carstamp, ClusterId, NodeId, SessionId};
+
+/// The README's Rust example, compiled by `cargo test` so that it cannot rot.
+#[cfg(doctest)]
+#[doc = include_str!("../../../README.md")]
+struct ReadmeExample;
