@@ -30,6 +30,8 @@ pub(crate) struct PendingWrite {
     pub(crate) acked: NodeSet,
     /// Re-sends so far; each one doubles the wait, up to `retransmit_max`.
     pub(crate) resends: u32,
+    /// When the version was first sent (acks of a never re-sent record sample the ack RTT).
+    pub(crate) sent_at: Instant,
 }
 
 impl RcReplica {
@@ -70,8 +72,8 @@ impl RcReplica {
                 p.acked = p.acked.union(acked);
             }
             _ => {
-                self.pending.insert(key.clone(), PendingWrite { value, cs, rmw_id, acked, resends: 0 });
-                self.retransmit.push(now + self.cfg.retransmit_after, (key.clone(), cs));
+                self.pending.insert(key.clone(), PendingWrite { value, cs, rmw_id, acked, resends: 0, sent_at: now });
+                self.retransmit.push(now + self.first_resend_after(), (key.clone(), cs));
             }
         }
         if self.pending.get(&key).is_some_and(|p| p.acked.is_superset(self.peer_set)) {
@@ -108,14 +110,19 @@ impl RcReplica {
 
     /// Credits a peer's reply to the pending record of the key (§5.1.7: a version `>= cs`
     /// counts, whichever message carried it).
-    pub(crate) fn credit(&mut self, key: &Bytes, from: NodeId, cs: Carstamp) {
+    pub(crate) fn credit(&mut self, now: Instant, key: &Bytes, from: NodeId, cs: Carstamp) {
         let Some(p) = self.pending.get_mut(key) else { return };
         if cs >= p.cs && !p.acked.contains(from) {
             p.acked.insert(from);
+            // Karn's rule: only acks of a never re-sent version measure the round trip.
+            let sample = (p.resends == 0).then(|| now.saturating_since(p.sent_at));
             if p.acked.is_superset(self.peer_set) {
                 self.pending.remove(key);
             }
             self.credits_changed = true;
+            if let Some(sample) = sample {
+                self.ack_rtt = Some(self.ack_rtt.map_or(sample, |srtt| (srtt * 7 + sample) / 8));
+            }
         }
     }
 
@@ -142,13 +149,14 @@ impl RcReplica {
 
     /// Re-sends every due pending write to the peers that have not acknowledged it.
     pub(crate) fn retransmit_due(&mut self, now: Instant) {
+        let base = self.first_resend_after();
         while let Some((key, cs)) = self.retransmit.pop_due(now) {
             let Some(p) = self.pending.get_mut(&key) else { continue };
             if p.cs != cs {
                 continue; // superseded by a newer version, which has its own schedule
             }
             p.resends = p.resends.saturating_add(1);
-            let backoff = backoff(self.cfg.retransmit_after, self.cfg.retransmit_max, p.resends);
+            let backoff = backoff(base, self.cfg.retransmit_max, p.resends);
             let (value, acked, rmw_id) = (p.value.clone(), p.acked, p.rmw_id);
             let msg = self.resend_message(&key, value, cs, rmw_id);
             for &peer in &self.peers {
@@ -159,6 +167,14 @@ impl RcReplica {
             }
             self.retransmit.push(now + backoff, (key, cs));
         }
+    }
+
+    /// `T_RETX` for pending writes: four smoothed ack round trips, within
+    /// `[retransmit_after, retransmit_max]`. A fixed interval re-sends every write whose acks are
+    /// merely late when the machine is loaded, which loads it further (docs/design.md).
+    pub(crate) fn first_resend_after(&self) -> Duration {
+        let adaptive = self.ack_rtt.map_or(Duration::ZERO, |rtt| rtt * 4);
+        adaptive.clamp(self.cfg.retransmit_after, self.cfg.retransmit_max)
     }
 
     pub(crate) fn next_req(&mut self) -> u64 {
@@ -273,6 +289,27 @@ mod tests {
         let put = Request::Put { session: s, key: Bytes::from_static(b"k"), value: big };
         assert!(matches!(call(&mut r, Instant(0), put), Response::Error { code: strata_wire::client::ErrorCode::ValueTooLarge, .. }));
         assert_eq!(r.local(b"k"), (None, Carstamp::ZERO), "a rejected write has no effect");
+    }
+
+    #[test]
+    fn slow_acks_stretch_the_first_resend_so_late_acks_are_not_resent() {
+        let mut r = RcReplica::new(RcConfig::new(NodeId(0), vec![NodeId(0), NodeId(1), NodeId(2)])).unwrap();
+        let s = open(&mut r);
+        assert_eq!(r.first_resend_after(), Duration::from_millis(5), "the configured floor before any sample");
+        let put = |key: &'static [u8]| Request::Put { session: s, key: Bytes::from_static(key), value: Bytes::from_static(b"v") };
+        let Response::Written { cs } = call(&mut r, Instant(0), put(b"a")) else { panic!() };
+        // Acks arrive after 20 ms (a loaded machine): the smoothed RTT is 20 ms.
+        for peer in [1, 2] {
+            let ack = WriteAck { req: 1, key: Bytes::from_static(b"a"), cs, delinquent: false };
+            r.on_message(Instant::from_millis(20), NodeId(peer), PeerMessage::WriteAck(ack));
+        }
+        assert_eq!(r.first_resend_after(), Duration::from_millis(80));
+        call(&mut r, Instant::from_millis(20), put(b"b"));
+        r.effects.send.clear();
+        r.on_tick(Instant::from_millis(40));
+        assert!(r.effects.send.is_empty(), "not re-sent while its acks may still be on their way");
+        r.on_tick(Instant::from_millis(101));
+        assert_eq!(r.effects.send.len(), 2, "re-sent to both silent peers after 4 x RTT");
     }
 
     #[test]

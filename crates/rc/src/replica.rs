@@ -60,6 +60,8 @@ pub struct RcReplica {
     /// Rule M-1: the local RMWs per key, the first one proposing, the others queued behind it.
     pub(crate) proposers: HashMap<Bytes, std::collections::VecDeque<OpId>>,
     pub(crate) prng: Prng,
+    /// Smoothed round trip from sending a version to a peer's ack (sets the pending-write `T_RETX`).
+    pub(crate) ack_rtt: Option<std::time::Duration>,
     pub(crate) next_req: u64,
     pub(crate) stats: RcStats,
     pub(crate) effects: RcEffects,
@@ -92,6 +94,7 @@ impl RcReplica {
             suspected: NodeSet::EMPTY,
             proposers: HashMap::new(),
             prng: Prng::new(cfg.seed),
+            ack_rtt: None,
             next_req: 0,
             stats: RcStats::default(),
             effects: RcEffects::default(),
@@ -426,7 +429,7 @@ impl RcReplica {
             // Kite §5.1.7: any reply showing a version >= a pending write's credits it.
             if let Some((key, cs)) = key_cs {
                 let key = key.clone();
-                self.credit(&key, from, cs);
+                self.credit(now, &key, from, cs);
             }
             if let Some(op) = self.note_reply(req, from, msg) {
                 self.dirty.push(op);
