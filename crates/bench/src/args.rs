@@ -42,6 +42,66 @@ pub enum Distribution {
     Zipfian,
 }
 
+/// A preset operation mix (`--mode`), after the Kite paper's B1 baselines (Kite §8).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum Mode {
+    /// Eventual Store: relaxed reads and writes only (every share 0).
+    #[default]
+    Es,
+    /// ABD-only: every read an acquire, every write a release.
+    Abd,
+    /// Paxos-only: every read an acquire, every write an RMW (`--rmw`, FAA by default).
+    Paxos,
+    /// Kite's 5% sync: 5% of writes are releases, 5% of reads are acquires.
+    Kite,
+}
+
+/// Which read-modify-write `--rmw-pct` issues.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum RmwKind {
+    /// Fetch-and-add of 1.
+    #[default]
+    Faa,
+    /// Strong compare-and-swap that expects the benchmark's value and writes it back.
+    Cas,
+}
+
+/// What the sessions run.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum WorkloadKind {
+    /// Key-value operations (the mix above).
+    #[default]
+    Kv,
+    /// Treiber stacks: push-then-pop pairs (`strata-ds`).
+    Ts,
+    /// Michael-Scott queues: enqueue-then-dequeue pairs.
+    Msq,
+    /// Harris-Michael lists: insert-then-remove pairs.
+    Hml,
+}
+
+/// The resolved operation mix: percentages of reads and writes that synchronize.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Mix {
+    /// % of reads that are acquires.
+    pub acquire_pct: f64,
+    /// % of writes that are releases.
+    pub release_pct: f64,
+    /// % of writes that are RMWs.
+    pub rmw_pct: f64,
+    pub rmw: RmwKind,
+}
+
+impl Mix {
+    /// Whether any operation synchronizes.
+    pub fn has_sync(&self) -> bool {
+        self.acquire_pct > 0.0 || self.release_pct > 0.0 || self.rmw_pct > 0.0
+    }
+}
+
 /// `strata bench`: a closed-loop load generator. Every session keeps `--pipeline` requests
 /// outstanding; each request's latency is measured from submit to completion and recorded in
 /// HDR histograms. Before measuring, every key is written once, so reads hit.
@@ -123,6 +183,54 @@ pub struct BenchArgs {
     /// Strata cluster id the nodes expect (decimal); default: the local cluster's (CLI), else 1.
     #[arg(long, value_name = "ID")]
     pub cluster_id: Option<u64>,
+
+    /// Preset operation mix (Kite §8 B1): es (all relaxed), abd (acquires + releases), paxos
+    /// (acquires + RMWs), kite (5% of writes releases, 5% of reads acquires). The
+    /// `--*-pct` flags below override the preset's values. Strata only, except es.
+    #[arg(long, value_enum, default_value_t = Mode::Es)]
+    pub mode: Mode,
+
+    /// Percentage of writes that are releases (0-100); default: the `--mode`'s (es: 0).
+    #[arg(long, value_name = "PERCENT")]
+    pub release_pct: Option<f64>,
+
+    /// Percentage of reads that are acquires (0-100); default: the `--mode`'s (es: 0).
+    #[arg(long, value_name = "PERCENT")]
+    pub acquire_pct: Option<f64>,
+
+    /// Percentage of writes that are read-modify-writes (0-100; with `--release-pct` at most
+    /// 100 together); default: the `--mode`'s (es: 0).
+    #[arg(long, value_name = "PERCENT")]
+    pub rmw_pct: Option<f64>,
+
+    /// The read-modify-write `--rmw-pct` issues.
+    #[arg(long, value_enum, default_value_t = RmwKind::Faa)]
+    pub rmw: RmwKind,
+
+    /// Per-node throughput timeline (Kite fig. 11): completions per node (the endpoint a
+    /// session's connection goes to) in `--timeline-bucket-ms` buckets over the window, written
+    /// as CSV to FILE (`t_ms,node0,...,total`, ops/s) and as a plot to FILE with `.png`.
+    /// Requests that time out then count as errors and their session keeps waiting.
+    #[arg(long, value_name = "FILE")]
+    pub timeline: Option<PathBuf>,
+
+    /// Bucket width of `--timeline`, milliseconds.
+    #[arg(long, value_name = "MS", default_value_t = 10)]
+    pub timeline_bucket_ms: u64,
+
+    /// What each session runs: kv operations, or push-then-pop pairs on random data
+    /// structures (ts: Treiber stacks, msq: Michael-Scott queues, hml: Harris-Michael lists;
+    /// Strata only, `--duration` only).
+    #[arg(long, value_enum, default_value_t = WorkloadKind::Kv)]
+    pub workload: WorkloadKind,
+
+    /// Data-structure workloads: number of structures.
+    #[arg(long, value_name = "N", default_value_t = 1000)]
+    pub structures: usize,
+
+    /// Data-structure workloads: fields per object (4 or 32, of 32 bytes each).
+    #[arg(long, value_name = "N", default_value_t = 4)]
+    pub fields: usize,
 }
 
 impl Default for BenchArgs {
@@ -147,6 +255,16 @@ impl Default for BenchArgs {
             quiet: false,
             label: None,
             cluster_id: None,
+            mode: Mode::Es,
+            release_pct: None,
+            acquire_pct: None,
+            rmw_pct: None,
+            rmw: RmwKind::Faa,
+            timeline: None,
+            timeline_bucket_ms: 10,
+            workload: WorkloadKind::Kv,
+            structures: 1000,
+            fields: 4,
         }
     }
 }
@@ -186,7 +304,68 @@ impl BenchArgs {
         if !(self.warmup >= 0.0 && self.warmup.is_finite()) {
             return bad(format!("--warmup {} must be zero or more seconds", self.warmup));
         }
+        for (flag, v) in [("--release-pct", self.release_pct), ("--acquire-pct", self.acquire_pct), ("--rmw-pct", self.rmw_pct)] {
+            if let Some(v) = v {
+                if !(0.0..=100.0).contains(&v) {
+                    return bad(format!("{flag} {v} is not a percentage in 0-100"));
+                }
+            }
+        }
+        let mix = self.mix();
+        if mix.release_pct + mix.rmw_pct > 100.0 {
+            return bad(format!(
+                "--release-pct {} plus --rmw-pct {} exceed 100% of the writes",
+                mix.release_pct, mix.rmw_pct
+            ));
+        }
+        if self.target == Target::Redis && mix.has_sync() {
+            return bad(format!(
+                "--target redis has no releases, acquires or RMWs: use --mode es and no --release-pct, --acquire-pct or --rmw-pct (mode {:?}, releases {}%, acquires {}%, RMWs {}%)",
+                self.mode, mix.release_pct, mix.acquire_pct, mix.rmw_pct
+            ));
+        }
+        if self.timeline.is_some() {
+            if self.ops.is_some() {
+                return bad("--timeline needs a --duration window, not --ops".into());
+            }
+            if self.timeline_bucket_ms == 0 {
+                return bad("--timeline-bucket-ms must be at least 1".into());
+            }
+        }
+        if self.workload != WorkloadKind::Kv {
+            if self.target == Target::Redis {
+                return bad("--workload ts|msq|hml needs --target strata (Redis has no CAS)".into());
+            }
+            if self.ops.is_some() {
+                return bad("--workload ts|msq|hml runs for a --duration, not --ops".into());
+            }
+            if self.timeline.is_some() {
+                return bad("--timeline works with --workload kv only".into());
+            }
+            if self.structures == 0 {
+                return bad("--structures must be at least 1".into());
+            }
+            if self.fields != 4 && self.fields != 32 {
+                return bad(format!("--fields {} must be 4 or 32", self.fields));
+            }
+        }
         Ok(())
+    }
+
+    /// The operation mix: the `--mode` preset, overridden by any `--*-pct` flag given.
+    pub fn mix(&self) -> Mix {
+        let (acquire, release, rmw) = match self.mode {
+            Mode::Es => (0.0, 0.0, 0.0),
+            Mode::Abd => (100.0, 100.0, 0.0),
+            Mode::Paxos => (100.0, 0.0, 100.0),
+            Mode::Kite => (5.0, 5.0, 0.0),
+        };
+        Mix {
+            acquire_pct: self.acquire_pct.unwrap_or(acquire),
+            release_pct: self.release_pct.unwrap_or(release),
+            rmw_pct: self.rmw_pct.unwrap_or(rmw),
+            rmw: self.rmw,
+        }
     }
 
     /// The endpoints to use when the caller has none: `--endpoints`, else (Redis only)
@@ -266,6 +445,66 @@ mod tests {
             "--zipf-theta",
         );
         check(|a| a.duration = 0.0, "--duration");
+        check(|a| a.release_pct = Some(120.0), "--release-pct");
+        check(|a| a.acquire_pct = Some(-1.0), "--acquire-pct");
+        check(
+            |a| {
+                a.release_pct = Some(60.0);
+                a.rmw_pct = Some(50.0)
+            },
+            "--rmw-pct",
+        );
+        check(
+            |a| {
+                a.timeline = Some("t.csv".into());
+                a.ops = Some(10)
+            },
+            "--timeline",
+        );
+        check(
+            |a| {
+                a.workload = WorkloadKind::Ts;
+                a.fields = 8
+            },
+            "--fields",
+        );
+    }
+
+    #[test]
+    fn modes_set_the_mix_and_flags_override_them() {
+        let mix = |args: &[&str]| {
+            let mut v = vec!["bench"];
+            v.extend_from_slice(args);
+            Cli::try_parse_from(v).unwrap().bench.mix()
+        };
+        let m = mix(&[]);
+        assert!(!m.has_sync());
+        assert_eq!((m.acquire_pct, m.release_pct, m.rmw_pct, m.rmw), (0.0, 0.0, 0.0, RmwKind::Faa));
+        let m = mix(&["--mode", "abd"]);
+        assert_eq!((m.acquire_pct, m.release_pct, m.rmw_pct), (100.0, 100.0, 0.0));
+        let m = mix(&["--mode", "paxos", "--rmw", "cas"]);
+        assert_eq!((m.acquire_pct, m.release_pct, m.rmw_pct, m.rmw), (100.0, 0.0, 100.0, RmwKind::Cas));
+        let m = mix(&["--mode", "kite"]);
+        assert_eq!((m.acquire_pct, m.release_pct, m.rmw_pct), (5.0, 5.0, 0.0));
+        let m = mix(&["--mode", "kite", "--release-pct", "20", "--rmw-pct", "5"]);
+        assert_eq!((m.acquire_pct, m.release_pct, m.rmw_pct), (5.0, 20.0, 5.0));
+        let m = mix(&["--acquire-pct", "50"]);
+        assert_eq!((m.acquire_pct, m.release_pct, m.rmw_pct), (50.0, 0.0, 0.0));
+        assert!(Cli::try_parse_from(["bench", "--mode", "zab"]).is_err());
+    }
+
+    #[test]
+    fn redis_refuses_sync_modes_and_ds_workloads() {
+        for mode in [Mode::Abd, Mode::Paxos, Mode::Kite] {
+            let a = BenchArgs { target: Target::Redis, mode, ..BenchArgs::default() };
+            let e = a.validate().unwrap_err();
+            assert!(matches!(e, BenchError::InvalidArgs(_)) && e.to_string().contains("redis"), "{e}");
+        }
+        let a = BenchArgs { target: Target::Redis, acquire_pct: Some(1.0), ..BenchArgs::default() };
+        assert!(matches!(a.validate(), Err(BenchError::InvalidArgs(_))));
+        let a = BenchArgs { target: Target::Redis, workload: WorkloadKind::Msq, ..BenchArgs::default() };
+        assert!(matches!(a.validate(), Err(BenchError::InvalidArgs(_))));
+        BenchArgs { target: Target::Redis, mode: Mode::Es, ..BenchArgs::default() }.validate().unwrap();
     }
 
     #[test]

@@ -29,10 +29,12 @@
 //! from a YCSB zipfian ([`keys::Zipfian`]), from a per-session seeded stream.
 
 pub mod args;
+mod ds;
 pub mod keys;
 pub mod report;
 pub mod resp;
 pub mod target;
+pub mod timeline;
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;
@@ -47,8 +49,8 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use thiserror::Error;
 
-pub use args::{BenchArgs, Distribution, Target, DEFAULT_REDIS_ENDPOINT};
-pub use report::{BenchReport, Latencies, LatencySummary};
+pub use args::{BenchArgs, Distribution, Mix, Mode, RmwKind, Target, WorkloadKind, DEFAULT_REDIS_ENDPOINT};
+pub use report::{BenchReport, ClassLatencies, DsReport, Latencies, LatencySummary};
 
 use keys::{KeyChooser, Zipfian};
 use target::{BenchOp, BenchSession, Connection, Done};
@@ -64,6 +66,17 @@ const MAX_ERROR_SAMPLES: usize = 5;
 pub const DEFAULT_CLUSTER_ID: u64 = 1;
 /// Largest latency the histograms hold (larger values are recorded as this).
 const MAX_LATENCY_NS: u64 = 60_000_000_000;
+/// With `--timeline`, how long after the window a session still waits for its outstanding
+/// requests (a paused node's) before abandoning them as errors.
+pub const DRAIN_GRACE: Duration = Duration::from_secs(1);
+
+/// Operation classes (index into the per-class histograms).
+const RELAXED_READ: usize = 0;
+const ACQUIRE: usize = 1;
+const RELAXED_WRITE: usize = 2;
+const RELEASE: usize = 3;
+const RMW: usize = 4;
+const CLASSES: usize = 5;
 
 /// Why a benchmark could not run. Each variant says what to fix.
 #[derive(Debug, Error)]
@@ -85,6 +98,9 @@ pub enum BenchError {
     /// The JSON report could not be written: check the `--json` path.
     #[error("cannot write the JSON report to {path}: {source}")]
     WriteJson { path: PathBuf, source: std::io::Error },
+    /// The `--timeline` CSV or PNG could not be written: check the path.
+    #[error("cannot write the timeline to {path}: {message}")]
+    WriteTimeline { path: PathBuf, message: String },
 }
 
 /// Runs one benchmark against `endpoints` (if empty: [`BenchArgs::default_endpoints`]). Must
@@ -117,11 +133,20 @@ pub async fn run(args: &BenchArgs, endpoints: Vec<SocketAddr>) -> Result<BenchRe
         }
     }
 
+    if args.workload != WorkloadKind::Kv {
+        let report = ds::run(args, sessions, endpoints).await;
+        drop(conns);
+        let report = report?;
+        write_json(args, &report)?;
+        return Ok(report);
+    }
+
     let value = make_value(args.value_size, args.seed);
     let preload_started = Instant::now();
     let sessions = preload(sessions, args, &value).await?;
     let preload_s = preload_started.elapsed().as_secs_f64();
 
+    let nodes_of: Vec<usize> = (0..sessions.len()).map(|j| (j / args.sessions) % endpoints.len()).collect();
     let (stats, measure_start, window_end) = measure(sessions, args, value).await;
     for (_, c) in &conns {
         c.close();
@@ -129,11 +154,23 @@ pub async fn run(args: &BenchArgs, endpoints: Vec<SocketAddr>) -> Result<BenchRe
 
     let mut read = new_histogram();
     let mut write = new_histogram();
+    let mut classes: Vec<Histogram<u64>> = (0..CLASSES).map(|_| new_histogram()).collect();
     let (mut read_misses, mut errors, mut last_completion) = (0, 0, None::<Instant>);
     let mut error_samples: Vec<String> = Vec::new();
-    for s in stats {
+    let mut per_node: Vec<Vec<u64>> = vec![Vec::new(); endpoints.len()];
+    for (j, s) in stats.into_iter().enumerate() {
         read.add(&s.read).expect("same bounds");
         write.add(&s.write).expect("same bounds");
+        for (c, h) in classes.iter_mut().zip(&s.classes) {
+            c.add(h).expect("same bounds");
+        }
+        let node = &mut per_node[nodes_of.get(j).copied().unwrap_or(0)];
+        if node.len() < s.timeline.len() {
+            node.resize(s.timeline.len(), 0);
+        }
+        for (b, n) in node.iter_mut().zip(&s.timeline) {
+            *b += n;
+        }
         read_misses += s.read_misses;
         errors += s.errors;
         last_completion = last_completion.max(s.last_measured);
@@ -150,6 +187,11 @@ pub async fn run(args: &BenchArgs, endpoints: Vec<SocketAddr>) -> Result<BenchRe
     let mut all = read.clone();
     all.add(&write).expect("same bounds");
     let ops = all.len();
+    let timeline_files = match &args.timeline {
+        Some(path) => timeline::write(path, &per_node, args.timeline_bucket_ms, &timeline_title(args))?,
+        None => Vec::new(),
+    };
+    let cl = |i: usize| LatencySummary::from_histogram(&classes[i]);
     let report = BenchReport {
         label: args.label.clone(),
         target: args.target,
@@ -168,16 +210,40 @@ pub async fn run(args: &BenchArgs, endpoints: Vec<SocketAddr>) -> Result<BenchRe
             read: LatencySummary::from_histogram(&read),
             write: LatencySummary::from_histogram(&write),
         },
+        mix: args.mix(),
+        class_latency_us: ClassLatencies {
+            relaxed_read: cl(RELAXED_READ),
+            acquire: cl(ACQUIRE),
+            relaxed_write: cl(RELAXED_WRITE),
+            release: cl(RELEASE),
+            rmw: cl(RMW),
+        },
+        timeline_files,
+        ds: None,
         preloaded_keys: args.keys,
         preload_s,
         started_at_unix_ms: unix_ms_at(measure_start),
         tool_version: env!("CARGO_PKG_VERSION").to_string(),
     };
+    write_json(args, &report)?;
+    Ok(report)
+}
+
+fn write_json(args: &BenchArgs, report: &BenchReport) -> Result<(), BenchError> {
     if let Some(path) = &args.json {
-        let text = serde_json::to_string_pretty(&report).expect("a report serializes");
+        let text = serde_json::to_string_pretty(report).expect("a report serializes");
         std::fs::write(path, text + "\n").map_err(|source| BenchError::WriteJson { path: path.clone(), source })?;
     }
-    Ok(report)
+    Ok(())
+}
+
+fn timeline_title(args: &BenchArgs) -> String {
+    let mix = args.mix();
+    let mut t = format!("{:?} mode, {}% writes", args.mode, args.write_ratio);
+    if mix.has_sync() {
+        t += &format!(" ({}% rel, {}% acq, {}% rmw)", mix.release_pct, mix.acquire_pct, mix.rmw_pct);
+    }
+    t + &format!(", {} ms buckets", args.timeline_bucket_ms)
 }
 
 fn new_histogram() -> Histogram<u64> {
@@ -283,7 +349,13 @@ struct Shared {
     key_size: usize,
     value: Bytes,
     write_ratio: f64,
+    mix: Mix,
     pipeline: usize,
+    /// `--timeline`: bucket width and count.
+    bucket: Option<(Duration, usize)>,
+    /// Timeouts count as errors and the session keeps waiting (until the window's end plus
+    /// [`DRAIN_GRACE`]) instead of ending: `--timeline` on Strata (whose `next` may be retried).
+    keep_waiting: bool,
     /// Completions so far, warmup included (for progress).
     completed: AtomicU64,
     /// Operations recorded in the measured window so far (for progress).
@@ -295,10 +367,28 @@ struct Shared {
 struct SessionStats {
     read: Histogram<u64>,
     write: Histogram<u64>,
+    classes: Vec<Histogram<u64>>,
+    /// `--timeline`: completions per bucket of the window.
+    timeline: Vec<u64>,
     read_misses: u64,
     errors: u64,
     error_samples: Vec<String>,
     last_measured: Option<Instant>,
+}
+
+impl SessionStats {
+    fn new(buckets: usize) -> SessionStats {
+        SessionStats {
+            read: new_histogram(),
+            write: new_histogram(),
+            classes: (0..CLASSES).map(|_| new_histogram()).collect(),
+            timeline: vec![0; buckets],
+            read_misses: 0,
+            errors: 0,
+            error_samples: Vec::new(),
+            last_measured: None,
+        }
+    }
 }
 
 /// Runs warmup and the measured window on every session; returns each session's stats, the
@@ -326,7 +416,13 @@ async fn measure(
         key_size: args.key_size,
         value,
         write_ratio: args.write_ratio,
+        mix: args.mix(),
         pipeline: args.pipeline,
+        bucket: args.timeline.as_ref().map(|_| {
+            let w = Duration::from_millis(args.timeline_bucket_ms);
+            (w, (args.duration * 1000.0 / args.timeline_bucket_ms as f64).ceil() as usize)
+        }),
+        keep_waiting: args.timeline.is_some() && args.target == Target::Strata,
         completed: AtomicU64::new(0),
         measured: AtomicU64::new(0),
         failed_sessions: AtomicU64::new(0),
@@ -349,12 +445,9 @@ async fn measure(
         match t.await {
             Ok(s) => stats.push(s),
             Err(e) => stats.push(SessionStats {
-                read: new_histogram(),
-                write: new_histogram(),
-                read_misses: 0,
                 errors: 1,
                 error_samples: vec![format!("session task failed: {e}")],
-                last_measured: None,
+                ..SessionStats::new(0)
             }),
         }
     }
@@ -372,22 +465,16 @@ async fn drive(
     mut rng: StdRng,
     interval: Option<Arc<Mutex<Histogram<u64>>>>,
 ) -> SessionStats {
-    let mut st = SessionStats {
-        read: new_histogram(),
-        write: new_histogram(),
-        read_misses: 0,
-        errors: 0,
-        error_samples: Vec::new(),
-        last_measured: None,
-    };
+    let mut st = SessionStats::new(sh.bucket.map_or(0, |(_, n)| n));
     fn note(st: &mut SessionStats, e: String) {
         st.errors += 1;
         if st.error_samples.len() < MAX_ERROR_SAMPLES && !st.error_samples.contains(&e) {
             st.error_samples.push(e);
         }
     }
-    // (submitted at, is a write, counts for sure: ops mode ticket)
-    let mut in_flight: VecDeque<(Instant, bool, bool)> = VecDeque::with_capacity(sh.pipeline);
+    // (submitted at, operation class, counts for sure: ops mode ticket)
+    let mut in_flight: VecDeque<(Instant, usize, bool)> = VecDeque::with_capacity(sh.pipeline);
+    let write_sync = sh.mix.release_pct + sh.mix.rmw_pct;
     let mut stopping = false;
     // An error ends the session: a broken connection fails every later request at once.
     let mut fatal = false;
@@ -410,10 +497,34 @@ async fn drive(
             }
             let key = keys::key(sh.chooser.sample(&mut rng), sh.key_size);
             let is_write = sh.write_ratio > 0.0 && rng.gen::<f64>() * 100.0 < sh.write_ratio;
-            let op = if is_write { BenchOp::Write { key, value: sh.value.clone() } } else { BenchOp::Read { key } };
+            // Draw again only when a sync class is possible, so the ES stream is unchanged.
+            let class = if is_write {
+                let r = if write_sync > 0.0 { rng.gen::<f64>() * 100.0 } else { 100.0 };
+                if r < sh.mix.rmw_pct {
+                    RMW
+                } else if r < write_sync {
+                    RELEASE
+                } else {
+                    RELAXED_WRITE
+                }
+            } else if sh.mix.acquire_pct > 0.0 && rng.gen::<f64>() * 100.0 < sh.mix.acquire_pct {
+                ACQUIRE
+            } else {
+                RELAXED_READ
+            };
+            let op = match class {
+                RELAXED_READ => BenchOp::Read { key },
+                ACQUIRE => BenchOp::Acquire { key },
+                RELAXED_WRITE => BenchOp::Write { key, value: sh.value.clone() },
+                RELEASE => BenchOp::Release { key, value: sh.value.clone() },
+                _ => match sh.mix.rmw {
+                    args::RmwKind::Faa => BenchOp::Faa { key },
+                    args::RmwKind::Cas => BenchOp::Cas { key, value: sh.value.clone() },
+                },
+            };
             let submitted = Instant::now();
             match session.submit(op) {
-                Ok(()) => in_flight.push_back((submitted, is_write, ticket)),
+                Ok(()) => in_flight.push_back((submitted, class, ticket)),
                 Err(e) => {
                     note(&mut st, e);
                     stopping = true;
@@ -424,14 +535,29 @@ async fn drive(
         if in_flight.is_empty() {
             break;
         }
-        let r = tokio::time::timeout(REQUEST_TIMEOUT, session.next()).await;
+        // With `keep_waiting`, wait at most until the window's end plus the grace period.
+        let drain_end = sh.end.filter(|_| sh.keep_waiting).map(|end| end + DRAIN_GRACE);
+        let wait = match drain_end {
+            Some(d) => REQUEST_TIMEOUT.min(d.saturating_duration_since(Instant::now())),
+            None => REQUEST_TIMEOUT,
+        };
+        let r = tokio::time::timeout(wait, session.next()).await;
         let done_at = Instant::now();
-        let (submitted, is_write, ticket) = in_flight.pop_front().expect("in flight");
-        sh.completed.fetch_add(1, Ordering::Relaxed);
         let r = match r {
             Ok(Some(r)) => r,
             Ok(None) => Err("the session lost track of its requests".to_string()),
             Err(_) => {
+                if let Some(d) = drain_end {
+                    if done_at < d {
+                        // A paused node: the request counts as an error, the session waits on.
+                        note(&mut st, format!("no reply within {wait:?} (still waiting)"));
+                        continue;
+                    }
+                    // The window is over: abandon what is outstanding (not a failed session).
+                    st.errors += in_flight.len() as u64;
+                    note(&mut st, format!("{} requests unanswered {DRAIN_GRACE:?} after the window", in_flight.len()));
+                    break;
+                }
                 // The session is stuck: count what is outstanding as failed and stop.
                 st.errors += in_flight.len() as u64;
                 note(&mut st, format!("no reply within {REQUEST_TIMEOUT:?}"));
@@ -439,6 +565,9 @@ async fn drive(
                 break;
             }
         };
+        let (submitted, class, ticket) = in_flight.pop_front().expect("in flight");
+        sh.completed.fetch_add(1, Ordering::Relaxed);
+        let is_write = class >= RELAXED_WRITE;
         let measured = ticket || (submitted >= sh.measure_start && sh.end.is_some_and(|end| done_at <= end));
         match r {
             Ok(done) => {
@@ -446,9 +575,20 @@ async fn drive(
                 if let Some(h) = &interval {
                     h.lock().unwrap_or_else(|e| e.into_inner()).saturating_record(ns.max(1));
                 }
+                if let Some((w, _)) = sh.bucket {
+                    if let (Some(end), Some(since)) = (sh.end, done_at.checked_duration_since(sh.measure_start)) {
+                        if done_at <= end {
+                            let b = (since.as_nanos() / w.as_nanos()) as usize;
+                            if let Some(c) = st.timeline.get_mut(b) {
+                                *c += 1;
+                            }
+                        }
+                    }
+                }
                 if measured {
                     let h = if is_write { &mut st.write } else { &mut st.read };
                     h.saturating_record(ns.max(1));
+                    st.classes[class].saturating_record(ns.max(1));
                     st.last_measured = Some(done_at);
                     sh.measured.fetch_add(1, Ordering::Relaxed);
                     if done == Done::Miss {

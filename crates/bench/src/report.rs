@@ -6,7 +6,7 @@ use std::net::SocketAddr;
 use hdrhistogram::Histogram;
 use serde::{Deserialize, Serialize};
 
-use crate::args::{BenchArgs, Distribution};
+use crate::args::{BenchArgs, Distribution, Mix};
 
 /// Latencies of one kind of operation, in microseconds (recorded in nanoseconds, HDR
 /// histogram with 3 significant digits).
@@ -31,7 +31,8 @@ impl LatencySummary {
         let us = |ns: u64| ns as f64 / 1_000.0;
         LatencySummary {
             count: h.len(),
-            mean_us: h.mean() / 1_000.0,
+            // Whole nanoseconds: short decimals parse back exactly from the JSON.
+            mean_us: h.mean().round() / 1_000.0,
             min_us: us(h.min()),
             p50_us: us(h.value_at_quantile(0.50)),
             p90_us: us(h.value_at_quantile(0.90)),
@@ -48,6 +49,57 @@ pub struct Latencies {
     pub all: LatencySummary,
     pub read: LatencySummary,
     pub write: LatencySummary,
+}
+
+/// Latencies per operation class (Kite §2.2: relaxed reads and writes, acquires, releases,
+/// read-modify-writes).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct ClassLatencies {
+    pub relaxed_read: LatencySummary,
+    pub acquire: LatencySummary,
+    pub relaxed_write: LatencySummary,
+    pub release: LatencySummary,
+    pub rmw: LatencySummary,
+}
+
+impl ClassLatencies {
+    pub fn rows(&self) -> [(&'static str, &LatencySummary); 5] {
+        [
+            ("rlx-rd", &self.relaxed_read),
+            ("acq", &self.acquire),
+            ("rlx-wr", &self.relaxed_write),
+            ("rel", &self.release),
+            ("rmw", &self.rmw),
+        ]
+    }
+}
+
+/// What a data-structure workload (`--workload ts|msq|hml`) did, summed over the sessions.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct DsReport {
+    /// `ts`, `msq` or `hml`.
+    pub kind: String,
+    pub fields: usize,
+    pub structures: usize,
+    /// Push-then-pop pairs completed in the window, and per second.
+    pub pairs: u64,
+    pub pairs_s: f64,
+    /// Structure operations (2 per pair).
+    pub structure_ops: u64,
+    /// Store requests issued (every class, failed CAS included); the report's `ops`.
+    pub requests: u64,
+    pub relaxed_reads: u64,
+    pub relaxed_writes: u64,
+    pub acquires: u64,
+    pub releases: u64,
+    pub cas: u64,
+    pub cas_local_fail: u64,
+    pub cas_quorum_fail: u64,
+    pub helps: u64,
+    /// Share of requests that synchronize (acquires, releases, CAS): the paper's "sync-per".
+    pub sync_share: f64,
+    /// Requests per pair.
+    pub requests_per_pair: f64,
 }
 
 /// The result of one benchmark run.
@@ -77,6 +129,19 @@ pub struct BenchReport {
     /// `ops / duration_s`.
     pub throughput_ops_s: f64,
     pub latency_us: Latencies,
+    /// The operation mix (`--mode` and the `--*-pct` flags, resolved).
+    #[serde(default)]
+    pub mix: Mix,
+    /// Latencies (and counts) per operation class.
+    #[serde(default)]
+    pub class_latency_us: ClassLatencies,
+    /// `--timeline`: the CSV and PNG written.
+    #[serde(default)]
+    pub timeline_files: Vec<std::path::PathBuf>,
+    /// `--workload ts|msq|hml`: the data-structure results (then `ops` counts requests and
+    /// there are no latencies).
+    #[serde(default)]
+    pub ds: Option<DsReport>,
     /// Keys written before measuring, and how long that took.
     pub preloaded_keys: u64,
     pub preload_s: f64,
@@ -109,15 +174,40 @@ impl fmt::Display for BenchReport {
             a.value_size,
             a.write_ratio
         )?;
+        if let Some(d) = &self.ds {
+            writeln!(
+                f,
+                "workload {}-{} on {} structures: {:.0} pairs/s ({} pairs), {:.0} requests/s ({} requests in {:.2} s, {:.1} per pair)",
+                d.kind, d.fields, d.structures, d.pairs_s, d.pairs, self.throughput_ops_s, d.requests, self.duration_s, d.requests_per_pair
+            )?;
+            writeln!(
+                f,
+                "sync share {:.3}: {} relaxed reads, {} relaxed writes, {} acquires, {} releases, {} CAS ({} failed locally, {} at a quorum), {} helps; errors {}",
+                d.sync_share, d.relaxed_reads, d.relaxed_writes, d.acquires, d.releases, d.cas, d.cas_local_fail, d.cas_quorum_fail, d.helps, self.errors
+            )?;
+            for e in &self.error_samples {
+                writeln!(f, "error: {e}")?;
+            }
+            return Ok(());
+        }
+        if self.mix.has_sync() {
+            writeln!(
+                f,
+                "mode {:?}: {}% of reads acquires, {}% of writes releases, {}% of writes RMWs ({:?})",
+                a.mode, self.mix.acquire_pct, self.mix.release_pct, self.mix.rmw_pct, self.mix.rmw
+            )?;
+        }
         writeln!(
             f,
             "{:.0} ops/s   {} ops in {:.2} s   errors {}   read misses {}",
             self.throughput_ops_s, self.ops, self.duration_s, self.errors, self.read_misses
         )?;
         writeln!(f, "{:<6} {:>10} {:>9} {:>9} {:>9} {:>9} {:>9}", "µs", "count", "mean", "p50", "p99", "p99.9", "max")?;
-        for (name, l) in
-            [("all", &self.latency_us.all), ("read", &self.latency_us.read), ("write", &self.latency_us.write)]
-        {
+        let mut rows = vec![("all", &self.latency_us.all), ("read", &self.latency_us.read), ("write", &self.latency_us.write)];
+        if self.mix.has_sync() {
+            rows.extend(self.class_latency_us.rows().into_iter().filter(|(_, l)| l.count > 0));
+        }
+        for (name, l) in rows {
             if l.count == 0 {
                 writeln!(f, "{name:<6} {:>10}", 0)?;
                 continue;
@@ -130,6 +220,9 @@ impl fmt::Display for BenchReport {
         }
         for e in &self.error_samples {
             writeln!(f, "error: {e}")?;
+        }
+        for p in &self.timeline_files {
+            writeln!(f, "timeline: {}", p.display())?;
         }
         Ok(())
     }

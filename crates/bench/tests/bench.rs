@@ -145,3 +145,65 @@ async fn nothing_listening_is_a_connect_error() {
     let err = strata_bench::run(&args, vec![]).await.unwrap_err();
     assert!(matches!(err, strata_bench::BenchError::NoEndpoints), "{err}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sync_modes_timeline_and_ds_workloads_against_a_three_node_cluster() {
+    use strata_bench::{Mode, RmwKind, WorkloadKind};
+    let nodes = local_cluster(3).await;
+    let endpoints: Vec<SocketAddr> = nodes.iter().map(|n| n.client_addr()).collect();
+    let dir = std::env::temp_dir().join(format!("strata-bench-modes-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let base = BenchArgs {
+        clients: 3,
+        sessions: 1,
+        pipeline: 4,
+        keys: 500,
+        key_size: 12,
+        value_size: 32,
+        write_ratio: 50.0,
+        duration: 0.5,
+        warmup: 0.1,
+        quiet: true,
+        ..BenchArgs::default()
+    };
+    // ABD: every read an acquire, every write a release; with a timeline.
+    let args = BenchArgs { mode: Mode::Abd, timeline: Some(dir.join("t.csv")), ..base.clone() };
+    let r = strata_bench::run(&args, endpoints.clone()).await.unwrap();
+    assert_eq!(r.errors, 0, "{r}");
+    let c = &r.class_latency_us;
+    assert!(c.acquire.count > 0 && c.release.count > 0, "{r}");
+    assert_eq!((c.relaxed_read.count, c.relaxed_write.count, c.rmw.count), (0, 0, 0), "{r}");
+    assert_eq!(c.acquire.count + c.release.count, r.ops);
+    assert!(r.to_string().contains("acq"), "{r}");
+    let csv = std::fs::read_to_string(dir.join("t.csv")).unwrap();
+    assert!(csv.starts_with("t_ms,node0,node1,node2,total\n"), "{csv}");
+    assert_eq!(csv.lines().count(), 1 + 50, "0.5 s in 10 ms buckets");
+    assert!(dir.join("t.png").exists());
+    // Paxos with CAS: acquires and RMWs only.
+    let args = BenchArgs { mode: Mode::Paxos, rmw: RmwKind::Cas, ..base.clone() };
+    let r = strata_bench::run(&args, endpoints.clone()).await.unwrap();
+    assert_eq!(r.errors, 0, "{r}");
+    assert!(r.class_latency_us.rmw.count > 0 && r.class_latency_us.acquire.count > 0, "{r}");
+    assert_eq!(r.class_latency_us.relaxed_write.count + r.class_latency_us.release.count, 0);
+    // Kite 5%: mostly relaxed, some of each sync class, FAA RMWs on top.
+    let args = BenchArgs { mode: Mode::Kite, rmw_pct: Some(5.0), duration: 1.0, ..base.clone() };
+    let r = strata_bench::run(&args, endpoints.clone()).await.unwrap();
+    assert_eq!(r.errors, 0, "{r}");
+    let c = &r.class_latency_us;
+    assert!(c.relaxed_read.count > c.acquire.count && c.acquire.count > 0, "{r}");
+    assert!(c.relaxed_write.count > c.release.count && c.release.count > 0 && c.rmw.count > 0, "{r}");
+    // A data-structure workload.
+    for workload in [WorkloadKind::Ts, WorkloadKind::Hml] {
+        let args = BenchArgs { workload, structures: 20, duration: 0.5, ..base.clone() };
+        let r = strata_bench::run(&args, endpoints.clone()).await.unwrap();
+        assert_eq!(r.errors, 0, "{r}");
+        let d = r.ds.as_ref().unwrap();
+        assert!(d.pairs > 0 && d.requests > d.pairs && d.sync_share > 0.0 && d.sync_share < 1.0, "{r}");
+        assert_eq!(r.ops, d.requests);
+        assert!(r.to_string().contains("pairs/s"), "{r}");
+    }
+    let _ = std::fs::remove_dir_all(dir);
+    for n in nodes {
+        n.shutdown().await;
+    }
+}
