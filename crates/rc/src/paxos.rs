@@ -170,28 +170,25 @@ impl RcReplica {
                         return None;
                     }
                     let outcomes = self.absorb(key, req, local, r);
-                    // M4, in priority order.
-                    if outcomes.iter().any(|(_, o)| *o == PaxosOutcome::RmwCommitted) {
-                        self.commit_own_elsewhere(now, id, key, r);
-                    } else if outcomes.iter().any(|(_, o)| matches!(o, PaxosOutcome::SlotTooSmall { .. })) {
-                        r.phase = Phase::Attempt;
-                    } else if let Some(promised) = max_nack(&outcomes) {
-                        self.back_off(now, id, r, promised);
-                    } else if count_acks(&outcomes) < self.cfg.quorum() {
-                        self.catch_up(now, id, key, &outcomes, r);
-                    } else {
-                        let accepted = outcomes
-                            .iter()
-                            .filter_map(|(_, o)| match o {
-                                PaxosOutcome::AlreadyAccepted { ballot, tuple } => Some((*ballot, tuple)),
-                                _ => None,
-                            })
-                            .max_by_key(|(b, _)| *b);
-                        let (tuple, helping) = match accepted {
-                            Some((_, t)) => (t.clone(), t.rmw_id != r.rmw_id),
-                            None => (self.compute_once(key, slot, r).tuple, false),
-                        };
-                        r.phase = Phase::Accept { slot, ballot, tuple, helping };
+                    // M4.
+                    match verdict(&outcomes, self.cfg.quorum()) {
+                        Verdict::RmwCommitted => self.commit_own_elsewhere(now, id, key, r),
+                        Verdict::Retry(how) => self.retry(now, id, key, &outcomes, r, how),
+                        Verdict::Quorum => {
+                            // M4.e: help the highest accepted tuple, or propose our own.
+                            let accepted = outcomes
+                                .iter()
+                                .filter_map(|(_, o)| match o {
+                                    PaxosOutcome::AlreadyAccepted { ballot, tuple } => Some((*ballot, tuple)),
+                                    _ => None,
+                                })
+                                .max_by_key(|(b, _)| *b);
+                            let (tuple, helping) = match accepted {
+                                Some((_, t)) => (t.clone(), t.rmw_id != r.rmw_id),
+                                None => (self.compute_once(key, slot, r).tuple, false),
+                            };
+                            r.phase = Phase::Accept { slot, ballot, tuple, helping };
+                        }
                     }
                 }
                 Phase::Accept { slot, ballot, tuple, helping } => {
@@ -228,20 +225,11 @@ impl RcReplica {
                     }
                     let outcomes = self.absorb(key, req, local, r);
                     // M7.
-                    if outcomes.iter().any(|(_, o)| *o == PaxosOutcome::RmwCommitted) {
-                        if tuple.rmw_id == r.rmw_id {
-                            self.commit_own_elsewhere(now, id, key, r);
-                        } else {
-                            r.phase = Phase::Attempt;
-                        }
-                    } else if outcomes.iter().any(|(_, o)| matches!(o, PaxosOutcome::SlotTooSmall { .. })) {
-                        r.phase = Phase::Attempt;
-                    } else if let Some(promised) = max_nack(&outcomes) {
-                        self.back_off(now, id, r, promised);
-                    } else if count_acks(&outcomes) < self.cfg.quorum() {
-                        self.catch_up(now, id, key, &outcomes, r);
-                    } else {
-                        self.begin_commit(now, id, key, slot, tuple, helping, r); // M8
+                    match verdict(&outcomes, self.cfg.quorum()) {
+                        Verdict::RmwCommitted if tuple.rmw_id == r.rmw_id => self.commit_own_elsewhere(now, id, key, r),
+                        Verdict::RmwCommitted => r.phase = Phase::Attempt, // the helped RMW is done
+                        Verdict::Retry(how) => self.retry(now, id, key, &outcomes, r, how),
+                        Verdict::Quorum => self.begin_commit(now, id, key, slot, tuple, helping, r), // M8
                     }
                 }
                 Phase::Committing { req, slot, tuple, helping } => {
@@ -301,6 +289,15 @@ impl RcReplica {
         };
         r.my.insert(slot, c.clone());
         c
+    }
+
+    /// M4.b - d / M7.b - d.
+    fn retry(&mut self, now: Instant, id: OpId, key: &Bytes, outcomes: &[(NodeId, PaxosOutcome)], r: &mut Rmw, how: Retry) {
+        match how {
+            Retry::SlotTaken => r.phase = Phase::Attempt,
+            Retry::Nacked(promised) => self.back_off(now, id, r, promised),
+            Retry::Lagging => self.catch_up(now, id, key, outcomes, r),
+        }
     }
 
     /// M4.c / M7.c: randomized exponential back-off before the next attempt.
@@ -448,6 +445,41 @@ impl RcReplica {
         self.learn_committed(&c.key, c.slot, c.rmw_id);
         let held = self.local(&c.key).1;
         self.effects.send.push((from, PeerMessage::CommitAck { req: c.req, key: c.key, cs: held }));
+    }
+}
+
+/// What a round of Paxos replies (the local one included) decides, in the priority order of
+/// Kite §5.6 M4 / M7 (shared by both phases; only what a quorum or a committed RMW leads to
+/// differs between them).
+enum Verdict {
+    /// a. Some acceptor has the RMW in its registry.
+    RmwCommitted,
+    /// b - d. Try again: at once, after a back-off, or after catching laggards up.
+    Retry(Retry),
+    /// e. A quorum acked.
+    Quorum,
+}
+
+enum Retry {
+    /// b. The slot was decided meanwhile (`lc` advanced).
+    SlotTaken,
+    /// c. A higher ballot was promised.
+    Nacked(Ballot),
+    /// d. Fewer than a quorum acked because some acceptors lag (`SlotTooHigh`).
+    Lagging,
+}
+
+fn verdict(outcomes: &[(NodeId, PaxosOutcome)], quorum: usize) -> Verdict {
+    if outcomes.iter().any(|(_, o)| *o == PaxosOutcome::RmwCommitted) {
+        Verdict::RmwCommitted
+    } else if outcomes.iter().any(|(_, o)| matches!(o, PaxosOutcome::SlotTooSmall { .. })) {
+        Verdict::Retry(Retry::SlotTaken)
+    } else if let Some(promised) = max_nack(outcomes) {
+        Verdict::Retry(Retry::Nacked(promised))
+    } else if count_acks(outcomes) < quorum {
+        Verdict::Retry(Retry::Lagging)
+    } else {
+        Verdict::Quorum
     }
 }
 
