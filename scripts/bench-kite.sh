@@ -14,9 +14,10 @@
 # DEPTH (16), KEYS (20000), KEY_SIZE (16), VALUE_SIZE (32), RATIOS ("1 5 20 50 100"),
 # MODES ("es abd paxos kite"), TL_DURATION (3 s), PAUSE_AT (1.0 s into the window),
 # PAUSE_MS (400), DS_DURATION (2 s), STRUCTURES (1000), BASE_PORT (first free from 7600),
-# RESULTS (results directory), TIMELINE (docs/kite-timeline.csv), CARGO_TARGET_DIR;
+# RESULTS (results directory), TIMELINE (docs/kite-timeline.csv), SWEEP_PNG (docs/kite-sweep.png,
+# drawn with matplotlib, installed with pip if missing), CARGO_TARGET_DIR;
 # QUIET_CORES (0.1), QUIET_WAIT (5 s), QUIET_BUDGET (60 s): the idle-machine gate (wait_quiet,
-# as in scripts/bench-es.sh, with shorter waits).
+# scripts/bench-lib.sh).
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -41,58 +42,12 @@ STRUCTURES=${STRUCTURES:-1000}
 RESULTS=${RESULTS:-${CARGO_TARGET_DIR:-$ROOT/target}/bench-results/kite-$(date +%Y%m%d-%H%M%S)}
 TIMELINE=${TIMELINE:-$ROOT/docs/kite-timeline.csv}
 BIN=${CARGO_TARGET_DIR:-$ROOT/target}/release
-QUIET_CORES=${QUIET_CORES:-0.1}
-QUIET_WAIT=${QUIET_WAIT:-5}
-QUIET_BUDGET=${QUIET_BUDGET:-60}
 NODES=3
 
-log() { printf '[bench-kite] %s\n' "$*" >&2; }
-die() { log "error: $*"; exit 1; }
-
+TAG=bench-kite
+# shellcheck source=scripts/bench-lib.sh
+. "$ROOT/scripts/bench-lib.sh"
 mkdir -p "$RESULTS"
-WORK=$(mktemp -d "${TMPDIR:-/tmp}/strata-bench-kite.XXXXXX")
-
-PIDS=()
-cleanup() {
-    local rc=$?
-    for pid in "${PIDS[@]}"; do kill -CONT "$pid" 2>/dev/null || true; kill -TERM "$pid" 2>/dev/null || true; done
-    for pid in "${PIDS[@]}"; do
-        for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-        kill -KILL "$pid" 2>/dev/null || true
-    done
-    rm -rf "$WORK"
-    exit "$rc"
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
-
-port_free() { ! (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
-wait_port() { # host port seconds
-    local deadline=$((SECONDS + $3))
-    until (exec 3<>"/dev/tcp/$1/$2") 2>/dev/null; do
-        [ "$SECONDS" -lt "$deadline" ] || return 1
-        sleep 0.1
-    done
-}
-
-CLK_TCK=$(getconf CLK_TCK)
-machine_busy_seconds() {
-    awk -v tck="$CLK_TCK" '/^cpu / {printf "%.2f", ($2 + $3 + $4 + $7 + $8 + $9) / tck}' /proc/stat
-}
-# The idle-machine gate of scripts/bench-es.sh: wait (a little) until the machine is idle.
-QUIET_BUDGET_LEFT=$QUIET_BUDGET
-wait_quiet() {
-    local waited=0 a b
-    while :; do
-        a=$(machine_busy_seconds); sleep 1; b=$(machine_busy_seconds)
-        awk -v a="$a" -v b="$b" -v q="$QUIET_CORES" 'BEGIN { exit !(b - a < q) }' && return 0
-        waited=$((waited + 1)); QUIET_BUDGET_LEFT=$((QUIET_BUDGET_LEFT - 1))
-        if [ "$waited" -ge "$QUIET_WAIT" ] || [ "$QUIET_BUDGET_LEFT" -le 0 ]; then
-            log "the machine is busy ($(cut -d' ' -f1 /proc/loadavg) load); running anyway"
-            return 0
-        fi
-    done
-}
 
 # ---- build -----------------------------------------------------------------------------------
 log "building release binaries"
@@ -101,32 +56,12 @@ BENCH=("$BIN/strata" bench)
 command -v python3 >/dev/null || die "python3 is needed to summarize the JSON results"
 
 # ---- a 3-node cluster on a free base port ----------------------------------------------------
-if [ -z "${BASE_PORT:-}" ]; then
-    for p in $(seq 7600 200 9800); do
-        ok=1
-        for i in $(seq 0 $((NODES - 1))); do port_free $((p + i)) && port_free $((p + 100 + i)) || ok=0; done
-        [ "$ok" = 1 ] && { BASE_PORT=$p; break; }
-    done
-    [ -n "${BASE_PORT:-}" ] || die "no free base port found"
-fi
-DATA="$WORK/strata"
-log "starting: strata up --nodes $NODES --base-port $BASE_PORT"
-"$BIN/strata" up --nodes "$NODES" --data-dir "$DATA" --base-port "$BASE_PORT" >"$RESULTS/strata-up.log" 2>&1 &
-PIDS+=($!)
-ENDPOINTS=""
-for i in $(seq 0 $((NODES - 1))); do
-    ENDPOINTS+="${ENDPOINTS:+,}127.0.0.1:$((BASE_PORT + i))"
-    wait_port 127.0.0.1 $((BASE_PORT + i)) 20 || die "strata node $i did not start (see $RESULTS)"
-done
-for _ in $(seq 50); do [ -f "$DATA/cluster.json" ] && break; sleep 0.1; done
-NODE2_PID=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["nodes"][2]["pid"])' "$DATA/cluster.json")
+BASE_PORT=${BASE_PORT:-$(free_base_port 7600 200 9800 "$NODES" 100)} || die "no free base port found"
+start_strata
+NODE2_PID=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["nodes"][2]["pid"])' "$STRATA_DATA/cluster.json")
 
 {
-    echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
-    echo "git: $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)$(git -C "$ROOT" diff --quiet 2>/dev/null || echo ' (dirty)')"
-    echo "nproc: $(nproc)"
-    echo "cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //')"
-    echo "loadavg at start: $(cat /proc/loadavg)"
+    describe_machine
     echo "settings: clients=$CLIENTS sessions=$SESSIONS depth=$DEPTH keys=$KEYS key_size=$KEY_SIZE value_size=$VALUE_SIZE duration=${DURATION}s warmup=${WARMUP}s runs=$RUNS ratios=[$RATIOS] modes=[$MODES] base_port=$BASE_PORT"
 } | tee "$RESULTS/machine.txt" >&2
 
@@ -257,4 +192,10 @@ for kind in ["ts", "msq", "hml"]:
         x = json.loads(f.read_text()); d = x["ds"]
         print(f"| {kind}-{fields} | {d['pairs_s']:,.0f} | {x['throughput_ops_s']:,.0f} | {d['requests_per_pair']:.1f} | {d['sync_share']:.3f} | {d['cas_local_fail']} / {d['cas_quorum_fail']} | {x['errors']} |")
 EOF2
+SWEEP_PNG=${SWEEP_PNG:-$ROOT/docs/kite-sweep.png}
+if python3 -c 'import matplotlib' 2>/dev/null || pip install -q matplotlib >/dev/null 2>&1; then
+    python3 "$ROOT/scripts/plot-kite-sweep.py" "$RESULTS" "$RUNS" "$RATIOS" "$MODES" "$SWEEP_PNG" >&2
+else
+    log "matplotlib is not available (pip install matplotlib): no sweep plot"
+fi
 log "results in $RESULTS"

@@ -20,6 +20,10 @@ pub enum Target {
     Strata,
     /// A Redis server, through the benchmark's own small RESP2 client (GET/SET).
     Redis,
+    /// An etcd cluster, through the v3 gRPC API (needs the `etcd` build feature): every
+    /// operation linearizable; acquires are gets, releases puts, CAS a compare-and-put
+    /// transaction, FAA refused (see `etcd.rs`).
+    Etcd,
 }
 
 impl std::fmt::Display for Target {
@@ -27,6 +31,7 @@ impl std::fmt::Display for Target {
         f.write_str(match self {
             Target::Strata => "strata",
             Target::Redis => "redis",
+            Target::Etcd => "etcd",
         })
     }
 }
@@ -107,12 +112,13 @@ impl Mix {
 /// HDR histograms. Before measuring, every key is written once, so reads hit.
 #[derive(clap::Args, Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct BenchArgs {
-    /// What to load: a Strata cluster or a Redis server.
+    /// What to load: a Strata cluster, a Redis server or an etcd cluster.
     #[arg(long, value_enum, default_value_t = Target::Strata)]
     pub target: Target,
 
     /// Addresses to connect to, comma-separated. Strata: client addresses of the nodes
-    /// (default: the running local cluster's). Redis: default 127.0.0.1:6379.
+    /// (default: the running local cluster's). Redis: default 127.0.0.1:6379. etcd: client
+    /// URLs' host:port, default 127.0.0.1:2379.
     #[arg(long, value_name = "ADDR,...", value_delimiter = ',')]
     pub endpoints: Option<Vec<SocketAddr>>,
 
@@ -324,6 +330,9 @@ impl BenchArgs {
                 self.mode, mix.release_pct, mix.acquire_pct, mix.rmw_pct
             ));
         }
+        if self.target == Target::Etcd && mix.rmw_pct > 0.0 && mix.rmw == RmwKind::Faa {
+            return bad("--target etcd has no fetch-and-add: use --rmw cas (a compare-and-put transaction)".into());
+        }
         if self.timeline.is_some() {
             if self.ops.is_some() {
                 return bad("--timeline needs a --duration window, not --ops".into());
@@ -333,8 +342,8 @@ impl BenchArgs {
             }
         }
         if self.workload != WorkloadKind::Kv {
-            if self.target == Target::Redis {
-                return bad("--workload ts|msq|hml needs --target strata (Redis has no CAS)".into());
+            if self.target != Target::Strata {
+                return bad(format!("--workload ts|msq|hml needs --target strata, not {}", self.target));
             }
             if self.ops.is_some() {
                 return bad("--workload ts|msq|hml runs for a --duration, not --ops".into());
@@ -368,12 +377,13 @@ impl BenchArgs {
         }
     }
 
-    /// The endpoints to use when the caller has none: `--endpoints`, else (Redis only)
-    /// 127.0.0.1:6379. Strata's default (the local cluster) is the CLI's to find.
+    /// The endpoints to use when the caller has none: `--endpoints`, else Redis' or etcd's
+    /// usual port on 127.0.0.1. Strata's default (the local cluster) is the CLI's to find.
     pub fn default_endpoints(&self) -> Vec<SocketAddr> {
         match (&self.endpoints, self.target) {
             (Some(e), _) => e.clone(),
             (None, Target::Redis) => vec![DEFAULT_REDIS_ENDPOINT.parse().expect("a valid address")],
+            (None, Target::Etcd) => vec![crate::etcd::default_endpoint()],
             (None, Target::Strata) => Vec::new(),
         }
     }
@@ -423,7 +433,7 @@ mod tests {
         assert_eq!(b.pipeline, 16);
         b.validate().unwrap();
         assert!(Cli::try_parse_from(["bench", "--ops", "5", "--duration", "3"]).is_err(), "one or the other");
-        assert!(Cli::try_parse_from(["bench", "--target", "etcd"]).is_err());
+        assert!(Cli::try_parse_from(["bench", "--target", "memcached"]).is_err());
     }
 
     #[test]
@@ -512,5 +522,23 @@ mod tests {
         let a = BenchArgs { target: Target::Redis, ..BenchArgs::default() };
         assert_eq!(a.default_endpoints(), vec!["127.0.0.1:6379".parse::<SocketAddr>().unwrap()]);
         assert!(BenchArgs::default().default_endpoints().is_empty());
+        let a = BenchArgs { target: Target::Etcd, ..BenchArgs::default() };
+        assert_eq!(a.default_endpoints(), vec!["127.0.0.1:2379".parse::<SocketAddr>().unwrap()]);
+    }
+
+    #[test]
+    fn etcd_takes_linearizable_mixes_and_cas_but_refuses_faa_and_ds_workloads() {
+        for mode in [Mode::Es, Mode::Abd, Mode::Kite] {
+            BenchArgs { target: Target::Etcd, mode, ..BenchArgs::default() }.validate().unwrap();
+        }
+        BenchArgs { target: Target::Etcd, mode: Mode::Paxos, rmw: RmwKind::Cas, ..BenchArgs::default() }
+            .validate()
+            .unwrap();
+        let e = BenchArgs { target: Target::Etcd, mode: Mode::Paxos, ..BenchArgs::default() }.validate().unwrap_err();
+        assert!(e.to_string().contains("fetch-and-add"), "{e}");
+        let e = BenchArgs { target: Target::Etcd, workload: WorkloadKind::Ts, ..BenchArgs::default() }
+            .validate()
+            .unwrap_err();
+        assert!(e.to_string().contains("etcd"), "{e}");
     }
 }

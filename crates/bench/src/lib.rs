@@ -12,8 +12,9 @@
 //! How a run goes ([`run`]):
 //!
 //! 1. `--clients` connections, spread round-robin over the endpoints, each with `--sessions`
-//!    sessions ([`target`]: Strata through `strata-client`, Redis through [`resp`]; both share
-//!    one connection design, so the harness is the same on both sides);
+//!    sessions ([`target`]: Strata through `strata-client`, Redis through [`resp`], etcd through
+//!    [`etcd`] with the `etcd` build feature; all share one connection design, so the harness
+//!    is the same on every side);
 //! 2. **preload**: every key is written once, split over all sessions, so reads hit;
 //! 3. **warmup** (`--warmup` seconds), then the **measured window** (`--duration` seconds or
 //!    `--ops` operations). Every session is a closed loop that keeps `--pipeline` requests
@@ -30,6 +31,7 @@
 
 pub mod args;
 mod ds;
+pub mod etcd;
 pub mod keys;
 pub mod report;
 pub mod resp;

@@ -14,6 +14,7 @@ use strata_client::{Client, ClientOptions, ClusterId, Outcome};
 use tokio::sync::oneshot;
 
 use crate::args::Target;
+use crate::etcd::{EtcdConn, EtcdSession};
 use crate::resp::{self, RedisConn, RedisError, Reply};
 
 /// How long connecting may take.
@@ -50,6 +51,7 @@ pub enum Done {
 pub enum Connection {
     Strata(Client),
     Redis(Arc<RedisConn>),
+    Etcd(EtcdConn),
 }
 
 impl Connection {
@@ -71,6 +73,7 @@ impl Connection {
                 .await
                 .map(Connection::Redis)
                 .map_err(|e| format!("cannot connect to redis at {addr}: {e}")),
+            Target::Etcd => EtcdConn::connect(addr).await.map(Connection::Etcd),
         }
     }
 
@@ -82,6 +85,7 @@ impl Connection {
             Connection::Redis(c) => {
                 Ok(BenchSession::Redis(RedisSession { conn: c.clone(), in_flight: VecDeque::new() }))
             }
+            Connection::Etcd(c) => Ok(BenchSession::Etcd(c.open_session())),
         }
     }
 
@@ -97,6 +101,7 @@ impl Connection {
 pub enum BenchSession {
     Strata(strata_client::Session),
     Redis(RedisSession),
+    Etcd(EtcdSession),
 }
 
 /// A session on a Redis connection: the replies it waits for, oldest first.
@@ -110,7 +115,7 @@ impl BenchSession {
     pub fn into_strata(self) -> Option<strata_client::Session> {
         match self {
             BenchSession::Strata(s) => Some(s),
-            BenchSession::Redis(_) => None,
+            BenchSession::Redis(_) | BenchSession::Etcd(_) => None,
         }
     }
 
@@ -139,6 +144,7 @@ impl BenchSession {
                 s.in_flight.push_back(slot.map_err(|e| e.to_string())?);
                 Ok(())
             }
+            BenchSession::Etcd(s) => s.submit(op),
         }
     }
 
@@ -165,6 +171,7 @@ impl BenchSession {
                     Err(e) => Err(e.to_string()),
                 })
             }
+            BenchSession::Etcd(s) => s.next().await,
         }
     }
 }

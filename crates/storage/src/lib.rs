@@ -1,0 +1,1 @@
+//! (under construction: the crate arrives with issue #4)

@@ -1,0 +1,114 @@
+# Shared by the benchmark scripts (sourced, not run): logging, cleanup of every process a
+# script started, port helpers, CPU accounting and the idle-machine gate.
+#
+# The sourcing script sets, before sourcing: TAG (its log prefix), and optionally
+# QUIET_CORES, QUIET_WAIT, QUIET_BUDGET (see wait_quiet). After sourcing it may append pids to
+# PIDS (stopped with SIGCONT + SIGTERM, then SIGKILL after 5 s, on any exit) and to
+# CLEANUP_DIRS (removed on exit, after the processes), and use $WORK, a scratch directory
+# removed on exit.
+
+log() { printf '[%s] %s\n' "$TAG" "$*" >&2; }
+die() { log "error: $*"; exit 1; }
+
+WORK=$(mktemp -d "${TMPDIR:-/tmp}/strata-$TAG.XXXXXX")
+PIDS=()
+CLEANUP_DIRS=("$WORK")
+cleanup() {
+    local rc=$?
+    for pid in "${PIDS[@]}"; do kill -CONT "$pid" 2>/dev/null || true; kill -TERM "$pid" 2>/dev/null || true; done
+    for pid in "${PIDS[@]}"; do
+        for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+        kill -KILL "$pid" 2>/dev/null || true
+    done
+    rm -rf "${CLEANUP_DIRS[@]}"
+    exit "$rc"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+port_free() { ! (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+wait_port() { # host port seconds
+    local deadline=$((SECONDS + $3))
+    until (exec 3<>"/dev/tcp/$1/$2") 2>/dev/null; do
+        [ "$SECONDS" -lt "$deadline" ] || return 1
+        sleep 0.1
+    done
+}
+# The first base port from FROM (step STEP, up to TO) whose COUNT ports, and the COUNT ports
+# OFFSET above them, are all free. Usage: free_base_port FROM STEP TO COUNT OFFSET
+free_base_port() {
+    local p i ok
+    for p in $(seq "$1" "$2" "$3"); do
+        ok=1
+        for i in $(seq 0 $(($4 - 1))); do port_free $((p + i)) && port_free $((p + $5 + i)) || ok=0; done
+        [ "$ok" = 1 ] && { echo "$p"; return 0; }
+    done
+    return 1
+}
+
+# CPU time (user + system, seconds) consumed so far by the given processes.
+CLK_TCK=$(getconf CLK_TCK)
+cpu_seconds() {
+    local ticks=0 p
+    for p in "$@"; do
+        # Fields 14 and 15 of /proc/PID/stat (after the parenthesised command name).
+        ticks=$((ticks + $(sed 's/^.*) //' "/proc/$p/stat" | awk '{print $12 + $13}')))
+    done
+    echo "$ticks $CLK_TCK" | awk '{printf "%.2f", $1 / $2}'
+}
+
+# CPU time (seconds) the whole machine spent busy so far, every process included: what is not
+# ours during a run is other load on the machine (the benchmark is only as good as its quiet).
+machine_busy_seconds() {
+    awk -v tck="$CLK_TCK" '/^cpu / {printf "%.2f", ($2 + $3 + $4 + $7 + $8 + $9) / tck}' /proc/stat
+}
+
+# Other work on the machine (builds, tests) distorts every number: before each run, wait until
+# the machine is idle (below QUIET_CORES busy over one second, our idle servers included), for
+# at most QUIET_WAIT seconds per run and QUIET_BUDGET seconds in all; then run anyway.
+QUIET_CORES=${QUIET_CORES:-0.1}
+QUIET_WAIT=${QUIET_WAIT:-5}
+QUIET_BUDGET=${QUIET_BUDGET:-60}
+QUIET_BUDGET_LEFT=$QUIET_BUDGET
+wait_quiet() {
+    local waited=0 a b
+    while :; do
+        a=$(machine_busy_seconds)
+        sleep 1
+        b=$(machine_busy_seconds)
+        awk -v a="$a" -v b="$b" -v q="$QUIET_CORES" 'BEGIN { exit !(b - a < q) }' && return 0
+        waited=$((waited + 1))
+        QUIET_BUDGET_LEFT=$((QUIET_BUDGET_LEFT - 1))
+        if [ "$waited" -ge "$QUIET_WAIT" ] || [ "$QUIET_BUDGET_LEFT" -le 0 ]; then
+            log "the machine is busy ($(cut -d' ' -f1 /proc/loadavg) load); running anyway"
+            return 0
+        fi
+        [ $((waited % 10)) = 1 ] && log "waiting for the machine to be idle"
+    done
+}
+
+# What the results were measured on, for the results directory.
+describe_machine() {
+    echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
+    echo "git: $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)$(git -C "$ROOT" diff --quiet 2>/dev/null || echo ' (dirty)')"
+    echo "nproc: $(nproc)"
+    echo "cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //')"
+    echo "loadavg at start: $(cat /proc/loadavg)"
+}
+
+# Starts `strata up` with NODES nodes on BASE_PORT in $WORK/strata and waits until every node
+# listens; sets ENDPOINTS (comma-separated client addresses) and STRATA_DATA.
+start_strata() {
+    STRATA_DATA="$WORK/strata"
+    log "starting: strata up --nodes $NODES --base-port $BASE_PORT"
+    "$BIN/strata" up --nodes "$NODES" --data-dir "$STRATA_DATA" --base-port "$BASE_PORT" >"$RESULTS/strata-up.log" 2>&1 &
+    PIDS+=($!)
+    ENDPOINTS=""
+    local i
+    for i in $(seq 0 $((NODES - 1))); do
+        ENDPOINTS+="${ENDPOINTS:+,}127.0.0.1:$((BASE_PORT + i))"
+        wait_port 127.0.0.1 $((BASE_PORT + i)) 20 || die "strata node $i did not start (see $RESULTS/strata-up.log)"
+    done
+    for _ in $(seq 50); do [ -f "$STRATA_DATA/cluster.json" ] && return 0; sleep 0.1; done
+    die "strata up wrote no cluster.json (see $RESULTS/strata-up.log)"
+}
