@@ -88,6 +88,8 @@ done
 # ---- (b) timeline with a paused node -----------------------------------------------------------
 log "timeline: kite mode, 5% writes, ${TL_DURATION}s; SIGSTOP node 2 (pid $NODE2_PID) for ${PAUSE_MS} ms at ~${PAUSE_AT}s"
 wait_quiet
+# The nodes' counters around the run show what the post-wake transition is made of.
+"$BIN/strata" status --json --data-dir "$STRATA_DATA" >"$RESULTS/status-before-timeline.json"
 "${BENCH[@]}" "${common[@]}" --mode kite --pipeline "$DEPTH" --write-ratio 5 --duration "$TL_DURATION" \
     --timeline "$TIMELINE" --label timeline --json "$RESULTS/timeline.json" >"$RESULTS/timeline.txt" 2>&1 &
 BENCH_PID=$!
@@ -106,6 +108,7 @@ t1 = time.time()
 print(f"stopped at +{t0 - start:.3f}s after launch, continued at +{t1 - start:.3f}s ({(t1 - t0) * 1000:.0f} ms)")
 PY
 wait "$BENCH_PID" || { cat "$RESULTS/timeline.txt" >&2; die "timeline run failed"; }
+"$BIN/strata" status --json --data-dir "$STRATA_DATA" >"$RESULTS/status-after-timeline.json"
 cat "$RESULTS/pause.txt" >&2
 
 # ---- (c) data-structure workloads --------------------------------------------------------------
@@ -182,6 +185,17 @@ if tl.exists():
         i0 = max(0, rows.index(low[0]) - 2)
         seg = live[i0:i0 + 15]
         print(f"\nlive nodes (node0+node1) in the first 150 ms of the pause, per 10 ms bucket: {', '.join(f'{v:,.0f}' for v in seg)}")
+    sb, sa = results / "status-before-timeline.json", results / "status-after-timeline.json"
+    if sb.exists() and sa.exists():
+        before = {n["node"]: n for n in json.loads(sb.read_text()) if n.get("up")}
+        after = {n["node"]: n for n in json.loads(sa.read_text()) if n.get("up")}
+        print("\nCounters over the timeline run (after - before):\n")
+        print("| node | machine epoch | slow releases | slow-path relaxed accesses |")
+        print("|---:|---:|---:|---:|")
+        for n in sorted(after):
+            b, a = before.get(n, {}), after[n]
+            d = lambda k: a.get(k, 0) - b.get(k, 0)
+            print(f"| {n} | {b.get('machine_epoch', '?')} -> {a['machine_epoch']} | {d('barriers_slow'):,} | {d('slow_path_accesses'):,} |")
 print("\nData-structure workloads (push-then-pop pairs on random structures):\n")
 print("| workload | pairs/s | requests/s | requests/pair | sync share | CAS failed locally / at a quorum | errors |")
 print("|---|---:|---:|---:|---:|---:|---:|")

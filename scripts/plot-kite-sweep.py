@@ -16,6 +16,7 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib.ticker import FuncFormatter, NullLocator  # noqa: E402
 
 LABELS = {"es": "ES (relaxed only)", "abd": "ABD (all acquire/release)", "paxos": "Paxos (writes are RMWs)", "kite": "Kite (5% sync)"}
 MARKERS = {"es": "o", "abd": "s", "paxos": "^", "kite": "D"}
@@ -43,6 +44,9 @@ def main() -> None:
     left.set_xscale("log")
     left.set_yscale("log")
     left.set_xticks(x, [f"{r}%" for r in ratios])
+    left.xaxis.set_minor_locator(NullLocator())
+    left.yaxis.set_minor_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+    left.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
     left.set_xlabel("writes (% of operations)")
     left.set_ylabel("throughput (k ops/s, median)")
     left.set_title("3 nodes, 16 sessions x pipeline 16")
@@ -57,6 +61,7 @@ def main() -> None:
             right.plot(x, [a / b for a, b in zip(tput[m], tput["es"])], marker=MARKERS.get(m, "o"), label=LABELS.get(m, m))
         right.set_xscale("log")
         right.set_xticks(x, [f"{r}%" for r in ratios])
+        right.xaxis.set_minor_locator(NullLocator())
         right.set_ylim(0, 1.05)
         right.set_xlabel("writes (% of operations)")
         right.set_ylabel("throughput / ES throughput")
