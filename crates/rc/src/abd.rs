@@ -6,7 +6,7 @@ use strata_wire::client::Response;
 use strata_wire::peer::{PeerMessage, Read, ReadReply, Version, Write};
 use strata_wire::{AcquireId, Carstamp, Instant, Llc, NodeId, SessionId};
 
-use crate::api::RcEvent;
+use crate::api::{RcEvent, ValueRound};
 use crate::barrier::Barrier;
 use crate::node_set::NodeSet;
 use crate::replica::RcReplica;
@@ -156,6 +156,7 @@ impl RcReplica {
         let value = Some(r.value.clone());
         self.apply(key, value.clone(), cs, None);
         self.effects.event.push(RcEvent::VersionCreated { session: sid, key: key.clone(), cs, value: value.clone() });
+        self.report_barrier(sid, key, ValueRound::Write { cs }, &mut r.barrier);
         let key2 = key.clone();
         let req = self.start_round(now, id, |req| PeerMessage::Write(Write { req, key: key2, value, cs, rmw_id: None, acq: None }));
         r.write = Some((req, cs));
@@ -229,10 +230,7 @@ impl RcReplica {
         let v = a.best.clone();
         // A7 [FIX K-F2]: the acquired version must be acked by all nodes, or covered by the
         // DM-set at the session's next release.
-        #[cfg(feature = "canaries")]
-        let skip = self.cfg.planted_bug == Some(crate::PlantedBug::NoAcquireObligation);
-        #[cfg(not(feature = "canaries"))]
-        let skip = false;
+        let skip = self.planted(crate::PlantedBug::NoAcquireObligation); // CANARY
         if !skip && v.cs > Carstamp::ZERO {
             self.track(now, key.clone(), v.value.clone(), v.cs, v.rmw_id, a.holders);
             self.resend_now(key, a.behind);

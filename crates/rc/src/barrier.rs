@@ -3,9 +3,11 @@
 
 use std::collections::HashMap;
 
+use bytes::Bytes;
 use strata_wire::peer::PeerMessage;
-use strata_wire::{AcquireId, Instant, NodeId, SessionId};
+use strata_wire::{AcquireId, Carstamp, Instant, NodeId, SessionId};
 
+use crate::api::{BarrierPath, DbitChange, RcEvent, SelfDelinquentChange, ValueRound};
 use crate::node_set::NodeSet;
 use crate::replica::RcReplica;
 use crate::session::OpId;
@@ -32,7 +34,22 @@ pub(crate) enum Barrier {
     QuorumWait,
     /// B4.d: the DM-set is being published.
     SlowRelease { req: u64, dm: NodeSet },
-    Done,
+    /// Returned. `report` is what the barrier covered, until the operation's first value-carrying
+    /// message takes it (Kite §7 inv. 14, `RcEvent::BarrierPassed`).
+    Done { report: Option<BarrierReport> },
+}
+
+impl Barrier {
+    pub(crate) fn passed(&self) -> bool {
+        matches!(self, Barrier::Done { .. })
+    }
+}
+
+/// What a barrier resolved and how (Kite §5.1.6), kept for `RcEvent::BarrierPassed`.
+#[derive(Debug)]
+pub(crate) struct BarrierReport {
+    prior: Vec<(Bytes, Carstamp)>,
+    path: BarrierPath,
 }
 
 /// Whether the session's prior writes are acked by all nodes, and which nodes are missing.
@@ -60,9 +77,26 @@ impl RcReplica {
         Coverage { missing, quorum_everywhere }
     }
 
-    fn resolve(&mut self, sid: SessionId) {
-        if let Some(s) = self.sessions.get_mut(&sid.index) {
-            s.unresolved.clear();
+    /// B3 / B4.e: marks every prior write of the session resolved; the barrier has returned.
+    /// The resolved set is copied out for the report: one allocation per barrier, on the sync
+    /// path only (the session keeps its map's capacity for the relaxed writes to come). It is
+    /// sorted, so that the report does not depend on the map's iteration order.
+    fn pass(&mut self, sid: SessionId, path: BarrierPath) -> Barrier {
+        let mut prior: Vec<(Bytes, Carstamp)> = match self.sessions.get_mut(&sid.index) {
+            Some(s) => s.unresolved.drain().collect(),
+            None => Vec::new(),
+        };
+        prior.sort_unstable();
+        Barrier::Done { report: Some(BarrierReport { prior, path }) }
+    }
+
+    /// Kite §7 inv. 14: reports the barrier as the operation's first value-carrying message
+    /// (`round`) is about to leave. Later value rounds of the operation (an RMW's own accepts in
+    /// later slots) find the report taken and report nothing.
+    pub(crate) fn report_barrier(&mut self, session: SessionId, key: &Bytes, round: ValueRound, b: &mut Barrier) {
+        let Barrier::Done { report } = b else { unreachable!("a value round leaves only after its barrier (§5.4 L4, §5.6 M5)") };
+        if let Some(BarrierReport { prior, path }) = report.take() {
+            self.effects.event.push(RcEvent::BarrierPassed { session, key: key.clone(), round, prior, path });
         }
     }
 
@@ -101,36 +135,33 @@ impl RcReplica {
                         *b = self.barrier_fast(sid);
                         continue;
                     }
-                    if !c.quorum_everywhere {
+                    if !c.quorum_everywhere && !self.planted(crate::PlantedBug::SlowReleaseBeforeQuorum) {
                         self.barrier_waiters.insert(id);
                         return false; // [FIX K-F1]: the DM-set leaves only after a quorum holds every prior write
                     }
-                    #[cfg(feature = "canaries")]
-                    if self.cfg.planted_bug == Some(crate::PlantedBug::SkipSlowRelease) {
-                        // CANARY: proceed after the time-out without publishing the DM-set.
-                        self.resolve(sid);
-                        *b = Barrier::Done;
+                    if self.planted(crate::PlantedBug::SkipSlowRelease) {
+                        // CANARY: proceed after the time-out as if every write had been acked,
+                        // without publishing the DM-set.
+                        *b = self.pass(sid, BarrierPath::Fast);
                         continue;
                     }
-                    // B4.b - d.
+                    // B4.b, B4.d, and B4.c: the local bits are set in the same atomic step as the
+                    // broadcast, so before any other node can see the DM-set.
                     let dm = c.missing;
-                    for m in dm.iter() {
-                        self.dbits.insert(m, DBit::Down);
-                    }
                     let req = self.start_round(now, id, |req| PeerMessage::SlowRelease { req, dm: dm.bits() });
+                    self.learn_dm_set(self.cfg.node, req, dm);
                     *b = Barrier::SlowRelease { req, dm };
                 }
                 Barrier::SlowRelease { req, dm } => {
                     if self.round_replies(req) < self.remote_quorum() {
                         return false;
                     }
-                    self.end_round(req);
-                    self.resolve(sid); // B4.e
+                    let acked = self.end_round(req).iter().map(|(n, _)| *n).collect();
+                    *b = self.pass(sid, BarrierPath::Slow { req, dm, acked }); // B4.e
                     self.suspected = self.suspected.union(dm);
                     self.stats.barriers_slow += 1;
-                    *b = Barrier::Done;
                 }
-                Barrier::Done => {
+                Barrier::Done { .. } => {
                     self.barrier_waiters.remove(&id);
                     return true;
                 }
@@ -139,38 +170,76 @@ impl RcReplica {
     }
 
     fn barrier_fast(&mut self, sid: SessionId) -> Barrier {
-        self.resolve(sid); // B3
         self.stats.barriers_fast += 1;
-        Barrier::Done
+        self.pass(sid, BarrierPath::Fast) // B3
+    }
+
+    /// Kite §7 inv. 14, local part (run by `check_invariants`): no release or RMW has let its
+    /// value out before its barrier returned, and a session whose blocking operation passed its
+    /// barrier has nothing unresolved — the barrier covered every prior write, and nothing joins
+    /// `P` before the operation ends (the session is blocked, §5.1.8 rule 2).
+    pub(crate) fn check_barriers(&self) {
+        for op in self.ops.values() {
+            let Some((barrier, value_out)) = op.kind.barrier_state() else { continue };
+            assert!(!value_out || barrier.passed(), "{}'s release or RMW on {:?} let its value out before its barrier", op.sid, op.key);
+            let unresolved = self.sessions.get(&op.session).map_or(0, |s| s.unresolved.len());
+            assert!(!barrier.passed() || unresolved == 0, "{} passed its barrier with {unresolved} write(s) left unresolved", op.sid);
+        }
+    }
+
+    /// Kite §7 inv. 15, local part: this node has no bit for itself (its own delinquency is
+    /// `self_delinquent`, K-D3), and a `Transient` bit has an owner — only an acquire that
+    /// observed the bit makes it transient (§5.1.4).
+    pub(crate) fn check_dbits(&self) {
+        assert!(!self.dbits.contains_key(&self.cfg.node), "{} keeps a delinquency bit for itself", self.cfg.node);
+        for (m, bit) in &self.dbits {
+            assert!(!matches!(bit, DBit::Transient { owners } if owners.is_empty()), "dbit[{m}] is transient with no owner");
+        }
     }
 
     /// Kite §5.1.4 `dcheck`: run when an acquire-type request of node `m` reads or updates a
     /// key here, after that read (K-F3).
     pub(crate) fn dcheck(&mut self, m: NodeId, acq: AcquireId) -> bool {
         let bit = self.dbits.entry(m).or_default();
-        match bit {
-            DBit::Up => false,
+        let recorded = match bit {
+            DBit::Up => return false,
             DBit::Down => {
                 *bit = DBit::Transient { owners: HashMap::from([(acq.session, acq.seq)]) };
                 true
             }
-            DBit::Transient { owners } => {
-                owners.insert(acq.session, acq.seq);
-                true
-            }
+            // A retransmitted request of the same acquire changes nothing.
+            DBit::Transient { owners } => owners.insert(acq.session, acq.seq) != Some(acq.seq),
+        };
+        if recorded {
+            self.effects.event.push(RcEvent::DbitChanged { peer: m, change: DbitChange::Owner { acq } });
         }
+        true
     }
 
     /// Kite §5.7.4: the bits are set before the ack leaves.
     pub(crate) fn on_slow_release(&mut self, from: NodeId, req: u64, dm: u64) {
-        for n in NodeSet::from_bits(dm).iter() {
+        self.learn_dm_set(from, req, NodeSet::from_bits(dm));
+        self.effects.send.push((from, PeerMessage::SlowReleaseAck { req }));
+    }
+
+    /// A DM-set published by `SLOW_RELEASE` round `req` of `from` (this node's own, B4.c, or a
+    /// peer's, §5.7.4): every named peer's bit goes `Down`, owners discarded; this node, if
+    /// named, learns it is delinquent (K-D3).
+    fn learn_dm_set(&mut self, from: NodeId, req: u64, dm: NodeSet) {
+        for n in dm.iter() {
             if n == self.cfg.node {
-                self.self_delinquent = true;
-            } else {
-                self.dbits.insert(n, DBit::Down);
+                self.set_self_delinquent(from, req);
+            } else if self.dbits.insert(n, DBit::Down) != Some(DBit::Down) {
+                self.effects.event.push(RcEvent::DbitChanged { peer: n, change: DbitChange::Down { from, req } });
             }
         }
-        self.effects.send.push((from, PeerMessage::SlowReleaseAck { req }));
+    }
+
+    fn set_self_delinquent(&mut self, from: NodeId, req: u64) {
+        if !std::mem::replace(&mut self.self_delinquent, true) {
+            let change = SelfDelinquentChange::Set { from, req };
+            self.effects.event.push(RcEvent::SelfDelinquent { change });
+        }
     }
 
     /// Kite §5.7.5: the atomic reset — only if no `SLOW_RELEASE` naming `m` came in between.
@@ -178,22 +247,38 @@ impl RcReplica {
         if acq.session.node != from {
             return;
         }
-        if let Some(DBit::Transient { owners }) = self.dbits.get(&from) {
-            if owners.get(&acq.session) == Some(&acq.seq) {
-                self.dbits.insert(from, DBit::Up);
-            }
+        let owner = |owners: &HashMap<SessionId, u64>| owners.get(&acq.session) == Some(&acq.seq);
+        let matches = match self.dbits.get(&from) {
+            Some(DBit::Transient { owners }) => owner(owners),
+            Some(DBit::Down) => false,
+            Some(DBit::Up) | None => return,
+        };
+        // CANARY (ResetWithoutOwner): any bit that is not up goes up, recorded owner or not.
+        if !matches && !self.planted(crate::PlantedBug::ResetWithoutOwner) {
+            return;
         }
+        let mut owners: Vec<AcquireId> = match self.dbits.insert(from, DBit::Up) {
+            Some(DBit::Transient { owners }) => owners.into_iter().map(|(session, seq)| AcquireId { session, seq }).collect(),
+            _ => Vec::new(),
+        };
+        owners.sort_unstable();
+        self.effects.event.push(RcEvent::DbitChanged { peer: from, change: DbitChange::Up { acq, owners } });
     }
 
     /// Kite §5.1.5, at the end of every acquire and RMW: an unconditional epoch increment
-    /// [FIX K-F4] if delinquency was detected, and `RESET_BIT` strictly after it (E5).
+    /// [FIX K-F4] if delinquency was detected, and `RESET_BIT` strictly after it (E5). Consuming
+    /// `self_delinquent` counts as a detection, so the flag is only ever cleared in the step
+    /// that increments the epoch (§7 inv. 16).
     pub(crate) fn acquire_finish(&mut self, mut detected: bool, acq: AcquireId) {
-        if self.self_delinquent {
-            detected = true;
-            self.self_delinquent = false;
+        if std::mem::take(&mut self.self_delinquent) {
+            // CANARY (ClearSelfDelinquentWithoutBump): the flag is consumed but not counted.
+            detected |= !self.planted(crate::PlantedBug::ClearSelfDelinquentWithoutBump);
+            let change = SelfDelinquentChange::Cleared { acq };
+            self.effects.event.push(RcEvent::SelfDelinquent { change });
         }
         if detected {
             self.machine_epoch += 1;
+            self.effects.event.push(RcEvent::EpochBumped { acq, epoch: self.machine_epoch });
             self.broadcast(&PeerMessage::ResetBit { acq });
         }
     }

@@ -15,6 +15,7 @@
 mod abd;
 mod api;
 mod barrier;
+mod canary;
 mod config;
 mod es;
 pub mod key_state;
@@ -25,27 +26,18 @@ mod replica;
 mod rounds;
 mod session;
 
-pub use api::{RcEvent, RcInput, RcReply, RcStats, Route};
+pub use api::{BarrierPath, DbitChange, RcEvent, RcInput, RcReply, RcStats, Route, SelfDelinquentChange, ValueRound};
 pub use config::{ConfigError, RcConfig};
 pub use node_set::NodeSet;
 pub use paxos::value_as_u64;
 pub use replica::{RcEffects, RcReplica};
 
-/// Bugs the simulator plants on purpose, to prove its checkers can fail (canaries).
 #[cfg(feature = "canaries")]
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum PlantedBug {
-    /// A replica applies a received write even when its version is older than the one it
-    /// holds (last arrival wins): breaks G1, per-key session order and convergence.
-    ApplyOlderWrites,
-    /// Kite issue #3 canary (a): a barrier that timed out proceeds without publishing its
-    /// DM-set, so a delinquent replica never learns it missed writes.
-    SkipSlowRelease,
-    /// Canary (b): Paxos decides on the proposer's own accept alone, without a quorum.
-    AcceptWithoutQuorum,
-    /// Canary (c): acquires register no obligation (the K-F2 fix turned off).
-    NoAcquireObligation,
-}
+pub use canary::PlantedBug;
+// Without the feature the type still exists, so that canary sites need no `#[cfg]` of their own:
+// `RcReplica::planted` is then constant `false` and the branches compile away.
+#[cfg(not(feature = "canaries"))]
+pub(crate) use canary::PlantedBug;
 
 #[cfg(test)]
 mod testkit;

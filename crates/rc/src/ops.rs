@@ -5,6 +5,7 @@ use bytes::Bytes;
 use strata_wire::{AcquireId, SessionId};
 
 use crate::abd::{Acquire, Release, SlowRead, SlowWrite};
+use crate::barrier::Barrier;
 use crate::paxos::Rmw;
 
 #[derive(Debug)]
@@ -40,5 +41,14 @@ impl OpKind {
     }
     pub fn acquire(acq: AcquireId) -> OpKind {
         OpKind::Acquire(Acquire::new(acq))
+    }
+    /// The barrier of a release or RMW, and whether the operation's value has left the node
+    /// (the release's value round, the RMW's own accept): Kite §7 inv. 14's local part.
+    pub fn barrier_state(&self) -> Option<(&Barrier, bool)> {
+        match self {
+            OpKind::Release(r) => Some((&r.barrier, r.write.is_some())),
+            OpKind::Rmw(r) => Some(r.barrier_state()),
+            OpKind::SlowRead(_) | OpKind::SlowWrite(_) | OpKind::Acquire(_) => None,
+        }
     }
 }

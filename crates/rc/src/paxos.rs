@@ -11,7 +11,7 @@ use strata_wire::client::Response;
 use strata_wire::peer::{Accept, Commit, PaxosOutcome, PaxosReply, PeerMessage, Propose, Tuple};
 use strata_wire::{AcquireId, Ballot, Carstamp, Instant, NodeId, RmwId, SessionId};
 
-use crate::api::RcEvent;
+use crate::api::{RcEvent, ValueRound};
 use crate::barrier::Barrier;
 use crate::node_set::NodeSet;
 use crate::ops::OpKind;
@@ -74,6 +74,14 @@ pub fn value_as_u64(v: Option<&[u8]>) -> u64 {
         b[..n].copy_from_slice(&v[..n]);
     }
     u64::from_le_bytes(b)
+}
+
+impl Rmw {
+    /// The RMW's barrier, and whether its own tuple has left the node (M6) — for the local
+    /// check of Kite §7 inv. 14.
+    pub(crate) fn barrier_state(&self) -> (&Barrier, bool) {
+        (&self.barrier, self.own_slot.is_some())
+    }
 }
 
 impl RmwOp {
@@ -193,7 +201,7 @@ impl RcReplica {
                 }
                 Phase::Accept { slot, ballot, tuple, helping } => {
                     // M5: no own value leaves the node before the barrier (all -> RMW).
-                    if !helping && !matches!(r.barrier, Barrier::Done) {
+                    if !helping && !r.barrier.passed() {
                         r.phase = Phase::Accept { slot, ballot, tuple, helping };
                         return None;
                     }
@@ -201,6 +209,7 @@ impl RcReplica {
                     let local = self.acceptor_accept(key, slot, ballot, &tuple);
                     if !helping {
                         r.own_slot = Some(slot);
+                        self.report_barrier(sid, key, ValueRound::Accept { rmw_id: r.rmw_id }, &mut r.barrier);
                     }
                     let (key2, t2, acq) = (key.clone(), tuple.clone(), r.acq);
                     let req = self.start_round(now, id, |req| {
@@ -209,11 +218,7 @@ impl RcReplica {
                     r.phase = Phase::Accepting { req, slot, ballot, tuple, helping, local };
                 }
                 Phase::Accepting { req, slot, ballot, tuple, helping, local } => {
-                    #[cfg(feature = "canaries")]
-                    let skip_quorum = self.cfg.planted_bug == Some(crate::PlantedBug::AcceptWithoutQuorum);
-                    #[cfg(not(feature = "canaries"))]
-                    let skip_quorum = false;
-                    if skip_quorum {
+                    if self.planted(crate::PlantedBug::AcceptWithoutQuorum) {
                         // CANARY: decide on the local accept alone.
                         self.end_round(req);
                         self.begin_commit(now, id, key, slot, tuple, helping, r);
@@ -400,10 +405,13 @@ impl RcReplica {
         }
         let k = self.key_mut(key);
         k.promised = b; // b == promised is a retransmission: re-ack
-        match &k.accepted {
+        let outcome = match &k.accepted {
             Some((ballot, tuple)) => PaxosOutcome::AlreadyAccepted { ballot: *ballot, tuple: tuple.clone() },
             None => PaxosOutcome::Ack,
-        }
+        };
+        // Kite §7 inv. 17: an ack for slot `lc + 1` (P-DEDUP's "before any acceptor acks").
+        self.effects.event.push(RcEvent::Promised { key: key.clone(), slot, ballot: b });
+        outcome
     }
 
     fn acceptor_accept(&mut self, key: &Bytes, slot: u32, b: Ballot, tuple: &Tuple) -> PaxosOutcome {
@@ -441,8 +449,15 @@ impl RcReplica {
 
     /// Kite §5.7.8: a real commit or a catch-up; either way slot `slot` was decided with `rmw_id`.
     pub(crate) fn on_commit(&mut self, from: NodeId, c: Commit) {
-        self.apply(&c.key, c.value, c.cs, (c.cs.pno > 0).then_some(c.rmw_id));
-        self.learn_committed(&c.key, c.slot, c.rmw_id);
+        if self.planted(crate::PlantedBug::CommitWithoutRegistering) {
+            // CANARY: the key learns the slot (and version), the registry never hears of it.
+            let k = self.key_mut(&c.key);
+            k.apply_version(c.value, c.cs, (c.cs.pno > 0).then_some(c.rmw_id));
+            k.learn_slot(c.slot, c.rmw_id);
+        } else {
+            self.apply(&c.key, c.value, c.cs, (c.cs.pno > 0).then_some(c.rmw_id));
+            self.learn_committed(&c.key, c.slot, c.rmw_id);
+        }
         let held = self.local(&c.key).1;
         self.effects.send.push((from, PeerMessage::CommitAck { req: c.req, key: c.key, cs: held }));
     }

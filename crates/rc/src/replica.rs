@@ -177,9 +177,28 @@ impl RcReplica {
         self.key_mut(key).learn_slot(slot, rmw_id);
     }
 
+    /// Kite §5.1.2 `register`: `rmw_registry[session] = max(existing, seq)`, so an entry never
+    /// decreases (§7 inv. 17); a change is reported.
     pub(crate) fn register(&mut self, id: RmwId) {
         let e = self.rmw_registry.entry(id.session).or_insert(0);
-        *e = (*e).max(id.seq);
+        let prev = *e;
+        if id.seq > prev {
+            *e = id.seq;
+            self.effects.event.push(RcEvent::Registered { id, prev });
+        }
+    }
+
+    /// Whether the simulator planted `bug` here. Always false in a build without the `canaries`
+    /// feature, where every canary branch compiles away.
+    #[inline]
+    pub(crate) fn planted(&self, bug: crate::PlantedBug) -> bool {
+        #[cfg(feature = "canaries")]
+        return self.cfg.planted_bug == Some(bug);
+        #[cfg(not(feature = "canaries"))]
+        {
+            let _ = bug;
+            false
+        }
     }
 
     pub(crate) fn registry_has(&self, id: RmwId) -> bool {
@@ -557,6 +576,13 @@ impl Node for RcReplica {
             assert!(k.epoch <= self.machine_epoch, "key {key:?} epoch {} above the machine epoch {}", k.epoch, self.machine_epoch);
             assert!(k.cs.pno <= k.lc, "key {key:?} version {} beyond its last committed slot {}", k.cs, k.lc);
             assert_eq!(k.rmw_id.is_some(), k.cs.pno > 0, "key {key:?}: an RMW version names its RMW, a plain one does not");
+            // Kite §7 inv. 17, local part (§5.1.2, P-DEDUP): every RMW known decided here is
+            // registered, so this acceptor acks a proposal for slot `lc + 1` only with the RMW
+            // of slot `lc` registered.
+            for id in [k.lc_rmw, k.rmw_id].into_iter().flatten() {
+                assert!(self.registry_has(id), "key {key:?}: {id:?} is known decided (lc {}) but not registered", k.lc);
+            }
+            assert_eq!(k.lc_rmw.is_some(), k.lc > 0, "key {key:?}: last committed slot {} without its RMW", k.lc);
         }
         for s in self.sessions.values() {
             for r in s.running.values() {
@@ -564,6 +590,8 @@ impl Node for RcReplica {
             }
             assert!(s.running.values().filter(|r| r.blocking).count() <= 1, "two blocking operations in session {}", s.id);
         }
+        self.check_barriers();
+        self.check_dbits();
         for q in self.proposers.values() {
             assert!(!q.is_empty(), "an empty proposer queue was kept");
         }

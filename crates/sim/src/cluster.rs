@@ -18,7 +18,11 @@
 //! need from the wire and the replicas' state: every distinct `COMMIT` sent (the global commit
 //! log, inv. 12/13; the first real commit of a slot is the RMW version's creation, since the
 //! owner reports it only at M10), every acceptor's accepted tuple (inv. 13), `SLOW_RELEASE`s
-//! and their acks (prop 10), machine-epoch changes, and each replica's `lc`.
+//! and their acks (prop 10), machine-epoch changes, and each replica's `lc`; and, for the state
+//! invariants 14 - 17, the cores' barrier, delinquency-bit, `self_delinquent`, epoch-increment,
+//! registry and promise events and the `RESET_BIT`s sent. Records that take part in those
+//! checks carry a global `seq` (their order, see [`History`]) and, where "the same atomic step"
+//! matters, the driver's input number `step`.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::time::Duration;
@@ -29,16 +33,24 @@ use bytes::Bytes;
 use strata_core::{DeadlineQueue, Node};
 use strata_rc::{RcConfig, RcEffects, RcEvent, RcInput, RcReplica, RcStats};
 use strata_wire::peer::{PeerMessage, Tuple};
-use strata_wire::{Ballot, Carstamp, Instant, NodeId, RmwId};
+use strata_wire::{AcquireId, Ballot, Carstamp, Instant, NodeId, RmwId};
 
 use crate::clock::NodeClock;
 use crate::guard::guarded;
 use crate::history::{
-    Acceptance, Anomaly, CommitSeen, Creation, EpochChange, FinalState, History, ReplicaChange, SlowReleaseSeen, Value,
+    Acceptance, Anomaly, BarrierSeen, CommitSeen, Creation, DbitSeen, EpochBump, EpochChange, FinalState, History,
+    PromiseSeen, Registration, ReplicaChange, ResetBitSeen, SelfDelinquentSeen, SlowReleaseAck, SlowReleaseSeen, Value,
 };
 use crate::knobs::{Fault, Knobs, Streams};
 use crate::net::{NetStats, Network};
 use crate::workload::Workload;
+
+/// The next number of the driver's global record order (`History`, "Records that carry a
+/// `seq`"); a free function, so that it borrows only the counter.
+fn next_seq(seq: &mut u64) -> u64 {
+    *seq += 1;
+    *seq
+}
 
 /// A run that processes this many events is stuck in a loop; the run stops and says so.
 const EVENT_BUDGET: u64 = 20_000_000;
@@ -157,14 +169,18 @@ pub struct Cluster {
     liveness_requested: bool,
     effects: RcEffects,
     stats: RunStats,
-    /// Orders the driver's records (commits, acceptances) globally.
+    /// Orders the driver's records globally (`History`, "Records that carry a `seq`").
     seq: u64,
+    /// Numbers the inputs given to the cores: one input is one atomic step (Kite K-D18).
+    steps: u64,
     /// Distinct commits already recorded: `(key, slot, rmw_id, cs, value)`.
     commits_seen: HashSet<(Bytes, u32, RmwId, Carstamp, Value)>,
     /// RMW versions already in `history.creations`, by `(key, cs)`.
     rmw_versions: HashMap<(Bytes, Carstamp), usize>,
     /// `SLOW_RELEASE`s by `(sender, req)`: index in `history.slow_releases`.
     slow_releases: HashMap<(NodeId, u64), usize>,
+    /// `RESET_BIT`s already recorded (a broadcast, or a second one, is recorded once).
+    reset_bits: HashSet<AcquireId>,
     drain_started: Instant,
 }
 
@@ -215,9 +231,11 @@ impl Cluster {
             effects: RcEffects::default(),
             stats: RunStats::default(),
             seq: 0,
+            steps: 0,
             commits_seen: HashSet::new(),
             rmw_versions: HashMap::new(),
             slow_releases: HashMap::new(),
+            reset_bits: HashSet::new(),
             drain_started: Instant::ZERO,
         }
     }
@@ -407,6 +425,7 @@ impl Cluster {
         let local = n.clock.local(now).max(n.last_local);
         n.last_local = local;
         let is_tick = matches!(input, NodeInput::Tick);
+        self.steps += 1;
         let handled = guarded(|| match input {
             NodeInput::Client(req) => core.on_client_request(local, req),
             NodeInput::Peer { from, msg } => core.on_message(local, from, msg),
@@ -428,10 +447,38 @@ impl Cluster {
         }
         let mut effects = std::mem::take(&mut self.effects);
         core.poll_effects(&mut effects);
+        // The record order of one step (`History`): the core's events, the sampled state, sends.
+        self.record_events(node, &mut effects);
         self.sample(node);
         self.execute(node, &mut effects);
         self.effects = effects;
         self.rearm(node, is_tick);
+    }
+
+    /// Records the core's events of this step for the checkers of Kite §7 inv. 14 - 17, in the
+    /// order it emitted them; `VersionCreated` stays in `effects` for `execute` (a commit sent
+    /// in this step creates an RMW's version before its owner's event reports it).
+    fn record_events(&mut self, node: NodeId, effects: &mut RcEffects) {
+        let (at, step) = (self.now, self.steps);
+        for event in std::mem::take(&mut effects.event) {
+            if matches!(event, RcEvent::VersionCreated { .. }) {
+                effects.event.push(event);
+                continue;
+            }
+            let seq = next_seq(&mut self.seq);
+            let h = &mut self.history;
+            match event {
+                RcEvent::VersionCreated { .. } => unreachable!("kept for `execute` above"),
+                RcEvent::BarrierPassed { session, key, round, prior, path } => {
+                    h.barriers.push(BarrierSeen { seq, at, node, session, key, round, prior, path })
+                }
+                RcEvent::DbitChanged { peer, change } => h.dbits.push(DbitSeen { seq, at, node, peer, change }),
+                RcEvent::SelfDelinquent { change } => h.self_delinquency.push(SelfDelinquentSeen { seq, step, at, node, change }),
+                RcEvent::EpochBumped { acq, epoch } => h.epoch_bumps.push(EpochBump { seq, step, at, node, acq, epoch }),
+                RcEvent::Registered { id, prev } => h.registrations.push(Registration { seq, at, node, id, prev }),
+                RcEvent::Promised { key, slot, ballot } => h.promises.push(PromiseSeen { seq, at, node, key, slot, ballot }),
+            }
+        }
     }
 
     /// Records every key whose `(value, cs)` or `lc` changed at this replica (for the G1 and
@@ -466,7 +513,8 @@ impl Cluster {
                 self.history.anomalies.push(Anomaly { at: self.now, node: Some(node), what });
             }
             n.epoch = epoch;
-            self.history.epochs.push(EpochChange { at: self.now, node, epoch });
+            let seq = next_seq(&mut self.seq);
+            self.history.epochs.push(EpochChange { seq, step: self.steps, at: self.now, node, epoch });
         }
         for (key, new) in changed {
             let old = n.held.insert(key.clone(), new.clone()).unwrap_or_default();
@@ -476,13 +524,14 @@ impl Cluster {
             }
             if (&new.value, new.cs, new.lc) != (&old.value, old.cs, old.lc) {
                 let (value, cs, lc) = (new.value.clone(), new.cs, new.lc);
-                self.history.replica_changes.push(ReplicaChange { at: self.now, node, key: key.clone(), value, cs, lc });
+                let seq = next_seq(&mut self.seq);
+                self.history.replica_changes.push(ReplicaChange { seq, at: self.now, node, key: key.clone(), value, cs, lc });
             }
             if let Some((ballot, t)) = &new.accepted {
                 if new.accepted != old.accepted || new.lc != old.lc {
-                    self.seq += 1;
+                    let seq = next_seq(&mut self.seq);
                     self.history.acceptances.push(Acceptance {
-                        seq: self.seq,
+                        seq,
                         at: self.now,
                         node,
                         key,
@@ -507,9 +556,8 @@ impl Cluster {
                     return;
                 }
                 self.commits_seen.insert(id);
-                self.seq += 1;
                 let seen = CommitSeen {
-                    seq: self.seq,
+                    seq: next_seq(&mut self.seq),
                     at: self.now,
                     from,
                     key: c.key.clone(),
@@ -534,16 +582,19 @@ impl Cluster {
             }
             PeerMessage::SlowRelease { req, dm } if !self.slow_releases.contains_key(&(from, *req)) => {
                 self.slow_releases.insert((from, *req), self.history.slow_releases.len());
-                let sr = SlowReleaseSeen { at: self.now, from, req: *req, dm: *dm, acks: Vec::new() };
+                let sr = SlowReleaseSeen { seq: next_seq(&mut self.seq), at: self.now, from, req: *req, dm: *dm, acks: Vec::new() };
                 self.history.slow_releases.push(sr);
             }
             PeerMessage::SlowReleaseAck { req } => {
-                if let Some(&i) = self.slow_releases.get(&(to, *req)) {
-                    let sr = &mut self.history.slow_releases[i];
-                    if sr.acks.iter().all(|(n, _)| *n != from) {
-                        sr.acks.push((from, self.now));
-                    }
+                let Some(&i) = self.slow_releases.get(&(to, *req)) else { return };
+                if self.history.slow_releases[i].acks.iter().all(|a| a.node != from) {
+                    let ack = SlowReleaseAck { seq: next_seq(&mut self.seq), at: self.now, node: from };
+                    self.history.slow_releases[i].acks.push(ack);
                 }
+            }
+            PeerMessage::ResetBit { acq } if self.reset_bits.insert(*acq) => {
+                let reset = ResetBitSeen { seq: next_seq(&mut self.seq), at: self.now, from, acq: *acq };
+                self.history.reset_bits.push(reset);
             }
             _ => {}
         }
@@ -571,20 +622,15 @@ impl Cluster {
         for (to, msg) in &effects.send {
             self.observe_send(node, *to, msg);
         }
+        // `record_events` left only the version creations.
         for event in effects.event.drain(..) {
-            #[allow(clippy::single_match)]
-            match event {
-                RcEvent::VersionCreated { session, key, cs, value } => {
-                    let c = Creation { at: self.now, node, session, key, cs, value, rmw_id: None };
-                    if cs.pno > 0 {
-                        self.record_rmw_version(c);
-                    } else {
-                        self.history.creations.push(c);
-                    }
+            if let RcEvent::VersionCreated { session, key, cs, value } = event {
+                let c = Creation { at: self.now, node, session, key, cs, value, rmw_id: None };
+                if cs.pno > 0 {
+                    self.record_rmw_version(c);
+                } else {
+                    self.history.creations.push(c);
                 }
-                // Events no checker reads yet; the core may grow them before the simulator does.
-                #[allow(unreachable_patterns)]
-                _ => {}
             }
         }
         for reply in effects.reply.drain(..) {

@@ -10,7 +10,8 @@ use std::collections::BTreeMap;
 use std::hash::{Hash, Hasher};
 
 use bytes::Bytes;
-use strata_wire::{Ballot, Carstamp, Instant, Llc, NodeId, RmwId, SessionId};
+pub use strata_rc::{BarrierPath, DbitChange, SelfDelinquentChange, ValueRound};
+use strata_wire::{AcquireId, Ballot, Carstamp, Instant, Llc, NodeId, RmwId, SessionId};
 
 /// A key's value: `None` is the absent value (never written, or deleted — `docs/design.md`).
 pub type Value = Option<Bytes>;
@@ -216,6 +217,8 @@ pub struct Creation {
 /// (sampled after every input).
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct ReplicaChange {
+    /// Global order of the driver's records (see [`History`]).
+    pub seq: u64,
     pub at: Instant,
     pub node: NodeId,
     pub key: Bytes,
@@ -266,13 +269,23 @@ pub struct Acceptance {
 /// their delinquency bits for `dm` (§5.7.4: the ack leaves only after the bits are set).
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct SlowReleaseSeen {
+    /// When it was first sent.
+    pub seq: u64,
     pub at: Instant,
     pub from: NodeId,
     pub req: u64,
     /// Bit `i` = node `i`.
     pub dm: u64,
     /// First acknowledgement sent by each node, in order.
-    pub acks: Vec<(NodeId, Instant)>,
+    pub acks: Vec<SlowReleaseAck>,
+}
+
+/// The first `SLOW_RELEASE_ACK` a node sent for one `SLOW_RELEASE`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct SlowReleaseAck {
+    pub seq: u64,
+    pub at: Instant,
+    pub node: NodeId,
 }
 
 impl SlowReleaseSeen {
@@ -280,19 +293,108 @@ impl SlowReleaseSeen {
         node.0 < 64 && self.dm & (1 << node.0) != 0
     }
 
-    /// When a quorum (the sender, which sets its bits first, and `quorum - 1` ackers) knew the
-    /// DM-set.
+    /// The ack that made a quorum (the sender, which sets its bits first, and `quorum - 1`
+    /// ackers) know the DM-set.
+    pub fn quorum_ack(&self, quorum: usize) -> Option<&SlowReleaseAck> {
+        self.acks.get(quorum.checked_sub(2)?)
+    }
+
+    /// When a quorum knew the DM-set.
     pub fn quorum_at(&self, quorum: usize) -> Option<Instant> {
-        self.acks.get(quorum.checked_sub(2)?).map(|(_, at)| *at)
+        self.quorum_ack(quorum).map(|a| a.at)
     }
 }
 
-/// A node's machine epoch changed (Kite §5.8; `RcStats::machine_epoch`).
+/// A node's machine epoch changed (Kite §5.8; `RcStats::machine_epoch`), sampled after the
+/// input (`step`) that changed it.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct EpochChange {
+    pub seq: u64,
+    /// The driver's number of the input (one atomic step of one core, Kite K-D18).
+    pub step: u64,
     pub at: Instant,
     pub node: NodeId,
     pub epoch: u64,
+}
+
+/// Kite §7 inv. 14 (`RcEvent::BarrierPassed`): `node`'s release or RMW of `session` on `key`
+/// sent its first value-carrying message (`round`) in this step; its barrier had covered
+/// `prior` and passed by `path`.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct BarrierSeen {
+    pub seq: u64,
+    pub at: Instant,
+    pub node: NodeId,
+    pub session: SessionId,
+    pub key: Bytes,
+    pub round: ValueRound,
+    pub prior: Vec<(Bytes, Carstamp)>,
+    pub path: BarrierPath,
+}
+
+/// Kite §7 inv. 15 (`RcEvent::DbitChanged`): `node`'s delinquency bit for `peer` changed.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct DbitSeen {
+    pub seq: u64,
+    pub at: Instant,
+    pub node: NodeId,
+    pub peer: NodeId,
+    pub change: DbitChange,
+}
+
+/// A `RESET_BIT { acq }` (Kite §5.7.5), first sent by `from` (a broadcast is recorded once).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct ResetBitSeen {
+    pub seq: u64,
+    pub at: Instant,
+    pub from: NodeId,
+    pub acq: AcquireId,
+}
+
+/// Kite §5.1.5 (`RcEvent::EpochBumped`): acquire `acq` of `node` incremented the machine epoch
+/// to `epoch` in input `step`.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct EpochBump {
+    pub seq: u64,
+    pub step: u64,
+    pub at: Instant,
+    pub node: NodeId,
+    pub acq: AcquireId,
+    pub epoch: u64,
+}
+
+/// Kite §7 inv. 16 (`RcEvent::SelfDelinquent`): `node`'s `self_delinquent` flag changed in
+/// input `step`.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct SelfDelinquentSeen {
+    pub seq: u64,
+    pub step: u64,
+    pub at: Instant,
+    pub node: NodeId,
+    pub change: SelfDelinquentChange,
+}
+
+/// Kite §7 inv. 17 (`RcEvent::Registered`): `node`'s `rmw_registry[id.session]` went from
+/// `prev` to `id.seq`.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Registration {
+    pub seq: u64,
+    pub at: Instant,
+    pub node: NodeId,
+    pub id: RmwId,
+    pub prev: u64,
+}
+
+/// Kite §7 inv. 17 (`RcEvent::Promised`): acceptor `node` acknowledged a proposal for `slot`
+/// of `key` at `ballot`.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct PromiseSeen {
+    pub seq: u64,
+    pub at: Instant,
+    pub node: NodeId,
+    pub key: Bytes,
+    pub slot: u32,
+    pub ballot: Ballot,
 }
 
 /// Something the driver saw that is wrong whatever the history says: a core's
@@ -317,6 +419,12 @@ pub struct FinalState {
     pub pending_writes: BTreeMap<NodeId, u64>,
 }
 
+/// Records that carry a `seq` are globally ordered by it: the driver numbers them as it makes
+/// them. Within one input of one core (an atomic step) the order is: the core's events other
+/// than `VersionCreated`, in the order the core emitted them; then the state sampled after the
+/// input (machine epoch, replica changes, acceptances); then the messages it sent (commits, slow
+/// releases and their acks, resets). So "before `seq` s" is "visible to, or caused before, the
+/// step that made record s".
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Default)]
 pub struct History {
     /// Cluster size (0 in hand-made histories that do not care).
@@ -330,6 +438,15 @@ pub struct History {
     pub acceptances: Vec<Acceptance>,
     pub slow_releases: Vec<SlowReleaseSeen>,
     pub epochs: Vec<EpochChange>,
+    /// Kite §7 inv. 14 - 17: what the cores reported of their barriers, delinquency bits,
+    /// `self_delinquent`, epoch increments, registries and promises, and the `RESET_BIT`s sent.
+    pub barriers: Vec<BarrierSeen>,
+    pub dbits: Vec<DbitSeen>,
+    pub reset_bits: Vec<ResetBitSeen>,
+    pub epoch_bumps: Vec<EpochBump>,
+    pub self_delinquency: Vec<SelfDelinquentSeen>,
+    pub registrations: Vec<Registration>,
+    pub promises: Vec<PromiseSeen>,
     /// Every session that was opened, with its node.
     pub sessions: Vec<SessionId>,
     pub anomalies: Vec<Anomaly>,

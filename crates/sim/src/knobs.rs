@@ -46,11 +46,30 @@ pub enum Canary {
     /// `NoAcquireObligation`: acquires register no K-F2 obligation (breaks the transitive
     /// message-passing instance of G3, Kite §9 K-F2).
     NoAcquireObligation,
+    /// `SlowReleaseBeforeQuorum`: a timed-out barrier publishes its DM-set before every prior
+    /// write reached a quorum (K-F1 off; breaks Kite §7 inv. 14).
+    SlowReleaseBeforeQuorum,
+    /// `ResetWithoutOwner`: a `RESET_BIT` sets the bit up whoever owns it (breaks inv. 15).
+    ResetWithoutOwner,
+    /// `ClearSelfDelinquentWithoutBump`: `self_delinquent` is consumed without an epoch
+    /// increment (breaks inv. 16).
+    ClearSelfDelinquentWithoutBump,
+    /// `CommitWithoutRegistering`: a received `COMMIT` advances `lc` without registering its
+    /// RMW (breaks inv. 17).
+    CommitWithoutRegistering,
 }
 
 impl Canary {
-    pub const ALL: [Canary; 4] =
-        [Canary::ApplyOlderWrites, Canary::SkipSlowRelease, Canary::AcceptWithoutQuorum, Canary::NoAcquireObligation];
+    pub const ALL: [Canary; 8] = [
+        Canary::ApplyOlderWrites,
+        Canary::SkipSlowRelease,
+        Canary::AcceptWithoutQuorum,
+        Canary::NoAcquireObligation,
+        Canary::SlowReleaseBeforeQuorum,
+        Canary::ResetWithoutOwner,
+        Canary::ClearSelfDelinquentWithoutBump,
+        Canary::CommitWithoutRegistering,
+    ];
 
     pub fn name(self) -> &'static str {
         match self {
@@ -58,6 +77,10 @@ impl Canary {
             Canary::SkipSlowRelease => "skip-slow-release",
             Canary::AcceptWithoutQuorum => "accept-without-quorum",
             Canary::NoAcquireObligation => "no-acquire-obligation",
+            Canary::SlowReleaseBeforeQuorum => "slow-release-before-quorum",
+            Canary::ResetWithoutOwner => "reset-without-owner",
+            Canary::ClearSelfDelinquentWithoutBump => "clear-self-delinquent-without-bump",
+            Canary::CommitWithoutRegistering => "commit-without-registering",
         }
     }
 
@@ -67,6 +90,10 @@ impl Canary {
             Canary::SkipSlowRelease => PlantedBug::SkipSlowRelease,
             Canary::AcceptWithoutQuorum => PlantedBug::AcceptWithoutQuorum,
             Canary::NoAcquireObligation => PlantedBug::NoAcquireObligation,
+            Canary::SlowReleaseBeforeQuorum => PlantedBug::SlowReleaseBeforeQuorum,
+            Canary::ResetWithoutOwner => PlantedBug::ResetWithoutOwner,
+            Canary::ClearSelfDelinquentWithoutBump => PlantedBug::ClearSelfDelinquentWithoutBump,
+            Canary::CommitWithoutRegistering => PlantedBug::CommitWithoutRegistering,
         }
     }
 }
@@ -458,7 +485,12 @@ impl Knobs {
         let rtt = self.rtt_us();
         let w = &mut self.workload;
         let profile = match canary {
-            Canary::ApplyOlderWrites => return,
+            // Caught under any seed's knobs often enough (`tests/swarm.rs`).
+            Canary::ApplyOlderWrites
+            | Canary::SlowReleaseBeforeQuorum
+            | Canary::ResetWithoutOwner
+            | Canary::ClearSelfDelinquentWithoutBump
+            | Canary::CommitWithoutRegistering => return,
             Canary::SkipSlowRelease => {
                 // Barriers must go slow (tiny T_REL, lost acks) and a replica must miss a
                 // write for longer than a release -> acquire -> read chain takes.

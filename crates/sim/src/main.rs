@@ -10,7 +10,9 @@
 //! ```
 //!
 //! Canaries: `apply-older-writes`, `skip-slow-release`, `accept-without-quorum`,
-//! `no-acquire-obligation` (`strata_rc::PlantedBug`); a canary may bias the seed's knobs
+//! `no-acquire-obligation`, and one per state invariant of Kite §7 inv. 14 - 17:
+//! `slow-release-before-quorum`, `reset-without-owner`, `clear-self-delinquent-without-bump`,
+//! `commit-without-registering` (`strata_rc::PlantedBug`); a canary may bias the seed's knobs
 //! towards what its bug needs, and the report shows how.
 
 use std::ops::Range;
@@ -35,8 +37,8 @@ struct Args {
     count: Option<u64>,
     #[arg(long, default_value_t = 0, requires = "count")]
     start: u64,
-    /// Plant a bug in every replica: the checkers must catch it (`apply-older-writes`,
-    /// `skip-slow-release`, `accept-without-quorum`, `no-acquire-obligation`).
+    /// Plant a bug in every replica: the checkers must catch it (e.g. `skip-slow-release`; an
+    /// unknown name lists every canary).
     #[arg(long)]
     canary: Option<Canary>,
     /// Also count divergence caused by a crashed node's partially delivered write (which the

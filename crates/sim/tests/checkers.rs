@@ -77,7 +77,8 @@ impl Builder {
 
     fn held(&mut self, node: u32, k: &str, v: Value, c: Carstamp) -> &mut Self {
         let at = self.tick();
-        self.h.replica_changes.push(ReplicaChange { at, node: NodeId(node), key: key(k), value: v, cs: c, lc: 0 });
+        let seq = self.h.replica_changes.len() as u64 + 1;
+        self.h.replica_changes.push(ReplicaChange { seq, at, node: NodeId(node), key: key(k), value: v, cs: c, lc: 0 });
         self
     }
 

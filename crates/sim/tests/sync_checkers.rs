@@ -5,11 +5,14 @@
 use std::collections::BTreeMap;
 
 use bytes::Bytes;
-use strata_sim::check::{self, hb, linearizability, paxos, replica, rmw, versions, Violation};
+use strata_rc::NodeSet;
+use strata_sim::check::{self, barrier, delinquency, hb, linearizability, paxos, registry, replica, rmw, versions, Violation};
 use strata_sim::history::{
-    Acceptance, CommitSeen, Creation, History, Op, OpKind, Outcome, ReplicaChange, Value, Witness,
+    Acceptance, BarrierPath, BarrierSeen, CommitSeen, Creation, DbitChange, DbitSeen, EpochBump, EpochChange, History, Op,
+    OpKind, Outcome, PromiseSeen, Registration, ReplicaChange, ResetBitSeen, SelfDelinquentChange, SelfDelinquentSeen,
+    SlowReleaseAck, SlowReleaseSeen, Value, ValueRound, Witness,
 };
-use strata_wire::{Ballot, Carstamp, Instant, Llc, NodeId, RmwId, SessionId};
+use strata_wire::{AcquireId, Ballot, Carstamp, Instant, Llc, NodeId, RmwId, SessionId};
 
 fn sess(node: u32) -> SessionId {
     SessionId { node: NodeId(node), index: 0 }
@@ -121,13 +124,16 @@ impl B {
     }
 
     /// A real commit of `slot` sent by `from`, after a quorum accepted it at one ballot; its
-    /// version becomes a creation of the RMW's owner.
+    /// version becomes a creation of the RMW's owner, and the quorum registers the RMW.
     fn commit(&mut self, from: u32, k: &str, id: RmwId, v: Value, c: Carstamp, when: u64) -> &mut Self {
         let q = self.h.quorum() as u32;
         for n in 0..q {
             self.accept(n, k, c.pno, Ballot { round: 1, node: NodeId(from) }, id, c.llc, v.clone(), when);
         }
         self.commit_only(from, k, c.pno, id, v.clone(), c, when);
+        for n in 0..q {
+            self.register(n, id, when);
+        }
         let s = id.session;
         self.h.creations.push(Creation { at: at(when), node: s.node, session: s, key: key(k), cs: c, value: v, rmw_id: Some(id) });
         self
@@ -161,8 +167,79 @@ impl B {
         self.rmw(s, OpKind::Faa { delta }, k, obs, wr, num(old.0 + delta), false, inv, resp)
     }
 
+    fn next_seq(&mut self) -> u64 {
+        self.seq += 1;
+        self.seq
+    }
+
+    /// `node` registers `id` (Kite §5.1.2), continuing from its last registration of the session.
+    fn register(&mut self, node: u32, id: RmwId, when: u64) -> &mut Self {
+        let mine = |r: &&Registration| r.node == NodeId(node) && r.id.session == id.session;
+        let prev = self.h.registrations.iter().filter(mine).map(|r| r.id.seq).max().unwrap_or(0);
+        let seq = self.next_seq();
+        self.h.registrations.push(Registration { seq, at: at(when), node: NodeId(node), id, prev });
+        self
+    }
+
+    /// Acceptor `node` acks a proposal for `slot` of `k` (Kite §5.7.6).
+    fn promise(&mut self, node: u32, k: &str, slot: u32, when: u64) -> &mut Self {
+        let (seq, ballot) = (self.next_seq(), Ballot { round: 1, node: NodeId(node) });
+        self.h.promises.push(PromiseSeen { seq, at: at(when), node: NodeId(node), key: key(k), slot, ballot });
+        self
+    }
+
+    /// Session `s`'s release of `k` lets its value out, its barrier having covered `prior`.
+    fn barrier(&mut self, s: SessionId, k: &str, prior: &[(&str, Carstamp)], path: BarrierPath, when: u64) -> &mut Self {
+        let seq = self.next_seq();
+        let prior = prior.iter().map(|(pk, c)| (key(pk), *c)).collect();
+        let round = ValueRound::Write { cs: cs(9, s.node.0) };
+        self.h.barriers.push(BarrierSeen { seq, at: at(when), node: s.node, session: s, key: key(k), round, prior, path });
+        self
+    }
+
+    /// `from` sends `SLOW_RELEASE` round `req` naming `dm`; `ackers` ack it, in order.
+    fn slow_release(&mut self, from: u32, req: u64, dm: &[u32], ackers: &[u32], when: u64) -> &mut Self {
+        let seq = self.next_seq();
+        let dm = nodes(dm).bits();
+        let acks = ackers.iter().map(|&n| SlowReleaseAck { seq: self.next_seq(), at: at(when), node: NodeId(n) }).collect();
+        self.h.slow_releases.push(SlowReleaseSeen { seq, at: at(when), from: NodeId(from), req, dm, acks });
+        self
+    }
+
+    fn dbit(&mut self, node: u32, peer: u32, change: DbitChange, when: u64) -> &mut Self {
+        let seq = self.next_seq();
+        self.h.dbits.push(DbitSeen { seq, at: at(when), node: NodeId(node), peer: NodeId(peer), change });
+        self
+    }
+
+    fn reset_bit(&mut self, acq: AcquireId, when: u64) -> &mut Self {
+        let seq = self.next_seq();
+        self.h.reset_bits.push(ResetBitSeen { seq, at: at(when), from: acq.session.node, acq });
+        self
+    }
+
+    /// Input number `step` of `acq`'s node increments its machine epoch to `epoch`: the core's
+    /// report and, if `sampled`, the epoch the driver samples after the step.
+    fn bump(&mut self, acq: AcquireId, epoch: u64, step: u64, sampled: bool, when: u64) -> &mut Self {
+        let node = acq.session.node;
+        let seq = self.next_seq();
+        self.h.epoch_bumps.push(EpochBump { seq, step, at: at(when), node, acq, epoch });
+        if sampled {
+            let seq = self.next_seq();
+            self.h.epochs.push(EpochChange { seq, step, at: at(when), node, epoch });
+        }
+        self
+    }
+
+    fn self_delinquent(&mut self, node: u32, change: SelfDelinquentChange, step: u64, when: u64) -> &mut Self {
+        let seq = self.next_seq();
+        self.h.self_delinquency.push(SelfDelinquentSeen { seq, step, at: at(when), node: NodeId(node), change });
+        self
+    }
+
     fn replica(&mut self, node: u32, k: &str, v: Value, c: Carstamp, lc: u32, when: u64) -> &mut Self {
-        self.h.replica_changes.push(ReplicaChange { at: at(when), node: NodeId(node), key: key(k), value: v, cs: c, lc });
+        self.seq += 1;
+        self.h.replica_changes.push(ReplicaChange { seq: self.seq, at: at(when), node: NodeId(node), key: key(k), value: v, cs: c, lc });
         self
     }
 }
@@ -494,4 +571,138 @@ fn version_uniqueness_flags_an_rmw_claiming_anothers_commit_or_an_uncommitted_ve
     let mut h = good();
     h.create(sess(0), "q", num(1), rcs(0, 0, 1), 20);
     flags(versions::version_uniqueness(&h.h), "version-uniqueness", "no COMMIT ever carried it");
+}
+
+// ---- state invariants (§7 inv. 14 - 17) ----
+
+fn acq(node: u32, seq: u64) -> AcquireId {
+    AcquireId { session: sess(node), seq }
+}
+
+/// N = 3: n0's session wrote x = 1.0.0, held by `holders` (n0 first).
+fn x_held_by(holders: &[u32]) -> B {
+    let mut h = B::new(3);
+    for &n in holders {
+        h.replica(n, "x", val("x1"), cs(1, 0), 0, 1);
+    }
+    h
+}
+
+fn nodes(ids: &[u32]) -> NodeSet {
+    ids.iter().map(|&n| NodeId(n)).collect()
+}
+
+/// A slow pass through `SLOW_RELEASE` round 7 of n0 naming `dm`, acked by n1.
+fn slow(dm: &[u32]) -> BarrierPath {
+    BarrierPath::Slow { req: 7, dm: nodes(dm), acked: nodes(&[1]) }
+}
+
+#[test]
+fn barrier_flags_a_fast_pass_over_a_write_some_node_lacks() {
+    let mut h = x_held_by(&[0, 1, 2]);
+    h.barrier(sess(0), "f", &[("x", cs(1, 0))], BarrierPath::Fast, 2);
+    clean(barrier::barrier_invariant(&h.h));
+    let mut h = x_held_by(&[0, 1]);
+    h.barrier(sess(0), "f", &[("x", cs(1, 0))], BarrierPath::Fast, 2);
+    flags(barrier::barrier_invariant(&h.h), "barrier", "n0/s0's release on key \"f\" let its value out, but its barrier passed fast while [n2] did not hold 1.0.0 of key \"x\"");
+}
+
+#[test]
+fn barrier_flags_a_dm_set_published_early_or_short_and_a_value_out_before_a_quorum_knew_it() {
+    // Good (B4): x at a quorum {n0, n1}, then SLOW_RELEASE {n2} acked by n1, then the value.
+    let mut h = x_held_by(&[0, 1]);
+    h.slow_release(0, 7, &[2], &[1], 2).barrier(sess(0), "f", &[("x", cs(1, 0))], slow(&[2]), 3);
+    clean(barrier::barrier_invariant(&h.h));
+    // K-F1 off: the DM-set leaves while only n0 holds x; n1 gets x before the value leaves.
+    let mut h = x_held_by(&[0]);
+    h.slow_release(0, 7, &[1, 2], &[1], 2).replica(1, "x", val("x1"), cs(1, 0), 0, 3);
+    h.barrier(sess(0), "f", &[("x", cs(1, 0))], slow(&[1, 2]), 4);
+    flags(barrier::barrier_invariant(&h.h), "barrier", "left when only 1 node(s) held 1.0.0 of key \"x\", below a quorum of 2 (K-F1)");
+    // The DM-set leaves out n2, which lacks x.
+    let mut h = x_held_by(&[0, 1]);
+    h.slow_release(0, 7, &[], &[1], 2).barrier(sess(0), "f", &[("x", cs(1, 0))], slow(&[]), 3);
+    flags(barrier::barrier_invariant(&h.h), "barrier", "left out of the DM-set [n2], which did not hold 1.0.0");
+    // Nobody acked the SLOW_RELEASE (or it was never sent) when the value left.
+    let mut h = x_held_by(&[0, 1]);
+    h.slow_release(0, 7, &[2], &[], 2).barrier(sess(0), "f", &[("x", cs(1, 0))], slow(&[2]), 3);
+    flags(barrier::barrier_invariant(&h.h), "barrier", "only 0 node(s) had acked its SLOW_RELEASE (round 7)");
+    let mut h = x_held_by(&[0, 1]);
+    h.barrier(sess(0), "f", &[("x", cs(1, 0))], slow(&[2]), 3);
+    flags(barrier::barrier_invariant(&h.h), "barrier", "SLOW_RELEASE round 7, which never left the node");
+}
+
+/// n0's bit for n1 goes down (n2's DM-set), an acquire of n1 observes it, and n1 bumps its
+/// epoch (sampled or not) and resets the bit.
+fn reset_by_owner(sampled: bool) -> B {
+    let mut h = B::new(3);
+    h.dbit(0, 1, DbitChange::Down { from: NodeId(2), req: 1 }, 1).dbit(0, 1, DbitChange::Owner { acq: acq(1, 5) }, 2);
+    h.bump(acq(1, 5), 1, 10, sampled, 3).reset_bit(acq(1, 5), 3);
+    h.dbit(0, 1, DbitChange::Up { acq: acq(1, 5), owners: vec![acq(1, 5)] }, 4);
+    h
+}
+
+#[test]
+fn reset_safety_flags_a_reset_by_a_non_owner_or_without_an_epoch_increment() {
+    clean(delinquency::reset_safety(&reset_by_owner(true).h));
+    // The increment the core reported does not show in the sampled epoch.
+    flags(delinquency::reset_safety(&reset_by_owner(false).h), "reset-safety", "reported an epoch increment to 1 its machine epoch does not show");
+    // A down bit nobody observed.
+    let mut h = B::new(3);
+    h.dbit(0, 1, DbitChange::Down { from: NodeId(2), req: 1 }, 1).bump(acq(1, 5), 1, 10, true, 2).reset_bit(acq(1, 5), 2);
+    h.dbit(0, 1, DbitChange::Up { acq: acq(1, 5), owners: vec![] }, 3);
+    flags(delinquency::reset_safety(&h.h), "reset-safety", "n0 set dbit[n1] back to up for acquire n1/s0#5, but the bit was down");
+    // A SLOW_RELEASE naming n1 came in between the observation and the reset (§5.7.5).
+    let mut h = B::new(3);
+    h.dbit(0, 1, DbitChange::Down { from: NodeId(2), req: 1 }, 1).dbit(0, 1, DbitChange::Owner { acq: acq(1, 5) }, 2);
+    h.dbit(0, 1, DbitChange::Down { from: NodeId(2), req: 2 }, 3).bump(acq(1, 5), 1, 10, true, 4).reset_bit(acq(1, 5), 4);
+    h.dbit(0, 1, DbitChange::Up { acq: acq(1, 5), owners: vec![] }, 5);
+    flags(delinquency::reset_safety(&h.h), "reset-safety", "the bit was down");
+    // Another acquire of the session replaced the owner.
+    let mut h = B::new(3);
+    h.dbit(0, 1, DbitChange::Down { from: NodeId(2), req: 1 }, 1).dbit(0, 1, DbitChange::Owner { acq: acq(1, 5) }, 2);
+    h.dbit(0, 1, DbitChange::Owner { acq: acq(1, 6) }, 3).bump(acq(1, 5), 1, 10, true, 4).reset_bit(acq(1, 5), 4);
+    h.dbit(0, 1, DbitChange::Up { acq: acq(1, 5), owners: vec![acq(1, 6)] }, 5);
+    flags(delinquency::reset_safety(&h.h), "reset-safety", "not a recorded owner (owners [n1/s0#6]");
+    // The owner's node sent the RESET_BIT without incrementing its epoch (§5.8 E5).
+    let mut h = B::new(3);
+    h.dbit(0, 1, DbitChange::Down { from: NodeId(2), req: 1 }, 1).dbit(0, 1, DbitChange::Owner { acq: acq(1, 5) }, 2);
+    h.reset_bit(acq(1, 5), 3).dbit(0, 1, DbitChange::Up { acq: acq(1, 5), owners: vec![acq(1, 5)] }, 4);
+    flags(delinquency::reset_safety(&h.h), "reset-safety", "without first incrementing its machine epoch");
+}
+
+#[test]
+fn self_delinquency_flags_a_clear_outside_an_epoch_increment_step() {
+    let mut h = B::new(3);
+    h.self_delinquent(1, SelfDelinquentChange::Set { from: NodeId(0), req: 3 }, 4, 1);
+    h.self_delinquent(1, SelfDelinquentChange::Cleared { acq: acq(1, 2) }, 9, 2).bump(acq(1, 2), 1, 9, true, 2);
+    clean(delinquency::self_delinquency(&h.h));
+    h.self_delinquent(1, SelfDelinquentChange::Set { from: NodeId(0), req: 4 }, 12, 3);
+    h.self_delinquent(1, SelfDelinquentChange::Cleared { acq: acq(1, 3) }, 13, 4);
+    flags(delinquency::self_delinquency(&h.h), "self-delinquency", "n1 cleared self_delinquent for acquire n1/s0#3 without incrementing");
+}
+
+#[test]
+fn registry_flags_an_entry_going_down() {
+    let mut h = good();
+    h.register(2, RmwId { session: sess(1), seq: 2 }, 20);
+    clean(registry::registry_monotonic(&h.h));
+    let seq = h.next_seq();
+    h.h.registrations.push(Registration { seq, at: at(21), node: NodeId(2), id: RmwId { session: sess(1), seq: 1 }, prev: 2 });
+    flags(registry::registry_monotonic(&h.h), "registry", "n2's rmw_registry[n1/s0] went from 2 to 1");
+}
+
+#[test]
+fn registry_flags_an_ack_or_a_decision_of_the_next_slot_without_the_rmw_registered() {
+    // In `good`, slot 1 of "c" is n1's FAA, registered by n0 and n1 when committed.
+    let mut h = good();
+    h.promise(1, "c", 3, 20);
+    clean(registry::registry_quorum(&h.h));
+    h.promise(2, "c", 2, 21);
+    flags(registry::registry_quorum(&h.h), "registry", "n2 acked a proposal for slot 2 of key \"c\"");
+    // Slot 2 of "d" is decided while only its committer registered slot 1's RMW.
+    let mut h = good();
+    let (x, y) = (h.next_rmw(sess(0)), h.next_rmw(sess(0)));
+    h.commit_only(0, "d", 1, x, num(1), rcs(0, 0, 1), 20).register(0, x, 20);
+    h.commit_only(0, "d", 2, y, num(2), rcs(0, 0, 2), 21);
+    flags(registry::registry_quorum(&h.h), "registry", "n0 committed slot 2 of key \"d\" when only 1 node(s) had registered");
 }

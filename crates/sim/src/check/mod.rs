@@ -2,12 +2,15 @@
 //! hand-made histories — including known-bad ones it must flag (`DESIGN.md`: every checker has
 //! a canary; see `tests/checkers.rs`).
 
+pub mod barrier;
 pub mod completion;
 pub mod convergence;
+pub mod delinquency;
 pub mod hb;
 mod index;
 pub mod linearizability;
 pub mod paxos;
+pub mod registry;
 pub mod replica;
 pub mod rmw;
 pub mod session;
@@ -16,7 +19,7 @@ pub mod versions;
 use std::collections::HashMap;
 use std::fmt;
 
-use strata_wire::{Carstamp, Instant};
+use strata_wire::{Carstamp, Instant, NodeId};
 
 use crate::history::{fmt_ms, fmt_value, Creation, History, Value};
 
@@ -56,6 +59,11 @@ pub const CHECKERS: &[Checker] = &[
     rmw::faa_counters,
     paxos::paxos_agreement,
     paxos::paxos_quorum,
+    barrier::barrier_invariant,
+    delinquency::reset_safety,
+    delinquency::self_delinquency,
+    registry::registry_monotonic,
+    registry::registry_quorum,
     convergence::convergence,
     completion::completion,
     completion::quiescence,
@@ -130,4 +138,10 @@ impl<'h> Created<'h> {
 
 pub(crate) fn fmt_key(key: &[u8]) -> String {
     format!("key {:?}", String::from_utf8_lossy(key))
+}
+
+/// `[n1, n3]`, for reports.
+pub(crate) fn fmt_nodes(nodes: &[NodeId]) -> String {
+    let names: Vec<String> = nodes.iter().map(NodeId::to_string).collect();
+    format!("[{}]", names.join(", "))
 }
