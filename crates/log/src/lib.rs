@@ -1,1 +1,53 @@
-//! (under construction: the crate arrives with issue #4)
+//! The log engine: ORCA's leader-based replicated log with consistency-aware durability and
+//! cross-client monotonic reads from an active set of leased followers
+//! (`../shared/specs/orca.md`), as a deterministic sans-IO core, one [`LogReplica`] per shard
+//! replica.
+//!
+//! * `election`: Raft-style elections over ZooKeeper-style `(epoch, counter)` indexes, vote
+//!   rule 0 (lease protection) and rule (d), the new leader's NoOp and sync phase (§5.9);
+//! * `replication`: the leader's send loop, the follower's consistency check and truncation,
+//!   acks, commit and apply (§5.2, §5.3, §5.10);
+//! * `durability`: persist tokens, background and on-demand flushes, DI (both definitions of
+//!   §3.2) and MakeDurable rounds (§5.4, §5.5.3);
+//! * `active_set`: membership, grants, the follower lease anchored at its own echoed timestamp,
+//!   two-step mark-out and removal, slow-member revoke, re-add after catch-up (§5.7);
+//! * `lease`: the leader lease from majority-acked heartbeat rounds and step-down (§5.8);
+//! * `reads`, `writes`: the client paths (§5.1, §5.5.1, §5.5.2, §2.3);
+//! * `replica`: state, dispatch of inputs, timers, the `Node` contract;
+//! * `invariants`: the local state invariants of §7 behind `check_invariants`;
+//! * `state`: the in-memory log and the applied key-value state (pure data);
+//! * `testkit`, `scenarios` (tests only): a deterministic N-node driver with a simulated
+//!   disk that loses unsynced records on crash, global checkers (G2, G3, R1, R2, §7.2, G6),
+//!   per-mechanism scenarios, a small §7 fault-injection swarm, and the canaries.
+//!
+//! Why not raft-rs: ORCA's messages carry what raft-rs messages cannot — the durable index,
+//! `flush_upto` and round ids, grants that echo the follower's own timestamp, separate
+//! persisted and applied indexes in acks — and its vote rule 0 must ignore even a higher epoch
+//! while a lease protects the current leader, which raft-rs's term handling does not allow.
+
+mod active_set;
+mod api;
+mod config;
+mod durability;
+mod election;
+mod invariants;
+mod lease;
+mod reads;
+mod replica;
+mod replication;
+mod state;
+mod writes;
+
+pub use api::{
+    HardState, LogEvent, LogReply, LogRequest, LogStats, MarkOutReason, Persist, ReadError,
+    ReadValue, RecoverError, RecoveredState, RevokeReason, Snapshot, StepDownReason, VoteRefusal,
+    WriteAck, WriteError, WriteOp,
+};
+pub use config::{ConfigError, DurabilityMode, LogConfig, PlantedBug, ReadPolicy, Replication};
+pub use replica::{LogEffects, LogReplica, Role};
+pub use strata_wire::log::{LogEntry, LogIndex, LogMessage, LogOp};
+
+#[cfg(test)]
+mod scenarios;
+#[cfg(test)]
+mod testkit;

@@ -3,11 +3,13 @@
 //! * [`ids`]: node, cluster, session ids and Kite's version stamps;
 //! * [`time`]: the virtual [`Instant`] every protocol core takes as an argument;
 //! * [`codec`]: field encodings and the checksummed, cluster-tagged frame;
-//! * [`client`] and [`peer`]: the messages, each with an explicit, stable tag.
+//! * [`client`] and [`peer`]: the messages, each with an explicit, stable tag;
+//! * [`log`]: the log engine's (ORCA) node-to-node messages and log entries.
 
 pub mod client;
 pub mod codec;
 pub mod ids;
+pub mod log;
 pub mod peer;
 pub mod time;
 

@@ -1,0 +1,316 @@
+//! What goes in and out of a log replica core: client requests and replies, persist records,
+//! recovered state, audit events and counters.
+
+use bytes::Bytes;
+use strata_wire::log::{LogEntry, LogIndex};
+use strata_wire::NodeId;
+use thiserror::Error;
+
+pub use strata_wire::log::{ReadError, ReadValue};
+
+/// A client operation routed to this shard replica by the driver. `token` is the driver's own
+/// number: the reply carries it back so the driver can route it to the right connection.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum LogRequest {
+    /// ORCA §2.1 `put`/`delete`. `(client_id, seq)` identify the write for the replicated
+    /// duplicate filter: a retry with the same pair is answered with the first outcome.
+    Write {
+        token: u64,
+        client_id: u64,
+        seq: u64,
+        key: Bytes,
+        op: WriteOp,
+        immediate: bool,
+    },
+    /// ORCA §2.1 `get`; `min_index` is the session token of §2.3 (the client's last write index).
+    Read {
+        token: u64,
+        key: Bytes,
+        min_index: Option<LogIndex>,
+    },
+}
+
+impl LogRequest {
+    pub fn token(&self) -> u64 {
+        match self {
+            LogRequest::Write { token, .. } | LogRequest::Read { token, .. } => *token,
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum WriteOp {
+    Put(Bytes),
+    Delete,
+}
+
+/// ORCA §2.1 `WriteAck`: the index of the write's log entry (the next session token).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct WriteAck {
+    pub index: LogIndex,
+}
+
+/// Why a write was not acknowledged. Each variant says what the caller should do.
+#[derive(Clone, Debug, PartialEq, Eq, Error)]
+pub enum WriteError {
+    /// This node is not the leader, or its leader lease lapsed. Retry at `hint` (or another
+    /// node) with the same `(client_id, seq)`: if the write was already appended it may still be
+    /// applied, and the duplicate filter then answers the retry with its index.
+    #[error("not the leader (hint: {hint:?})")]
+    NotLeader { hint: Option<NodeId> },
+    /// The leader is starting its epoch (sync phase). Retry shortly, same `seq`.
+    #[error("leader not ready")]
+    Unavailable,
+    /// The write waited `write_timeout` (a majority or a durability round did not answer).
+    /// Outcome unknown: retry with the same `seq`.
+    #[error("write timed out")]
+    Timeout,
+    /// The request is malformed (empty key, `seq` 0). Do not retry.
+    #[error("invalid write: {0}")]
+    Invalid(&'static str),
+}
+
+/// A reply for the driver to route by `token`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum LogReply {
+    Write {
+        token: u64,
+        result: Result<WriteAck, WriteError>,
+    },
+    Read {
+        token: u64,
+        result: Result<ReadValue, ReadError>,
+    },
+}
+
+impl LogReply {
+    pub fn token(&self) -> u64 {
+        match self {
+            LogReply::Write { token, .. } | LogReply::Read { token, .. } => *token,
+        }
+    }
+}
+
+/// The durable election state (ORCA §3.1): `current_epoch` and the vote given in it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct HardState {
+    pub epoch: u32,
+    pub voted_for: Option<NodeId>,
+}
+
+/// A record the driver must persist. Tokens increase; `Node::on_persisted(now, upto)` tells the
+/// core that **every** record with a token `<= upto` is durable (fsynced). The driver executes
+/// the records in token order:
+///
+/// * `Append(entries)`: add the entries to the end of the log, in a user-space buffer only.
+///   They must NOT reach the OS (no `write`) before the next `Sync`, so that killing the process
+///   loses them exactly as a power failure would (ORCA §9.6).
+/// * `Truncate { after }`: remove every entry with an index `> after`, from the buffer and, if
+///   already written, from the file. It becomes durable with the next `Sync`.
+/// * `HardState`: write and fsync the election state, replacing the previous one. Messages in
+///   `send_after_persist` with this token leave only after that (votes, ORCA §3.1).
+/// * `Sync`: write the buffered appends and truncations and fsync once (one `fdatasync`
+///   covering all of them — group commit), then report the token.
+///
+/// Since `upto` acknowledges a prefix, a driver reports a `HardState` or `Sync` token only
+/// once every earlier record is durable as well; it never reports an `Append` or `Truncate`
+/// on its own (it may report the latest `Sync`/`HardState` token at or after it).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Persist {
+    Append(Vec<LogEntry>),
+    Truncate { after: LogIndex },
+    HardState(HardState),
+    Sync,
+}
+
+/// A compacted prefix of the log (optional at recovery; the core never produces one yet).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Snapshot {
+    /// The last entry the snapshot covers; the log continues after it.
+    pub last_included: LogIndex,
+    /// `(key, value or tombstone, update index)`.
+    pub items: Vec<(Bytes, Option<Bytes>, LogIndex)>,
+    /// `(client_id, seq, index)`: the duplicate filter.
+    pub dedup: Vec<(u64, u64, LogIndex)>,
+}
+
+/// What a driver read back from disk after a (re)start: only fsynced data (ORCA §5.10).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RecoveredState {
+    pub hard_state: HardState,
+    pub snapshot: Option<Snapshot>,
+    /// The log after the snapshot, in order.
+    pub entries: Vec<LogEntry>,
+}
+
+/// Why a recovered state was refused.
+#[derive(Clone, Debug, PartialEq, Eq, Error)]
+pub enum RecoverError {
+    #[error(transparent)]
+    Config(#[from] crate::ConfigError),
+    /// The on-disk log is corrupt: indexes must strictly increase after the snapshot.
+    #[error("log entry {at} does not follow {prev}")]
+    OutOfOrder { prev: LogIndex, at: LogIndex },
+}
+
+/// Why a voter refused a vote (ORCA §5.9).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum VoteRefusal {
+    /// Rule 0: the voter is a leader under lease or heard from its leader within `ET_min`; the
+    /// request was ignored entirely (even its higher epoch).
+    LeaseProtected,
+    StaleEpoch,
+    AlreadyVoted,
+    /// Rule (d): the voter's last index is above the candidate's.
+    LessUpToDate,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StepDownReason {
+    /// A message carried a higher epoch.
+    HigherEpoch,
+    /// No majority acknowledged a heartbeat round for `ST` past the lease (§5.8).
+    LeaseLost,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RevokeReason {
+    /// No ack for more than `mt` (§5.7.2, §5.7.4 (a)).
+    Unresponsive,
+    /// A durability round waited on this member alone for `slow_threshold` (§9.5).
+    Slow,
+    /// An operator asked for it (§5.7.4 (c)).
+    Operator,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MarkOutReason {
+    /// `now >= lease_expiry` (§5.7.3).
+    LeaseExpired,
+    /// The leader sent `member = false`.
+    NotMember,
+    /// The leader revoked the lease (`revoke_echo`).
+    Revoked,
+    /// A new epoch, a candidacy or a restart (§5.7.3 last line).
+    EpochChange,
+}
+
+/// The audit log of ORCA §7, one event per fact. Cheap to emit: keys and values are shared
+/// `Bytes`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum LogEvent {
+    /// An fsync completed: `persisted_index` is now `index`.
+    Persisted {
+        index: LogIndex,
+    },
+    /// Entries up to `upto` were applied to the key-value state.
+    Applied {
+        upto: LogIndex,
+    },
+    /// The divergent suffix `(after, removed_upto]` was dropped (§5.10).
+    Truncated {
+        after: LogIndex,
+        removed_upto: LogIndex,
+    },
+    ElectionStarted {
+        epoch: u32,
+        last_index: LogIndex,
+    },
+    VoteGranted {
+        epoch: u32,
+        candidate: NodeId,
+        candidate_last: LogIndex,
+        own_last: LogIndex,
+    },
+    VoteRefused {
+        epoch: u32,
+        candidate: NodeId,
+        reason: VoteRefusal,
+    },
+    BecameLeader {
+        epoch: u32,
+        noop: LogIndex,
+    },
+    /// The new-epoch entry is persisted and applied on a majority; the active set is formed.
+    SyncPhaseDone {
+        epoch: u32,
+        noop: LogIndex,
+        active_set: Vec<NodeId>,
+    },
+    SteppedDown {
+        epoch: u32,
+        reason: StepDownReason,
+    },
+    /// The leader's DI advanced.
+    DurableIndex {
+        epoch: u32,
+        di: LogIndex,
+    },
+    DurabilityRound {
+        epoch: u32,
+        id: u64,
+        target: LogIndex,
+    },
+    AsAdded {
+        epoch: u32,
+        node: NodeId,
+        persisted: LogIndex,
+        applied: LogIndex,
+        di: LogIndex,
+    },
+    AsRevoked {
+        epoch: u32,
+        node: NodeId,
+        reason: RevokeReason,
+        revoke_echo: Option<u64>,
+    },
+    /// `confirmed`: removed on the follower's revoke ack, else `rt` after the last grant.
+    AsRemoved {
+        epoch: u32,
+        node: NodeId,
+        confirmed: bool,
+    },
+    GrantSent {
+        epoch: u32,
+        to: NodeId,
+        echo_ts: u64,
+    },
+    /// A follower stopped serving.
+    MarkedOut {
+        epoch: u32,
+        reason: MarkOutReason,
+    },
+    LeaderLeaseExpired {
+        epoch: u32,
+    },
+    ReadServed {
+        key: Bytes,
+        value: Option<Bytes>,
+        update_index: LogIndex,
+        served_by: NodeId,
+        epoch: u32,
+        min_index: Option<LogIndex>,
+        applied: LogIndex,
+    },
+    WriteAcked {
+        index: LogIndex,
+        client_id: u64,
+        seq: u64,
+        immediate: bool,
+    },
+}
+
+/// Counters a replica keeps about itself.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LogStats {
+    /// Peer messages dropped as hostile or malformed.
+    pub bad_messages: u64,
+    pub elections_started: u64,
+    pub reads_served: u64,
+    pub reads_forwarded: u64,
+    /// Reads whose durability check failed at the leader and that waited for MakeDurable.
+    pub reads_made_durable: u64,
+    pub durability_rounds: u64,
+    pub flushes: u64,
+    pub writes_acked: u64,
+}

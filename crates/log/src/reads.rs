@@ -1,0 +1,354 @@
+//! The read paths (ORCA §5.5, §5.11, §2.3): at the leader under its lease with the durability
+//! check and MakeDurable, at an active-set follower with `u <= DI_F` (else forwarded to the
+//! leader), and the weak policy that serves any applied state.
+
+use std::collections::BTreeMap;
+
+use bytes::Bytes;
+use strata_wire::log::{ForwardRead, LogIndex, LogMessage, ReadRelay};
+use strata_wire::{Instant, NodeId};
+
+use crate::api::{LogEvent, LogReply, ReadError, ReadValue};
+use crate::config::{PlantedBug, ReadPolicy};
+use crate::replica::{LogReplica, Role};
+
+/// Who gets the answer of a read.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum ReadOrigin {
+    Client {
+        token: u64,
+    },
+    /// A follower forwarded it (§5.5.2 step 5); answered with a `ReadRelay`.
+    Forward {
+        from: NodeId,
+        fwd_id: u64,
+    },
+}
+
+/// A read waiting at the leader for its session token or for DI (§5.5.1).
+#[derive(Clone, Debug)]
+pub(crate) struct PendingRead {
+    pub origin: ReadOrigin,
+    pub key: Bytes,
+    pub min_index: Option<LogIndex>,
+    pub deadline: Instant,
+    /// Counted once in `reads_made_durable`.
+    pub waited: bool,
+}
+
+/// A read waiting at a non-leader for its applied index to reach the session token (§2.3).
+#[derive(Clone, Debug)]
+pub(crate) struct CatchUp {
+    token: u64,
+    key: Bytes,
+    min_index: LogIndex,
+    until: Instant,
+}
+
+/// Non-leader read state: catch-up waits and forwarded reads.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct FollowerReads {
+    next_fwd_id: u64,
+    /// fwd_id -> (client token, give-up instant).
+    forwarded: BTreeMap<u64, (u64, Instant)>,
+    catching_up: Vec<CatchUp>,
+}
+
+impl LogReplica {
+    pub(crate) fn on_read(
+        &mut self,
+        now: Instant,
+        token: u64,
+        key: Bytes,
+        min_index: Option<LogIndex>,
+    ) {
+        let origin = ReadOrigin::Client { token };
+        if self.cfg.reads == ReadPolicy::Any {
+            return self.local_read(now, token, key, min_index);
+        }
+        if self.leader.is_some() {
+            return self.leader_read(now, origin, key, min_index);
+        }
+        if self.cfg.reads == ReadPolicy::Leader {
+            return self.finish_read(
+                origin,
+                Err(ReadError::NotLeader {
+                    hint: self.leader_id,
+                }),
+            );
+        }
+        // §5.5.2 step 1 (R2).
+        if !self.is_serving(now) && !self.cfg.planted(PlantedBug::ServeOutsideActiveSet) {
+            return self.finish_read(origin, Err(ReadError::NotInActiveSet));
+        }
+        self.local_read(now, token, key, min_index);
+    }
+
+    /// Step 2 of §5.5.2 (session token), then serve or forward.
+    fn local_read(&mut self, now: Instant, token: u64, key: Bytes, min_index: Option<LogIndex>) {
+        match min_index {
+            Some(m) if self.kv.applied() < m => {
+                let until = now + self.cfg.catchup_wait;
+                self.fwd.catching_up.push(CatchUp {
+                    token,
+                    key,
+                    min_index: m,
+                    until,
+                });
+            }
+            _ => self.serve_or_forward(now, token, key, min_index),
+        }
+    }
+
+    /// §5.5.2 steps 3-5: serve if `u <= DI_F` and still serving, else forward to the leader.
+    /// Weak reads (§5.11) serve any applied state.
+    fn serve_or_forward(
+        &mut self,
+        now: Instant,
+        token: u64,
+        key: Bytes,
+        min_index: Option<LogIndex>,
+    ) {
+        let (value, u) = self.kv.get(&key);
+        let ok = match self.cfg.reads {
+            ReadPolicy::Any => true,
+            _ => {
+                let durable = u <= self.lease.di_f
+                    || self.cfg.planted(PlantedBug::SkipDurabilityCheck)
+                    || self.cfg.planted(PlantedBug::SkipFollowerDurabilityCheck);
+                durable
+                    && (self.is_serving(now) || self.cfg.planted(PlantedBug::ServeOutsideActiveSet))
+            }
+        };
+        if ok {
+            self.serve(ReadOrigin::Client { token }, key, value, u, min_index);
+        } else {
+            self.forward(now, token, key, min_index);
+        }
+    }
+
+    fn forward(&mut self, now: Instant, token: u64, key: Bytes, min_index: Option<LogIndex>) {
+        let leader = match self.leader_id {
+            Some(l) if l != self.id => l,
+            _ => return self.finish_read(ReadOrigin::Client { token }, Err(ReadError::Timeout)),
+        };
+        let fwd_id = self.fwd.next_fwd_id;
+        self.fwd.next_fwd_id += 1;
+        self.fwd
+            .forwarded
+            .insert(fwd_id, (token, now + self.cfg.read_timeout));
+        self.stats.reads_forwarded += 1;
+        self.send(
+            leader,
+            LogMessage::ForwardRead(ForwardRead {
+                epoch: self.epoch,
+                fwd_id,
+                key,
+                min_index,
+            }),
+        );
+    }
+
+    /// Replies and records the audit event (§7).
+    fn serve(
+        &mut self,
+        origin: ReadOrigin,
+        key: Bytes,
+        value: Option<Bytes>,
+        u: LogIndex,
+        min_index: Option<LogIndex>,
+    ) {
+        self.stats.reads_served += 1;
+        let epoch = self.epoch;
+        let applied = self.kv.applied();
+        self.emit(LogEvent::ReadServed {
+            key,
+            value: value.clone(),
+            update_index: u,
+            served_by: self.id,
+            epoch,
+            min_index,
+            applied,
+        });
+        self.finish_read(
+            origin,
+            Ok(ReadValue {
+                value,
+                update_index: u,
+                served_by: self.id,
+                epoch,
+            }),
+        );
+    }
+
+    pub(crate) fn finish_read(&mut self, origin: ReadOrigin, result: Result<ReadValue, ReadError>) {
+        match origin {
+            ReadOrigin::Client { token } => {
+                self.effects.reply.push(LogReply::Read { token, result })
+            }
+            ReadOrigin::Forward { from, fwd_id } => {
+                let epoch = self.epoch;
+                self.send(
+                    from,
+                    LogMessage::ReadRelay(ReadRelay {
+                        epoch,
+                        fwd_id,
+                        result,
+                    }),
+                );
+            }
+        }
+    }
+
+    /// §5.5.1 at the leader: lease, session token, then the durability check.
+    fn leader_read(
+        &mut self,
+        now: Instant,
+        origin: ReadOrigin,
+        key: Bytes,
+        min_index: Option<LogIndex>,
+    ) {
+        let deadline = now + self.cfg.read_timeout;
+        let l = self.leader.as_mut().expect("leader");
+        if !l.synced {
+            return self.finish_read(origin, Err(ReadError::Unavailable));
+        }
+        if !l.lease_valid(now) {
+            return self.finish_read(origin, Err(ReadError::NotLeader { hint: None }));
+        }
+        l.pending_reads.push(PendingRead {
+            origin,
+            key,
+            min_index,
+            deadline,
+            waited: false,
+        });
+        self.settle_leader_reads(now);
+    }
+
+    pub(crate) fn on_forward_read(&mut self, now: Instant, from: NodeId, f: ForwardRead) {
+        let origin = ReadOrigin::Forward {
+            from,
+            fwd_id: f.fwd_id,
+        };
+        if self.leader.is_some() {
+            self.leader_read(now, origin, f.key, f.min_index);
+        } else {
+            self.finish_read(
+                origin,
+                Err(ReadError::NotLeader {
+                    hint: self.leader_id,
+                }),
+            );
+        }
+    }
+
+    pub(crate) fn on_read_relay(&mut self, r: ReadRelay) {
+        if let Some((token, _)) = self.fwd.forwarded.remove(&r.fwd_id) {
+            self.effects.reply.push(LogReply::Read {
+                token,
+                result: r.result,
+            });
+        }
+    }
+
+    /// Re-evaluates every read waiting at the leader (level-triggered; §5.5.1 step 3 loop).
+    pub(crate) fn settle_leader_reads(&mut self, now: Instant) {
+        let Some(l) = self.leader.as_mut() else {
+            return;
+        };
+        if l.pending_reads.is_empty() {
+            return;
+        }
+        let reads = std::mem::take(&mut l.pending_reads);
+        let lease_ok = l.lease_valid(now);
+        let check = self.cfg.durability.checks_durability()
+            && !self.cfg.planted(PlantedBug::SkipDurabilityCheck);
+        let mut keep = Vec::new();
+        for mut r in reads {
+            if !lease_ok {
+                self.finish_read(r.origin, Err(ReadError::NotLeader { hint: None }));
+                continue;
+            }
+            if now >= r.deadline {
+                self.finish_read(r.origin, Err(ReadError::Timeout));
+                continue;
+            }
+            if r.min_index.is_some_and(|m| self.kv.applied() < m) {
+                keep.push(r);
+                continue;
+            }
+            let (value, u) = self.kv.get(&r.key);
+            let di = self.leader.as_ref().expect("leader").di;
+            if !check || u <= di {
+                self.serve(r.origin, r.key, value, u, r.min_index);
+            } else {
+                if !r.waited {
+                    r.waited = true;
+                    self.stats.reads_made_durable += 1;
+                }
+                self.make_durable(now, u);
+                keep.push(r);
+            }
+        }
+        self.leader
+            .as_mut()
+            .expect("leader")
+            .pending_reads
+            .extend(keep);
+    }
+
+    /// Catch-up waits and forwarded reads at a non-leader.
+    pub(crate) fn settle_follower_reads(&mut self, now: Instant) {
+        let waits = std::mem::take(&mut self.fwd.catching_up);
+        for w in waits {
+            if self.kv.applied() >= w.min_index {
+                if self.cfg.reads == ReadPolicy::ActiveSet
+                    && !self.is_serving(now)
+                    && !self.cfg.planted(PlantedBug::ServeOutsideActiveSet)
+                {
+                    self.finish_read(
+                        ReadOrigin::Client { token: w.token },
+                        Err(ReadError::NotInActiveSet),
+                    );
+                } else {
+                    self.serve_or_forward(now, w.token, w.key, Some(w.min_index));
+                }
+            } else if now >= w.until {
+                self.forward(now, w.token, w.key, Some(w.min_index));
+            } else {
+                self.fwd.catching_up.push(w);
+            }
+        }
+        let expired: Vec<u64> = self
+            .fwd
+            .forwarded
+            .iter()
+            .filter(|(_, &(_, d))| now >= d)
+            .map(|(&id, _)| id)
+            .collect();
+        for id in expired {
+            let (token, _) = self.fwd.forwarded.remove(&id).expect("present");
+            self.finish_read(ReadOrigin::Client { token }, Err(ReadError::Timeout));
+        }
+    }
+
+    pub(crate) fn follower_read_deadlines(&self) -> impl Iterator<Item = Instant> + '_ {
+        self.fwd
+            .catching_up
+            .iter()
+            .map(|w| w.until)
+            .chain(self.fwd.forwarded.values().map(|&(_, d)| d))
+    }
+
+    pub(crate) fn leader_read_deadlines(&self) -> impl Iterator<Item = Instant> + '_ {
+        self.leader
+            .iter()
+            .flat_map(|l| l.pending_reads.iter().map(|r| r.deadline))
+    }
+
+    /// Whether this node is the leader role (for read routing in drivers).
+    pub fn is_leader(&self) -> bool {
+        self.role == Role::Leader
+    }
+}

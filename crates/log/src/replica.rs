@@ -1,0 +1,655 @@
+//! One log replica: its state (ORCA §3), input dispatch, timers, the `Node` contract and the
+//! local invariants of §7.
+//!
+//! Every input is handled in two steps. The handler updates state (appends, records an ack,
+//! adopts an epoch, queues a read); then [`LogReplica::settle`] re-evaluates everything that
+//! depends on state — the leader lease, the sync phase, commit and apply, the active set, DI,
+//! waiting writes and reads, pending sends — so no condition can be "missed" (level-triggered).
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::time::Duration;
+
+use bytes::Bytes;
+use strata_core::{Effects, Node, Prng};
+use strata_wire::log::{AppendEntries, LogIndex, LogMessage};
+use strata_wire::{Instant, NodeId};
+
+use crate::api::{
+    LogEvent, LogReply, LogRequest, LogStats, MarkOutReason, Persist, RecoverError, RecoveredState,
+    Snapshot, StepDownReason,
+};
+use crate::config::{majority, LogConfig, ReadPolicy};
+use crate::durability::{DiskState, Round};
+use crate::reads::{FollowerReads, PendingRead};
+use crate::state::{Kv, Log};
+use crate::writes::PendingWrite;
+use crate::ConfigError;
+
+pub type LogEffects = Effects<LogMessage, LogReply, Persist, LogEvent>;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Role {
+    Follower,
+    Candidate,
+    Leader,
+}
+
+/// Follower-side read-serving state (ORCA §3.1, second table).
+#[derive(Clone, Debug, Default)]
+pub(crate) struct FollowerLease {
+    /// `DI_F`: the latest DI from the current leader; monotone within an epoch.
+    pub di_f: LogIndex,
+    pub member: bool,
+    /// Serving stops at this instant (local clock).
+    pub lease_expiry: Instant,
+    /// Grants echoing a timestamp `<=` this are ignored (revokes, restarts).
+    pub ignore_grants_upto: u64,
+    /// The highest `revoke_echo` processed, confirmed in every ack (§5.7.3).
+    pub revoke_ack: Option<u64>,
+    pub last_markout: Option<Instant>,
+    /// Highest heartbeat round and durability round seen from the current leader (echoed).
+    pub hb_round_seen: u64,
+    pub round_seen: Option<u64>,
+    /// Highest index verified identical to the current leader's log (reported as the ack's
+    /// `match_index`, so the leader never counts divergent entries as persisted).
+    pub matched: LogIndex,
+    /// Whether the last evaluation found this follower serving (for mark-out events).
+    pub was_serving: bool,
+}
+
+/// Active-set state of one follower at the leader (§3.2 `membership[f]`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Membership {
+    NotMember,
+    Member,
+    /// Revoked: receives no grant; still part of DI and rounds until removed (§5.7.4).
+    Removing {
+        revoke_echo: Option<u64>,
+    },
+}
+
+/// The leader's view of one follower (§3.2).
+#[derive(Clone, Debug)]
+pub(crate) struct Progress {
+    /// The next message sends the entries after this index (optimistic: pipelined batches).
+    pub next_prev: LogIndex,
+    /// Highest index known identical to the leader's log.
+    pub match_index: LogIndex,
+    pub persisted: LogIndex,
+    pub applied: LogIndex,
+    pub last_ack: Option<Instant>,
+    /// `f_ts` of the newest ack (acks with an older one are stale and ignored).
+    pub last_f_ts: Option<u64>,
+    /// The largest `echo_ts` ever granted: a revoke must cover it (§5.7.4 (i)).
+    pub max_echoed: Option<u64>,
+    pub revoke_ack: Option<u64>,
+    pub acked_hb_round: u64,
+    pub membership: Membership,
+    pub last_grant: Option<Instant>,
+    pub last_slow_revoke: Option<Instant>,
+    /// When it was last revoked: not re-added for `rt` after that, so a flapping or slow
+    /// member does not bounce in and out of the set.
+    pub revoked_at: Option<Instant>,
+    /// A flush request to catch this non-member up before adding it (§5.7.1 step 3).
+    pub catchup: Option<LogIndex>,
+    /// Send this follower a message before the input is done.
+    pub needs_send: bool,
+}
+
+impl Progress {
+    pub fn new(next_prev: LogIndex) -> Progress {
+        Progress {
+            next_prev,
+            match_index: LogIndex::ZERO,
+            persisted: LogIndex::ZERO,
+            applied: LogIndex::ZERO,
+            last_ack: None,
+            last_f_ts: None,
+            max_echoed: None,
+            revoke_ack: None,
+            acked_hb_round: 0,
+            membership: Membership::NotMember,
+            last_grant: None,
+            last_slow_revoke: None,
+            revoked_at: None,
+            catchup: None,
+            needs_send: true,
+        }
+    }
+
+    /// `min(persisted, applied)`: what DI and additions compare with (§3.2, §5.7.1).
+    pub fn durable(&self) -> LogIndex {
+        self.persisted.min(self.applied)
+    }
+
+    pub fn in_active_set(&self) -> bool {
+        self.membership != Membership::NotMember
+    }
+}
+
+/// Leader state, rebuilt at every election (§3.2).
+#[derive(Debug)]
+pub(crate) struct LeaderState {
+    pub next_counter: u32,
+    /// The new-epoch entry `(e,1)`.
+    pub noop: LogIndex,
+    /// The sync phase completed (§5.9 step 4): DI is meaningful, the active set exists.
+    pub synced: bool,
+    pub progress: BTreeMap<NodeId, Progress>,
+    pub di: LogIndex,
+    pub round: Option<Round>,
+    pub next_round_id: u64,
+    pub hb_round: u64,
+    /// Send time of each heartbeat round not yet superseded by a majority-acked one (§5.8).
+    pub hb_started: BTreeMap<u64, Instant>,
+    pub next_hb_at: Instant,
+    pub lease_until: Instant,
+    pub lease_expired_reported: bool,
+    pub pending_writes: Vec<PendingWrite>,
+    /// `(client_id, seq)` appended but not yet applied (§5.1 step 2).
+    pub inflight: HashMap<(u64, u64), LogIndex>,
+    pub pending_reads: Vec<PendingRead>,
+}
+
+impl LeaderState {
+    pub fn lease_valid(&self, now: Instant) -> bool {
+        now < self.lease_until
+    }
+
+    pub fn active_set(&self, me: NodeId) -> Vec<NodeId> {
+        std::iter::once(me)
+            .chain(
+                self.progress
+                    .iter()
+                    .filter(|(_, p)| p.in_active_set())
+                    .map(|(&f, _)| f),
+            )
+            .collect()
+    }
+
+    pub fn active_set_len(&self) -> usize {
+        1 + self.progress.values().filter(|p| p.in_active_set()).count()
+    }
+}
+
+pub struct LogReplica {
+    pub(crate) cfg: LogConfig,
+    pub(crate) id: NodeId,
+    /// Every replica but this one.
+    pub(crate) peers: Vec<NodeId>,
+    pub(crate) n: usize,
+    // Durable election state (mirrored here; persisted through `Persist::HardState`).
+    pub(crate) epoch: u32,
+    pub(crate) voted_for: Option<NodeId>,
+    pub(crate) log: Log,
+    pub(crate) snapshot: Option<Snapshot>,
+    pub(crate) kv: Kv,
+    pub(crate) persisted: LogIndex,
+    /// Consensus commit index (§5.2).
+    pub(crate) commit: LogIndex,
+    /// Highest `flush_upto` authorised by the current leader (or, at a leader, its own latest
+    /// round target): entries up to it may be applied even if not committed (§5.2, §5.6).
+    pub(crate) flush_auth: LogIndex,
+    pub(crate) role: Role,
+    pub(crate) leader_id: Option<NodeId>,
+    pub(crate) last_leader_contact: Instant,
+    pub(crate) election_deadline: Instant,
+    pub(crate) votes: BTreeSet<NodeId>,
+    pub(crate) lease: FollowerLease,
+    pub(crate) leader: Option<LeaderState>,
+    pub(crate) disk: DiskState,
+    pub(crate) fwd: FollowerReads,
+    /// The latest `now` seen (inputs are monotone; `poll_timeout` skips deadlines before it).
+    pub(crate) now: Instant,
+    pub(crate) prng: Prng,
+    pub(crate) stats: LogStats,
+    pub(crate) effects: LogEffects,
+}
+
+impl LogReplica {
+    /// A replica with an empty disk.
+    pub fn new(
+        cfg: LogConfig,
+        id: NodeId,
+        replicas: &[NodeId],
+        now: Instant,
+        seed: u64,
+    ) -> Result<LogReplica, ConfigError> {
+        LogReplica::recover(cfg, id, replicas, RecoveredState::default(), now, seed).map_err(|e| {
+            match e {
+                RecoverError::Config(c) => c,
+                RecoverError::OutOfOrder { .. } => unreachable!("an empty log is in order"),
+            }
+        })
+    }
+
+    /// Restart from what the driver read back from disk (ORCA §5.10): `kv` is rebuilt by
+    /// replay, `persisted = applied = commit = last entry on disk`, the node is a follower that
+    /// serves nothing until re-added, and `last_leader_contact = now`, so it neither votes nor
+    /// stands for election for `ET_min`. `replicas` lists every replica, this one included.
+    pub fn recover(
+        cfg: LogConfig,
+        id: NodeId,
+        replicas: &[NodeId],
+        state: RecoveredState,
+        now: Instant,
+        seed: u64,
+    ) -> Result<LogReplica, RecoverError> {
+        let mut seen = BTreeSet::new();
+        for &r in replicas {
+            if !seen.insert(r) {
+                return Err(ConfigError::DuplicateReplica(r).into());
+            }
+        }
+        if !seen.contains(&id) {
+            return Err(ConfigError::SelfNotReplica(id).into());
+        }
+        cfg.validate(replicas.len())?;
+        let base = state
+            .snapshot
+            .as_ref()
+            .map_or(LogIndex::ZERO, |s| s.last_included);
+        let mut prev = base;
+        for e in &state.entries {
+            if e.index <= prev {
+                return Err(RecoverError::OutOfOrder { prev, at: e.index });
+            }
+            prev = e.index;
+        }
+        let log = Log::new(base, state.entries);
+        let mut kv = Kv::from_snapshot(state.snapshot.as_ref());
+        for e in log.entries() {
+            kv.apply(e);
+        }
+        let last = log.last_index();
+        // The hard state is fsynced before any entry of its epoch is appended, so it cannot
+        // lag the log; `max` only guards against a driver that lost it.
+        let epoch = state.hard_state.epoch.max(last.epoch);
+        let voted_for = state
+            .hard_state
+            .voted_for
+            .filter(|_| state.hard_state.epoch == epoch);
+        let mut prng = Prng::new(seed);
+        let election_deadline = now + random_election_timeout(&cfg, &mut prng);
+        let flush_interval = cfg.flush_interval;
+        Ok(LogReplica {
+            peers: replicas.iter().copied().filter(|&r| r != id).collect(),
+            n: replicas.len(),
+            id,
+            epoch,
+            voted_for,
+            log,
+            snapshot: state.snapshot,
+            kv,
+            persisted: last,
+            commit: last,
+            flush_auth: last,
+            role: Role::Follower,
+            leader_id: None,
+            last_leader_contact: now,
+            election_deadline,
+            votes: BTreeSet::new(),
+            // Grants echoing a timestamp of a previous incarnation are never honoured.
+            lease: FollowerLease {
+                ignore_grants_upto: now.as_nanos(),
+                ..FollowerLease::default()
+            },
+            leader: None,
+            disk: DiskState::new(now + flush_interval),
+            fwd: FollowerReads::default(),
+            now,
+            prng,
+            stats: LogStats::default(),
+            effects: LogEffects::default(),
+            cfg,
+        })
+    }
+
+    // ---- read-only accessors (drivers, status, tests) ----
+
+    pub fn config(&self) -> &LogConfig {
+        &self.cfg
+    }
+    pub fn role(&self) -> Role {
+        self.role
+    }
+    pub fn epoch(&self) -> u32 {
+        self.epoch
+    }
+    pub fn voted_for(&self) -> Option<NodeId> {
+        self.voted_for
+    }
+    pub fn leader_hint(&self) -> Option<NodeId> {
+        self.leader_id
+    }
+    pub fn last_index(&self) -> LogIndex {
+        self.log.last_index()
+    }
+    pub fn persisted_index(&self) -> LogIndex {
+        self.persisted
+    }
+    pub fn applied_index(&self) -> LogIndex {
+        self.kv.applied()
+    }
+    pub fn commit_index(&self) -> LogIndex {
+        self.commit
+    }
+    pub fn entries(&self) -> &[strata_wire::log::LogEntry] {
+        self.log.entries()
+    }
+    /// The applied value and update-index of `key`.
+    pub fn get(&self, key: &[u8]) -> (Option<Bytes>, LogIndex) {
+        self.kv.get(key)
+    }
+    /// The leader's DI, or this follower's `DI_F`.
+    pub fn durable_index(&self) -> LogIndex {
+        self.leader.as_ref().map_or(self.lease.di_f, |l| l.di)
+    }
+    /// A leader that finished its sync phase and holds its lease: it serves and accepts writes.
+    pub fn is_ready_leader(&self, now: Instant) -> bool {
+        self.leader
+            .as_ref()
+            .is_some_and(|l| l.synced && l.lease_valid(now))
+    }
+    /// The leader's active set (leader first); empty at a follower or before the sync phase.
+    pub fn active_set(&self) -> Vec<NodeId> {
+        match &self.leader {
+            Some(l) if l.synced && self.cfg.reads == ReadPolicy::ActiveSet => l.active_set(self.id),
+            _ => Vec::new(),
+        }
+    }
+    /// ORCA §3.1: a follower is serving iff it follows a known leader, the last membership
+    /// information said "member", and its lease has not expired.
+    pub fn is_serving(&self, now: Instant) -> bool {
+        self.role == Role::Follower
+            && self.leader_id.is_some()
+            && self.lease.member
+            && now < self.lease.lease_expiry
+    }
+    pub fn stats(&self) -> LogStats {
+        self.stats
+    }
+
+    // ---- shared helpers ----
+
+    pub(crate) fn majority(&self) -> usize {
+        majority(self.n)
+    }
+
+    pub(crate) fn emit(&mut self, e: LogEvent) {
+        self.effects.event.push(e);
+    }
+
+    /// Every outgoing message goes through here: while a `HardState` record is not yet durable,
+    /// messages wait for it (`send_after_persist`), so nothing this node says rests on an epoch
+    /// or vote it could forget in a crash (ORCA §3.1: fsynced before acting on it).
+    pub(crate) fn send(&mut self, to: NodeId, msg: LogMessage) {
+        match self.disk.hard_state_token() {
+            Some(t) => self.effects.send_after_persist.push((t, to, msg)),
+            None => self.effects.send.push((to, msg)),
+        }
+    }
+
+    pub(crate) fn reset_election_deadline(&mut self, now: Instant) {
+        self.election_deadline = now + random_election_timeout(&self.cfg, &mut self.prng);
+    }
+
+    /// Applies every held entry up to `max(commit, flush_auth)` (§5.2).
+    pub(crate) fn apply_ready(&mut self) {
+        let bound = self.commit.max(self.flush_auth);
+        let from = self.kv.applied();
+        if bound <= from {
+            return;
+        }
+        let mut upto = from;
+        for e in self.log.range(from, bound) {
+            self.kv.apply(e);
+            upto = e.index;
+        }
+        if upto > from {
+            self.effects.event.push(LogEvent::Applied { upto });
+        }
+    }
+
+    /// ORCA §4: a message with a larger epoch makes this node adopt it (durably), become a
+    /// follower, stop serving (`member = false`, `DI_F = ZERO`).
+    pub(crate) fn adopt_epoch(&mut self, now: Instant, epoch: u32) {
+        debug_assert!(epoch > self.epoch);
+        if self.role == Role::Leader {
+            self.step_down(now, StepDownReason::HigherEpoch);
+        }
+        self.epoch = epoch;
+        self.voted_for = None;
+        self.persist(Persist::HardState(self.hard_state()));
+        self.role = Role::Follower;
+        self.leader_id = None;
+        self.votes.clear();
+        self.reset_follower_lease(now, MarkOutReason::EpochChange);
+    }
+
+    /// §5.7.3 last line: on epoch change, candidacy or restart, `member = false`, `DI_F = ZERO`.
+    pub(crate) fn reset_follower_lease(&mut self, now: Instant, reason: MarkOutReason) {
+        if self.lease.was_serving {
+            self.emit(LogEvent::MarkedOut {
+                epoch: self.epoch,
+                reason,
+            });
+        }
+        let ignore = self.lease.ignore_grants_upto;
+        self.lease = FollowerLease {
+            ignore_grants_upto: ignore,
+            last_markout: Some(now),
+            ..FollowerLease::default()
+        };
+    }
+
+    pub(crate) fn hard_state(&self) -> crate::HardState {
+        crate::HardState {
+            epoch: self.epoch,
+            voted_for: self.voted_for,
+        }
+    }
+
+    /// Re-evaluates everything that depends on state (see the module comment).
+    pub(crate) fn settle(&mut self, now: Instant) {
+        if self.leader.is_some() {
+            self.leader_settle(now);
+        } else {
+            self.follower_settle(now);
+        }
+        self.background_flush(now);
+    }
+
+    /// The leader's level-triggered re-evaluation: lease, commit and apply, sync phase,
+    /// active set, DI, waiting writes and reads, then the messages they call for. Repeated
+    /// while DI or the active set moves, so nothing waits for the next input.
+    fn leader_settle(&mut self, now: Instant) {
+        self.update_leader_lease();
+        if !self.check_leader_lease(now) {
+            return self.follower_settle(now);
+        }
+        for _ in 0..4 {
+            self.leader_commit();
+            self.apply_ready();
+            self.check_sync_phase();
+            let mut changed = self.maintain_active_set(now);
+            changed |= self.update_di();
+            self.settle_writes(now);
+            self.settle_leader_reads(now);
+            self.settle_follower_reads(now);
+            self.leader_commit();
+            self.apply_ready();
+            changed |= self.update_di();
+            if !changed {
+                break;
+            }
+        }
+        self.send_pending(now);
+    }
+
+    fn leader_deadlines(&self) -> impl Iterator<Item = Instant> + '_ {
+        self.lease_deadlines()
+            .into_iter()
+            .chain(self.active_set_deadlines())
+            .chain(self.write_deadlines())
+            .chain(self.leader_read_deadlines())
+            .chain(self.follower_read_deadlines())
+    }
+
+    fn follower_settle(&mut self, now: Instant) {
+        self.settle_follower_reads(now);
+        let serving = self.is_serving(now);
+        if self.lease.was_serving && !serving && self.lease.member {
+            self.emit(LogEvent::MarkedOut {
+                epoch: self.epoch,
+                reason: MarkOutReason::LeaseExpired,
+            });
+        }
+        self.lease.was_serving = serving;
+    }
+
+    /// Whether a peer message is acceptable at all (hostile input is counted and dropped).
+    fn message_ok(&self, msg: &LogMessage) -> bool {
+        match msg {
+            LogMessage::AppendEntries(m) => {
+                let mut prev = m.prev_index;
+                m.entries.iter().all(|e| {
+                    let ok = e.index > prev && e.index.epoch <= m.epoch && e.index.counter > 0;
+                    prev = e.index;
+                    ok
+                }) && m.flush_upto.is_none_or(|t| t.epoch <= m.epoch)
+            }
+            _ => true,
+        }
+    }
+
+    fn reject_stale_append(&mut self, now: Instant, from: NodeId, m: &AppendEntries) {
+        let ack = self.ack(now, false, self.log.at_or_below(m.prev_index));
+        self.send(from, LogMessage::AppendAck(ack));
+    }
+
+    /// Deadlines of the follower/candidate role.
+    fn follower_deadlines(&self) -> impl Iterator<Item = Instant> + '_ {
+        let lease =
+            (self.lease.member && self.lease.was_serving).then_some(self.lease.lease_expiry);
+        [Some(self.election_deadline), lease]
+            .into_iter()
+            .flatten()
+            .chain(self.follower_read_deadlines())
+    }
+}
+
+/// `ET` uniform in `[ET_min, 2 ET_min)` (§3.1 `election_deadline`).
+fn random_election_timeout(cfg: &LogConfig, prng: &mut Prng) -> Duration {
+    let min = cfg.election_timeout_min.as_nanos() as u64;
+    Duration::from_nanos(prng.range(min, 2 * min))
+}
+
+impl Node for LogReplica {
+    type Request = LogRequest;
+    type Message = LogMessage;
+    type Reply = LogReply;
+    type Persist = Persist;
+    type Event = LogEvent;
+
+    fn id(&self) -> NodeId {
+        self.id
+    }
+
+    fn on_client_request(&mut self, now: Instant, req: LogRequest) {
+        self.now = self.now.max(now);
+        match req {
+            LogRequest::Write {
+                token,
+                client_id,
+                seq,
+                key,
+                op,
+                immediate,
+            } => self.on_write(now, token, client_id, seq, key, op, immediate),
+            LogRequest::Read {
+                token,
+                key,
+                min_index,
+            } => self.on_read(now, token, key, min_index),
+        }
+        self.settle(now);
+    }
+
+    fn on_message(&mut self, now: Instant, from: NodeId, msg: LogMessage) {
+        self.now = self.now.max(now);
+        if !self.peers.contains(&from) || !self.message_ok(&msg) {
+            self.stats.bad_messages += 1;
+            return;
+        }
+        // §5.9 rule 0, checked before anything else: ignore the request, even its higher epoch.
+        if let LogMessage::RequestVote { epoch, .. } = msg {
+            if self.lease_protected(now) {
+                self.emit(LogEvent::VoteRefused {
+                    epoch,
+                    candidate: from,
+                    reason: crate::VoteRefusal::LeaseProtected,
+                });
+                return;
+            }
+        }
+        if msg.epoch() > self.epoch {
+            self.adopt_epoch(now, msg.epoch());
+        }
+        match msg {
+            LogMessage::AppendEntries(m) if m.epoch < self.epoch => {
+                self.reject_stale_append(now, from, &m)
+            }
+            LogMessage::AppendEntries(m) => self.on_append_entries(now, from, m),
+            LogMessage::AppendAck(a) if a.epoch == self.epoch => self.on_append_ack(now, from, a),
+            LogMessage::AppendAck(_) => {} // from an earlier epoch: stale
+            LogMessage::ForwardRead(f) => self.on_forward_read(now, from, f),
+            LogMessage::ReadRelay(r) => self.on_read_relay(r),
+            LogMessage::RequestVote { epoch, last_index } => {
+                self.on_request_vote(now, from, epoch, last_index)
+            }
+            LogMessage::VoteResp { epoch, granted } => self.on_vote_resp(now, from, epoch, granted),
+        }
+        self.settle(now);
+    }
+
+    fn on_tick(&mut self, now: Instant) {
+        self.now = self.now.max(now);
+        match self.role {
+            Role::Leader => self.heartbeat_if_due(now),
+            Role::Follower | Role::Candidate => {
+                if now >= self.election_deadline {
+                    self.start_election(now);
+                }
+            }
+        }
+        self.settle(now);
+    }
+
+    fn on_persisted(&mut self, now: Instant, upto: u64) {
+        self.now = self.now.max(now);
+        self.handle_persisted(now, upto);
+        self.settle(now);
+    }
+
+    fn poll_timeout(&self) -> Option<Instant> {
+        let flush = self
+            .disk
+            .flush_deadline(self.log.last_index() > self.persisted);
+        let role: Box<dyn Iterator<Item = Instant>> = match &self.leader {
+            Some(_) => Box::new(self.leader_deadlines()),
+            None => Box::new(self.follower_deadlines()),
+        };
+        // Deadlines at or before the latest input were handled by it (or are blocked on a
+        // condition only another input can change): never ask to be woken for them again.
+        role.chain(flush).filter(|&d| d > self.now).min()
+    }
+
+    fn poll_effects(&mut self, out: &mut LogEffects) {
+        self.effects.move_into(out);
+    }
+
+    fn check_invariants(&self) {
+        self.check_local_invariants();
+    }
+}

@@ -1,0 +1,396 @@
+//! Node <-> node messages of the log engine (ORCA, `specs/orca.md` §4.2). Tags 0x90..=0x9f,
+//! explicit and never reused (the rc engine's peer messages own 0x80..=0x8f).
+//!
+//! The sender of every message is the transport's peer (`Node::on_message(from, ..)`), so the
+//! spec's `from`, `leader_id` and `candidate_id` fields are not repeated in the payload; shard
+//! routing is the driver's job too. Every message carries the sender's `epoch` (§4: a receiver
+//! adopts a larger epoch; a smaller one is answered with a rejection carrying its own).
+
+use bytes::{BufMut, Bytes, BytesMut};
+use thiserror::Error;
+
+use crate::codec::{get_value, put_bool, put_bytes, put_option, put_seq, put_value, Decode, DecodeError, Encode, Reader};
+use crate::ids::NodeId;
+
+pub mod log_tag {
+    pub const APPEND_ENTRIES: u8 = 0x90;
+    pub const APPEND_ACK: u8 = 0x91;
+    pub const FORWARD_READ: u8 = 0x92;
+    pub const READ_RELAY: u8 = 0x93;
+    pub const REQUEST_VOTE: u8 = 0x94;
+    pub const VOTE_RESP: u8 = 0x95;
+}
+
+/// A log position, ORCA §0: `(epoch, counter)` ordered lexicographically (the derived `Ord`
+/// compares `epoch` first). A leader of epoch `e` numbers its entries `(e,1), (e,2), ...`, so an
+/// index names one entry cluster-wide: at most one leader per epoch.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+pub struct LogIndex {
+    pub epoch: u32,
+    pub counter: u32,
+}
+
+impl LogIndex {
+    pub const ZERO: LogIndex = LogIndex { epoch: 0, counter: 0 };
+
+    pub const fn new(epoch: u32, counter: u32) -> LogIndex {
+        LogIndex { epoch, counter }
+    }
+}
+
+impl std::fmt::Display for LogIndex {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "({},{})", self.epoch, self.counter)
+    }
+}
+
+/// What a log entry does to the key-value state (ORCA §3.1 `log_file`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum LogOp {
+    Put(Bytes),
+    Delete,
+    /// A new leader's first entry `(e,1)` (§5.9 sync phase); changes nothing but the applied index.
+    NoOp,
+}
+
+/// One log entry. `(client_id, seq)` feed the replicated duplicate filter (§2.1 [DECISION]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LogEntry {
+    pub index: LogIndex,
+    pub key: Bytes,
+    pub op: LogOp,
+    pub client_id: u64,
+    pub seq: u64,
+    /// Written with immediate durability (G6).
+    pub immediate: bool,
+}
+
+/// Active-set lease information embedded in every `AppendEntries` (§4.2, §5.7.2).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct Grant {
+    pub member: bool,
+    /// With `member`: the follower's own timestamp from the newest ack the leader received;
+    /// the follower's lease runs to `echo_ts + mt` on its own clock (§5.7.3).
+    pub echo_ts: Option<u64>,
+    /// Without `member`: revoke every grant echoing a timestamp `<=` this (§5.7.4).
+    pub revoke_echo: Option<u64>,
+}
+
+/// Leader -> follower: entries after `prev_index`, or a heartbeat when `entries` is empty.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AppendEntries {
+    pub epoch: u32,
+    pub prev_index: LogIndex,
+    pub entries: Vec<LogEntry>,
+    pub commit_index: LogIndex,
+    /// The leader's DI; the follower keeps the maximum as `DI_F` (§5.3 step 5).
+    pub durable_index: LogIndex,
+    /// Fsync (and apply) at least up to this index, then ack (§5.6).
+    pub flush_upto: Option<LogIndex>,
+    /// The make-durable round this flush belongs to (§5.5.3), echoed in acks.
+    pub round_id: Option<u64>,
+    /// Heartbeat round for the leader lease (§5.8), echoed in acks.
+    pub hb_round: u64,
+    pub grant: Grant,
+}
+
+/// Follower -> leader. Also sent unsolicited after every background flush (§5.4).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AppendAck {
+    pub epoch: u32,
+    pub success: bool,
+    /// On success: the follower's last index. On failure: the largest index the follower holds
+    /// that is `<=` the rejected `prev_index` (the leader backs up to it, §5.3 step 2).
+    pub last_index: LogIndex,
+    /// The highest index up to which the follower's log is known identical to the leader's
+    /// (the last entry of the acknowledged message). Not in the spec's table: see the departures.
+    pub match_index: LogIndex,
+    pub persisted_index: LogIndex,
+    pub applied_index: LogIndex,
+    pub hb_round: u64,
+    pub round_id: Option<u64>,
+    /// The follower's monotonic clock when it sent this ack (echoed in grants, §5.7.3).
+    pub f_ts: u64,
+    pub serving: bool,
+    pub revoke_ack: Option<u64>,
+}
+
+/// Follower -> leader: a read the follower could not serve (§5.5.2 step 5, or a session token
+/// it could not meet in `catchup_wait`). The leader answers with `ReadRelay` to the sender.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ForwardRead {
+    pub epoch: u32,
+    /// The follower's number for this forward; the relay echoes it.
+    pub fwd_id: u64,
+    pub key: Bytes,
+    pub min_index: Option<LogIndex>,
+}
+
+/// A read served with the guarantees of §1.2 (ORCA §2.1 `ReadResult`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ReadValue {
+    /// `None`: the key is absent (never written, or deleted).
+    pub value: Option<Bytes>,
+    /// Index of the entry that produced this value (`ZERO` for a key never written).
+    pub update_index: LogIndex,
+    pub served_by: NodeId,
+    pub epoch: u32,
+}
+
+/// Why a read was not served (ORCA §2.1 `Error`). Each variant says what the caller should do.
+#[derive(Clone, Debug, PartialEq, Eq, Error)]
+pub enum ReadError {
+    /// This node is not the leader (leader-only reads) or has lost its leader lease. Retry at
+    /// `hint`, or at another node if there is none.
+    #[error("not the leader (hint: {hint:?})")]
+    NotLeader { hint: Option<NodeId> },
+    /// This follower holds no valid active-set lease (R2). Retry at another node after a short
+    /// back-off (default 10 ms).
+    #[error("not in the active set")]
+    NotInActiveSet,
+    /// The read waited `read_timeout` (durability, session token, or a forward). Retry.
+    #[error("read timed out")]
+    Timeout,
+    /// The leader is still starting its epoch (sync phase) or no leader is known. Retry soon.
+    #[error("unavailable")]
+    Unavailable,
+}
+
+/// Leader -> follower: the answer to a `ForwardRead`, relayed unchanged to the client.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ReadRelay {
+    pub epoch: u32,
+    pub fwd_id: u64,
+    pub result: Result<ReadValue, ReadError>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum LogMessage {
+    AppendEntries(AppendEntries),
+    AppendAck(AppendAck),
+    ForwardRead(ForwardRead),
+    ReadRelay(ReadRelay),
+    /// `last_index`: the candidate's last log entry (memory), for vote rule (d).
+    RequestVote { epoch: u32, last_index: LogIndex },
+    VoteResp { epoch: u32, granted: bool },
+}
+
+impl LogMessage {
+    pub fn epoch(&self) -> u32 {
+        match self {
+            LogMessage::AppendEntries(m) => m.epoch,
+            LogMessage::AppendAck(m) => m.epoch,
+            LogMessage::ForwardRead(m) => m.epoch,
+            LogMessage::ReadRelay(m) => m.epoch,
+            LogMessage::RequestVote { epoch, .. } | LogMessage::VoteResp { epoch, .. } => *epoch,
+        }
+    }
+}
+
+// ---- encoding ----
+
+impl Encode for LogIndex {
+    fn encode(&self, out: &mut BytesMut) {
+        out.put_u32_le(self.epoch);
+        out.put_u32_le(self.counter);
+    }
+}
+impl Decode for LogIndex {
+    fn decode(r: &mut Reader) -> Result<Self, DecodeError> {
+        Ok(LogIndex { epoch: r.u32()?, counter: r.u32()? })
+    }
+}
+
+mod op_tag {
+    pub const PUT: u8 = 0;
+    pub const DELETE: u8 = 1;
+    pub const NOOP: u8 = 2;
+}
+
+impl Encode for LogEntry {
+    fn encode(&self, out: &mut BytesMut) {
+        self.index.encode(out);
+        put_bytes(out, &self.key);
+        match &self.op {
+            LogOp::Put(v) => {
+                out.put_u8(op_tag::PUT);
+                put_bytes(out, v);
+            }
+            LogOp::Delete => out.put_u8(op_tag::DELETE),
+            LogOp::NoOp => out.put_u8(op_tag::NOOP),
+        }
+        out.put_u64_le(self.client_id);
+        out.put_u64_le(self.seq);
+        put_bool(out, self.immediate);
+    }
+}
+impl Decode for LogEntry {
+    fn decode(r: &mut Reader) -> Result<Self, DecodeError> {
+        let index = LogIndex::decode(r)?;
+        let key = r.bytes()?;
+        let op = match r.u8()? {
+            op_tag::PUT => LogOp::Put(r.bytes()?),
+            op_tag::DELETE => LogOp::Delete,
+            op_tag::NOOP => LogOp::NoOp,
+            v => return Err(DecodeError::Invalid { what: "log op", value: v as u64 }),
+        };
+        Ok(LogEntry { index, key, op, client_id: r.u64()?, seq: r.u64()?, immediate: r.bool()? })
+    }
+}
+
+impl Encode for Grant {
+    fn encode(&self, out: &mut BytesMut) {
+        put_bool(out, self.member);
+        put_option(out, &self.echo_ts, |o, t| o.put_u64_le(*t));
+        put_option(out, &self.revoke_echo, |o, t| o.put_u64_le(*t));
+    }
+}
+impl Decode for Grant {
+    fn decode(r: &mut Reader) -> Result<Self, DecodeError> {
+        Ok(Grant { member: r.bool()?, echo_ts: r.option(|r| r.u64())?, revoke_echo: r.option(|r| r.u64())? })
+    }
+}
+
+mod read_tag {
+    pub const OK: u8 = 0;
+    pub const NOT_LEADER: u8 = 1;
+    pub const NOT_IN_ACTIVE_SET: u8 = 2;
+    pub const TIMEOUT: u8 = 3;
+    pub const UNAVAILABLE: u8 = 4;
+}
+
+fn put_read_result(out: &mut BytesMut, r: &Result<ReadValue, ReadError>) {
+    use read_tag::*;
+    match r {
+        Ok(v) => {
+            out.put_u8(OK);
+            put_value(out, &v.value);
+            v.update_index.encode(out);
+            v.served_by.encode(out);
+            out.put_u32_le(v.epoch);
+        }
+        Err(ReadError::NotLeader { hint }) => {
+            out.put_u8(NOT_LEADER);
+            put_option(out, hint, |o, n| n.encode(o));
+        }
+        Err(ReadError::NotInActiveSet) => out.put_u8(NOT_IN_ACTIVE_SET),
+        Err(ReadError::Timeout) => out.put_u8(TIMEOUT),
+        Err(ReadError::Unavailable) => out.put_u8(UNAVAILABLE),
+    }
+}
+
+fn get_read_result(r: &mut Reader) -> Result<Result<ReadValue, ReadError>, DecodeError> {
+    use read_tag::*;
+    Ok(match r.u8()? {
+        OK => Ok(ReadValue {
+            value: get_value(r)?,
+            update_index: LogIndex::decode(r)?,
+            served_by: NodeId::decode(r)?,
+            epoch: r.u32()?,
+        }),
+        NOT_LEADER => Err(ReadError::NotLeader { hint: r.option(NodeId::decode)? }),
+        NOT_IN_ACTIVE_SET => Err(ReadError::NotInActiveSet),
+        TIMEOUT => Err(ReadError::Timeout),
+        UNAVAILABLE => Err(ReadError::Unavailable),
+        v => return Err(DecodeError::Invalid { what: "read result", value: v as u64 }),
+    })
+}
+
+impl Encode for LogMessage {
+    fn encode(&self, out: &mut BytesMut) {
+        use log_tag::*;
+        match self {
+            LogMessage::AppendEntries(m) => {
+                out.put_u8(APPEND_ENTRIES);
+                out.put_u32_le(m.epoch);
+                m.prev_index.encode(out);
+                put_seq(out, &m.entries, |o, e| e.encode(o));
+                m.commit_index.encode(out);
+                m.durable_index.encode(out);
+                put_option(out, &m.flush_upto, |o, i| i.encode(o));
+                put_option(out, &m.round_id, |o, id| o.put_u64_le(*id));
+                out.put_u64_le(m.hb_round);
+                m.grant.encode(out);
+            }
+            LogMessage::AppendAck(m) => {
+                out.put_u8(APPEND_ACK);
+                out.put_u32_le(m.epoch);
+                put_bool(out, m.success);
+                m.last_index.encode(out);
+                m.match_index.encode(out);
+                m.persisted_index.encode(out);
+                m.applied_index.encode(out);
+                out.put_u64_le(m.hb_round);
+                put_option(out, &m.round_id, |o, id| o.put_u64_le(*id));
+                out.put_u64_le(m.f_ts);
+                put_bool(out, m.serving);
+                put_option(out, &m.revoke_ack, |o, t| o.put_u64_le(*t));
+            }
+            LogMessage::ForwardRead(m) => {
+                out.put_u8(FORWARD_READ);
+                out.put_u32_le(m.epoch);
+                out.put_u64_le(m.fwd_id);
+                put_bytes(out, &m.key);
+                put_option(out, &m.min_index, |o, i| i.encode(o));
+            }
+            LogMessage::ReadRelay(m) => {
+                out.put_u8(READ_RELAY);
+                out.put_u32_le(m.epoch);
+                out.put_u64_le(m.fwd_id);
+                put_read_result(out, &m.result);
+            }
+            LogMessage::RequestVote { epoch, last_index } => {
+                out.put_u8(REQUEST_VOTE);
+                out.put_u32_le(*epoch);
+                last_index.encode(out);
+            }
+            LogMessage::VoteResp { epoch, granted } => {
+                out.put_u8(VOTE_RESP);
+                out.put_u32_le(*epoch);
+                put_bool(out, *granted);
+            }
+        }
+    }
+}
+
+impl Decode for LogMessage {
+    fn decode(r: &mut Reader) -> Result<Self, DecodeError> {
+        use log_tag::*;
+        Ok(match r.u8()? {
+            APPEND_ENTRIES => LogMessage::AppendEntries(AppendEntries {
+                epoch: r.u32()?,
+                prev_index: LogIndex::decode(r)?,
+                entries: r.seq(LogEntry::decode)?,
+                commit_index: LogIndex::decode(r)?,
+                durable_index: LogIndex::decode(r)?,
+                flush_upto: r.option(LogIndex::decode)?,
+                round_id: r.option(|r| r.u64())?,
+                hb_round: r.u64()?,
+                grant: Grant::decode(r)?,
+            }),
+            APPEND_ACK => LogMessage::AppendAck(AppendAck {
+                epoch: r.u32()?,
+                success: r.bool()?,
+                last_index: LogIndex::decode(r)?,
+                match_index: LogIndex::decode(r)?,
+                persisted_index: LogIndex::decode(r)?,
+                applied_index: LogIndex::decode(r)?,
+                hb_round: r.u64()?,
+                round_id: r.option(|r| r.u64())?,
+                f_ts: r.u64()?,
+                serving: r.bool()?,
+                revoke_ack: r.option(|r| r.u64())?,
+            }),
+            FORWARD_READ => LogMessage::ForwardRead(ForwardRead {
+                epoch: r.u32()?,
+                fwd_id: r.u64()?,
+                key: r.bytes()?,
+                min_index: r.option(LogIndex::decode)?,
+            }),
+            READ_RELAY => LogMessage::ReadRelay(ReadRelay { epoch: r.u32()?, fwd_id: r.u64()?, result: get_read_result(r)? }),
+            REQUEST_VOTE => LogMessage::RequestVote { epoch: r.u32()?, last_index: LogIndex::decode(r)? },
+            VOTE_RESP => LogMessage::VoteResp { epoch: r.u32()?, granted: r.bool()? },
+            tag => return Err(DecodeError::UnknownTag { tag }),
+        })
+    }
+}
