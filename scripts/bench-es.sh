@@ -35,80 +35,14 @@ BASE_PORT=${BASE_PORT:-7400}
 REDIS_PORT=${REDIS_PORT:-6399}
 RESULTS=${RESULTS:-${CARGO_TARGET_DIR:-$ROOT/target}/bench-results/es-$(date +%Y%m%d-%H%M%S)}
 BIN=${CARGO_TARGET_DIR:-$ROOT/target}/release
-QUIET_CORES=${QUIET_CORES:-0.1}
 QUIET_WAIT=${QUIET_WAIT:-60}
 QUIET_BUDGET=${QUIET_BUDGET:-600}
 NODES=3
 
-log() { printf '[bench-es] %s\n' "$*" >&2; }
-die() { log "error: $*"; exit 1; }
-
+TAG=bench-es
+# shellcheck source=scripts/bench-lib.sh
+. "$ROOT/scripts/bench-lib.sh"
 mkdir -p "$RESULTS"
-WORK=$(mktemp -d "${TMPDIR:-/tmp}/strata-bench-es.XXXXXX")
-
-# ---- (f) stop everything we started, whatever happens -------------------------------------
-PIDS=()
-cleanup() {
-    local rc=$?
-    for pid in "${PIDS[@]}"; do
-        kill -TERM "$pid" 2>/dev/null || true
-    done
-    for pid in "${PIDS[@]}"; do
-        for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-        kill -KILL "$pid" 2>/dev/null || true
-    done
-    rm -rf "$WORK"
-    exit "$rc"
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
-
-wait_port() { # host port seconds
-    local deadline=$((SECONDS + $3))
-    until (exec 3<>"/dev/tcp/$1/$2") 2>/dev/null; do
-        [ "$SECONDS" -lt "$deadline" ] || return 1
-        sleep 0.1
-    done
-}
-
-# CPU time (user + system, seconds) consumed so far by the given processes.
-CLK_TCK=$(getconf CLK_TCK)
-cpu_seconds() {
-    local ticks=0 p
-    for p in "$@"; do
-        # Fields 14 and 15 of /proc/PID/stat (after the parenthesised command name).
-        ticks=$((ticks + $(sed 's/^.*) //' "/proc/$p/stat" | awk '{print $12 + $13}')))
-    done
-    echo "$ticks $CLK_TCK" | awk '{printf "%.2f", $1 / $2}'
-}
-
-# CPU time (seconds) the whole machine spent busy so far, every process included: what is not
-# ours during a run is other load on the machine (the benchmark is only as good as its quiet).
-machine_busy_seconds() {
-    awk -v tck="$CLK_TCK" '/^cpu / {printf "%.2f", ($2 + $3 + $4 + $7 + $8 + $9) / tck}' /proc/stat
-}
-
-# Other work on the machine (builds, tests) distorts every number: before each run, wait until
-# the machine is idle (below QUIET_CORES busy over one second, our idle servers included), for
-# at most QUIET_WAIT seconds per run and QUIET_BUDGET seconds in all; then run anyway. What
-# other load remained during each run is recorded next to its results.
-QUIET_BUDGET_LEFT=$QUIET_BUDGET
-wait_quiet() {
-    local waited=0 a b
-    while :; do
-        a=$(machine_busy_seconds)
-        sleep 1
-        b=$(machine_busy_seconds)
-        awk -v a="$a" -v b="$b" -v q="$QUIET_CORES" 'BEGIN { exit !(b - a < q) }' && return 0
-        waited=$((waited + 1))
-        QUIET_BUDGET_LEFT=$((QUIET_BUDGET_LEFT - 1))
-        if [ "$waited" -ge "$QUIET_WAIT" ] || [ "$QUIET_BUDGET_LEFT" -le 0 ]; then
-            log "the machine is busy (other processes); running anyway"
-            return 0
-        fi
-        [ $((waited % 10)) = 1 ] && log "waiting for the machine to be idle"
-    done
-}
 
 # ---- (a) build ------------------------------------------------------------------------------
 log "building release binaries"
@@ -125,37 +59,11 @@ fi
 command -v python3 >/dev/null || die "python3 is needed to summarize the JSON results"
 
 # ---- (c) a 3-node Strata cluster --------------------------------------------------------------
-ENDPOINTS=""
-STRATA_PIDS=()
-UP_PID=""
-for i in $(seq 0 $((NODES - 1))); do ENDPOINTS+="${ENDPOINTS:+,}127.0.0.1:$((BASE_PORT + i))"; done
-if [ -x "$BIN/strata" ] && "$BIN/strata" --help 2>/dev/null | grep -qE '^\s+up\b'; then
-    log "starting: strata up --nodes $NODES --base-port $BASE_PORT"
-    "$BIN/strata" up --nodes "$NODES" --data-dir "$WORK/strata" --base-port "$BASE_PORT" >"$RESULTS/strata-up.log" 2>&1 &
-    PIDS+=($!)
-    UP_PID=$!
-else
-    log "starting $NODES strata-node processes (no 'strata up' yet)"
-    for i in $(seq 0 $((NODES - 1))); do
-        peers=()
-        for j in $(seq 0 $((NODES - 1))); do
-            [ "$j" = "$i" ] || peers+=(--peer "$j=127.0.0.1:$((BASE_PORT + 100 + j))")
-        done
-        "$BIN/strata-node" --node-id "$i" --client-addr "127.0.0.1:$((BASE_PORT + i))" \
-            --peer-addr "127.0.0.1:$((BASE_PORT + 100 + i))" "${peers[@]}" --data-dir "$WORK/strata/n$i" \
-            >"$RESULTS/strata-node-$i.log" 2>&1 &
-        PIDS+=($!)
-        STRATA_PIDS+=($!)
-    done
-fi
-for i in $(seq 0 $((NODES - 1))); do
-    wait_port 127.0.0.1 $((BASE_PORT + i)) 20 || die "strata node $i did not start (see $RESULTS)"
-done
-if [ -n "$UP_PID" ]; then
-    # The node processes are the supervisor's children; their CPU time is what we account.
-    mapfile -t STRATA_PIDS < <(pgrep -P "$UP_PID")
-    [ "${#STRATA_PIDS[@]}" = "$NODES" ] || die "expected $NODES node processes under strata up, found ${#STRATA_PIDS[@]}"
-fi
+start_strata
+UP_PID=${PIDS[-1]}
+# The node processes are the supervisor's children; their CPU time is what we account.
+mapfile -t STRATA_PIDS < <(pgrep -P "$UP_PID")
+[ "${#STRATA_PIDS[@]}" = "$NODES" ] || die "expected $NODES node processes under strata up, found ${#STRATA_PIDS[@]}"
 
 # ---- (d) redis-server -------------------------------------------------------------------------
 redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --save '' --appendonly no --daemonize no \
@@ -166,13 +74,9 @@ wait_port 127.0.0.1 "$REDIS_PORT" 20 || die "redis-server did not start (see $RE
 
 # ---- machine and settings ---------------------------------------------------------------------
 {
-    echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
-    echo "git: $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)$(git -C "$ROOT" diff --quiet 2>/dev/null || echo ' (dirty)')"
-    echo "nproc: $(nproc)"
-    echo "cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //')"
+    describe_machine
     echo "memory: $(awk '/MemTotal/ {printf "%.1f GiB", $2/1048576}' /proc/meminfo)"
     echo "kernel: $(uname -r)"
-    echo "loadavg at start: $(cat /proc/loadavg)"
     echo "redis: $(redis-server --version)"
     echo "driver: $BIN/strata bench"
     echo "settings: clients=$CLIENTS sessions=$SESSIONS depth=1,$DEPTH keys=$KEYS key_size=$KEY_SIZE value_size=$VALUE_SIZE duration=${DURATION}s warmup=${WARMUP}s runs=$RUNS ratios=[$RATIOS]"
