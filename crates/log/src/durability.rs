@@ -226,9 +226,15 @@ impl LogReplica {
             id,
             target: last,
         });
-        // Step 4: flush locally and (SyncRepl) apply up to the target.
-        self.flush_auth = self.flush_auth.max(last);
-        self.apply_ready();
+        // Step 4: flush locally and (SyncRepl) apply up to the target. In Sync mode the leader
+        // applies only what a majority has fsynced (§5.2): reads there have no durability check
+        // (§5.11 strong-ZK), so applying ahead of the majority would serve data a crash can
+        // lose. The simulator found it: an immediate write in strong mode let the leader serve
+        // entries that were later lost (strata-sim, orca_scenarios, strong + immediate writes).
+        if !self.sync_writes() {
+            self.flush_auth = self.flush_auth.max(last);
+            self.apply_ready();
+        }
         self.request_flush();
     }
 }

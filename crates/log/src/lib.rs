@@ -16,9 +16,9 @@
 //! * `replica`: state, dispatch of inputs, timers, the `Node` contract;
 //! * `invariants`: the local state invariants of §7 behind `check_invariants`;
 //! * `state`: the in-memory log and the applied key-value state (pure data);
-//! * `testkit`, `scenarios` (tests only): a deterministic N-node driver with a simulated
-//!   disk that loses unsynced records on crash, global checkers (G2, G3, R1, R2, §7.2, G6),
-//!   per-mechanism scenarios, a small §7 fault-injection swarm, and the canaries.
+//! * `core_tests` (tests only): one core driven by hand (votes, persist tokens, recovery).
+//!   The cluster scenarios, the §7 fault-injection harness, the history checkers of §7 and
+//!   the canaries run the same cores in `strata-sim` (`strata_sim::orca`).
 //!
 //! Why not raft-rs: ORCA's messages carry what raft-rs messages cannot — the durable index,
 //! `flush_upto` and round ids, grants that echo the follower's own timestamp, separate
@@ -48,6 +48,4 @@ pub use replica::{LogEffects, LogReplica, Role};
 pub use strata_wire::log::{LogEntry, LogIndex, LogMessage, LogOp};
 
 #[cfg(test)]
-mod scenarios;
-#[cfg(test)]
-mod testkit;
+mod core_tests;

@@ -8,7 +8,8 @@
 //! * [`workload`]: closed-loop client sessions issuing relaxed, release/acquire and RMW
 //!   operations (or a script);
 //! * [`history`]: what a run records; [`check`]: the checkers over it;
-//! * [`run`]: one seed end to end, with its report.
+//! * [`run`]: one seed end to end, with its report;
+//! * [`orca`]: the same for the log engine (ORCA): driver, history, §7 checkers, harness.
 
 pub mod check;
 pub mod clock;
@@ -17,6 +18,7 @@ mod guard;
 pub mod history;
 pub mod knobs;
 pub mod net;
+pub mod orca;
 pub mod run;
 pub mod workload;
 

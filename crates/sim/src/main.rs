@@ -7,7 +7,15 @@
 //! cargo run -p strata-sim -- --count 1000 --start 5000
 //! cargo run -p strata-sim -- --seed 7 --canary apply-older-writes
 //! cargo run -p strata-sim -- --count 100 --canary skip-slow-release
+//! cargo run -p strata-sim -- --engine log --mode orca --seed 7
+//! cargo run -p strata-sim -- --engine log --mode weak --count 500
+//! cargo run -p strata-sim -- --engine log --mode orca --count 50 --log-canary skip-durability-check
 //! ```
+//!
+//! `--engine log` runs the ORCA fault-injection harness of orca.md §7 (`strata_sim::orca`) in
+//! one `--mode`: `orca`, `orca-sync-repl`, `cad`, `strong`, `weak`, `weak-sync-repl`,
+//! `sync-all`. The weak modes are expected to fail (§7.15): a sweep reports how many seeds
+//! showed non-monotonic reads.
 //!
 //! Canaries: `apply-older-writes`, `skip-slow-release`, `accept-without-quorum`,
 //! `no-acquire-obligation`, and one per state invariant of Kite §7 inv. 14 - 17:
@@ -20,10 +28,12 @@ use std::process::ExitCode;
 use std::time::Instant;
 
 use clap::{ArgGroup, Parser};
+use strata_log::LogEvent;
+use strata_sim::orca::{log_canary, run_orca, HarnessOptions, Mode};
 use strata_sim::{run_seed, Canary, RunOptions};
 
 #[derive(Parser, Debug)]
-#[command(name = "strata-sim", about = "Deterministic swarm simulation of Strata's rc engine (relaxed, release/acquire and RMW operations), with history checkers")]
+#[command(name = "strata-sim", about = "Deterministic swarm simulation of Strata's rc engine (relaxed, release/acquire and RMW operations) and log engine (ORCA, --engine log), with history checkers")]
 #[command(group(ArgGroup::new("which").required(true).args(["seed", "seeds", "count"])))]
 struct Args {
     /// Run this one seed and print its knobs, summary and first violations.
@@ -45,6 +55,24 @@ struct Args {
     /// Eventual Store does not repair, Kite §1.2) as a violation.
     #[arg(long)]
     strict_convergence: bool,
+    /// Which engine to simulate: `rc` (Kite, the default) or `log` (ORCA).
+    #[arg(long, default_value = "rc", value_parser = ["rc", "log"])]
+    engine: String,
+    /// Log engine: the configuration (orca, orca-sync-repl, cad, strong, weak, weak-sync-repl,
+    /// sync-all).
+    #[arg(long, default_value = "orca")]
+    mode: Mode,
+    /// Log engine: cluster states per run.
+    #[arg(long, default_value_t = 12)]
+    states: usize,
+    /// Log engine: plant a bug of `strata-log` (skip-durability-check,
+    /// skip-follower-durability-check, serve-outside-active-set, lease-anchored-at-receipt).
+    #[arg(long, value_parser = log_canary)]
+    log_canary: Option<strata_log::PlantedBug>,
+    /// Log engine, with `--seed`: print the injected faults, then the protocol events of this
+    /// window of simulated milliseconds (`A..B`), without grants, applies and fsyncs.
+    #[arg(long, value_parser = parse_range)]
+    trace: Option<Range<u64>>,
     /// How many violations to print per failing seed.
     #[arg(long, default_value_t = 10)]
     max_violations: usize,
@@ -66,6 +94,9 @@ fn parse_range(s: &str) -> Result<Range<u64>, String> {
 
 fn main() -> ExitCode {
     let args = Args::parse();
+    if args.engine == "log" {
+        return main_log(&args);
+    }
     let opts = RunOptions { canary: args.canary, strict_convergence: args.strict_convergence };
     if let Some(seed) = args.seed {
         let report = run_seed(seed, &opts);
@@ -107,6 +138,68 @@ fn main() -> ExitCode {
     }
 }
 
+/// `--engine log`: one ORCA harness run, or a sweep with a per-checker tally.
+fn main_log(args: &Args) -> ExitCode {
+    let opts = HarnessOptions { states: args.states, canary: args.log_canary };
+    if let Some(seed) = args.seed {
+        let report = run_orca(args.mode, seed, &opts);
+        if let Some(window) = &args.trace {
+            for (at, what) in report.history.faults.iter().filter(|f| window.contains(&(f.0 .0 / 1_000_000))) {
+                println!("{:>10.3}ms fault: {what}", at.0 as f64 / 1e6);
+            }
+            for s in &report.history.events {
+                let ms = s.at.0 / 1_000_000;
+                let noisy = matches!(s.event, LogEvent::GrantSent { .. } | LogEvent::Applied { .. } | LogEvent::Persisted { .. });
+                if window.contains(&ms) && !noisy {
+                    println!("{:>10.3}ms {} {:?}", s.at.0 as f64 / 1e6, s.node, s.event);
+                }
+            }
+        }
+        println!("{}", report.render(args.max_violations));
+        return if report.passed() { ExitCode::SUCCESS } else { ExitCode::FAILURE };
+    }
+    let seeds = match (args.seeds.clone(), args.count) {
+        (Some(r), _) => r,
+        (None, Some(count)) => args.start..args.start.saturating_add(count),
+        (None, None) => unreachable!("clap requires one of --seed, --seeds, --count"),
+    };
+    let started = Instant::now();
+    let total = seeds.end - seeds.start;
+    let (mut failed, mut non_monotonic) = (Vec::new(), 0u64);
+    let mut by_checker = std::collections::BTreeMap::new();
+    for seed in seeds {
+        let report = run_orca(args.mode, seed, &opts);
+        println!("{}", report.one_line());
+        if report.monotonic_violations() > 0 {
+            non_monotonic += 1;
+        }
+        for (c, _) in report.violations_by_checker() {
+            *by_checker.entry(c).or_insert(0u64) += 1;
+        }
+        if !report.passed() {
+            if failed.is_empty() {
+                println!("{}\n", report.render(args.max_violations));
+            }
+            failed.push(report.repro());
+        }
+    }
+    println!(
+        "mode {}: {} of {total} seeds failed, {non_monotonic} with non-monotonic reads (inv. 1), in {:.1}s",
+        args.mode,
+        failed.len(),
+        started.elapsed().as_secs_f64()
+    );
+    println!("seeds failing each checker: {by_checker:?}");
+    for repro in failed.iter().take(20) {
+        println!("  reproduce: {repro}");
+    }
+    if failed.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -122,6 +215,10 @@ mod tests {
         assert_eq!((a.seed, a.canary), (Some(9), Some(Canary::ApplyOlderWrites)));
         assert!(Args::try_parse_from(["strata-sim"]).is_err(), "one of --seed/--seeds/--count is required");
         assert!(Args::try_parse_from(["strata-sim", "--seed", "1", "--canary", "nope"]).is_err());
+        let a = Args::try_parse_from(["strata-sim", "--engine", "log", "--mode", "sync-all", "--count", "3"]).unwrap();
+        assert_eq!((a.engine.as_str(), a.mode, a.count), ("log", Mode::SyncAll, Some(3)));
+        assert!(Args::try_parse_from(["strata-sim", "--engine", "log", "--mode", "nope", "--seed", "1"]).is_err());
+        assert!(Args::try_parse_from(["strata-sim", "--log-canary", "skip-durability-check", "--seed", "1"]).is_ok());
         for c in Canary::ALL {
             let a = Args::try_parse_from(["strata-sim", "--seed", "1", "--canary", c.name()]).unwrap();
             assert_eq!(a.canary, Some(c));

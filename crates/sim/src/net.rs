@@ -128,6 +128,11 @@ impl Network {
         }
     }
 
+    /// Heals every cut link (loss, duplication and reordering stay as drawn).
+    pub fn heal_all(&mut self) {
+        self.cut.clear();
+    }
+
     /// The liveness phase (Kite §7 prop 9): every link healed, no more loss, duplication or
     /// extra reordering; delays stay within the drawn range, so they are bounded.
     pub fn calm(&mut self) {
