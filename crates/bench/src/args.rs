@@ -24,6 +24,10 @@ pub enum Target {
     /// operation linearizable; acquires are gets, releases puts, CAS a compare-and-put
     /// transaction, FAA refused (see `etcd.rs`).
     Etcd,
+    /// A ZooKeeper 3.8 ensemble (needs the `zookeeper` build feature): keys are znodes, reads
+    /// getData (served by the connected server: sequentially consistent), writes setData,
+    /// inserts create; relaxed operations only (see `zookeeper.rs`).
+    Zookeeper,
 }
 
 impl std::fmt::Display for Target {
@@ -32,6 +36,7 @@ impl std::fmt::Display for Target {
             Target::Strata => "strata",
             Target::Redis => "redis",
             Target::Etcd => "etcd",
+            Target::Zookeeper => "zookeeper",
         })
     }
 }
@@ -45,6 +50,100 @@ pub enum Distribution {
     Uniform,
     /// YCSB zipfian (not scrambled: key 0 is the hottest), skew set by `--zipf-theta`.
     Zipfian,
+    /// YCSB "latest": zipfian over recency, the newest inserted key the hottest (skew
+    /// `--zipf-theta`); with inserts (`--ycsb d`) the hot set follows them.
+    Latest,
+}
+
+impl std::fmt::Display for Distribution {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Distribution::Uniform => "uniform",
+            Distribution::Zipfian => "zipfian",
+            Distribution::Latest => "latest",
+        })
+    }
+}
+
+/// A YCSB core workload preset (`--ycsb`), as in the ORCA paper's evaluation (ORCA §8.1;
+/// YCSB's `workloads/workload[abcdf]`; E needs range scans and is not offered).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+pub enum Ycsb {
+    /// 100% updates (the ORCA paper's write-only workload).
+    #[value(name = "w")]
+    W,
+    /// 50% reads, 50% updates (update heavy).
+    #[value(name = "a")]
+    A,
+    /// 95% reads, 5% updates (read mostly).
+    #[value(name = "b")]
+    B,
+    /// 100% reads.
+    #[value(name = "c")]
+    C,
+    /// 95% reads, 5% inserts of new keys; reads favour the newest keys ("latest").
+    #[value(name = "d")]
+    D,
+    /// 50% reads, 50% read-modify-writes (a read then a write of the same key, one operation).
+    #[value(name = "f")]
+    F,
+}
+
+impl std::fmt::Display for Ycsb {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Ycsb::W => "W",
+            Ycsb::A => "A",
+            Ycsb::B => "B",
+            Ycsb::C => "C",
+            Ycsb::D => "D",
+            Ycsb::F => "F",
+        })
+    }
+}
+
+/// The kind of non-read operation a YCSB workload issues.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum YcsbWrite {
+    /// Overwrite an existing key (YCSB `update`).
+    Update,
+    /// Write a new key after the last one (YCSB `insert`).
+    Insert,
+    /// Read a key, then write it (YCSB `readmodifywrite`).
+    Rmw,
+}
+
+impl Ycsb {
+    /// YCSB's proportions: the percentage of operations that are not reads, and what they are.
+    pub fn preset(self) -> (f64, YcsbWrite) {
+        match self {
+            Ycsb::W => (100.0, YcsbWrite::Update),
+            Ycsb::A => (50.0, YcsbWrite::Update),
+            Ycsb::B => (5.0, YcsbWrite::Update),
+            Ycsb::C => (0.0, YcsbWrite::Update),
+            Ycsb::D => (5.0, YcsbWrite::Insert),
+            Ycsb::F => (50.0, YcsbWrite::Rmw),
+        }
+    }
+
+    /// YCSB's request distribution: zipfian, except D's latest.
+    pub fn distribution(self) -> Distribution {
+        if self == Ycsb::D {
+            Distribution::Latest
+        } else {
+            Distribution::Zipfian
+        }
+    }
+}
+
+/// A resolved YCSB operation mix (percentages of all operations, summing to 100).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct YcsbMix {
+    pub read_pct: f64,
+    pub update_pct: f64,
+    pub insert_pct: f64,
+    pub rmw_pct: f64,
 }
 
 /// A preset operation mix (`--mode`), after the Kite paper's B1 baselines (Kite §8).
@@ -112,13 +211,14 @@ impl Mix {
 /// HDR histograms. Before measuring, every key is written once, so reads hit.
 #[derive(clap::Args, Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct BenchArgs {
-    /// What to load: a Strata cluster, a Redis server or an etcd cluster.
+    /// What to load: a Strata cluster, a Redis server, an etcd cluster or a ZooKeeper ensemble.
     #[arg(long, value_enum, default_value_t = Target::Strata)]
     pub target: Target,
 
     /// Addresses to connect to, comma-separated. Strata: client addresses of the nodes
     /// (default: the running local cluster's). Redis: default 127.0.0.1:6379. etcd: client
-    /// URLs' host:port, default 127.0.0.1:2379.
+    /// URLs' host:port, default 127.0.0.1:2379. ZooKeeper: clientPort of each server,
+    /// default 127.0.0.1:2181.
     #[arg(long, value_name = "ADDR,...", value_delimiter = ',')]
     pub endpoints: Option<Vec<SocketAddr>>,
 
@@ -146,17 +246,26 @@ pub struct BenchArgs {
     #[arg(long, value_name = "B", default_value_t = 64)]
     pub value_size: usize,
 
-    /// Key choice.
-    #[arg(long, value_enum, default_value_t = Distribution::Uniform)]
-    pub dist: Distribution,
+    /// Key choice; default uniform, or the `--ycsb` preset's (zipfian; latest for d).
+    #[arg(long, value_enum)]
+    pub dist: Option<Distribution>,
 
-    /// Zipfian skew, in (0, 1); with `--dist zipfian`.
+    /// Zipfian skew, in (0, 1); with `--dist zipfian` or `latest`.
     #[arg(long, value_name = "THETA", default_value_t = 0.99)]
     pub zipf_theta: f64,
 
-    /// Percentage of operations that are writes (puts), 0-100; the rest are reads.
-    #[arg(long, value_name = "PERCENT", default_value_t = 5.0)]
-    pub write_ratio: f64,
+    /// Percentage of operations that are writes (puts), 0-100; the rest are reads. Default 5.
+    /// With `--ycsb`: default the preset's; a value given here replaces the preset's share of
+    /// updates, inserts (d) or RMWs (f).
+    #[arg(long, value_name = "PERCENT")]
+    pub write_ratio: Option<f64>,
+
+    /// YCSB core workload preset (ORCA §8.1): w (100% updates), a (50% reads / 50% updates),
+    /// b (95/5), c (100% reads), d (95% reads / 5% inserts, "latest" distribution), f (50%
+    /// reads / 50% read-modify-writes). Zipfian θ 0.99 except d. `--write-ratio` and `--dist`
+    /// override the preset's share and distribution. Relaxed operations only (`--mode es`).
+    #[arg(long, value_enum, value_name = "W|A|B|C|D|F", ignore_case = true)]
+    pub ycsb: Option<Ycsb>,
 
     /// Measure for this many seconds (after the warmup).
     #[arg(long, value_name = "SECS", default_value_t = 10.0, conflicts_with = "ops")]
@@ -250,9 +359,10 @@ impl Default for BenchArgs {
             keys: 100_000,
             key_size: 16,
             value_size: 64,
-            dist: Distribution::Uniform,
+            dist: None,
             zipf_theta: 0.99,
-            write_ratio: 5.0,
+            write_ratio: None,
+            ycsb: None,
             duration: 10.0,
             ops: None,
             warmup: 1.0,
@@ -295,10 +405,12 @@ impl BenchArgs {
         if self.key_size < min {
             return bad(format!("--key-size {} cannot hold {} keys: use at least {min}", self.key_size, self.keys));
         }
-        if !(0.0..=100.0).contains(&self.write_ratio) {
-            return bad(format!("--write-ratio {} is not a percentage in 0-100", self.write_ratio));
+        if let Some(w) = self.write_ratio {
+            if !(0.0..=100.0).contains(&w) {
+                return bad(format!("--write-ratio {w} is not a percentage in 0-100"));
+            }
         }
-        if self.dist == Distribution::Zipfian && !(self.zipf_theta > 0.0 && self.zipf_theta < 1.0) {
+        if self.dist() != Distribution::Uniform && !(self.zipf_theta > 0.0 && self.zipf_theta < 1.0) {
             return bad(format!("--zipf-theta {} must be strictly between 0 and 1", self.zipf_theta));
         }
         if self.ops.is_none() && !(self.duration > 0.0 && self.duration.is_finite()) {
@@ -310,7 +422,9 @@ impl BenchArgs {
         if !(self.warmup >= 0.0 && self.warmup.is_finite()) {
             return bad(format!("--warmup {} must be zero or more seconds", self.warmup));
         }
-        for (flag, v) in [("--release-pct", self.release_pct), ("--acquire-pct", self.acquire_pct), ("--rmw-pct", self.rmw_pct)] {
+        for (flag, v) in
+            [("--release-pct", self.release_pct), ("--acquire-pct", self.acquire_pct), ("--rmw-pct", self.rmw_pct)]
+        {
             if let Some(v) = v {
                 if !(0.0..=100.0).contains(&v) {
                     return bad(format!("{flag} {v} is not a percentage in 0-100"));
@@ -329,6 +443,33 @@ impl BenchArgs {
                 "--target redis has no releases, acquires or RMWs: use --mode es and no --release-pct, --acquire-pct or --rmw-pct (mode {:?}, releases {}%, acquires {}%, RMWs {}%)",
                 self.mode, mix.release_pct, mix.acquire_pct, mix.rmw_pct
             ));
+        }
+        if self.target == Target::Zookeeper && mix.has_sync() {
+            return bad(format!(
+                "--target zookeeper runs relaxed reads, updates, inserts and RMWs (--ycsb): use --mode es and no --release-pct, --acquire-pct or --rmw-pct (mode {:?})",
+                self.mode
+            ));
+        }
+        if self.ycsb.is_some() {
+            if mix.has_sync() {
+                return bad(format!(
+                    "--ycsb runs relaxed reads, updates, inserts and read-modify-writes: it does not combine with --mode {:?} or --release-pct, --acquire-pct, --rmw-pct",
+                    self.mode
+                ));
+            }
+            if self.workload != WorkloadKind::Kv {
+                return bad("--ycsb needs --workload kv".into());
+            }
+        }
+        if self.ycsb_mix().is_some_and(|m| m.insert_pct > 0.0) {
+            // Inserts write keys past --keys: leave room for ten times as many.
+            let need = min_key_size(self.keys.saturating_mul(10));
+            if self.key_size < need {
+                return bad(format!(
+                    "--key-size {} leaves no room for inserted keys after {} keys: use at least {need}",
+                    self.key_size, self.keys
+                ));
+            }
         }
         if self.target == Target::Etcd && mix.rmw_pct > 0.0 && mix.rmw == RmwKind::Faa {
             return bad("--target etcd has no fetch-and-add: use --rmw cas (a compare-and-put transaction)".into());
@@ -377,6 +518,31 @@ impl BenchArgs {
         }
     }
 
+    /// Percentage of operations that are writes: `--write-ratio`, else the `--ycsb` preset's
+    /// non-read share, else 5.
+    pub fn write_ratio(&self) -> f64 {
+        self.write_ratio.unwrap_or_else(|| self.ycsb.map_or(5.0, |y| y.preset().0))
+    }
+
+    /// The key distribution: `--dist`, else the `--ycsb` preset's, else uniform.
+    pub fn dist(&self) -> Distribution {
+        self.dist.unwrap_or_else(|| self.ycsb.map_or(Distribution::Uniform, |y| y.distribution()))
+    }
+
+    /// With `--ycsb`: the operation mix, the preset's with `--write-ratio` as its non-read
+    /// share (of the preset's kind: updates, inserts or RMWs).
+    pub fn ycsb_mix(&self) -> Option<YcsbMix> {
+        let y = self.ycsb?;
+        let w = self.write_ratio();
+        let mut m = YcsbMix { read_pct: 100.0 - w, ..YcsbMix::default() };
+        match y.preset().1 {
+            YcsbWrite::Update => m.update_pct = w,
+            YcsbWrite::Insert => m.insert_pct = w,
+            YcsbWrite::Rmw => m.rmw_pct = w,
+        }
+        Some(m)
+    }
+
     /// The endpoints to use when the caller has none: `--endpoints`, else Redis' or etcd's
     /// usual port on 127.0.0.1. Strata's default (the local cluster) is the CLI's to find.
     pub fn default_endpoints(&self) -> Vec<SocketAddr> {
@@ -384,6 +550,7 @@ impl BenchArgs {
             (Some(e), _) => e.clone(),
             (None, Target::Redis) => vec![DEFAULT_REDIS_ENDPOINT.parse().expect("a valid address")],
             (None, Target::Etcd) => vec![crate::etcd::default_endpoint()],
+            (None, Target::Zookeeper) => vec![crate::zookeeper::default_endpoint()],
             (None, Target::Strata) => Vec::new(),
         }
     }
@@ -428,7 +595,7 @@ mod tests {
         let b = cli.bench;
         assert_eq!(b.target, Target::Redis);
         assert_eq!(b.endpoints.as_ref().unwrap().len(), 2);
-        assert_eq!(b.write_ratio, 2.5);
+        assert_eq!(b.write_ratio(), 2.5);
         assert_eq!(b.ops, Some(1000));
         assert_eq!(b.pipeline, 16);
         b.validate().unwrap();
@@ -444,12 +611,12 @@ mod tests {
             let e = a.validate().unwrap_err().to_string();
             assert!(e.contains(flag), "{e}");
         };
-        check(|a| a.write_ratio = 101.0, "--write-ratio");
+        check(|a| a.write_ratio = Some(101.0), "--write-ratio");
         check(|a| a.key_size = 3, "--key-size");
         check(|a| a.pipeline = 0, "--pipeline");
         check(
             |a| {
-                a.dist = Distribution::Zipfian;
+                a.dist = Some(Distribution::Zipfian);
                 a.zipf_theta = 1.0
             },
             "--zipf-theta",
@@ -540,5 +707,63 @@ mod tests {
             .validate()
             .unwrap_err();
         assert!(e.to_string().contains("etcd"), "{e}");
+    }
+
+    #[test]
+    fn ycsb_presets_parse_and_flags_override_them() {
+        let args = |a: &[&str]| {
+            let mut v = vec!["bench"];
+            v.extend_from_slice(a);
+            Cli::try_parse_from(v).map(|c| c.bench)
+        };
+        let d = args(&[]).unwrap();
+        assert_eq!((d.ycsb, d.ycsb_mix(), d.dist(), d.write_ratio()), (None, None, Distribution::Uniform, 5.0));
+        for (flag, y, w, kind, dist) in [
+            ("w", Ycsb::W, 100.0, YcsbWrite::Update, Distribution::Zipfian),
+            ("A", Ycsb::A, 50.0, YcsbWrite::Update, Distribution::Zipfian),
+            ("b", Ycsb::B, 5.0, YcsbWrite::Update, Distribution::Zipfian),
+            ("c", Ycsb::C, 0.0, YcsbWrite::Update, Distribution::Zipfian),
+            ("D", Ycsb::D, 5.0, YcsbWrite::Insert, Distribution::Latest),
+            ("f", Ycsb::F, 50.0, YcsbWrite::Rmw, Distribution::Zipfian),
+        ] {
+            let a = args(&["--ycsb", flag]).unwrap();
+            assert_eq!(a.ycsb, Some(y));
+            assert_eq!((a.write_ratio(), a.dist(), a.zipf_theta), (w, dist, 0.99), "{flag}");
+            assert_eq!(y.preset().1, kind);
+            let m = a.ycsb_mix().unwrap();
+            assert_eq!(m.read_pct + m.update_pct + m.insert_pct + m.rmw_pct, 100.0);
+            a.validate().unwrap();
+        }
+        // Explicit flags override the preset: the non-read share keeps the preset's kind.
+        let a = args(&["--ycsb", "d", "--write-ratio", "20", "--dist", "uniform"]).unwrap();
+        let m = a.ycsb_mix().unwrap();
+        assert_eq!((m.read_pct, m.insert_pct, m.update_pct, a.dist()), (80.0, 20.0, 0.0, Distribution::Uniform));
+        let a = args(&["--ycsb", "a", "--zipf-theta", "0.5", "--dist", "latest"]).unwrap();
+        assert_eq!((a.dist(), a.zipf_theta), (Distribution::Latest, 0.5));
+        assert!(args(&["--ycsb", "e"]).is_err(), "E needs range scans");
+        // YCSB is relaxed operations only, and inserts need room in the key size.
+        let e = args(&["--ycsb", "a", "--mode", "abd"]).unwrap().validate().unwrap_err();
+        assert!(e.to_string().contains("--ycsb"), "{e}");
+        let e = args(&["--ycsb", "d", "--keys", "1000", "--key-size", "4"]).unwrap().validate().unwrap_err();
+        assert!(e.to_string().contains("--key-size"), "{e}");
+        args(&["--ycsb", "a", "--keys", "1000", "--key-size", "4"]).unwrap().validate().unwrap();
+        args(&["--ycsb", "d", "--target", "zookeeper"]).unwrap().validate().unwrap();
+    }
+
+    #[test]
+    fn zookeeper_takes_relaxed_mixes_only_and_defaults_to_2181() {
+        let a = BenchArgs { target: Target::Zookeeper, ..BenchArgs::default() };
+        a.validate().unwrap();
+        assert_eq!(a.default_endpoints(), vec!["127.0.0.1:2181".parse::<SocketAddr>().unwrap()]);
+        for mode in [Mode::Abd, Mode::Paxos, Mode::Kite] {
+            let e = BenchArgs { target: Target::Zookeeper, mode, rmw: RmwKind::Cas, ..BenchArgs::default() }
+                .validate()
+                .unwrap_err();
+            assert!(e.to_string().contains("zookeeper"), "{e}");
+        }
+        let e = BenchArgs { target: Target::Zookeeper, workload: WorkloadKind::Hml, ..BenchArgs::default() }
+            .validate()
+            .unwrap_err();
+        assert!(e.to_string().contains("zookeeper"), "{e}");
     }
 }

@@ -83,6 +83,7 @@ pub(crate) async fn run(
         latency_us: Latencies::default(),
         mix: Default::default(),
         class_latency_us: Default::default(),
+        ycsb: None,
         timeline_files: Vec::new(),
         ds: Some(DsReport {
             kind: kind.short().to_string(),

@@ -7,7 +7,7 @@
 //! | bench op | Strata | etcd |
 //! |---|---|---|
 //! | read, acquire | relaxed get / acquire (ABD) | `Range`, linearizable (etcd's default) |
-//! | write, release | relaxed put / release (ABD) | `Put` |
+//! | write, insert, release | relaxed put / release (ABD) | `Put` |
 //! | CAS | strong CAS (per-key Paxos) | `Txn { if value(key) == v then Put(key, v) }` |
 //! | FAA | per-key Paxos | refused: etcd has no fetch-and-add |
 //!
@@ -75,10 +75,12 @@ mod with_grpc {
                     let r = kv.get(key.to_vec(), None).await.map_err(|e| e.to_string())?;
                     Ok(if r.kvs().is_empty() { Done::Miss } else { Done::Hit })
                 }),
-                BenchOp::Write { key, value } | BenchOp::Release { key, value } => tokio::spawn(async move {
-                    kv.put(key.to_vec(), value.to_vec(), None).await.map_err(|e| e.to_string())?;
-                    Ok(Done::Written)
-                }),
+                BenchOp::Write { key, value } | BenchOp::Insert { key, value } | BenchOp::Release { key, value } => {
+                    tokio::spawn(async move {
+                        kv.put(key.to_vec(), value.to_vec(), None).await.map_err(|e| e.to_string())?;
+                        Ok(Done::Written)
+                    })
+                }
                 BenchOp::Cas { key, value } => tokio::spawn(async move {
                     let txn = Txn::new()
                         .when([Compare::value(key.to_vec(), CompareOp::Equal, value.to_vec())])
@@ -144,7 +146,7 @@ mod tests {
     #[cfg(not(feature = "etcd"))]
     #[tokio::test]
     async fn a_build_without_the_feature_says_how_to_get_it() {
-        let Err(e) = EtcdConn::connect(default_endpoint()).await else { panic!("connected without gRPC") };
+        let e = EtcdConn::connect(default_endpoint()).await.err().expect("no connection without gRPC");
         assert!(e.contains("--features etcd") && e.contains("protoc"), "{e}");
     }
 

@@ -103,18 +103,101 @@ impl Zipfian {
     }
 }
 
-/// How the benchmark picks the key of each operation.
+impl Zipfian {
+    /// Extends the generator to `n >= items()` items, as YCSB's `ZipfianGenerator.nextLong`
+    /// does when the item count grows: `zeta(n)` incrementally (O(new items)), then `eta`.
+    pub fn grow_to(&mut self, n: u64) {
+        if n <= self.n {
+            return;
+        }
+        self.zetan += ((self.n + 1)..=n).map(|i| 1.0 / (i as f64).powf(self.theta)).sum::<f64>();
+        self.n = n;
+        let zeta2 = zeta(2, self.theta);
+        self.eta = (1.0 - (2.0 / n as f64).powf(1.0 - self.theta)) / (1.0 - zeta2 / self.zetan);
+    }
+}
+
+/// YCSB's "latest" distribution (`SkewedLatestGenerator`): a zipfian over recency, so that
+/// the newest of `n` keys is the hottest, the one before it next, and so on: index
+/// `n - 1 - zipfian(n)`. `n` is the count of keys whose insert has completed (YCSB's
+/// `AcknowledgedCounterGenerator`, here [`InsertCounter::acknowledged`]) and grows as inserts
+/// complete; the zipfian grows with it (checked by `latest_favours_the_newest_keys`).
+#[derive(Clone, Debug)]
+pub struct Latest {
+    zipf: Zipfian,
+}
+
+impl Latest {
+    /// Over the `n >= 1` keys that exist at the start.
+    pub fn new(n: u64, theta: f64) -> Latest {
+        Latest { zipf: Zipfian::new(n, theta) }
+    }
+
+    /// An index in `[0, n)`, the newest (`n - 1`) the most likely.
+    pub fn sample<R: Rng + ?Sized>(&mut self, n: u64, rng: &mut R) -> u64 {
+        self.zipf.grow_to(n);
+        let n = n.max(1).min(self.zipf.items());
+        n - 1 - self.zipf.sample(rng).min(n - 1)
+    }
+}
+
+/// The indexes of inserted keys (YCSB's insert key sequence and its
+/// `AcknowledgedCounterGenerator`): inserts take the next index after the preloaded keys;
+/// `acknowledged` is the count of keys below which every insert has completed, so reads never
+/// choose a key whose insert is still in flight.
+#[derive(Debug)]
+pub struct InsertCounter {
+    next: std::sync::atomic::AtomicU64,
+    acknowledged: std::sync::atomic::AtomicU64,
+    /// Completed inserts above `acknowledged`.
+    early: std::sync::Mutex<std::collections::BTreeSet<u64>>,
+}
+
+impl InsertCounter {
+    /// After `preloaded` keys (indexes `0..preloaded`).
+    pub fn new(preloaded: u64) -> InsertCounter {
+        InsertCounter { next: preloaded.into(), acknowledged: preloaded.into(), early: Default::default() }
+    }
+
+    /// The index of the next key to insert.
+    pub fn next_index(&self) -> u64 {
+        self.next.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Every key below this count exists.
+    pub fn acknowledged(&self) -> u64 {
+        self.acknowledged.load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    /// The insert of `index` completed.
+    pub fn acknowledge(&self, index: u64) {
+        let mut early = self.early.lock().unwrap_or_else(|e| e.into_inner());
+        early.insert(index);
+        let mut limit = self.acknowledged.load(std::sync::atomic::Ordering::Acquire);
+        while early.remove(&limit) {
+            limit += 1;
+        }
+        self.acknowledged.store(limit, std::sync::atomic::Ordering::Release);
+    }
+}
+
+/// How the benchmark picks the key of each operation. Each session keeps its own copy
+/// ([`Latest`] grows with the inserts).
 #[derive(Clone, Debug)]
 pub enum KeyChooser {
     Uniform { n: u64 },
     Zipfian(Zipfian),
+    Latest(Latest),
 }
 
 impl KeyChooser {
-    pub fn sample<R: Rng + ?Sized>(&self, rng: &mut R) -> u64 {
+    /// An index; `existing` is the count of keys that exist now (the preloaded ones plus the
+    /// acknowledged inserts). Uniform and zipfian choose among the preloaded keys only.
+    pub fn sample<R: Rng + ?Sized>(&mut self, rng: &mut R, existing: u64) -> u64 {
         match self {
             KeyChooser::Uniform { n } => rng.gen_range(0..*n),
             KeyChooser::Zipfian(z) => z.sample(rng),
+            KeyChooser::Latest(l) => l.sample(existing, rng),
         }
     }
 }
@@ -157,11 +240,11 @@ mod tests {
     #[test]
     fn uniform_choice_is_uniform() {
         let mut rng = StdRng::seed_from_u64(7);
-        let k = KeyChooser::Uniform { n: 20 };
+        let mut k = KeyChooser::Uniform { n: 20 };
         let total = 200_000;
         let mut counts = vec![0u64; 20];
         for _ in 0..total {
-            counts[k.sample(&mut rng) as usize] += 1;
+            counts[k.sample(&mut rng, 20) as usize] += 1;
         }
         // 19 degrees of freedom: P(chi2 > 43.8) = 0.001.
         let chi2 = chi_square(&counts, &[1.0 / 20.0; 20], total);
@@ -253,5 +336,63 @@ mod tests {
             }
             assert!(seen.iter().all(|&s| s), "n = {n}: every index is drawn");
         }
+    }
+
+    #[test]
+    fn a_grown_zipfian_is_the_zipfian_of_the_larger_count() {
+        let mut grown = Zipfian::new(1_000, 0.99);
+        grown.grow_to(1_500);
+        let fresh = Zipfian::new(1_500, 0.99);
+        assert_eq!(grown.items(), 1_500);
+        assert!((grown.zetan - fresh.zetan).abs() < 1e-9 && (grown.eta - fresh.eta).abs() < 1e-12);
+        let a: Vec<u64> = (0..200).scan(StdRng::seed_from_u64(5), |r, _| Some(grown.sample(r))).collect();
+        let b: Vec<u64> = (0..200).scan(StdRng::seed_from_u64(5), |r, _| Some(fresh.sample(r))).collect();
+        assert_eq!(a, b);
+    }
+
+    #[test]
+    fn latest_favours_the_newest_keys() {
+        let n = 1_000u64;
+        let mut l = Latest::new(n, 0.99);
+        let z = Zipfian::new(n, 0.99);
+        let mut rng = StdRng::seed_from_u64(13);
+        let total = 200_000u64;
+        let mut counts = vec![0u64; n as usize];
+        for _ in 0..total {
+            let i = l.sample(n, &mut rng);
+            assert!(i < n);
+            counts[i as usize] += 1;
+        }
+        // The newest key is the hottest, with the zipfian's rank-0 probability; the 10 newest
+        // take what the 10 hottest of a zipfian take (~39 %), the 500 oldest far less.
+        let freq = |r: std::ops::Range<usize>| counts[r].iter().sum::<u64>() as f64 / total as f64;
+        assert_eq!(counts.iter().enumerate().max_by_key(|(_, &c)| c).unwrap().0, n as usize - 1);
+        assert!((freq(999..1000) - z.probability(0)).abs() < 0.01, "newest {}", freq(999..1000));
+        let law_top10: f64 = (0..10).map(|i| z.probability(i)).sum();
+        assert!((freq(990..1000) - law_top10).abs() < 0.03, "10 newest {} vs {law_top10}", freq(990..1000));
+        assert!(freq(990..1000) > 2.0 * freq(0..500), "newest {} vs oldest 500 {}", freq(990..1000), freq(0..500));
+
+        // As keys are inserted the hot spot moves to them: after 100 more keys, the 10 newest
+        // (indexes 1090..1100) are hot and the formerly newest (990..1000) have cooled down.
+        let mut counts = vec![0u64; 1_100];
+        for _ in 0..total {
+            counts[l.sample(1_100, &mut rng) as usize] += 1;
+        }
+        let freq = |r: std::ops::Range<usize>| counts[r].iter().sum::<u64>() as f64 / total as f64;
+        assert!(freq(1090..1100) > 0.3, "new newest {}", freq(1090..1100));
+        assert!(freq(990..1000) < 0.05, "old newest {}", freq(990..1000));
+    }
+
+    #[test]
+    fn the_insert_counter_acknowledges_only_contiguous_inserts() {
+        let c = InsertCounter::new(10);
+        let (a, b, d) = (c.next_index(), c.next_index(), c.next_index());
+        assert_eq!((a, b, d), (10, 11, 12));
+        c.acknowledge(11);
+        assert_eq!(c.acknowledged(), 10, "10 is still in flight");
+        c.acknowledge(10);
+        assert_eq!(c.acknowledged(), 12);
+        c.acknowledge(12);
+        assert_eq!(c.acknowledged(), 13);
     }
 }

@@ -13,8 +13,9 @@
 //!
 //! 1. `--clients` connections, spread round-robin over the endpoints, each with `--sessions`
 //!    sessions ([`target`]: Strata through `strata-client`, Redis through [`resp`], etcd through
-//!    [`etcd`] with the `etcd` build feature; all share one connection design, so the harness
-//!    is the same on every side);
+//!    [`etcd`] with the `etcd` build feature, ZooKeeper through [`zookeeper`] with the
+//!    `zookeeper` build feature; all share one connection design, so the harness is the same
+//!    on every side);
 //! 2. **preload**: every key is written once, split over all sessions, so reads hit;
 //! 3. **warmup** (`--warmup` seconds), then the **measured window** (`--duration` seconds or
 //!    `--ops` operations). Every session is a closed loop that keeps `--pipeline` requests
@@ -28,6 +29,14 @@
 //! The operation mix: each operation is a write (`put`/`SET` of a `--value-size` value) with
 //! probability `--write-ratio` %, else a read (`get`/`GET`); its key is drawn uniformly or
 //! from a YCSB zipfian ([`keys::Zipfian`]), from a per-session seeded stream.
+//!
+//! With `--ycsb W|A|B|C|D|F` the mix is a YCSB core workload's (ORCA §8.1): reads, updates
+//! (writes of existing keys), inserts (writes of new keys after the last one, D) and
+//! read-modify-writes (F: a read, then, once it has answered, a write of the same key in the
+//! same session; one operation, timed from the read's submit to the write's completion, so it
+//! works alike on every target). D's reads follow YCSB's "latest" distribution
+//! ([`keys::Latest`]) over the keys whose inserts have completed ([`keys::InsertCounter`]).
+//! Each class has its own histogram, reported as `ycsb` (read, update, insert, rmw).
 
 pub mod args;
 mod ds;
@@ -37,6 +46,7 @@ pub mod report;
 pub mod resp;
 pub mod target;
 pub mod timeline;
+pub mod zookeeper;
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;
@@ -51,10 +61,12 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use thiserror::Error;
 
-pub use args::{BenchArgs, Distribution, Mix, Mode, RmwKind, Target, WorkloadKind, DEFAULT_REDIS_ENDPOINT};
-pub use report::{BenchReport, ClassLatencies, DsReport, Latencies, LatencySummary};
+pub use args::{
+    BenchArgs, Distribution, Mix, Mode, RmwKind, Target, WorkloadKind, Ycsb, YcsbMix, YcsbWrite, DEFAULT_REDIS_ENDPOINT,
+};
+pub use report::{BenchReport, ClassLatencies, DsReport, Latencies, LatencySummary, YcsbReport};
 
-use keys::{KeyChooser, Zipfian};
+use keys::{InsertCounter, KeyChooser, Latest, Zipfian};
 use target::{BenchOp, BenchSession, Connection, Done};
 
 /// A request with no reply after this long counts as failed and ends its session (the same
@@ -78,7 +90,11 @@ const ACQUIRE: usize = 1;
 const RELAXED_WRITE: usize = 2;
 const RELEASE: usize = 3;
 const RMW: usize = 4;
-const CLASSES: usize = 5;
+/// YCSB insert: a write of a new key.
+const INSERT: usize = 5;
+/// YCSB read-modify-write: a read, then a write of the same key (not Strata's FAA/CAS `RMW`).
+const READ_MODIFY_WRITE: usize = 6;
+const CLASSES: usize = 7;
 
 /// Why a benchmark could not run. Each variant says what to fix.
 #[derive(Debug, Error)]
@@ -116,9 +132,11 @@ pub async fn run(args: &BenchArgs, endpoints: Vec<SocketAddr>) -> Result<BenchRe
     }
 
     let mut conns = Vec::with_capacity(args.clients);
+    // ZooKeeper: this run's znodes go under a root of their own (see `zookeeper.rs`).
+    let run_id = format!("{:x}-{}", unix_ms_at(Instant::now()), args.seed);
     for i in 0..args.clients {
         let addr = endpoints[i % endpoints.len()];
-        let conn = Connection::connect(args.target, addr, args.cluster_id.unwrap_or(DEFAULT_CLUSTER_ID))
+        let conn = Connection::connect(args.target, addr, args.cluster_id.unwrap_or(DEFAULT_CLUSTER_ID), &run_id)
             .await
             .map_err(|message| BenchError::Connect { target: args.target, addr, message })?;
         conns.push((addr, conn));
@@ -149,7 +167,7 @@ pub async fn run(args: &BenchArgs, endpoints: Vec<SocketAddr>) -> Result<BenchRe
     let preload_s = preload_started.elapsed().as_secs_f64();
 
     let nodes_of: Vec<usize> = (0..sessions.len()).map(|j| (j / args.sessions) % endpoints.len()).collect();
-    let (stats, measure_start, window_end) = measure(sessions, args, value).await;
+    let (stats, measure_start, window_end, inserted) = measure(sessions, args, value).await;
     for (_, c) in &conns {
         c.close();
     }
@@ -220,6 +238,16 @@ pub async fn run(args: &BenchArgs, endpoints: Vec<SocketAddr>) -> Result<BenchRe
             release: cl(RELEASE),
             rmw: cl(RMW),
         },
+        ycsb: args.ycsb.zip(args.ycsb_mix()).map(|(workload, mix)| YcsbReport {
+            workload,
+            mix,
+            distribution: args.dist(),
+            inserted_keys: inserted,
+            read: cl(RELAXED_READ),
+            update: cl(RELAXED_WRITE),
+            insert: cl(INSERT),
+            rmw: cl(READ_MODIFY_WRITE),
+        }),
         timeline_files,
         ds: None,
         preloaded_keys: args.keys,
@@ -241,7 +269,10 @@ fn write_json(args: &BenchArgs, report: &BenchReport) -> Result<(), BenchError> 
 
 fn timeline_title(args: &BenchArgs) -> String {
     let mix = args.mix();
-    let mut t = format!("{:?} mode, {}% writes", args.mode, args.write_ratio);
+    let mut t = match args.ycsb {
+        Some(y) => format!("YCSB {y}, {}% writes", args.write_ratio()),
+        None => format!("{:?} mode, {}% writes", args.mode, args.write_ratio()),
+    };
     if mix.has_sync() {
         t += &format!(" ({}% rel, {}% acq, {}% rmw)", mix.release_pct, mix.acquire_pct, mix.rmw_pct);
     }
@@ -300,7 +331,7 @@ async fn preload(
             let mut outstanding = 0usize;
             while next < hi || outstanding > 0 {
                 while next < hi && outstanding < PRELOAD_DEPTH {
-                    s.submit(BenchOp::Write { key: keys::key(next, key_size), value: value.clone() })?;
+                    s.submit(BenchOp::Insert { key: keys::key(next, key_size), value: value.clone() })?;
                     next += 1;
                     outstanding += 1;
                 }
@@ -347,11 +378,16 @@ struct Shared {
     end: Option<Instant>,
     /// Ops mode: operations still to submit in the window.
     tickets: Option<AtomicU64>,
+    /// Each session samples from its own copy.
     chooser: KeyChooser,
     key_size: usize,
     value: Bytes,
     write_ratio: f64,
     mix: Mix,
+    /// `--ycsb`: the mix of reads, updates, inserts and RMWs (replaces `write_ratio` and `mix`).
+    ycsb: Option<YcsbMix>,
+    /// YCSB inserts: the next key index and the acknowledged ones.
+    inserts: InsertCounter,
     pipeline: usize,
     /// `--timeline`: bucket width and count.
     bucket: Option<(Duration, usize)>,
@@ -399,10 +435,11 @@ async fn measure(
     sessions: Vec<BenchSession>,
     args: &BenchArgs,
     value: Bytes,
-) -> (Vec<SessionStats>, Instant, Option<Instant>) {
-    let chooser = match args.dist {
+) -> (Vec<SessionStats>, Instant, Option<Instant>, u64) {
+    let chooser = match args.dist() {
         Distribution::Uniform => KeyChooser::Uniform { n: args.keys },
         Distribution::Zipfian => KeyChooser::Zipfian(Zipfian::new(args.keys, args.zipf_theta)),
+        Distribution::Latest => KeyChooser::Latest(Latest::new(args.keys, args.zipf_theta)),
     };
     let started = Instant::now();
     let measure_start = started + Duration::from_secs_f64(args.warmup);
@@ -417,8 +454,10 @@ async fn measure(
         chooser,
         key_size: args.key_size,
         value,
-        write_ratio: args.write_ratio,
+        write_ratio: args.write_ratio(),
         mix: args.mix(),
+        ycsb: args.ycsb_mix(),
+        inserts: InsertCounter::new(args.keys),
         pipeline: args.pipeline,
         bucket: args.timeline.as_ref().map(|_| {
             let w = Duration::from_millis(args.timeline_bucket_ms);
@@ -457,7 +496,42 @@ async fn measure(
     if let Some(p) = progress {
         p.abort();
     }
-    (stats, measure_start, end)
+    let inserted = shared.inserts.acknowledged() - args.keys;
+    (stats, measure_start, end, inserted)
+}
+
+/// The class of the next YCSB operation: insert, update (`RELAXED_WRITE`), read-modify-write
+/// or read (`RELAXED_READ`), in the mix's proportions (one draw).
+fn ycsb_class<R: Rng + ?Sized>(m: &YcsbMix, rng: &mut R) -> usize {
+    let r = rng.gen::<f64>() * 100.0;
+    if r < m.insert_pct {
+        INSERT
+    } else if r < m.insert_pct + m.update_pct {
+        RELAXED_WRITE
+    } else if r < m.insert_pct + m.update_pct + m.rmw_pct {
+        READ_MODIFY_WRITE
+    } else {
+        RELAXED_READ
+    }
+}
+
+/// What a completion leads to, besides being recorded.
+enum Then {
+    Nothing,
+    /// The read of a YCSB read-modify-write answered: write this key.
+    Write(Bytes),
+    /// A YCSB insert of this key index completed: acknowledge it.
+    Acknowledge(u64),
+}
+
+/// A request in flight.
+struct Pending {
+    /// When the operation was submitted (an RMW's write: when its read was).
+    submitted: Instant,
+    class: usize,
+    /// Counts for sure (ops mode ticket).
+    ticket: bool,
+    then: Then,
 }
 
 /// One session's closed loop.
@@ -474,8 +548,8 @@ async fn drive(
             st.error_samples.push(e);
         }
     }
-    // (submitted at, operation class, counts for sure: ops mode ticket)
-    let mut in_flight: VecDeque<(Instant, usize, bool)> = VecDeque::with_capacity(sh.pipeline);
+    let mut in_flight: VecDeque<Pending> = VecDeque::with_capacity(sh.pipeline);
+    let mut chooser = sh.chooser.clone();
     let write_sync = sh.mix.release_pct + sh.mix.rmw_pct;
     let mut stopping = false;
     // An error ends the session: a broken connection fails every later request at once.
@@ -497,7 +571,31 @@ async fn drive(
                 }
                 ticket = true;
             }
-            let key = keys::key(sh.chooser.sample(&mut rng), sh.key_size);
+            if let Some(m) = &sh.ycsb {
+                let class = ycsb_class(m, &mut rng);
+                let (op, then) = if class == INSERT {
+                    let i = sh.inserts.next_index();
+                    (BenchOp::Insert { key: keys::key(i, sh.key_size), value: sh.value.clone() }, Then::Acknowledge(i))
+                } else {
+                    let key = keys::key(chooser.sample(&mut rng, sh.inserts.acknowledged()), sh.key_size);
+                    match class {
+                        RELAXED_WRITE => (BenchOp::Write { key, value: sh.value.clone() }, Then::Nothing),
+                        READ_MODIFY_WRITE => (BenchOp::Read { key: key.clone() }, Then::Write(key)),
+                        _ => (BenchOp::Read { key }, Then::Nothing),
+                    }
+                };
+                let submitted = Instant::now();
+                match session.submit(op) {
+                    Ok(()) => in_flight.push_back(Pending { submitted, class, ticket, then }),
+                    Err(e) => {
+                        note(&mut st, e);
+                        stopping = true;
+                        fatal = true;
+                    }
+                }
+                continue;
+            }
+            let key = keys::key(chooser.sample(&mut rng, sh.inserts.acknowledged()), sh.key_size);
             let is_write = sh.write_ratio > 0.0 && rng.gen::<f64>() * 100.0 < sh.write_ratio;
             // Draw again only when a sync class is possible, so the ES stream is unchanged.
             let class = if is_write {
@@ -526,7 +624,7 @@ async fn drive(
             };
             let submitted = Instant::now();
             match session.submit(op) {
-                Ok(()) => in_flight.push_back((submitted, class, ticket)),
+                Ok(()) => in_flight.push_back(Pending { submitted, class, ticket, then: Then::Nothing }),
                 Err(e) => {
                     note(&mut st, e);
                     stopping = true;
@@ -567,7 +665,32 @@ async fn drive(
                 break;
             }
         };
-        let (submitted, class, ticket) = in_flight.pop_front().expect("in flight");
+        let Pending { submitted, class, ticket, then } = in_flight.pop_front().expect("in flight");
+        let then = match (then, &r) {
+            (Then::Write(key), Ok(done)) => {
+                // The read of a read-modify-write: now its write, in the same session. It is
+                // sent even after the window (it is not measured then) to finish the operation.
+                if *done == Done::Miss && submitted >= sh.measure_start {
+                    st.read_misses += 1;
+                }
+                match session.submit(BenchOp::Write { key, value: sh.value.clone() }) {
+                    Ok(()) => {
+                        in_flight.push_back(Pending { submitted, class, ticket, then: Then::Nothing });
+                        continue;
+                    }
+                    Err(e) => {
+                        note(&mut st, e);
+                        stopping = true;
+                        fatal = true;
+                        continue;
+                    }
+                }
+            }
+            (then, _) => then,
+        };
+        if let (Then::Acknowledge(i), Ok(_)) = (&then, &r) {
+            sh.inserts.acknowledge(*i);
+        }
         sh.completed.fetch_add(1, Ordering::Relaxed);
         let is_write = class >= RELAXED_WRITE;
         let measured = ticket || (submitted >= sh.measure_start && sh.end.is_some_and(|end| done_at <= end));
@@ -648,5 +771,42 @@ async fn progress_loop(
             "[{:>5.1}s] {phase:<9} {rate:>10.0} ops/s  p99 {p99:>8.1} µs  measured {measured} ops{failed}",
             (now - started).as_secs_f64()
         );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::args::Ycsb;
+
+    #[test]
+    fn ycsb_presets_draw_their_proportions() {
+        // (workload, expected % of reads, updates, inserts, RMWs)
+        let cases = [
+            (Ycsb::W, [0.0, 100.0, 0.0, 0.0]),
+            (Ycsb::A, [50.0, 50.0, 0.0, 0.0]),
+            (Ycsb::B, [95.0, 5.0, 0.0, 0.0]),
+            (Ycsb::C, [100.0, 0.0, 0.0, 0.0]),
+            (Ycsb::D, [95.0, 0.0, 5.0, 0.0]),
+            (Ycsb::F, [50.0, 0.0, 0.0, 50.0]),
+        ];
+        let total = 200_000u64;
+        for (y, expected) in cases {
+            let args = BenchArgs { ycsb: Some(y), ..BenchArgs::default() };
+            let m = args.ycsb_mix().unwrap();
+            assert_eq!([m.read_pct, m.update_pct, m.insert_pct, m.rmw_pct], expected, "{y}");
+            let mut rng = StdRng::seed_from_u64(42);
+            let mut counts = [0u64; CLASSES];
+            for _ in 0..total {
+                counts[ycsb_class(&m, &mut rng)] += 1;
+            }
+            let got = [RELAXED_READ, RELAXED_WRITE, INSERT, READ_MODIFY_WRITE]
+                .map(|c| 100.0 * counts[c] as f64 / total as f64);
+            for (g, e) in got.iter().zip(expected) {
+                // A binomial share of 200 000 draws: 4 standard deviations are at most 0.45 points.
+                assert!((g - e).abs() < 0.45, "{y}: drew {got:?}, expected {expected:?}");
+            }
+            assert_eq!(counts.iter().sum::<u64>(), total);
+        }
     }
 }

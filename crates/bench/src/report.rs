@@ -6,7 +6,7 @@ use std::net::SocketAddr;
 use hdrhistogram::Histogram;
 use serde::{Deserialize, Serialize};
 
-use crate::args::{BenchArgs, Distribution, Mix};
+use crate::args::{BenchArgs, Distribution, Mix, Ycsb, YcsbMix};
 
 /// Latencies of one kind of operation, in microseconds (recorded in nanoseconds, HDR
 /// histogram with 3 significant digits).
@@ -74,6 +74,29 @@ impl ClassLatencies {
     }
 }
 
+/// A YCSB workload's (`--ycsb`) operation mix and latencies per operation class.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct YcsbReport {
+    pub workload: Ycsb,
+    /// The resolved proportions (the preset, `--write-ratio` overriding its non-read share).
+    pub mix: YcsbMix,
+    /// The request distribution (`--dist`, else the preset's).
+    pub distribution: Distribution,
+    /// New keys written by inserts (whole run, warmup included).
+    pub inserted_keys: u64,
+    pub read: LatencySummary,
+    pub update: LatencySummary,
+    pub insert: LatencySummary,
+    /// Read-modify-writes: from the read's submit to the write's completion.
+    pub rmw: LatencySummary,
+}
+
+impl YcsbReport {
+    pub fn rows(&self) -> [(&'static str, &LatencySummary); 4] {
+        [("read", &self.read), ("update", &self.update), ("insert", &self.insert), ("rmw", &self.rmw)]
+    }
+}
+
 /// What a data-structure workload (`--workload ts|msq|hml`) did, summed over the sessions.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct DsReport {
@@ -107,7 +130,7 @@ pub struct DsReport {
 pub struct BenchReport {
     /// `--label`, if given.
     pub label: Option<String>,
-    /// `strata` or `redis`.
+    /// `strata`, `redis`, `etcd` or `zookeeper`.
     pub target: crate::Target,
     /// Where the connections went.
     pub endpoints: Vec<SocketAddr>,
@@ -135,6 +158,9 @@ pub struct BenchReport {
     /// Latencies (and counts) per operation class.
     #[serde(default)]
     pub class_latency_us: ClassLatencies,
+    /// `--ycsb`: the workload, its mix and latencies per YCSB operation class.
+    #[serde(default)]
+    pub ycsb: Option<YcsbReport>,
     /// `--timeline`: the CSV and PNG written.
     #[serde(default)]
     pub timeline_files: Vec<std::path::PathBuf>,
@@ -154,9 +180,9 @@ pub struct BenchReport {
 impl fmt::Display for BenchReport {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let a = &self.args;
-        let dist = match a.dist {
+        let dist = match a.dist() {
             Distribution::Uniform => "uniform".to_string(),
-            Distribution::Zipfian => format!("zipfian θ={}", a.zipf_theta),
+            d => format!("{d} θ={}", a.zipf_theta),
         };
         if let Some(l) = &self.label {
             writeln!(f, "{l}")?;
@@ -172,7 +198,7 @@ impl fmt::Display for BenchReport {
             a.keys,
             a.key_size,
             a.value_size,
-            a.write_ratio
+            a.write_ratio()
         )?;
         if let Some(d) = &self.ds {
             writeln!(
@@ -197,15 +223,28 @@ impl fmt::Display for BenchReport {
                 a.mode, self.mix.acquire_pct, self.mix.release_pct, self.mix.rmw_pct, self.mix.rmw
             )?;
         }
+        if let Some(y) = &self.ycsb {
+            writeln!(
+                f,
+                "YCSB {}: {}% reads, {}% updates, {}% inserts, {}% read-modify-writes; {} keys inserted",
+                y.workload, y.mix.read_pct, y.mix.update_pct, y.mix.insert_pct, y.mix.rmw_pct, y.inserted_keys
+            )?;
+        }
         writeln!(
             f,
             "{:.0} ops/s   {} ops in {:.2} s   errors {}   read misses {}",
             self.throughput_ops_s, self.ops, self.duration_s, self.errors, self.read_misses
         )?;
         writeln!(f, "{:<6} {:>10} {:>9} {:>9} {:>9} {:>9} {:>9}", "µs", "count", "mean", "p50", "p99", "p99.9", "max")?;
-        let mut rows = vec![("all", &self.latency_us.all), ("read", &self.latency_us.read), ("write", &self.latency_us.write)];
+        let mut rows =
+            vec![("all", &self.latency_us.all), ("read", &self.latency_us.read), ("write", &self.latency_us.write)];
         if self.mix.has_sync() {
             rows.extend(self.class_latency_us.rows().into_iter().filter(|(_, l)| l.count > 0));
+        }
+        if let Some(y) = &self.ycsb {
+            // YCSB's classes instead of reads and writes (an RMW is one of the writes).
+            rows.truncate(1);
+            rows.extend(y.rows());
         }
         for (name, l) in rows {
             if l.count == 0 {

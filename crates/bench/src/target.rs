@@ -1,4 +1,4 @@
-//! The two systems the load generator can drive, behind one pipelined-session interface.
+//! The systems the load generator can drive, behind one pipelined-session interface.
 //!
 //! Both sides have the same shape, so the generator cannot tell them apart: a [`Connection`]
 //! is one TCP connection; a [`BenchSession`] opened on it submits requests without blocking
@@ -16,6 +16,7 @@ use tokio::sync::oneshot;
 use crate::args::Target;
 use crate::etcd::{EtcdConn, EtcdSession};
 use crate::resp::{self, RedisConn, RedisError, Reply};
+use crate::zookeeper::{ZkConn, ZkSession};
 
 /// How long connecting may take.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
@@ -23,15 +24,36 @@ pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
 /// One benchmark operation.
 #[derive(Clone, Debug)]
 pub enum BenchOp {
-    Read { key: Bytes },
-    Write { key: Bytes, value: Bytes },
+    Read {
+        key: Bytes,
+    },
+    Write {
+        key: Bytes,
+        value: Bytes,
+    },
+    /// A write of a key that does not exist yet (preload, YCSB inserts): a put everywhere but
+    /// ZooKeeper, where it is a create.
+    Insert {
+        key: Bytes,
+        value: Bytes,
+    },
     /// Strata only (the arguments refuse sync mixes for Redis).
-    Acquire { key: Bytes },
-    Release { key: Bytes, value: Bytes },
+    Acquire {
+        key: Bytes,
+    },
+    Release {
+        key: Bytes,
+        value: Bytes,
+    },
     /// Fetch-and-add of 1.
-    Faa { key: Bytes },
+    Faa {
+        key: Bytes,
+    },
     /// Strong CAS expecting `value` and writing it back (every write carries the same value).
-    Cas { key: Bytes, value: Bytes },
+    Cas {
+        key: Bytes,
+        value: Bytes,
+    },
 }
 
 /// A completed operation.
@@ -52,12 +74,18 @@ pub enum Connection {
     Strata(Client),
     Redis(Arc<RedisConn>),
     Etcd(EtcdConn),
+    Zookeeper(ZkConn),
 }
 
 impl Connection {
     /// Connects to `addr` (exactly that node, no failover: a benchmark must know where its
-    /// load goes).
-    pub async fn connect(target: Target, addr: SocketAddr, cluster_id: u64) -> Result<Connection, String> {
+    /// load goes). `run_id` names the run (ZooKeeper: its znodes' parent).
+    pub async fn connect(
+        target: Target,
+        addr: SocketAddr,
+        cluster_id: u64,
+        run_id: &str,
+    ) -> Result<Connection, String> {
         match target {
             Target::Strata => {
                 // No request timeout in the client: the generator applies its own to both targets.
@@ -74,6 +102,7 @@ impl Connection {
                 .map(Connection::Redis)
                 .map_err(|e| format!("cannot connect to redis at {addr}: {e}")),
             Target::Etcd => EtcdConn::connect(addr).await.map(Connection::Etcd),
+            Target::Zookeeper => ZkConn::connect(addr, run_id).await.map(Connection::Zookeeper),
         }
     }
 
@@ -86,6 +115,7 @@ impl Connection {
                 Ok(BenchSession::Redis(RedisSession { conn: c.clone(), in_flight: VecDeque::new() }))
             }
             Connection::Etcd(c) => Ok(BenchSession::Etcd(c.open_session())),
+            Connection::Zookeeper(c) => Ok(BenchSession::Zookeeper(c.open_session())),
         }
     }
 
@@ -102,6 +132,7 @@ pub enum BenchSession {
     Strata(strata_client::Session),
     Redis(RedisSession),
     Etcd(EtcdSession),
+    Zookeeper(ZkSession),
 }
 
 /// A session on a Redis connection: the replies it waits for, oldest first.
@@ -115,7 +146,7 @@ impl BenchSession {
     pub fn into_strata(self) -> Option<strata_client::Session> {
         match self {
             BenchSession::Strata(s) => Some(s),
-            BenchSession::Redis(_) | BenchSession::Etcd(_) => None,
+            BenchSession::Redis(_) | BenchSession::Etcd(_) | BenchSession::Zookeeper(_) => None,
         }
     }
 
@@ -125,7 +156,9 @@ impl BenchSession {
             BenchSession::Strata(s) => {
                 let op = match op {
                     BenchOp::Read { key } => strata_client::Op::Get { key },
-                    BenchOp::Write { key, value } => strata_client::Op::Put { key, value },
+                    BenchOp::Write { key, value } | BenchOp::Insert { key, value } => {
+                        strata_client::Op::Put { key, value }
+                    }
                     BenchOp::Acquire { key } => strata_client::Op::Acquire { key },
                     BenchOp::Release { key, value } => strata_client::Op::Release { key, value },
                     BenchOp::Faa { key } => strata_client::Op::Faa { key, delta: 1 },
@@ -138,13 +171,16 @@ impl BenchSession {
             BenchSession::Redis(s) => {
                 let slot = match &op {
                     BenchOp::Read { key } => s.conn.send(&[b"GET", key]),
-                    BenchOp::Write { key, value } => s.conn.send(&[b"SET", key, value]),
+                    BenchOp::Write { key, value } | BenchOp::Insert { key, value } => {
+                        s.conn.send(&[b"SET", key, value])
+                    }
                     _ => return Err("redis has no releases, acquires or RMWs".to_string()),
                 };
                 s.in_flight.push_back(slot.map_err(|e| e.to_string())?);
                 Ok(())
             }
             BenchSession::Etcd(s) => s.submit(op),
+            BenchSession::Zookeeper(s) => s.submit(op),
         }
     }
 
@@ -172,6 +208,7 @@ impl BenchSession {
                 })
             }
             BenchSession::Etcd(s) => s.next().await,
+            BenchSession::Zookeeper(s) => s.next().await,
         }
     }
 }

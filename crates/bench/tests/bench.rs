@@ -25,8 +25,8 @@ fn short_run(target: Target, json: std::path::PathBuf) -> BenchArgs {
         keys: 2_000,
         key_size: 12,
         value_size: 32,
-        dist: Distribution::Zipfian,
-        write_ratio: 20.0,
+        dist: Some(Distribution::Zipfian),
+        write_ratio: Some(20.0),
         duration: 1.0,
         warmup: 0.2,
         json: Some(json),
@@ -160,7 +160,7 @@ async fn sync_modes_timeline_and_ds_workloads_against_a_three_node_cluster() {
         keys: 500,
         key_size: 12,
         value_size: 32,
-        write_ratio: 50.0,
+        write_ratio: Some(50.0),
         duration: 0.5,
         warmup: 0.1,
         quiet: true,
@@ -205,5 +205,52 @@ async fn sync_modes_timeline_and_ds_workloads_against_a_three_node_cluster() {
     let _ = std::fs::remove_dir_all(dir);
     for n in nodes {
         n.shutdown().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ycsb_workloads_against_a_three_node_cluster() {
+    use strata_bench::Ycsb;
+    let nodes = local_cluster(3).await;
+    let endpoints: Vec<SocketAddr> = nodes.iter().map(|n| n.client_addr()).collect();
+    let base = BenchArgs {
+        clients: 3,
+        sessions: 2,
+        pipeline: 2,
+        keys: 500,
+        key_size: 12,
+        value_size: 32,
+        duration: 0.5,
+        warmup: 0.1,
+        quiet: true,
+        ..BenchArgs::default()
+    };
+    // D: reads and inserts; the inserted keys are read back (latest), so nothing misses.
+    let r = strata_bench::run(&BenchArgs { ycsb: Some(Ycsb::D), ..base.clone() }, endpoints.clone()).await.unwrap();
+    assert_eq!(r.errors, 0, "{r}");
+    let y = r.ycsb.as_ref().expect("a YCSB report");
+    assert!(y.read.count > 0 && y.insert.count > 0 && y.inserted_keys >= y.insert.count, "{r}");
+    assert_eq!((y.update.count, y.rmw.count), (0, 0), "{r}");
+    assert_eq!(r.ops, y.read.count + y.insert.count);
+    assert_eq!(r.writes, y.insert.count);
+    // Reads choose only acknowledged inserts, but a relaxed put is acknowledged before every
+    // replica has it, so a read at another node may still miss a very new key, rarely.
+    assert!(r.read_misses * 20 < y.read.count, "latest reads acknowledged inserts: {r}");
+    let table = r.to_string();
+    assert!(table.contains("YCSB D") && table.contains("insert"), "{table}");
+    // F: an RMW is one operation (its read and write are not counted apart), slower than a read.
+    let r = strata_bench::run(&BenchArgs { ycsb: Some(Ycsb::F), ops: Some(2_000), ..base.clone() }, endpoints.clone())
+        .await
+        .unwrap();
+    assert_eq!(r.errors, 0, "{r}");
+    let y = r.ycsb.as_ref().unwrap();
+    assert_eq!(r.ops, 2_000);
+    assert_eq!(y.read.count + y.rmw.count, 2_000, "{r}");
+    assert!(y.rmw.count > 700 && y.read.count > 700, "{r}");
+    assert!(y.rmw.p50_us > y.read.p50_us, "an RMW is two round trips: {r}");
+    // The JSON names the classes.
+    let json = serde_json::to_value(&r).unwrap();
+    for class in ["read", "update", "insert", "rmw"] {
+        assert!(json["ycsb"][class]["count"].is_u64(), "{json}");
     }
 }
