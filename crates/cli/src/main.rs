@@ -24,35 +24,52 @@ enum Command {
     /// Run one node in this process (what `strata up` starts; see `strata-node --help`).
     Node(strata_node::NodeArgs),
     /// Read a key; prints the value. Exit code 3 if it has none. Relaxed (one node's replica)
-    /// unless --acquire.
+    /// unless --acquire. With --table, reads a log table (durable, monotonic: ORCA §2).
     Get {
         key: String,
         /// Acquire-read: linearizable, and everything written before the release it reads
         /// from is visible to this session afterwards (Kite §5.5).
-        #[arg(long)]
+        #[arg(long, conflicts_with = "table")]
         acquire: bool,
+        /// Read from this log table instead of the default (Kite) keyspace.
+        #[arg(long)]
+        table: Option<String>,
         /// Also print the version (carstamp) on stderr.
         #[arg(long)]
         show_version: bool,
         #[command(flatten)]
         target: ops::Target,
     },
-    /// Write a key. Relaxed (applied at one node, replicated to all) unless --release.
+    /// Write a key. Relaxed (applied at one node, replicated to all) unless --release. With
+    /// --table, writes through the shard leader of a log table (--show-version prints the
+    /// write's log index).
     Put {
         key: String,
         value: String,
         /// Release-write: completes once a quorum holds it, after every earlier write of the
         /// session is visible (Kite §5.4).
-        #[arg(long)]
+        #[arg(long, conflicts_with = "table")]
         release: bool,
+        /// Write to this log table instead of the default (Kite) keyspace.
+        #[arg(long)]
+        table: Option<String>,
+        /// Log tables: acknowledge only once durable on a majority (never lost, ORCA G6).
+        #[arg(long, requires = "table")]
+        immediate: bool,
         #[arg(long)]
         show_version: bool,
         #[command(flatten)]
         target: ops::Target,
     },
-    /// Delete a key.
+    /// Delete a key (in a log table with --table).
     Del {
         key: String,
+        /// Delete from this log table instead of the default (Kite) keyspace.
+        #[arg(long)]
+        table: Option<String>,
+        /// Log tables: acknowledge only once durable on a majority (never lost, ORCA G6).
+        #[arg(long, requires = "table")]
+        immediate: bool,
         #[arg(long)]
         show_version: bool,
         #[command(flatten)]
@@ -104,6 +121,13 @@ enum Command {
         #[command(flatten)]
         target: ops::Target,
     },
+    /// Create or list log tables.
+    Table {
+        #[command(subcommand)]
+        command: ops::TableCommand,
+        #[command(flatten)]
+        target: ops::Target,
+    },
     /// Inject (or clear) delay, loss or a partition on a node's outbound links.
     Fault {
         #[command(flatten)]
@@ -118,8 +142,16 @@ fn main() {
     let result = match cli.command {
         Command::Up(args) => up::run(args),
         Command::Node(args) => run_node(args),
-        Command::Get { key, acquire, show_version, target } => block_on(ops::get(&target, key, acquire, show_version)),
-        Command::Put { key, value, release, show_version, target } => {
+        Command::Get { key, table: Some(table), show_version, target, .. } => {
+            block_on(ops::table_get(&target, table, key, show_version))
+        }
+        Command::Get { key, acquire, show_version, target, table: None } => {
+            block_on(ops::get(&target, key, acquire, show_version))
+        }
+        Command::Put { key, value, table: Some(table), immediate, show_version, target, .. } => {
+            block_on(ops::table_put(&target, table, key, Some(value), immediate, show_version))
+        }
+        Command::Put { key, value, release, show_version, target, .. } => {
             block_on(ops::put(&target, key, value, release, show_version))
         }
         Command::Faa { key, delta, show_version, target } => block_on(ops::faa(&target, key, delta, show_version)),
@@ -128,7 +160,11 @@ fn main() {
                 block_on(ops::cas(&target, key, expected, new, weak, show_version))
             })
         }
-        Command::Del { key, show_version, target } => block_on(ops::del(&target, key, show_version)),
+        Command::Del { key, table: Some(table), immediate, show_version, target } => {
+            block_on(ops::table_put(&target, table, key, None, immediate, show_version))
+        }
+        Command::Del { key, show_version, target, .. } => block_on(ops::del(&target, key, show_version)),
+        Command::Table { command, target } => block_on(ops::table(&target, command)),
         Command::Status { json, target } => block_on(ops::status(&target, json)),
         Command::Bench { args, data_dir } => bench(args, &data_dir),
         Command::Fault { fault, target } => block_on(ops::fault(&target, &fault)),

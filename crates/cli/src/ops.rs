@@ -7,7 +7,11 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use strata_client::{Client, ClientOptions, ClusterId, LinkFault, NodeId, NodeStatus};
+use strata_client::{
+    Client, ClientOptions, ClusterId, LinkFault, NodeId, NodeStatus, ShardRole, ShardStatus, TableDef,
+    TableDurability, TableEngine, TableReads, TableReplication, WriteOpts,
+};
+use strata_node::tables::{check_table_def, durability_name, reads_name, replication_name};
 
 use crate::cluster_file::ClusterFile;
 use crate::exit::{Failure, FAILED, NOT_FOUND, NOT_SWAPPED, OK, UNREACHABLE, USAGE};
@@ -164,6 +168,67 @@ pub async fn status(target: &Target, json: bool) -> Result<i32, Failure> {
 }
 
 fn print_status(rows: &[(SocketAddr, Result<NodeStatus, String>)]) {
+    print_nodes(rows);
+    let shards: Vec<(&ShardStatus, NodeId)> =
+        rows.iter().filter_map(|(_, r)| r.as_ref().ok()).flat_map(|s| s.shards.iter().map(move |sh| (sh, s.node))).collect();
+    if shards.is_empty() {
+        return;
+    }
+    println!();
+    println!(
+        "{:<16} {:>5} {:>4}  {:<9} {:>6} {:>5} {:>11} {:>11} {:>11} {:>11}  {:<10} serving",
+        "table", "shard", "node", "role", "leader", "epoch", "last", "persisted", "applied", "durable", "active_set"
+    );
+    let mut shards = shards;
+    shards.sort_by(|a, b| (&a.0.table, a.0.shard, a.1).cmp(&(&b.0.table, b.0.shard, b.1)));
+    for (sh, node) in shards {
+        println!(
+            "{:<16} {:>5} {:>4}  {:<9} {:>6} {:>5} {:>11} {:>11} {:>11} {:>11}  {:<10} {}",
+            sh.table,
+            sh.shard,
+            node.0,
+            role_name(sh.role),
+            sh.leader.map_or("-".to_string(), |l| l.0.to_string()),
+            sh.epoch,
+            sh.last_index.to_string(),
+            sh.persisted_index.to_string(),
+            sh.applied_index.to_string(),
+            sh.durable_index.to_string(),
+            if sh.active_set.is_empty() { "-".to_string() } else { node_list(&sh.active_set) },
+            if sh.serving { "yes" } else { "no" },
+        );
+    }
+}
+
+fn role_name(r: ShardRole) -> &'static str {
+    match r {
+        ShardRole::Follower => "follower",
+        ShardRole::Candidate => "candidate",
+        ShardRole::Leader => "leader",
+    }
+}
+
+fn node_list(nodes: &[NodeId]) -> String {
+    nodes.iter().map(|n| n.0.to_string()).collect::<Vec<_>>().join(",")
+}
+
+fn shard_json(sh: &ShardStatus) -> serde_json::Value {
+    serde_json::json!({
+        "table": sh.table,
+        "shard": sh.shard,
+        "role": role_name(sh.role),
+        "leader": sh.leader.map(|l| l.0),
+        "epoch": sh.epoch,
+        "last_index": sh.last_index.to_string(),
+        "persisted_index": sh.persisted_index.to_string(),
+        "applied_index": sh.applied_index.to_string(),
+        "durable_index": sh.durable_index.to_string(),
+        "active_set": sh.active_set.iter().map(|n| n.0).collect::<Vec<_>>(),
+        "serving": sh.serving,
+    })
+}
+
+fn print_nodes(rows: &[(SocketAddr, Result<NodeStatus, String>)]) {
     println!(
         "{:<5} {:<22} {:>9} {:>8} {:>8} {:>8} {:>9} {:>9} {:>6} {:>13}  peers (connected/total)",
         "node", "clients", "uptime_s", "keys", "sessions", "pending", "bad_cli", "bad_peer", "epoch", "barriers f/s"
@@ -224,6 +289,7 @@ fn status_json(addr: SocketAddr, r: &Result<NodeStatus, String>) -> serde_json::
                 "messages_sent": p.messages_sent,
                 "messages_dropped_by_fault": p.messages_dropped_by_fault,
             })).collect::<Vec<_>>(),
+            "shards": s.shards.iter().map(shard_json).collect::<Vec<_>>(),
         }),
         Err(e) => serde_json::json!({ "addr": addr.to_string(), "up": false, "error": e }),
     }
@@ -302,4 +368,170 @@ fn node_addr(target: &Target, id: u32) -> Result<SocketAddr, Failure> {
     file.nodes.iter().find(|n| n.id == id).map(|n| n.client_addr).ok_or_else(|| {
         Failure::new(FAILED, format!("the cluster has no node {id} (nodes 0..{})", file.nodes.len()))
     })
+}
+
+// ---- log tables ----
+
+#[derive(clap::Subcommand, Debug, Clone)]
+pub enum TableCommand {
+    /// Create a table on every node of the cluster (each node persists it in its catalog and
+    /// starts one replica per shard). Idempotent for an identical definition; fails, naming the
+    /// nodes, unless every node accepted it.
+    Create(CreateArgs),
+    /// List the tables of the cluster (as one node's catalog has them).
+    List,
+}
+
+#[derive(clap::Args, Debug, Clone)]
+pub struct CreateArgs {
+    pub name: String,
+    /// The table's engine (only `log`: the Kite keyspace is the default, tableless one).
+    #[arg(long, value_parser = ["log"], default_value = "log")]
+    pub engine: String,
+    /// When writes are acknowledged: `sync` (fsynced on a majority), `async` (persisted in the
+    /// background), `cad` (asynchronous, made durable before any read returns it).
+    #[arg(long, value_parser = ["sync", "async", "cad"], default_value = "cad")]
+    pub durability: String,
+    /// How writes replicate before the acknowledgement: `async` buffers on the leader only,
+    /// `sync` waits for a majority's memory. Default `async` (`sync` for sync durability).
+    #[arg(long, value_parser = ["sync", "async"])]
+    pub replication: Option<String>,
+    /// Which nodes serve reads: `leader`, `active-set` (leased followers too, ORCA) or `any`
+    /// (no durability check).
+    #[arg(long, value_parser = ["leader", "active-set", "any"], default_value = "active-set")]
+    pub reads: String,
+    #[arg(long, default_value_t = 1)]
+    pub shards: u32,
+}
+
+impl CreateArgs {
+    pub fn to_def(&self) -> Result<TableDef, Failure> {
+        let durability = match self.durability.as_str() {
+            "sync" => TableDurability::Sync,
+            "async" => TableDurability::Async,
+            _ => TableDurability::Cad,
+        };
+        let replication = match (durability, self.replication.as_deref()) {
+            (TableDurability::Sync, Some("async")) => {
+                return Err(Failure::new(USAGE, "sync durability replicates synchronously: drop --replication async"))
+            }
+            (TableDurability::Sync, _) | (_, Some("sync")) => TableReplication::Sync,
+            _ => TableReplication::Async,
+        };
+        let reads = match self.reads.as_str() {
+            "leader" => TableReads::Leader,
+            "any" => TableReads::Any,
+            _ => TableReads::ActiveSet,
+        };
+        Ok(TableDef { name: self.name.clone(), engine: TableEngine::Log, durability, replication, reads, shards: self.shards })
+    }
+}
+
+pub async fn table(target: &Target, command: TableCommand) -> Result<i32, Failure> {
+    match command {
+        TableCommand::Create(args) => table_create(target, &args).await,
+        TableCommand::List => table_list(target).await,
+    }
+}
+
+/// [DECISION] The CLI sends the definition to every node of the cluster file; the command
+/// succeeds only if all of them accepted it (the catalog is not replicated yet).
+async fn table_create(target: &Target, args: &CreateArgs) -> Result<i32, Failure> {
+    let def = args.to_def()?;
+    let (endpoints, cluster) = target.resolve()?;
+    check_table_def(&def, endpoints.len()).map_err(|m| Failure::new(USAGE, format!("table {}: {m}", def.name)))?;
+    let opts = target.options(cluster);
+    let mut failed = Vec::new();
+    let mut unreachable = 0;
+    for addr in &endpoints {
+        let r = match Client::connect_node(*addr, opts.clone()).await {
+            Ok(c) => c.create_table(def.clone()).await,
+            Err(e) => {
+                unreachable += 1;
+                Err(e)
+            }
+        };
+        match r {
+            Ok(true) => println!("{addr}: created"),
+            Ok(false) => println!("{addr}: already exists (identical)"),
+            Err(e) => {
+                println!("{addr}: FAILED: {e}");
+                failed.push(addr.to_string());
+            }
+        }
+    }
+    if failed.is_empty() {
+        println!(
+            "table {}: log (durability {}, replication {}, reads {}, {} shard(s)) on {} node(s)",
+            def.name,
+            durability_name(def.durability),
+            replication_name(def.replication),
+            reads_name(def.reads),
+            def.shards,
+            endpoints.len()
+        );
+        return Ok(OK);
+    }
+    let code = if unreachable == endpoints.len() { UNREACHABLE } else { FAILED };
+    Err(Failure::new(code, format!("table {} was not created on every node; failed on: {}", def.name, failed.join(", "))))
+}
+
+async fn table_list(target: &Target) -> Result<i32, Failure> {
+    let client = target.client().await?;
+    let defs = client.list_tables().await?;
+    println!("{:<20} {:<6} {:<10} {:<11} {:<10} {:>6}", "name", "engine", "durability", "replication", "reads", "shards");
+    for d in defs {
+        println!(
+            "{:<20} {:<6} {:<10} {:<11} {:<10} {:>6}",
+            d.name,
+            "log",
+            durability_name(d.durability),
+            replication_name(d.replication),
+            reads_name(d.reads),
+            d.shards
+        );
+    }
+    Ok(OK)
+}
+
+pub async fn table_get(target: &Target, table: String, key: String, show_version: bool) -> Result<i32, Failure> {
+    let client = target.client().await?;
+    let mut t = client.table(&table).await?;
+    let r = t.get(key.clone()).await?;
+    if show_version {
+        eprintln!("update index {} (served by node {}, epoch {})", r.update_index, r.served_by.0, r.epoch);
+    }
+    match r.value {
+        Some(value) => {
+            let mut out = std::io::stdout().lock();
+            out.write_all(&value).and_then(|()| out.write_all(b"\n")).map_err(|e| Failure::new(FAILED, e.to_string()))?;
+            Ok(OK)
+        }
+        None => {
+            eprintln!("{key}: not found");
+            Ok(NOT_FOUND)
+        }
+    }
+}
+
+/// `put --table` (`value` Some) and `del --table` (None).
+pub async fn table_put(
+    target: &Target,
+    table: String,
+    key: String,
+    value: Option<String>,
+    immediate: bool,
+    show_version: bool,
+) -> Result<i32, Failure> {
+    let client = target.client().await?;
+    let mut t = client.table(&table).await?;
+    let opts = WriteOpts { immediate };
+    let index = match value {
+        Some(v) => t.put_with(key, v, opts).await?,
+        None => t.delete_with(key, opts).await?,
+    };
+    if show_version {
+        eprintln!("index {index}");
+    }
+    Ok(OK)
 }

@@ -5,12 +5,13 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use strata_wire::client::{LinkFault, NodeStatus, Request, Response};
+use strata_wire::client::{LinkFault, NodeStatus, Request, Response, TableDef};
 use strata_wire::{ClusterId, NodeId};
 
 use crate::conn::{Conn, ConnHandle};
 use crate::error::ClientError;
 use crate::session::{unexpected, Session};
+use crate::table::Table;
 
 /// How a client connects and how long it waits.
 #[derive(Clone, Debug)]
@@ -143,5 +144,37 @@ impl Client {
             other => Err(unexpected(other)),
         }
     }
-}
 
+    /// Adds a table to the connected node's catalog. `Ok(false)`: an identical definition
+    /// existed already. Every node must be told (the CLI's `strata table create` does that):
+    /// the catalog is not replicated yet.
+    pub async fn create_table(&self, def: TableDef) -> Result<bool, ClientError> {
+        let conn = self.connection().await?;
+        match conn.call(Request::CreateTable { def }, self.opts.request_timeout).await? {
+            Response::TableCreated { created } => Ok(created),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// The connected node's table catalog.
+    pub async fn list_tables(&self) -> Result<Vec<TableDef>, ClientError> {
+        let conn = self.connection().await?;
+        match conn.call(Request::ListTables, self.opts.request_timeout).await? {
+            Response::Tables(defs) => Ok(defs),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// A handle on the log table `name` (its definition is read from the connected node). The
+    /// handle talks to every endpoint of this client: writes to the key's shard leader, reads
+    /// where they are sent ([`Table`]).
+    pub async fn table(&self, name: &str) -> Result<Table, ClientError> {
+        let def = self
+            .list_tables()
+            .await?
+            .into_iter()
+            .find(|d| d.name == name)
+            .ok_or_else(|| ClientError::NoSuchTable(name.to_string()))?;
+        Ok(Table::new(def, &self.endpoints, self.opts.clone()))
+    }
+}

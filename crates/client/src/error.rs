@@ -52,6 +52,15 @@ pub enum ClientError {
     /// An argument was refused by the node (for admin requests, e.g. an unknown peer).
     #[error("invalid argument: {0}")]
     InvalidArgument(String),
+    /// No table of that name exists at the node. Create it (`strata table create`) or check
+    /// the name.
+    #[error("no table named {0:?}")]
+    NoSuchTable(String),
+    /// A log table's shard did not serve the request in time: no leader (election under way,
+    /// no majority reachable) or no node able to serve the read. A write's outcome is unknown:
+    /// retrying it later (same handle) is safe.
+    #[error("table {table}: not served within {waited:?} (last answer: {last})")]
+    TableUnavailable { table: String, last: String, waited: Duration },
     /// The node answered with something this client does not expect for the request.
     #[error("unexpected reply from the node: {0}")]
     UnexpectedReply(String),
@@ -75,6 +84,9 @@ impl ClientError {
 
     /// Whether the request may have taken effect although no result came back.
     pub fn outcome_unknown(&self) -> bool {
-        matches!(self, ClientError::ConnectionLost { .. } | ClientError::TimedOut(_))
+        matches!(
+            self,
+            ClientError::ConnectionLost { .. } | ClientError::TimedOut(_) | ClientError::TableUnavailable { .. }
+        )
     }
 }

@@ -32,11 +32,17 @@ mod client;
 mod conn;
 mod error;
 mod session;
+mod table;
 
 pub use client::{Client, ClientOptions};
 pub use error::ClientError;
 pub use session::{Op, Outcome, ReqId, RmwOutcome, Session, Versioned};
-pub use strata_wire::client::{LinkFault, NodeStatus, PeerStatus};
+pub use strata_wire::client::{
+    LinkFault, NodeStatus, PeerStatus, ShardRole, ShardStatus, TableDef, TableDurability, TableEngine, TableReads,
+    TableReplication,
+};
+pub use strata_wire::log::LogIndex;
+pub use table::{LogRead, Table, WriteOpts};
 pub use strata_wire::{Carstamp, ClusterId, NodeId, SessionId};
 
 /// The README's Rust example, compiled by `cargo test` so that it cannot rot.

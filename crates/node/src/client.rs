@@ -94,7 +94,24 @@ fn frame_error_reply(e: &FrameError) -> (ErrorCode, String, bool) {
 
 fn is_known_request_tag(tag: u8) -> bool {
     use request_tag::*;
-    matches!(tag, OPEN_SESSION | CLOSE_SESSION | GET | PUT | DELETE | RELEASE | ACQUIRE | FAA | CAS | STATUS | SET_FAULT)
+    matches!(
+        tag,
+        OPEN_SESSION
+            | CLOSE_SESSION
+            | GET
+            | PUT
+            | DELETE
+            | RELEASE
+            | ACQUIRE
+            | FAA
+            | CAS
+            | STATUS
+            | SET_FAULT
+            | LOG_WRITE
+            | LOG_READ
+            | CREATE_TABLE
+            | LIST_TABLES
+    )
 }
 
 /// The reply to a frame whose payload does not decode as a request.

@@ -16,7 +16,9 @@ use tokio::time::Instant as TokioInstant;
 use tracing::{debug, info};
 
 use crate::shared::{ClientItem, CoreInput, Counters, WriterMsg};
+use crate::tables::{DiskDone, Outbox, Tables};
 use crate::transport::PeerLink;
+use strata_wire::peer::PeerMessage;
 
 /// A debug build checks the core's invariants once per this many flushes.
 const INVARIANT_SAMPLE: u64 = 1024;
@@ -34,12 +36,32 @@ pub(crate) struct Driver {
     touched: Vec<bool>,
     counters: Arc<Counters>,
     flushes: u64,
+    /// The log tables' shard replicas (pumped by this same task: see `tables`).
+    tables: Tables,
+    outbox: Outbox,
 }
 
 impl Driver {
-    pub fn new(core: RcReplica, origin: TokioInstant, links: Vec<Arc<PeerLink>>, counters: Arc<Counters>) -> Driver {
+    pub fn new(
+        core: RcReplica,
+        origin: TokioInstant,
+        links: Vec<Arc<PeerLink>>,
+        counters: Arc<Counters>,
+        tables: Tables,
+    ) -> Driver {
         let touched = vec![false; links.len()];
-        Driver { core, origin, effects: RcEffects::default(), routes: HashMap::new(), links, touched, counters, flushes: 0 }
+        Driver {
+            core,
+            origin,
+            effects: RcEffects::default(),
+            routes: HashMap::new(),
+            links,
+            touched,
+            counters,
+            flushes: 0,
+            tables,
+            outbox: Outbox::default(),
+        }
     }
 
     fn now(&self, at: TokioInstant) -> Instant {
@@ -47,15 +69,33 @@ impl Driver {
     }
 
     fn deadline(&self) -> Option<TokioInstant> {
-        self.core.poll_timeout().map(|t| self.origin + Duration::from_nanos(t.0))
+        let rc = self.core.poll_timeout().map(|t| self.origin + Duration::from_nanos(t.0));
+        match (rc, self.tables.deadline()) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
     }
 
-    pub async fn run(mut self, mut rx: mpsc::Receiver<CoreInput>, mut stop: watch::Receiver<bool>) {
+    pub async fn run(
+        mut self,
+        mut rx: mpsc::Receiver<CoreInput>,
+        mut disk_rx: mpsc::UnboundedReceiver<DiskDone>,
+        mut stop: watch::Receiver<bool>,
+    ) {
         loop {
             let deadline = self.deadline();
             tokio::select! {
                 biased;
                 _ = stop.wait_for(|s| *s) => break,
+                done = disk_rx.recv() => {
+                    if let Some(done) = done {
+                        let at = TokioInstant::now();
+                        self.tables.on_disk(at, done, &mut self.outbox);
+                        while let Ok(done) = disk_rx.try_recv() {
+                            self.tables.on_disk(at, done, &mut self.outbox);
+                        }
+                    }
+                }
                 input = rx.recv() => {
                     let Some(input) = input else { break };
                     let at = TokioInstant::now();
@@ -80,6 +120,9 @@ impl Driver {
         for link in &self.links {
             link.close();
         }
+        for handle in self.tables.close() {
+            let _ = tokio::task::spawn_blocking(move || handle.join()).await;
+        }
         // Dropping the senders lets every client writer flush and close its connection.
         self.routes.clear();
         debug!("core task stopped");
@@ -91,6 +134,7 @@ impl Driver {
         if self.core.poll_timeout().is_some_and(|t| t <= now) {
             self.core.on_tick(now);
         }
+        self.tables.tick(at, &mut self.outbox);
         self.flush(at);
     }
 
@@ -122,7 +166,12 @@ impl Driver {
             }
             CoreInput::Peer { from, msgs } => {
                 for msg in msgs {
-                    self.core.on_message(now, from, msg);
+                    match msg {
+                        PeerMessage::Shard { table, shard, msg } => {
+                            self.tables.on_peer(at, from, table, shard, msg, &mut self.outbox)
+                        }
+                        msg => self.core.on_message(now, from, msg),
+                    }
                 }
             }
         }
@@ -134,12 +183,29 @@ impl Driver {
             // Node-level requests are the runtime's: it owns the transport.
             Request::Status => {
                 self.flush(at);
-                let status = self.status();
+                let status = self.status(at);
                 self.send_to(route, WriterMsg::Resp(ClientResponse { corr, body: Response::Status(status) }));
             }
             Request::SetFault { peer, fault } => {
                 self.flush(at);
                 let body = self.set_fault(peer, fault);
+                self.send_to(route, WriterMsg::Resp(ClientResponse { corr, body }));
+            }
+            // Log tables: routed to the shard replicas.
+            Request::LogWrite { table, key, op, client_id, seq, immediate } => {
+                self.tables.on_write(at, route, corr, &table, key, op, client_id, seq, immediate, &mut self.outbox)
+            }
+            Request::LogRead { table, key, min_index } => {
+                self.tables.on_read(at, route, corr, &table, key, min_index, &mut self.outbox)
+            }
+            Request::CreateTable { def } => {
+                self.flush(at);
+                let body = self.tables.create(def);
+                self.send_to(route, WriterMsg::Resp(ClientResponse { corr, body }));
+            }
+            Request::ListTables => {
+                self.flush(at);
+                let body = Response::Tables(self.tables.list());
                 self.send_to(route, WriterMsg::Resp(ClientResponse { corr, body }));
             }
             body => {
@@ -171,7 +237,7 @@ impl Driver {
         Response::FaultSet
     }
 
-    fn status(&self) -> NodeStatus {
+    fn status(&self, at: TokioInstant) -> NodeStatus {
         let s = self.core.stats();
         NodeStatus {
             node: self.core.id(),
@@ -182,6 +248,7 @@ impl Driver {
             bad_client_frames: self.counters.bad_client_frames.load(Ordering::Relaxed),
             // Frames the transport dropped plus messages the core refused (unknown sender, ...).
             bad_peer_frames: self.counters.bad_peer_frames.load(Ordering::Relaxed) + s.bad_peer_messages,
+            shards: self.tables.status(at),
             machine_epoch: s.machine_epoch,
             barriers_fast: s.barriers_fast,
             barriers_slow: s.barriers_slow,
@@ -199,6 +266,7 @@ impl Driver {
 
     /// Executes the core's pending effects.
     fn flush(&mut self, at: TokioInstant) {
+        self.flush_tables(at);
         self.core.poll_effects(&mut self.effects);
         if self.effects.is_empty() {
             return;
@@ -234,6 +302,32 @@ impl Driver {
         self.flushes = self.flushes.wrapping_add(1);
         if cfg!(debug_assertions) && self.flushes % INVARIANT_SAMPLE == 0 {
             self.core.check_invariants();
+        }
+    }
+}
+
+impl Driver {
+    /// Sends what the log shards produced: peer messages through the same links (and fault
+    /// layer) as the rc engine's, replies to their connections.
+    fn flush_tables(&mut self, at: TokioInstant) {
+        for (to, msg) in self.outbox.peers.drain(..) {
+            match self.links.iter().position(|l| l.id == to) {
+                Some(i) => {
+                    self.links[i].push(at, msg);
+                    self.touched[i] = true;
+                }
+                None => debug!(to = %to, "shard sent to a node that is not a peer; dropped"),
+            }
+        }
+        for (i, t) in self.touched.iter_mut().enumerate() {
+            if std::mem::take(t) {
+                self.links[i].wake();
+            }
+        }
+        for (route, resp) in self.outbox.replies.drain(..) {
+            if let Some(tx) = self.routes.get(&route) {
+                let _ = tx.send(WriterMsg::Resp(resp));
+            }
         }
     }
 }

@@ -6,7 +6,10 @@
 //!
 //! * the **core task** (`driver`) owns the [`strata_rc::RcReplica`] and the clock origin; it
 //!   takes inputs from one channel, drains effects, routes replies and peer messages, and sleeps
-//!   until the next input or `poll_timeout()`;
+//!   until the next input or `poll_timeout()`. It also pumps every log-table shard replica
+//!   ([`tables`]: catalog, one `strata_log::LogReplica` per shard, their disk completions);
+//! * per log-table shard a **disk thread** executing the shard's `Persist` records over its
+//!   WAL with group commit (`strata-logstore`);
 //! * per client connection a reader and a writer (`client`);
 //! * per peer an outbound sender with the fault layer (`transport`, [`fault`]), and a reader
 //!   per inbound peer connection;
@@ -20,6 +23,7 @@ pub mod config;
 mod driver;
 pub mod fault;
 mod shared;
+pub mod tables;
 pub mod testing;
 mod transport;
 
@@ -63,6 +67,9 @@ pub enum StartError {
     /// The protocol core refused the replica set.
     #[error("invalid replica set: {0}")]
     Core(#[from] strata_rc::ConfigError),
+    /// The table catalog or a shard's log could not be loaded (the message names the file).
+    #[error("cannot load the log tables: {0}")]
+    Tables(String),
     /// The tokio runtime or the signal handlers could not be set up.
     #[error("cannot set up the runtime: {0}")]
     Runtime(std::io::Error),
@@ -127,6 +134,9 @@ async fn start_on(cfg: NodeConfig, client: TcpListener, peer: TcpListener) -> Re
     rc.seed = incarnation;
     rc.limits = Limits { max_frame_bytes: cfg.max_frame_bytes, max_value_bytes: cfg.max_value_bytes, ..Limits::default() };
     let core = RcReplica::new(rc)?;
+    let (disk_tx, disk_rx) = mpsc::unbounded_channel();
+    let replicas: Vec<NodeId> = cfg.replica_ids().into_iter().map(NodeId).collect();
+    let tables = tables::Tables::open(node, replicas, &cfg.data_dir, incarnation, disk_tx).map_err(StartError::Tables)?;
 
     let wire = WireSettings { node, cluster: ClusterId(cfg.cluster_id), max_frame_bytes: cfg.max_frame_bytes };
     let counters = Arc::new(Counters::default());
@@ -136,8 +146,8 @@ async fn start_on(cfg: NodeConfig, client: TcpListener, peer: TcpListener) -> Re
     let links: Vec<Arc<PeerLink>> = cfg.peers.iter().map(|p| Arc::new(PeerLink::new(NodeId(p.id), p.addr))).collect();
     let peer_ids = Arc::new(links.iter().map(|l| l.id).collect::<Vec<_>>());
 
-    let driver = driver::Driver::new(core, TokioInstant::now(), links.clone(), counters.clone());
-    let core_task = tokio::spawn(driver.run(core_rx, stop_rx.clone()));
+    let driver = driver::Driver::new(core, TokioInstant::now(), links.clone(), counters.clone(), tables);
+    let core_task = tokio::spawn(driver.run(core_rx, disk_rx, stop_rx.clone()));
     for link in &links {
         tasks.spawn(transport::run_sender(link.clone(), wire));
     }

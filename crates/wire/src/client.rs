@@ -8,6 +8,7 @@ use bytes::{BufMut, Bytes, BytesMut};
 
 use crate::codec::{get_value, put_bool, put_bytes, put_option, put_seq, put_value, Decode, DecodeError, Encode, Reader};
 use crate::ids::{Carstamp, NodeId, SessionId};
+use crate::log::LogIndex;
 
 /// Request tags (0x01..=0x3f). Never reuse a retired tag.
 pub mod request_tag {
@@ -20,8 +21,14 @@ pub mod request_tag {
     pub const ACQUIRE: u8 = 0x14;
     pub const FAA: u8 = 0x15;
     pub const CAS: u8 = 0x16;
+    /// Log tables (ORCA §4.1 `WriteReq`, `ReadReq`).
+    pub const LOG_WRITE: u8 = 0x20;
+    pub const LOG_READ: u8 = 0x21;
     pub const STATUS: u8 = 0x30;
     pub const SET_FAULT: u8 = 0x31;
+    /// Table catalog (admin).
+    pub const CREATE_TABLE: u8 = 0x32;
+    pub const LIST_TABLES: u8 = 0x33;
 }
 
 /// Response tags (0x40..=0x7f).
@@ -31,8 +38,14 @@ pub mod response_tag {
     pub const VALUE: u8 = 0x50;
     pub const WRITTEN: u8 = 0x51;
     pub const RMW: u8 = 0x52;
+    /// Log tables (ORCA §4.1 `WriteResp`, `ReadResp`).
+    pub const LOG_WRITTEN: u8 = 0x53;
+    pub const LOG_VALUE: u8 = 0x54;
+    pub const LOG_REJECTED: u8 = 0x55;
     pub const STATUS: u8 = 0x60;
     pub const FAULT_SET: u8 = 0x61;
+    pub const TABLE_CREATED: u8 = 0x62;
+    pub const TABLES: u8 = 0x63;
     pub const ERROR: u8 = 0x7f;
 }
 
@@ -68,6 +81,108 @@ pub enum Request {
     Status,
     /// Admin: set the fault layer of this node's outbound links (`None` = every peer).
     SetFault { peer: Option<NodeId>, fault: LinkFault },
+    /// ORCA §2.1/§4.1 `WriteReq` on a log table. The node routes it to the shard
+    /// [`shard_of`]`(key)`; only that shard's leader accepts it (`LogRejected(NotLeader)`
+    /// otherwise). A retry carries the same `(client_id, seq)`: the replicated duplicate filter
+    /// answers it with the first outcome.
+    LogWrite { table: String, key: Bytes, op: LogWriteOp, client_id: u64, seq: u64, immediate: bool },
+    /// ORCA §2.1/§4.1 `ReadReq` on a log table; `min_index` is the session token of §2.3.
+    LogRead { table: String, key: Bytes, min_index: Option<LogIndex> },
+    /// Admin: add a table to this node's catalog (idempotent for an identical definition).
+    CreateTable { def: TableDef },
+    /// The node's table catalog.
+    ListTables,
+}
+
+/// What a log-table write does to its key.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum LogWriteOp {
+    Put(Bytes),
+    Delete,
+}
+
+/// The engine of a table. Only `log` tables are named; the `rc` (Kite) keyspace is the
+/// default, tableless one.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TableEngine {
+    Log,
+}
+
+/// When a write is acknowledged (ORCA §1.3 `PersistenceMode`, with CAD).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TableDurability {
+    /// Synchronous: fsynced on a majority before the acknowledgement (group commit).
+    Sync,
+    /// Asynchronous: persisted in the background; no durability check on reads.
+    Async,
+    /// Consistency-aware durability: asynchronous writes, reads made durable first.
+    Cad,
+}
+
+/// How writes replicate before the acknowledgement (ORCA §1.3 `ReplicationMode`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TableReplication {
+    /// Buffered on the leader only.
+    Async,
+    /// Held in the memory of a majority.
+    Sync,
+}
+
+/// Which nodes serve reads (ORCA §1.3).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TableReads {
+    Leader,
+    ActiveSet,
+    Any,
+}
+
+/// A table definition, identical on every node of the cluster.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TableDef {
+    pub name: String,
+    pub engine: TableEngine,
+    pub durability: TableDurability,
+    /// Ignored (always synchronous) for `Sync` durability.
+    pub replication: TableReplication,
+    pub reads: TableReads,
+    pub shards: u32,
+}
+
+impl TableDef {
+    /// The table's number in peer messages: CRC32C of its name. Two names with the same
+    /// number cannot coexist in one catalog (the second create is refused).
+    pub fn id(&self) -> u32 {
+        table_id(&self.name)
+    }
+}
+
+/// See [`TableDef::id`].
+pub fn table_id(name: &str) -> u32 {
+    crc32c::crc32c(name.as_bytes())
+}
+
+/// The shard of `key` in a table of `shards` shards: `crc32c(key) mod shards`. Stable across
+/// versions and platforms (client and node compute it independently; changing it would move
+/// keys between shards).
+pub fn shard_of(key: &[u8], shards: u32) -> u32 {
+    crc32c::crc32c(key) % shards.max(1)
+}
+
+/// Why a log-table request was not served (ORCA §2.1 `Error`). Each variant says what to do.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum LogFailure {
+    /// Not the shard's leader (or its lease lapsed). Retry at `hint`, else at another node,
+    /// with the same `(client_id, seq)`.
+    NotLeader { hint: Option<NodeId> },
+    /// A follower without an active-set lease (R2). Retry at another node after ~10 ms.
+    NotInActiveSet,
+    /// The request waited too long (durability, majority, session token). Outcome unknown for
+    /// a write: retry with the same `seq`.
+    Timeout,
+    /// The shard has no ready leader yet (election, sync phase). Retry shortly.
+    Unavailable,
+    /// The request is invalid (empty key, seq 0). Do not retry.
+    Invalid(String),
 }
 
 /// Faults injected by a node's transport on its outbound link to one peer. The kernel here has
@@ -111,6 +226,42 @@ pub enum Response {
     Status(NodeStatus),
     FaultSet,
     Error { code: ErrorCode, message: String },
+    /// ORCA §2.1 `WriteAck`: the index of the write's log entry.
+    LogWritten { index: LogIndex },
+    /// ORCA §2.1 `ReadResult`.
+    LogValue { value: Option<Bytes>, update_index: LogIndex, served_by: NodeId, epoch: u32 },
+    LogRejected(LogFailure),
+    /// `created`: false if an identical definition already existed.
+    TableCreated { created: bool },
+    Tables(Vec<TableDef>),
+}
+
+/// The role of a shard replica, as reported by `Status`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum ShardRole {
+    #[default]
+    Follower,
+    Candidate,
+    Leader,
+}
+
+/// One log-table shard replica on one node (ORCA §3): role, indexes, durability, active set.
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
+pub struct ShardStatus {
+    pub table: String,
+    pub shard: u32,
+    pub role: ShardRole,
+    pub leader: Option<NodeId>,
+    pub epoch: u32,
+    pub last_index: LogIndex,
+    pub persisted_index: LogIndex,
+    pub applied_index: LogIndex,
+    /// DI at the leader, `DI_F` at a follower.
+    pub durable_index: LogIndex,
+    /// At the leader (active-set reads): the active set, leader first. Empty elsewhere.
+    pub active_set: Vec<NodeId>,
+    /// A follower holding a valid active-set lease, or a ready leader.
+    pub serving: bool,
 }
 
 /// What a node reports about itself.
@@ -131,6 +282,8 @@ pub struct NodeStatus {
     /// Relaxed accesses served through the slow path (out-of-epoch keys).
     pub slow_path_accesses: u64,
     pub peers: Vec<PeerStatus>,
+    /// Every log-table shard replica on this node.
+    pub shards: Vec<ShardStatus>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Default)]
@@ -238,11 +391,35 @@ impl Encode for ClientRequest {
             Request::Cas { .. } => CAS,
             Request::Status => STATUS,
             Request::SetFault { .. } => SET_FAULT,
+            Request::LogWrite { .. } => LOG_WRITE,
+            Request::LogRead { .. } => LOG_READ,
+            Request::CreateTable { .. } => CREATE_TABLE,
+            Request::ListTables => LIST_TABLES,
         };
         out.put_u8(tag);
         out.put_u64_le(self.corr);
         match &self.body {
-            Request::OpenSession | Request::Status => {}
+            Request::OpenSession | Request::Status | Request::ListTables => {}
+            Request::LogWrite { table, key, op, client_id, seq, immediate } => {
+                put_bytes(out, table.as_bytes());
+                put_bytes(out, key);
+                match op {
+                    LogWriteOp::Put(v) => {
+                        out.put_u8(0);
+                        put_bytes(out, v);
+                    }
+                    LogWriteOp::Delete => out.put_u8(1),
+                }
+                out.put_u64_le(*client_id);
+                out.put_u64_le(*seq);
+                put_bool(out, *immediate);
+            }
+            Request::LogRead { table, key, min_index } => {
+                put_bytes(out, table.as_bytes());
+                put_bytes(out, key);
+                put_option(out, min_index, |o, i| i.encode(o));
+            }
+            Request::CreateTable { def } => def.encode(out),
             Request::CloseSession { session } => session.encode(out),
             Request::Get { session, key } | Request::Delete { session, key } | Request::Acquire { session, key } => {
                 session.encode(out);
@@ -296,6 +473,21 @@ impl Decode for ClientRequest {
             },
             STATUS => Request::Status,
             SET_FAULT => Request::SetFault { peer: r.option(NodeId::decode)?, fault: LinkFault::decode(r)? },
+            LOG_WRITE => Request::LogWrite {
+                table: r.string()?,
+                key: r.bytes()?,
+                op: match r.u8()? {
+                    0 => LogWriteOp::Put(r.bytes()?),
+                    1 => LogWriteOp::Delete,
+                    v => return Err(DecodeError::Invalid { what: "log write op", value: v as u64 }),
+                },
+                client_id: r.u64()?,
+                seq: r.u64()?,
+                immediate: r.bool()?,
+            },
+            LOG_READ => Request::LogRead { table: r.string()?, key: r.bytes()?, min_index: r.option(LogIndex::decode)? },
+            CREATE_TABLE => Request::CreateTable { def: TableDef::decode(r)? },
+            LIST_TABLES => Request::ListTables,
             tag => return Err(DecodeError::UnknownTag { tag }),
         };
         Ok(ClientRequest { corr, body })
@@ -352,6 +544,7 @@ impl Encode for NodeStatus {
             out.put_u64_le(v);
         }
         put_seq(out, &self.peers, |o, p| p.encode(o));
+        put_seq(out, &self.shards, |o, s| s.encode(o));
     }
 }
 impl Decode for NodeStatus {
@@ -369,6 +562,7 @@ impl Decode for NodeStatus {
             barriers_slow: r.u64()?,
             slow_path_accesses: r.u64()?,
             peers: r.seq(PeerStatus::decode)?,
+            shards: r.seq(ShardStatus::decode)?,
         })
     }
 }
@@ -385,6 +579,11 @@ impl Encode for ClientResponse {
             Response::Status(_) => STATUS,
             Response::FaultSet => FAULT_SET,
             Response::Error { .. } => ERROR,
+            Response::LogWritten { .. } => LOG_WRITTEN,
+            Response::LogValue { .. } => LOG_VALUE,
+            Response::LogRejected(_) => LOG_REJECTED,
+            Response::TableCreated { .. } => TABLE_CREATED,
+            Response::Tables(_) => TABLES,
         };
         out.put_u8(tag);
         out.put_u64_le(self.corr);
@@ -407,6 +606,16 @@ impl Encode for ClientResponse {
                 out.put_u16_le(code.to_u16());
                 put_bytes(out, message.as_bytes());
             }
+            Response::LogWritten { index } => index.encode(out),
+            Response::LogValue { value, update_index, served_by, epoch } => {
+                put_value(out, value);
+                update_index.encode(out);
+                served_by.encode(out);
+                out.put_u32_le(*epoch);
+            }
+            Response::LogRejected(f) => f.encode(out),
+            Response::TableCreated { created } => put_bool(out, *created),
+            Response::Tables(defs) => put_seq(out, defs, |o, d| d.encode(o)),
         }
     }
 }
@@ -430,8 +639,129 @@ impl Decode for ClientResponse {
             STATUS => Response::Status(NodeStatus::decode(r)?),
             FAULT_SET => Response::FaultSet,
             ERROR => Response::Error { code: ErrorCode::from_u16(r.u16()?), message: r.string()? },
+            LOG_WRITTEN => Response::LogWritten { index: LogIndex::decode(r)? },
+            LOG_VALUE => Response::LogValue {
+                value: get_value(r)?,
+                update_index: LogIndex::decode(r)?,
+                served_by: NodeId::decode(r)?,
+                epoch: r.u32()?,
+            },
+            LOG_REJECTED => Response::LogRejected(LogFailure::decode(r)?),
+            TABLE_CREATED => Response::TableCreated { created: r.bool()? },
+            TABLES => Response::Tables(r.seq(TableDef::decode)?),
             tag => return Err(DecodeError::UnknownTag { tag }),
         };
         Ok(ClientResponse { corr, body })
+    }
+}
+
+// ---- log tables ----
+
+/// Stable one-byte codes of the table enums (never renumber).
+fn enum_code<T: Copy + PartialEq>(all: &[(T, u8)], v: T) -> u8 {
+    all.iter().find(|(x, _)| *x == v).map(|(_, c)| *c).expect("every variant has a code")
+}
+fn enum_from<T: Copy>(all: &[(T, u8)], c: u8, what: &'static str) -> Result<T, DecodeError> {
+    all.iter().find(|(_, x)| *x == c).map(|(v, _)| *v).ok_or(DecodeError::Invalid { what, value: c as u64 })
+}
+const ENGINES: [(TableEngine, u8); 1] = [(TableEngine::Log, 1)];
+const DURABILITIES: [(TableDurability, u8); 3] =
+    [(TableDurability::Sync, 1), (TableDurability::Async, 2), (TableDurability::Cad, 3)];
+const REPLICATIONS: [(TableReplication, u8); 2] = [(TableReplication::Async, 1), (TableReplication::Sync, 2)];
+const READS: [(TableReads, u8); 3] = [(TableReads::Leader, 1), (TableReads::ActiveSet, 2), (TableReads::Any, 3)];
+const ROLES: [(ShardRole, u8); 3] = [(ShardRole::Follower, 0), (ShardRole::Candidate, 1), (ShardRole::Leader, 2)];
+
+impl Encode for TableDef {
+    fn encode(&self, out: &mut BytesMut) {
+        put_bytes(out, self.name.as_bytes());
+        out.put_u8(enum_code(&ENGINES, self.engine));
+        out.put_u8(enum_code(&DURABILITIES, self.durability));
+        out.put_u8(enum_code(&REPLICATIONS, self.replication));
+        out.put_u8(enum_code(&READS, self.reads));
+        out.put_u32_le(self.shards);
+    }
+}
+impl Decode for TableDef {
+    fn decode(r: &mut Reader) -> Result<Self, DecodeError> {
+        Ok(TableDef {
+            name: r.string()?,
+            engine: enum_from(&ENGINES, r.u8()?, "table engine")?,
+            durability: enum_from(&DURABILITIES, r.u8()?, "table durability")?,
+            replication: enum_from(&REPLICATIONS, r.u8()?, "table replication")?,
+            reads: enum_from(&READS, r.u8()?, "table reads")?,
+            shards: r.u32()?,
+        })
+    }
+}
+
+mod failure_tag {
+    pub const NOT_LEADER: u8 = 1;
+    pub const NOT_IN_ACTIVE_SET: u8 = 2;
+    pub const TIMEOUT: u8 = 3;
+    pub const UNAVAILABLE: u8 = 4;
+    pub const INVALID: u8 = 5;
+}
+
+impl Encode for LogFailure {
+    fn encode(&self, out: &mut BytesMut) {
+        use failure_tag::*;
+        match self {
+            LogFailure::NotLeader { hint } => {
+                out.put_u8(NOT_LEADER);
+                put_option(out, hint, |o, n| n.encode(o));
+            }
+            LogFailure::NotInActiveSet => out.put_u8(NOT_IN_ACTIVE_SET),
+            LogFailure::Timeout => out.put_u8(TIMEOUT),
+            LogFailure::Unavailable => out.put_u8(UNAVAILABLE),
+            LogFailure::Invalid(m) => {
+                out.put_u8(INVALID);
+                put_bytes(out, m.as_bytes());
+            }
+        }
+    }
+}
+impl Decode for LogFailure {
+    fn decode(r: &mut Reader) -> Result<Self, DecodeError> {
+        use failure_tag::*;
+        Ok(match r.u8()? {
+            NOT_LEADER => LogFailure::NotLeader { hint: r.option(NodeId::decode)? },
+            NOT_IN_ACTIVE_SET => LogFailure::NotInActiveSet,
+            TIMEOUT => LogFailure::Timeout,
+            UNAVAILABLE => LogFailure::Unavailable,
+            INVALID => LogFailure::Invalid(r.string()?),
+            v => return Err(DecodeError::Invalid { what: "log failure", value: v as u64 }),
+        })
+    }
+}
+
+impl Encode for ShardStatus {
+    fn encode(&self, out: &mut BytesMut) {
+        put_bytes(out, self.table.as_bytes());
+        out.put_u32_le(self.shard);
+        out.put_u8(enum_code(&ROLES, self.role));
+        put_option(out, &self.leader, |o, n| n.encode(o));
+        out.put_u32_le(self.epoch);
+        for i in [self.last_index, self.persisted_index, self.applied_index, self.durable_index] {
+            i.encode(out);
+        }
+        put_seq(out, &self.active_set, |o, n| n.encode(o));
+        put_bool(out, self.serving);
+    }
+}
+impl Decode for ShardStatus {
+    fn decode(r: &mut Reader) -> Result<Self, DecodeError> {
+        Ok(ShardStatus {
+            table: r.string()?,
+            shard: r.u32()?,
+            role: enum_from(&ROLES, r.u8()?, "shard role")?,
+            leader: r.option(NodeId::decode)?,
+            epoch: r.u32()?,
+            last_index: LogIndex::decode(r)?,
+            persisted_index: LogIndex::decode(r)?,
+            applied_index: LogIndex::decode(r)?,
+            durable_index: LogIndex::decode(r)?,
+            active_set: r.seq(NodeId::decode)?,
+            serving: r.bool()?,
+        })
     }
 }

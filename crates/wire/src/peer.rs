@@ -9,6 +9,7 @@ use bytes::{BufMut, Bytes, BytesMut};
 
 use crate::codec::{get_value, put_bool, put_bytes, put_option, put_value, Decode, DecodeError, Encode, Reader};
 use crate::ids::{AcquireId, Ballot, Carstamp, Llc, NodeId, RmwId};
+use crate::log::LogMessage;
 
 pub mod peer_tag {
     pub const HELLO: u8 = 0x80;
@@ -27,6 +28,9 @@ pub mod peer_tag {
     pub const ACCEPT_REPLY: u8 = 0x8d;
     pub const COMMIT: u8 = 0x8e;
     pub const COMMIT_ACK: u8 = 0x8f;
+    // 0x90..=0x9f: the log engine's own messages (`crate::log::log_tag`), carried inside SHARD.
+    /// A log-table shard message: table id, shard, then the `LogMessage` with its own tag.
+    pub const SHARD: u8 = 0xa0;
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -51,6 +55,9 @@ pub enum PeerMessage {
     Commit(Commit),
     /// Echoes the committed version, so it credits the sender's pending record (§5.1.7).
     CommitAck { req: u64, key: Bytes, cs: Carstamp },
+    /// A message between the replicas of one log-table shard (ORCA §4.2). `table` is the
+    /// table's id (`client::table_id`): the same on every node.
+    Shard { table: u32, shard: u32, msg: LogMessage },
 }
 
 /// Kite §4 message 1: install `value` at version `cs` of `key` (if newer than the replica's).
@@ -381,6 +388,12 @@ impl Encode for PeerMessage {
                 put_bytes(out, key);
                 cs.encode(out);
             }
+            PeerMessage::Shard { table, shard, msg } => {
+                out.put_u8(SHARD);
+                out.put_u32_le(*table);
+                out.put_u32_le(*shard);
+                msg.encode(out);
+            }
         }
     }
 }
@@ -450,6 +463,7 @@ impl Decode for PeerMessage {
                 cs: Carstamp::decode(r)?,
             }),
             COMMIT_ACK => PeerMessage::CommitAck { req: r.u64()?, key: r.bytes()?, cs: Carstamp::decode(r)? },
+            SHARD => PeerMessage::Shard { table: r.u32()?, shard: r.u32()?, msg: LogMessage::decode(r)? },
             tag => return Err(DecodeError::UnknownTag { tag }),
         })
     }

@@ -69,6 +69,7 @@ fn response() -> impl Strategy<Value = ClientResponse> {
         barriers_slow: c[8],
         slow_path_accesses: c[9],
         peers,
+        shards: Vec::new(),
     });
     let body = prop_oneof![
         session().prop_map(|session| Response::SessionOpened { session }),

@@ -1,0 +1,415 @@
+//! Log tables (ORCA, `specs/orca.md` §2): a [`Table`] handle routes each key to its shard,
+//! writes to the shard's leader and reads to a chosen node, and keeps the session token.
+//!
+//! * **Shards.** A key lives in shard `crc32c(key) mod shards` ([`strata_wire::client::shard_of`]),
+//!   computed identically by the client and every node.
+//! * **Writes** go to the node believed to lead the key's shard. `NotLeader { hint }` moves
+//!   them to the hinted node, or round-robin without a hint; every retry carries the same
+//!   `(client_id, seq)`, so the shard's replicated duplicate filter applies it at most once
+//!   (§2.1). Followers do not proxy writes (§2.1 [DECISION]).
+//! * **Reads** go to a node of the caller's choice ([`Table::get_at`]) or round-robin
+//!   ([`Table::get`]); leader-only tables start at the believed leader. `NotInActiveSet` moves
+//!   the read to the next node after a 10 ms back-off (§2.1).
+//! * **Session token** (§2.3): the handle keeps `last_write_index` per shard — the largest
+//!   index of its own acknowledged writes — and sends it as the reads' `min_index`, so a read
+//!   never misses the handle's own acknowledged writes, whichever node serves it.
+//!
+//! A `Table` is a session: `&mut self` calls, one at a time. Open one per concurrent user.
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use strata_wire::client::{shard_of, LogFailure, LogWriteOp, Request, Response, TableDef};
+use strata_wire::log::LogIndex;
+use strata_wire::NodeId;
+use tokio::time::Instant;
+
+use crate::client::ClientOptions;
+use crate::conn::{Conn, ConnHandle};
+use crate::error::ClientError;
+use crate::session::unexpected;
+
+/// Back-off before retrying at another node (§2.1: 10 ms after `NotInActiveSet`).
+const RETRY_BACKOFF: Duration = Duration::from_millis(10);
+/// How long a call retries when the client options set no request timeout.
+const DEFAULT_RETRY_FOR: Duration = Duration::from_secs(10);
+
+/// Options of one write (ORCA §2.1 `WriteOpts`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct WriteOpts {
+    /// Acknowledge only once the write is durable on a majority (and every active-set member):
+    /// it is then never lost (G6).
+    pub immediate: bool,
+}
+
+/// A read's result (ORCA §2.1 `ReadResult`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LogRead {
+    /// `None`: the key is absent (never written, or deleted).
+    pub value: Option<Bytes>,
+    /// The index of the write that produced this value (`ZERO` for a key never written).
+    pub update_index: LogIndex,
+    pub served_by: NodeId,
+    pub epoch: u32,
+}
+
+struct NodeSlot {
+    addr: SocketAddr,
+    conn: Option<Arc<ConnHandle>>,
+    /// Learned from the node's status when first connected.
+    id: Option<NodeId>,
+}
+
+/// A handle on one log table (module docs). Obtain it with [`crate::Client::table`].
+pub struct Table {
+    def: TableDef,
+    opts: ClientOptions,
+    nodes: Vec<NodeSlot>,
+    /// Per shard: the endpoint believed to lead it.
+    leader: Vec<Option<usize>>,
+    /// Per shard: the session token (§2.3).
+    last_write: Vec<Option<LogIndex>>,
+    client_id: u64,
+    next_seq: u64,
+    cursor: usize,
+}
+
+/// What went wrong at the last attempt, for the error returned once retries run out.
+enum LastFailure {
+    Unknown(ClientError),
+    Refused(LogFailure),
+}
+
+impl Table {
+    pub(crate) fn new(def: TableDef, endpoints: &[SocketAddr], opts: ClientOptions) -> Table {
+        static SPREAD: AtomicU64 = AtomicU64::new(0);
+        let client_id = fresh_client_id(SPREAD.fetch_add(1, Ordering::Relaxed));
+        let shards = def.shards.max(1) as usize;
+        Table {
+            nodes: endpoints
+                .iter()
+                .map(|&addr| NodeSlot {
+                    addr,
+                    conn: None,
+                    id: None,
+                })
+                .collect(),
+            leader: vec![None; shards],
+            last_write: vec![None; shards],
+            cursor: (client_id as usize) % endpoints.len().max(1),
+            def,
+            opts,
+            client_id,
+            next_seq: 0,
+        }
+    }
+
+    pub fn def(&self) -> &TableDef {
+        &self.def
+    }
+
+    /// The shard of `key`.
+    pub fn shard_of(&self, key: &[u8]) -> u32 {
+        shard_of(key, self.def.shards)
+    }
+
+    /// The session token of `shard`: the largest index of this handle's acknowledged writes.
+    pub fn last_write_index(&self, shard: u32) -> Option<LogIndex> {
+        self.last_write.get(shard as usize).copied().flatten()
+    }
+
+    /// This handle's client id (writes are identified by `(client_id, seq)`).
+    pub fn client_id(&self) -> u64 {
+        self.client_id
+    }
+
+    pub async fn put(
+        &mut self,
+        key: impl Into<Bytes>,
+        value: impl Into<Bytes>,
+    ) -> Result<LogIndex, ClientError> {
+        self.put_with(key, value, WriteOpts::default()).await
+    }
+
+    pub async fn put_with(
+        &mut self,
+        key: impl Into<Bytes>,
+        value: impl Into<Bytes>,
+        opts: WriteOpts,
+    ) -> Result<LogIndex, ClientError> {
+        self.write(key.into(), LogWriteOp::Put(value.into()), opts)
+            .await
+    }
+
+    pub async fn delete(&mut self, key: impl Into<Bytes>) -> Result<LogIndex, ClientError> {
+        self.delete_with(key, WriteOpts::default()).await
+    }
+
+    pub async fn delete_with(
+        &mut self,
+        key: impl Into<Bytes>,
+        opts: WriteOpts,
+    ) -> Result<LogIndex, ClientError> {
+        self.write(key.into(), LogWriteOp::Delete, opts).await
+    }
+
+    /// Reads `key` at a node picked round-robin (the believed leader for leader-only tables).
+    pub async fn get(&mut self, key: impl Into<Bytes>) -> Result<LogRead, ClientError> {
+        let key = key.into();
+        let shard = self.shard_of(&key) as usize;
+        let start = match self.def.reads {
+            strata_wire::client::TableReads::Leader => self.leader[shard].unwrap_or(self.cursor),
+            _ => {
+                self.cursor = (self.cursor + 1) % self.nodes.len();
+                self.cursor
+            }
+        };
+        self.read(key, start).await
+    }
+
+    /// Reads `key` starting at endpoint `node` (an index into the client's endpoints); if that
+    /// node cannot serve it, the read moves on like [`Table::get`].
+    pub async fn get_at(
+        &mut self,
+        key: impl Into<Bytes>,
+        node: usize,
+    ) -> Result<LogRead, ClientError> {
+        self.read(key.into(), node % self.nodes.len()).await
+    }
+
+    fn retry_for(&self) -> Duration {
+        self.opts.request_timeout.unwrap_or(DEFAULT_RETRY_FOR)
+    }
+
+    fn next(&self, i: usize) -> usize {
+        (i + 1) % self.nodes.len()
+    }
+
+    async fn write(
+        &mut self,
+        key: Bytes,
+        op: LogWriteOp,
+        opts: WriteOpts,
+    ) -> Result<LogIndex, ClientError> {
+        let shard = self.shard_of(&key) as usize;
+        self.next_seq += 1;
+        let seq = self.next_seq;
+        let deadline = Instant::now() + self.retry_for();
+        let mut target = self.leader[shard].unwrap_or(self.cursor);
+        let mut last;
+        loop {
+            let req = Request::LogWrite {
+                table: self.def.name.clone(),
+                key: key.clone(),
+                op: op.clone(),
+                client_id: self.client_id,
+                seq,
+                immediate: opts.immediate,
+            };
+            let backoff;
+            match self.call(target, req, deadline).await {
+                Ok(Response::LogWritten { index }) => {
+                    self.leader[shard] = Some(target);
+                    let token = &mut self.last_write[shard];
+                    *token = Some(token.map_or(index, |t| t.max(index)));
+                    return Ok(index);
+                }
+                Ok(Response::LogRejected(LogFailure::Invalid(m))) => {
+                    return Err(ClientError::InvalidArgument(m))
+                }
+                Ok(Response::LogRejected(f)) => {
+                    match &f {
+                        LogFailure::NotLeader { hint } => {
+                            self.leader[shard] = None;
+                            let hinted = match hint {
+                                Some(h) => self.index_of(*h, deadline).await,
+                                None => None,
+                            };
+                            backoff = hinted.is_none_or(|h| h == target);
+                            target = hinted.unwrap_or_else(|| self.next(target));
+                        }
+                        // Election or sync phase, or a slow majority: the same node, shortly.
+                        _ => backoff = true,
+                    }
+                    last = LastFailure::Refused(f);
+                }
+                Ok(other) => return Err(unexpected(other)),
+                Err(e) if retryable(&e) => {
+                    self.drop_conn(target);
+                    self.leader[shard] = None;
+                    target = self.next(target);
+                    backoff = true;
+                    last = LastFailure::Unknown(e);
+                }
+                Err(e) => return Err(e),
+            }
+            if Instant::now() >= deadline {
+                return Err(self.give_up(last));
+            }
+            if backoff {
+                tokio::time::sleep(RETRY_BACKOFF).await;
+            }
+        }
+    }
+
+    async fn read(&mut self, key: Bytes, start: usize) -> Result<LogRead, ClientError> {
+        let shard = self.shard_of(&key) as usize;
+        let deadline = Instant::now() + self.retry_for();
+        let mut target = start;
+        let mut last;
+        loop {
+            let req = Request::LogRead {
+                table: self.def.name.clone(),
+                key: key.clone(),
+                min_index: self.last_write[shard],
+            };
+            let mut backoff = true;
+            match self.call(target, req, deadline).await {
+                Ok(Response::LogValue {
+                    value,
+                    update_index,
+                    served_by,
+                    epoch,
+                }) => {
+                    return Ok(LogRead {
+                        value,
+                        update_index,
+                        served_by,
+                        epoch,
+                    })
+                }
+                Ok(Response::LogRejected(LogFailure::Invalid(m))) => {
+                    return Err(ClientError::InvalidArgument(m))
+                }
+                Ok(Response::LogRejected(f)) => {
+                    target = match &f {
+                        LogFailure::NotLeader { hint: Some(h) } => {
+                            match self.index_of(*h, deadline).await {
+                                Some(i) if i != target => {
+                                    backoff = false;
+                                    i
+                                }
+                                _ => self.next(target),
+                            }
+                        }
+                        _ => self.next(target),
+                    };
+                    last = LastFailure::Refused(f);
+                }
+                Ok(other) => return Err(unexpected(other)),
+                Err(e) if retryable(&e) => {
+                    self.drop_conn(target);
+                    target = self.next(target);
+                    last = LastFailure::Unknown(e);
+                }
+                Err(e) => return Err(e),
+            }
+            if Instant::now() >= deadline {
+                return Err(self.give_up(last));
+            }
+            if backoff {
+                tokio::time::sleep(RETRY_BACKOFF).await;
+            }
+        }
+    }
+
+    fn give_up(&self, last: LastFailure) -> ClientError {
+        match last {
+            LastFailure::Refused(f) => ClientError::TableUnavailable {
+                table: self.def.name.clone(),
+                last: format!("{f:?}"),
+                waited: self.retry_for(),
+            },
+            LastFailure::Unknown(ClientError::Unreachable { tried, last }) => {
+                ClientError::Unreachable { tried, last }
+            }
+            LastFailure::Unknown(_) => ClientError::TimedOut(self.retry_for()),
+        }
+    }
+
+    /// One request to endpoint `i`, bounded by `deadline`.
+    async fn call(
+        &mut self,
+        i: usize,
+        req: Request,
+        deadline: Instant,
+    ) -> Result<Response, ClientError> {
+        let conn = self.conn(i).await?;
+        let left = deadline
+            .saturating_duration_since(Instant::now())
+            .max(Duration::from_millis(1));
+        conn.call(req, Some(left)).await
+    }
+
+    /// The connection to endpoint `i` (opened, and the node's id learned, on first use).
+    async fn conn(&mut self, i: usize) -> Result<Arc<ConnHandle>, ClientError> {
+        if let Some(c) = self.nodes[i].conn.as_ref().filter(|c| c.is_usable()) {
+            return Ok(c.clone());
+        }
+        let addr = self.nodes[i].addr;
+        let conn = Conn::open(addr, self.opts.cluster, self.opts.connect_timeout)
+            .await
+            .map_err(|e| ClientError::Unreachable {
+                tried: addr.to_string(),
+                last: e.to_string(),
+            })?;
+        if self.nodes[i].id.is_none() {
+            match conn
+                .call(Request::Status, Some(self.opts.connect_timeout))
+                .await?
+            {
+                Response::Status(s) => self.nodes[i].id = Some(s.node),
+                other => return Err(unexpected(other)),
+            }
+        }
+        self.nodes[i].conn = Some(conn.clone());
+        Ok(conn)
+    }
+
+    fn drop_conn(&mut self, i: usize) {
+        self.nodes[i].conn = None;
+    }
+
+    /// The endpoint of node `id`, connecting to endpoints whose id is still unknown to learn it.
+    async fn index_of(&mut self, id: NodeId, deadline: Instant) -> Option<usize> {
+        if let Some(i) = self.nodes.iter().position(|n| n.id == Some(id)) {
+            return Some(i);
+        }
+        for i in 0..self.nodes.len() {
+            if self.nodes[i].id.is_none() && Instant::now() < deadline {
+                let _ = self.conn(i).await;
+                if self.nodes[i].id == Some(id) {
+                    return Some(i);
+                }
+            }
+        }
+        None
+    }
+}
+
+/// Errors after which another node (or the same one, later) may succeed.
+fn retryable(e: &ClientError) -> bool {
+    matches!(
+        e,
+        ClientError::ConnectionLost { .. }
+            | ClientError::Unreachable { .. }
+            | ClientError::TimedOut(_)
+            | ClientError::ShuttingDown(_)
+    )
+}
+
+/// A client id unlikely to collide with any other client's: wall clock, pid and a counter,
+/// mixed (splitmix64).
+fn fresh_client_id(n: u64) -> u64 {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64);
+    let mut x =
+        nanos ^ (u64::from(std::process::id()) << 20) ^ n.wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    (x ^ (x >> 31)).max(1)
+}

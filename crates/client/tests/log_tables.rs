@@ -1,0 +1,379 @@
+//! Log tables through the client library, on three in-process nodes on loopback: catalog
+//! create/list (idempotent, conflicts refused), writes routed to the shard leader, reads at a
+//! follower of the active set, immediate durability, status (leader, DI, active set), and a
+//! node restarted from its directory that recovers its synced entries and rejoins.
+//!
+//! Every wait is on a condition (status polled), never a fixed sleep.
+
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use strata_client::{
+    Client, ClientError, ClientOptions, LogIndex, NodeId, ShardRole, ShardStatus, TableDef,
+    TableDurability, TableEngine, TableReads, TableReplication, WriteOpts,
+};
+use strata_node::{NodeConfig, PeerConfig, RunningNode};
+
+fn cad_table(name: &str, shards: u32) -> TableDef {
+    TableDef {
+        name: name.into(),
+        engine: TableEngine::Log,
+        durability: TableDurability::Cad,
+        replication: TableReplication::Async,
+        reads: TableReads::ActiveSet,
+        shards,
+    }
+}
+
+/// Three nodes whose configs (real addresses) are kept, so a node can be restarted.
+async fn cluster() -> (Vec<NodeConfig>, Vec<Option<RunningNode>>) {
+    let bind = || std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let listeners: Vec<_> = (0..3).map(|_| (bind(), bind())).collect();
+    let peer_addrs: Vec<SocketAddr> = listeners
+        .iter()
+        .map(|(_, p)| p.local_addr().unwrap())
+        .collect();
+    let mut cfgs = Vec::new();
+    let mut nodes = Vec::new();
+    for (id, (c, p)) in listeners.into_iter().enumerate() {
+        let id = id as u32;
+        let peers = (0..3u32)
+            .filter(|&j| j != id)
+            .map(|j| PeerConfig {
+                id: j,
+                addr: peer_addrs[j as usize],
+            })
+            .collect();
+        let mut cfg = strata_node::testing::test_config(id, peers);
+        cfg.client_addr = c.local_addr().unwrap();
+        cfg.peer_addr = p.local_addr().unwrap();
+        cfgs.push(cfg.clone());
+        nodes.push(Some(
+            strata_node::start_with_listeners(cfg, c, p).await.unwrap(),
+        ));
+    }
+    (cfgs, nodes)
+}
+
+fn opts() -> ClientOptions {
+    ClientOptions {
+        request_timeout: Some(Duration::from_secs(15)),
+        ..ClientOptions::default()
+    }
+}
+
+/// Polls every node's status until `cond` holds for the shards of `table` shard 0 (one entry
+/// per node that answered, in node order).
+async fn wait_shards(
+    endpoints: &[SocketAddr],
+    what: &str,
+    within: Duration,
+    cond: impl Fn(&[ShardStatus]) -> bool,
+) -> Vec<ShardStatus> {
+    let deadline = Instant::now() + within;
+    loop {
+        let mut shards = Vec::new();
+        for &addr in endpoints {
+            if let Ok(c) = Client::connect_node(addr, opts()).await {
+                if let Ok(s) = c.status().await {
+                    shards.extend(
+                        s.shards
+                            .into_iter()
+                            .filter(|s| s.table == "t" && s.shard == 0),
+                    );
+                }
+            }
+        }
+        if cond(&shards) {
+            return shards;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "timed out after {within:?} waiting for {what}; last: {shards:#?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+fn leader_of(shards: &[ShardStatus]) -> Option<&ShardStatus> {
+    shards
+        .iter()
+        .find(|s| s.role == ShardRole::Leader && s.serving)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn log_table_writes_reads_status_and_a_restarted_node_rejoins() {
+    let (cfgs, mut nodes) = cluster().await;
+    let endpoints: Vec<SocketAddr> = cfgs.iter().map(|c| c.client_addr).collect();
+
+    // Catalog: every node accepts; a repeat is idempotent; a conflicting one is refused.
+    let def = cad_table("t", 1);
+    for &addr in &endpoints {
+        let c = Client::connect_node(addr, opts()).await.unwrap();
+        assert!(
+            c.create_table(def.clone()).await.unwrap(),
+            "created at {addr}"
+        );
+        assert!(
+            !c.create_table(def.clone()).await.unwrap(),
+            "identical definition: idempotent"
+        );
+        let conflicting = TableDef {
+            shards: 2,
+            ..def.clone()
+        };
+        let e = c.create_table(conflicting).await.unwrap_err();
+        assert!(
+            matches!(e, ClientError::InvalidArgument(ref m) if m.contains("another definition")),
+            "{e}"
+        );
+        let bad = TableDef {
+            name: "bad".into(),
+            durability: TableDurability::Async,
+            ..def.clone()
+        };
+        let e = c.create_table(bad).await.unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("active-set reads need the durability check"),
+            "{e}"
+        );
+        assert_eq!(c.list_tables().await.unwrap(), vec![def.clone()]);
+    }
+
+    let client = Client::connect(&endpoints, opts()).await.unwrap();
+    assert!(matches!(
+        client.table("nope").await,
+        Err(ClientError::NoSuchTable(_))
+    ));
+    let mut t = client.table("t").await.unwrap();
+
+    // Writes find the leader (NotLeader hints, round-robin) and reads return them.
+    let i1 = t.put("a", "1").await.unwrap();
+    assert_eq!(
+        t.last_write_index(0),
+        Some(i1),
+        "the session token follows the acknowledged writes"
+    );
+    let r = t.get("a").await.unwrap();
+    assert_eq!(r.value.as_deref(), Some(&b"1"[..]));
+    assert_eq!(r.update_index, i1);
+    let i2 = t.delete("a").await.unwrap();
+    assert!(i2 > i1);
+    assert_eq!(t.get("a").await.unwrap().value, None);
+    // Immediate durability: acknowledged only once durable, so DI already covers it.
+    let i3 = t
+        .put_with("b", "2", WriteOpts { immediate: true })
+        .await
+        .unwrap();
+    let shards = wait_shards(
+        &endpoints,
+        "a ready leader with an active set",
+        Duration::from_secs(10),
+        |s| leader_of(s).is_some_and(|l| l.active_set.len() >= 2 && l.durable_index >= i3),
+    )
+    .await;
+    let leader = leader_of(&shards).unwrap().clone();
+    assert_eq!(
+        leader.active_set[0],
+        leader.leader.unwrap(),
+        "the leader heads its active set"
+    );
+    assert!(leader.persisted_index >= i3 && leader.applied_index >= i3);
+
+    // Follower read: an active-set follower serves a durable key itself.
+    let follower = leader.active_set[1];
+    wait_shards(
+        &endpoints,
+        "the follower to serve with DI_F covering the write",
+        Duration::from_secs(10),
+        |s| {
+            s.iter().any(|f| {
+                f.role == ShardRole::Follower
+                    && f.serving
+                    && f.durable_index >= i3
+                    && f.leader == leader.leader
+            }) && s.len() == 3
+        },
+    )
+    .await;
+    let fidx = cfgs
+        .iter()
+        .position(|c| NodeId(c.node_id) == follower)
+        .unwrap();
+    let mut served_by_follower = false;
+    for _ in 0..50 {
+        let r = t.get_at("b", fidx).await.unwrap();
+        assert_eq!(r.value.as_deref(), Some(&b"2"[..]));
+        assert_eq!(r.update_index, i3);
+        if r.served_by == follower {
+            served_by_follower = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(
+        served_by_follower,
+        "a read sent to active-set follower {follower} was served there"
+    );
+
+    // Restart one follower from its directory: it recovers its synced entries and rejoins.
+    let victim = cfgs
+        .iter()
+        .position(|c| Some(NodeId(c.node_id)) != leader.leader)
+        .unwrap();
+    let victim_addr = [endpoints[victim]];
+    wait_shards(
+        &victim_addr,
+        "the victim to persist the immediate write",
+        Duration::from_secs(10),
+        |s| s.first().is_some_and(|v| v.persisted_index >= i3),
+    )
+    .await;
+    nodes[victim].take().unwrap().shutdown().await;
+    let i4 = t.put("c", "3").await.unwrap(); // the two others are a majority
+    nodes[victim] = Some(strata_node::start(cfgs[victim].clone()).await.unwrap());
+    let s = wait_shards(
+        &victim_addr,
+        "the restarted node to answer",
+        Duration::from_secs(5),
+        |s| !s.is_empty(),
+    )
+    .await;
+    assert!(
+        s[0].persisted_index >= i3,
+        "recovered its synced entries from disk: {:?}",
+        s[0]
+    );
+    let s = wait_shards(
+        &victim_addr,
+        "the restarted node to recover and rejoin",
+        Duration::from_secs(15),
+        |s| {
+            s.first().is_some_and(|v| {
+                v.persisted_index >= i4 && v.applied_index >= i4 && v.leader.is_some()
+            })
+        },
+    )
+    .await;
+    assert_eq!(s[0].role, ShardRole::Follower);
+    let r = t.get_at("c", victim).await.unwrap();
+    assert_eq!(r.value.as_deref(), Some(&b"3"[..]));
+    assert!(r.update_index >= LogIndex::new(1, 1));
+
+    for n in nodes.into_iter().flatten() {
+        n.shutdown().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keys_spread_over_shards_and_every_shard_serves() {
+    let (cfgs, nodes) = cluster().await;
+    let endpoints: Vec<SocketAddr> = cfgs.iter().map(|c| c.client_addr).collect();
+    let def = TableDef {
+        durability: TableDurability::Sync,
+        reads: TableReads::Leader,
+        ..cad_table("s", 3)
+    };
+    for &addr in &endpoints {
+        Client::connect_node(addr, opts())
+            .await
+            .unwrap()
+            .create_table(def.clone())
+            .await
+            .unwrap();
+    }
+    let client = Client::connect(&endpoints, opts()).await.unwrap();
+    let mut t = client.table("s").await.unwrap();
+    let mut used = [false; 3];
+    for i in 0..12 {
+        let k = format!("key{i}");
+        used[t.shard_of(k.as_bytes()) as usize] = true;
+        t.put(k.clone(), format!("v{i}")).await.unwrap();
+    }
+    assert_eq!(used, [true; 3], "twelve keys cover the three shards");
+    for i in 0..12 {
+        let r = t.get(format!("key{i}")).await.unwrap();
+        assert_eq!(r.value, Some(format!("v{i}").into()));
+    }
+    for n in nodes.into_iter().flatten() {
+        n.shutdown().await;
+    }
+}
+
+/// Shard messages travel through the peer transport's fault layer: cutting the leader off
+/// (both directions) moves leadership to the majority side; after healing, the old leader
+/// follows and catches up.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_partitioned_leader_is_replaced_and_catches_up_after_healing() {
+    use strata_client::LinkFault;
+    let (cfgs, nodes) = cluster().await;
+    let endpoints: Vec<SocketAddr> = cfgs.iter().map(|c| c.client_addr).collect();
+    for &addr in &endpoints {
+        let c = Client::connect_node(addr, opts()).await.unwrap();
+        c.create_table(cad_table("t", 1)).await.unwrap();
+    }
+    let client = Client::connect(&endpoints, opts()).await.unwrap();
+    let mut t = client.table("t").await.unwrap();
+    t.put("x", "before").await.unwrap();
+    let shards = wait_shards(&endpoints, "a ready leader", Duration::from_secs(10), |s| {
+        leader_of(s).is_some()
+    })
+    .await;
+    let old = leader_of(&shards).unwrap().leader.unwrap();
+    let old_idx = cfgs.iter().position(|c| NodeId(c.node_id) == old).unwrap();
+    let cut = LinkFault {
+        partitioned: true,
+        ..LinkFault::default()
+    };
+    for (i, &addr) in endpoints.iter().enumerate() {
+        let c = Client::connect_node(addr, opts()).await.unwrap();
+        let peer = if i == old_idx { None } else { Some(old) };
+        c.set_fault(peer, cut).await.unwrap();
+    }
+    let others: Vec<SocketAddr> = endpoints
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| *i != old_idx)
+        .map(|(_, a)| *a)
+        .collect();
+    let s = wait_shards(
+        &others,
+        "a new leader on the majority side",
+        Duration::from_secs(15),
+        |s| leader_of(s).is_some_and(|l| l.leader != Some(old)),
+    )
+    .await;
+    let new_epoch = leader_of(&s).unwrap().epoch;
+    let i = t.put("x", "after").await.unwrap();
+    assert!(
+        i.epoch >= new_epoch,
+        "written in the new leader's epoch: {i}"
+    );
+    for &addr in &endpoints {
+        Client::connect_node(addr, opts())
+            .await
+            .unwrap()
+            .set_fault(None, LinkFault::default())
+            .await
+            .unwrap();
+    }
+    let old_addr = [endpoints[old_idx]];
+    wait_shards(
+        &old_addr,
+        "the old leader to follow and catch up",
+        Duration::from_secs(15),
+        |s| {
+            s.first()
+                .is_some_and(|o| o.role == ShardRole::Follower && o.applied_index >= i)
+        },
+    )
+    .await;
+    assert_eq!(
+        t.get("x").await.unwrap().value.as_deref(),
+        Some(&b"after"[..])
+    );
+    for n in nodes.into_iter().flatten() {
+        n.shutdown().await;
+    }
+}
