@@ -67,6 +67,10 @@ impl Session {
     pub fn wait(&mut self, req: ReqId) -> Result<Outcome, ClientError> {
         self.rt.block_on(self.inner.wait(req))
     }
+    /// The oldest unconsumed completion, waiting for it; `None` when nothing is in flight.
+    /// Named like the async `Session::next` on purpose; not an `Iterator`, since a session also
+    /// takes new requests between calls.
+    #[allow(clippy::should_implement_trait)]
     pub fn next(&mut self) -> Option<(ReqId, Result<Outcome, ClientError>)> {
         self.rt.block_on(self.inner.next())
     }
