@@ -184,8 +184,8 @@ async fn producer_consumer_has_no_violation_through_a_400ms_sigstop() {
             paused_at = None;
         }
     }
-    if paused_at.is_some() {
-        tokio::time::sleep(Duration::from_millis(400).saturating_sub(paused_at.unwrap().elapsed())).await;
+    if let Some(paused_at) = paused_at {
+        tokio::time::sleep(Duration::from_millis(400).saturating_sub(paused_at.elapsed())).await;
         unsafe { libc::kill(up.pids[2], libc::SIGCONT) };
     }
     done.store(true, std::sync::atomic::Ordering::SeqCst);

@@ -21,6 +21,9 @@ pub const DEFAULT_RETRANSMIT_MS: u64 = 5;
 /// Default `T_REL` (Kite §3.4): how long a release waits for all acks before the slow path.
 /// The paper uses ~1 ms on RDMA; a loaded loopback machine needs more headroom.
 pub const DEFAULT_RELEASE_TIMEOUT_MS: u64 = 5;
+/// Default cap of the adaptive `T_REL`: a release waits 10 smoothed ack round trips (Kite
+/// K-D1), at least `release_timeout_ms` and at most this.
+pub const DEFAULT_RELEASE_TIMEOUT_MAX_MS: u64 = 100;
 /// Default cluster id.
 pub const DEFAULT_CLUSTER_ID: u64 = 1;
 /// Room a frame needs beside its value: the largest key (64 KiB) plus headers.
@@ -64,8 +67,13 @@ pub struct NodeConfig {
     pub retransmit_ms: u64,
     /// `T_REL`: how long a release (or RMW) waits for every earlier write of its session to be
     /// acknowledged by all replicas before it takes the slow path, milliseconds.
+    /// It is the floor: a release waits 10 smoothed ack round trips (Kite K-D1) when that is
+    /// longer, up to `release_timeout_max_ms`.
     #[serde(default = "default_release_timeout_ms")]
     pub release_timeout_ms: u64,
+    /// Cap of the adaptive `T_REL`, milliseconds; at least `release_timeout_ms` (equal: fixed).
+    #[serde(default = "default_release_timeout_max_ms")]
+    pub release_timeout_max_ms: u64,
     /// Largest frame accepted from a client or peer, header included.
     #[serde(default = "default_max_frame_bytes")]
     pub max_frame_bytes: usize,
@@ -122,6 +130,9 @@ fn default_retransmit_ms() -> u64 {
 }
 fn default_release_timeout_ms() -> u64 {
     DEFAULT_RELEASE_TIMEOUT_MS
+}
+fn default_release_timeout_max_ms() -> u64 {
+    DEFAULT_RELEASE_TIMEOUT_MAX_MS
 }
 fn default_max_frame_bytes() -> usize {
     DEFAULT_MAX_FRAME_BYTES
@@ -201,6 +212,7 @@ impl Default for NodeConfig {
             data_dir: PathBuf::from("strata-data/n0"),
             retransmit_ms: DEFAULT_RETRANSMIT_MS,
             release_timeout_ms: DEFAULT_RELEASE_TIMEOUT_MS,
+            release_timeout_max_ms: DEFAULT_RELEASE_TIMEOUT_MAX_MS,
             max_frame_bytes: DEFAULT_MAX_FRAME_BYTES,
             max_value_bytes: DEFAULT_MAX_VALUE_BYTES,
             log_format: LogFormat::Text,
@@ -268,6 +280,15 @@ impl NodeConfig {
         if self.release_timeout_ms == 0 {
             return Err(ConfigError::Invalid { what: "release_timeout_ms", why: "must be at least 1".into() });
         }
+        if self.release_timeout_max_ms < self.release_timeout_ms {
+            return Err(ConfigError::Invalid {
+                what: "release_timeout_max_ms",
+                why: format!(
+                    "{} is below release_timeout_ms ({}); raise it to at least that (equal: a fixed T_REL)",
+                    self.release_timeout_max_ms, self.release_timeout_ms
+                ),
+            });
+        }
         if self.max_frame_bytes > u32::MAX as usize {
             return Err(ConfigError::Invalid {
                 what: "max_frame_bytes",
@@ -318,6 +339,10 @@ pub struct NodeArgs {
     /// `T_REL` in milliseconds: how long a release waits for all acks before the slow path.
     #[arg(long, value_name = "MS")]
     pub release_timeout_ms: Option<u64>,
+    /// Cap of the adaptive `T_REL` in milliseconds (a release waits 10 ack round trips, at least
+    /// `--release-timeout-ms`, at most this).
+    #[arg(long, value_name = "MS")]
+    pub release_timeout_max_ms: Option<u64>,
 }
 
 /// A config file in which every setting is optional, so that flags can supply the rest.
@@ -333,6 +358,7 @@ struct PartialConfig {
     data_dir: Option<PathBuf>,
     retransmit_ms: Option<u64>,
     release_timeout_ms: Option<u64>,
+    release_timeout_max_ms: Option<u64>,
     max_frame_bytes: Option<usize>,
     max_value_bytes: Option<usize>,
     log_format: Option<LogFormat>,
@@ -370,6 +396,7 @@ impl NodeArgs {
             key: "peer_addr",
         })?;
         let peers = if self.peers.is_empty() { file.peers.unwrap_or_default() } else { self.peers.clone() };
+        let release_timeout_ms = self.release_timeout_ms.or(file.release_timeout_ms).unwrap_or(DEFAULT_RELEASE_TIMEOUT_MS);
         let cfg = NodeConfig {
             node_id,
             cluster_id: self.cluster_id.or(file.cluster_id).unwrap_or(DEFAULT_CLUSTER_ID),
@@ -382,7 +409,12 @@ impl NodeArgs {
                 .or(file.data_dir)
                 .unwrap_or_else(|| PathBuf::from(format!("strata-data/n{node_id}"))),
             retransmit_ms: file.retransmit_ms.unwrap_or(DEFAULT_RETRANSMIT_MS),
-            release_timeout_ms: self.release_timeout_ms.or(file.release_timeout_ms).unwrap_or(DEFAULT_RELEASE_TIMEOUT_MS),
+            release_timeout_ms,
+            // Unset, the cap rises with a floor set above the default cap (a fixed T_REL).
+            release_timeout_max_ms: self
+                .release_timeout_max_ms
+                .or(file.release_timeout_max_ms)
+                .unwrap_or(DEFAULT_RELEASE_TIMEOUT_MAX_MS.max(release_timeout_ms)),
             max_frame_bytes: file.max_frame_bytes.unwrap_or(DEFAULT_MAX_FRAME_BYTES),
             max_value_bytes: file.max_value_bytes.unwrap_or(DEFAULT_MAX_VALUE_BYTES),
             log_format: self.log_format.or(file.log_format).unwrap_or_default(),
@@ -425,6 +457,7 @@ mod tests {
         let cfg = NodeConfig::from_toml(text).unwrap();
         assert_eq!(cfg.cluster_id, 1);
         assert_eq!(cfg.retransmit_ms, 5);
+        assert_eq!((cfg.release_timeout_ms, cfg.release_timeout_max_ms), (5, 100));
         assert_eq!(cfg.max_frame_bytes, 16 << 20);
         assert_eq!(cfg.max_value_bytes, 1 << 20);
         assert_eq!(cfg.log_format, LogFormat::Text);
@@ -451,6 +484,12 @@ mod tests {
         let mut c = three_node();
         c.max_value_bytes = c.max_frame_bytes;
         assert!(matches!(c.validate(), Err(ConfigError::Invalid { what: "max_value_bytes", .. })));
+        let mut c = three_node();
+        c.release_timeout_ms = 20;
+        c.release_timeout_max_ms = 10;
+        assert!(matches!(c.validate(), Err(ConfigError::Invalid { what: "release_timeout_max_ms", .. })));
+        c.release_timeout_max_ms = 20;
+        assert!(c.validate().is_ok(), "a cap equal to the floor: a fixed T_REL");
     }
 
     #[test]
@@ -469,6 +508,26 @@ mod tests {
         let cfg = args.resolve().unwrap();
         assert_eq!((cfg.node_id, cfg.cluster_id, cfg.peers.len()), (1, 9, 2));
         assert_eq!(cfg.client_addr, "127.0.0.1:7000".parse().unwrap(), "kept from the file");
+        assert_eq!((cfg.release_timeout_ms, cfg.release_timeout_max_ms), (5, 100));
+        // The file sets release_timeout_max_ms (100); a second file leaves it out.
+        let no_cap = dir.join("no-cap.toml");
+        let text: String = three_node().to_toml().lines().filter(|l| !l.starts_with("release_timeout_max_ms")).map(|l| format!("{l}\n")).collect();
+        std::fs::write(&no_cap, text).unwrap();
+        let t_rel = |file: &Path, floor, cap| {
+            let args = NodeArgs {
+                config: Some(file.to_path_buf()),
+                release_timeout_ms: floor,
+                release_timeout_max_ms: cap,
+                ..NodeArgs { node_id: Some(1), peers: args.peers.clone(), ..NodeArgs::default() }
+            };
+            args.resolve().map(|c| (c.release_timeout_ms, c.release_timeout_max_ms))
+        };
+        assert_eq!(t_rel(&path, Some(2), Some(50)).unwrap(), (2, 50));
+        assert_eq!(t_rel(&no_cap, None, None).unwrap(), (5, 100));
+        assert_eq!(t_rel(&no_cap, Some(300), None).unwrap(), (300, 300), "an unset cap follows a higher floor");
+        let err = t_rel(&path, Some(300), None).unwrap_err();
+        assert!(err.to_string().contains("release_timeout_max_ms"), "the file's cap is below the flag's floor: {err}");
+        assert!(t_rel(&path, Some(30), Some(20)).is_err());
         // The file's peer list contains node 1 itself, so without --peer this is refused.
         let args = NodeArgs { config: Some(path.clone()), node_id: Some(1), ..NodeArgs::default() };
         assert!(matches!(args.resolve(), Err(ConfigError::PeerIsSelf(1))));

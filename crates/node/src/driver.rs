@@ -300,7 +300,7 @@ impl Driver {
         // The simulator checks invariants after every input; here a debug build samples them,
         // since the check walks every key.
         self.flushes = self.flushes.wrapping_add(1);
-        if cfg!(debug_assertions) && self.flushes % INVARIANT_SAMPLE == 0 {
+        if cfg!(debug_assertions) && self.flushes.is_multiple_of(INVARIANT_SAMPLE) {
             self.core.check_invariants();
         }
     }

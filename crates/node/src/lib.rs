@@ -127,6 +127,7 @@ async fn start_on(cfg: NodeConfig, client: TcpListener, peer: TcpListener) -> Re
     rc.retransmit_after = Duration::from_millis(cfg.retransmit_ms);
     rc.round_retransmit = Duration::from_millis(cfg.retransmit_ms);
     rc.release_timeout = Duration::from_millis(cfg.release_timeout_ms);
+    rc.release_timeout_max = Duration::from_millis(cfg.release_timeout_max_ms);
     // A fresh session-id range and seed per incarnation: a restarted node never reuses the
     // session (hence RMW) ids of its previous life (Kite §6, restart).
     let incarnation = incarnation_nonce();

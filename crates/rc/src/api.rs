@@ -121,4 +121,8 @@ pub struct RcStats {
     pub slow_path_accesses: u64,
     /// Paxos attempts that were Nacked and backed off.
     pub paxos_nacks: u64,
+    /// The `T_REL` a barrier starting now would wait, microseconds (adaptive: 10 smoothed ack
+    /// round trips within the configured bounds, `RcReplica::release_timeout`). A gauge, not a
+    /// counter.
+    pub release_timeout_us: u64,
 }

@@ -2,6 +2,7 @@
 //! releases and RMWs, delinquency bits, the machine epoch.
 
 use std::collections::HashMap;
+use std::time::Duration;
 
 use bytes::Bytes;
 use strata_wire::peer::PeerMessage;
@@ -11,6 +12,9 @@ use crate::api::{BarrierPath, DbitChange, RcEvent, SelfDelinquentChange, ValueRo
 use crate::node_set::NodeSet;
 use crate::replica::RcReplica;
 use crate::session::OpId;
+
+/// `T_REL` in smoothed ack round trips (K-D1: 10-20 x RTT; see `RcReplica::release_timeout`).
+pub const RELEASE_TIMEOUT_RTTS: u32 = 10;
 
 /// One delinquency bit (Kite §3.1 `dbit[m]`).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -113,7 +117,7 @@ impl RcReplica {
                         // O3: nobody worth waiting for.
                         *b = Barrier::QuorumWait;
                     } else {
-                        let deadline = now + self.cfg.release_timeout;
+                        let deadline = now + self.release_timeout();
                         self.op_timers.push(deadline, id);
                         self.barrier_waiters.insert(id);
                         *b = Barrier::Waiting { deadline };
@@ -167,6 +171,26 @@ impl RcReplica {
                 }
             }
         }
+    }
+
+    /// `T_REL` (Kite §3.4) for a barrier starting to wait now: `RELEASE_TIMEOUT_RTTS` smoothed ack
+    /// round trips, within `[release_timeout, release_timeout_max]`.
+    ///
+    /// [DECISION] K-D1 sizes `T_REL` at 10-20 x the round trip; a fixed value cannot be both.
+    /// Under load on a 2-core machine a relaxed write's acks take several ms (p50 latencies of
+    /// 7-14 ms at 16 sessions x 16 pipelined requests), so the fixed 5 ms fired with every node
+    /// healthy: healthy nodes landed in DM-sets and bumped their epochs, and every later key
+    /// access took the slow path (node 0's machine epoch at 177 after one `bench-kite.sh`
+    /// sweep, ~40,000 slow relaxed accesses per node). The estimate is the one the pending-write
+    /// `T_RETX` uses (`ack_rtts`, Karn's rule); k = 10 is the low end of K-D1. The configured
+    /// `release_timeout` stays the floor (and the value before any sample); `release_timeout_max`
+    /// bounds what one slow peer's inflated acks can cost a release.
+    ///
+    /// Liveness only: safety never depends on `T_REL` (Kite §6, "Clocks"). A barrier that times
+    /// out still waits for quorum acks (K-F1) and publishes its DM-set before it returns; a
+    /// shorter `T_REL` only means more slow paths, a longer one longer stalls on a failed node.
+    pub fn release_timeout(&self) -> Duration {
+        self.ack_rtts(RELEASE_TIMEOUT_RTTS, self.cfg.release_timeout, self.cfg.release_timeout_max)
     }
 
     fn barrier_fast(&mut self, sid: SessionId) -> Barrier {
@@ -281,5 +305,105 @@ impl RcReplica {
             self.effects.event.push(RcEvent::EpochBumped { acq, epoch: self.machine_epoch });
             self.broadcast(&PeerMessage::ResetBit { acq });
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use bytes::Bytes;
+    use strata_core::Node;
+    use strata_wire::client::{ClientRequest, Request, Response};
+    use strata_wire::peer::{PeerMessage, WriteAck};
+    use strata_wire::{Instant, NodeId};
+
+    use crate::{RcConfig, RcEffects, RcInput, RcReplica, RELEASE_TIMEOUT_RTTS};
+
+    const MS: u64 = 1_000_000;
+
+    fn submit(r: &mut RcReplica, now: u64, body: Request) -> RcEffects {
+        r.on_client_request(Instant(now), RcInput::Client { route: 1, req: ClientRequest { corr: 1, body } });
+        effects(r)
+    }
+
+    fn effects(r: &mut RcReplica) -> RcEffects {
+        let mut out = RcEffects::default();
+        r.poll_effects(&mut out);
+        r.check_invariants();
+        out
+    }
+
+    fn ack(r: &mut RcReplica, now: u64, peer: u32, key: &'static str, w: &RcEffects) {
+        let cs = w.send.iter().find_map(|(_, m)| match m {
+            PeerMessage::Write(w) if w.key == key => Some(w.cs),
+            _ => None,
+        });
+        let ack = WriteAck { req: 1, key: Bytes::from_static(key.as_bytes()), cs: cs.expect("the write was sent"), delinquent: false };
+        r.on_message(Instant(now), NodeId(peer), PeerMessage::WriteAck(ack));
+    }
+
+    fn slow_release_sent(out: &RcEffects) -> bool {
+        out.send.iter().any(|(_, m)| matches!(m, PeerMessage::SlowRelease { .. }))
+    }
+
+    /// `T_REL` follows the smoothed ack round trip (x 10, K-D1), never below `release_timeout`
+    /// nor above `release_timeout_max`, and a barrier waits exactly that long before it goes slow.
+    #[test]
+    fn release_timeout_follows_the_ack_rtt_within_its_bounds() {
+        let mut r = RcReplica::new(RcConfig::new(NodeId(0), vec![NodeId(0), NodeId(1), NodeId(2)])).unwrap();
+        let (floor, cap) = (Duration::from_millis(5), Duration::from_millis(100));
+        assert_eq!((r.cfg.release_timeout, r.cfg.release_timeout_max), (floor, cap), "the defaults");
+        assert_eq!(r.release_timeout(), floor, "the floor before any ack was sampled");
+        assert_eq!(r.stats().release_timeout_us, 5_000);
+        let Response::SessionOpened { session: s } = submit(&mut r, 0, Request::OpenSession).reply.pop().unwrap().resp.body else {
+            panic!()
+        };
+        let put = |key: &'static str| Request::Put { session: s, key: Bytes::from_static(key.as_bytes()), value: Bytes::from_static(b"v") };
+
+        // Acks after 2 ms (a loaded machine): T_REL = 10 x 2 ms, above the floor.
+        let w = submit(&mut r, 0, put("a"));
+        ack(&mut r, 2 * MS, 1, "a", &w);
+        ack(&mut r, 2 * MS, 2, "a", &w);
+        assert_eq!(r.ack_rtt, Some(Duration::from_millis(2)));
+        assert_eq!(r.release_timeout(), Duration::from_millis(2) * RELEASE_TIMEOUT_RTTS);
+        assert_eq!(r.stats().release_timeout_us, 20_000);
+
+        // A release whose prior write n2 never acks: no slow path until T_REL = 20 ms has
+        // passed, although the fixed floor (5 ms) has; then SLOW_RELEASE (the quorum holds the
+        // write, K-F1).
+        let t0 = 10 * MS;
+        let w = submit(&mut r, t0, put("b"));
+        ack(&mut r, t0 + 2 * MS, 1, "b", &w); // a 2 ms sample: the estimate stays 2 ms
+        let release = Request::Release { session: s, key: Bytes::from_static(b"f"), value: Bytes::from_static(b"1") };
+        let out = submit(&mut r, t0 + 2 * MS, release);
+        assert!(!slow_release_sent(&out) && out.reply.is_empty(), "the barrier waits");
+        r.on_tick(Instant(t0 + 2 * MS + 6 * MS));
+        assert!(!slow_release_sent(&effects(&mut r)), "5 ms (the floor) is not the time-out any more");
+        r.on_tick(Instant(t0 + 2 * MS + 20 * MS - 1));
+        assert!(!slow_release_sent(&effects(&mut r)), "still within T_REL");
+        r.on_tick(Instant(t0 + 2 * MS + 20 * MS));
+        assert!(slow_release_sent(&effects(&mut r)), "T_REL expired: the slow path");
+
+        // The bounds: a fast network falls back to the floor, a very slow one stops at the cap.
+        r.ack_rtt = Some(Duration::from_micros(100));
+        assert_eq!(r.release_timeout(), floor);
+        r.ack_rtt = Some(Duration::from_millis(40));
+        assert_eq!(r.release_timeout(), cap);
+        assert_eq!(r.stats().release_timeout_us, 100_000);
+        // Cap = floor: a fixed T_REL whatever the estimate (the simulator's tiny-T_REL seeds).
+        let mut cfg = RcConfig::new(NodeId(0), vec![NodeId(0), NodeId(1), NodeId(2)]);
+        cfg.release_timeout = Duration::from_micros(50);
+        cfg.release_timeout_max = cfg.release_timeout;
+        let mut fixed = RcReplica::new(cfg).unwrap();
+        fixed.ack_rtt = Some(Duration::from_millis(3));
+        assert_eq!(fixed.release_timeout(), Duration::from_micros(50));
+    }
+
+    #[test]
+    fn a_cap_below_the_floor_is_refused() {
+        let mut cfg = RcConfig::new(NodeId(0), vec![NodeId(0), NodeId(1)]);
+        cfg.release_timeout_max = cfg.release_timeout - Duration::from_micros(1);
+        assert!(matches!(RcReplica::new(cfg).err(), Some(crate::ConfigError::ReleaseTimeoutMaxBelowMin { .. })));
     }
 }

@@ -21,8 +21,12 @@ pub struct RcConfig {
     /// that have not replied this often until it finishes.
     pub round_retransmit: Duration,
     /// `T_REL` (Kite §3.4): how long a barrier waits for every prior write to be acknowledged
-    /// by all nodes before it takes the slow path.
+    /// by all nodes before it takes the slow path. This is the floor: a barrier waits
+    /// `10 x` the smoothed ack round trip (K-D1) when that is longer, up to `release_timeout_max`
+    /// (`RcReplica::release_timeout`).
     pub release_timeout: Duration,
+    /// Cap of the adaptive `T_REL`; at least `release_timeout` (equal to it: a fixed `T_REL`).
+    pub release_timeout_max: Duration,
     /// `B_MIN`, `B_MAX` (Kite §3.4): randomized exponential back-off of a Nacked Paxos attempt.
     pub backoff_min: Duration,
     pub backoff_max: Duration,
@@ -48,11 +52,14 @@ pub enum ConfigError {
     DuplicateReplica(NodeId),
     #[error("{0} must be positive")]
     ZeroDuration(&'static str),
+    #[error("release_timeout_max ({max:?}) must be at least release_timeout ({min:?})")]
+    ReleaseTimeoutMaxBelowMin { min: Duration, max: Duration },
 }
 
 impl RcConfig {
     /// Defaults sized for loopback: pending writes re-sent after 5 ms backing off to 1 s, rounds
-    /// re-sent every 5 ms, `T_REL` = 5 ms, Paxos back-off 200 µs to 10 ms.
+    /// re-sent every 5 ms, `T_REL` = 10 ack round trips within 5 ms to 100 ms, Paxos back-off
+    /// 200 µs to 10 ms.
     pub fn new(node: NodeId, replicas: Vec<NodeId>) -> RcConfig {
         RcConfig {
             node,
@@ -61,6 +68,7 @@ impl RcConfig {
             retransmit_max: Duration::from_secs(1),
             round_retransmit: Duration::from_millis(5),
             release_timeout: Duration::from_millis(5),
+            release_timeout_max: Duration::from_millis(100),
             backoff_min: Duration::from_micros(200),
             backoff_max: Duration::from_millis(10),
             session_index_base: 0,
@@ -94,6 +102,9 @@ impl RcConfig {
             if d.is_zero() {
                 return Err(ConfigError::ZeroDuration(name));
             }
+        }
+        if self.release_timeout_max < self.release_timeout {
+            return Err(ConfigError::ReleaseTimeoutMaxBelowMin { min: self.release_timeout, max: self.release_timeout_max });
         }
         Ok(())
     }

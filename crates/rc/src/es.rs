@@ -172,8 +172,15 @@ impl RcReplica {
     /// `[retransmit_after, retransmit_max]`. A fixed interval re-sends every write whose acks are
     /// merely late when the machine is loaded, which loads it further (docs/design.md).
     pub(crate) fn first_resend_after(&self) -> Duration {
-        let adaptive = self.ack_rtt.map_or(Duration::ZERO, |rtt| rtt * 4);
-        adaptive.clamp(self.cfg.retransmit_after, self.cfg.retransmit_max)
+        self.ack_rtts(4, self.cfg.retransmit_after, self.cfg.retransmit_max)
+    }
+
+    /// `k` smoothed ack round trips (`ack_rtt`, sampled in `credit` under Karn's rule), within
+    /// `[min, max]`; `min` before the first sample. Scales the pending-write `T_RETX` (above)
+    /// and the barrier's `T_REL` (`RcReplica::release_timeout`).
+    pub(crate) fn ack_rtts(&self, k: u32, min: Duration, max: Duration) -> Duration {
+        let adaptive = self.ack_rtt.map_or(Duration::ZERO, |rtt| rtt.saturating_mul(k));
+        adaptive.clamp(min, max)
     }
 
     pub(crate) fn next_req(&mut self) -> u64 {

@@ -27,6 +27,7 @@ mod rounds;
 mod session;
 
 pub use api::{BarrierPath, DbitChange, RcEvent, RcInput, RcReply, RcStats, Route, SelfDelinquentChange, ValueRound};
+pub use barrier::RELEASE_TIMEOUT_RTTS;
 pub use config::{ConfigError, RcConfig};
 pub use node_set::NodeSet;
 pub use paxos::value_as_u64;

@@ -60,7 +60,8 @@ pub struct RcReplica {
     /// Rule M-1: the local RMWs per key, the first one proposing, the others queued behind it.
     pub(crate) proposers: HashMap<Bytes, std::collections::VecDeque<OpId>>,
     pub(crate) prng: Prng,
-    /// Smoothed round trip from sending a version to a peer's ack (sets the pending-write `T_RETX`).
+    /// Smoothed round trip from sending a version to a peer's ack (scales the pending-write
+    /// `T_RETX` and the barrier's `T_REL`, `es::ack_rtts`).
     pub(crate) ack_rtt: Option<std::time::Duration>,
     pub(crate) next_req: u64,
     pub(crate) stats: RcStats,
@@ -113,6 +114,7 @@ impl RcReplica {
             pending_writes: self.pending.len() as u64,
             machine_epoch: self.machine_epoch,
             ops_in_flight: self.ops.len() as u64,
+            release_timeout_us: u64::try_from(self.release_timeout().as_micros()).unwrap_or(u64::MAX),
             ..self.stats
         }
     }

@@ -199,6 +199,7 @@ impl Cluster {
                 cfg.retransmit_max = Duration::from_micros(knobs.retransmit_max_us);
                 cfg.round_retransmit = Duration::from_micros(knobs.round_retransmit_us);
                 cfg.release_timeout = Duration::from_micros(knobs.release_timeout_us);
+                cfg.release_timeout_max = Duration::from_micros(knobs.release_timeout_max_us);
                 cfg.backoff_min = Duration::from_micros(knobs.backoff_min_us);
                 cfg.backoff_max = Duration::from_micros(knobs.backoff_max_us);
                 cfg.seed = knobs.seed.rotate_left(17) ^ (u64::from(id.0) + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15);

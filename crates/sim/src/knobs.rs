@@ -239,7 +239,11 @@ pub struct Knobs {
     /// `T_RETX` of protocol rounds (Kite §5.1.3).
     pub round_retransmit_us: u64,
     /// `T_REL` (Kite §3.4, K-D1): at least 10 x the round trip, or tiny to force slow paths.
+    /// The core's floor: it waits 10 smoothed ack round trips when that is longer...
     pub release_timeout_us: u64,
+    /// ...up to this cap (`RcConfig::release_timeout_max`); equal to `release_timeout_us` where
+    /// a seed or canary needs `T_REL` exactly as drawn (tiny ones, to force slow paths).
+    pub release_timeout_max_us: u64,
     /// `B_MIN`, `B_MAX` of the Paxos back-off (Kite §3.4).
     pub backoff_min_us: u64,
     pub backoff_max_us: u64,
@@ -330,8 +334,13 @@ impl Knobs {
         workload.counters = q.range(1, 3) as u32;
         let rtt_us = 2 * net.delay_max_us;
         // Kite §3.4 / K-D1: T_REL >= 10 x RTT; a quarter of the seeds get a tiny one, which
-        // sends most barriers down the slow path (safety must not depend on it).
-        let release_timeout_us = if q.chance(0.25) { q.range(20, rtt_us.max(21)) } else { rtt_us * q.range(10, 21) };
+        // sends most barriers down the slow path (safety must not depend on it). The tiny ones
+        // stay fixed (the adaptive T_REL, 10 ack round trips, would lift them out of the slow
+        // path); the others may grow to 4 x the drawn value with the ack round trip. No draw:
+        // the knobs after this one stay those of the seed.
+        let tiny = q.chance(0.25);
+        let release_timeout_us = if tiny { q.range(20, rtt_us.max(21)) } else { rtt_us * q.range(10, 21) };
+        let release_timeout_max_us = if tiny { release_timeout_us } else { 4 * release_timeout_us };
         let round_retransmit_us = q.range(rtt_us.max(200), 4 * rtt_us.max(200) + 1);
         let backoff_min_us = (2 * rtt_us * q.range(50, 201) / 100).max(50);
         let backoff_max_us = backoff_min_us * q.range(8, 33);
@@ -348,6 +357,7 @@ impl Knobs {
             retransmit_max_us,
             round_retransmit_us,
             release_timeout_us,
+            release_timeout_max_us,
             backoff_min_us,
             backoff_max_us,
             workload,
@@ -368,8 +378,9 @@ impl Knobs {
     }
 
     /// A calm cluster for hand-written scenarios: exact clocks, 100-200 µs one-way delays, no
-    /// loss, no faults, `T_REL` 3 ms (15 x the worst round trip), one session per node running
-    /// a relaxed-only mix with 1 ms think times. Tests adjust what they need.
+    /// loss, no faults, `T_REL` 3 ms (15 x the worst round trip) adaptive up to the core's
+    /// default cap (100 ms), one session per node running a relaxed-only mix with 1 ms think
+    /// times. Tests adjust what they need.
     pub fn calm(seed: u64, nodes: u32) -> Knobs {
         let mut k = Knobs {
             seed,
@@ -380,6 +391,7 @@ impl Knobs {
             retransmit_max_us: 20_000,
             round_retransmit_us: 1_000,
             release_timeout_us: 3_000,
+            release_timeout_max_us: 100_000,
             backoff_min_us: 400,
             backoff_max_us: 12_800,
             workload: WorkloadKnobs {
@@ -421,7 +433,7 @@ impl Knobs {
     pub fn default_drain_ns(&self) -> u64 {
         4 * self.retransmit_max_us * 1_000
             + 4 * self.net.max_flight().as_nanos() as u64
-            + 2 * self.release_timeout_us * 1_000
+            + 2 * self.release_timeout_max_us * 1_000
             + 4 * self.backoff_max_us * 1_000
             + 50 * MS
     }
@@ -480,6 +492,7 @@ impl Knobs {
             self.retransmit_after_us = 5 * rtt;
             self.retransmit_max_us = 20 * rtt;
             self.release_timeout_us = 200 * rtt;
+            self.release_timeout_max_us = self.release_timeout_us;
             self.one_way_cuts(q);
         }
         let rtt = self.rtt_us();
@@ -495,6 +508,7 @@ impl Knobs {
                 // Barriers must go slow (tiny T_REL, lost acks) and a replica must miss a
                 // write for longer than a release -> acquire -> read chain takes.
                 self.release_timeout_us = q.range(20, 200);
+                self.release_timeout_max_us = self.release_timeout_us; // fixed: ack RTTs would lift it
                 w.mix = "mixed";
                 w.acquire_pct = 20;
                 w.release_pct = 20;
@@ -643,11 +657,16 @@ impl fmt::Display for Knobs {
         )?;
         writeln!(
             f,
-            "  rc core     writes re-sent after {}us backing off to {}us; rounds re-sent every {}us; T_REL {}us{}; Paxos back-off {}..{}us",
+            "  rc core     writes re-sent after {}us backing off to {}us; rounds re-sent every {}us; T_REL {}us{}{}; Paxos back-off {}..{}us",
             self.retransmit_after_us,
             self.retransmit_max_us,
             self.round_retransmit_us,
             self.release_timeout_us,
+            if self.release_timeout_max_us > self.release_timeout_us {
+                format!(" (10 ack RTTs, up to {}us)", self.release_timeout_max_us)
+            } else {
+                String::new()
+            },
             if self.release_timeout_us < self.rtt_us() { " (below the RTT: slow paths)" } else { "" },
             self.backoff_min_us,
             self.backoff_max_us
@@ -720,6 +739,10 @@ mod tests {
             assert!(k.faults.windows(2).all(|w| w[0].at_ns <= w[1].at_ns));
             let rtt = k.rtt_us();
             assert!(k.release_timeout_us >= 10 * rtt || k.release_timeout_us < rtt.max(21), "seed {seed}: T_REL {}", k.release_timeout_us);
+            let fixed = k.release_timeout_us < rtt.max(21);
+            assert_eq!(k.release_timeout_max_us, if fixed { k.release_timeout_us } else { 4 * k.release_timeout_us }, "seed {seed}");
+            let c = Knobs::draw(seed, Some(Canary::SkipSlowRelease));
+            assert_eq!(c.release_timeout_max_us, c.release_timeout_us, "seed {seed}: the canary's tiny T_REL stays fixed");
             assert!(k.backoff_min_us <= k.backoff_max_us && k.round_retransmit_us > 0);
             // A canary biases the sync knobs but keeps the seed's cluster and network delays.
             let c = Knobs::draw(seed, Some(Canary::AcceptWithoutQuorum));
