@@ -267,6 +267,13 @@ pub struct BenchArgs {
     #[arg(long, value_enum, value_name = "W|A|B|C|D|F", ignore_case = true)]
     pub ycsb: Option<Ycsb>,
 
+    /// Strata only: load the log table NAME (ORCA; `strata table create`) instead of the
+    /// default keyspace. Writes go to the key's shard leader; a session reads at the node its
+    /// client connected to, which serves them or forwards them (leader-only tables: the
+    /// leader). One request at a time per session (`--pipeline 1`); reads and writes only.
+    #[arg(long, value_name = "NAME")]
+    pub table: Option<String>,
+
     /// Measure for this many seconds (after the warmup).
     #[arg(long, value_name = "SECS", default_value_t = 10.0, conflicts_with = "ops")]
     pub duration: f64,
@@ -363,6 +370,7 @@ impl Default for BenchArgs {
             zipf_theta: 0.99,
             write_ratio: None,
             ycsb: None,
+            table: None,
             duration: 10.0,
             ops: None,
             warmup: 1.0,
@@ -443,6 +451,18 @@ impl BenchArgs {
                 "--target redis has no releases, acquires or RMWs: use --mode es and no --release-pct, --acquire-pct or --rmw-pct (mode {:?}, releases {}%, acquires {}%, RMWs {}%)",
                 self.mode, mix.release_pct, mix.acquire_pct, mix.rmw_pct
             ));
+        }
+        if let Some(name) = &self.table {
+            if self.target != Target::Strata || mix.has_sync() || self.workload != WorkloadKind::Kv {
+                return bad(format!(
+                    "--table {name}: log tables take plain reads and writes from --target strata (no --mode other than es, no --*-pct, no --workload)"
+                ));
+            }
+            if self.pipeline != 1 {
+                return bad(format!(
+                    "--table {name} runs one request at a time per session: use --pipeline 1 (and more --sessions)"
+                ));
+            }
         }
         if self.target == Target::Zookeeper && mix.has_sync() {
             return bad(format!(

@@ -136,9 +136,12 @@ pub async fn run(args: &BenchArgs, endpoints: Vec<SocketAddr>) -> Result<BenchRe
     let run_id = format!("{:x}-{}", unix_ms_at(Instant::now()), args.seed);
     for i in 0..args.clients {
         let addr = endpoints[i % endpoints.len()];
-        let conn = Connection::connect(args.target, addr, args.cluster_id.unwrap_or(DEFAULT_CLUSTER_ID), &run_id)
-            .await
-            .map_err(|message| BenchError::Connect { target: args.target, addr, message })?;
+        let cluster_id = args.cluster_id.unwrap_or(DEFAULT_CLUSTER_ID);
+        let conn = match &args.table {
+            Some(table) => Connection::connect_table(&endpoints, i % endpoints.len(), cluster_id, table).await,
+            None => Connection::connect(args.target, addr, cluster_id, &run_id).await,
+        }
+        .map_err(|message| BenchError::Connect { target: args.target, addr, message })?;
         conns.push((addr, conn));
     }
     let mut sessions = Vec::with_capacity(args.total_sessions());

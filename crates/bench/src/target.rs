@@ -72,6 +72,9 @@ pub enum Done {
 /// One connection to the system under test.
 pub enum Connection {
     Strata(Client),
+    /// A client of every node, whose sessions are handles on one log table; `home` is the
+    /// endpoint its sessions read at.
+    StrataTable { client: Client, table: String, home: usize },
     Redis(Arc<RedisConn>),
     Etcd(EtcdConn),
     Zookeeper(ZkConn),
@@ -106,11 +109,32 @@ impl Connection {
         }
     }
 
+    /// Connects to every node for the log table `table`; sessions read at `endpoints[home]`.
+    pub async fn connect_table(
+        endpoints: &[SocketAddr],
+        home: usize,
+        cluster_id: u64,
+        table: &str,
+    ) -> Result<Connection, String> {
+        let opts = ClientOptions {
+            cluster: ClusterId(cluster_id),
+            connect_timeout: CONNECT_TIMEOUT,
+            request_timeout: None,
+            ..ClientOptions::default()
+        };
+        let client = Client::connect(endpoints, opts).await.map_err(|e| e.to_string())?;
+        Ok(Connection::StrataTable { client, table: table.to_string(), home })
+    }
+
     /// Opens a session: at the node for Strata (Kite §2.1); for Redis a local FIFO of replies
     /// on the shared connection (Redis has no sessions; a connection answers in order).
     pub async fn open_session(&self) -> Result<BenchSession, String> {
         match self {
             Connection::Strata(c) => c.open_session().await.map(BenchSession::Strata).map_err(|e| e.to_string()),
+            Connection::StrataTable { client, table, home } => {
+                let table = client.table(table).await.map_err(|e| e.to_string())?;
+                Ok(BenchSession::Table(TableSession { table, home: *home, queued: VecDeque::new() }))
+            }
             Connection::Redis(c) => {
                 Ok(BenchSession::Redis(RedisSession { conn: c.clone(), in_flight: VecDeque::new() }))
             }
@@ -130,9 +154,18 @@ impl Connection {
 /// A pipelined stream of requests whose completions come back in order.
 pub enum BenchSession {
     Strata(strata_client::Session),
+    Table(TableSession),
     Redis(RedisSession),
     Etcd(EtcdSession),
     Zookeeper(ZkSession),
+}
+
+/// A session on a log table: a `Table` handle runs one call at a time, so submitted
+/// operations wait here and run, in order, as their completions are asked for.
+pub struct TableSession {
+    table: strata_client::Table,
+    home: usize,
+    queued: VecDeque<BenchOp>,
 }
 
 /// A session on a Redis connection: the replies it waits for, oldest first.
@@ -146,7 +179,9 @@ impl BenchSession {
     pub fn into_strata(self) -> Option<strata_client::Session> {
         match self {
             BenchSession::Strata(s) => Some(s),
-            BenchSession::Redis(_) | BenchSession::Etcd(_) | BenchSession::Zookeeper(_) => None,
+            BenchSession::Table(_) | BenchSession::Redis(_) | BenchSession::Etcd(_) | BenchSession::Zookeeper(_) => {
+                None
+            }
         }
     }
 
@@ -168,6 +203,13 @@ impl BenchSession {
                 };
                 s.submit(op).map(|_| ()).map_err(|e| e.to_string())
             }
+            BenchSession::Table(s) => match op {
+                BenchOp::Read { .. } | BenchOp::Write { .. } | BenchOp::Insert { .. } => {
+                    s.queued.push_back(op);
+                    Ok(())
+                }
+                _ => Err("log tables take reads and writes only".to_string()),
+            },
             BenchSession::Redis(s) => {
                 let slot = match &op {
                     BenchOp::Read { key } => s.conn.send(&[b"GET", key]),
@@ -196,6 +238,18 @@ impl BenchSession {
                     Ok(Outcome::Rmw(_)) => Ok(Done::Rmw),
                     Err(e) => Err(e.to_string()),
                 })
+            }
+            BenchSession::Table(s) => {
+                let r = match s.queued.pop_front()? {
+                    BenchOp::Read { key } => {
+                        s.table.get_at(key, s.home).await.map(|r| if r.value.is_some() { Done::Hit } else { Done::Miss })
+                    }
+                    BenchOp::Write { key, value } | BenchOp::Insert { key, value } => {
+                        s.table.put(key, value).await.map(|_| Done::Written)
+                    }
+                    _ => unreachable!("submit queues reads and writes only"),
+                };
+                Some(r.map_err(|e| e.to_string()))
             }
             BenchSession::Redis(s) => {
                 let slot = s.in_flight.pop_front()?;

@@ -254,3 +254,52 @@ async fn ycsb_workloads_against_a_three_node_cluster() {
         assert!(json["ycsb"][class]["count"].is_u64(), "{json}");
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_short_run_against_a_log_table() {
+    use strata_client::{Client, ClientOptions, TableDef, TableDurability, TableEngine, TableReads, TableReplication};
+    let nodes = local_cluster(3).await;
+    let endpoints: Vec<SocketAddr> = nodes.iter().map(|n| n.client_addr()).collect();
+    let client = Client::connect(&endpoints, ClientOptions::default()).await.unwrap();
+    for node in &endpoints {
+        // The catalog goes to every node (docs/design.md, "Log tables in the node").
+        let c = Client::connect(&[*node], ClientOptions::default()).await.unwrap();
+        c.create_table(TableDef {
+            name: "bench".into(),
+            engine: TableEngine::Log,
+            durability: TableDurability::Cad,
+            replication: TableReplication::Async,
+            reads: TableReads::ActiveSet,
+            shards: 2,
+        })
+        .await
+        .unwrap();
+    }
+    drop(client);
+    let args = BenchArgs {
+        table: Some("bench".into()),
+        clients: 3,
+        sessions: 2,
+        pipeline: 1,
+        keys: 300,
+        key_size: 12,
+        value_size: 32,
+        write_ratio: Some(20.0),
+        duration: 1.0,
+        warmup: 0.2,
+        quiet: true,
+        ..BenchArgs::default()
+    };
+    let r = strata_bench::run(&args, endpoints.clone()).await.unwrap();
+    assert_eq!(r.errors, 0, "{r}");
+    assert!(r.reads > 0 && r.writes > 0, "{r}");
+    // Every key was preloaded through the leader and reads return only durable data, which
+    // includes the preload once a read made it durable: nothing misses.
+    assert_eq!(r.read_misses, 0, "{r}");
+    // A pipelined run is refused with the flag to change.
+    let err = strata_bench::run(&BenchArgs { pipeline: 4, ..args.clone() }, endpoints).await.unwrap_err();
+    assert!(err.to_string().contains("--pipeline 1"), "{err}");
+    for n in nodes {
+        n.shutdown().await;
+    }
+}
