@@ -269,7 +269,7 @@ pub struct BenchArgs {
 
     /// Strata only: load the log table NAME (ORCA; `strata table create`) instead of the
     /// default keyspace. Writes go to the key's shard leader; a session reads at the node its
-    /// client connected to, which serves them or forwards them (leader-only tables: the
+    /// client connected to, which serves them or forwards them (leader-only tables: at the
     /// leader). One request at a time per session (`--pipeline 1`); reads and writes only.
     #[arg(long, value_name = "NAME")]
     pub table: Option<String>,

@@ -242,7 +242,14 @@ impl BenchSession {
             BenchSession::Table(s) => {
                 let r = match s.queued.pop_front()? {
                     BenchOp::Read { key } => {
-                        s.table.get_at(key, s.home).await.map(|r| if r.value.is_some() { Done::Hit } else { Done::Miss })
+                        // Leader-only tables: straight to the believed leader (a read sent
+                        // elsewhere would come back `NotLeader` and cost a retry).
+                        let read = if s.table.def().reads == strata_client::TableReads::Leader {
+                            s.table.get(key).await
+                        } else {
+                            s.table.get_at(key, s.home).await
+                        };
+                        read.map(|r| if r.value.is_some() { Done::Hit } else { Done::Miss })
                     }
                     BenchOp::Write { key, value } | BenchOp::Insert { key, value } => {
                         s.table.put(key, value).await.map(|_| Done::Written)
