@@ -62,7 +62,12 @@ pub async fn get(target: &Target, key: String, acquire: bool, show_version: bool
     if show_version {
         eprintln!("version {}", v.version);
     }
-    match v.value {
+    print_value(&key, v.value)
+}
+
+/// Prints a read's value on stdout (exit 0), or says the key has none (exit 3).
+fn print_value(key: &str, value: Option<bytes::Bytes>) -> Result<i32, Failure> {
+    match value {
         Some(value) => {
             let mut out = std::io::stdout().lock();
             out.write_all(&value).and_then(|()| out.write_all(b"\n")).map_err(|e| Failure::new(FAILED, e.to_string()))?;
@@ -501,17 +506,7 @@ pub async fn table_get(target: &Target, table: String, key: String, show_version
     if show_version {
         eprintln!("update index {} (served by node {}, epoch {})", r.update_index, r.served_by.0, r.epoch);
     }
-    match r.value {
-        Some(value) => {
-            let mut out = std::io::stdout().lock();
-            out.write_all(&value).and_then(|()| out.write_all(b"\n")).map_err(|e| Failure::new(FAILED, e.to_string()))?;
-            Ok(OK)
-        }
-        None => {
-            eprintln!("{key}: not found");
-            Ok(NOT_FOUND)
-        }
-    }
+    print_value(&key, r.value)
 }
 
 /// `put --table` (`value` Some) and `del --table` (None).
