@@ -274,6 +274,12 @@ impl Table {
                     served_by,
                     epoch,
                 }) => {
+                    // Only the leader serves a leader-only table: remember it, so the next
+                    // read (and write) of the shard goes there first instead of being
+                    // redirected (a read-only session never learns it from a write).
+                    if self.def.reads == strata_wire::client::TableReads::Leader {
+                        self.leader[shard] = Some(target);
+                    }
                     return Ok(LogRead {
                         value,
                         update_index,
