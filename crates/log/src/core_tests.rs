@@ -16,16 +16,7 @@ fn orca() -> LogConfig {
     LogConfig::orca(Replication::Async)
 }
 
-fn entry(epoch: u32, counter: u32) -> LogEntry {
-    LogEntry {
-        index: LogIndex::new(epoch, counter),
-        key: Bytes::from_static(b"k"),
-        op: LogOp::Put(Bytes::from_static(b"v")),
-        client_id: 1,
-        seq: counter as u64,
-        immediate: false,
-    }
-}
+use crate::state::test_entry as entry;
 
 fn recovered(entries: Vec<LogEntry>, epoch: u32) -> LogReplica {
     let ids = [NodeId(0), NodeId(1), NodeId(2)];

@@ -188,20 +188,24 @@ impl Kv {
     }
 }
 
+/// A test entry: `k = v` at `(epoch, counter)`, from client 1 with `seq = counter`.
+#[cfg(test)]
+pub(crate) fn test_entry(epoch: u32, counter: u32) -> LogEntry {
+    LogEntry {
+        index: LogIndex::new(epoch, counter),
+        key: Bytes::from_static(b"k"),
+        op: LogOp::Put(Bytes::from_static(b"v")),
+        client_id: 1,
+        seq: counter as u64,
+        immediate: false,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn e(epoch: u32, counter: u32) -> LogEntry {
-        LogEntry {
-            index: LogIndex::new(epoch, counter),
-            key: Bytes::from_static(b"k"),
-            op: LogOp::Put(Bytes::from_static(b"v")),
-            client_id: 1,
-            seq: counter as u64,
-            immediate: false,
-        }
-    }
+    use test_entry as e;
 
     #[test]
     fn positions_back_up_and_truncate_across_epochs() {
