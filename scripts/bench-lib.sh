@@ -96,6 +96,16 @@ describe_machine() {
     echo "loadavg at start: $(cat /proc/loadavg)"
 }
 
+# Builds the release `strata` and `strata-node` (extra cargo flags may follow, e.g. --features
+# zookeeper), picks BASE_PORT unless it is set, and starts the cluster (start_strata).
+build_and_start_strata() {
+    log "building release binaries"
+    cargo build --release -q -p strata-node
+    cargo build --release -q -p strata "$@"
+    BASE_PORT=${BASE_PORT:-$(free_base_port 7600 200 9800 "$NODES" 100)} || die "no free base port found"
+    start_strata
+}
+
 # Starts `strata up` with NODES nodes on BASE_PORT in $WORK/strata and waits until every node
 # listens; sets ENDPOINTS (comma-separated client addresses) and STRATA_DATA.
 start_strata() {
@@ -111,4 +121,59 @@ start_strata() {
     done
     for _ in $(seq 50); do [ -f "$STRATA_DATA/cluster.json" ] && return 0; sleep 0.1; done
     die "strata up wrote no cluster.json (see $RESULTS/strata-up.log)"
+}
+
+# `strata table create` flags of a log-table configuration (ORCA §1.3, §8.2), by name:
+#   sync    writes acknowledged once fsynced on a majority (group commit), reads at the leader
+#   async   acknowledged once applied at the leader, persisted in the background; leader reads
+#   cad     async's write path; a read first makes the data it returns durable; leader reads
+#   orca    cad + active-set reads (leased followers serve durable data)
+#   weak    weak-ZK: async durability, reads at any node without a check
+#   strong  strong-ZK: sync durability, reads at the leader (the same definition as sync)
+# REPLICATION (default async) is the async, cad, orca and weak tables' replication.
+log_table_flags() {
+    local repl=${REPLICATION:-async}
+    case $1 in
+        sync | strong) echo "--durability sync --reads leader" ;;
+        async) echo "--durability async --replication $repl --reads leader" ;;
+        cad) echo "--durability cad --replication $repl --reads leader" ;;
+        orca) echo "--durability cad --replication $repl --reads active-set" ;;
+        weak) echo "--durability async --replication $repl --reads any" ;;
+        *) die "unknown log-table configuration $1 (sync, async, cad, orca, weak, strong)" ;;
+    esac
+}
+
+# Creates the log table l-CFG for every configuration CFG in $1 on the cluster of
+# start_strata, with the extra `strata table create` flags that follow (e.g. --timers geo), and
+# waits until each has a leader. Usage: create_log_tables "CFG ..." [FLAGS...]
+create_log_tables() {
+    local cfgs=$1 cfg tables=""
+    shift
+    for cfg in $cfgs; do
+        # shellcheck disable=SC2046 # the flags are words
+        "$BIN/strata" table create "l-$cfg" --engine log $(log_table_flags "$cfg") "$@" --data-dir "$STRATA_DATA" \
+            >>"$RESULTS/tables.log" 2>&1 || { cat "$RESULTS/tables.log" >&2; die "cannot create table l-$cfg"; }
+        tables+="${tables:+ }l-$cfg"
+    done
+    for _ in $(seq 150); do
+        "$BIN/strata" status --json --data-dir "$STRATA_DATA" 2>/dev/null | python3 -c '
+import json, sys
+led = {s["table"] for n in json.load(sys.stdin) for s in n.get("shards", []) if s.get("role") == "leader"}
+sys.exit(0 if set(sys.argv[1].split()) <= led else 1)' "$tables" && return 0
+        sleep 0.2
+    done
+    die "not every table of [$tables] has a leader (see $RESULTS/strata-up.log)"
+}
+
+# One `strata bench` run on a log table, one request at a time per session, with the sourcing
+# script's SESSIONS, KEYS, KEY_SIZE, VALUE_SIZE, DURATION and WARMUP and the flags that follow
+# (endpoints, workload, clients); the report goes to $RESULTS/NAME.json and NAME.txt.
+# Usage: bench_table NAME TABLE SEED FLAGS...
+bench_table() {
+    local name=$1 table=$2 seed=$3
+    shift 3
+    "$BIN/strata" bench --table "$table" "$@" --sessions "$SESSIONS" --pipeline 1 --keys "$KEYS" \
+        --key-size "$KEY_SIZE" --value-size "$VALUE_SIZE" --duration "$DURATION" --warmup "$WARMUP" --seed "$seed" \
+        --quiet --label "$name" --json "$RESULTS/$name.json" >"$RESULTS/$name.txt" 2>&1 ||
+        { cat "$RESULTS/$name.txt" >&2; die "$name failed"; }
 }

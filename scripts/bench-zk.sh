@@ -1,36 +1,38 @@
 #!/usr/bin/env bash
 # YCSB workloads (ORCA §8: W, A, B, C, D, F) against a 3-member ZooKeeper 3.8 ensemble and a
-# 3-node Strata cluster, side by side, one load generator (`strata bench --ycsb`), one machine.
+# 3-node Strata cluster's log tables, side by side, one load generator (`strata bench --ycsb`),
+# one machine (ORCA §8.3 E3).
 # ZooKeeper is the ORCA paper's baseline: its reads are served by the server a session is
 # connected to (sequentially consistent, the paper's "weak-ZK" reads), its writes go through
 # the leader's atomic broadcast (Zab) and, with zookeeper.forceSync=yes (ZooKeeper's default),
 # are fsynced to the transaction log before they are acknowledged. The ensemble runs twice:
 # forceSync=yes and forceSync=no.
 #
-# Strata's side, for now, is the existing engine with relaxed get/put (STRATA_FLAGS below:
-# `--mode es`); when the `log` engine's tables land they replace it, by changing STRATA_FLAGS
-# (one line) to the log engine's settings.
+# Strata's side is one log table per configuration of STRATA_CONFIGS (`log_table_flags` in
+# scripts/bench-lib.sh; default sync, cad and orca), loaded with `strata bench --table`. Both
+# sides run one request at a time per session (log tables take --pipeline 1).
 #
 # fsync only costs something on a real disk: by default ZooKeeper's data directories are on
 # tmpfs (/dev/shm), which compares replication protocols rather than disks, and forceSync
 # yes/no then differ little; ZK_DISK=1 puts them under $WORK (TMPDIR, on disk) instead.
 #
-#   scripts/bench-zk.sh                                          # ~10 minutes on 2 cores
+#   scripts/bench-zk.sh                                          # ~15 minutes on 2 cores
 #   RUNS=1 DURATION=1 WORKLOADS="A D F" scripts/bench-zk.sh     # a quick look
 #
 # Knobs (environment): RUNS (3), DURATION (3 s), WARMUP (0.5 s), CLIENTS (4), SESSIONS (4),
-# DEPTH (1: requests in flight per session), KEYS (10000), KEY_SIZE (16), VALUE_SIZE (32),
-# WORKLOADS ("W A B C D F"), SYNCS ("yes no": the forceSync settings), ZK_DISK (0),
-# ZK_HEAP (256m per member), ZK_JIT_WARMUP (5 s of unrecorded load on a fresh ensemble: the JVMs
-# run 2-3x slower until the JIT has compiled the hot paths), STRATA_FLAGS ("--mode es"), BASE_PORT (first free from 7600),
-# ZK_PORT (first free from 12181), RESULTS, CARGO_TARGET_DIR; QUIET_CORES, QUIET_WAIT,
-# QUIET_BUDGET (the idle-machine gate, scripts/bench-lib.sh).
+# KEYS (10000), KEY_SIZE (16), VALUE_SIZE (32), WORKLOADS ("W A B C D F"), SYNCS ("yes no": the
+# forceSync settings), ZK_DISK (0), ZK_HEAP (256m per member), ZK_JIT_WARMUP (5 s of unrecorded
+# load on a fresh ensemble: the JVMs run 2-3x slower until the JIT has compiled the hot paths),
+# STRATA_CONFIGS ("sync cad orca"), REPLICATION ("async", the cad and orca tables'),
+# BASE_PORT (first free from 7600), ZK_PORT (first free from 12181), RESULTS, CARGO_TARGET_DIR;
+# QUIET_CORES, QUIET_WAIT, QUIET_BUDGET (the idle-machine gate, scripts/bench-lib.sh).
 #
 # It installs the Debian package `zookeeper` with apt-get if missing (java must be on the
 # machine), builds release binaries (`strata` with `--features zookeeper`), starts the Strata
 # cluster and, for each forceSync setting, a fresh ZooKeeper ensemble (QuorumPeerMain started
 # directly with java, no systemd); runs every workload RUNS times on each (interleaved: ZooKeeper
-# forceSync=yes, Strata, during the first ensemble; ZooKeeper forceSync=no during the second),
+# forceSync=yes and each Strata table during the first ensemble; ZooKeeper forceSync=no during
+# the second),
 # stops everything it started and prints a markdown table of medians and ratios (also in
 # $RESULTS/summary.md). Each ZooKeeper run writes its keys under a znode of its own.
 set -euo pipefail
@@ -43,7 +45,6 @@ DURATION=${DURATION:-3}
 WARMUP=${WARMUP:-0.5}
 CLIENTS=${CLIENTS:-4}
 SESSIONS=${SESSIONS:-4}
-DEPTH=${DEPTH:-1}
 KEYS=${KEYS:-10000}
 KEY_SIZE=${KEY_SIZE:-16}
 VALUE_SIZE=${VALUE_SIZE:-32}
@@ -52,8 +53,8 @@ SYNCS=${SYNCS:-"yes no"}
 ZK_DISK=${ZK_DISK:-0}
 ZK_HEAP=${ZK_HEAP:-256m}
 ZK_JIT_WARMUP=${ZK_JIT_WARMUP:-5}
-# Strata's side: the existing engine's relaxed get/put. The log engine's settings go here.
-STRATA_FLAGS=${STRATA_FLAGS:-"--mode es"}
+# Strata's side: one log table per configuration (scripts/bench-lib.sh, log_table_flags).
+STRATA_CONFIGS=${STRATA_CONFIGS:-"sync cad orca"}
 RESULTS=${RESULTS:-${CARGO_TARGET_DIR:-$ROOT/target}/bench-results/zk-$(date +%Y%m%d-%H%M%S)}
 BIN=${CARGO_TARGET_DIR:-$ROOT/target}/release
 NODES=3
@@ -71,9 +72,6 @@ if [ ! -f /usr/share/java/zookeeper.jar ]; then
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq zookeeper >/dev/null
 fi
 command -v python3 >/dev/null || die "python3 is needed to summarize the JSON results"
-log "building release binaries (strata with the zookeeper target)"
-cargo build --release -q -p strata-node
-cargo build --release -q -p strata --features zookeeper
 BENCH=("$BIN/strata" bench)
 
 # zookeeper.jar's manifest lists its dependencies' jars (Debian's /usr/share/java); slf4j-simple
@@ -83,8 +81,8 @@ ZK_CP=/usr/share/java/zookeeper.jar
 ZK_VERSION=$(dpkg-query -W -f='${Version}' zookeeper 2>/dev/null || echo unknown)
 
 # ---- the clusters ------------------------------------------------------------------------------
-BASE_PORT=${BASE_PORT:-$(free_base_port 7600 200 9800 "$NODES" 100)} || die "no free base port for strata"
-start_strata
+build_and_start_strata --features zookeeper # the zookeeper target of `strata bench`
+create_log_tables "$STRATA_CONFIGS"
 
 # Member i: client port ZK_PORT+i, quorum port ZK_PORT+100+i, election port ZK_PORT+103+i.
 ZK_PORT=${ZK_PORT:-$(free_base_port 12181 10 12481 $((2 * NODES)) 100)} || die "no free ports for zookeeper"
@@ -154,11 +152,11 @@ stop_zk() {
 {
     describe_machine
     echo "zookeeper: ${ZK_VERSION:-3.8} ($(java -version 2>&1 | head -1)), heap $ZK_HEAP per member, data on $([ "$ZK_DISK" = 1 ] && echo "disk ($WORK)" || echo tmpfs), forceSync: $SYNCS"
-    echo "strata: $STRATA_FLAGS"
-    echo "settings: clients=$CLIENTS sessions=$SESSIONS depth=$DEPTH keys=$KEYS key_size=$KEY_SIZE value_size=$VALUE_SIZE duration=${DURATION}s warmup=${WARMUP}s runs=$RUNS workloads=[$WORKLOADS] strata=$ENDPOINTS zookeeper=$ZK_ENDPOINTS"
+    echo "strata: log tables [$STRATA_CONFIGS], replication ${REPLICATION:-async}, data on disk ($WORK)"
+    echo "settings: clients=$CLIENTS sessions=$SESSIONS (pipeline 1) keys=$KEYS key_size=$KEY_SIZE value_size=$VALUE_SIZE duration=${DURATION}s warmup=${WARMUP}s runs=$RUNS workloads=[$WORKLOADS] strata=$ENDPOINTS zookeeper=$ZK_ENDPOINTS"
 } | tee "$RESULTS/machine.txt" >&2
 
-common=(--clients "$CLIENTS" --sessions "$SESSIONS" --pipeline "$DEPTH" --keys "$KEYS" --key-size "$KEY_SIZE"
+common=(--clients "$CLIENTS" --sessions "$SESSIONS" --pipeline 1 --keys "$KEYS" --key-size "$KEY_SIZE"
     --value-size "$VALUE_SIZE" --warmup "$WARMUP" --duration "$DURATION" --quiet)
 
 # One configuration: NAME TARGET ENDPOINTS FLAGS...
@@ -173,7 +171,7 @@ run_one() {
 }
 
 nw=$(wc -w <<<"$WORKLOADS")
-total=$((RUNS * nw * ($(wc -w <<<"$SYNCS") + 1)))
+total=$((RUNS * nw * ($(wc -w <<<"$SYNCS") + $(wc -w <<<"$STRATA_CONFIGS"))))
 n=0
 first=1
 for sync in $SYNCS; do
@@ -187,8 +185,9 @@ for sync in $SYNCS; do
         for w in $WORKLOADS; do
             run_one "zk-fs$sync-$w-r$run" zookeeper "$ZK_ENDPOINTS" --ycsb "$w" --seed "$run"
             if [ "$first" = 1 ]; then
-                # shellcheck disable=SC2086 # STRATA_FLAGS is a list of flags
-                run_one "strata-$w-r$run" strata "$ENDPOINTS" --ycsb "$w" --seed "$run" $STRATA_FLAGS
+                for cfg in $STRATA_CONFIGS; do
+                    run_one "strata-$cfg-$w-r$run" strata "$ENDPOINTS" --ycsb "$w" --seed "$run" --table "l-$cfg"
+                done
             fi
         done
     done
@@ -197,10 +196,10 @@ for sync in $SYNCS; do
 done
 
 # ---- tables ------------------------------------------------------------------------------------
-python3 - "$RESULTS" "$RUNS" "$WORKLOADS" "$SYNCS" <<'PY' | tee "$RESULTS/summary.md"
+python3 - "$RESULTS" "$RUNS" "$WORKLOADS" "$SYNCS" "$STRATA_CONFIGS" <<'PY' | tee "$RESULTS/summary.md"
 import json, statistics, sys
 from pathlib import Path
-results, runs, workloads, syncs = Path(sys.argv[1]), int(sys.argv[2]), sys.argv[3].split(), sys.argv[4].split()
+results, runs, workloads, syncs, configs = Path(sys.argv[1]), int(sys.argv[2]), sys.argv[3].split(), sys.argv[4].split(), sys.argv[5].split()
 def reps(name):
     return [json.loads(f.read_text()) for r in range(1, runs + 1) if (f := results / f"{name}-r{r}.json").exists()]
 def med(xs): return statistics.median(xs) if xs else float("nan")
@@ -216,22 +215,28 @@ def ratio(a, b): return f"{a / b:.2f}" if b > 0 else "-"
 mix = {"W": "100% update", "A": "50% read, 50% update", "B": "95% read, 5% update", "C": "100% read",
        "D": "95% read, 5% insert (latest)", "F": "50% read, 50% RMW"}
 zk = lambda s, w: f"zk-fs{s}-{w}"
-print(f"ops/s, median of {runs} runs; Strata/ZK is the throughput ratio. ZooKeeper forceSync={'/'.join(syncs)}.\n")
-head = "| workload | " + " | ".join(f"ZK fs={s} ops/s" for s in syncs) + " | Strata ops/s | " + " | ".join(f"Strata/ZK fs={s}" for s in syncs) + " | errors (" + ", ".join(f"ZK fs={s}" for s in syncs) + ", Strata) |"
-print(head)
-print("|---" + "|---:" * (2 * len(syncs) + 2) + "|")
+st = lambda c, w: f"strata-{c}-{w}"
+# Every system of the run: (column name, its result files' name for a workload).
+systems = [(f"ZK fs={s}", lambda w, s=s: zk(s, w)) for s in syncs] + [(f"Strata {c}", lambda w, c=c: st(c, w)) for c in configs]
+print(f"ops/s, median of {runs} runs. ZooKeeper forceSync={'/'.join(syncs)}; Strata log tables {', '.join(configs)}.\n")
+print("| workload | " + " | ".join(n for n, _ in systems) + " | errors (" + ", ".join(n for n, _ in systems) + ") |")
+print("|---" + "|---:" * (len(systems) + 1) + "|")
 for w in workloads:
-    s = f"strata-{w}"
-    row = [f"{w}: {mix.get(w, w)}"] + [f"{tput(zk(y, w)):,.0f}" for y in syncs] + [f"{tput(s):,.0f}"]
-    row += [ratio(tput(s), tput(zk(y, w))) for y in syncs]
-    row += [", ".join(str(errors(zk(y, w))) for y in syncs) + f", {errors(s)}"]
+    row = [f"{w}: {mix.get(w, w)}"] + [f"{tput(f(w)):,.0f}" for _, f in systems]
+    row += [", ".join(str(errors(f(w))) for _, f in systems)]
     print("| " + " | ".join(row) + " |")
+print("\nThroughput ratios, Strata table / ZooKeeper:\n")
+pairs = [(c, s) for c in configs for s in syncs]
+print("| workload | " + " | ".join(f"{c}/ZK fs={s}" for c, s in pairs) + " |")
+print("|---" + "|---:" * len(pairs) + "|")
+for w in workloads:
+    print(f"| {w} | " + " | ".join(ratio(tput(st(c, w)), tput(zk(s, w))) for c, s in pairs) + " |")
 print("\np50 / p99 latency per operation class, µs (median over the runs):\n")
-print("| workload | class | " + " | ".join(f"ZK fs={s}" for s in syncs) + " | Strata |")
-print("|---|---" + "|---:" * (len(syncs) + 1) + "|")
+print("| workload | class | " + " | ".join(n for n, _ in systems) + " |")
+print("|---|---" + "|---:" * len(systems) + "|")
 for w in workloads:
     for cls in ["read", "update", "insert", "rmw"]:
-        cells = [lat(zk(y, w), cls) for y in syncs] + [lat(f"strata-{w}", cls)]
+        cells = [lat(f(w), cls) for _, f in systems]
         if all(c == "-" for c in cells): continue
         print(f"| {w} | {cls} | " + " | ".join(cells) + " |")
 PY

@@ -274,6 +274,13 @@ pub struct BenchArgs {
     #[arg(long, value_name = "NAME")]
     pub table: Option<String>,
 
+    /// Emulated one-way delay, milliseconds, between the clients and each endpoint, in
+    /// `--endpoints` order (one value: every endpoint). An in-process relay per endpoint holds
+    /// every byte this long in each direction, which places the clients near some nodes and a
+    /// WAN away from others (ORCA §8.3 E4, scripts/bench-geo.sh). Status samples skip it.
+    #[arg(long, value_name = "MS,...", value_delimiter = ',')]
+    pub client_delay_ms: Option<Vec<f64>>,
+
     /// Measure for this many seconds (after the warmup).
     #[arg(long, value_name = "SECS", default_value_t = 10.0, conflicts_with = "ops")]
     pub duration: f64,
@@ -371,6 +378,7 @@ impl Default for BenchArgs {
             write_ratio: None,
             ycsb: None,
             table: None,
+            client_delay_ms: None,
             duration: 10.0,
             ops: None,
             warmup: 1.0,
@@ -462,6 +470,11 @@ impl BenchArgs {
                 return bad(format!(
                     "--table {name} runs one request at a time per session: use --pipeline 1 (and more --sessions)"
                 ));
+            }
+        }
+        if let Some(d) = &self.client_delay_ms {
+            if d.is_empty() || d.iter().any(|ms| !ms.is_finite() || *ms < 0.0) {
+                return bad(format!("--client-delay-ms {d:?}: give one or more delays of 0 ms or more"));
             }
         }
         if self.target == Target::Zookeeper && mix.has_sync() {
@@ -575,6 +588,19 @@ impl BenchArgs {
         }
     }
 
+    /// `--client-delay-ms` for each of `n` endpoints (none: all 0), or why it does not fit.
+    pub fn client_delays_ms(&self, n: usize) -> Result<Vec<f64>, BenchError> {
+        match self.client_delay_ms.as_deref() {
+            None => Ok(vec![0.0; n]),
+            Some([ms]) => Ok(vec![*ms; n]),
+            Some(d) if d.len() == n => Ok(d.to_vec()),
+            Some(d) => Err(BenchError::InvalidArgs(format!(
+                "--client-delay-ms has {} values for {n} endpoints: give one, or one per endpoint",
+                d.len()
+            ))),
+        }
+    }
+
     /// Sessions across all connections.
     pub fn total_sessions(&self) -> usize {
         self.clients * self.sessions
@@ -642,6 +668,7 @@ mod tests {
             "--zipf-theta",
         );
         check(|a| a.duration = 0.0, "--duration");
+        check(|a| a.client_delay_ms = Some(vec![-1.0]), "--client-delay-ms");
         check(|a| a.release_pct = Some(120.0), "--release-pct");
         check(|a| a.acquire_pct = Some(-1.0), "--acquire-pct");
         check(
@@ -702,6 +729,17 @@ mod tests {
         let a = BenchArgs { target: Target::Redis, workload: WorkloadKind::Msq, ..BenchArgs::default() };
         assert!(matches!(a.validate(), Err(BenchError::InvalidArgs(_))));
         BenchArgs { target: Target::Redis, mode: Mode::Es, ..BenchArgs::default() }.validate().unwrap();
+    }
+
+    #[test]
+    fn client_delays_spread_over_the_endpoints() {
+        let cli = Cli::try_parse_from(["bench", "--client-delay-ms", "1,18.5,18.5"]).unwrap();
+        assert_eq!(cli.bench.client_delays_ms(3).unwrap(), vec![1.0, 18.5, 18.5]);
+        let e = cli.bench.client_delays_ms(2).unwrap_err();
+        assert!(e.to_string().contains("--client-delay-ms has 3 values for 2 endpoints"), "{e}");
+        let one = BenchArgs { client_delay_ms: Some(vec![2.0]), ..BenchArgs::default() };
+        assert_eq!(one.client_delays_ms(2).unwrap(), vec![2.0, 2.0]);
+        assert_eq!(BenchArgs::default().client_delays_ms(2).unwrap(), vec![0.0, 0.0]);
     }
 
     #[test]

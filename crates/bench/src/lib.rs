@@ -37,11 +37,17 @@
 //! works alike on every target). D's reads follow YCSB's "latest" distribution
 //! ([`keys::Latest`]) over the keys whose inserts have completed ([`keys::InsertCounter`]).
 //! Each class has its own histogram, reported as `ycsb` (read, update, insert, rmw).
+//!
+//! With `--table`, the report also gives the share of reads that triggered durability in the
+//! window, from the nodes' shard counters ([`durability`]); `--client-delay-ms` puts the
+//! clients at an emulated distance from each node ([`relay`]).
 
 pub mod args;
 mod ds;
+mod durability;
 pub mod etcd;
 pub mod keys;
+pub mod relay;
 pub mod report;
 pub mod resp;
 pub mod target;
@@ -64,7 +70,7 @@ use thiserror::Error;
 pub use args::{
     BenchArgs, Distribution, Mix, Mode, RmwKind, Target, WorkloadKind, Ycsb, YcsbMix, YcsbWrite, DEFAULT_REDIS_ENDPOINT,
 };
-pub use report::{BenchReport, ClassLatencies, DsReport, Latencies, LatencySummary, YcsbReport};
+pub use report::{BenchReport, ClassLatencies, DsReport, Latencies, LatencySummary, ReadDurability, YcsbReport};
 
 use keys::{InsertCounter, KeyChooser, Latest, Zipfian};
 use target::{BenchOp, BenchSession, Connection, Done};
@@ -119,6 +125,9 @@ pub enum BenchError {
     /// The `--timeline` CSV or PNG could not be written: check the path.
     #[error("cannot write the timeline to {path}: {message}")]
     WriteTimeline { path: PathBuf, message: String },
+    /// The `--client-delay-ms` relays could not listen on loopback (out of ports or files?).
+    #[error("cannot start the --client-delay-ms relays: {0}")]
+    Relay(std::io::Error),
 }
 
 /// Runs one benchmark against `endpoints` (if empty: [`BenchArgs::default_endpoints`]). Must
@@ -131,15 +140,18 @@ pub async fn run(args: &BenchArgs, endpoints: Vec<SocketAddr>) -> Result<BenchRe
         return Err(BenchError::NoEndpoints);
     }
 
+    // The sessions connect through the relays (the endpoints themselves without a delay).
+    let relays = relay::start(&endpoints, &args.client_delays_ms(endpoints.len())?).map_err(BenchError::Relay)?;
     let mut conns = Vec::with_capacity(args.clients);
     // ZooKeeper: this run's znodes go under a root of their own (see `zookeeper.rs`).
     let run_id = format!("{:x}-{}", unix_ms_at(Instant::now()), args.seed);
+    let cluster_id = args.cluster_id.unwrap_or(DEFAULT_CLUSTER_ID);
     for i in 0..args.clients {
-        let addr = endpoints[i % endpoints.len()];
-        let cluster_id = args.cluster_id.unwrap_or(DEFAULT_CLUSTER_ID);
+        let home = i % endpoints.len();
+        let addr = endpoints[home];
         let conn = match &args.table {
-            Some(table) => Connection::connect_table(&endpoints, i % endpoints.len(), cluster_id, table).await,
-            None => Connection::connect(args.target, addr, cluster_id, &run_id).await,
+            Some(table) => Connection::connect_table(&relays.addrs, home, cluster_id, table).await,
+            None => Connection::connect(args.target, relays.addrs[home], cluster_id, &run_id).await,
         }
         .map_err(|message| BenchError::Connect { target: args.target, addr, message })?;
         conns.push((addr, conn));
@@ -170,7 +182,15 @@ pub async fn run(args: &BenchArgs, endpoints: Vec<SocketAddr>) -> Result<BenchRe
     let preload_s = preload_started.elapsed().as_secs_f64();
 
     let nodes_of: Vec<usize> = (0..sessions.len()).map(|j| (j / args.sessions) % endpoints.len()).collect();
-    let (stats, measure_start, window_end, inserted) = measure(sessions, args, value).await;
+    let measure_start = Instant::now() + Duration::from_secs_f64(args.warmup);
+    let probe = args.table.as_ref().map(|table| {
+        durability::Probe::start(endpoints.clone(), cluster_id, table.clone(), measure_start.into())
+    });
+    let (stats, window_end, inserted) = measure(sessions, args, value, measure_start).await;
+    let read_durability = match probe {
+        Some(p) => p.finish().await.map_err(|e| eprintln!("strata bench: reads that triggered durability: {e}")).ok(),
+        None => None,
+    };
     for (_, c) in &conns {
         c.close();
     }
@@ -253,6 +273,7 @@ pub async fn run(args: &BenchArgs, endpoints: Vec<SocketAddr>) -> Result<BenchRe
         }),
         timeline_files,
         ds: None,
+        read_durability,
         preloaded_keys: args.keys,
         preload_s,
         started_at_unix_ms: unix_ms_at(measure_start),
@@ -432,20 +453,20 @@ impl SessionStats {
     }
 }
 
-/// Runs warmup and the measured window on every session; returns each session's stats, the
-/// start of the window, and its end (time mode).
+/// Runs warmup (until `measure_start`) and the measured window on every session; returns each
+/// session's stats, the end of the window (time mode) and the keys inserted.
 async fn measure(
     sessions: Vec<BenchSession>,
     args: &BenchArgs,
     value: Bytes,
-) -> (Vec<SessionStats>, Instant, Option<Instant>, u64) {
+    measure_start: Instant,
+) -> (Vec<SessionStats>, Option<Instant>, u64) {
     let chooser = match args.dist() {
         Distribution::Uniform => KeyChooser::Uniform { n: args.keys },
         Distribution::Zipfian => KeyChooser::Zipfian(Zipfian::new(args.keys, args.zipf_theta)),
         Distribution::Latest => KeyChooser::Latest(Latest::new(args.keys, args.zipf_theta)),
     };
     let started = Instant::now();
-    let measure_start = started + Duration::from_secs_f64(args.warmup);
     let end = match args.ops {
         Some(_) => None,
         None => Some(measure_start + Duration::from_secs_f64(args.duration)),
@@ -500,7 +521,7 @@ async fn measure(
         p.abort();
     }
     let inserted = shared.inserts.acknowledged() - args.keys;
-    (stats, measure_start, end, inserted)
+    (stats, end, inserted)
 }
 
 /// The class of the next YCSB operation: insert, update (`RELAXED_WRITE`), read-modify-write

@@ -125,6 +125,28 @@ pub struct DsReport {
     pub requests_per_pair: f64,
 }
 
+/// `--table`: reads that triggered durability in the measured window (ORCA §8.2, Table 2's
+/// last column), from the table's shard counters summed over every node (`durability.rs`).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct ReadDurability {
+    /// Reads the table's replicas served in the window (a forwarded read counts once).
+    pub reads_served: u64,
+    /// Of those, reads whose data was not yet durable at the leader, which made it durable
+    /// before answering (ORCA §5.5.1, MakeDurable).
+    pub reads_made_durable: u64,
+    /// `100 * reads_made_durable / reads_served`, in [0, 100]; `None` when no read was served.
+    pub pct: Option<f64>,
+}
+
+impl ReadDurability {
+    pub fn new(reads_served: u64, reads_made_durable: u64) -> ReadDurability {
+        // A read is counted as made durable when it starts waiting and as served when it is
+        // answered: at the window's edges the two counts can differ by the reads in flight.
+        let pct = (reads_served > 0).then(|| (100.0 * reads_made_durable as f64 / reads_served as f64).min(100.0));
+        ReadDurability { reads_served, reads_made_durable, pct }
+    }
+}
+
 /// The result of one benchmark run.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct BenchReport {
@@ -168,6 +190,10 @@ pub struct BenchReport {
     /// there are no latencies).
     #[serde(default)]
     pub ds: Option<DsReport>,
+    /// `--table`: the reads that triggered durability (`None` if a node's status could not be
+    /// read; the run says why on stderr).
+    #[serde(default)]
+    pub read_durability: Option<ReadDurability>,
     /// Keys written before measuring, and how long that took.
     pub preloaded_keys: u64,
     pub preload_s: f64,
@@ -235,6 +261,14 @@ impl fmt::Display for BenchReport {
             "{:.0} ops/s   {} ops in {:.2} s   errors {}   read misses {}",
             self.throughput_ops_s, self.ops, self.duration_s, self.errors, self.read_misses
         )?;
+        if let Some(d) = &self.read_durability {
+            let pct = d.pct.map_or("-".to_string(), |p| format!("{p:.2}%"));
+            writeln!(
+                f,
+                "reads that triggered durability: {pct} ({} of {} reads served by the table's replicas)",
+                d.reads_made_durable, d.reads_served
+            )?;
+        }
         writeln!(f, "{:<6} {:>10} {:>9} {:>9} {:>9} {:>9} {:>9}", "µs", "count", "mean", "p50", "p99", "p99.9", "max")?;
         let mut rows =
             vec![("all", &self.latency_us.all), ("read", &self.latency_us.read), ("write", &self.latency_us.write)];

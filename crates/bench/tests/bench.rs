@@ -9,6 +9,7 @@ use std::sync::{Arc, Mutex};
 use bytes::{Buf, Bytes, BytesMut};
 use strata_bench::resp::{self, Reply};
 use strata_bench::{BenchArgs, BenchReport, Distribution, Target};
+use strata_client::{Client, ClientOptions, TableDef, TableDurability, TableEngine, TableReads, TableReplication, TableTimers};
 use strata_node::testing::local_cluster;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -255,27 +256,39 @@ async fn ycsb_workloads_against_a_three_node_cluster() {
     }
 }
 
+/// Creates a one-shard log table on every node (the catalog is per node: docs/design.md, "Log
+/// tables in the node").
+async fn create_table(endpoints: &[SocketAddr], name: &str, durability: TableDurability, reads: TableReads) {
+    for node in endpoints {
+        let c = Client::connect(&[*node], ClientOptions::default()).await.unwrap();
+        let def = TableDef {
+            name: name.into(),
+            engine: TableEngine::Log,
+            durability,
+            replication: TableReplication::Async,
+            reads,
+            shards: 2,
+            timers: TableTimers::Default,
+        };
+        c.create_table(def).await.unwrap();
+    }
+}
+
+/// The share of reads that triggered durability, checked for range and returned.
+fn read_durability_pct(r: &BenchReport) -> f64 {
+    let d = r.read_durability.as_ref().unwrap_or_else(|| panic!("--table reports it: {r}"));
+    assert!(d.reads_served > 0 && d.reads_made_durable <= d.reads_served, "{d:?}");
+    let pct = d.pct.unwrap();
+    assert!((0.0..=100.0).contains(&pct), "{d:?}");
+    assert!(r.to_string().contains("reads that triggered durability"), "{r}");
+    pct
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_short_run_against_a_log_table() {
-    use strata_client::{Client, ClientOptions, TableDef, TableDurability, TableEngine, TableReads, TableReplication};
     let nodes = local_cluster(3).await;
     let endpoints: Vec<SocketAddr> = nodes.iter().map(|n| n.client_addr()).collect();
-    let client = Client::connect(&endpoints, ClientOptions::default()).await.unwrap();
-    for node in &endpoints {
-        // The catalog goes to every node (docs/design.md, "Log tables in the node").
-        let c = Client::connect(&[*node], ClientOptions::default()).await.unwrap();
-        c.create_table(TableDef {
-            name: "bench".into(),
-            engine: TableEngine::Log,
-            durability: TableDurability::Cad,
-            replication: TableReplication::Async,
-            reads: TableReads::ActiveSet,
-            shards: 2,
-        })
-        .await
-        .unwrap();
-    }
-    drop(client);
+    create_table(&endpoints, "bench", TableDurability::Cad, TableReads::ActiveSet).await;
     let args = BenchArgs {
         table: Some("bench".into()),
         clients: 3,
@@ -296,9 +309,30 @@ async fn a_short_run_against_a_log_table() {
     // Every key was preloaded through the leader and reads return only durable data, which
     // includes the preload once a read made it durable: nothing misses.
     assert_eq!(r.read_misses, 0, "{r}");
+    read_durability_pct(&r);
     // A pipelined run is refused with the flag to change.
-    let err = strata_bench::run(&BenchArgs { pipeline: 4, ..args.clone() }, endpoints).await.unwrap_err();
+    let err = strata_bench::run(&BenchArgs { pipeline: 4, ..args.clone() }, endpoints.clone()).await.unwrap_err();
     assert!(err.to_string().contains("--pipeline 1"), "{err}");
+
+    // CAD with leader reads and a write-heavy mix on a few hot keys: reads keep finding the
+    // newest write not yet durable at the leader, so some of them trigger durability (ORCA
+    // §5.5.1); a sync table never needs to (every applied entry is durable).
+    let hot = BenchArgs { keys: 50, write_ratio: Some(80.0), dist: Some(Distribution::Zipfian), ..args.clone() };
+    create_table(&endpoints, "cad", TableDurability::Cad, TableReads::Leader).await;
+    let r = strata_bench::run(&BenchArgs { table: Some("cad".into()), ..hot.clone() }, endpoints.clone()).await.unwrap();
+    assert_eq!(r.errors, 0, "{r}");
+    assert!(read_durability_pct(&r) > 0.0, "{r}");
+    create_table(&endpoints, "sync", TableDurability::Sync, TableReads::Leader).await;
+    let r = strata_bench::run(&BenchArgs { table: Some("sync".into()), ..hot.clone() }, endpoints.clone()).await.unwrap();
+    assert_eq!(r.errors, 0, "{r}");
+    assert_eq!(read_durability_pct(&r), 0.0, "{r}");
+
+    // --client-delay-ms: every request crosses a relay holding it 5 ms each way.
+    let far = BenchArgs { client_delay_ms: Some(vec![5.0]), duration: 0.5, ..hot };
+    let r = strata_bench::run(&BenchArgs { table: Some("cad".into()), ..far }, endpoints.clone()).await.unwrap();
+    assert_eq!(r.errors, 0, "{r}");
+    assert!(r.latency_us.all.min_us >= 10_000.0, "two 5 ms legs: {r}");
+    assert_eq!(r.endpoints, endpoints, "the report names the nodes, not the relays");
     for n in nodes {
         n.shutdown().await;
     }

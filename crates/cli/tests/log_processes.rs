@@ -231,6 +231,19 @@ fn log_tables_through_the_cli_survive_sigkill_of_every_node() {
         text_status.contains("active_set") && text_status.contains("leader"),
         "{text_status}"
     );
+    // Every replica counts the reads it served and, of those, the reads that waited for
+    // MakeDurable (§5.5.1): the sync table's leader served the gets above.
+    let t_leader = shards
+        .iter()
+        .find(|s| s["table"] == "t" && s["role"] == "leader")
+        .expect("table t has a leader");
+    assert!(t_leader["reads_served"].as_u64().unwrap() >= 1, "{t_leader}");
+    assert_eq!(t_leader["reads_made_durable"], 0, "sync tables never wait: {t_leader}");
+    assert!(text_status.contains("made_dur"), "{text_status}");
+
+    // A table with the geo timer preset (§3.4); the catalog keeps it across the restart below.
+    let created = ok(&nodes.strata(&["table", "create", "g", "--timers", "geo"]));
+    assert!(created.contains("timers geo"), "{created}");
 
     // SIGKILL every node, restart them all: the acknowledged sync write and the immediate
     // write are still there (the catalog too).
@@ -242,4 +255,11 @@ fn log_tables_through_the_cli_survive_sigkill_of_every_node() {
     assert_eq!(ok(&nodes.strata(&["get", "--table", "c", "ck"])), "cv\n");
     ok(&nodes.strata(&["put", "--table", "t", "k", "v2"]));
     assert_eq!(ok(&nodes.strata(&["get", "--table", "t", "k"])), "v2\n");
+    let list = ok(&nodes.strata(&["table", "list"]));
+    assert!(
+        list.lines().any(|l| l.starts_with('g') && l.contains("geo")),
+        "{list}"
+    );
+    ok(&nodes.strata(&["put", "--table", "g", "gk", "gv"]));
+    assert_eq!(ok(&nodes.strata(&["get", "--table", "g", "gk"])), "gv\n");
 }

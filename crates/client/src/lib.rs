@@ -38,8 +38,8 @@ pub use client::{Client, ClientOptions};
 pub use error::ClientError;
 pub use session::{Op, Outcome, ReqId, RmwOutcome, Session, Versioned};
 pub use strata_wire::client::{
-    LinkFault, NodeStatus, PeerStatus, ShardRole, ShardStatus, TableDef, TableDurability, TableEngine, TableReads,
-    TableReplication,
+    LinkFault, LogFailure, NodeStatus, PeerStatus, ShardRole, ShardStatus, TableDef, TableDurability, TableEngine, TableReads,
+    TableReplication, TableTimers,
 };
 pub use strata_wire::log::LogIndex;
 pub use table::{LogRead, Table, WriteOpts};

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use strata_client::{
     Client, ClientError, ClientOptions, LogIndex, NodeId, ShardRole, ShardStatus, TableDef,
-    TableDurability, TableEngine, TableReads, TableReplication, WriteOpts,
+    TableDurability, TableEngine, TableReads, TableReplication, TableTimers, WriteOpts,
 };
 use strata_node::{NodeConfig, PeerConfig, RunningNode};
 
@@ -22,6 +22,7 @@ fn cad_table(name: &str, shards: u32) -> TableDef {
         replication: TableReplication::Async,
         reads: TableReads::ActiveSet,
         shards,
+        timers: TableTimers::Default,
     }
 }
 

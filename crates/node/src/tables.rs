@@ -52,7 +52,7 @@ use strata_rc::Route;
 use strata_storage::{OsBackend, WalConfig};
 use strata_wire::client::{
     shard_of, ClientResponse, ErrorCode, LogFailure, LogWriteOp, Response, ShardRole, ShardStatus,
-    TableDef, TableDurability, TableEngine, TableReads, TableReplication,
+    TableDef, TableDurability, TableEngine, TableReads, TableReplication, TableTimers,
 };
 use strata_wire::log::LogMessage;
 use strata_wire::peer::PeerMessage;
@@ -86,6 +86,11 @@ pub fn log_config(def: &TableDef, n: usize) -> Result<LogConfig, strata_log::Con
         TableReads::Any => ReadPolicy::Any,
     };
     let cfg = LogConfig::with(durability, reads);
+    let cfg = match def.timers {
+        TableTimers::Default => cfg,
+        // §3.4 geo preset, for a WAN RTT of about 35 ms (§8.3 E4, scripts/bench-geo.sh).
+        TableTimers::Geo => cfg.geo(),
+    };
     cfg.validate(n)?;
     Ok(cfg)
 }
@@ -129,6 +134,13 @@ struct CatalogEntry {
     replication: String,
     reads: String,
     shards: u32,
+    /// Absent from catalogs written before timer presets existed.
+    #[serde(default = "default_timers_name")]
+    timers: String,
+}
+
+fn default_timers_name() -> String {
+    timers_name(TableTimers::Default).into()
 }
 
 pub fn durability_name(d: TableDurability) -> &'static str {
@@ -151,6 +163,12 @@ pub fn reads_name(r: TableReads) -> &'static str {
         TableReads::Any => "any",
     }
 }
+pub fn timers_name(t: TableTimers) -> &'static str {
+    match t {
+        TableTimers::Default => "default",
+        TableTimers::Geo => "geo",
+    }
+}
 
 impl CatalogEntry {
     fn from_def(d: &TableDef) -> CatalogEntry {
@@ -161,6 +179,7 @@ impl CatalogEntry {
             replication: replication_name(d.replication).into(),
             reads: reads_name(d.reads).into(),
             shards: d.shards,
+            timers: timers_name(d.timers).into(),
         }
     }
 
@@ -190,6 +209,11 @@ impl CatalogEntry {
                 v => return Err(bad("reads", v)),
             },
             shards: self.shards,
+            timers: match self.timers.as_str() {
+                "default" => TableTimers::Default,
+                "geo" => TableTimers::Geo,
+                v => return Err(bad("timers", v)),
+            },
         })
     }
 }
@@ -717,6 +741,8 @@ impl Tables {
                     durable_index: r.durable_index(),
                     active_set: r.active_set(),
                     serving: !s.failed && (r.is_ready_leader(now) || r.is_serving(now)),
+                    reads_served: r.stats().reads_served,
+                    reads_made_durable: r.stats().reads_made_durable,
                 }
             })
             .collect()
@@ -732,12 +758,15 @@ impl Tables {
     }
 }
 
-fn describe(d: &TableDef) -> String {
+/// A definition in words, for messages: `engine log, durability cad, replication async,
+/// reads active-set, timers default, 1 shard(s)`.
+pub fn describe(d: &TableDef) -> String {
     format!(
-        "engine log, durability {}, replication {}, reads {}, {} shard(s)",
+        "engine log, durability {}, replication {}, reads {}, timers {}, {} shard(s)",
         durability_name(d.durability),
         replication_name(d.replication),
         reads_name(d.reads),
+        timers_name(d.timers),
         d.shards
     )
 }
@@ -827,5 +856,48 @@ fn run_disk(
                 return;
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn def(timers: TableTimers) -> TableDef {
+        TableDef {
+            name: "t".into(),
+            engine: TableEngine::Log,
+            durability: TableDurability::Cad,
+            replication: TableReplication::Async,
+            reads: TableReads::ActiveSet,
+            shards: 2,
+            timers,
+        }
+    }
+
+    #[test]
+    fn the_catalog_keeps_the_timer_preset_and_reads_older_catalogs() {
+        let dir = std::env::temp_dir().join(format!("strata-catalog-{}", std::process::id()));
+        let defs = vec![def(TableTimers::Geo), TableDef { name: "d".into(), ..def(TableTimers::Default) }];
+        save_catalog(&dir, &defs).unwrap();
+        assert_eq!(load_catalog(&dir).unwrap(), defs);
+        // A catalog written before timer presets existed has no `timers`: the default preset.
+        let old = r#"{"tables":[{"name":"t","engine":"log","durability":"cad","replication":"async","reads":"active-set","shards":2}]}"#;
+        std::fs::write(dir.join(CATALOG_FILE), old).unwrap();
+        assert_eq!(load_catalog(&dir).unwrap(), vec![def(TableTimers::Default)]);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn the_geo_preset_sets_the_geo_timers() {
+        let geo = log_config(&def(TableTimers::Geo), 5).unwrap();
+        let lan = log_config(&def(TableTimers::Default), 5).unwrap();
+        assert_eq!(
+            (geo.heartbeat, geo.mark_out_timeout, geo.removal_timeout),
+            (Duration::from_millis(25), Duration::from_millis(150), Duration::from_millis(750)),
+            "ORCA §3.4 geo preset"
+        );
+        assert_eq!(lan.mark_out_timeout, Duration::from_millis(100));
+        assert!(describe(&def(TableTimers::Geo)).contains("timers geo"));
     }
 }

@@ -6,7 +6,10 @@
 
 use bytes::{BufMut, Bytes, BytesMut};
 
-use crate::codec::{get_value, put_bool, put_bytes, put_option, put_seq, put_value, Decode, DecodeError, Encode, Reader};
+use crate::codec::{
+    get_value, put_bool, put_bytes, put_extension_each, put_option, put_seq, put_value, Decode, DecodeError, Encode,
+    Reader,
+};
 use crate::ids::{Carstamp, NodeId, SessionId};
 use crate::log::LogIndex;
 
@@ -136,6 +139,16 @@ pub enum TableReads {
     Any,
 }
 
+/// The timer preset of a table's shards (ORCA §3.4).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum TableTimers {
+    /// §3.4 defaults (`hb` 30 ms, `mt` 100 ms, `rt` 500 ms): a LAN.
+    #[default]
+    Default,
+    /// §3.4 geo preset (`hb` 25 ms, `mt` 150 ms, `rt` 750 ms): a WAN RTT of about 35 ms.
+    Geo,
+}
+
 /// A table definition, identical on every node of the cluster.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct TableDef {
@@ -146,6 +159,8 @@ pub struct TableDef {
     pub replication: TableReplication,
     pub reads: TableReads,
     pub shards: u32,
+    /// Encoded as a trailing extension of `CreateTable` and `Tables` (absent: `Default`).
+    pub timers: TableTimers,
 }
 
 impl TableDef {
@@ -262,6 +277,13 @@ pub struct ShardStatus {
     pub active_set: Vec<NodeId>,
     /// A follower holding a valid active-set lease, or a ready leader.
     pub serving: bool,
+    /// Reads this replica answered since it started (`LogStats::reads_served`; a read a
+    /// follower forwarded counts at the leader that served it). With `reads_made_durable`,
+    /// a trailing extension of `NodeStatus` (absent from older nodes: 0).
+    pub reads_served: u64,
+    /// Reads that found their data not yet durable at the leader and waited for MakeDurable
+    /// (ORCA §5.5.1, `LogStats::reads_made_durable`): the reads that triggered durability.
+    pub reads_made_durable: u64,
 }
 
 /// What a node reports about itself.
@@ -419,7 +441,10 @@ impl Encode for ClientRequest {
                 put_bytes(out, key);
                 put_option(out, min_index, |o, i| i.encode(o));
             }
-            Request::CreateTable { def } => def.encode(out),
+            Request::CreateTable { def } => {
+                def.encode(out);
+                put_table_extension(out, std::slice::from_ref(def));
+            }
             Request::CloseSession { session } => session.encode(out),
             Request::Get { session, key } | Request::Delete { session, key } | Request::Acquire { session, key } => {
                 session.encode(out);
@@ -486,7 +511,11 @@ impl Decode for ClientRequest {
                 immediate: r.bool()?,
             },
             LOG_READ => Request::LogRead { table: r.string()?, key: r.bytes()?, min_index: r.option(LogIndex::decode)? },
-            CREATE_TABLE => Request::CreateTable { def: TableDef::decode(r)? },
+            CREATE_TABLE => {
+                let mut def = TableDef::decode(r)?;
+                get_table_extension(r, std::slice::from_mut(&mut def))?;
+                Request::CreateTable { def }
+            }
             LIST_TABLES => Request::ListTables,
             tag => return Err(DecodeError::UnknownTag { tag }),
         };
@@ -545,11 +574,16 @@ impl Encode for NodeStatus {
         }
         put_seq(out, &self.peers, |o, p| p.encode(o));
         put_seq(out, &self.shards, |o, s| s.encode(o));
+        // Extension 1: the shards' read counters.
+        put_extension_each(out, &self.shards, |o, s| {
+            o.put_u64_le(s.reads_served);
+            o.put_u64_le(s.reads_made_durable);
+        });
     }
 }
 impl Decode for NodeStatus {
     fn decode(r: &mut Reader) -> Result<Self, DecodeError> {
-        Ok(NodeStatus {
+        let mut status = NodeStatus {
             node: NodeId::decode(r)?,
             uptime_ms: r.u64()?,
             keys: r.u64()?,
@@ -563,7 +597,13 @@ impl Decode for NodeStatus {
             slow_path_accesses: r.u64()?,
             peers: r.seq(PeerStatus::decode)?,
             shards: r.seq(ShardStatus::decode)?,
-        })
+        };
+        r.extension_each(&mut status.shards, |r, s| {
+            s.reads_served = r.u64()?;
+            s.reads_made_durable = r.u64()?;
+            Ok(())
+        })?;
+        Ok(status)
     }
 }
 
@@ -615,7 +655,10 @@ impl Encode for ClientResponse {
             }
             Response::LogRejected(f) => f.encode(out),
             Response::TableCreated { created } => put_bool(out, *created),
-            Response::Tables(defs) => put_seq(out, defs, |o, d| d.encode(o)),
+            Response::Tables(defs) => {
+                put_seq(out, defs, |o, d| d.encode(o));
+                put_table_extension(out, defs);
+            }
         }
     }
 }
@@ -648,7 +691,11 @@ impl Decode for ClientResponse {
             },
             LOG_REJECTED => Response::LogRejected(LogFailure::decode(r)?),
             TABLE_CREATED => Response::TableCreated { created: r.bool()? },
-            TABLES => Response::Tables(r.seq(TableDef::decode)?),
+            TABLES => {
+                let mut defs = r.seq(TableDef::decode)?;
+                get_table_extension(r, &mut defs)?;
+                Response::Tables(defs)
+            }
             tag => return Err(DecodeError::UnknownTag { tag }),
         };
         Ok(ClientResponse { corr, body })
@@ -670,7 +717,9 @@ const DURABILITIES: [(TableDurability, u8); 3] =
 const REPLICATIONS: [(TableReplication, u8); 2] = [(TableReplication::Async, 1), (TableReplication::Sync, 2)];
 const READS: [(TableReads, u8); 3] = [(TableReads::Leader, 1), (TableReads::ActiveSet, 2), (TableReads::Any, 3)];
 const ROLES: [(ShardRole, u8); 3] = [(ShardRole::Follower, 0), (ShardRole::Candidate, 1), (ShardRole::Leader, 2)];
+const TIMERS: [(TableTimers, u8); 2] = [(TableTimers::Default, 1), (TableTimers::Geo, 2)];
 
+/// The fields of the first version; see `Decode for TableDef`.
 impl Encode for TableDef {
     fn encode(&self, out: &mut BytesMut) {
         put_bytes(out, self.name.as_bytes());
@@ -681,6 +730,8 @@ impl Encode for TableDef {
         out.put_u32_le(self.shards);
     }
 }
+/// The fields of the first version of `TableDef`; the later ones travel in the message's
+/// trailing extension ([`put_table_extension`]), so a definition from an older client decodes.
 impl Decode for TableDef {
     fn decode(r: &mut Reader) -> Result<Self, DecodeError> {
         Ok(TableDef {
@@ -690,8 +741,20 @@ impl Decode for TableDef {
             replication: enum_from(&REPLICATIONS, r.u8()?, "table replication")?,
             reads: enum_from(&READS, r.u8()?, "table reads")?,
             shards: r.u32()?,
+            timers: TableTimers::Default,
         })
     }
+}
+
+/// Extension 1 of the messages carrying table definitions: each one's timer preset.
+fn put_table_extension(out: &mut BytesMut, defs: &[TableDef]) {
+    put_extension_each(out, defs, |o, d| o.put_u8(enum_code(&TIMERS, d.timers)));
+}
+fn get_table_extension(r: &mut Reader, defs: &mut [TableDef]) -> Result<(), DecodeError> {
+    r.extension_each(defs, |r, d| {
+        d.timers = enum_from(&TIMERS, r.u8()?, "table timers")?;
+        Ok(())
+    })
 }
 
 mod failure_tag {
@@ -734,6 +797,8 @@ impl Decode for LogFailure {
     }
 }
 
+/// The fields of the first version of `ShardStatus`; the read counters travel in
+/// `NodeStatus`'s trailing extension.
 impl Encode for ShardStatus {
     fn encode(&self, out: &mut BytesMut) {
         put_bytes(out, self.table.as_bytes());
@@ -762,6 +827,9 @@ impl Decode for ShardStatus {
             durable_index: LogIndex::decode(r)?,
             active_set: r.seq(NodeId::decode)?,
             serving: r.bool()?,
+            // In `NodeStatus`'s extension.
+            reads_served: 0,
+            reads_made_durable: 0,
         })
     }
 }

@@ -215,6 +215,25 @@ impl Reader {
         Ok(v)
     }
 
+    /// Reads a trailing extension of a sequence already decoded: one entry per element of
+    /// `items`, in order, written by [`put_extension_each`]. A message from an older encoder
+    /// ends before it (nothing is left): the elements keep their defaults. See
+    /// `docs/design.md`, "Wire format" (additions).
+    pub fn extension_each<T>(
+        &mut self,
+        items: &mut [T],
+        mut f: impl FnMut(&mut Reader, &mut T) -> Result<(), DecodeError>,
+    ) -> Result<(), DecodeError> {
+        if self.buf.is_empty() {
+            return Ok(());
+        }
+        let n = self.u32()? as usize;
+        if n != items.len() {
+            return Err(DecodeError::Invalid { what: "extension count", value: n as u64 });
+        }
+        items.iter_mut().try_for_each(|it| f(self, it))
+    }
+
     pub fn finish(self) -> Result<(), DecodeError> {
         if self.buf.is_empty() {
             Ok(())
@@ -249,6 +268,12 @@ pub fn put_seq<T>(out: &mut BytesMut, v: &[T], mut f: impl FnMut(&mut BytesMut, 
     for x in v {
         f(out, x);
     }
+}
+
+/// Appends a trailing extension of a sequence (fields added to its elements after the message's
+/// first version): one entry per element, read back by [`Reader::extension_each`].
+pub fn put_extension_each<T>(out: &mut BytesMut, v: &[T], f: impl FnMut(&mut BytesMut, &T)) {
+    put_seq(out, v, f);
 }
 
 // ---- encodings of the shared id types ----

@@ -260,10 +260,11 @@ fn unknown_tags_and_trailing_bytes_are_errors() {
 
 #[test]
 fn hostile_sequence_count_does_not_allocate() {
-    // A status response claiming 4 billion peers in a tiny frame must fail fast.
+    // A status response claiming 4 billion shards in a tiny frame must fail fast. The shards'
+    // count is followed by the (empty) read-counter extension's count, the last 4 bytes.
     let mut buf = BytesMut::new();
     strata_wire::Encode::encode(&ClientResponse { corr: 1, body: Response::Status(NodeStatus::default()) }, &mut buf);
     let n = buf.len();
-    buf[n - 4..].copy_from_slice(&u32::MAX.to_le_bytes());
+    buf[n - 8..n - 4].copy_from_slice(&u32::MAX.to_le_bytes());
     assert!(matches!(decode_message::<ClientResponse>(buf.freeze()), Err(strata_wire::DecodeError::Truncated { .. })));
 }

@@ -1,13 +1,15 @@
 //! Log-table messages: client requests and responses for log tables and the catalog, shard
 //! status in `NodeStatus`, and `PeerMessage::Shard` survive encode → frame → decode; their tags
-//! are the documented constants; bad enum codes are rejected, never a panic.
+//! are the documented constants; bad enum codes are rejected, never a panic; messages of the
+//! first version (without the trailing extensions: timer presets, shard read counters) still
+//! decode, with defaults.
 
 use bytes::{Bytes, BytesMut};
 use proptest::prelude::*;
 use strata_wire::client::{
     request_tag, response_tag, shard_of, table_id, ClientRequest, ClientResponse, LogFailure,
     LogWriteOp, NodeStatus, Request, Response, ShardRole, ShardStatus, TableDef, TableDurability,
-    TableEngine, TableReads, TableReplication,
+    TableEngine, TableReads, TableReplication, TableTimers,
 };
 use strata_wire::log::{LogIndex, LogMessage};
 use strata_wire::peer::{peer_tag, PeerMessage};
@@ -46,14 +48,16 @@ fn table_def() -> impl Strategy<Value = TableDef> {
         Just(TableReads::ActiveSet),
         Just(TableReads::Any)
     ];
-    (name(), durability, replication, reads, any::<u32>()).prop_map(
-        |(name, durability, replication, reads, shards)| TableDef {
+    let timers = prop_oneof![Just(TableTimers::Default), Just(TableTimers::Geo)];
+    (name(), durability, replication, reads, any::<u32>(), timers).prop_map(
+        |(name, durability, replication, reads, shards, timers)| TableDef {
             name,
             engine: TableEngine::Log,
             durability,
             replication,
             reads,
             shards,
+            timers,
         },
     )
 }
@@ -117,9 +121,10 @@ fn shard_status() -> impl Strategy<Value = ShardStatus> {
         [index(), index(), index(), index()],
         prop::collection::vec(node(), 0..4),
         any::<bool>(),
+        any::<[u64; 2]>(),
     )
         .prop_map(
-            |(table, shard, role, leader, epoch, ix, active_set, serving)| ShardStatus {
+            |(table, shard, role, leader, epoch, ix, active_set, serving, reads)| ShardStatus {
                 table,
                 shard,
                 role,
@@ -131,6 +136,8 @@ fn shard_status() -> impl Strategy<Value = ShardStatus> {
                 durable_index: ix[3],
                 active_set,
                 serving,
+                reads_served: reads[0],
+                reads_made_durable: reads[1],
             },
         )
 }
@@ -182,12 +189,14 @@ proptest! {
         round_trip(PeerMessage::Shard { table, shard, msg: LogMessage::VoteResp { epoch, granted: true } });
     }
 
-    /// Truncated payloads are errors, never panics.
+    /// Truncated payloads are errors, never panics — except a `CreateTable` cut exactly before
+    /// its trailing extension, which is a valid first-version request.
     #[test]
     fn truncated_requests_are_rejected(msg in request(), cut in 0usize..64) {
         let mut b = BytesMut::new();
         msg.encode(&mut b);
-        if cut < b.len() {
+        let first_version = matches!(msg.body, Request::CreateTable { .. }) && cut + 5 == b.len();
+        if cut < b.len() && !first_version {
             prop_assert!(decode_message::<ClientRequest>(Bytes::copy_from_slice(&b[..cut])).is_err());
         }
     }
@@ -228,16 +237,22 @@ fn tags_are_the_documented_constants() {
     );
 }
 
-#[test]
-fn bad_enum_codes_are_rejected() {
-    let def = TableDef {
+/// A one-shard cad table named `t`.
+fn cad_table(timers: TableTimers) -> TableDef {
+    TableDef {
         name: "t".into(),
         engine: TableEngine::Log,
         durability: TableDurability::Cad,
         replication: TableReplication::Async,
         reads: TableReads::ActiveSet,
         shards: 1,
-    };
+        timers,
+    }
+}
+
+#[test]
+fn bad_enum_codes_are_rejected() {
+    let def = cad_table(TableTimers::Default);
     let mut b = BytesMut::new();
     ClientRequest {
         corr: 5,
@@ -288,4 +303,60 @@ fn crc32c_of(data: &[u8]) -> u32 {
         }
     }
     !crc
+}
+
+/// A message's payload with its last `cut` bytes removed: what an encoder of the first
+/// version (before the trailing extension) sent.
+fn without_extension<M: Encode>(msg: &M, cut: usize) -> Bytes {
+    let mut b = BytesMut::new();
+    msg.encode(&mut b);
+    b.truncate(b.len() - cut);
+    b.freeze()
+}
+
+proptest! {
+    /// A `Status` from an older node (no read counters) decodes with the counters at 0.
+    #[test]
+    fn status_without_read_counters_decodes(shards in prop::collection::vec(shard_status(), 0..3)) {
+        let msg = ClientResponse { corr: 7, body: Response::Status(NodeStatus { shards: shards.clone(), ..NodeStatus::default() }) };
+        // The extension: a u32 count, then two u64 per shard.
+        let old = without_extension(&msg, 4 + 16 * shards.len());
+        let Response::Status(s) = decode_message::<ClientResponse>(old).unwrap().body else { panic!("a status") };
+        let expected: Vec<ShardStatus> =
+            shards.into_iter().map(|s| ShardStatus { reads_served: 0, reads_made_durable: 0, ..s }).collect();
+        prop_assert_eq!(s.shards, expected);
+    }
+
+    /// Table definitions from an older client or node (no timer preset) decode as `Default`.
+    #[test]
+    fn table_defs_without_timers_decode(defs in prop::collection::vec(table_def(), 1..3)) {
+        let default = |d: TableDef| TableDef { timers: TableTimers::Default, ..d };
+        // The extension: a u32 count, then one byte per definition.
+        let create = ClientRequest { corr: 1, body: Request::CreateTable { def: defs[0].clone() } };
+        let body = decode_message::<ClientRequest>(without_extension(&create, 5)).unwrap().body;
+        prop_assert_eq!(body, Request::CreateTable { def: default(defs[0].clone()) });
+        let list = ClientResponse { corr: 2, body: Response::Tables(defs.clone()) };
+        let body = decode_message::<ClientResponse>(without_extension(&list, 4 + defs.len())).unwrap().body;
+        prop_assert_eq!(body, Response::Tables(defs.into_iter().map(default).collect()));
+    }
+}
+
+#[test]
+fn an_extension_must_match_its_sequence() {
+    let shard = ShardStatus { table: "t".into(), ..ShardStatus::default() };
+    let msg = ClientResponse { corr: 3, body: Response::Status(NodeStatus { shards: vec![shard], ..NodeStatus::default() }) };
+    let mut b = BytesMut::new();
+    msg.encode(&mut b);
+    // The extension's count (one shard) sits 16 bytes before the end; claim two.
+    let at = b.len() - 20;
+    b[at] = 2;
+    let e = decode_message::<ClientResponse>(b.freeze()).unwrap_err();
+    assert!(matches!(e, DecodeError::Invalid { what: "extension count", value: 2 }), "{e:?}");
+    // An unknown timer code is refused like any bad enum code.
+    let mut b = BytesMut::new();
+    ClientRequest { corr: 4, body: Request::CreateTable { def: cad_table(TableTimers::Geo) } }.encode(&mut b);
+    let last = b.len() - 1;
+    b[last] = 9;
+    let e = decode_message::<ClientRequest>(b.freeze()).unwrap_err();
+    assert!(matches!(e, DecodeError::Invalid { what: "table timers", value: 9 }), "{e:?}");
 }
