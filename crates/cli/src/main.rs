@@ -1,6 +1,7 @@
 //! `strata`: run a local cluster, read and write keys, inspect nodes, inject faults.
 //! `strata --help` lists the commands; each has its own `--help`.
 
+mod chaos;
 mod cluster_file;
 mod exit;
 mod ops;
@@ -128,6 +129,11 @@ enum Command {
         #[command(flatten)]
         target: ops::Target,
     },
+    /// Fault harnesses: start node processes, crash and slow them, check what clients saw.
+    Chaos {
+        #[command(subcommand)]
+        command: chaos::ChaosCommand,
+    },
     /// Inject (or clear) delay, loss or a partition on a node's outbound links.
     Fault {
         #[command(flatten)]
@@ -168,6 +174,7 @@ fn main() {
         Command::Status { json, target } => block_on(ops::status(&target, json)),
         Command::Bench { args, data_dir } => bench(args, &data_dir),
         Command::Fault { fault, target } => block_on(ops::fault(&target, &fault)),
+        Command::Chaos { command } => chaos::run(command),
     };
     match result {
         Ok(code) => std::process::exit(code),

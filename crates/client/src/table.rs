@@ -180,6 +180,52 @@ impl Table {
         self.read(key.into(), node % self.nodes.len()).await
     }
 
+    /// One attempt to read `key` at endpoint `node`, without retries or moving elsewhere: the
+    /// node's refusal (`NotInActiveSet`, `NotLeader`, ...) comes back as `Ok(Err(failure))`.
+    /// For callers that must know what one particular node serves, e.g. a fault harness
+    /// reading at a lagging follower (§7).
+    pub async fn try_get_at(
+        &mut self,
+        key: impl Into<Bytes>,
+        node: usize,
+    ) -> Result<Result<LogRead, LogFailure>, ClientError> {
+        let key = key.into();
+        let shard = self.shard_of(&key) as usize;
+        let node = node % self.nodes.len();
+        let req = Request::LogRead {
+            table: self.def.name.clone(),
+            key,
+            min_index: self.last_write[shard],
+        };
+        let deadline = Instant::now() + self.retry_for();
+        match self.call(node, req, deadline).await {
+            Ok(Response::LogRejected(LogFailure::Invalid(m))) => Err(ClientError::InvalidArgument(m)),
+            Ok(Response::LogRejected(f)) => Ok(Err(f)),
+            Ok(reply) => self.served(shard, node, reply).map(Ok),
+            Err(e) => {
+                if retryable(&e) {
+                    self.drop_conn(node);
+                }
+                Err(e)
+            }
+        }
+    }
+
+    /// A `LogValue` reply of endpoint `node` as a [`LogRead`]. Only the leader serves a
+    /// leader-only table: remember it, so the next read (and write) of the shard goes there
+    /// first instead of being redirected (a read-only session never learns it from a write).
+    fn served(&mut self, shard: usize, node: usize, reply: Response) -> Result<LogRead, ClientError> {
+        match reply {
+            Response::LogValue { value, update_index, served_by, epoch } => {
+                if self.def.reads == strata_wire::client::TableReads::Leader {
+                    self.leader[shard] = Some(node);
+                }
+                Ok(LogRead { value, update_index, served_by, epoch })
+            }
+            other => Err(unexpected(other)),
+        }
+    }
+
     fn retry_for(&self) -> Duration {
         self.opts.request_timeout.unwrap_or(DEFAULT_RETRY_FOR)
     }
@@ -268,25 +314,7 @@ impl Table {
             };
             let mut backoff = true;
             match self.call(target, req, deadline).await {
-                Ok(Response::LogValue {
-                    value,
-                    update_index,
-                    served_by,
-                    epoch,
-                }) => {
-                    // Only the leader serves a leader-only table: remember it, so the next
-                    // read (and write) of the shard goes there first instead of being
-                    // redirected (a read-only session never learns it from a write).
-                    if self.def.reads == strata_wire::client::TableReads::Leader {
-                        self.leader[shard] = Some(target);
-                    }
-                    return Ok(LogRead {
-                        value,
-                        update_index,
-                        served_by,
-                        epoch,
-                    })
-                }
+                Ok(reply @ Response::LogValue { .. }) => return self.served(shard, target, reply),
                 Ok(Response::LogRejected(LogFailure::Invalid(m))) => {
                     return Err(ClientError::InvalidArgument(m))
                 }
