@@ -20,6 +20,12 @@ cleanup() {
         for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
         kill -KILL "$pid" 2>/dev/null || true
     done
+    # A failed run (or any, with KEEP_LOGS=1) keeps the nodes' logs next to its results.
+    if { [ "$rc" -ne 0 ] || [ -n "${KEEP_LOGS:-}" ]; } && [ -n "${RESULTS:-}" ] && [ -d "$WORK/strata" ]; then
+        mkdir -p "$RESULTS/node-logs"
+        for f in "$WORK"/strata/n*/node.log; do [ -f "$f" ] && cp "$f" "$RESULTS/node-logs/$(basename "$(dirname "$f")").log"; done
+        log "node logs kept in $RESULTS/node-logs"
+    fi
     rm -rf "${CLEANUP_DIRS[@]}"
     exit "$rc"
 }

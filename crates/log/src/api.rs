@@ -282,6 +282,9 @@ pub enum LogEvent {
     },
     LeaderLeaseExpired {
         epoch: u32,
+        /// Per follower: `node:acked_round/last_round@ms_since_last_ack` (diagnostics: which
+        /// acks were missing).
+        followers: String,
     },
     ReadServed {
         key: Bytes,

@@ -56,7 +56,9 @@ fn candidate_with_a_shorter_log_is_refused_and_rule_0_protects_recent_leaders() 
     )));
     // Rule (d): a candidate whose last index is lower is refused.
     out.clear();
-    let later = Instant::from_millis(1500);
+    // Right when rule 0's protection ends (ET_min after the restart at 1 ms), before the
+    // replica's own election deadline (drawn from [ET_min, 2 ET_min) after it).
+    let later = Instant::from_millis(1001);
     r.on_message(
         later,
         NodeId(1),
@@ -216,4 +218,67 @@ fn recovery_from_a_snapshot_and_the_log_after_it() {
         LogReplica::recover(orca(), NodeId(0), &ids, bad, Instant::ZERO, 1),
         Err(crate::api::RecoverError::OutOfOrder { .. })
     ));
+}
+
+/// Sends of `out` that are `AppendEntries`, as (to, hb_round).
+fn heartbeats(out: &LogEffects) -> Vec<(NodeId, u64)> {
+    let held = out.send_after_persist.iter().map(|(_, to, m)| (to, m));
+    out.send
+        .iter()
+        .map(|(to, m)| (to, m))
+        .chain(held)
+        .filter_map(|(to, m)| match m {
+            LogMessage::AppendEntries(a) => Some((*to, a.hb_round)),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Regression (found by `scripts/bench-log.sh`: leaders of loaded tables lost their lease every
+/// few seconds): a deadline that passes while inputs keep arriving is served by those inputs.
+/// The node's core task takes queued inputs before ticking, and `poll_timeout` never reports a
+/// deadline at or before the latest input again, so a leader fed only acks must still start
+/// heartbeat rounds, and a follower fed only stray messages must still start its election.
+#[test]
+fn deadlines_passed_over_by_inputs_fire_without_a_tick() {
+    let mut r = recovered(vec![entry(1, 1)], 1);
+    let mut out: LogEffects = Effects::default();
+    let stray = |epoch: u32, hb_round: u64| {
+        LogMessage::AppendAck(strata_wire::log::AppendAck {
+            epoch,
+            success: true,
+            last_index: LogIndex::new(1, 1),
+            match_index: LogIndex::new(1, 1),
+            persisted_index: LogIndex::new(1, 1),
+            applied_index: LogIndex::new(1, 1),
+            hb_round,
+            round_id: None,
+            f_ts: 0,
+            serving: false,
+            revoke_ack: None,
+        })
+    };
+    // A follower past its election deadline (at most 2 ET_min after the restart) that hears
+    // only a stale ack becomes a candidate.
+    let mut now = Instant::from_millis(2_100);
+    r.on_message(now, NodeId(1), stray(0, 0));
+    assert_eq!(r.role(), Role::Candidate, "the election deadline passed during an input");
+    r.poll_effects(&mut out);
+    let (token, _) = out.persist.iter().find(|(_, p)| matches!(p, Persist::HardState(_))).expect("vote for itself persisted");
+    r.on_persisted(now, *token);
+    r.on_message(now, NodeId(1), LogMessage::VoteResp { epoch: 2, granted: true });
+    assert_eq!(r.role(), Role::Leader);
+    out.clear();
+    // A leader fed acks every 40 ms (hb = 30 ms) and never ticked keeps starting rounds.
+    let mut rounds = vec![0];
+    for _ in 0..10 {
+        now += std::time::Duration::from_millis(40);
+        r.on_message(now, NodeId(1), stray(2, *rounds.last().unwrap()));
+        r.poll_effects(&mut out);
+        rounds.extend(heartbeats(&out).into_iter().map(|(_, h)| h));
+        out.clear();
+    }
+    rounds.dedup();
+    assert!(rounds.len() > 10, "one heartbeat round per 40 ms input, without ticks: {rounds:?}");
+    assert_eq!(r.role(), Role::Leader, "the acked rounds keep the lease");
 }

@@ -66,7 +66,16 @@ impl LogReplica {
         }
         if !l.lease_expired_reported && l.synced {
             l.lease_expired_reported = true;
-            self.emit(LogEvent::LeaderLeaseExpired { epoch });
+            let followers = l
+                .progress
+                .iter()
+                .map(|(n, p)| {
+                    let age = p.last_ack.map_or(u64::MAX, |t| now.saturating_since(t).as_millis() as u64);
+                    format!("{n}:{}/{}@{age}ms", p.acked_hb_round, l.hb_round)
+                })
+                .collect::<Vec<_>>()
+                .join(" ");
+            self.emit(LogEvent::LeaderLeaseExpired { epoch, followers });
         }
         let l = self.leader.as_ref().expect("leader");
         if now >= l.lease_until + st {

@@ -452,12 +452,31 @@ impl LogReplica {
 
     /// Re-evaluates everything that depends on state (see the module comment).
     pub(crate) fn settle(&mut self, now: Instant) {
+        self.fire_role_timers(now);
         if self.leader.is_some() {
             self.leader_settle(now);
         } else {
             self.follower_settle(now);
         }
         self.background_flush(now);
+    }
+
+    /// The time-driven steps due at `now`: a heartbeat round (leader), an election (follower,
+    /// candidate). Every input runs them, not only ticks: a driver may deliver inputs after a
+    /// deadline passed and before it ticks (the node's core task takes queued inputs first under
+    /// load), and `poll_timeout` never reports a deadline at or before the latest input again —
+    /// so a deadline an input passed over must be served by that input. (Before this, a loaded
+    /// leader skipped heartbeat rounds and lost its lease, and a follower hearing only from
+    /// non-leaders never started an election.)
+    fn fire_role_timers(&mut self, now: Instant) {
+        match self.role {
+            Role::Leader => self.heartbeat_if_due(now),
+            Role::Follower | Role::Candidate => {
+                if now >= self.election_deadline {
+                    self.start_election(now);
+                }
+            }
+        }
     }
 
     /// The leader's level-triggered re-evaluation: lease, commit and apply, sync phase,
@@ -615,14 +634,6 @@ impl Node for LogReplica {
 
     fn on_tick(&mut self, now: Instant) {
         self.now = self.now.max(now);
-        match self.role {
-            Role::Leader => self.heartbeat_if_due(now),
-            Role::Follower | Role::Candidate => {
-                if now >= self.election_deadline {
-                    self.start_election(now);
-                }
-            }
-        }
         self.settle(now);
     }
 

@@ -13,7 +13,7 @@ use strata_wire::client::{ClientRequest, ClientResponse, ErrorCode, NodeStatus, 
 use strata_wire::{Instant, NodeId};
 use tokio::sync::{mpsc, watch};
 use tokio::time::Instant as TokioInstant;
-use tracing::{debug, info};
+use tracing::{debug, info, warn};
 
 use crate::shared::{ClientItem, CoreInput, Counters, WriterMsg};
 use crate::tables::{DiskDone, Outbox, Tables};
@@ -24,6 +24,9 @@ use strata_wire::peer::PeerMessage;
 const INVARIANT_SAMPLE: u64 = 1024;
 /// Inputs taken per wake-up before effects are flushed (bounds reply latency under load).
 const MAX_INPUTS_PER_BATCH: usize = 1024;
+/// A core-loop step (or a timer's lateness) this long is logged: leases (ORCA §5.8, 300 ms) and
+/// follower leases (100 ms) cannot survive stalls of this order.
+const STALL_WARN: Duration = Duration::from_millis(50);
 
 pub(crate) struct Driver {
     core: RcReplica,
@@ -84,12 +87,14 @@ impl Driver {
     ) {
         loop {
             let deadline = self.deadline();
+            let woke;
             tokio::select! {
                 biased;
                 _ = stop.wait_for(|s| *s) => break,
                 done = disk_rx.recv() => {
+                    woke = TokioInstant::now();
                     if let Some(done) = done {
-                        let at = TokioInstant::now();
+                        let at = woke;
                         self.tables.on_disk(at, done, &mut self.outbox);
                         while let Ok(done) = disk_rx.try_recv() {
                             self.tables.on_disk(at, done, &mut self.outbox);
@@ -97,8 +102,9 @@ impl Driver {
                     }
                 }
                 input = rx.recv() => {
+                    woke = TokioInstant::now();
                     let Some(input) = input else { break };
-                    let at = TokioInstant::now();
+                    let at = woke;
                     self.handle(at, input);
                     for _ in 1..MAX_INPUTS_PER_BATCH {
                         match rx.try_recv() {
@@ -107,9 +113,19 @@ impl Driver {
                         }
                     }
                 }
-                _ = sleep_until_opt(deadline) => {}
+                _ = sleep_until_opt(deadline) => {
+                    woke = TokioInstant::now();
+                    let late = deadline.map_or(Duration::ZERO, |d| woke.saturating_duration_since(d));
+                    if late >= STALL_WARN {
+                        warn!(late_ms = late.as_millis() as u64, "core task woke late for a timer (CPU starvation?)");
+                    }
+                }
             }
             self.tick_if_due();
+            let busy = woke.elapsed();
+            if busy >= STALL_WARN {
+                warn!(busy_ms = busy.as_millis() as u64, "core task busy in one step: timers and other inputs waited");
+            }
         }
         // Shutdown: the listeners and readers are stopping; answer what already arrived.
         let at = TokioInstant::now();

@@ -809,6 +809,9 @@ fn log_event(table: &str, shard: u32, ev: &LogEvent) {
             let set: Vec<String> = active_set.iter().map(|n| n.to_string()).collect();
             info!(table, shard, epoch, active_set = %set.join(","), "leader ready (sync phase done)")
         }
+        LogEvent::LeaderLeaseExpired { epoch, followers } => {
+            warn!(table, shard, epoch, %followers, "leader lease lapsed: no majority acked a recent heartbeat round")
+        }
         LogEvent::SteppedDown { epoch, reason } => {
             info!(table, shard, epoch, ?reason, "stepped down")
         }

@@ -4,15 +4,18 @@
 //! * [`time`]: the virtual [`Instant`] every protocol core takes as an argument;
 //! * [`codec`]: field encodings and the checksummed, cluster-tagged frame;
 //! * [`client`] and [`peer`]: the messages, each with an explicit, stable tag;
-//! * [`log`]: the log engine's (ORCA) node-to-node messages and log entries.
+//! * [`log`]: the log engine's (ORCA) node-to-node messages and log entries;
+//! * [`rifl`]: RIFL's RPC ids, cluster time and the envelope of exactly-once requests.
 
 pub mod client;
 pub mod codec;
 pub mod ids;
 pub mod log;
 pub mod peer;
+pub mod rifl;
 pub mod time;
 
 pub use codec::{decode_frame, decode_message, encode_frame, Decode, DecodeError, Encode, FrameError, Limits, Reader};
 pub use ids::{AcquireId, Ballot, Carstamp, ClusterId, Llc, NodeId, RmwId, SessionId};
+pub use rifl::{ClusterTime, LeaseInfo, Rifl, RpcId};
 pub use time::Instant;
