@@ -29,8 +29,10 @@
 # connection per run, all its sessions at the same node), KEYS (200: every run preloads them,
 # across the WAN for the clients near F), KEY_SIZE (16), VALUE_SIZE (32), WAN_MS (17.5),
 # LOCAL_MS (1), DCS ("0 0 1 1 2": the data centre of node 0, 1, ...; its length is the number of
-# nodes), CONFIGS ("orca weak strong"), BASE_PORT (first free from 7600), RESULTS,
-# CARGO_TARGET_DIR; QUIET_CORES, QUIET_WAIT, QUIET_BUDGET (scripts/bench-lib.sh).
+# nodes), CONFIGS ("orca weak strong"), BASE_PORT (first free from 7600), RESULTS, PLOT
+# ($RESULTS/geo-latency.png, drawn with matplotlib, installed with pip if missing),
+# CARGO_TARGET_DIR; QUIET_CORES, QUIET_WAIT, QUIET_BUDGET (scripts/bench-lib.sh); KEEP_LOGS=1
+# keeps the nodes' logs in $RESULTS/node-logs.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -202,3 +204,9 @@ if ratios:
         print(f"| {k} | " + " | ".join(r) + " |")
 EOF
 log "results in $RESULTS"
+PLOT=${PLOT:-$RESULTS/geo-latency.png}
+if python3 -c 'import matplotlib' 2>/dev/null || pip install -q matplotlib >/dev/null 2>&1; then
+    python3 "$ROOT/scripts/plot-geo.py" "$RESULTS" "$RUNS" "$CONFIGS" "$CASES" "$PLOT" >&2
+else
+    log "matplotlib is not available (pip install matplotlib): no plot"
+fi

@@ -24,7 +24,9 @@
 # VALUE_SIZE (32), WORKLOADS ("W A B C D F"), CONFIGS ("sync async cad orca weak"; or strong),
 # NODES (3), REPLICATION ("async": the async, cad, orca and weak tables' replication; "sync"
 # replicates synchronously and persists lazily, the paper's other async baseline), BASE_PORT (first free from 7600),
-# RESULTS, CARGO_TARGET_DIR; QUIET_CORES, QUIET_WAIT, QUIET_BUDGET (scripts/bench-lib.sh).
+# RESULTS, PLOT ($RESULTS/log-ycsb.png: throughput and durability share, drawn with matplotlib,
+# installed with pip if missing), CARGO_TARGET_DIR; QUIET_CORES, QUIET_WAIT, QUIET_BUDGET
+# (scripts/bench-lib.sh); KEEP_LOGS=1 keeps the nodes' logs in $RESULTS/node-logs.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -128,3 +130,9 @@ if made_durable:
         print(f"| {w} | " + " | ".join(f"{p:.2f}" if p is not None else "-" for p in pcts) + " |")
 EOF
 log "results in $RESULTS"
+PLOT=${PLOT:-$RESULTS/log-ycsb.png}
+if python3 -c 'import matplotlib' 2>/dev/null || pip install -q matplotlib >/dev/null 2>&1; then
+    python3 "$ROOT/scripts/plot-log.py" "$RESULTS" "$RUNS" "$CONFIGS" "$WORKLOADS" "$PLOT" >&2
+else
+    log "matplotlib is not available (pip install matplotlib): no plot"
+fi

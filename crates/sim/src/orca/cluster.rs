@@ -88,6 +88,13 @@ pub struct OrcaCluster {
     seq: u64,
     pub net: Network,
     pub disk_latency: Duration,
+    /// Timers fire up to this late (uniform), while messages and disk completions keep being
+    /// delivered on time: a loaded runtime whose core task takes queued inputs before it ticks
+    /// (the node's does). Zero: every timer fires at its deadline, before later inputs.
+    pub tick_lateness: Duration,
+    /// Per node: the deadline last seen and the drawn time its tick fires.
+    late_ticks: Vec<Option<(Instant, Instant)>>,
+    tick_rng: Prng,
     clocks: Vec<NodeClock>,
     /// Extra one-way delay per directed link (a lagging node).
     extra_delay: HashMap<(usize, usize), Duration>,
@@ -131,6 +138,9 @@ impl OrcaCluster {
             seq: 0,
             net: Network::new(net, prng),
             disk_latency: Duration::from_millis(1),
+            tick_lateness: Duration::ZERO,
+            late_ticks: vec![None; n],
+            tick_rng: Prng::new(11),
             clocks: vec![NodeClock::EXACT; n],
             extra_delay: HashMap::new(),
             next_token: 1,
@@ -162,6 +172,23 @@ impl OrcaCluster {
     fn deadline(&self, i: usize) -> Option<Instant> {
         let d = self.nodes[i].replica.as_ref()?.poll_timeout()?;
         Some(self.clocks[i].global_at(d))
+    }
+
+    /// When node `i`'s next tick fires: its deadline, plus a lateness drawn once per deadline
+    /// when `tick_lateness` is set.
+    fn tick_at(&mut self, i: usize) -> Option<Instant> {
+        let d = self.deadline(i)?;
+        if self.tick_lateness.is_zero() {
+            return Some(d);
+        }
+        match self.late_ticks[i] {
+            Some((seen, at)) if seen == d => Some(at),
+            _ => {
+                let at = d + Duration::from_nanos(self.tick_rng.range(0, self.tick_lateness.as_nanos() as u64 + 1));
+                self.late_ticks[i] = Some((d, at));
+                Some(at)
+            }
+        }
     }
 
     pub fn n(&self) -> usize {
@@ -343,7 +370,7 @@ impl OrcaCluster {
         let mut spins = 0u32;
         loop {
             let next_ev = self.queue.keys().next().map(|k| k.0);
-            let next_timer = (0..self.n()).filter_map(|i| self.deadline(i)).min();
+            let next_timer = (0..self.n()).filter_map(|i| self.tick_at(i)).min();
             let t = match (next_ev, next_timer) {
                 (Some(a), Some(b)) => a.min(b),
                 (a, b) => match a.or(b) {
@@ -362,7 +389,7 @@ impl OrcaCluster {
                 self.step_event(ev);
             } else {
                 for i in 0..self.n() {
-                    if self.deadline(i).is_some_and(|d| d <= self.now) {
+                    if self.tick_at(i).is_some_and(|d| d <= self.now) {
                         if spins > 10_000 {
                             // A timer that never advances would stall the simulation.
                             let what = "poll_timeout does not advance after on_tick".to_string();

@@ -63,6 +63,10 @@ pub fn run_orca(mode: Mode, seed: u64, opts: &HarnessOptions) -> OrcaReport {
     let net = draw_net(&mut rng);
     let mut c = OrcaCluster::with_net(N, cfg, net.clone(), rng.fork());
     c.skew_clocks(&mut rng, Duration::from_secs(3), 200);
+    if rng.chance(0.5) {
+        // A loaded runtime: timers fire late while inputs keep arriving on time.
+        c.tick_lateness = Duration::from_millis(rng.range(1, 30));
+    }
     let mut down: Vec<usize> = Vec::new();
     let mut tokens = [None::<LogIndex>; CLIENTS as usize + 1];
     let mut item = 0u32;
