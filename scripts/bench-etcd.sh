@@ -50,14 +50,7 @@ TAG=bench-etcd
 mkdir -p "$RESULTS"
 
 # ---- install and build -----------------------------------------------------------------------
-need=()
-command -v etcd >/dev/null || need+=(etcd-server)
-command -v protoc >/dev/null || need+=(protobuf-compiler)
-if [ "${#need[@]}" -gt 0 ]; then
-    log "installing ${need[*]}"
-    apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
-fi
+ensure_commands etcd=etcd-server etcdctl=etcd-client protoc=protobuf-compiler
 command -v python3 >/dev/null || die "python3 is needed to summarize the JSON results"
 log "building release binaries (strata with the etcd target)"
 cargo build --release -q -p strata-node
@@ -68,30 +61,9 @@ BENCH=("$BIN/strata" bench)
 BASE_PORT=${BASE_PORT:-$(free_base_port 7600 200 9800 "$NODES" 100)} || die "no free base port for strata"
 start_strata
 
-ETCD_PORT=${ETCD_PORT:-$(free_base_port 12379 10 12579 "$NODES" 100)} || die "no free port for etcd"
 if [ "$ETCD_DISK" = 1 ]; then ETCD_DIR="$WORK/etcd"; else ETCD_DIR=$(mktemp -d /dev/shm/strata-bench-etcd.XXXXXX); fi
 CLEANUP_DIRS+=("$ETCD_DIR")
-INITIAL=""
-for i in $(seq 0 $((NODES - 1))); do INITIAL+="${INITIAL:+,}e$i=http://127.0.0.1:$((ETCD_PORT + 100 + i))"; done
-ETCD_ENDPOINTS=""
-for i in $(seq 0 $((NODES - 1))); do
-    c=$((ETCD_PORT + i)) p=$((ETCD_PORT + 100 + i))
-    etcd --name "e$i" --data-dir "$ETCD_DIR/e$i" \
-        --listen-client-urls "http://127.0.0.1:$c" --advertise-client-urls "http://127.0.0.1:$c" \
-        --listen-peer-urls "http://127.0.0.1:$p" --initial-advertise-peer-urls "http://127.0.0.1:$p" \
-        --initial-cluster "$INITIAL" --initial-cluster-state new --initial-cluster-token strata-bench \
-        --log-level warn >"$RESULTS/etcd-e$i.log" 2>&1 &
-    PIDS+=($!)
-    ETCD_ENDPOINTS+="${ETCD_ENDPOINTS:+,}127.0.0.1:$c"
-done
-for i in $(seq 0 $((NODES - 1))); do
-    wait_port 127.0.0.1 $((ETCD_PORT + i)) 20 || die "etcd member $i did not start (see $RESULTS/etcd-e$i.log)"
-done
-for _ in $(seq 100); do
-    ETCDCTL_API=3 etcdctl --endpoints "$ETCD_ENDPOINTS" endpoint health >/dev/null 2>&1 && break
-    sleep 0.2
-done
-ETCDCTL_API=3 etcdctl --endpoints "$ETCD_ENDPOINTS" endpoint health >/dev/null 2>&1 || die "etcd is not healthy (see $RESULTS/etcd-e*.log)"
+start_etcd "$ETCD_DIR"
 
 {
     describe_machine

@@ -183,3 +183,43 @@ bench_table() {
         --quiet --label "$name" --json "$RESULTS/$name.json" >"$RESULTS/$name.txt" 2>&1 ||
         { cat "$RESULTS/$name.txt" >&2; die "$name failed"; }
 }
+
+# Starts a 3-member etcd cluster (NODES members) on loopback from ETCD_PORT (first free from
+# 12379: client ports ETCD_PORT+i, peer ports ETCD_PORT+100+i), data under $1 (created), logs in
+# $RESULTS/etcd-e<i>.log, and waits until it is healthy; sets ETCD_ENDPOINTS. The members are
+# stopped on exit with the script's other processes. Usage: start_etcd DATA_DIR
+start_etcd() {
+    local dir=$1 initial="" i c p
+    ETCD_PORT=${ETCD_PORT:-$(free_base_port 12379 10 12579 "$NODES" 100)} || die "no free port for etcd"
+    for i in $(seq 0 $((NODES - 1))); do initial+="${initial:+,}e$i=http://127.0.0.1:$((ETCD_PORT + 100 + i))"; done
+    ETCD_ENDPOINTS=""
+    for i in $(seq 0 $((NODES - 1))); do
+        c=$((ETCD_PORT + i)) p=$((ETCD_PORT + 100 + i))
+        etcd --name "e$i" --data-dir "$dir/e$i" \
+            --listen-client-urls "http://127.0.0.1:$c" --advertise-client-urls "http://127.0.0.1:$c" \
+            --listen-peer-urls "http://127.0.0.1:$p" --initial-advertise-peer-urls "http://127.0.0.1:$p" \
+            --initial-cluster "$initial" --initial-cluster-state new --initial-cluster-token strata-bench \
+            --log-level warn >"$RESULTS/etcd-e$i.log" 2>&1 &
+        PIDS+=($!)
+        ETCD_ENDPOINTS+="${ETCD_ENDPOINTS:+,}127.0.0.1:$c"
+    done
+    for i in $(seq 0 $((NODES - 1))); do
+        wait_port 127.0.0.1 $((ETCD_PORT + i)) 20 || die "etcd member $i did not start (see $RESULTS/etcd-e$i.log)"
+    done
+    for _ in $(seq 100); do
+        ETCDCTL_API=3 etcdctl --endpoints "$ETCD_ENDPOINTS" endpoint health >/dev/null 2>&1 && return 0
+        sleep 0.2
+    done
+    die "etcd is not healthy (see $RESULTS/etcd-e*.log)"
+}
+
+# Installs with apt-get the Debian package of every command that is missing. Arguments are
+# COMMAND=PACKAGE pairs. Usage: ensure_commands etcd=etcd-server protoc=protobuf-compiler
+ensure_commands() {
+    local need=() pair
+    for pair in "$@"; do command -v "${pair%%=*}" >/dev/null || need+=("${pair#*=}"); done
+    [ "${#need[@]}" -eq 0 ] && return 0
+    log "installing ${need[*]}"
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
+}

@@ -12,19 +12,24 @@
 # scripts/bench-lib.sh; default sync, cad and orca), loaded with `strata bench --table`. Both
 # sides run one request at a time per session (log tables take --pipeline 1).
 #
+# Then, unless ETCD=0, a 3-member etcd cluster (Debian etcd-server; Raft, every write fsynced
+# by a majority, reads linearizable) gets the same workloads (`--target etcd`): etcd is what
+# ORCA's strong-ZK is, as a product. Its data is where ZooKeeper's is.
+#
 # fsync only costs something on a real disk: by default ZooKeeper's data directories are on
 # tmpfs (/dev/shm), which compares replication protocols rather than disks, and forceSync
 # yes/no then differ little; ZK_DISK=1 puts them under $WORK (TMPDIR, on disk) instead.
 #
-#   scripts/bench-zk.sh                                          # ~15 minutes on 2 cores
+#   scripts/bench-zk.sh                                          # ~20 minutes on 2 cores
 #   RUNS=1 DURATION=1 WORKLOADS="A D F" scripts/bench-zk.sh     # a quick look
 #
 # Knobs (environment): RUNS (3), DURATION (3 s), WARMUP (0.5 s), CLIENTS (4), SESSIONS (4),
 # KEYS (10000), KEY_SIZE (16), VALUE_SIZE (32), WORKLOADS ("W A B C D F"), SYNCS ("yes no": the
 # forceSync settings), ZK_DISK (0), ZK_HEAP (256m per member), ZK_JIT_WARMUP (5 s of unrecorded
 # load on a fresh ensemble: the JVMs run 2-3x slower until the JIT has compiled the hot paths),
-# STRATA_CONFIGS ("sync cad orca"), REPLICATION ("async", the cad and orca tables'),
-# BASE_PORT (first free from 7600), ZK_PORT (first free from 12181), RESULTS, CARGO_TARGET_DIR;
+# STRATA_CONFIGS ("sync cad orca"), REPLICATION ("async", the cad and orca tables'), ETCD (1),
+# BASE_PORT (first free from 7600), ZK_PORT (first free from 12181), ETCD_PORT (first free from
+# 12379), RESULTS, CARGO_TARGET_DIR; KEEP_LOGS=1 keeps Strata's node logs;
 # QUIET_CORES, QUIET_WAIT, QUIET_BUDGET (the idle-machine gate, scripts/bench-lib.sh).
 #
 # It installs the Debian package `zookeeper` with apt-get if missing (java must be on the
@@ -55,6 +60,8 @@ ZK_HEAP=${ZK_HEAP:-256m}
 ZK_JIT_WARMUP=${ZK_JIT_WARMUP:-5}
 # Strata's side: one log table per configuration (scripts/bench-lib.sh, log_table_flags).
 STRATA_CONFIGS=${STRATA_CONFIGS:-"sync cad orca"}
+# etcd 3 (Debian etcd-server) with the same load after the ZooKeeper runs; ETCD=0 skips it.
+ETCD=${ETCD:-1}
 RESULTS=${RESULTS:-${CARGO_TARGET_DIR:-$ROOT/target}/bench-results/zk-$(date +%Y%m%d-%H%M%S)}
 BIN=${CARGO_TARGET_DIR:-$ROOT/target}/release
 NODES=3
@@ -71,6 +78,7 @@ if [ ! -f /usr/share/java/zookeeper.jar ]; then
     apt-get update -qq
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq zookeeper >/dev/null
 fi
+[ "$ETCD" = 1 ] && ensure_commands etcd=etcd-server etcdctl=etcd-client protoc=protobuf-compiler
 command -v python3 >/dev/null || die "python3 is needed to summarize the JSON results"
 BENCH=("$BIN/strata" bench)
 
@@ -81,7 +89,8 @@ ZK_CP=/usr/share/java/zookeeper.jar
 ZK_VERSION=$(dpkg-query -W -f='${Version}' zookeeper 2>/dev/null || echo unknown)
 
 # ---- the clusters ------------------------------------------------------------------------------
-build_and_start_strata --features zookeeper # the zookeeper target of `strata bench`
+# The zookeeper (and etcd) targets of `strata bench`.
+build_and_start_strata --features "zookeeper$([ "$ETCD" = 1 ] && echo " etcd")"
 create_log_tables "$STRATA_CONFIGS"
 
 # Member i: client port ZK_PORT+i, quorum port ZK_PORT+100+i, election port ZK_PORT+103+i.
@@ -153,6 +162,7 @@ stop_zk() {
     describe_machine
     echo "zookeeper: ${ZK_VERSION:-3.8} ($(java -version 2>&1 | head -1)), heap $ZK_HEAP per member, data on $([ "$ZK_DISK" = 1 ] && echo "disk ($WORK)" || echo tmpfs), forceSync: $SYNCS"
     echo "strata: log tables [$STRATA_CONFIGS], replication ${REPLICATION:-async}, data on disk ($WORK)"
+    if [ "$ETCD" = 1 ]; then echo "etcd: $(etcd --version | head -1), 3 members, data on $([ "$ZK_DISK" = 1 ] && echo disk || echo tmpfs), after the ZooKeeper runs"; fi
     echo "settings: clients=$CLIENTS sessions=$SESSIONS (pipeline 1) keys=$KEYS key_size=$KEY_SIZE value_size=$VALUE_SIZE duration=${DURATION}s warmup=${WARMUP}s runs=$RUNS workloads=[$WORKLOADS] strata=$ENDPOINTS zookeeper=$ZK_ENDPOINTS"
 } | tee "$RESULTS/machine.txt" >&2
 
@@ -171,7 +181,7 @@ run_one() {
 }
 
 nw=$(wc -w <<<"$WORKLOADS")
-total=$((RUNS * nw * ($(wc -w <<<"$SYNCS") + $(wc -w <<<"$STRATA_CONFIGS"))))
+total=$((RUNS * nw * ($(wc -w <<<"$SYNCS") + $(wc -w <<<"$STRATA_CONFIGS") + ETCD)))
 n=0
 first=1
 for sync in $SYNCS; do
@@ -194,6 +204,18 @@ for sync in $SYNCS; do
     stop_zk
     first=0
 done
+if [ "$ETCD" = 1 ]; then
+    # Its data where ZooKeeper's was: tmpfs, or the disk with ZK_DISK=1.
+    if [ "$ZK_DISK" = 1 ]; then ETCD_DIR="$WORK/etcd"; else ETCD_DIR=$(mktemp -d /dev/shm/strata-bench-etcd.XXXXXX); fi
+    CLEANUP_DIRS+=("$ETCD_DIR")
+    start_etcd "$ETCD_DIR"
+    log "etcd $(etcd --version | head -1 | awk '{print $3}') at $ETCD_ENDPOINTS"
+    for run in $(seq 1 "$RUNS"); do
+        for w in $WORKLOADS; do
+            run_one "etcd-$w-r$run" etcd "$ETCD_ENDPOINTS" --ycsb "$w" --seed "$run"
+        done
+    done
+fi
 
 # ---- tables ------------------------------------------------------------------------------------
 python3 - "$RESULTS" "$RUNS" "$WORKLOADS" "$SYNCS" "$STRATA_CONFIGS" <<'PY' | tee "$RESULTS/summary.md"
@@ -218,6 +240,10 @@ zk = lambda s, w: f"zk-fs{s}-{w}"
 st = lambda c, w: f"strata-{c}-{w}"
 # Every system of the run: (column name, its result files' name for a workload).
 systems = [(f"ZK fs={s}", lambda w, s=s: zk(s, w)) for s in syncs] + [(f"Strata {c}", lambda w, c=c: st(c, w)) for c in configs]
+others = [(f"ZK fs={s}", lambda w, s=s: zk(s, w)) for s in syncs]
+if reps(f"etcd-{workloads[0]}"):
+    systems.append(("etcd", lambda w: f"etcd-{w}"))
+    others.append(("etcd", lambda w: f"etcd-{w}"))
 print(f"ops/s, median of {runs} runs. ZooKeeper forceSync={'/'.join(syncs)}; Strata log tables {', '.join(configs)}.\n")
 print("| workload | " + " | ".join(n for n, _ in systems) + " | errors (" + ", ".join(n for n, _ in systems) + ") |")
 print("|---" + "|---:" * (len(systems) + 1) + "|")
@@ -225,12 +251,12 @@ for w in workloads:
     row = [f"{w}: {mix.get(w, w)}"] + [f"{tput(f(w)):,.0f}" for _, f in systems]
     row += [", ".join(str(errors(f(w))) for _, f in systems)]
     print("| " + " | ".join(row) + " |")
-print("\nThroughput ratios, Strata table / ZooKeeper:\n")
-pairs = [(c, s) for c in configs for s in syncs]
-print("| workload | " + " | ".join(f"{c}/ZK fs={s}" for c, s in pairs) + " |")
+print("\nThroughput ratios, Strata table / " + " and ".join(n for n, _ in others) + ":\n")
+pairs = [(c, o) for c in configs for o in others]
+print("| workload | " + " | ".join(f"{c}/{n}" for c, (n, _) in pairs) + " |")
 print("|---" + "|---:" * len(pairs) + "|")
 for w in workloads:
-    print(f"| {w} | " + " | ".join(ratio(tput(st(c, w)), tput(zk(s, w))) for c, s in pairs) + " |")
+    print(f"| {w} | " + " | ".join(ratio(tput(st(c, w)), tput(f(w))) for c, (_, f) in pairs) + " |")
 print("\np50 / p99 latency per operation class, µs (median over the runs):\n")
 print("| workload | class | " + " | ".join(n for n, _ in systems) + " |")
 print("|---|---" + "|---:" * len(systems) + "|")
