@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use bytes::BytesMut;
 use strata_wire::client::{ClientRequest, ClientResponse, Request, Response};
-use strata_wire::{decode_frame, decode_message, encode_frame, ClusterId, FrameError, Limits};
+use strata_wire::{decode_frame, decode_message, encode_frame, ClusterId, FrameError, Limits, Rifl};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::TcpStream;
@@ -110,6 +110,11 @@ impl Conn {
 
     /// Queues a request; the returned slot receives its response. Never blocks.
     pub fn send(&self, body: Request) -> Result<ReplySlot, ClientError> {
+        self.send_with(None, body)
+    }
+
+    /// [`ConnHandle::send`] with RIFL's envelope (rifl.md §4.1) on the request.
+    pub fn send_with(&self, rifl: Option<Rifl>, body: Request) -> Result<ReplySlot, ClientError> {
         let (tx, rx) = oneshot::channel();
         {
             let mut s = self.lock();
@@ -121,7 +126,7 @@ impl Conn {
             }
             let corr = s.next_corr;
             s.next_corr += 1;
-            encode_frame(&mut s.out, self.cluster, &ClientRequest { corr, body });
+            encode_frame(&mut s.out, self.cluster, &ClientRequest { corr, rifl, body });
             s.pending.insert(corr, tx);
         }
         self.wake_writer.notify_one();
@@ -135,7 +140,12 @@ impl Conn {
 
     /// One request, one response.
     pub async fn call(&self, body: Request, timeout: Option<Duration>) -> Result<Response, ClientError> {
-        let slot = self.send(body)?;
+        self.call_with(None, body, timeout).await
+    }
+
+    /// [`ConnHandle::call`] with RIFL's envelope on the request.
+    pub async fn call_with(&self, rifl: Option<Rifl>, body: Request, timeout: Option<Duration>) -> Result<Response, ClientError> {
+        let slot = self.send_with(rifl, body)?;
         await_reply(slot, timeout, self.addr).await
     }
 

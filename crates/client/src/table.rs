@@ -24,7 +24,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use strata_wire::client::{shard_of, LogFailure, LogWriteOp, Request, Response, TableDef};
 use strata_wire::log::LogIndex;
-use strata_wire::NodeId;
+use strata_wire::{ClusterTime, LeaseInfo, NodeId, Rifl, RpcId};
 use tokio::time::Instant;
 
 use crate::client::ClientOptions;
@@ -198,7 +198,7 @@ impl Table {
             min_index: self.last_write[shard],
         };
         let deadline = Instant::now() + self.retry_for();
-        match self.call(node, req, deadline).await {
+        match self.call(node, None, req, deadline).await {
             Ok(Response::LogRejected(LogFailure::Invalid(m))) => Err(ClientError::InvalidArgument(m)),
             Ok(Response::LogRejected(f)) => Ok(Err(f)),
             Ok(reply) => self.served(shard, node, reply).map(Ok),
@@ -251,12 +251,16 @@ impl Table {
                 table: self.def.name.clone(),
                 key: key.clone(),
                 op: op.clone(),
-                client_id: self.client_id,
-                seq,
                 immediate: opts.immediate,
             };
+            let rifl = Rifl {
+                rpc: RpcId { client_id: self.client_id, seq },
+                // One write at a time per handle: every earlier one has its answer.
+                first_incomplete: seq,
+                lease: LeaseInfo { client_id: self.client_id, expiration: ClusterTime(u64::MAX), timestamp: ClusterTime::ZERO },
+            };
             let backoff;
-            match self.call(target, req, deadline).await {
+            match self.call(target, Some(rifl), req, deadline).await {
                 Ok(Response::LogWritten { index }) => {
                     self.leader[shard] = Some(target);
                     let token = &mut self.last_write[shard];
@@ -313,7 +317,7 @@ impl Table {
                 min_index: self.last_write[shard],
             };
             let mut backoff = true;
-            match self.call(target, req, deadline).await {
+            match self.call(target, None, req, deadline).await {
                 Ok(reply @ Response::LogValue { .. }) => return self.served(shard, target, reply),
                 Ok(Response::LogRejected(LogFailure::Invalid(m))) => {
                     return Err(ClientError::InvalidArgument(m))
@@ -368,6 +372,7 @@ impl Table {
     async fn call(
         &mut self,
         i: usize,
+        rifl: Option<Rifl>,
         req: Request,
         deadline: Instant,
     ) -> Result<Response, ClientError> {
@@ -375,7 +380,7 @@ impl Table {
         let left = deadline
             .saturating_duration_since(Instant::now())
             .max(Duration::from_millis(1));
-        conn.call(req, Some(left)).await
+        conn.call_with(rifl, req, Some(left)).await
     }
 
     /// The connection to endpoint `i` (opened, and the node's id learned, on first use).

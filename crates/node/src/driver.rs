@@ -194,7 +194,7 @@ impl Driver {
     }
 
     fn on_request(&mut self, at: TokioInstant, route: Route, req: ClientRequest) {
-        let ClientRequest { corr, body } = req;
+        let ClientRequest { corr, rifl, body } = req;
         match body {
             // Node-level requests are the runtime's: it owns the transport.
             Request::Status => {
@@ -208,8 +208,10 @@ impl Driver {
                 self.send_to(route, WriterMsg::Resp(ClientResponse { corr, body }));
             }
             // Log tables: routed to the shard replicas.
-            Request::LogWrite { table, key, op, client_id, seq, immediate } => {
-                self.tables.on_write(at, route, corr, &table, key, op, client_id, seq, immediate, &mut self.outbox)
+            Request::LogWrite { table, key, op, immediate } => {
+                // Without RIFL's envelope the write is refused as invalid (client id 0).
+                let rpc = rifl.map(|e| e.rpc).unwrap_or_default();
+                self.tables.on_write(at, route, corr, &table, key, op, rpc.client_id, rpc.seq, immediate, &mut self.outbox)
             }
             Request::LogRead { table, key, min_index } => {
                 self.tables.on_read(at, route, corr, &table, key, min_index, &mut self.outbox)
@@ -226,7 +228,7 @@ impl Driver {
             }
             body => {
                 let now = self.now(at);
-                self.core.on_client_request(now, RcInput::Client { route, req: ClientRequest { corr, body } });
+                self.core.on_client_request(now, RcInput::Client { route, req: ClientRequest { corr, rifl, body } });
             }
         }
     }

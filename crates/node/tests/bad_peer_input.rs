@@ -22,6 +22,7 @@ fn write_msg(key: &str, value: &str, ver: u64) -> PeerMessage {
         cs: Carstamp { llc: Llc { ver, node: NodeId(1) }, pno: 0 },
         rmw_id: None,
         acq: None,
+        records: Default::default(),
     })
 }
 

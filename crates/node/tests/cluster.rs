@@ -122,7 +122,7 @@ async fn pipelined_writes_are_all_answered_and_replicated() {
     let mut bytes = Vec::new();
     for i in 0..N {
         let key = Bytes::from(format!("k{}", i % 500));
-        let req = ClientRequest { corr: 1_000 + i, body: Request::Put { session: s0.id, key, value: Bytes::from(i.to_string()) } };
+        let req = ClientRequest::new(1_000 + i, Request::Put { session: s0.id, key, value: Bytes::from(i.to_string()) });
         bytes.extend(frame(CLUSTER, &req));
     }
     let t = Instant::now();

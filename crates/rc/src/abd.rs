@@ -3,7 +3,7 @@
 
 use bytes::Bytes;
 use strata_wire::client::Response;
-use strata_wire::peer::{PeerMessage, Read, ReadReply, Version, Write};
+use strata_wire::peer::{KeyRecords, PeerMessage, Read, ReadReply, Version, Write};
 use strata_wire::{AcquireId, Carstamp, Instant, Llc, NodeId, SessionId};
 
 use crate::api::{RcEvent, ValueRound};
@@ -66,7 +66,7 @@ pub(crate) enum AcquirePhase {
 
 impl Acquire {
     pub fn new(acq: AcquireId) -> Acquire {
-        let best = Version { value: None, cs: Carstamp::ZERO, rmw_id: None };
+        let best = Version { value: None, cs: Carstamp::ZERO, rmw_id: None, records: KeyRecords::default() };
         Acquire { acq, detected: false, phase: AcquirePhase::Start, best, holders: NodeSet::EMPTY, behind: NodeSet::EMPTY }
     }
 }
@@ -158,7 +158,7 @@ impl RcReplica {
         self.effects.event.push(RcEvent::VersionCreated { session: sid, key: key.clone(), cs, value: value.clone() });
         self.report_barrier(sid, key, ValueRound::Write { cs }, &mut r.barrier);
         let key2 = key.clone();
-        let req = self.start_round(now, id, |req| PeerMessage::Write(Write { req, key: key2, value, cs, rmw_id: None, acq: None }));
+        let req = self.start_round(now, id, |req| PeerMessage::Write(Write { req, key: key2, value, cs, rmw_id: None, acq: None, records: KeyRecords::default() }));
         r.write = Some((req, cs));
         self.step_release(now, id, sid, key, r)
     }
@@ -202,7 +202,7 @@ impl RcReplica {
                 if cnt < self.cfg.quorum() {
                     let (key2, v, acq) = (key.clone(), a.best.clone(), a.acq);
                     let req = self.start_round(now, id, |req| {
-                        PeerMessage::Write(Write { req, key: key2, value: v.value, cs: v.cs, rmw_id: v.rmw_id, acq: Some(acq) })
+                        PeerMessage::Write(Write { req, key: key2, value: v.value, cs: v.cs, rmw_id: v.rmw_id, acq: Some(acq), records: KeyRecords::default() })
                     });
                     a.phase = AcquirePhase::WritingBack { req };
                     return self.step_acquire(now, id, sid, key, a);
@@ -241,7 +241,7 @@ impl RcReplica {
 
     /// Kite §5.7.3 `READ` at a receiver; the delinquency check runs after the key read (K-F3).
     pub(crate) fn on_read(&mut self, from: NodeId, r: Read) {
-        let v = self.keys.get(&r.key).map(|k| k.version()).unwrap_or(Version { value: None, cs: Carstamp::ZERO, rmw_id: None });
+        let v = self.keys.get(&r.key).map(|k| k.version()).unwrap_or(Version { value: None, cs: Carstamp::ZERO, rmw_id: None, records: KeyRecords::default() });
         let delinquent = match r.acq {
             Some(acq) => self.dcheck(from, acq),
             None => false,

@@ -323,7 +323,7 @@ mod tests {
     const MS: u64 = 1_000_000;
 
     fn submit(r: &mut RcReplica, now: u64, body: Request) -> RcEffects {
-        r.on_client_request(Instant(now), RcInput::Client { route: 1, req: ClientRequest { corr: 1, body } });
+        r.on_client_request(Instant(now), RcInput::Client { route: 1, req: ClientRequest::new(1, body) });
         effects(r)
     }
 

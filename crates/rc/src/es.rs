@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use bytes::Bytes;
-use strata_wire::peer::{Commit, PeerMessage, Write, WriteAck};
+use strata_wire::peer::{Commit, KeyRecords, PeerMessage, Write, WriteAck};
 use strata_wire::{Carstamp, Instant, NodeId, RmwId, SessionId};
 
 use crate::api::RcEvent;
@@ -54,7 +54,7 @@ impl RcReplica {
     pub(crate) fn publish_write(&mut self, now: Instant, session: SessionId, key: Bytes, value: Option<Bytes>, cs: Carstamp) {
         self.effects.event.push(RcEvent::VersionCreated { session, key: key.clone(), cs, value: value.clone() });
         let req = self.next_req();
-        let msg = PeerMessage::Write(Write { req, key: key.clone(), value: value.clone(), cs, rmw_id: None, acq: None });
+        let msg = PeerMessage::Write(Write { req, key: key.clone(), value: value.clone(), cs, rmw_id: None, acq: None, records: KeyRecords::default() });
         self.broadcast(&msg);
         self.track(now, key.clone(), value, cs, None, NodeSet::EMPTY);
         self.note_unresolved(session, key, cs);
@@ -130,9 +130,9 @@ impl RcReplica {
         let req = self.next_req();
         match rmw_id {
             Some(rmw_id) if cs.pno > 0 => {
-                PeerMessage::Commit(Commit { req, key: key.clone(), slot: cs.pno, rmw_id, value: p_value, cs })
+                PeerMessage::Commit(Commit { req, key: key.clone(), slot: cs.pno, rmw_id, value: p_value, cs, records: KeyRecords::default() })
             }
-            _ => PeerMessage::Write(Write { req, key: key.clone(), value: p_value, cs, rmw_id: None, acq: None }),
+            _ => PeerMessage::Write(Write { req, key: key.clone(), value: p_value, cs, rmw_id: None, acq: None, records: KeyRecords::default() }),
         }
     }
 
@@ -219,7 +219,7 @@ mod tests {
     }
 
     fn call(r: &mut RcReplica, now: Instant, body: Request) -> Response {
-        r.on_client_request(now, RcInput::Client { route: 1, req: ClientRequest { corr: 9, body } });
+        r.on_client_request(now, RcInput::Client { route: 1, req: ClientRequest::new(9, body) });
         let mut out = Default::default();
         r.poll_effects(&mut out);
         let RcReply { route, resp } = out.reply.pop().expect("a reply");
@@ -255,7 +255,7 @@ mod tests {
         let old = Carstamp { llc: strata_wire::Llc { ver: 4, node: NodeId(2) }, pno: 0 };
         let k = Bytes::from_static(b"k");
         for (cs, v) in [(new, "new"), (old, "old")] {
-            let w = Write { req: 1, key: k.clone(), value: Some(Bytes::from(v)), cs, rmw_id: None, acq: None };
+            let w = Write { req: 1, key: k.clone(), value: Some(Bytes::from(v)), cs, rmw_id: None, acq: None, records: Default::default() };
             r.on_message(Instant(0), NodeId(0), PeerMessage::Write(w));
         }
         assert_eq!(r.local(b"k"), (Some(Bytes::from_static(b"new")), new));

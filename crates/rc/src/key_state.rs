@@ -3,7 +3,7 @@
 //! key epoch.
 
 use bytes::Bytes;
-use strata_wire::peer::{Tuple, Version};
+use strata_wire::peer::{KeyRecords, Tuple, Version};
 use strata_wire::{Ballot, Carstamp, RmwId};
 
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -29,7 +29,7 @@ pub struct KeyState {
 impl KeyState {
     /// The replica's current version, as carried by replies.
     pub fn version(&self) -> Version {
-        Version { value: self.value.clone(), cs: self.cs, rmw_id: self.rmw_id }
+        Version { value: self.value.clone(), cs: self.cs, rmw_id: self.rmw_id, records: KeyRecords::default() }
     }
 
     /// Kite §5.1.1 `apply_version`, the value part: install `(value, cs)` only if it is newer.

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use strata_wire::client::Response;
-use strata_wire::peer::{Accept, Commit, PaxosOutcome, PaxosReply, PeerMessage, Propose, Tuple};
+use strata_wire::peer::{Accept, Commit, KeyRecords, PaxosOutcome, PaxosReply, PeerMessage, Propose, Tuple};
 use strata_wire::{AcquireId, Ballot, Carstamp, Instant, NodeId, RmwId, SessionId};
 
 use crate::api::{RcEvent, ValueRound};
@@ -287,7 +287,7 @@ impl RcReplica {
         let (value, cs) = self.local(key);
         let (new_value, swapped) = r.op.apply(&value);
         let c = Computed {
-            tuple: Tuple { rmw_id: r.rmw_id, base: cs.llc, value: new_value },
+            tuple: Tuple { rmw_id: r.rmw_id, base: cs.llc, value: new_value, record: None },
             observed: value,
             observed_cs: cs,
             swapped,
@@ -321,7 +321,7 @@ impl RcReplica {
         if let Some(lc_rmw) = k.lc_rmw {
             let (slot, value, cs) = (k.lc, k.value.clone(), k.cs);
             let req = self.next_req();
-            let msg = PeerMessage::Commit(Commit { req, key: key.clone(), slot, rmw_id: lc_rmw, value, cs });
+            let msg = PeerMessage::Commit(Commit { req, key: key.clone(), slot, rmw_id: lc_rmw, value, cs, records: KeyRecords::default() });
             for (n, o) in outcomes {
                 if matches!(o, PaxosOutcome::SlotTooHigh { .. }) {
                     self.effects.send.push((*n, msg.clone()));
@@ -345,7 +345,7 @@ impl RcReplica {
         self.apply(key, tuple.value.clone(), cs, Some(tuple.rmw_id));
         self.learn_committed(key, slot, tuple.rmw_id);
         let (key2, rmw_id, value) = (key.clone(), tuple.rmw_id, tuple.value.clone());
-        let req = self.start_round(now, id, |req| PeerMessage::Commit(Commit { req, key: key2, slot, rmw_id, value, cs }));
+        let req = self.start_round(now, id, |req| PeerMessage::Commit(Commit { req, key: key2, slot, rmw_id, value, cs, records: KeyRecords::default() }));
         r.phase = Phase::Committing { req, slot, tuple, helping };
     }
 

@@ -11,7 +11,7 @@ use std::collections::{BTreeSet, HashMap};
 use bytes::Bytes;
 use strata_core::{DeadlineQueue, Effects, Node, Prng};
 use strata_wire::client::{ClientRequest, ClientResponse, ErrorCode, Request, Response};
-use strata_wire::peer::PeerMessage;
+use strata_wire::peer::{KeyRecords, PeerMessage};
 use strata_wire::{Carstamp, Instant, NodeId, RmwId, SessionId};
 
 use crate::api::{RcEvent, RcInput, RcReply, RcStats, Route};
@@ -254,7 +254,7 @@ impl RcReplica {
     }
 
     fn on_client(&mut self, now: Instant, route: Route, req: ClientRequest) {
-        let ClientRequest { corr, body } = req;
+        let ClientRequest { corr, body, .. } = req;
         match body {
             Request::OpenSession => {
                 let index = self.next_session_index;
@@ -437,7 +437,7 @@ impl RcReplica {
         }
         let (reply_to, key_cs) = match &msg {
             PeerMessage::WriteAck(a) => (Some(a.req), Some((&a.key, a.cs))),
-            PeerMessage::ReadTsReply { req, key, cs } => (Some(*req), Some((key, *cs))),
+            PeerMessage::ReadTsReply { req, key, cs, .. } => (Some(*req), Some((key, *cs))),
             PeerMessage::ReadReply(r) => (Some(r.req), Some((&r.key, r.cs))),
             PeerMessage::CommitAck { req, key, cs } => (Some(*req), Some((key, *cs))),
             PeerMessage::ProposeReply(r) | PeerMessage::AcceptReply(r) => {
@@ -462,7 +462,7 @@ impl RcReplica {
             PeerMessage::Write(w) => self.on_write(now, from, w),
             PeerMessage::ReadTs { req, key } => {
                 let cs = self.keys.get(&key).map_or(Carstamp::ZERO, |k| k.cs);
-                self.effects.send.push((from, PeerMessage::ReadTsReply { req, key, cs }));
+                self.effects.send.push((from, PeerMessage::ReadTsReply { req, key, cs, records: KeyRecords::default() }));
             }
             PeerMessage::Read(r) => self.on_read(from, r),
             PeerMessage::SlowRelease { req, dm } => self.on_slow_release(from, req, dm),

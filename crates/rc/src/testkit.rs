@@ -56,7 +56,7 @@ impl Net {
     pub fn submit(&mut self, node: usize, body: Request) -> u64 {
         self.next_corr += 1;
         let corr = self.next_corr;
-        let req = ClientRequest { corr, body };
+        let req = ClientRequest::new(corr, body);
         self.nodes[node].on_client_request(self.now, RcInput::Client { route: 1, req });
         self.drain(node);
         corr

@@ -124,7 +124,7 @@ impl Workload {
         let corr = client.next_corr;
         client.next_corr += 1;
         client.opening = Some(corr);
-        let req = ClientRequest { corr, body: Request::OpenSession };
+        let req = ClientRequest::new(corr, Request::OpenSession);
         (client.node, RcInput::Client { route: client.route, req })
     }
 
@@ -159,7 +159,7 @@ impl Workload {
         client.next_corr += 1;
         client.next_pos += 1;
         client.in_flight.push_back((corr, history.ops.len()));
-        let req = ClientRequest { corr, body: request_for(session, &kind, &key) };
+        let req = ClientRequest::new(corr, request_for(session, &kind, &key));
         history.ops.push(Op { session, pos, node: client.node, kind, key, invoke: now, outcome: Outcome::Pending });
         Some((client.node, RcInput::Client { route: client.route, req }))
     }

@@ -12,6 +12,7 @@ use crate::codec::{
 };
 use crate::ids::{Carstamp, NodeId, SessionId};
 use crate::log::LogIndex;
+use crate::rifl::Rifl;
 
 /// Request tags (0x01..=0x3f). Never reuse a retired tag.
 pub mod request_tag {
@@ -55,7 +56,19 @@ pub mod response_tag {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ClientRequest {
     pub corr: u64,
+    /// RIFL's envelope (`specs/rifl.md` §4.1): present on every mutating request a client wants
+    /// applied exactly once — the RPC id every retry reuses, the client's `first_incomplete`
+    /// and its lease. Absent: at-least-once (a retry may apply twice). Reads ignore it. Encoded
+    /// right after `corr`, as an option.
+    pub rifl: Option<Rifl>,
     pub body: Request,
+}
+
+impl ClientRequest {
+    /// A request without RIFL's envelope.
+    pub fn new(corr: u64, body: Request) -> ClientRequest {
+        ClientRequest { corr, rifl: None, body }
+    }
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -86,9 +99,9 @@ pub enum Request {
     SetFault { peer: Option<NodeId>, fault: LinkFault },
     /// ORCA §2.1/§4.1 `WriteReq` on a log table. The node routes it to the shard
     /// [`shard_of`]`(key)`; only that shard's leader accepts it (`LogRejected(NotLeader)`
-    /// otherwise). A retry carries the same `(client_id, seq)`: the replicated duplicate filter
-    /// answers it with the first outcome.
-    LogWrite { table: String, key: Bytes, op: LogWriteOp, client_id: u64, seq: u64, immediate: bool },
+    /// otherwise). It must carry RIFL's envelope (`ClientRequest::rifl`): a retry with the same
+    /// RPC id is answered with the first outcome from the completion record in the log.
+    LogWrite { table: String, key: Bytes, op: LogWriteOp, immediate: bool },
     /// ORCA §2.1/§4.1 `ReadReq` on a log table; `min_index` is the session token of §2.3.
     LogRead { table: String, key: Bytes, min_index: Option<LogIndex> },
     /// Admin: add a table to this node's catalog (idempotent for an identical definition).
@@ -341,6 +354,18 @@ pub enum ErrorCode {
     ShuttingDown,
     /// An argument is out of range.
     InvalidArgument,
+    /// RIFL R-G4 `Stale`: a retry of an RPC the client had already acknowledged (its seq is
+    /// below the `first_incomplete` the node learned). A client bug; nothing was executed.
+    Stale,
+    /// RIFL R-G4 `ExpiredLease`: the client's lease expired while the RPC was outstanding;
+    /// nothing was executed now, and whether an earlier attempt took effect is unknown.
+    ExpiredLease,
+    /// RIFL R-D5 `Retry(InProgress)`: another attempt of the same RPC is executing at this
+    /// node. Re-send the same RPC id after a short back-off.
+    InProgress,
+    /// The RIFL envelope breaks the client invariant (`first_incomplete <= seq <
+    /// first_incomplete + 512`, non-zero ids; R-D7), or a request that must carry one has none.
+    BadEnvelope,
     Other(u16),
 }
 
@@ -357,6 +382,10 @@ impl ErrorCode {
             ErrorCode::QueueFull => 8,
             ErrorCode::ShuttingDown => 9,
             ErrorCode::InvalidArgument => 10,
+            ErrorCode::Stale => 11,
+            ErrorCode::ExpiredLease => 12,
+            ErrorCode::InProgress => 13,
+            ErrorCode::BadEnvelope => 14,
             ErrorCode::Other(c) => c,
         }
     }
@@ -373,6 +402,10 @@ impl ErrorCode {
             8 => ErrorCode::QueueFull,
             9 => ErrorCode::ShuttingDown,
             10 => ErrorCode::InvalidArgument,
+            11 => ErrorCode::Stale,
+            12 => ErrorCode::ExpiredLease,
+            13 => ErrorCode::InProgress,
+            14 => ErrorCode::BadEnvelope,
             c => ErrorCode::Other(c),
         }
     }
@@ -420,9 +453,10 @@ impl Encode for ClientRequest {
         };
         out.put_u8(tag);
         out.put_u64_le(self.corr);
+        put_option(out, &self.rifl, |o, e| e.encode(o));
         match &self.body {
             Request::OpenSession | Request::Status | Request::ListTables => {}
-            Request::LogWrite { table, key, op, client_id, seq, immediate } => {
+            Request::LogWrite { table, key, op, immediate } => {
                 put_bytes(out, table.as_bytes());
                 put_bytes(out, key);
                 match op {
@@ -432,8 +466,6 @@ impl Encode for ClientRequest {
                     }
                     LogWriteOp::Delete => out.put_u8(1),
                 }
-                out.put_u64_le(*client_id);
-                out.put_u64_le(*seq);
                 put_bool(out, *immediate);
             }
             Request::LogRead { table, key, min_index } => {
@@ -480,6 +512,7 @@ impl Decode for ClientRequest {
         use request_tag::*;
         let tag = r.u8()?;
         let corr = r.u64()?;
+        let rifl = r.option(Rifl::decode)?;
         let body = match tag {
             OPEN_SESSION => Request::OpenSession,
             CLOSE_SESSION => Request::CloseSession { session: SessionId::decode(r)? },
@@ -506,8 +539,6 @@ impl Decode for ClientRequest {
                     1 => LogWriteOp::Delete,
                     v => return Err(DecodeError::Invalid { what: "log write op", value: v as u64 }),
                 },
-                client_id: r.u64()?,
-                seq: r.u64()?,
                 immediate: r.bool()?,
             },
             LOG_READ => Request::LogRead { table: r.string()?, key: r.bytes()?, min_index: r.option(LogIndex::decode)? },
@@ -519,7 +550,7 @@ impl Decode for ClientRequest {
             LIST_TABLES => Request::ListTables,
             tag => return Err(DecodeError::UnknownTag { tag }),
         };
-        Ok(ClientRequest { corr, body })
+        Ok(ClientRequest { corr, rifl, body })
     }
 }
 

@@ -7,8 +7,9 @@
 
 use bytes::{BufMut, Bytes, BytesMut};
 
-use crate::codec::{get_value, put_bool, put_bytes, put_option, put_value, Decode, DecodeError, Encode, Reader};
+use crate::codec::{get_value, put_bool, put_bytes, put_option, put_seq, put_value, Decode, DecodeError, Encode, Reader};
 use crate::ids::{AcquireId, Ballot, Carstamp, Llc, NodeId, RmwId};
+use crate::rifl::RpcId;
 use crate::log::LogMessage;
 
 pub mod peer_tag {
@@ -40,7 +41,9 @@ pub enum PeerMessage {
     WriteAck(WriteAck),
     /// Kite §4 msg 2: the first round of a release or slow relaxed write.
     ReadTs { req: u64, key: Bytes },
-    ReadTsReply { req: u64, key: Bytes, cs: Carstamp },
+    /// `records`: the key's RIFL completion records, so a retried release finds an earlier
+    /// attempt that reached any replica of the round's quorum (rifl.md R-D23).
+    ReadTsReply { req: u64, key: Bytes, cs: Carstamp, records: KeyRecords },
     Read(Read),
     ReadReply(ReadReply),
     /// Kite §4 msg 4: the DM-set of a barrier that timed out (bit `i` = node `i`).
@@ -73,6 +76,9 @@ pub struct Write {
     pub rmw_id: Option<RmwId>,
     /// Some only for an acquire's write-back round.
     pub acq: Option<AcquireId>,
+    /// RIFL completion records travelling with the version (rifl.md R-D23): the record of
+    /// the linearizable RPC that created it, or, for a write-back, the key's records.
+    pub records: KeyRecords,
 }
 
 /// Reply to `Write`. Echoes the key and the version the receiver now holds, so the sender can
@@ -103,6 +109,45 @@ pub struct Version {
     pub cs: Carstamp,
     /// The RMW that created `cs`, iff `cs.pno > 0`.
     pub rmw_id: Option<RmwId>,
+    /// The key's RIFL completion records at the replica (rifl.md R-D23).
+    pub records: KeyRecords,
+}
+
+/// What a completed linearizable rc RPC returned: the result part of its completion record
+/// (rifl.md §3.4), returned again to every retry (R-G2).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum RcResult {
+    /// A put, delete or release: the version it created.
+    Written { cs: Carstamp },
+    /// A fetch-and-add or compare-and-swap: what it observed and did.
+    Rmw { observed: Option<Bytes>, observed_cs: Carstamp, written: Option<Carstamp>, swapped: bool },
+}
+
+/// The completion record of one linearizable rc RPC (rifl.md §3.4): its id, the ack
+/// watermark its request carried (`first_incomplete - 1`) and its result.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Completion {
+    pub rpc: RpcId,
+    pub ack: u64,
+    pub result: RcResult,
+}
+
+/// The RIFL completion records kept with one key, replicated with its versions (rifl.md
+/// R-D23: in an rc table the record lives in the key's replicated metadata). `floors` are
+/// per-client ack watermarks `(client_id, ack)` below which the records were collected (the
+/// durable ack records of R-D8); `done` the records above them, sorted by RPC id. Merging
+/// two sets is a union (see `strata_rc::records`), so replicas converge whatever order the
+/// versions arrive in. Empty on the wire costs one byte.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct KeyRecords {
+    pub floors: Vec<(u64, u64)>,
+    pub done: Vec<Completion>,
+}
+
+impl KeyRecords {
+    pub fn is_empty(&self) -> bool {
+        self.floors.is_empty() && self.done.is_empty()
+    }
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -122,6 +167,10 @@ pub struct Tuple {
     pub rmw_id: RmwId,
     pub base: Llc,
     pub value: Option<Bytes>,
+    /// The completion record of the linearizable RPC this RMW executes (rifl.md §5.3 S6: the
+    /// record is decided in the same slot as the mutation, so whoever learns the one learns
+    /// the other).
+    pub record: Option<Completion>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -181,20 +230,99 @@ pub struct Commit {
     pub rmw_id: RmwId,
     pub value: Option<Bytes>,
     pub cs: Carstamp,
+    /// The sender's completion records of the key (its own tuple's included), so a learner
+    /// knows the records of every slot up to `slot` (rifl.md R-D23).
+    pub records: KeyRecords,
 }
 
 // ---- encoding ----
+
+impl Encode for RcResult {
+    fn encode(&self, out: &mut BytesMut) {
+        match self {
+            RcResult::Written { cs } => {
+                out.put_u8(0);
+                cs.encode(out);
+            }
+            RcResult::Rmw { observed, observed_cs, written, swapped } => {
+                out.put_u8(1);
+                put_value(out, observed);
+                observed_cs.encode(out);
+                put_option(out, written, |o, cs| cs.encode(o));
+                put_bool(out, *swapped);
+            }
+        }
+    }
+}
+impl Decode for RcResult {
+    fn decode(r: &mut Reader) -> Result<Self, DecodeError> {
+        Ok(match r.u8()? {
+            0 => RcResult::Written { cs: Carstamp::decode(r)? },
+            1 => RcResult::Rmw {
+                observed: get_value(r)?,
+                observed_cs: Carstamp::decode(r)?,
+                written: r.option(Carstamp::decode)?,
+                swapped: r.bool()?,
+            },
+            v => return Err(DecodeError::Invalid { what: "rc result", value: v as u64 }),
+        })
+    }
+}
+
+impl Encode for Completion {
+    fn encode(&self, out: &mut BytesMut) {
+        self.rpc.encode(out);
+        out.put_u64_le(self.ack);
+        self.result.encode(out);
+    }
+}
+impl Decode for Completion {
+    fn decode(r: &mut Reader) -> Result<Self, DecodeError> {
+        Ok(Completion { rpc: RpcId::decode(r)?, ack: r.u64()?, result: RcResult::decode(r)? })
+    }
+}
+
+/// Encoded as an option: one byte when empty (the common case on the hot path).
+impl Encode for KeyRecords {
+    fn encode(&self, out: &mut BytesMut) {
+        if self.is_empty() {
+            out.put_u8(0);
+            return;
+        }
+        out.put_u8(1);
+        put_seq(out, &self.floors, |o, (c, a)| {
+            o.put_u64_le(*c);
+            o.put_u64_le(*a);
+        });
+        put_seq(out, &self.done, |o, c| c.encode(o));
+    }
+}
+impl Decode for KeyRecords {
+    fn decode(r: &mut Reader) -> Result<Self, DecodeError> {
+        Ok(r
+            .option(|r| {
+                Ok(KeyRecords { floors: r.seq(|r| Ok((r.u64()?, r.u64()?)))?, done: r.seq(Completion::decode)? })
+            })?
+            .unwrap_or_default())
+    }
+}
 
 impl Encode for Version {
     fn encode(&self, out: &mut BytesMut) {
         put_value(out, &self.value);
         self.cs.encode(out);
         put_option(out, &self.rmw_id, |o, id| id.encode(o));
+        self.records.encode(out);
     }
 }
 impl Decode for Version {
     fn decode(r: &mut Reader) -> Result<Self, DecodeError> {
-        Ok(Version { value: get_value(r)?, cs: Carstamp::decode(r)?, rmw_id: r.option(RmwId::decode)? })
+        Ok(Version {
+            value: get_value(r)?,
+            cs: Carstamp::decode(r)?,
+            rmw_id: r.option(RmwId::decode)?,
+            records: KeyRecords::decode(r)?,
+        })
     }
 }
 
@@ -203,11 +331,17 @@ impl Encode for Tuple {
         self.rmw_id.encode(out);
         self.base.encode(out);
         put_value(out, &self.value);
+        put_option(out, &self.record, |o, c| c.encode(o));
     }
 }
 impl Decode for Tuple {
     fn decode(r: &mut Reader) -> Result<Self, DecodeError> {
-        Ok(Tuple { rmw_id: RmwId::decode(r)?, base: Llc::decode(r)?, value: get_value(r)? })
+        Ok(Tuple {
+            rmw_id: RmwId::decode(r)?,
+            base: Llc::decode(r)?,
+            value: get_value(r)?,
+            record: r.option(Completion::decode)?,
+        })
     }
 }
 
@@ -299,6 +433,7 @@ impl Encode for PeerMessage {
                 w.cs.encode(out);
                 put_option(out, &w.rmw_id, |o, id| id.encode(o));
                 put_option(out, &w.acq, |o, id| id.encode(o));
+                w.records.encode(out);
             }
             PeerMessage::WriteAck(a) => {
                 out.put_u8(WRITE_ACK);
@@ -312,11 +447,12 @@ impl Encode for PeerMessage {
                 out.put_u64_le(*req);
                 put_bytes(out, key);
             }
-            PeerMessage::ReadTsReply { req, key, cs } => {
+            PeerMessage::ReadTsReply { req, key, cs, records } => {
                 out.put_u8(READ_TS_REPLY);
                 out.put_u64_le(*req);
                 put_bytes(out, key);
                 cs.encode(out);
+                records.encode(out);
             }
             PeerMessage::Read(m) => {
                 out.put_u8(READ);
@@ -381,6 +517,7 @@ impl Encode for PeerMessage {
                 m.rmw_id.encode(out);
                 put_value(out, &m.value);
                 m.cs.encode(out);
+                m.records.encode(out);
             }
             PeerMessage::CommitAck { req, key, cs } => {
                 out.put_u8(COMMIT_ACK);
@@ -410,6 +547,7 @@ impl Decode for PeerMessage {
                 cs: Carstamp::decode(r)?,
                 rmw_id: r.option(RmwId::decode)?,
                 acq: r.option(AcquireId::decode)?,
+                records: KeyRecords::decode(r)?,
             }),
             WRITE_ACK => PeerMessage::WriteAck(WriteAck {
                 req: r.u64()?,
@@ -418,7 +556,12 @@ impl Decode for PeerMessage {
                 delinquent: r.bool()?,
             }),
             READ_TS => PeerMessage::ReadTs { req: r.u64()?, key: r.bytes()? },
-            READ_TS_REPLY => PeerMessage::ReadTsReply { req: r.u64()?, key: r.bytes()?, cs: Carstamp::decode(r)? },
+            READ_TS_REPLY => PeerMessage::ReadTsReply {
+                req: r.u64()?,
+                key: r.bytes()?,
+                cs: Carstamp::decode(r)?,
+                records: KeyRecords::decode(r)?,
+            },
             READ => PeerMessage::Read(Read {
                 req: r.u64()?,
                 key: r.bytes()?,
@@ -461,6 +604,7 @@ impl Decode for PeerMessage {
                 rmw_id: RmwId::decode(r)?,
                 value: get_value(r)?,
                 cs: Carstamp::decode(r)?,
+                records: KeyRecords::decode(r)?,
             }),
             COMMIT_ACK => PeerMessage::CommitAck { req: r.u64()?, key: r.bytes()?, cs: Carstamp::decode(r)? },
             SHARD => PeerMessage::Shard { table: r.u32()?, shard: r.u32()?, msg: LogMessage::decode(r)? },

@@ -4,8 +4,13 @@
 use bytes::{Bytes, BytesMut};
 use proptest::prelude::*;
 use strata_wire::client::{ClientRequest, ClientResponse, ErrorCode, LinkFault, NodeStatus, PeerStatus, Request, Response};
-use strata_wire::peer::{Accept, Commit, PaxosOutcome, PaxosReply, PeerMessage, Propose, Read, ReadReply, Tuple, Version, Write, WriteAck};
-use strata_wire::{decode_frame, decode_message, encode_frame, AcquireId, Ballot, Carstamp, ClusterId, FrameError, Llc, NodeId, RmwId, SessionId};
+use strata_wire::peer::{
+    Accept, Commit, Completion, KeyRecords, PaxosOutcome, PaxosReply, PeerMessage, Propose, RcResult, Read, ReadReply, Tuple, Version, Write, WriteAck,
+};
+use strata_wire::{
+    decode_frame, decode_message, encode_frame, AcquireId, Ballot, Carstamp, ClusterId, ClusterTime, FrameError, LeaseInfo, Llc, NodeId, Rifl, RmwId,
+    RpcId, SessionId,
+};
 
 const CLUSTER: ClusterId = ClusterId(0x5eed);
 const MAX_FRAME: usize = 1 << 20;
@@ -27,6 +32,30 @@ fn fault() -> impl Strategy<Value = LinkFault> {
         .prop_map(|(d, j, l, p)| LinkFault { delay_us: d, jitter_us: j, loss_ppm: l, partitioned: p })
 }
 
+/// RIFL's envelope, valid or not: the codec carries any values (`Rifl::check` judges them).
+fn rifl() -> impl Strategy<Value = Rifl> {
+    (any::<u64>(), any::<u64>(), any::<u64>(), any::<u64>(), any::<u64>()).prop_map(|(client_id, seq, fi, exp, ts)| Rifl {
+        rpc: RpcId { client_id, seq },
+        first_incomplete: fi,
+        lease: LeaseInfo { client_id, expiration: ClusterTime(exp), timestamp: ClusterTime(ts) },
+    })
+}
+
+fn completion() -> impl Strategy<Value = Completion> {
+    let result = prop_oneof![
+        carstamp().prop_map(|cs| RcResult::Written { cs }),
+        (proptest::option::of(bytes()), carstamp(), proptest::option::of(carstamp()), any::<bool>())
+            .prop_map(|(observed, observed_cs, written, swapped)| RcResult::Rmw { observed, observed_cs, written, swapped }),
+    ];
+    (any::<u64>(), any::<u64>(), any::<u64>(), result)
+        .prop_map(|(client_id, seq, ack, result)| Completion { rpc: RpcId { client_id, seq }, ack, result })
+}
+
+fn records() -> impl Strategy<Value = KeyRecords> {
+    (prop::collection::vec((any::<u64>(), any::<u64>()), 0..3), prop::collection::vec(completion(), 0..3))
+        .prop_map(|(floors, done)| KeyRecords { floors, done })
+}
+
 fn request() -> impl Strategy<Value = ClientRequest> {
     let body = prop_oneof![
         Just(Request::OpenSession),
@@ -42,7 +71,7 @@ fn request() -> impl Strategy<Value = ClientRequest> {
         Just(Request::Status),
         (proptest::option::of(any::<u32>().prop_map(NodeId)), fault()).prop_map(|(peer, fault)| Request::SetFault { peer, fault }),
     ];
-    (any::<u64>(), body).prop_map(|(corr, body)| ClientRequest { corr, body })
+    (any::<u64>(), proptest::option::of(rifl()), body).prop_map(|(corr, rifl, body)| ClientRequest { corr, rifl, body })
 }
 
 fn response() -> impl Strategy<Value = ClientResponse> {
@@ -80,7 +109,7 @@ fn response() -> impl Strategy<Value = ClientResponse> {
             .prop_map(|(observed, observed_cs, written, swapped)| Response::Rmw { observed, observed_cs, written, swapped }),
         status.prop_map(Response::Status),
         Just(Response::FaultSet),
-        (1..=10u16, ".{0,30}").prop_map(|(c, message)| Response::Error { code: ErrorCode::from_u16(c), message }),
+        (1..=14u16, ".{0,30}").prop_map(|(c, message)| Response::Error { code: ErrorCode::from_u16(c), message }),
     ];
     (any::<u64>(), body).prop_map(|(corr, body)| ClientResponse { corr, body })
 }
@@ -89,14 +118,15 @@ fn peer_message() -> impl Strategy<Value = PeerMessage> {
     let id = || (session(), any::<u64>());
     prop_oneof![
         any::<u32>().prop_map(|n| PeerMessage::Hello { from: NodeId(n) }),
-        (any::<u64>(), bytes(), proptest::option::of(bytes()), carstamp(), proptest::option::of(id()), proptest::option::of(id()))
-            .prop_map(|(req, key, value, cs, rmw, acq)| PeerMessage::Write(Write {
+        (any::<u64>(), bytes(), proptest::option::of(bytes()), carstamp(), proptest::option::of(id()), proptest::option::of(id()), records())
+            .prop_map(|(req, key, value, cs, rmw, acq, records)| PeerMessage::Write(Write {
                 req,
                 key,
                 value,
                 cs,
                 rmw_id: rmw.map(|(session, seq)| RmwId { session, seq }),
                 acq: acq.map(|(session, seq)| AcquireId { session, seq }),
+                records,
             })),
         (any::<u64>(), bytes(), carstamp(), any::<bool>())
             .prop_map(|(req, key, cs, delinquent)| PeerMessage::WriteAck(WriteAck { req, key, cs, delinquent })),
@@ -117,12 +147,13 @@ fn ballot() -> impl Strategy<Value = Ballot> {
 }
 
 fn version() -> impl Strategy<Value = Version> {
-    (proptest::option::of(bytes()), carstamp(), proptest::option::of(rmw_id()))
-        .prop_map(|(value, cs, rmw_id)| Version { value, cs, rmw_id })
+    (proptest::option::of(bytes()), carstamp(), proptest::option::of(rmw_id()), records())
+        .prop_map(|(value, cs, rmw_id, records)| Version { value, cs, rmw_id, records })
 }
 
 fn tuple() -> impl Strategy<Value = Tuple> {
-    (rmw_id(), carstamp(), proptest::option::of(bytes())).prop_map(|(rmw_id, c, value)| Tuple { rmw_id, base: c.llc, value })
+    (rmw_id(), carstamp(), proptest::option::of(bytes()), proptest::option::of(completion()))
+        .prop_map(|(rmw_id, c, value, record)| Tuple { rmw_id, base: c.llc, value, record })
 }
 
 fn paxos_reply() -> impl Strategy<Value = PaxosReply> {
@@ -142,7 +173,8 @@ fn paxos_reply() -> impl Strategy<Value = PaxosReply> {
 fn kite_message() -> impl Strategy<Value = PeerMessage> {
     prop_oneof![
         (any::<u64>(), bytes()).prop_map(|(req, key)| PeerMessage::ReadTs { req, key }),
-        (any::<u64>(), bytes(), carstamp()).prop_map(|(req, key, cs)| PeerMessage::ReadTsReply { req, key, cs }),
+        (any::<u64>(), bytes(), carstamp(), records())
+            .prop_map(|(req, key, cs, records)| PeerMessage::ReadTsReply { req, key, cs, records }),
         (any::<u64>(), bytes(), carstamp(), proptest::option::of(acq_id()))
             .prop_map(|(req, key, known_cs, acq)| PeerMessage::Read(Read { req, key, known_cs, acq })),
         (any::<u64>(), bytes(), carstamp(), proptest::option::of(version()), any::<bool>())
@@ -157,8 +189,9 @@ fn kite_message() -> impl Strategy<Value = PeerMessage> {
         (any::<u64>(), bytes(), any::<u32>(), ballot(), tuple(), acq_id())
             .prop_map(|(req, key, slot, ballot, tuple, acq)| PeerMessage::Accept(Accept { req, key, slot, ballot, tuple, acq })),
         paxos_reply().prop_map(PeerMessage::AcceptReply),
-        (any::<u64>(), bytes(), any::<u32>(), rmw_id(), proptest::option::of(bytes()), carstamp())
-            .prop_map(|(req, key, slot, rmw_id, value, cs)| PeerMessage::Commit(Commit { req, key, slot, rmw_id, value, cs })),
+        (any::<u64>(), bytes(), any::<u32>(), rmw_id(), proptest::option::of(bytes()), carstamp(), records()).prop_map(
+            |(req, key, slot, rmw_id, value, cs, records)| PeerMessage::Commit(Commit { req, key, slot, rmw_id, value, cs, records })
+        ),
         (any::<u64>(), bytes(), carstamp()).prop_map(|(req, key, cs)| PeerMessage::CommitAck { req, key, cs }),
     ]
 }

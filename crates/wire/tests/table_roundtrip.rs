@@ -69,20 +69,14 @@ fn request() -> impl Strategy<Value = ClientRequest> {
             name(),
             bytes(),
             op,
-            any::<u64>(),
-            any::<u64>(),
             any::<bool>()
         )
-            .prop_map(
-                |(table, key, op, client_id, seq, immediate)| Request::LogWrite {
-                    table,
-                    key,
-                    op,
-                    client_id,
-                    seq,
-                    immediate
-                }
-            ),
+            .prop_map(|(table, key, op, immediate)| Request::LogWrite {
+                table,
+                key,
+                op,
+                immediate
+            }),
         (name(), bytes(), proptest::option::of(index())).prop_map(|(table, key, min_index)| {
             Request::LogRead {
                 table,
@@ -93,7 +87,7 @@ fn request() -> impl Strategy<Value = ClientRequest> {
         table_def().prop_map(|def| Request::CreateTable { def }),
         Just(Request::ListTables),
     ];
-    (any::<u64>(), body).prop_map(|(corr, body)| ClientRequest { corr, body })
+    (any::<u64>(), body).prop_map(|(corr, body)| ClientRequest::new(corr, body))
 }
 
 fn failure() -> impl Strategy<Value = LogFailure> {
@@ -206,7 +200,7 @@ proptest! {
 fn tags_are_the_documented_constants() {
     let tag = |r: Request| {
         let mut b = BytesMut::new();
-        ClientRequest { corr: 0, body: r }.encode(&mut b);
+        ClientRequest { corr: 0, rifl: None, body: r }.encode(&mut b);
         b[0]
     };
     assert_eq!(request_tag::LOG_WRITE, 0x20);
@@ -254,13 +248,9 @@ fn cad_table(timers: TableTimers) -> TableDef {
 fn bad_enum_codes_are_rejected() {
     let def = cad_table(TableTimers::Default);
     let mut b = BytesMut::new();
-    ClientRequest {
-        corr: 5,
-        body: Request::CreateTable { def },
-    }
-    .encode(&mut b);
-    // tag (1) + corr (8) + name (4 + 1), then the engine code.
-    b[14] = 9;
+    ClientRequest::new(5, Request::CreateTable { def }).encode(&mut b);
+    // tag (1) + corr (8) + no RIFL envelope (1) + name (4 + 1), then the engine code.
+    b[15] = 9;
     let e = decode_message::<ClientRequest>(b.freeze()).unwrap_err();
     assert!(
         matches!(
@@ -332,7 +322,7 @@ proptest! {
     fn table_defs_without_timers_decode(defs in prop::collection::vec(table_def(), 1..3)) {
         let default = |d: TableDef| TableDef { timers: TableTimers::Default, ..d };
         // The extension: a u32 count, then one byte per definition.
-        let create = ClientRequest { corr: 1, body: Request::CreateTable { def: defs[0].clone() } };
+        let create = ClientRequest { corr: 1, rifl: None, body: Request::CreateTable { def: defs[0].clone() } };
         let body = decode_message::<ClientRequest>(without_extension(&create, 5)).unwrap().body;
         prop_assert_eq!(body, Request::CreateTable { def: default(defs[0].clone()) });
         let list = ClientResponse { corr: 2, body: Response::Tables(defs.clone()) };
@@ -354,7 +344,7 @@ fn an_extension_must_match_its_sequence() {
     assert!(matches!(e, DecodeError::Invalid { what: "extension count", value: 2 }), "{e:?}");
     // An unknown timer code is refused like any bad enum code.
     let mut b = BytesMut::new();
-    ClientRequest { corr: 4, body: Request::CreateTable { def: cad_table(TableTimers::Geo) } }.encode(&mut b);
+    ClientRequest { corr: 4, rifl: None, body: Request::CreateTable { def: cad_table(TableTimers::Geo) } }.encode(&mut b);
     let last = b.len() - 1;
     b[last] = 9;
     let e = decode_message::<ClientRequest>(b.freeze()).unwrap_err();

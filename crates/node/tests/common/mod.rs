@@ -105,7 +105,7 @@ impl Conn {
     pub async fn call(&mut self, body: Request) -> Response {
         let corr = self.next_corr;
         self.next_corr += 1;
-        self.send(&ClientRequest { corr, body }).await;
+        self.send(&ClientRequest::new(corr, body)).await;
         let resp = self.recv().await.expect("connection closed while waiting for a response");
         assert_eq!(resp.corr, corr, "responses come back in order on one connection");
         resp.body
