@@ -3,8 +3,8 @@
 
 use bytes::Bytes;
 use strata_wire::client::Response;
-use strata_wire::peer::{KeyRecords, PeerMessage, Read, ReadReply, Version, Write};
-use strata_wire::{AcquireId, Carstamp, Instant, Llc, NodeId, SessionId};
+use strata_wire::peer::{KeyRecords, PeerMessage, RcResult, Read, ReadReply, Version, Write};
+use strata_wire::{AcquireId, Carstamp, Instant, Llc, NodeId, Rifl, SessionId};
 
 use crate::api::{RcEvent, ValueRound};
 use crate::barrier::Barrier;
@@ -99,36 +99,41 @@ impl RcReplica {
         let mut best = k.version();
         merge_read_replies(&mut best, &replies);
         self.apply(key, best.value.clone(), best.cs, best.rmw_id);
+        self.merge_records(key, &best.records);
         let k = self.key_mut(key);
         // §5.8 E2: restored with the epoch at the *start* of the access.
         k.epoch = k.epoch.max(s.e_start);
         Some(Response::Value { value: best.value, cs: best.cs })
     }
 
-    pub(crate) fn step_slow_write(&mut self, now: Instant, id: OpId, sid: SessionId, key: &Bytes, s: &mut SlowWrite) -> Option<Response> {
+    pub(crate) fn step_slow_write(&mut self, now: Instant, id: OpId, sid: SessionId, key: &Bytes, s: &mut SlowWrite, rifl: Option<&Rifl>) -> Option<Response> {
         let Some(req) = s.req else {
             self.stats.slow_path_accesses += 1;
             let key2 = key.clone();
             s.req = Some(self.start_round(now, id, |req| PeerMessage::ReadTs { req, key: key2 }));
-            return self.step_slow_write(now, id, sid, key, s);
+            return self.step_slow_write(now, id, sid, key, s, rifl);
         };
         if self.round_replies(req) < self.remote_quorum() {
             return None;
         }
-        let max = max_replied_llc(&self.end_round(req));
+        let replies = self.end_round(req);
+        if let Some(done) = self.recorded_in_round(key, &replies, rifl) {
+            return Some(done);
+        }
+        let max = max_replied_llc(&replies);
         let node = self.cfg.node;
         let k = self.key_mut(key);
         let cs = Carstamp::next_write(max.max(k.cs.llc), node);
         assert!(k.apply_version(s.value.clone(), cs, None), "a write above every known clock is new");
         k.epoch = k.epoch.max(s.e_start);
-        self.publish_write(now, sid, key.clone(), s.value.take(), cs);
+        self.publish_write(now, sid, key.clone(), s.value.take(), cs, rifl);
         Some(Response::Written { cs })
     }
 
     /// Kite §5.4. L1 (`READ_TS`) runs concurrently with the barrier (L2); the value round (L4)
     /// starts only after both, so no node holds the released value before the DM-set, if any,
     /// reached a quorum (the release invariant).
-    pub(crate) fn step_release(&mut self, now: Instant, id: OpId, sid: SessionId, key: &Bytes, r: &mut Release) -> Option<Response> {
+    pub(crate) fn step_release(&mut self, now: Instant, id: OpId, sid: SessionId, key: &Bytes, r: &mut Release, rifl: Option<&Rifl>) -> Option<Response> {
         if r.ts_req.is_none() {
             let key2 = key.clone();
             r.ts_req = Some(self.start_round(now, id, |req| PeerMessage::ReadTs { req, key: key2 }));
@@ -149,18 +154,23 @@ impl RcReplica {
         if !barrier_done || self.round_replies(ts_req) < self.remote_quorum() {
             return None;
         }
+        let replies = self.end_round(ts_req);
+        if let Some(done) = self.recorded_in_round(key, &replies, rifl) {
+            return Some(done);
+        }
         // L3: above every clock of a quorum and of the local replica.
-        r.max_llc = max_replied_llc(&self.end_round(ts_req));
+        r.max_llc = max_replied_llc(&replies);
         let node = self.cfg.node;
         let cs = Carstamp::next_write(r.max_llc.max(self.local(key).1.llc), node);
         let value = Some(r.value.clone());
         self.apply(key, value.clone(), cs, None);
+        let records = self.record_completion(key, rifl, RcResult::Written { cs });
         self.effects.event.push(RcEvent::VersionCreated { session: sid, key: key.clone(), cs, value: value.clone() });
         self.report_barrier(sid, key, ValueRound::Write { cs }, &mut r.barrier);
         let key2 = key.clone();
-        let req = self.start_round(now, id, |req| PeerMessage::Write(Write { req, key: key2, value, cs, rmw_id: None, acq: None, records: KeyRecords::default() }));
+        let req = self.start_round(now, id, |req| PeerMessage::Write(Write { req, key: key2, value, cs, rmw_id: None, acq: None, records }));
         r.write = Some((req, cs));
-        self.step_release(now, id, sid, key, r)
+        self.step_release(now, id, sid, key, r, rifl)
     }
 
     /// Kite §5.5: read a quorum, write back unless the value is known to be at a quorum, then
@@ -197,12 +207,13 @@ impl RcReplica {
                 if c > c0 {
                     self.apply(key, a.best.value.clone(), c, a.best.rmw_id);
                 }
+                self.merge_records(key, &a.best.records);
                 // A5: `cnt` counts the local replica if it already held the value.
                 let cnt = a.holders.len() as usize + usize::from(c0 == c);
                 if cnt < self.cfg.quorum() {
                     let (key2, v, acq) = (key.clone(), a.best.clone(), a.acq);
                     let req = self.start_round(now, id, |req| {
-                        PeerMessage::Write(Write { req, key: key2, value: v.value, cs: v.cs, rmw_id: v.rmw_id, acq: Some(acq), records: KeyRecords::default() })
+                        PeerMessage::Write(Write { req, key: key2, value: v.value, cs: v.cs, rmw_id: v.rmw_id, acq: Some(acq), records: v.records })
                     });
                     a.phase = AcquirePhase::WritingBack { req };
                     return self.step_acquire(now, id, sid, key, a);
@@ -223,6 +234,18 @@ impl RcReplica {
                 Some(self.finish_acquire(now, sid, key, a))
             }
         }
+    }
+
+    /// RIFL for the write rounds of releases and slow writes (rifl.md R-D23): merges the key's
+    /// completion records from the `READ_TS` replies; if an earlier attempt of this RPC reached
+    /// any replica of the quorum, its recorded result is the answer and nothing is written.
+    fn recorded_in_round(&mut self, key: &Bytes, replies: &[(NodeId, PeerMessage)], rifl: Option<&Rifl>) -> Option<Response> {
+        for (_, m) in replies {
+            if let PeerMessage::ReadTsReply { records, .. } = m {
+                self.merge_records(key, records);
+            }
+        }
+        self.recorded_reply(key, rifl)
     }
 
     fn finish_acquire(&mut self, now: Instant, sid: SessionId, key: &Bytes, a: &mut Acquire) -> Response {

@@ -121,6 +121,10 @@ pub struct RcStats {
     pub slow_path_accesses: u64,
     /// Paxos attempts that were Nacked and backed off.
     pub paxos_nacks: u64,
+    /// RIFL: retries answered from a completion record instead of executing again (R-G2).
+    pub rifl_duplicates: u64,
+    /// RIFL: requests refused as `Stale` (the client had acknowledged them).
+    pub rifl_stale: u64,
     /// The `T_REL` a barrier starting now would wait, microseconds (adaptive: 10 smoothed ack
     /// round trips within the configured bounds, `RcReplica::release_timeout`). A gauge, not a
     /// counter.

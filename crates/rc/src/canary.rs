@@ -26,4 +26,7 @@ pub enum PlantedBug {
     /// Kite §7 inv. 17 canary: a received `COMMIT` advances the key's last committed slot
     /// without registering its RMW (§5.1.2's "any update of `lc` also registers `lc_rmw`" off).
     CommitWithoutRegistering,
+    /// RIFL canary (rifl.md §7 inv. 1): a retry never consults the key's completion records,
+    /// so a retried request whose first attempt took effect executes again.
+    IgnoreCompletionRecords,
 }

@@ -6,8 +6,8 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use bytes::Bytes;
-use strata_wire::peer::{Commit, KeyRecords, PeerMessage, Write, WriteAck};
-use strata_wire::{Carstamp, Instant, NodeId, RmwId, SessionId};
+use strata_wire::peer::{Commit, PeerMessage, RcResult, Write, WriteAck};
+use strata_wire::{Carstamp, Instant, NodeId, Rifl, RmwId, SessionId};
 
 use crate::api::RcEvent;
 use crate::node_set::NodeSet;
@@ -37,7 +37,7 @@ pub(crate) struct PendingWrite {
 impl RcReplica {
     /// Kite §5.3 W2, fast path: a new version above the local clock, installed locally,
     /// broadcast to every peer, complete at once (no wait for acks).
-    pub(crate) fn relaxed_write_fast(&mut self, now: Instant, session: SessionId, key: Bytes, value: Option<Bytes>) -> Carstamp {
+    pub(crate) fn relaxed_write_fast(&mut self, now: Instant, session: SessionId, key: Bytes, value: Option<Bytes>, rifl: Option<&Rifl>) -> Carstamp {
         let node = self.cfg.node;
         let k = self.key_mut(&key);
         // The clock is chosen in the same step that installs the value, from the current local
@@ -45,16 +45,19 @@ impl RcReplica {
         let cs = Carstamp::next_write(k.cs.llc, node);
         let installed = k.apply_version(value.clone(), cs, None);
         assert!(installed, "a fresh local version must be newer than the replica");
-        self.publish_write(now, session, key, value, cs);
+        self.publish_write(now, session, key, value, cs, rifl);
         cs
     }
 
     /// Announces a plain version this node created (relaxed write, slow write): the version
     /// event, the broadcast, the pending record, and the session's note for its next barrier.
-    pub(crate) fn publish_write(&mut self, now: Instant, session: SessionId, key: Bytes, value: Option<Bytes>, cs: Carstamp) {
+    /// A linearizable write's completion record goes with the version, in the same message
+    /// (rifl.md §5.3 S6, R-D23); a retransmission carries the key's whole set.
+    pub(crate) fn publish_write(&mut self, now: Instant, session: SessionId, key: Bytes, value: Option<Bytes>, cs: Carstamp, rifl: Option<&Rifl>) {
         self.effects.event.push(RcEvent::VersionCreated { session, key: key.clone(), cs, value: value.clone() });
+        let records = self.record_completion(&key, rifl, RcResult::Written { cs });
         let req = self.next_req();
-        let msg = PeerMessage::Write(Write { req, key: key.clone(), value: value.clone(), cs, rmw_id: None, acq: None, records: KeyRecords::default() });
+        let msg = PeerMessage::Write(Write { req, key: key.clone(), value: value.clone(), cs, rmw_id: None, acq: None, records });
         self.broadcast(&msg);
         self.track(now, key.clone(), value, cs, None, NodeSet::EMPTY);
         self.note_unresolved(session, key, cs);
@@ -98,6 +101,7 @@ impl RcReplica {
             k.rmw_id = w.rmw_id.filter(|_| w.cs.pno > 0);
         }
         self.apply(&w.key, w.value, w.cs, w.rmw_id);
+        self.merge_records(&w.key, &w.records);
         let held = self.keys.get(&w.key).map_or(Carstamp::ZERO, |k| k.cs);
         let delinquent = match w.acq {
             Some(acq) => self.dcheck(from, acq),
@@ -128,11 +132,12 @@ impl RcReplica {
     /// The message that re-sends a pending record: `WRITE`, or `COMMIT` for an RMW's version.
     fn resend_message(&mut self, key: &Bytes, p_value: Option<Bytes>, cs: Carstamp, rmw_id: Option<RmwId>) -> PeerMessage {
         let req = self.next_req();
+        let records = self.keys.get(key).map(|k| k.records.clone()).unwrap_or_default();
         match rmw_id {
             Some(rmw_id) if cs.pno > 0 => {
-                PeerMessage::Commit(Commit { req, key: key.clone(), slot: cs.pno, rmw_id, value: p_value, cs, records: KeyRecords::default() })
+                PeerMessage::Commit(Commit { req, key: key.clone(), slot: cs.pno, rmw_id, value: p_value, cs, records })
             }
-            _ => PeerMessage::Write(Write { req, key: key.clone(), value: p_value, cs, rmw_id: None, acq: None, records: KeyRecords::default() }),
+            _ => PeerMessage::Write(Write { req, key: key.clone(), value: p_value, cs, rmw_id: None, acq: None, records }),
         }
     }
 

@@ -24,12 +24,15 @@ pub struct KeyState {
     pub promised: Ballot,
     /// The tuple accepted for slot `lc + 1`, with its ballot.
     pub accepted: Option<(Ballot, Tuple)>,
+    /// RIFL completion records of the linearizable RPCs that mutated the key, and per-client
+    /// ack floors (`crate::records`; rifl.md R-D23).
+    pub records: KeyRecords,
 }
 
 impl KeyState {
     /// The replica's current version, as carried by replies.
     pub fn version(&self) -> Version {
-        Version { value: self.value.clone(), cs: self.cs, rmw_id: self.rmw_id, records: KeyRecords::default() }
+        Version { value: self.value.clone(), cs: self.cs, rmw_id: self.rmw_id, records: self.records.clone() }
     }
 
     /// Kite §5.1.1 `apply_version`, the value part: install `(value, cs)` only if it is newer.

@@ -7,6 +7,8 @@
 //!   accesses to out-of-epoch keys (§5.2 R3, §5.3 W3);
 //! * `paxos`: fetch-and-add and compare-and-swap through leaderless per-key Paxos (§5.6, §5.7);
 //! * `barrier`: the fast/slow-path barrier, delinquency bits and epochs (§5.1.4 - §5.1.6, §5.8);
+//! * `records`: RIFL completion records kept with each key, for exactly-once requests
+//!   (`specs/rifl.md` R-D23);
 //! * `session`, `rounds`, `ops`, `replica`: session order (§5.1.8), rounds with retransmission
 //!   (§5.1.3), and the engine that advances operations.
 //!
@@ -22,6 +24,7 @@ pub mod key_state;
 mod node_set;
 mod ops;
 mod paxos;
+mod records;
 mod replica;
 mod rounds;
 mod session;
@@ -44,3 +47,5 @@ pub(crate) use canary::PlantedBug;
 mod testkit;
 #[cfg(test)]
 mod scenarios;
+#[cfg(test)]
+mod rifl_scenarios;

@@ -2,7 +2,7 @@
 //! `step_*` function (in `abd.rs` and `paxos.rs`) whenever something it waits for changed.
 
 use bytes::Bytes;
-use strata_wire::{AcquireId, SessionId};
+use strata_wire::{AcquireId, Rifl, SessionId};
 
 use crate::abd::{Acquire, Release, SlowRead, SlowWrite};
 use crate::barrier::Barrier;
@@ -18,6 +18,9 @@ pub(crate) struct Op {
     pub corr: u64,
     pub key: Bytes,
     pub kind: OpKind,
+    /// RIFL's envelope: the operation creates its completion record with the version it
+    /// writes (rifl.md §5.3 S6), and is in `RcReplica::rifl_running` until it completes.
+    pub rifl: Option<Rifl>,
 }
 
 #[derive(Debug)]

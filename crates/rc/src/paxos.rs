@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use strata_wire::client::Response;
-use strata_wire::peer::{Accept, Commit, KeyRecords, PaxosOutcome, PaxosReply, PeerMessage, Propose, Tuple};
-use strata_wire::{AcquireId, Ballot, Carstamp, Instant, NodeId, RmwId, SessionId};
+use strata_wire::peer::{Accept, Commit, Completion, PaxosOutcome, PaxosReply, PeerMessage, Propose, RcResult, Tuple};
+use strata_wire::{AcquireId, Ballot, Carstamp, Instant, NodeId, Rifl, RmwId, SessionId};
 
 use crate::api::{RcEvent, ValueRound};
 use crate::barrier::Barrier;
@@ -132,7 +132,7 @@ impl RcReplica {
         })))
     }
 
-    pub(crate) fn step_rmw(&mut self, now: Instant, id: OpId, sid: SessionId, key: &Bytes, r: &mut Rmw) -> Option<Response> {
+    pub(crate) fn step_rmw(&mut self, now: Instant, id: OpId, sid: SessionId, key: &Bytes, r: &mut Rmw, rifl: Option<&Rifl>) -> Option<Response> {
         loop {
             if !matches!(r.phase, Phase::WaitTurn) {
                 // M2: the barrier runs concurrently with the propose phase (O1).
@@ -154,6 +154,11 @@ impl RcReplica {
                     if self.registry_has(r.rmw_id) {
                         self.commit_own_elsewhere(now, id, key, r); // M9
                         continue;
+                    }
+                    // RIFL: another attempt of this RPC (a retry at another node) was decided
+                    // in an earlier slot; its record came with the slot (`crate::records`).
+                    if let Some(reply) = self.recorded_reply(key, rifl) {
+                        return Some(self.finish_rmw_recorded(id, key, r, reply));
                     }
                     // M3.
                     let node = self.cfg.node;
@@ -193,7 +198,14 @@ impl RcReplica {
                                 .max_by_key(|(b, _)| *b);
                             let (tuple, helping) = match accepted {
                                 Some((_, t)) => (t.clone(), t.rmw_id != r.rmw_id),
-                                None => (self.compute_once(key, slot, r).tuple, false),
+                                None => {
+                                    // The round may have brought the slots (and records) this
+                                    // node had missed: look again before computing.
+                                    if let Some(reply) = self.recorded_reply(key, rifl) {
+                                        return Some(self.finish_rmw_recorded(id, key, r, reply));
+                                    }
+                                    (self.compute_once(key, slot, r, rifl).tuple, false)
+                                }
                             };
                             r.phase = Phase::Accept { slot, ballot, tuple, helping };
                         }
@@ -269,6 +281,7 @@ impl RcReplica {
             r.detected |= p.delinquent;
             if let Some(v) = p.current {
                 self.apply(key, v.value, v.cs, v.rmw_id);
+                self.merge_records(key, &v.records);
             }
             if let PaxosOutcome::SlotTooSmall { lc, lc_rmw: Some(lc_rmw) } = &p.outcome {
                 self.learn_committed(key, *lc, *lc_rmw);
@@ -280,14 +293,22 @@ impl RcReplica {
 
     /// P-ONCE-PER-SLOT: computes the RMW on the replica's current value the first time this
     /// slot is tried, and reuses that outcome for every later ballot of the slot.
-    fn compute_once(&mut self, key: &Bytes, slot: u32, r: &mut Rmw) -> Computed {
+    fn compute_once(&mut self, key: &Bytes, slot: u32, r: &mut Rmw, rifl: Option<&Rifl>) -> Computed {
         if let Some(c) = r.my.get(&slot) {
             return c.clone();
         }
         let (value, cs) = self.local(key);
         let (new_value, swapped) = r.op.apply(&value);
+        // rifl.md §5.3 S6: the completion record is part of the proposed outcome, so it is
+        // decided (and learned) in the same slot as the mutation.
+        let written = Carstamp { llc: cs.llc, pno: slot };
+        let record = rifl.map(|e| Completion {
+            rpc: e.rpc,
+            ack: e.first_incomplete - 1,
+            result: RcResult::Rmw { observed: value.clone(), observed_cs: cs, written: Some(written), swapped },
+        });
         let c = Computed {
-            tuple: Tuple { rmw_id: r.rmw_id, base: cs.llc, value: new_value, record: None },
+            tuple: Tuple { rmw_id: r.rmw_id, base: cs.llc, value: new_value, record },
             observed: value,
             observed_cs: cs,
             swapped,
@@ -319,9 +340,9 @@ impl RcReplica {
     fn catch_up(&mut self, now: Instant, id: OpId, key: &Bytes, outcomes: &[(NodeId, PaxosOutcome)], r: &mut Rmw) {
         let k = self.key_mut(key);
         if let Some(lc_rmw) = k.lc_rmw {
-            let (slot, value, cs) = (k.lc, k.value.clone(), k.cs);
+            let (slot, value, cs, records) = (k.lc, k.value.clone(), k.cs, k.records.clone());
             let req = self.next_req();
-            let msg = PeerMessage::Commit(Commit { req, key: key.clone(), slot, rmw_id: lc_rmw, value, cs, records: KeyRecords::default() });
+            let msg = PeerMessage::Commit(Commit { req, key: key.clone(), slot, rmw_id: lc_rmw, value, cs, records });
             for (n, o) in outcomes {
                 if matches!(o, PaxosOutcome::SlotTooHigh { .. }) {
                     self.effects.send.push((*n, msg.clone()));
@@ -344,8 +365,15 @@ impl RcReplica {
         let cs = Carstamp { llc: tuple.base, pno: slot };
         self.apply(key, tuple.value.clone(), cs, Some(tuple.rmw_id));
         self.learn_committed(key, slot, tuple.rmw_id);
+        // The learners get the key's whole record set, this slot's record included, so that
+        // they know the records of every slot up to this one (`crate::records`).
+        let k = self.key_mut(key);
+        if let Some(c) = &tuple.record {
+            crate::records::add(&mut k.records, c);
+        }
+        let records = k.records.clone();
         let (key2, rmw_id, value) = (key.clone(), tuple.rmw_id, tuple.value.clone());
-        let req = self.start_round(now, id, |req| PeerMessage::Commit(Commit { req, key: key2, slot, rmw_id, value, cs, records: KeyRecords::default() }));
+        let req = self.start_round(now, id, |req| PeerMessage::Commit(Commit { req, key: key2, slot, rmw_id, value, cs, records }));
         r.phase = Phase::Committing { req, slot, tuple, helping };
     }
 
@@ -359,7 +387,18 @@ impl RcReplica {
 
     #[allow(clippy::too_many_arguments)]
     fn finish_rmw(&mut self, now: Instant, id: OpId, sid: SessionId, key: &Bytes, slot: u32, tuple: Tuple, acked: NodeSet, r: &mut Rmw) -> Response {
-        // M10: let the next local RMW on the key propose.
+        self.leave_proposers(id, key);
+        let cs = Carstamp { llc: tuple.base, pno: slot };
+        let c = r.my.get(&slot).expect("an own slot was computed").clone();
+        self.effects.event.push(RcEvent::VersionCreated { session: sid, key: key.clone(), cs, value: tuple.value.clone() });
+        self.track(now, key.clone(), tuple.value, cs, Some(r.rmw_id), acked);
+        self.note_unresolved(sid, key.clone(), cs);
+        self.acquire_finish(r.detected, r.acq);
+        Response::Rmw { observed: c.observed, observed_cs: c.observed_cs, written: Some(cs), swapped: c.swapped }
+    }
+
+    /// M10: let the next local RMW on the key propose.
+    fn leave_proposers(&mut self, id: OpId, key: &Bytes) {
         if let Some(q) = self.proposers.get_mut(key) {
             q.retain(|&o| o != id);
             match q.front() {
@@ -369,13 +408,14 @@ impl RcReplica {
                 }
             }
         }
-        let cs = Carstamp { llc: tuple.base, pno: slot };
-        let c = r.my.get(&slot).expect("an own slot was computed").clone();
-        self.effects.event.push(RcEvent::VersionCreated { session: sid, key: key.clone(), cs, value: tuple.value.clone() });
-        self.track(now, key.clone(), tuple.value, cs, Some(r.rmw_id), acked);
-        self.note_unresolved(sid, key.clone(), cs);
+    }
+
+    /// RIFL: the RMW's RPC was executed by an earlier attempt; it ends with that attempt's
+    /// result (or `Stale`) and creates nothing. Its detections still count (`acquire_finish`).
+    fn finish_rmw_recorded(&mut self, id: OpId, key: &Bytes, r: &mut Rmw, reply: Response) -> Response {
+        self.leave_proposers(id, key);
         self.acquire_finish(r.detected, r.acq);
-        Response::Rmw { observed: c.observed, observed_cs: c.observed_cs, written: Some(cs), swapped: c.swapped }
+        reply
     }
 
     // ---- acceptor (Kite §5.7.6 - §5.7.8) ----
@@ -458,6 +498,7 @@ impl RcReplica {
             self.apply(&c.key, c.value, c.cs, (c.cs.pno > 0).then_some(c.rmw_id));
             self.learn_committed(&c.key, c.slot, c.rmw_id);
         }
+        self.merge_records(&c.key, &c.records);
         let held = self.local(&c.key).1;
         self.effects.send.push((from, PeerMessage::CommitAck { req: c.req, key: c.key, cs: held }));
     }

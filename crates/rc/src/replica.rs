@@ -6,13 +6,13 @@
 //! re-checks its conditions: level-triggered, so no event can be "missed"), delivers
 //! completions in session order and starts the session operations they unblocked.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap, HashSet};
 
 use bytes::Bytes;
 use strata_core::{DeadlineQueue, Effects, Node, Prng};
 use strata_wire::client::{ClientRequest, ClientResponse, ErrorCode, Request, Response};
-use strata_wire::peer::{KeyRecords, PeerMessage};
-use strata_wire::{Carstamp, Instant, NodeId, RmwId, SessionId};
+use strata_wire::peer::{Completion, KeyRecords, PeerMessage, RcResult};
+use strata_wire::{Carstamp, Instant, NodeId, Rifl, RmwId, RpcId, SessionId};
 
 use crate::api::{RcEvent, RcInput, RcReply, RcStats, Route};
 use crate::barrier::DBit;
@@ -20,6 +20,7 @@ use crate::config::{ConfigError, RcConfig};
 use crate::es::PendingWrite;
 use crate::key_state::KeyState;
 use crate::node_set::NodeSet;
+use crate::records;
 use crate::ops::{Op, OpKind};
 use crate::rounds::Rounds;
 use crate::session::{is_blocking, request_key, OpId, Queued, Running, Session};
@@ -64,6 +65,12 @@ pub struct RcReplica {
     /// `T_RETX` and the barrier's `T_REL`, `es::ack_rtts`).
     pub(crate) ack_rtt: Option<std::time::Duration>,
     pub(crate) next_req: u64,
+    /// RIFL (rifl.md §3.3), node-level part: per client, the ack watermark learned from its
+    /// requests (`first_incomplete - 1`; a request at or below it is `Stale`), and the RPCs
+    /// executing here (a second arrival is answered `InProgress`, R-D5). Completion records
+    /// themselves live with their keys (`KeyState::records`).
+    pub(crate) rifl_acks: HashMap<u64, u64>,
+    pub(crate) rifl_running: HashSet<RpcId>,
     pub(crate) stats: RcStats,
     pub(crate) effects: RcEffects,
 }
@@ -97,6 +104,8 @@ impl RcReplica {
             prng: Prng::new(cfg.seed),
             ack_rtt: None,
             next_req: 0,
+            rifl_acks: HashMap::new(),
+            rifl_running: HashSet::new(),
             stats: RcStats::default(),
             effects: RcEffects::default(),
             cfg,
@@ -207,6 +216,70 @@ impl RcReplica {
         self.rmw_registry.get(&id.session).is_some_and(|&s| s >= id.seq)
     }
 
+    /// RIFL on arrival (rifl.md §5.3 S3, S4's `process_ack`): a mutating request's envelope
+    /// must keep the client invariant; its `first_incomplete` acknowledges every earlier RPC of
+    /// the client. Reads ignore the envelope.
+    fn take_envelope(&mut self, req: &Request, rifl: Option<&Rifl>) -> Result<(), (ErrorCode, String)> {
+        let Some(e) = rifl.filter(|_| is_mutating(req)) else { return Ok(()) };
+        e.check().map_err(|why| (ErrorCode::BadEnvelope, format!("RIFL envelope of {}: {why}", e.rpc)))?;
+        let ack = self.rifl_acks.entry(e.rpc.client_id).or_insert(0);
+        *ack = (*ack).max(e.first_incomplete - 1);
+        Ok(())
+    }
+
+    /// RIFL at the start of a mutating operation (§5.3 S4): `Some` reply if it must not
+    /// execute — it completed already (the recorded result, R-G2), the client acknowledged it
+    /// (`Stale`), or another attempt is executing here (`InProgress`).
+    fn rifl_recorded(&mut self, key: &Bytes, e: &Rifl) -> Option<Response> {
+        if e.rpc.seq <= self.rifl_acks.get(&e.rpc.client_id).copied().unwrap_or(0) {
+            self.stats.rifl_stale += 1;
+            return Some(stale(e.rpc));
+        }
+        if let Some(reply) = self.recorded_reply(key, Some(e)) {
+            return Some(reply);
+        }
+        let running = self.rifl_running.contains(&e.rpc);
+        running.then(|| Response::Error { code: ErrorCode::InProgress, message: format!("{}: another attempt is executing at this node", e.rpc) })
+    }
+
+    /// What `key`'s completion records say about `rifl`'s RPC (rifl.md §5.4): its recorded
+    /// result (R-G2), `Stale` below the client's floor, or `None`: it may execute. Called at
+    /// the start of an operation and again wherever a round brought more records (a release's
+    /// `READ_TS` replies, a Paxos slot's catch-up).
+    pub(crate) fn recorded_reply(&mut self, key: &Bytes, rifl: Option<&Rifl>) -> Option<Response> {
+        let e = rifl?;
+        if self.planted(crate::PlantedBug::IgnoreCompletionRecords) {
+            return None; // CANARY: every retry executes again.
+        }
+        match records::lookup(&self.keys.get(key)?.records, e.rpc) {
+            records::Lookup::Done(result) => {
+                self.stats.rifl_duplicates += 1;
+                Some(records::response(result))
+            }
+            records::Lookup::Stale => {
+                self.stats.rifl_stale += 1;
+                Some(stale(e.rpc))
+            }
+            records::Lookup::Unknown => None,
+        }
+    }
+
+    /// Merges completion records received with a version of `key`.
+    pub(crate) fn merge_records(&mut self, key: &Bytes, from: &KeyRecords) {
+        if !from.is_empty() {
+            records::merge(&mut self.key_mut(key).records, from);
+        }
+    }
+
+    /// The completion record of `rifl`'s RPC with `result`, added to `key`'s records; returned
+    /// as the one-record delta its version's broadcast carries.
+    pub(crate) fn record_completion(&mut self, key: &Bytes, rifl: Option<&Rifl>, result: RcResult) -> KeyRecords {
+        let Some(e) = rifl else { return KeyRecords::default() };
+        let c = Completion { rpc: e.rpc, ack: e.first_incomplete - 1, result };
+        records::add(&mut self.key_mut(key).records, &c);
+        KeyRecords { floors: Vec::new(), done: vec![c] }
+    }
+
     fn reply_error(&mut self, route: Route, corr: u64, code: ErrorCode, message: String) {
         self.effects.reply.push(RcReply { route, resp: ClientResponse { corr, body: Response::Error { code, message } } });
     }
@@ -254,7 +327,7 @@ impl RcReplica {
     }
 
     fn on_client(&mut self, now: Instant, route: Route, req: ClientRequest) {
-        let ClientRequest { corr, body, .. } = req;
+        let ClientRequest { corr, body, rifl } = req;
         match body {
             Request::OpenSession => {
                 let index = self.next_session_index;
@@ -286,12 +359,13 @@ impl RcReplica {
                 }
                 // Validate first: a rejected request has no effect (it still keeps its place in
                 // session order, as an error reply).
-                let checked = self.validate(&body);
+                let checked = self.validate(&body).and_then(|()| self.take_envelope(&body, rifl.as_ref()));
+                let rifl = rifl.filter(|_| is_mutating(&body));
                 let s = self.sessions.get_mut(&session.index).expect("checked above");
                 let seq = s.next_seq;
                 s.next_seq += 1;
                 match checked {
-                    Ok(()) => s.queue.push_back(Queued { seq, corr, req: body }),
+                    Ok(()) => s.queue.push_back(Queued { seq, corr, req: body, rifl }),
                     Err((code, message)) => {
                         s.done.insert(seq, ClientResponse { corr, body: Response::Error { code, message } });
                     }
@@ -314,12 +388,21 @@ impl RcReplica {
             let sid = s.id;
             let blocking = is_blocking(&q.req);
             let key = request_key(&q.req).cloned().unwrap_or_default();
-            match self.start(now, sid, q.req) {
+            let recorded = q.rifl.as_ref().and_then(|e| self.rifl_recorded(&key, e));
+            let started = match recorded {
+                Some(body) => Started::Done(body),
+                None => self.start(now, sid, q.req, q.rifl),
+            };
+            match started {
                 Started::Done(body) => self.deliver(index, q.seq, ClientResponse { corr: q.corr, body }),
                 Started::Op(kind) => {
                     let id = self.next_op;
                     self.next_op += 1;
-                    self.ops.insert(id, Op { session: index, seq: q.seq, corr: q.corr, sid, key: key.clone(), kind });
+                    if let Some(e) = &q.rifl {
+                        self.rifl_running.insert(e.rpc);
+                    }
+                    let rifl = q.rifl;
+                    self.ops.insert(id, Op { session: index, seq: q.seq, corr: q.corr, sid, key: key.clone(), kind, rifl });
                     let s = self.sessions.get_mut(&index).expect("still there");
                     s.running.insert(q.seq, Running { op: id, key, blocking });
                     self.dirty.push(id);
@@ -330,7 +413,7 @@ impl RcReplica {
     }
 
     /// Starts one operation: completes it at once (fast paths) or returns its state machine.
-    fn start(&mut self, now: Instant, sid: SessionId, req: Request) -> Started {
+    fn start(&mut self, now: Instant, sid: SessionId, req: Request, rifl: Option<Rifl>) -> Started {
         match req {
             Request::Get { key, .. } => {
                 if self.in_epoch(&key) {
@@ -340,8 +423,8 @@ impl RcReplica {
                     Started::Op(OpKind::slow_read(self.machine_epoch))
                 }
             }
-            Request::Put { key, value, .. } => self.start_relaxed_write(now, sid, key, Some(value)),
-            Request::Delete { key, .. } => self.start_relaxed_write(now, sid, key, None),
+            Request::Put { key, value, .. } => self.start_relaxed_write(now, sid, key, Some(value), rifl),
+            Request::Delete { key, .. } => self.start_relaxed_write(now, sid, key, None, rifl),
             Request::Release { value, .. } => Started::Op(OpKind::release(value)),
             Request::Acquire { .. } => Started::Op(OpKind::acquire(self.next_acquire_id(sid))),
             Request::Faa { key, delta, .. } => self.start_rmw(sid, key, crate::paxos::RmwOp::Faa { delta }),
@@ -352,9 +435,9 @@ impl RcReplica {
         }
     }
 
-    fn start_relaxed_write(&mut self, now: Instant, sid: SessionId, key: Bytes, value: Option<Bytes>) -> Started {
+    fn start_relaxed_write(&mut self, now: Instant, sid: SessionId, key: Bytes, value: Option<Bytes>, rifl: Option<Rifl>) -> Started {
         if self.in_epoch(&key) {
-            let cs = self.relaxed_write_fast(now, sid, key, value);
+            let cs = self.relaxed_write_fast(now, sid, key, value, rifl.as_ref());
             Started::Done(Response::Written { cs })
         } else {
             Started::Op(OpKind::slow_write(self.machine_epoch, value))
@@ -411,6 +494,9 @@ impl RcReplica {
         match self.step(now, id, &mut op) {
             Some(body) => {
                 self.barrier_waiters.remove(&id);
+                if let Some(e) = &op.rifl {
+                    self.rifl_running.remove(&e.rpc);
+                }
                 self.deliver(op.session, op.seq, ClientResponse { corr: op.corr, body });
             }
             None => {
@@ -423,10 +509,10 @@ impl RcReplica {
     fn step(&mut self, now: Instant, id: OpId, op: &mut Op) -> Option<Response> {
         match &mut op.kind {
             OpKind::SlowRead(s) => self.step_slow_read(now, id, &op.key, s),
-            OpKind::SlowWrite(s) => self.step_slow_write(now, id, op.sid, &op.key, s),
-            OpKind::Release(r) => self.step_release(now, id, op.sid, &op.key, r),
+            OpKind::SlowWrite(s) => self.step_slow_write(now, id, op.sid, &op.key, s, op.rifl.as_ref()),
+            OpKind::Release(r) => self.step_release(now, id, op.sid, &op.key, r, op.rifl.as_ref()),
             OpKind::Acquire(a) => self.step_acquire(now, id, op.sid, &op.key, a),
-            OpKind::Rmw(r) => self.step_rmw(now, id, op.sid, &op.key, r),
+            OpKind::Rmw(r) => self.step_rmw(now, id, op.sid, &op.key, r, op.rifl.as_ref()),
         }
     }
 
@@ -461,8 +547,8 @@ impl RcReplica {
             PeerMessage::Hello { .. } => {} // the transport consumes handshakes
             PeerMessage::Write(w) => self.on_write(now, from, w),
             PeerMessage::ReadTs { req, key } => {
-                let cs = self.keys.get(&key).map_or(Carstamp::ZERO, |k| k.cs);
-                self.effects.send.push((from, PeerMessage::ReadTsReply { req, key, cs, records: KeyRecords::default() }));
+                let (cs, records) = self.keys.get(&key).map_or((Carstamp::ZERO, KeyRecords::default()), |k| (k.cs, k.records.clone()));
+                self.effects.send.push((from, PeerMessage::ReadTsReply { req, key, cs, records }));
             }
             PeerMessage::Read(r) => self.on_read(from, r),
             PeerMessage::SlowRelease { req, dm } => self.on_slow_release(from, req, dm),
@@ -499,6 +585,15 @@ impl RcReplica {
 pub(crate) enum Started {
     Done(Response),
     Op(OpKind),
+}
+
+fn stale(rpc: RpcId) -> Response {
+    Response::Error { code: ErrorCode::Stale, message: format!("{rpc}: already acknowledged by the client") }
+}
+
+/// The requests RIFL makes exactly-once: every one that may change the store.
+fn is_mutating(req: &Request) -> bool {
+    matches!(req, Request::Put { .. } | Request::Delete { .. } | Request::Release { .. } | Request::Faa { .. } | Request::Cas { .. })
 }
 
 fn session_of(req: &Request) -> Option<SessionId> {
@@ -585,7 +680,13 @@ impl Node for RcReplica {
                 assert!(self.registry_has(id), "key {key:?}: {id:?} is known decided (lc {}) but not registered", k.lc);
             }
             assert_eq!(k.lc_rmw.is_some(), k.lc > 0, "key {key:?}: last committed slot {} without its RMW", k.lc);
+            if let Err(e) = records::check(&k.records) {
+                panic!("key {key:?}: completion records: {e}");
+            }
         }
+        // RIFL: an RPC is in progress here only while one of its operations runs.
+        let running: HashSet<RpcId> = self.ops.values().filter_map(|op| op.rifl.map(|e| e.rpc)).collect();
+        assert!(self.rifl_running.is_subset(&running), "an RPC is marked in progress with no operation running it");
         for s in self.sessions.values() {
             for r in s.running.values() {
                 assert!(self.ops.contains_key(&r.op), "session {} runs a vanished operation", s.id);

@@ -11,7 +11,7 @@ use std::collections::{BTreeMap, HashMap, VecDeque};
 
 use bytes::Bytes;
 use strata_wire::client::{ClientResponse, Request};
-use strata_wire::{Carstamp, SessionId};
+use strata_wire::{Carstamp, Rifl, SessionId};
 
 use crate::api::Route;
 
@@ -27,6 +27,8 @@ pub(crate) struct Queued {
     pub seq: u64,
     pub corr: u64,
     pub req: Request,
+    /// RIFL's envelope of a mutating request (checked on arrival).
+    pub rifl: Option<Rifl>,
 }
 
 /// An operation of the session that has started and not completed.

@@ -10,7 +10,7 @@ use bytes::Bytes;
 use strata_core::Node;
 use strata_wire::client::{ClientRequest, Request, Response};
 use strata_wire::peer::PeerMessage;
-use strata_wire::{Instant, NodeId, SessionId};
+use strata_wire::{ClusterTime, Instant, LeaseInfo, NodeId, Rifl, RpcId, SessionId};
 
 use crate::{RcConfig, RcEffects, RcInput, RcReplica};
 
@@ -54,9 +54,14 @@ impl Net {
     }
 
     pub fn submit(&mut self, node: usize, body: Request) -> u64 {
+        self.submit_rifl(node, None, body)
+    }
+
+    /// `submit` with RIFL's envelope on the request.
+    pub fn submit_rifl(&mut self, node: usize, rifl: Option<Rifl>, body: Request) -> u64 {
         self.next_corr += 1;
         let corr = self.next_corr;
-        let req = ClientRequest::new(corr, body);
+        let req = ClientRequest { corr, rifl, body };
         self.nodes[node].on_client_request(self.now, RcInput::Client { route: 1, req });
         self.drain(node);
         corr
@@ -143,6 +148,22 @@ impl Net {
     pub fn call(&mut self, node: usize, body: Request) -> Response {
         let corr = self.submit(node, body);
         self.run_until(node, corr)
+    }
+
+    /// `call` with RIFL's envelope.
+    pub fn call_rifl(&mut self, node: usize, rifl: Rifl, body: Request) -> Response {
+        let corr = self.submit_rifl(node, Some(rifl), body);
+        self.run_until(node, corr)
+    }
+}
+
+/// RIFL's envelope of RPC `seq` of client `client` whose oldest unanswered RPC is
+/// `first_incomplete`, with a lease that never expires.
+pub(crate) fn envelope(client: u64, seq: u64, first_incomplete: u64) -> Rifl {
+    Rifl {
+        rpc: RpcId { client_id: client, seq },
+        first_incomplete,
+        lease: LeaseInfo { client_id: client, expiration: ClusterTime(u64::MAX), timestamp: ClusterTime::ZERO },
     }
 }
 

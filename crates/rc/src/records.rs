@@ -1,0 +1,196 @@
+//! RIFL completion records kept with the key they mutated (`specs/rifl.md` §3.4, R-D23).
+//!
+//! In an rc table there is no owner of a key: every replica serves it. So the completion
+//! record of a linearizable RPC lives in the key's replicated metadata and travels with the
+//! key's versions — as a one-record delta in the broadcast of the version the RPC created, and
+//! as the key's whole set in retransmissions, write-backs, Paxos commits and catch-ups. A
+//! replica merges every set it receives, whatever the order; merging is a union, so replicas
+//! converge (`merge` is commutative, associative and idempotent: `tests` below).
+//!
+//! Per client, a *floor* is the ack watermark (`first_incomplete - 1`) carried by its latest
+//! record on this key: records at or below it are collected (§5.4 `process_ack`), and a retry
+//! at or below it is `Stale`, never executed again (R-D8's ack record, kept with the key).
+//!
+//! Why this is enough for RMWs (the case with a real race: two nodes may both be executing
+//! the same RPC after a client fail-over): a proposer computes its own tuple for slot `s` only
+//! after a quorum acknowledged `s`, so it has learned every slot below `s`; every way of
+//! learning a slot (own commit, `COMMIT`, catch-up `current`) brings the sender's whole record
+//! set, which by induction holds the records of every slot up to it. So the second execution
+//! finds the first one's record before it computes, and answers with its result.
+
+use std::cmp::Ordering;
+
+use strata_wire::client::Response;
+use strata_wire::peer::{Completion, KeyRecords, RcResult};
+use strata_wire::RpcId;
+
+/// What a key's records say about an RPC.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Lookup<'a> {
+    /// It completed here: answer with this result (R-G2).
+    Done(&'a RcResult),
+    /// The client acknowledged it (seq at or below the floor): reply `Stale` (R-G4).
+    Stale,
+    /// Nothing recorded: it may execute.
+    Unknown,
+}
+
+pub(crate) fn floor(rs: &KeyRecords, client_id: u64) -> u64 {
+    match rs.floors.binary_search_by_key(&client_id, |&(c, _)| c) {
+        Ok(i) => rs.floors[i].1,
+        Err(_) => 0,
+    }
+}
+
+pub(crate) fn lookup(rs: &KeyRecords, rpc: RpcId) -> Lookup<'_> {
+    if rpc.seq <= floor(rs, rpc.client_id) {
+        return Lookup::Stale;
+    }
+    match rs.done.binary_search_by(|c| c.rpc.cmp(&rpc)) {
+        Ok(i) => Lookup::Done(&rs.done[i].result),
+        Err(_) => Lookup::Unknown,
+    }
+}
+
+/// Raises `client_id`'s floor to `ack` and collects its records at or below it.
+fn raise_floor(rs: &mut KeyRecords, client_id: u64, ack: u64) {
+    if ack == 0 {
+        return;
+    }
+    match rs.floors.binary_search_by_key(&client_id, |&(c, _)| c) {
+        Ok(i) if rs.floors[i].1 >= ack => return,
+        Ok(i) => rs.floors[i].1 = ack,
+        Err(i) => rs.floors.insert(i, (client_id, ack)),
+    }
+    rs.done.retain(|c| c.rpc.client_id != client_id || c.rpc.seq > ack);
+}
+
+/// Adds one completion record (and the acknowledgement it carries). A second record for the
+/// same RPC keeps the first: one execution, one result (R-G2).
+pub(crate) fn add(rs: &mut KeyRecords, c: &Completion) {
+    raise_floor(rs, c.rpc.client_id, c.ack);
+    if c.rpc.seq <= floor(rs, c.rpc.client_id) {
+        return;
+    }
+    if let Err(i) = rs.done.binary_search_by(|d| d.rpc.cmp(&c.rpc)) {
+        rs.done.insert(i, c.clone());
+    }
+}
+
+/// Merges another replica's set into `rs` (a union: floors by maximum, records above them).
+pub(crate) fn merge(rs: &mut KeyRecords, from: &KeyRecords) {
+    for &(client, ack) in &from.floors {
+        raise_floor(rs, client, ack);
+    }
+    for c in &from.done {
+        add(rs, c);
+    }
+}
+
+/// The reply a retry gets from a record.
+pub(crate) fn response(r: &RcResult) -> Response {
+    match r {
+        RcResult::Written { cs } => Response::Written { cs: *cs },
+        RcResult::Rmw { observed, observed_cs, written, swapped } => {
+            Response::Rmw { observed: observed.clone(), observed_cs: *observed_cs, written: *written, swapped: *swapped }
+        }
+    }
+}
+
+/// The set's own invariants: both lists sorted and unique, no record at or below its floor.
+pub(crate) fn check(rs: &KeyRecords) -> Result<(), String> {
+    if rs.floors.windows(2).any(|w| w[0].0.cmp(&w[1].0) != Ordering::Less) {
+        return Err("floors not sorted by client".into());
+    }
+    if rs.done.windows(2).any(|w| w[0].rpc.cmp(&w[1].rpc) != Ordering::Less) {
+        return Err("records not sorted by rpc id".into());
+    }
+    if let Some(c) = rs.done.iter().find(|c| c.rpc.seq <= floor(rs, c.rpc.client_id)) {
+        return Err(format!("record {} at or below its client's floor", c.rpc));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+    use strata_wire::{Carstamp, Llc, NodeId};
+
+    fn rec(client_id: u64, seq: u64, ack: u64) -> Completion {
+        let cs = Carstamp { llc: Llc { ver: seq, node: NodeId(client_id as u32) }, pno: 0 };
+        Completion { rpc: RpcId { client_id, seq }, ack, result: RcResult::Written { cs } }
+    }
+
+    #[test]
+    fn a_record_answers_its_retries_until_a_later_ack_makes_them_stale() {
+        let mut rs = KeyRecords::default();
+        let a = rec(7, 3, 2);
+        add(&mut rs, &a);
+        assert_eq!(lookup(&rs, a.rpc), Lookup::Done(&a.result));
+        assert_eq!(lookup(&rs, RpcId { client_id: 7, seq: 2 }), Lookup::Stale, "at or below the ack it carried");
+        assert_eq!(lookup(&rs, RpcId { client_id: 7, seq: 4 }), Lookup::Unknown);
+        assert_eq!(lookup(&rs, RpcId { client_id: 8, seq: 3 }), Lookup::Unknown, "another client");
+        // The client's next write here acknowledges seq 3: its record is collected.
+        add(&mut rs, &rec(7, 9, 5));
+        assert_eq!(lookup(&rs, a.rpc), Lookup::Stale);
+        assert_eq!(rs.done.len(), 1);
+        check(&rs).unwrap();
+    }
+
+    #[test]
+    fn the_first_record_of_an_rpc_wins() {
+        let mut rs = KeyRecords::default();
+        let first = rec(1, 5, 0);
+        let mut second = rec(1, 5, 0);
+        second.result = RcResult::Written { cs: Carstamp::ZERO };
+        add(&mut rs, &first);
+        add(&mut rs, &second);
+        assert_eq!(lookup(&rs, first.rpc), Lookup::Done(&first.result));
+    }
+
+    #[test]
+    fn check_flags_a_record_below_its_floor() {
+        let rs = KeyRecords { floors: vec![(1, 5)], done: vec![rec(1, 4, 0)] };
+        assert!(check(&rs).is_err());
+    }
+
+    /// Records of real executions: one per RPC, so its ack is a function of the RPC.
+    fn records() -> impl Strategy<Value = Vec<Completion>> {
+        prop::collection::vec((1u64..4, 1u64..12), 0..12)
+            .prop_map(|v| v.into_iter().map(|(c, s)| rec(c, s, (s * 7 + c) % s)).collect())
+    }
+
+    fn set_of(v: &[Completion]) -> KeyRecords {
+        let mut rs = KeyRecords::default();
+        for c in v {
+            add(&mut rs, c);
+        }
+        rs
+    }
+
+    proptest! {
+        /// Replicas that received the same records in any order, or as merged sets, agree.
+        #[test]
+        fn merge_is_a_union_whatever_the_order(a in records(), b in records(), c in records()) {
+            let (sa, sb, sc) = (set_of(&a), set_of(&b), set_of(&c));
+            let mut ab_c = sa.clone();
+            merge(&mut ab_c, &sb);
+            merge(&mut ab_c, &sc);
+            let mut c_ba = sc.clone();
+            merge(&mut c_ba, &sb);
+            merge(&mut c_ba, &sa);
+            prop_assert_eq!(&ab_c, &c_ba);
+            let mut again = ab_c.clone();
+            merge(&mut again, &sa);
+            prop_assert_eq!(&again, &ab_c, "idempotent");
+            let all: Vec<Completion> = a.iter().chain(&b).chain(&c).cloned().collect();
+            let mut one_by_one = KeyRecords::default();
+            for r in all.iter().rev() {
+                add(&mut one_by_one, r);
+            }
+            prop_assert_eq!(&one_by_one.floors, &ab_c.floors);
+            check(&ab_c).map_err(TestCaseError::fail)?;
+        }
+    }
+}
