@@ -1,12 +1,13 @@
 //! The entry point: a handle on a cluster that opens sessions at one of its nodes.
 
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use strata_wire::client::{LinkFault, NodeStatus, Request, Response, TableDef};
-use strata_wire::{ClusterId, NodeId};
+use strata_rifl::RequestTracker;
+use strata_wire::{ClusterId, ClusterTime, LeaseInfo, NodeId, Rifl, RpcId, SessionId, WINDOW};
 
 use crate::conn::{Conn, ConnHandle};
 use crate::error::ClientError;
@@ -25,6 +26,15 @@ pub struct ClientOptions {
     pub request_timeout: Option<Duration>,
     /// Requests one session may have outstanding before `submit` fails with `QueueFull`.
     pub max_in_flight: usize,
+    /// RIFL (`specs/rifl.md`): every mutating request carries an RPC id, and a session whose
+    /// connection breaks reconnects (to the same node if it is up, else another) and re-sends
+    /// its unanswered requests with the same ids, so that each takes effect exactly once.
+    /// `false`: at-least-once requests without envelopes, and a broken connection fails the
+    /// session (for measuring RIFL's cost).
+    pub exactly_once: bool,
+    /// How long a session keeps reconnecting and re-sending after its connection broke before
+    /// it gives up with `ConnectionLost` (outcome unknown).
+    pub retry_for: Duration,
 }
 
 impl Default for ClientOptions {
@@ -34,6 +44,8 @@ impl Default for ClientOptions {
             connect_timeout: Duration::from_secs(2),
             request_timeout: None,
             max_in_flight: 4096,
+            exactly_once: true,
+            retry_for: Duration::from_secs(30),
         }
     }
 }
@@ -43,11 +55,47 @@ impl Default for ClientOptions {
 /// connection breaks, the next `open_session` reconnects — to the next reachable endpoint if
 /// the node is down.
 pub struct Client {
+    shared: Arc<Shared>,
+}
+
+/// What a client and its sessions share: the endpoints, the current connection, and the
+/// client's RIFL identity.
+pub(crate) struct Shared {
     endpoints: Vec<SocketAddr>,
-    opts: ClientOptions,
+    pub(crate) opts: ClientOptions,
     conn: Mutex<Option<Arc<ConnHandle>>>,
     /// Where the next connection attempt starts in `endpoints`.
     cursor: AtomicUsize,
+    pub(crate) rifl: Mutex<RiflClient>,
+}
+
+/// The client side of RIFL (rifl.md §3.1): the client id and its RequestTracker.
+///
+/// [DECISION, recorded in docs/design.md] Until the lease service is wired in, the id is a
+/// random 64-bit number drawn per client (a collision needs ~2^32 live clients) and the lease
+/// in every envelope never expires, so servers never ask about it.
+pub(crate) struct RiflClient {
+    pub(crate) client_id: u64,
+    pub(crate) tracker: RequestTracker,
+}
+
+impl RiflClient {
+    /// A new RPC id and its envelope, or `None` when the window of 512 uncollectable RPCs is
+    /// full (rifl.md §5.2: wait for the oldest).
+    pub(crate) fn next(&mut self) -> Option<Rifl> {
+        let seq = self.tracker.new_sequence_num().ok()?;
+        Some(self.envelope(seq))
+    }
+
+    /// The envelope of `seq` with the current `first_incomplete` (re-sent on every retry).
+    pub(crate) fn envelope(&self, seq: u64) -> Rifl {
+        let client_id = self.client_id;
+        Rifl {
+            rpc: RpcId { client_id, seq },
+            first_incomplete: self.tracker.first_incomplete().min(seq),
+            lease: LeaseInfo { client_id, expiration: ClusterTime(u64::MAX), timestamp: ClusterTime::ZERO },
+        }
+    }
 }
 
 impl Client {
@@ -59,34 +107,111 @@ impl Client {
         }
         static SPREAD: AtomicUsize = AtomicUsize::new(0);
         let start = (std::process::id() as usize).wrapping_add(SPREAD.fetch_add(1, Ordering::Relaxed));
-        let client = Client {
-            endpoints: endpoints.to_vec(),
-            opts,
-            conn: Mutex::new(None),
-            cursor: AtomicUsize::new(start % endpoints.len()),
-        };
-        client.connection().await?;
+        let client = Client { shared: Arc::new(Shared::new(endpoints.to_vec(), opts, start % endpoints.len())) };
+        client.shared.connection().await?;
         Ok(client)
     }
 
     /// Connects to exactly this node.
     pub async fn connect_node(addr: SocketAddr, opts: ClientOptions) -> Result<Client, ClientError> {
-        let client = Client { endpoints: vec![addr], opts, conn: Mutex::new(None), cursor: AtomicUsize::new(0) };
-        client.connection().await?;
+        let client = Client { shared: Arc::new(Shared::new(vec![addr], opts, 0)) };
+        client.shared.connection().await?;
         Ok(client)
     }
 
     pub fn options(&self) -> &ClientOptions {
-        &self.opts
+        &self.shared.opts
+    }
+
+    /// This client's RIFL id: every mutating request carries it (rifl.md §0).
+    pub fn client_id(&self) -> u64 {
+        self.shared.lock_rifl().client_id
     }
 
     /// The node this client is (or was last) connected to.
     pub fn node_addr(&self) -> Option<SocketAddr> {
-        self.conn.lock().unwrap_or_else(|e| e.into_inner()).as_ref().map(|c| c.addr)
+        self.shared.conn.lock().unwrap_or_else(|e| e.into_inner()).as_ref().map(|c| c.addr)
     }
 
-    /// The current connection, or a new one to the first reachable endpoint.
+    /// Opens a new session at the connected node.
+    pub async fn open_session(&self) -> Result<Session, ClientError> {
+        let (conn, id) = self.shared.open_session().await?;
+        Ok(Session::new(self.shared.clone(), conn, id))
+    }
+
     async fn connection(&self) -> Result<Arc<ConnHandle>, ClientError> {
+        self.shared.connection().await
+    }
+
+
+
+    /// The connected node's view of itself: keys, sessions, peers, counters.
+    pub async fn status(&self) -> Result<NodeStatus, ClientError> {
+        let conn = self.connection().await?;
+        match conn.call(Request::Status, self.shared.opts.request_timeout).await? {
+            Response::Status(s) => Ok(s),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// Admin: sets the fault layer of the connected node's outbound link to `peer` (every
+    /// peer if `None`). `LinkFault::default()` clears it.
+    pub async fn set_fault(&self, peer: Option<NodeId>, fault: LinkFault) -> Result<(), ClientError> {
+        let conn = self.connection().await?;
+        match conn.call(Request::SetFault { peer, fault }, self.shared.opts.request_timeout).await? {
+            Response::FaultSet => Ok(()),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// Adds a table to the connected node's catalog. `Ok(false)`: an identical definition
+    /// existed already. Every node must be told (the CLI's `strata table create` does that):
+    /// the catalog is not replicated yet.
+    pub async fn create_table(&self, def: TableDef) -> Result<bool, ClientError> {
+        let conn = self.connection().await?;
+        match conn.call(Request::CreateTable { def }, self.shared.opts.request_timeout).await? {
+            Response::TableCreated { created } => Ok(created),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// The connected node's table catalog.
+    pub async fn list_tables(&self) -> Result<Vec<TableDef>, ClientError> {
+        let conn = self.connection().await?;
+        match conn.call(Request::ListTables, self.shared.opts.request_timeout).await? {
+            Response::Tables(defs) => Ok(defs),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// A handle on the log table `name` (its definition is read from the connected node). The
+    /// handle talks to every endpoint of this client: writes to the key's shard leader, reads
+    /// where they are sent ([`Table`]).
+    pub async fn table(&self, name: &str) -> Result<Table, ClientError> {
+        let def = self
+            .list_tables()
+            .await?
+            .into_iter()
+            .find(|d| d.name == name)
+            .ok_or_else(|| ClientError::NoSuchTable(name.to_string()))?;
+        Ok(Table::new(def, &self.shared.endpoints, self.shared.opts.clone()))
+    }
+}
+
+impl Shared {
+    fn new(endpoints: Vec<SocketAddr>, opts: ClientOptions, cursor: usize) -> Shared {
+        let rifl = RiflClient { client_id: fresh_client_id(), tracker: RequestTracker::new(WINDOW) };
+        Shared { endpoints, opts, conn: Mutex::new(None), cursor: AtomicUsize::new(cursor), rifl: Mutex::new(rifl) }
+    }
+
+    pub(crate) fn lock_rifl(&self) -> std::sync::MutexGuard<'_, RiflClient> {
+        self.rifl.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The current connection, or a new one to the first reachable endpoint — starting with
+    /// the node last connected to, so that a session's retries go back to the node that may
+    /// still be executing its requests (rifl.md R-D5) while that node is up.
+    pub(crate) async fn connection(&self) -> Result<Arc<ConnHandle>, ClientError> {
         if let Some(c) = self.conn.lock().unwrap_or_else(|e| e.into_inner()).as_ref() {
             if c.is_usable() {
                 return Ok(c.clone());
@@ -115,66 +240,24 @@ impl Client {
         Err(ClientError::Unreachable { tried: tried.join(", "), last })
     }
 
-    /// Opens a new session at the connected node.
-    pub async fn open_session(&self) -> Result<Session, ClientError> {
+    /// Opens a session at the current (or a new) connection.
+    pub(crate) async fn open_session(&self) -> Result<(Arc<ConnHandle>, SessionId), ClientError> {
         let conn = self.connection().await?;
         match conn.call(Request::OpenSession, self.opts.request_timeout).await? {
-            Response::SessionOpened { session } => {
-                Ok(Session::new(conn, session, self.opts.request_timeout, self.opts.max_in_flight))
-            }
+            Response::SessionOpened { session } => Ok((conn, session)),
             other => Err(unexpected(other)),
         }
     }
+}
 
-    /// The connected node's view of itself: keys, sessions, peers, counters.
-    pub async fn status(&self) -> Result<NodeStatus, ClientError> {
-        let conn = self.connection().await?;
-        match conn.call(Request::Status, self.opts.request_timeout).await? {
-            Response::Status(s) => Ok(s),
-            other => Err(unexpected(other)),
-        }
-    }
-
-    /// Admin: sets the fault layer of the connected node's outbound link to `peer` (every
-    /// peer if `None`). `LinkFault::default()` clears it.
-    pub async fn set_fault(&self, peer: Option<NodeId>, fault: LinkFault) -> Result<(), ClientError> {
-        let conn = self.connection().await?;
-        match conn.call(Request::SetFault { peer, fault }, self.opts.request_timeout).await? {
-            Response::FaultSet => Ok(()),
-            other => Err(unexpected(other)),
-        }
-    }
-
-    /// Adds a table to the connected node's catalog. `Ok(false)`: an identical definition
-    /// existed already. Every node must be told (the CLI's `strata table create` does that):
-    /// the catalog is not replicated yet.
-    pub async fn create_table(&self, def: TableDef) -> Result<bool, ClientError> {
-        let conn = self.connection().await?;
-        match conn.call(Request::CreateTable { def }, self.opts.request_timeout).await? {
-            Response::TableCreated { created } => Ok(created),
-            other => Err(unexpected(other)),
-        }
-    }
-
-    /// The connected node's table catalog.
-    pub async fn list_tables(&self) -> Result<Vec<TableDef>, ClientError> {
-        let conn = self.connection().await?;
-        match conn.call(Request::ListTables, self.opts.request_timeout).await? {
-            Response::Tables(defs) => Ok(defs),
-            other => Err(unexpected(other)),
-        }
-    }
-
-    /// A handle on the log table `name` (its definition is read from the connected node). The
-    /// handle talks to every endpoint of this client: writes to the key's shard leader, reads
-    /// where they are sent ([`Table`]).
-    pub async fn table(&self, name: &str) -> Result<Table, ClientError> {
-        let def = self
-            .list_tables()
-            .await?
-            .into_iter()
-            .find(|d| d.name == name)
-            .ok_or_else(|| ClientError::NoSuchTable(name.to_string()))?;
-        Ok(Table::new(def, &self.endpoints, self.opts.clone()))
-    }
+/// A client id no other live client is likely to hold (random 64 bits from the clock, the
+/// process and a counter, mixed; never 0).
+pub(crate) fn fresh_client_id() -> u64 {
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64);
+    let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+    let mut x = nanos ^ (u64::from(std::process::id()) << 20) ^ n.wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    (x ^ (x >> 31)).max(1)
 }

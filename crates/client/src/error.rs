@@ -17,9 +17,10 @@ pub enum ClientError {
     /// The client was given no endpoint to connect to.
     #[error("no endpoints given")]
     NoEndpoints,
-    /// The connection to `node` broke. Requests that were in flight may or may not have taken
-    /// effect (outcome unknown); the session is gone. Open a new session (the client
-    /// reconnects, to another node if this one is down) and retry what must be retried.
+    /// The connection to `node` broke and could not be restored in time. Requests that were in
+    /// flight may or may not have taken effect (outcome unknown). An exactly-once session
+    /// (the default) reconnects and re-sends by itself for `ClientOptions::retry_for` first;
+    /// this error means it gave up. Open a new session when the cluster is reachable again.
     #[error("connection to {node} lost; the outcome of in-flight requests is unknown")]
     ConnectionLost { node: SocketAddr },
     /// No reply within the configured request timeout. The request may still take effect
@@ -61,6 +62,14 @@ pub enum ClientError {
     /// retrying it later (same handle) is safe.
     #[error("table {table}: not served within {waited:?} (last answer: {last})")]
     TableUnavailable { table: String, last: String, waited: Duration },
+    /// RIFL `Stale` (rifl.md R-G4): the node refused a request this client had already
+    /// acknowledged — a retry that came too late. A client bug; nothing was executed.
+    #[error("stale request: {0}")]
+    Stale(String),
+    /// RIFL `ExpiredLease` (R-G4): the client's lease expired while the request was
+    /// outstanding; whether an earlier attempt took effect is unknown.
+    #[error("the client's lease expired; the outcome is unknown: {0}")]
+    ExpiredLease(String),
     /// The node answered with something this client does not expect for the request.
     #[error("unexpected reply from the node: {0}")]
     UnexpectedReply(String),
@@ -76,6 +85,8 @@ impl ClientError {
             ErrorCode::QueueFull => ClientError::QueueFull(message),
             ErrorCode::ShuttingDown => ClientError::ShuttingDown(message),
             ErrorCode::WrongCluster => ClientError::WrongCluster { expected: cluster, message },
+            ErrorCode::Stale => ClientError::Stale(message),
+            ErrorCode::ExpiredLease => ClientError::ExpiredLease(message),
             ErrorCode::InvalidArgument if message.contains("key") => ClientError::InvalidKey(message),
             ErrorCode::InvalidArgument => ClientError::InvalidArgument(message),
             code => ClientError::Protocol { code, message },
@@ -86,7 +97,10 @@ impl ClientError {
     pub fn outcome_unknown(&self) -> bool {
         matches!(
             self,
-            ClientError::ConnectionLost { .. } | ClientError::TimedOut(_) | ClientError::TableUnavailable { .. }
+            ClientError::ConnectionLost { .. }
+                | ClientError::TimedOut(_)
+                | ClientError::TableUnavailable { .. }
+                | ClientError::ExpiredLease(_)
         )
     }
 }

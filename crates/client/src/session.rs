@@ -10,9 +10,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use strata_wire::client::{Request, Response};
-use strata_wire::{Carstamp, SessionId};
+use strata_wire::client::{ErrorCode, Request, Response};
+use strata_wire::{Carstamp, SessionId, WINDOW};
+use tracing::debug;
 
+use crate::client::Shared;
 use crate::conn::{await_reply, ConnHandle, ReplySlot};
 use crate::error::ClientError;
 
@@ -113,34 +115,35 @@ impl RmwOutcome {
     }
 }
 
+/// A request sent and not yet answered: what is needed to send it again (rifl.md §5.1 C2).
+struct InFlight {
+    id: ReqId,
+    op: Op,
+    /// The RIFL sequence number of a mutating request (its envelope is rebuilt on every
+    /// re-send, with a fresh `first_incomplete`).
+    rifl_seq: Option<u64>,
+    slot: ReplySlot,
+}
+
 pub struct Session {
+    shared: Arc<Shared>,
     conn: Arc<ConnHandle>,
     id: SessionId,
     /// The last `ReqId` handed out.
     last_submitted: ReqId,
     /// Submitted, not yet completed, oldest first.
-    in_flight: VecDeque<(ReqId, ReplySlot)>,
+    in_flight: VecDeque<InFlight>,
     /// Completed, not yet consumed, oldest first.
     completed: VecDeque<(ReqId, Result<Outcome, ClientError>)>,
-    timeout: Option<Duration>,
-    max_in_flight: usize,
     closed: bool,
 }
 
 impl Session {
-    pub(crate) fn new(conn: Arc<ConnHandle>, id: SessionId, timeout: Option<Duration>, max_in_flight: usize) -> Session {
-        Session {
-            conn,
-            id,
-            last_submitted: 0,
-            in_flight: VecDeque::new(),
-            completed: VecDeque::new(),
-            timeout,
-            max_in_flight,
-            closed: false,
-        }
+    pub(crate) fn new(shared: Arc<Shared>, conn: Arc<ConnHandle>, id: SessionId) -> Session {
+        Session { shared, conn, id, last_submitted: 0, in_flight: VecDeque::new(), completed: VecDeque::new(), closed: false }
     }
 
+    /// The session's id at its current node (a new one after a reconnection).
     pub fn id(&self) -> SessionId {
         self.id
     }
@@ -156,49 +159,132 @@ impl Session {
     }
 
     /// Queues `op` and returns its id at once (never blocks). Fails with
-    /// [`ClientError::QueueFull`] when `max_in_flight` requests are outstanding.
+    /// [`ClientError::QueueFull`] when `max_in_flight` requests are outstanding, or when the
+    /// client has 512 mutating requests whose completions were not consumed (RIFL's window,
+    /// rifl.md §5.2).
     pub fn submit(&mut self, op: Op) -> Result<ReqId, ClientError> {
-        if self.outstanding() >= self.max_in_flight {
+        let opts = &self.shared.opts;
+        if self.outstanding() >= opts.max_in_flight {
             return Err(ClientError::QueueFull(format!(
                 "{} requests outstanding on session {} (the limit); consume completions first",
                 self.outstanding(),
                 self.id
             )));
         }
-        let session = self.id;
-        let body = match op {
-            Op::Get { key } => Request::Get { session, key },
-            Op::Put { key, value } => Request::Put { session, key, value },
-            Op::Delete { key } => Request::Delete { session, key },
-            Op::Release { key, value } => Request::Release { session, key, value },
-            Op::Acquire { key } => Request::Acquire { session, key },
-            Op::Faa { key, delta } => Request::Faa { session, key, delta },
-            Op::Cas { key, expected, new, weak } => Request::Cas { session, key, expected, new, weak },
+        let rifl = match opts.exactly_once && op.is_write() {
+            true => Some(self.shared.lock_rifl().next().ok_or_else(|| {
+                ClientError::QueueFull(format!(
+                    "{WINDOW} exactly-once requests of this client are unanswered or unconsumed (RIFL's window); consume completions first"
+                ))
+            })?),
+            false => None,
         };
-        let slot = self.conn.send(body)?;
+        let slot = match self.conn.send_with(rifl, request(self.id, &op)) {
+            Ok(slot) => slot,
+            // The connection broke while the session was idle: `next` reconnects and re-sends.
+            Err(ClientError::ConnectionLost { .. }) if opts.exactly_once => lost_slot(),
+            Err(e) => {
+                if let Some(e) = &rifl {
+                    self.shared.lock_rifl().tracker.rpc_completed(e.rpc.seq);
+                }
+                return Err(e);
+            }
+        };
         self.last_submitted += 1;
-        self.in_flight.push_back((self.last_submitted, slot));
+        self.in_flight.push_back(InFlight { id: self.last_submitted, op, rifl_seq: rifl.map(|e| e.rpc.seq), slot });
         Ok(self.last_submitted)
     }
 
     /// The oldest completion not consumed yet, in session order; `None` if nothing is
-    /// outstanding. Waits (up to the request timeout) for it to arrive.
+    /// outstanding. Waits (up to the request timeout) for it to arrive. If the connection
+    /// broke, an exactly-once session first reconnects and re-sends what was unanswered.
     pub async fn next(&mut self) -> Option<(ReqId, Result<Outcome, ClientError>)> {
-        if let Some(done) = self.completed.pop_front() {
-            return Some(done);
+        loop {
+            if let Some(done) = self.completed.pop_front() {
+                return Some(done);
+            }
+            let front = self.in_flight.front_mut()?;
+            let id = front.id;
+            let result = match self.shared.opts.request_timeout {
+                Some(t) => match tokio::time::timeout(t, &mut front.slot).await {
+                    Ok(r) => r.unwrap_or(Err(ClientError::ConnectionLost { node: self.conn.addr })),
+                    // Stays in flight: a later call may still see its result.
+                    Err(_) => return Some((id, Err(ClientError::TimedOut(t)))),
+                },
+                None => (&mut front.slot).await.unwrap_or(Err(ClientError::ConnectionLost { node: self.conn.addr })),
+            };
+            if matches!(result, Err(ClientError::ConnectionLost { .. })) && self.shared.opts.exactly_once {
+                self.recover().await;
+                continue;
+            }
+            let done = self.in_flight.pop_front().expect("the front");
+            return Some((id, self.finish(&done, result)));
         }
-        let (id, slot) = self.in_flight.front_mut()?;
-        let id = *id;
-        let result = match self.timeout {
-            Some(t) => match tokio::time::timeout(t, slot).await {
-                Ok(r) => r.unwrap_or(Err(ClientError::ConnectionLost { node: self.conn.addr })),
-                // Stays in flight: a later call may still see its result.
-                Err(_) => return Some((id, Err(ClientError::TimedOut(t)))),
-            },
-            None => slot.await.unwrap_or(Err(ClientError::ConnectionLost { node: self.conn.addr })),
-        };
-        self.in_flight.pop_front();
-        Some((id, result.and_then(outcome)))
+    }
+
+    /// Ends a request: its RIFL id completes (rifl.md §5.1 C2), its reply becomes an outcome.
+    fn finish(&self, req: &InFlight, result: Result<Response, ClientError>) -> Result<Outcome, ClientError> {
+        if let Some(seq) = req.rifl_seq {
+            self.shared.lock_rifl().tracker.rpc_completed(seq);
+        }
+        result.and_then(outcome)
+    }
+
+    /// rifl.md §5.1 C2 after a broken connection: open a session again — at the same node if
+    /// it is up, else at another — and re-send every unanswered request in order, one at a
+    /// time (so session order holds across the reconnection), each mutating one with its RPC
+    /// id. A retry that finds its first attempt still executing (`InProgress`) waits and
+    /// re-sends; one that finds it completed gets its recorded result. Gives up after
+    /// `retry_for` with `ConnectionLost` (outcome unknown) for what is left.
+    async fn recover(&mut self) {
+        let opts = self.shared.opts.clone();
+        let deadline = tokio::time::Instant::now() + opts.retry_for;
+        let pending: Vec<InFlight> = self.in_flight.drain(..).collect();
+        let mut backoff = Duration::from_millis(5);
+        let mut i = 0;
+        'reconnect: while i < pending.len() {
+            if tokio::time::Instant::now() >= deadline {
+                break;
+            }
+            match self.shared.open_session().await {
+                Ok((conn, id)) => {
+                    debug!(node = %conn.addr, session = %id, unanswered = pending.len() - i, "session reconnected; re-sending");
+                    self.conn = conn;
+                    self.id = id;
+                }
+                Err(_) => {
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(Duration::from_millis(500));
+                    continue;
+                }
+            }
+            while i < pending.len() {
+                let p = &pending[i];
+                let rifl = p.rifl_seq.map(|seq| self.shared.lock_rifl().envelope(seq));
+                let Ok(slot) = self.conn.send_with(rifl, request(self.id, &p.op)) else { continue 'reconnect };
+                let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+                match tokio::time::timeout(left, slot).await {
+                    Ok(Ok(Ok(Response::Error { code: ErrorCode::InProgress, .. }))) => {
+                        tokio::time::sleep(Duration::from_millis(2)).await;
+                    }
+                    Ok(Ok(reply @ Ok(_))) | Ok(Ok(reply @ Err(ClientError::WrongCluster { .. }))) => {
+                        let done = self.finish(p, reply);
+                        self.completed.push_back((p.id, done));
+                        i += 1;
+                    }
+                    Ok(_) => {
+                        tokio::time::sleep(backoff).await;
+                        backoff = (backoff * 2).min(Duration::from_millis(500));
+                        continue 'reconnect;
+                    }
+                    Err(_) => break 'reconnect,
+                }
+            }
+        }
+        for p in &pending[i..] {
+            let done = self.finish(p, Err(ClientError::ConnectionLost { node: self.conn.addr }));
+            self.completed.push_back((p.id, done));
+        }
     }
 
     /// Waits until request `req` and every earlier one have completed, consuming their
@@ -206,7 +292,7 @@ impl Session {
     pub async fn wait(&mut self, req: ReqId) -> Result<Outcome, ClientError> {
         let mut first_err = None;
         loop {
-            let front = self.completed.front().map(|(id, _)| *id).or(self.in_flight.front().map(|(id, _)| *id));
+            let front = self.completed.front().map(|(id, _)| *id).or(self.in_flight.front().map(|f| f.id));
             match front {
                 Some(id) if id <= req => {}
                 _ => {
@@ -282,7 +368,7 @@ impl Session {
     pub async fn close(mut self) -> Result<(), ClientError> {
         self.closed = true;
         let slot = self.conn.send(Request::CloseSession { session: self.id })?;
-        match await_reply(slot, self.timeout, self.conn.addr).await? {
+        match await_reply(slot, self.shared.opts.request_timeout, self.conn.addr).await? {
             Response::SessionClosed => Ok(()),
             other => Err(unexpected(other)),
         }
@@ -295,6 +381,25 @@ impl Drop for Session {
             self.conn.send_and_forget(Request::CloseSession { session: self.id });
         }
     }
+}
+
+/// The wire request of `op` in session `session`.
+fn request(session: SessionId, op: &Op) -> Request {
+    match op.clone() {
+        Op::Get { key } => Request::Get { session, key },
+        Op::Put { key, value } => Request::Put { session, key, value },
+        Op::Delete { key } => Request::Delete { session, key },
+        Op::Release { key, value } => Request::Release { session, key, value },
+        Op::Acquire { key } => Request::Acquire { session, key },
+        Op::Faa { key, delta } => Request::Faa { session, key, delta },
+        Op::Cas { key, expected, new, weak } => Request::Cas { session, key, expected, new, weak },
+    }
+}
+
+/// A reply slot that reports a lost connection (a request that could not be sent).
+fn lost_slot() -> ReplySlot {
+    let (_, rx) = tokio::sync::oneshot::channel();
+    rx
 }
 
 fn outcome(resp: Response) -> Result<Outcome, ClientError> {
