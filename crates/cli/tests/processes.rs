@@ -21,7 +21,8 @@ fn key(i: usize) -> String {
 }
 
 async fn session_at(addr: std::net::SocketAddr) -> Session {
-    let opts = ClientOptions { request_timeout: Some(Duration::from_secs(30)), ..ClientOptions::default() };
+    // A session bound to a dead node gives up re-sending after a second (its only endpoint).
+    let opts = ClientOptions { request_timeout: Some(Duration::from_secs(30)), retry_for: Duration::from_secs(1), ..ClientOptions::default() };
     // The session keeps the connection open after the client handle is dropped.
     Client::connect_node(addr, opts).await.unwrap().open_session().await.unwrap()
 }
