@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use strata_wire::client::Response;
-use strata_wire::peer::{Accept, Commit, Completion, PaxosOutcome, PaxosReply, PeerMessage, Propose, RcResult, Tuple};
+use strata_wire::peer::{Accept, Commit, Completion, KeyRecords, PaxosOutcome, PaxosReply, PeerMessage, Propose, RcResult, Tuple};
 use strata_wire::{AcquireId, Ballot, Carstamp, Instant, NodeId, Rifl, RmwId, SessionId};
 
 use crate::api::{RcEvent, ValueRound};
@@ -367,11 +367,10 @@ impl RcReplica {
         self.learn_committed(key, slot, tuple.rmw_id);
         // The learners get the key's whole record set, this slot's record included, so that
         // they know the records of every slot up to this one (`crate::records`).
-        let k = self.key_mut(key);
         if let Some(c) = &tuple.record {
-            crate::records::add(&mut k.records, c);
+            self.merge_records(key, &KeyRecords { floors: Vec::new(), done: vec![c.clone()] });
         }
-        let records = k.records.clone();
+        let records = self.key_mut(key).records.clone();
         let (key2, rmw_id, value) = (key.clone(), tuple.rmw_id, tuple.value.clone());
         let req = self.start_round(now, id, |req| PeerMessage::Commit(Commit { req, key: key2, slot, rmw_id, value, cs, records }));
         r.phase = Phase::Committing { req, slot, tuple, helping };

@@ -65,6 +65,16 @@ fn raise_floor(rs: &mut KeyRecords, client_id: u64, ack: u64) {
     rs.done.retain(|c| c.rpc.client_id != client_id || c.rpc.seq > ack);
 }
 
+/// Collects every record its client has acknowledged (`ack_of(client)` at or above its seq),
+/// raising the client's floor here to that acknowledgement.
+pub(crate) fn collect_acked(rs: &mut KeyRecords, ack_of: impl Fn(u64) -> u64) {
+    let acked: Vec<(u64, u64)> =
+        rs.done.iter().map(|c| (c.rpc.client_id, ack_of(c.rpc.client_id))).filter(|&(_, ack)| ack > 0).collect();
+    for (client, ack) in acked {
+        raise_floor(rs, client, ack);
+    }
+}
+
 /// Adds one completion record (and the acknowledgement it carries). A second record for the
 /// same RPC keeps the first: one execution, one result (R-G2).
 pub(crate) fn add(rs: &mut KeyRecords, c: &Completion) {

@@ -71,6 +71,9 @@ pub struct RcReplica {
     /// themselves live with their keys (`KeyState::records`).
     pub(crate) rifl_acks: HashMap<u64, u64>,
     pub(crate) rifl_running: HashSet<RpcId>,
+    /// Keys holding completion records not yet acknowledged (what `sweep_records` visits).
+    rifl_keys: HashSet<Bytes>,
+    rifl_next_sweep: Instant,
     pub(crate) stats: RcStats,
     pub(crate) effects: RcEffects,
 }
@@ -106,6 +109,8 @@ impl RcReplica {
             next_req: 0,
             rifl_acks: HashMap::new(),
             rifl_running: HashSet::new(),
+            rifl_keys: HashSet::new(),
+            rifl_next_sweep: Instant::ZERO,
             stats: RcStats::default(),
             effects: RcEffects::default(),
             cfg,
@@ -266,18 +271,52 @@ impl RcReplica {
 
     /// Merges completion records received with a version of `key`.
     pub(crate) fn merge_records(&mut self, key: &Bytes, from: &KeyRecords) {
-        if !from.is_empty() {
-            records::merge(&mut self.key_mut(key).records, from);
+        if from.is_empty() {
+            return;
         }
+        records::merge(&mut self.key_mut(key).records, from);
+        self.learn_acks(key, from);
     }
 
     /// The completion record of `rifl`'s RPC with `result`, added to `key`'s records; returned
     /// as the one-record delta its version's broadcast carries.
     pub(crate) fn record_completion(&mut self, key: &Bytes, rifl: Option<&Rifl>, result: RcResult) -> KeyRecords {
         let Some(e) = rifl else { return KeyRecords::default() };
-        let c = Completion { rpc: e.rpc, ack: e.first_incomplete - 1, result };
-        records::add(&mut self.key_mut(key).records, &c);
-        KeyRecords { floors: Vec::new(), done: vec![c] }
+        let delta = KeyRecords { floors: Vec::new(), done: vec![Completion { rpc: e.rpc, ack: e.first_incomplete - 1, result }] };
+        self.merge_records(key, &delta);
+        delta
+    }
+
+    /// Every record carries its client's acknowledgement watermark: the node learns it (so it
+    /// answers `Stale` for anything below, and the sweep can collect records at every key),
+    /// and remembers that `key` holds live records.
+    fn learn_acks(&mut self, key: &Bytes, from: &KeyRecords) {
+        let acks = from.floors.iter().copied().chain(from.done.iter().map(|c| (c.rpc.client_id, c.ack)));
+        for (client, ack) in acks {
+            let known = self.rifl_acks.entry(client).or_insert(0);
+            *known = (*known).max(ack);
+        }
+        if self.keys.get(key).is_some_and(|k| !k.records.done.is_empty()) && !self.rifl_keys.contains(key) {
+            self.rifl_keys.insert(key.clone());
+        }
+    }
+
+    /// rifl.md §5.4 `process_ack`, across keys: a record whose client has acknowledged it since
+    /// (learned from any request or record of that client) is collected, leaving the client's
+    /// floor at the key (R-D8's ack record). Run every `RIFL_SWEEP`: a client that never
+    /// writes a key again would otherwise leave its record there for good.
+    fn sweep_records(&mut self, now: Instant) {
+        if now < self.rifl_next_sweep {
+            return;
+        }
+        self.rifl_next_sweep = now + RIFL_SWEEP;
+        let acks = &self.rifl_acks;
+        let keys = &mut self.keys;
+        self.rifl_keys.retain(|key| {
+            let Some(k) = keys.get_mut(key) else { return false };
+            records::collect_acked(&mut k.records, |client| acks.get(&client).copied().unwrap_or(0));
+            !k.records.done.is_empty()
+        });
     }
 
     fn reply_error(&mut self, route: Route, corr: u64, code: ErrorCode, message: String) {
@@ -587,6 +626,9 @@ pub(crate) enum Started {
     Op(OpKind),
 }
 
+/// How often acknowledged completion records are collected across keys.
+const RIFL_SWEEP: std::time::Duration = std::time::Duration::from_secs(1);
+
 fn stale(rpc: RpcId) -> Response {
     Response::Error { code: ErrorCode::Stale, message: format!("{rpc}: already acknowledged by the client") }
 }
@@ -638,6 +680,7 @@ impl Node for RcReplica {
     }
 
     fn on_tick(&mut self, now: Instant) {
+        self.sweep_records(now);
         self.retransmit_due(now);
         self.resend_due_rounds(now);
         while let Some(id) = self.op_timers.pop_due(now) {
@@ -651,7 +694,8 @@ impl Node for RcReplica {
     }
 
     fn poll_timeout(&self) -> Option<Instant> {
-        [self.retransmit.next_deadline(), self.rounds.resend.next_deadline(), self.op_timers.next_deadline()]
+        let sweep = (!self.rifl_keys.is_empty()).then_some(self.rifl_next_sweep);
+        [self.retransmit.next_deadline(), self.rounds.resend.next_deadline(), self.op_timers.next_deadline(), sweep]
             .into_iter()
             .flatten()
             .min()

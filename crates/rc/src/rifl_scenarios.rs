@@ -145,3 +145,22 @@ fn rifl_rc_a_second_attempt_while_the_first_runs_is_told_in_progress_and_bad_env
         assert_eq!(error_code(net.call_rifl(0, e, rel(t))), ErrorCode::BadEnvelope);
     }
 }
+
+#[test]
+fn rifl_rc_the_sweep_collects_records_a_client_acknowledged_at_keys_it_never_writes_again() {
+    let mut net = Net::new(3, |_| {});
+    let s = net.open(0);
+    for (seq, key) in [(1, "a"), (2, "b"), (3, "c")] {
+        net.call_rifl(0, envelope(6, seq, seq), Request::Put { session: s, key: b(key), value: b("v") });
+    }
+    net.deliver();
+    // Seq 3's envelope acknowledged 1 and 2; after a sweep only c's record is left, everywhere.
+    net.advance(std::time::Duration::from_millis(1100));
+    for node in &net.nodes {
+        let live = |k: &str| node.keys.get(&b(k)).map_or(0, |k| k.records.done.len());
+        assert_eq!((live("a"), live("b"), live("c")), (0, 0, 1));
+    }
+    let at_1 = net.open(1);
+    let late = net.call_rifl(1, envelope(6, 1, 1), Request::Put { session: at_1, key: b("a"), value: b("v") });
+    assert_eq!(error_code(late), ErrorCode::Stale, "a late duplicate after the collection is refused");
+}
