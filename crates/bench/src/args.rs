@@ -281,6 +281,17 @@ pub struct BenchArgs {
     #[arg(long, value_name = "MS,...", value_delimiter = ',')]
     pub client_delay_ms: Option<Vec<f64>>,
 
+    /// Strata only: send requests without RIFL's envelope (at-least-once, no completion
+    /// records), to measure what exactly-once costs side by side (scripts/bench-rifl.sh).
+    #[arg(long)]
+    pub no_exactly_once: bool,
+
+    /// Strata only: every write comes from one of N simulated clients, each with its own
+    /// RIFL client id and sequence numbers (RIFL §8.3 Q3: latency and server memory per
+    /// client from 1 to 1,000,000 clients). Needs `--pipeline 1`; relaxed reads and writes.
+    #[arg(long, value_name = "N")]
+    pub virtual_clients: Option<u64>,
+
     /// Measure for this many seconds (after the warmup).
     #[arg(long, value_name = "SECS", default_value_t = 10.0, conflicts_with = "ops")]
     pub duration: f64,
@@ -379,6 +390,8 @@ impl Default for BenchArgs {
             ycsb: None,
             table: None,
             client_delay_ms: None,
+            no_exactly_once: false,
+            virtual_clients: None,
             duration: 10.0,
             ops: None,
             warmup: 1.0,
@@ -431,6 +444,18 @@ impl BenchArgs {
         }
         if self.ops.is_none() && !(self.duration > 0.0 && self.duration.is_finite()) {
             return bad(format!("--duration {} must be a positive number of seconds", self.duration));
+        }
+        if self.target == Target::Strata && !self.no_exactly_once && self.pipeline > strata_wire::WINDOW as usize {
+            return bad(format!(
+                "--pipeline {} exceeds the {} exactly-once writes a session may have unanswered (RIFL's window): lower it, or add --no-exactly-once",
+                self.pipeline,
+                strata_wire::WINDOW
+            ));
+        }
+        if let Some(v) = self.virtual_clients {
+            if v == 0 || self.pipeline != 1 || self.target != Target::Strata || self.table.is_some() || self.no_exactly_once {
+                return bad("--virtual-clients N needs N >= 1, --pipeline 1, the Strata target, no --table and exactly-once on".into());
+            }
         }
         if self.ops == Some(0) {
             return bad("--ops must be at least 1".into());

@@ -151,7 +151,7 @@ pub async fn run(args: &BenchArgs, endpoints: Vec<SocketAddr>) -> Result<BenchRe
         let addr = endpoints[home];
         let conn = match &args.table {
             Some(table) => Connection::connect_table(&relays.addrs, home, cluster_id, table).await,
-            None => Connection::connect(args.target, relays.addrs[home], cluster_id, &run_id).await,
+            None => Connection::connect(args.target, relays.addrs[home], cluster_id, &run_id, !args.no_exactly_once).await,
         }
         .map_err(|message| BenchError::Connect { target: args.target, addr, message })?;
         conns.push((addr, conn));
@@ -166,6 +166,21 @@ pub async fn run(args: &BenchArgs, endpoints: Vec<SocketAddr>) -> Result<BenchRe
             })?;
             sessions.push(s);
         }
+    }
+
+    if let Some(clients) = args.virtual_clients {
+        // Ids of this run's simulated clients: fresh, so that no node holds acknowledgements of
+        // an earlier run's clients under the same ids.
+        let first = unix_ms_at(Instant::now()).wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ args.seed;
+        let total = sessions.len();
+        sessions = sessions
+            .into_iter()
+            .enumerate()
+            .map(|(j, s)| match s {
+                BenchSession::Strata(s) => BenchSession::Virtual(target::VirtualClients::new(s, first, j, total, clients)),
+                other => other,
+            })
+            .collect();
     }
 
     if args.workload != WorkloadKind::Kv {

@@ -88,6 +88,7 @@ impl Connection {
         addr: SocketAddr,
         cluster_id: u64,
         run_id: &str,
+        exactly_once: bool,
     ) -> Result<Connection, String> {
         match target {
             Target::Strata => {
@@ -96,6 +97,7 @@ impl Connection {
                     cluster: ClusterId(cluster_id),
                     connect_timeout: CONNECT_TIMEOUT,
                     request_timeout: None,
+                    exactly_once,
                     ..ClientOptions::default()
                 };
                 Client::connect_node(addr, opts).await.map(Connection::Strata).map_err(|e| e.to_string())
@@ -154,6 +156,7 @@ impl Connection {
 /// A pipelined stream of requests whose completions come back in order.
 pub enum BenchSession {
     Strata(strata_client::Session),
+    Virtual(VirtualClients),
     Table(TableSession),
     Redis(RedisSession),
     Etcd(EtcdSession),
@@ -168,6 +171,48 @@ pub struct TableSession {
     queued: VecDeque<BenchOp>,
 }
 
+/// A Strata session whose writes come from simulated RIFL clients (`--virtual-clients`,
+/// RIFL §8.3 Q3): session `j` of `S` drives clients `first + j`, `first + j + S`, ..., each with
+/// its own sequence numbers; with one request in flight per session, each simulated client
+/// has at most one, so `first_incomplete = seq` is exact.
+pub struct VirtualClients {
+    session: strata_client::Session,
+    first: u64,
+    stride: u64,
+    offset: u64,
+    seqs: Vec<u64>,
+    rng: u64,
+}
+
+impl VirtualClients {
+    /// Session `j` of `total`, out of `clients` simulated clients whose ids start at `first`.
+    pub fn new(session: strata_client::Session, first: u64, j: usize, total: usize, clients: u64) -> VirtualClients {
+        let (j, total) = (j as u64, total as u64);
+        let mine = clients.saturating_sub(j).div_ceil(total).max(1);
+        VirtualClients { session, first, stride: total, offset: j, seqs: vec![0; mine as usize], rng: first ^ (j + 1) }
+    }
+
+    fn submit_write(&mut self, key: Bytes, value: Bytes) -> Result<(), String> {
+        // xorshift64: which simulated client writes next.
+        self.rng ^= self.rng << 13;
+        self.rng ^= self.rng >> 7;
+        self.rng ^= self.rng << 17;
+        let k = (self.rng % self.seqs.len() as u64) as usize;
+        self.seqs[k] += 1;
+        let (seq, client_id) = (self.seqs[k], self.first.wrapping_add(self.offset + k as u64 * self.stride).max(1));
+        let rifl = strata_wire::Rifl {
+            rpc: strata_wire::RpcId { client_id, seq },
+            first_incomplete: seq,
+            lease: strata_wire::LeaseInfo {
+                client_id,
+                expiration: strata_wire::ClusterTime(u64::MAX),
+                timestamp: strata_wire::ClusterTime::ZERO,
+            },
+        };
+        self.session.submit_as(strata_client::Op::Put { key, value }, rifl).map(|_| ()).map_err(|e| e.to_string())
+    }
+}
+
 /// A session on a Redis connection: the replies it waits for, oldest first.
 pub struct RedisSession {
     conn: Arc<RedisConn>,
@@ -179,9 +224,11 @@ impl BenchSession {
     pub fn into_strata(self) -> Option<strata_client::Session> {
         match self {
             BenchSession::Strata(s) => Some(s),
-            BenchSession::Table(_) | BenchSession::Redis(_) | BenchSession::Etcd(_) | BenchSession::Zookeeper(_) => {
-                None
-            }
+            BenchSession::Virtual(_)
+            | BenchSession::Table(_)
+            | BenchSession::Redis(_)
+            | BenchSession::Etcd(_)
+            | BenchSession::Zookeeper(_) => None,
         }
     }
 
@@ -203,6 +250,11 @@ impl BenchSession {
                 };
                 s.submit(op).map(|_| ()).map_err(|e| e.to_string())
             }
+            BenchSession::Virtual(v) => match op {
+                BenchOp::Read { key } => v.session.submit(strata_client::Op::Get { key }).map(|_| ()).map_err(|e| e.to_string()),
+                BenchOp::Write { key, value } | BenchOp::Insert { key, value } => v.submit_write(key, value),
+                _ => Err("--virtual-clients takes relaxed reads and writes only".to_string()),
+            },
             BenchSession::Table(s) => match op {
                 BenchOp::Read { .. } | BenchOp::Write { .. } | BenchOp::Insert { .. } => {
                     s.queued.push_back(op);
@@ -229,7 +281,7 @@ impl BenchSession {
     /// The oldest outstanding request's completion; `None` if nothing is outstanding.
     pub async fn next(&mut self) -> Option<Result<Done, String>> {
         match self {
-            BenchSession::Strata(s) => {
+            BenchSession::Strata(s) | BenchSession::Virtual(VirtualClients { session: s, .. }) => {
                 let (_, r) = s.next().await?;
                 Some(match r {
                     Ok(Outcome::Value(v)) if v.value.is_some() => Ok(Done::Hit),

@@ -58,22 +58,23 @@ pub struct Client {
     shared: Arc<Shared>,
 }
 
-/// What a client and its sessions share: the endpoints, the current connection, and the
-/// client's RIFL identity.
+/// What a client and its sessions share: the endpoints and the current connection.
 pub(crate) struct Shared {
     endpoints: Vec<SocketAddr>,
     pub(crate) opts: ClientOptions,
     conn: Mutex<Option<Arc<ConnHandle>>>,
     /// Where the next connection attempt starts in `endpoints`.
     cursor: AtomicUsize,
-    pub(crate) rifl: Mutex<RiflClient>,
 }
 
-/// The client side of RIFL (rifl.md §3.1): the client id and its RequestTracker.
+/// The client side of RIFL (rifl.md §3.1): a RIFL client id and its RequestTracker. Each
+/// [`Session`] is one RIFL client: its requests complete in session order, so its
+/// `first_incomplete` advances with every completion, and one slow session does not hold back
+/// the window of another (a client-wide window would stall every session behind the slowest).
 ///
 /// [DECISION, recorded in docs/design.md] Until the lease service is wired in, the id is a
-/// random 64-bit number drawn per client (a collision needs ~2^32 live clients) and the lease
-/// in every envelope never expires, so servers never ask about it.
+/// random 64-bit number drawn per session (a collision needs ~2^32 live sessions) and the
+/// lease in every envelope never expires, so servers never ask about it.
 pub(crate) struct RiflClient {
     pub(crate) client_id: u64,
     pub(crate) tracker: RequestTracker,
@@ -82,6 +83,10 @@ pub(crate) struct RiflClient {
 impl RiflClient {
     /// A new RPC id and its envelope, or `None` when the window of 512 uncollectable RPCs is
     /// full (rifl.md §5.2: wait for the oldest).
+    pub(crate) fn new() -> RiflClient {
+        RiflClient { client_id: fresh_client_id(), tracker: RequestTracker::new(WINDOW) }
+    }
+
     pub(crate) fn next(&mut self) -> Option<Rifl> {
         let seq = self.tracker.new_sequence_num().ok()?;
         Some(self.envelope(seq))
@@ -121,11 +126,6 @@ impl Client {
 
     pub fn options(&self) -> &ClientOptions {
         &self.shared.opts
-    }
-
-    /// This client's RIFL id: every mutating request carries it (rifl.md §0).
-    pub fn client_id(&self) -> u64 {
-        self.shared.lock_rifl().client_id
     }
 
     /// The node this client is (or was last) connected to.
@@ -200,12 +200,7 @@ impl Client {
 
 impl Shared {
     fn new(endpoints: Vec<SocketAddr>, opts: ClientOptions, cursor: usize) -> Shared {
-        let rifl = RiflClient { client_id: fresh_client_id(), tracker: RequestTracker::new(WINDOW) };
-        Shared { endpoints, opts, conn: Mutex::new(None), cursor: AtomicUsize::new(cursor), rifl: Mutex::new(rifl) }
-    }
-
-    pub(crate) fn lock_rifl(&self) -> std::sync::MutexGuard<'_, RiflClient> {
-        self.rifl.lock().unwrap_or_else(|e| e.into_inner())
+        Shared { endpoints, opts, conn: Mutex::new(None), cursor: AtomicUsize::new(cursor) }
     }
 
     /// The current connection, or a new one to the first reachable endpoint — starting with

@@ -11,10 +11,10 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use strata_wire::client::{ErrorCode, Request, Response};
-use strata_wire::{Carstamp, SessionId, WINDOW};
+use strata_wire::{Carstamp, Rifl, SessionId, WINDOW};
 use tracing::debug;
 
-use crate::client::Shared;
+use crate::client::{RiflClient, Shared};
 use crate::conn::{await_reply, ConnHandle, ReplySlot};
 use crate::error::ClientError;
 
@@ -122,11 +122,15 @@ struct InFlight {
     /// The RIFL sequence number of a mutating request (its envelope is rebuilt on every
     /// re-send, with a fresh `first_incomplete`).
     rifl_seq: Option<u64>,
+    /// An envelope the caller chose ([`Session::submit_as`]), re-sent as it is.
+    given: Option<Rifl>,
     slot: ReplySlot,
 }
 
 pub struct Session {
     shared: Arc<Shared>,
+    /// The session's RIFL identity (one RIFL client per session: see `RiflClient`).
+    rifl: RiflClient,
     conn: Arc<ConnHandle>,
     id: SessionId,
     /// The last `ReqId` handed out.
@@ -140,7 +144,13 @@ pub struct Session {
 
 impl Session {
     pub(crate) fn new(shared: Arc<Shared>, conn: Arc<ConnHandle>, id: SessionId) -> Session {
-        Session { shared, conn, id, last_submitted: 0, in_flight: VecDeque::new(), completed: VecDeque::new(), closed: false }
+        let rifl = RiflClient::new();
+        Session { shared, rifl, conn, id, last_submitted: 0, in_flight: VecDeque::new(), completed: VecDeque::new(), closed: false }
+    }
+
+    /// The session's RIFL client id: its mutating requests carry it (rifl.md §0).
+    pub fn client_id(&self) -> u64 {
+        self.rifl.client_id
     }
 
     /// The session's id at its current node (a new one after a reconnection).
@@ -172,9 +182,10 @@ impl Session {
             )));
         }
         let rifl = match opts.exactly_once && op.is_write() {
-            true => Some(self.shared.lock_rifl().next().ok_or_else(|| {
+            true => Some(self.rifl.next().ok_or_else(|| {
                 ClientError::QueueFull(format!(
-                    "{WINDOW} exactly-once requests of this client are unanswered or unconsumed (RIFL's window); consume completions first"
+                    "{WINDOW} exactly-once requests of session {} are unanswered or unconsumed (RIFL's window); consume completions first",
+                    self.id
                 ))
             })?),
             false => None,
@@ -185,13 +196,25 @@ impl Session {
             Err(ClientError::ConnectionLost { .. }) if opts.exactly_once => lost_slot(),
             Err(e) => {
                 if let Some(e) = &rifl {
-                    self.shared.lock_rifl().tracker.rpc_completed(e.rpc.seq);
+                    self.rifl.tracker.rpc_completed(e.rpc.seq);
                 }
                 return Err(e);
             }
         };
         self.last_submitted += 1;
-        self.in_flight.push_back(InFlight { id: self.last_submitted, op, rifl_seq: rifl.map(|e| e.rpc.seq), slot });
+        self.in_flight.push_back(InFlight { id: self.last_submitted, op, rifl_seq: rifl.map(|e| e.rpc.seq), given: None, slot });
+        Ok(self.last_submitted)
+    }
+
+    /// Queues `op` with an envelope the caller built, bypassing this client's RIFL identity.
+    /// For load generators that simulate many clients over one connection (rifl.md §8.3 Q3:
+    /// latency and server memory as the number of clients grows); the caller is responsible for
+    /// the envelope's ids and `first_incomplete`. Not for applications.
+    #[doc(hidden)]
+    pub fn submit_as(&mut self, op: Op, rifl: Rifl) -> Result<ReqId, ClientError> {
+        let slot = self.conn.send_with(Some(rifl), request(self.id, &op))?;
+        self.last_submitted += 1;
+        self.in_flight.push_back(InFlight { id: self.last_submitted, op, rifl_seq: None, given: Some(rifl), slot });
         Ok(self.last_submitted)
     }
 
@@ -223,9 +246,9 @@ impl Session {
     }
 
     /// Ends a request: its RIFL id completes (rifl.md §5.1 C2), its reply becomes an outcome.
-    fn finish(&self, req: &InFlight, result: Result<Response, ClientError>) -> Result<Outcome, ClientError> {
+    fn finish(&mut self, req: &InFlight, result: Result<Response, ClientError>) -> Result<Outcome, ClientError> {
         if let Some(seq) = req.rifl_seq {
-            self.shared.lock_rifl().tracker.rpc_completed(seq);
+            self.rifl.tracker.rpc_completed(seq);
         }
         result.and_then(outcome)
     }
@@ -260,7 +283,7 @@ impl Session {
             }
             while i < pending.len() {
                 let p = &pending[i];
-                let rifl = p.rifl_seq.map(|seq| self.shared.lock_rifl().envelope(seq));
+                let rifl = p.given.or_else(|| p.rifl_seq.map(|seq| self.rifl.envelope(seq)));
                 let Ok(slot) = self.conn.send_with(rifl, request(self.id, &p.op)) else { continue 'reconnect };
                 let left = deadline.saturating_duration_since(tokio::time::Instant::now());
                 match tokio::time::timeout(left, slot).await {

@@ -1,0 +1,159 @@
+#!/usr/bin/env bash
+# What exactly-once (RIFL) costs in Strata, with `strata bench` on 3-node clusters:
+#  (a) RIFL §8.3 Q1/Q2: relaxed writes and fetch-and-adds with exactly-once on and off, side by
+#      side in alternating runs — latency with one closed loop, throughput with 16 loops
+#      pipelined — medians of RUNS runs and the on/off ratios;
+#  (b) RIFL §8.3 Q3: writes from V simulated clients (each its own RIFL id and sequence numbers,
+#      `--virtual-clients V`) for V in VCLIENTS: median and tail latency per V, and the node
+#      memory per client — each node's resident memory after VOPS writes, minus the same load
+#      with RIFL off, divided by V (a fresh cluster per run, so nothing else differs).
+# See docs/benchmarks.md, "Exactly-once (RIFL)".
+#
+#   scripts/bench-rifl.sh                                  # ~12 minutes on 2 cores
+#   RUNS=1 VCLIENTS="1 1000" VOPS=100000 scripts/bench-rifl.sh   # a quick look
+#
+# Knobs (environment): RUNS (5), DURATION (3 s), WARMUP (0.5 s), KEYS (100000), VALUE_SIZE (100),
+# VCLIENTS ("1 1000 100000 1000000"), VOPS (1500000), VSESSIONS (32), BASE_PORT (first free from
+# 7600), RESULTS (results directory), CARGO_TARGET_DIR; QUIET_CORES (0.1), QUIET_WAIT (5 s),
+# QUIET_BUDGET (60 s): the idle-machine gate (wait_quiet, scripts/bench-lib.sh).
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$ROOT"
+
+RUNS=${RUNS:-5}
+DURATION=${DURATION:-3}
+WARMUP=${WARMUP:-0.5}
+KEYS=${KEYS:-100000}
+VALUE_SIZE=${VALUE_SIZE:-100}
+VCLIENTS=${VCLIENTS:-"1 1000 100000 1000000"}
+VOPS=${VOPS:-1500000}
+VSESSIONS=${VSESSIONS:-32}
+RESULTS=${RESULTS:-${CARGO_TARGET_DIR:-$ROOT/target}/bench-results/rifl-$(date +%Y%m%d-%H%M%S)}
+BIN=${CARGO_TARGET_DIR:-$ROOT/target}/release
+NODES=3
+
+TAG=bench-rifl
+# shellcheck source=scripts/bench-lib.sh
+. "$ROOT/scripts/bench-lib.sh"
+mkdir -p "$RESULTS"
+
+log "building release binaries"
+cargo build --release -q -p strata -p strata-node
+command -v python3 >/dev/null || die "python3 is needed to summarize the JSON results"
+BASE_PORT=${BASE_PORT:-$(free_base_port 7600 200 9800 "$NODES" 100)} || die "no free base port found"
+describe_machine | tee "$RESULTS/machine.txt" >&2
+echo "settings: runs=$RUNS duration=${DURATION}s keys=$KEYS value_size=$VALUE_SIZE vclients=[$VCLIENTS] vops=$VOPS vsessions=$VSESSIONS" \
+    | tee -a "$RESULTS/machine.txt" >&2
+
+# Stops the cluster start_strata started (the last pid in PIDS) and forgets its data.
+stop_strata() {
+    local pid=${PIDS[-1]}
+    kill -TERM "$pid" 2>/dev/null || true
+    for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+    unset 'PIDS[-1]'
+    rm -rf "$STRATA_DATA"
+}
+
+# Resident memory (KiB) of every node of the running cluster, space-separated.
+node_rss_kib() {
+    python3 - "$STRATA_DATA/cluster.json" <<'PY'
+import json, sys
+rss = []
+for n in json.load(open(sys.argv[1]))["nodes"]:
+    for line in open(f"/proc/{n['pid']}/status"):
+        if line.startswith("VmRSS:"):
+            rss.append(line.split()[1])
+print(" ".join(rss))
+PY
+}
+
+common=(--keys "$KEYS" --value-size "$VALUE_SIZE" --dist uniform --warmup "$WARMUP" --quiet)
+
+# ---- (a) overhead: on and off, alternating -----------------------------------------------------
+start_strata
+bench() { "$BIN/strata" bench --endpoints "$ENDPOINTS" "${common[@]}" "$@"; }
+n=0
+total=$((RUNS * 8))
+for run in $(seq 1 "$RUNS"); do
+    for rifl in on off; do
+        flag=()
+        [ "$rifl" = off ] && flag=(--no-exactly-once)
+        for shape in lat tput; do
+            case $shape in
+                lat) loops=(--clients 1 --sessions 1 --pipeline 1) ;;
+                tput) loops=(--clients 4 --sessions 4 --pipeline 16) ;;
+            esac
+            for op in write faa; do
+                n=$((n + 1))
+                name="$op-$shape-$rifl-r$run"
+                log "($n/$total) $name"
+                what=(--write-ratio 100)
+                [ "$op" = faa ] && what=(--write-ratio 100 --rmw-pct 100 --rmw faa)
+                wait_quiet
+                bench "${loops[@]}" "${what[@]}" "${flag[@]}" --duration "$DURATION" --seed "$run" --label "$name" \
+                    --json "$RESULTS/$name.json" >"$RESULTS/$name.txt" 2>&1 || { cat "$RESULTS/$name.txt" >&2; die "$name failed"; }
+            done
+        done
+    done
+done
+stop_strata
+
+# ---- (b) many clients: latency and memory per client --------------------------------------------
+vrun() { # name, extra flags...
+    local name=$1
+    shift
+    start_strata
+    wait_quiet
+    log "$name: $VOPS writes"
+    "$BIN/strata" bench --endpoints "$ENDPOINTS" "${common[@]}" --clients 4 --sessions $((VSESSIONS / 4)) --pipeline 1 \
+        --write-ratio 100 --ops "$VOPS" --warmup 0 "$@" --label "$name" --json "$RESULTS/$name.json" \
+        >"$RESULTS/$name.txt" 2>&1 || { cat "$RESULTS/$name.txt" >&2; die "$name failed"; }
+    sleep 2 # let the nodes settle (acks, the records' sweep)
+    node_rss_kib >"$RESULTS/$name.rss"
+    stop_strata
+}
+vrun "v-off" --no-exactly-once
+for v in $VCLIENTS; do
+    vrun "v-$v" --virtual-clients "$v"
+done
+
+# ---- tables --------------------------------------------------------------------------------------
+python3 - "$RESULTS" "$RUNS" "$VCLIENTS" <<'PY' | tee "$RESULTS/summary.md"
+import json, statistics, sys
+from pathlib import Path
+results, runs, vclients = Path(sys.argv[1]), int(sys.argv[2]), sys.argv[3].split()
+def load(name): return json.loads((results / f"{name}.json").read_text())
+def med(xs): return statistics.median(xs)
+print(f"(a) exactly-once on vs off: medians of {runs} alternating runs; latency with 1 closed loop, throughput with 4 x 4 loops x pipeline 16.\n")
+print("| operation | p50 on µs | p50 off µs | p50 on/off | p99 on µs | p99 off µs | ops/s on | ops/s off | throughput on/off | errors |")
+print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+for op in ["write", "faa"]:
+    lat = {m: [load(f"{op}-lat-{m}-r{r}") for r in range(1, runs + 1)] for m in ["on", "off"]}
+    tput = {m: [load(f"{op}-tput-{m}-r{r}") for r in range(1, runs + 1)] for m in ["on", "off"]}
+    p50 = {m: med([x["latency_us"]["all"]["p50"] for x in lat[m]]) for m in lat}
+    p99 = {m: med([x["latency_us"]["all"]["p99"] for x in lat[m]]) for m in lat}
+    ops = {m: med([x["throughput_ops_s"] for x in tput[m]]) for m in tput}
+    errs = sum(x["errors"] for m in ["on", "off"] for x in lat[m] + tput[m])
+    # Per-run ratios (each on run next to its off run), then their median.
+    r50 = med([a["latency_us"]["all"]["p50"] / b["latency_us"]["all"]["p50"] for a, b in zip(lat["on"], lat["off"])])
+    rt = med([a["throughput_ops_s"] / b["throughput_ops_s"] for a, b in zip(tput["on"], tput["off"])])
+    print(f"| {op} | {p50['on']:.1f} | {p50['off']:.1f} | {r50:.3f} | {p99['on']:.1f} | {p99['off']:.1f} | {ops['on']:.0f} | {ops['off']:.0f} | {rt:.3f} | {errs} |")
+print()
+off = load("v-off")
+off_rss = [int(x) for x in (results / "v-off.rss").read_text().split()]
+print("(b) writes from V simulated clients (RIFL §8.3 Q3), 32 closed loops; memory: mean resident memory of the 3 nodes minus the same load with RIFL off, per client.\n")
+print(f"| clients | ops/s | p50 µs | p99 µs | p50 vs 1 client | node memory MiB | RIFL memory per client, bytes |")
+print("|---:|---:|---:|---:|---:|---:|---:|")
+base = None
+for v in vclients:
+    x = load(f"v-{v}")
+    rss = [int(k) for k in (results / f"v-{v}.rss").read_text().split()]
+    mean_kib = statistics.mean(rss)
+    per_client = (mean_kib - statistics.mean(off_rss)) * 1024 / int(v)
+    p50 = x["latency_us"]["all"]["p50"]
+    base = base or p50
+    print(f"| {int(v):,} | {x['throughput_ops_s']:.0f} | {p50:.1f} | {x['latency_us']['all']['p99']:.1f} | {p50 / base:.3f} | {mean_kib / 1024:.0f} | {per_client:.0f} |")
+print(f"| RIFL off | {off['throughput_ops_s']:.0f} | {off['latency_us']['all']['p50']:.1f} | {off['latency_us']['all']['p99']:.1f} | | {statistics.mean(off_rss) / 1024:.0f} | |")
+PY
+log "results in $RESULTS"
