@@ -61,6 +61,8 @@ enum Event {
     /// The node's armed tick; stale unless it is still the armed one.
     Timer { node: NodeId },
     Issue { client: usize },
+    /// Client `client` re-sends operation `op` after an `InProgress` back-off (rifl.md §5.1).
+    Resend { client: usize, op: usize },
     /// The script's operation number `op` is due.
     Scripted { op: usize },
     Fault(Fault),
@@ -181,6 +183,9 @@ pub struct Cluster {
     slow_releases: HashMap<(NodeId, u64), usize>,
     /// `RESET_BIT`s already recorded (a broadcast, or a second one, is recorded once).
     reset_bits: HashSet<AcquireId>,
+    /// RMW ids some owner has sent (`Workload::rmw_started`), and those first seen in this step.
+    rmw_ids: HashSet<RmwId>,
+    new_rmw_ids: Vec<RmwId>,
     drain_started: Instant,
 }
 
@@ -190,6 +195,9 @@ impl Cluster {
         let net = Network::new(knobs.net.clone(), streams.net);
         let mut workload = Workload::new(knobs.workload.clone(), knobs.nodes, streams.workload);
         workload.scripted = knobs.script.is_some();
+        // Scripts address sessions by client number: there, a session dies with its node.
+        workload.failover = !workload.scripted;
+        workload.seed_retries(knobs.seed);
         let replicas: Vec<NodeId> = (0..knobs.nodes).map(NodeId).collect();
         let nodes = replicas
             .iter()
@@ -237,6 +245,8 @@ impl Cluster {
             rmw_versions: HashMap::new(),
             slow_releases: HashMap::new(),
             reset_bits: HashSet::new(),
+            rmw_ids: HashSet::new(),
+            new_rmw_ids: Vec::new(),
             drain_started: Instant::ZERO,
         }
     }
@@ -286,6 +296,10 @@ impl Cluster {
                 }
             }
             Event::Issue { client } => self.issue(client),
+            Event::Resend { client, op } => {
+                self.workload.backoff_over(client, op, self.now, &mut self.history);
+                self.flush_workload();
+            }
             Event::Scripted { op } => {
                 let s = self.knobs.script.as_ref().expect("scripted events come from a script").ops[op].clone();
                 if let Some((node, input)) =
@@ -381,7 +395,19 @@ impl Cluster {
         }
         n.state = NodeState::Crashed;
         n.timer = None;
-        self.workload.node_crashed(node);
+        self.workload.node_crashed(node, &mut self.history);
+        self.flush_workload();
+    }
+
+    /// Sends what the workload sent on its own (sessions re-opened, re-sends) and arms its
+    /// back-offs.
+    fn flush_workload(&mut self) {
+        for (at, client, op) in std::mem::take(&mut self.workload.backoffs) {
+            self.queue.push(at, Event::Resend { client, op });
+        }
+        for (node, input) in std::mem::take(&mut self.workload.outbox) {
+            self.input(node, NodeInput::Client(input));
+        }
     }
 
     /// A paused node processes what queued up, in arrival order (Kite §6, wake-up step 3).
@@ -454,6 +480,9 @@ impl Cluster {
         self.execute(node, &mut effects);
         self.effects = effects;
         self.rearm(node, is_tick);
+        // What the replies made the clients send (re-opened sessions, re-sends), after this
+        // step is complete.
+        self.flush_workload();
     }
 
     /// Records the core's events of this step for the checkers of Kite §7 inv. 14 - 17, in the
@@ -550,6 +579,17 @@ impl Cluster {
     /// Records a message a node sends, for the checkers: commits (and the RMW versions they
     /// create), slow releases and their acks.
     fn observe_send(&mut self, from: NodeId, to: NodeId, msg: &PeerMessage) {
+        let rmw_id = match msg {
+            PeerMessage::Propose(p) => Some(p.rmw_id),
+            PeerMessage::Accept(a) => Some(a.tuple.rmw_id),
+            PeerMessage::Commit(c) => Some(c.rmw_id),
+            _ => None,
+        };
+        if let Some(id) = rmw_id.filter(|id| id.session.node == from) {
+            if self.rmw_ids.insert(id) {
+                self.new_rmw_ids.push(id);
+            }
+        }
         match msg {
             PeerMessage::Commit(c) => {
                 let id = (c.key.clone(), c.slot, c.rmw_id, c.cs, c.value.clone());
@@ -634,11 +674,22 @@ impl Cluster {
                 }
             }
         }
+        let mut replied = Vec::new();
         for reply in effects.reply.drain(..) {
             match self.workload.on_reply(self.now, reply, &mut self.history) {
-                Ok(client) => self.schedule_issue(client),
+                Ok(client) => replied.push(client),
                 Err(what) => self.history.anomalies.push(Anomaly { at: self.now, node: Some(node), what }),
             }
+        }
+        // After the replies: an RMW starts only once every earlier request of its session was
+        // answered, possibly in this very step.
+        for id in std::mem::take(&mut self.new_rmw_ids) {
+            if let Err(what) = self.workload.rmw_started(id, &mut self.history) {
+                self.history.anomalies.push(Anomaly { at: self.now, node: Some(node), what });
+            }
+        }
+        for client in replied {
+            self.schedule_issue(client);
         }
         for (to, msg) in effects.send.drain(..) {
             if to == node || to.0 >= self.knobs.nodes {

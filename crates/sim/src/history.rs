@@ -11,7 +11,7 @@ use std::hash::{Hash, Hasher};
 
 use bytes::Bytes;
 pub use strata_rc::{BarrierPath, DbitChange, SelfDelinquentChange, ValueRound};
-use strata_wire::{AcquireId, Ballot, Carstamp, Instant, Llc, NodeId, RmwId, SessionId};
+use strata_wire::{AcquireId, Ballot, Carstamp, Instant, Llc, NodeId, Rifl, RmwId, RpcId, SessionId};
 
 /// A key's value: `None` is the absent value (never written, or deleted — `docs/design.md`).
 pub type Value = Option<Bytes>;
@@ -194,6 +194,45 @@ impl Op {
         let (value, _) = self.witness()?.observed.as_ref()?;
         self.kind.rmw_apply(value).map(|(v, _)| v)
     }
+}
+
+/// One send of an operation (rifl.md §7 preamble: "every response instance"). An operation is
+/// sent once, and again — with the same RIFL rpc id — in a new session when its connection
+/// breaks (the node crashed, or a reply was lost) or after an `InProgress` answer (rifl.md
+/// §5.1). The [`Op`] stays one operation: invoked at its first send, completed by the reply
+/// its client received last; its `session`, `pos` and `node` are those of its latest send.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Attempt {
+    /// Index in `History::ops`.
+    pub op: usize,
+    /// The envelope it carried (mutating operations only).
+    pub rifl: Option<Rifl>,
+    pub session: SessionId,
+    /// Position in that session's order.
+    pub pos: u64,
+    pub node: NodeId,
+    pub sent: Instant,
+    /// What the node answered, if it did.
+    pub reply: Option<AttemptReply>,
+    /// The RMW id this attempt executed under, if it started Paxos (the driver learns it from
+    /// the first message of the owner carrying a new id of the session: an RMW blocks its
+    /// session, so it is the session's oldest unanswered attempt, Kite §5.1.8).
+    pub rmw_id: Option<RmwId>,
+}
+
+impl Attempt {
+    pub fn rpc(&self) -> Option<RpcId> {
+        self.rifl.map(|e| e.rpc)
+    }
+}
+
+/// A node's answer to one attempt: a result (as the witness it means) or an error code.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct AttemptReply {
+    pub at: Instant,
+    pub result: Result<Witness, String>,
+    /// The client never saw it: lost on the way, or its connection was already given up.
+    pub lost: bool,
 }
 
 /// A version creation (Kite §2.5): reported by a core (`RcEvent::VersionCreated`), or, for an
@@ -449,6 +488,12 @@ pub struct History {
     pub promises: Vec<PromiseSeen>,
     /// Every session that was opened, with its node.
     pub sessions: Vec<SessionId>,
+    /// Sessions whose client gave up their connection (a lost reply) while the node lived on:
+    /// nothing is asked of them any more.
+    pub abandoned: Vec<SessionId>,
+    /// Every send of every operation, in order (empty in hand-made histories that have one send
+    /// per operation).
+    pub attempts: Vec<Attempt>,
     pub anomalies: Vec<Anomaly>,
     /// Start of the liveness phase: faults healed, loss stopped (Kite §7 prop 9, `T_heal`).
     pub heal_at: Option<Instant>,

@@ -57,10 +57,13 @@ pub enum Canary {
     /// `CommitWithoutRegistering`: a received `COMMIT` advances `lc` without registering its
     /// RMW (breaks inv. 17).
     CommitWithoutRegistering,
+    /// `IgnoreCompletionRecords`: a retry of a linearizable RPC executes again (breaks RIFL's
+    /// at-most-once and stable results, rifl.md R-G1, R-G2).
+    IgnoreCompletionRecords,
 }
 
 impl Canary {
-    pub const ALL: [Canary; 8] = [
+    pub const ALL: [Canary; 9] = [
         Canary::ApplyOlderWrites,
         Canary::SkipSlowRelease,
         Canary::AcceptWithoutQuorum,
@@ -69,6 +72,7 @@ impl Canary {
         Canary::ResetWithoutOwner,
         Canary::ClearSelfDelinquentWithoutBump,
         Canary::CommitWithoutRegistering,
+        Canary::IgnoreCompletionRecords,
     ];
 
     pub fn name(self) -> &'static str {
@@ -81,6 +85,7 @@ impl Canary {
             Canary::ResetWithoutOwner => "reset-without-owner",
             Canary::ClearSelfDelinquentWithoutBump => "clear-self-delinquent-without-bump",
             Canary::CommitWithoutRegistering => "commit-without-registering",
+            Canary::IgnoreCompletionRecords => "ignore-completion-records",
         }
     }
 
@@ -94,6 +99,7 @@ impl Canary {
             Canary::ResetWithoutOwner => PlantedBug::ResetWithoutOwner,
             Canary::ClearSelfDelinquentWithoutBump => PlantedBug::ClearSelfDelinquentWithoutBump,
             Canary::CommitWithoutRegistering => PlantedBug::CommitWithoutRegistering,
+            Canary::IgnoreCompletionRecords => PlantedBug::IgnoreCompletionRecords,
         }
     }
 }
@@ -146,6 +152,10 @@ pub struct WorkloadKnobs {
     /// Counter keys `c0..`: only FAAs write them (Kite §7 prop 7 corollary); reads and
     /// acquires may read them.
     pub counters: u32,
+    /// Per mille of the replies to mutating requests lost during the safety phase: the client
+    /// takes its connection for broken, opens a session at another node and re-sends its
+    /// unanswered requests with the same RIFL ids (rifl.md §5.1).
+    pub lost_reply_permille: u32,
 }
 
 impl WorkloadKnobs {
@@ -308,6 +318,7 @@ impl Knobs {
             pattern_pct: 0,
             flags: 1,
             counters: 0,
+            lost_reply_permille: 0,
         };
         let safety_ns = p.range(100, 501) * MS;
         let liveness_ns = p.range(50, 151) * MS;
@@ -370,6 +381,13 @@ impl Knobs {
             canary_profile: None,
             script: None,
         };
+        // Lost replies (RIFL retries) from a stream of their own: the knobs above stay those of
+        // the seed. Two thirds of the seeds lose 0.2% - 3% of the replies to mutating requests;
+        // node crashes make the others retry too.
+        let mut r = Prng::new(seed.rotate_left(41) ^ 0x7269_666c);
+        if r.chance(2.0 / 3.0) {
+            knobs.workload.lost_reply_permille = r.range(2, 31) as u32;
+        }
         if let Some(c) = canary {
             knobs.apply_canary_profile(c, &mut q);
         }
@@ -412,6 +430,7 @@ impl Knobs {
                 pattern_pct: 0,
                 flags: 1,
                 counters: 0,
+                lost_reply_permille: 0,
             },
             safety_ns: 100 * MS,
             safety_max_ops: u64::MAX,
@@ -504,6 +523,16 @@ impl Knobs {
             | Canary::ResetWithoutOwner
             | Canary::ClearSelfDelinquentWithoutBump
             | Canary::CommitWithoutRegistering => return,
+            Canary::IgnoreCompletionRecords => {
+                // Retries must happen on every seed, not only where a node crashes.
+                w.lost_reply_permille = q.range(50, 151) as u32;
+                // RMWs, whose exactly-once the rc engine keeps (plain writes: `check::rifl`).
+                if w.rmw_pct < 20 {
+                    w.mix = "sync-heavy";
+                    (w.acquire_pct, w.release_pct, w.rmw_pct) = (30, 30, 20);
+                }
+                "lost replies: 5-15% of the replies to mutating requests; >= 20% RMWs"
+            }
             Canary::SkipSlowRelease => {
                 // Barriers must go slow (tiny T_REL, lost acks) and a replica must miss a
                 // write for longer than a release -> acquire -> read chain takes.
@@ -673,7 +702,7 @@ impl fmt::Display for Knobs {
         )?;
         writeln!(
             f,
-            "  workload    {} sessions/node, depth {}, {} keys + {} counters, {}% reads, {}% of writes are deletes, think {}..{}us{}",
+            "  workload    {} sessions/node, depth {}, {} keys + {} counters, {}% reads, {}% of writes are deletes, think {}..{}us{}; {} per mille of mutating replies lost (RIFL retries)",
             w.sessions_per_node,
             w.depth,
             w.keys,
@@ -682,7 +711,8 @@ impl fmt::Display for Knobs {
             w.delete_pct,
             w.think_min_us,
             w.think_max_us,
-            if w.read_only_after_heal { ", only reads once healed" } else { "" }
+            if w.read_only_after_heal { ", only reads once healed" } else { "" },
+            w.lost_reply_permille
         )?;
         writeln!(
             f,

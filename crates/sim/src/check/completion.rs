@@ -28,7 +28,8 @@ pub fn completion(h: &History) -> Vec<Violation> {
         });
     }
     let (Some(heal), Some(live)) = (h.heal_at, live) else { return out };
-    for s in h.sessions.iter().filter(|s| live.contains(&s.node)) {
+    // A session its client gave up (a lost reply, rifl.md §5.1) owes nothing.
+    for s in h.sessions.iter().filter(|s| live.contains(&s.node) && !h.abandoned.contains(s)) {
         let progressed = h.ops.iter().any(|op| op.session == *s && op.invoke >= heal && op.witness().is_some());
         if !progressed {
             out.push(Violation {

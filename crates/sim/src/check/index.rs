@@ -19,11 +19,14 @@ pub(crate) struct Index<'h> {
     pub writer: HashMap<(&'h [u8], Carstamp), usize>,
     /// The `RmwId` the core gave each RMW operation, both ways.
     pub rmw_op: HashMap<RmwId, usize>,
-    pub rmw_of: HashMap<usize, RmwId>,
+    /// (An RMW retried in another session has one id per send that started Paxos.)
+    pub rmw_of: HashMap<usize, Vec<RmwId>>,
     /// Per operation: the version it created (witness, or found through the creations).
     pub wr: Vec<Option<Carstamp>>,
     /// Each session's operations in session order.
     pub sessions: BTreeMap<SessionId, Vec<usize>>,
+    /// Operations sent in each session, whether or not it is their latest.
+    pub attempted: BTreeMap<SessionId, Vec<usize>>,
 }
 
 impl<'h> Index<'h> {
@@ -35,8 +38,30 @@ impl<'h> Index<'h> {
         for ops in sessions.values_mut() {
             ops.sort_by_key(|&i| h.ops[i].pos);
         }
-        let mut rmw_op = HashMap::new();
+        // Every session an operation was sent in (its latest one is `op.session`; a retried
+        // operation's version may have been created in an earlier one, rifl.md §5.1).
+        let mut attempted: BTreeMap<SessionId, Vec<usize>> = BTreeMap::new();
+        for a in &h.attempts {
+            let ops = attempted.entry(a.session).or_default();
+            if !ops.contains(&a.op) {
+                ops.push(a.op);
+            }
+        }
         for (s, ops) in &sessions {
+            let list = attempted.entry(*s).or_default();
+            for &i in ops {
+                if !list.contains(&i) {
+                    list.push(i);
+                }
+            }
+        }
+        let mut rmw_op = HashMap::new();
+        // A driver's history says which send executed under which RMW id; a hand-made one
+        // numbers each session's RMWs in session order.
+        for a in h.attempts.iter().filter(|a| a.rmw_id.is_some()) {
+            rmw_op.insert(a.rmw_id.expect("filtered"), a.op);
+        }
+        for (s, ops) in sessions.iter().filter(|_| h.attempts.is_empty()) {
             let mut seq = 0;
             for &i in ops {
                 let op = &h.ops[i];
@@ -65,7 +90,7 @@ impl<'h> Index<'h> {
             }
             let found = match c.rmw_id {
                 Some(id) => rmw_op.get(&id).copied().filter(|&i| h.ops[i].key == c.key && wr[i].is_none()),
-                None => sessions.get(&c.session).and_then(|ops| {
+                None => attempted.get(&c.session).and_then(|ops| {
                     ops.iter().copied().find(|&i| {
                         let op = &h.ops[i];
                         let shape = match op.kind.written_value() {
@@ -81,8 +106,20 @@ impl<'h> Index<'h> {
                 writer.insert((&c.key[..], c.cs), i);
             }
         }
-        let rmw_of = rmw_op.iter().map(|(id, &i)| (i, *id)).collect();
-        Index { writer, rmw_op, rmw_of, wr, sessions }
+        // A retried RMW may have started under one id per send (rifl.md §5.1).
+        let mut rmw_of: HashMap<usize, Vec<RmwId>> = HashMap::new();
+        for (id, &i) in &rmw_op {
+            rmw_of.entry(i).or_default().push(*id);
+        }
+        for ids in rmw_of.values_mut() {
+            ids.sort();
+        }
+        Index { writer, rmw_op, rmw_of, wr, sessions, attempted }
+    }
+
+    /// Whether operation `i` was sent in session `s`.
+    pub fn sent_in(&self, i: usize, s: SessionId) -> bool {
+        self.attempted.get(&s).is_some_and(|ops| ops.contains(&i))
     }
 
     pub fn writer_of(&self, key: &[u8], cs: Carstamp) -> Option<usize> {

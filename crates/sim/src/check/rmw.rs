@@ -168,8 +168,8 @@ pub fn faa_counters(h: &History) -> Vec<Violation> {
                 continue;
             }
             acked = acked.wrapping_add(*delta);
-            let id = idx.rmw_of.get(&i).copied();
-            let n = id.and_then(|id| slots_of.get(&id)).map_or(0, |s| s.len());
+            let ids = idx.rmw_of.get(&i).map_or(&[][..], Vec::as_slice);
+            let n: usize = ids.iter().filter_map(|id| slots_of.get(id)).map(BTreeSet::len).sum();
             if n != 1 {
                 fail(op.completed_at(), format!("acknowledged {} was decided in {n} slots of {}", describe(h, i), fmt_key(key)));
             }

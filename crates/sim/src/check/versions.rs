@@ -64,7 +64,7 @@ pub fn version_uniqueness(h: &History) -> Vec<Violation> {
         let expected = op.expected_written();
         let problem = match created.get(&op.key, cs) {
             None => Some(format!("no creation event for {cs}")),
-            Some(c) if c.session != op.session => Some(format!("{cs} was created by {}", c.session)),
+            Some(c) if !idx.sent_in(i, c.session) => Some(format!("{cs} was created by {}", c.session)),
             Some(c) if expected.as_ref().is_some_and(|e| *e != c.value) => Some(format!(
                 "{cs} was created with {}, not {}",
                 fmt_value(&c.value),
