@@ -20,7 +20,8 @@
 //! Canaries: `apply-older-writes`, `skip-slow-release`, `accept-without-quorum`,
 //! `no-acquire-obligation`, and one per state invariant of Kite §7 inv. 14 - 17:
 //! `slow-release-before-quorum`, `reset-without-owner`, `clear-self-delinquent-without-bump`,
-//! `commit-without-registering` (`strata_rc::PlantedBug`); a canary may bias the seed's knobs
+//! `commit-without-registering`, and RIFL's `ignore-completion-records` (every retry executes
+//! again; caught by `check::rifl`) (`strata_rc::PlantedBug`); a canary may bias the seed's knobs
 //! towards what its bug needs, and the report shows how.
 
 use std::ops::Range;
@@ -55,6 +56,10 @@ struct Args {
     /// Eventual Store does not repair, Kite §1.2) as a violation.
     #[arg(long)]
     strict_convergence: bool,
+    /// Also count a plain write, delete or release that a RIFL retry executed a second time
+    /// (a gap of the rc engine, shown as a note otherwise) as a violation.
+    #[arg(long)]
+    strict_rifl: bool,
     /// Which engine to simulate: `rc` (Kite, the default) or `log` (ORCA).
     #[arg(long, default_value = "rc", value_parser = ["rc", "log"])]
     engine: String,
@@ -97,7 +102,7 @@ fn main() -> ExitCode {
     if args.engine == "log" {
         return main_log(&args);
     }
-    let opts = RunOptions { canary: args.canary, strict_convergence: args.strict_convergence };
+    let opts = RunOptions { canary: args.canary, strict_convergence: args.strict_convergence, strict_rifl: args.strict_rifl };
     if let Some(seed) = args.seed {
         let report = run_seed(seed, &opts);
         println!("{}", report.render(args.max_violations));

@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
-use crate::check::{run_checkers, Violation, CHECKERS, NOTES};
+use crate::check::{run_checkers, Violation, CHECKERS, NOTES, RIFL_GAPS};
 use crate::cluster::{Cluster, RunStats};
 use crate::history::{digest_of, fmt_ms, History, OpClass, Outcome};
 use crate::knobs::{Canary, Knobs};
@@ -15,6 +15,8 @@ pub struct RunOptions {
     pub canary: Option<Canary>,
     /// Count orphaned divergence (see `check::convergence`) as a violation.
     pub strict_convergence: bool,
+    /// Count plain writes executed twice by a retry (see `check::rifl`) as violations.
+    pub strict_rifl: bool,
 }
 
 #[derive(Debug)]
@@ -40,9 +42,16 @@ pub fn run_seed(seed: u64, opts: &RunOptions) -> RunReport {
 pub fn run_knobs(knobs: Knobs, opts: &RunOptions) -> RunReport {
     let (history, stats) = Cluster::new(knobs.clone()).run();
     let mut violations = run_checkers(&history, CHECKERS);
-    let notes = run_checkers(&history, NOTES);
+    let mut notes = run_checkers(&history, NOTES);
     if opts.strict_convergence {
         violations.extend(notes.iter().cloned());
+    }
+    let gaps = run_checkers(&history, RIFL_GAPS);
+    if opts.strict_rifl {
+        violations.extend(gaps);
+        violations.sort_by_key(|v| v.at.unwrap_or(strata_wire::Instant::MAX));
+    } else {
+        notes.extend(gaps);
     }
     let digest = digest_of(&(&history, &stats));
     RunReport { opts: *opts, knobs, history, stats, violations, notes, digest }
@@ -70,6 +79,9 @@ impl RunReport {
         }
         if self.opts.strict_convergence {
             cmd += " --strict-convergence";
+        }
+        if self.opts.strict_rifl {
+            cmd += " --strict-rifl";
         }
         cmd
     }

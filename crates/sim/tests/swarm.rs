@@ -301,3 +301,16 @@ fn a_crashed_nodes_partially_delivered_write_is_a_note_unless_strict() {
     assert!(!strict.passed());
     assert!(strict.repro().ends_with(&format!("--seed {seed} --strict-convergence")));
 }
+
+/// RIFL (rifl.md §7 inv. 1, 2): with completion records ignored, a retry executes again. The
+/// canary's profile loses 5-15% of the replies to mutating requests (every seed retries) and
+/// runs >= 20% RMWs; the exactly-once checker must flag most seeds, and the correct build none
+/// (`swarm_of_40_seeds...`).
+#[test]
+fn canary_ignore_completion_records_is_caught_by_the_exactly_once_checker() {
+    let (caught, checkers) = canary_catches(Canary::IgnoreCompletionRecords, CANARY_SEEDS);
+    let total = CANARY_SEEDS.count();
+    assert!(caught * 10 >= total * 6, "caught on only {caught} of {total} seeds");
+    assert!(checkers.contains("exactly-once"), "{checkers:?}");
+    eprintln!("ignore-completion-records caught on {caught} of {total} seeds by {checkers:?}");
+}

@@ -12,6 +12,7 @@ pub mod linearizability;
 pub mod paxos;
 pub mod registry;
 pub mod replica;
+pub mod rifl;
 pub mod rmw;
 pub mod session;
 pub mod versions;
@@ -57,6 +58,7 @@ pub const CHECKERS: &[Checker] = &[
     hb::hb_visibility,
     rmw::rmw_atomicity,
     rmw::faa_counters,
+    rifl::exactly_once,
     paxos::paxos_agreement,
     paxos::paxos_quorum,
     barrier::barrier_invariant,
@@ -72,6 +74,10 @@ pub const CHECKERS: &[Checker] = &[
 /// Findings the Eventual Store does not promise to avoid (Kite §1.2, "Not guaranteed"), shown
 /// in the summary; `--strict-convergence` turns them into violations.
 pub const NOTES: &[Checker] = &[convergence::orphaned_divergence];
+
+/// Exactly-once of plain writes, deletes and releases, which the rc engine does not keep yet
+/// (`check::rifl::exactly_once_plain`): notes, violations with `--strict-rifl`.
+pub const RIFL_GAPS: &[Checker] = &[rifl::exactly_once_plain];
 
 /// Runs `checkers`, earliest violation first (those without a time last).
 pub fn run_checkers(h: &History, checkers: &[Checker]) -> Vec<Violation> {
