@@ -68,11 +68,11 @@ print(" ".join(rss))
 PY
 }
 
-common=(--keys "$KEYS" --value-size "$VALUE_SIZE" --dist uniform --warmup "$WARMUP" --quiet)
+common=(--keys "$KEYS" --value-size "$VALUE_SIZE" --dist uniform --quiet)
 
 # ---- (a) overhead: on and off, alternating -----------------------------------------------------
 start_strata
-bench() { "$BIN/strata" bench --endpoints "$ENDPOINTS" "${common[@]}" "$@"; }
+bench() { "$BIN/strata" bench --endpoints "$ENDPOINTS" "${common[@]}" --warmup "$WARMUP" "$@"; }
 n=0
 total=$((RUNS * 8))
 for run in $(seq 1 "$RUNS"); do
@@ -131,12 +131,12 @@ print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
 for op in ["write", "faa"]:
     lat = {m: [load(f"{op}-lat-{m}-r{r}") for r in range(1, runs + 1)] for m in ["on", "off"]}
     tput = {m: [load(f"{op}-tput-{m}-r{r}") for r in range(1, runs + 1)] for m in ["on", "off"]}
-    p50 = {m: med([x["latency_us"]["all"]["p50"] for x in lat[m]]) for m in lat}
-    p99 = {m: med([x["latency_us"]["all"]["p99"] for x in lat[m]]) for m in lat}
+    p50 = {m: med([x["latency_us"]["all"]["p50_us"] for x in lat[m]]) for m in lat}
+    p99 = {m: med([x["latency_us"]["all"]["p99_us"] for x in lat[m]]) for m in lat}
     ops = {m: med([x["throughput_ops_s"] for x in tput[m]]) for m in tput}
     errs = sum(x["errors"] for m in ["on", "off"] for x in lat[m] + tput[m])
     # Per-run ratios (each on run next to its off run), then their median.
-    r50 = med([a["latency_us"]["all"]["p50"] / b["latency_us"]["all"]["p50"] for a, b in zip(lat["on"], lat["off"])])
+    r50 = med([a["latency_us"]["all"]["p50_us"] / b["latency_us"]["all"]["p50_us"] for a, b in zip(lat["on"], lat["off"])])
     rt = med([a["throughput_ops_s"] / b["throughput_ops_s"] for a, b in zip(tput["on"], tput["off"])])
     print(f"| {op} | {p50['on']:.1f} | {p50['off']:.1f} | {r50:.3f} | {p99['on']:.1f} | {p99['off']:.1f} | {ops['on']:.0f} | {ops['off']:.0f} | {rt:.3f} | {errs} |")
 print()
@@ -151,9 +151,9 @@ for v in vclients:
     rss = [int(k) for k in (results / f"v-{v}.rss").read_text().split()]
     mean_kib = statistics.mean(rss)
     per_client = (mean_kib - statistics.mean(off_rss)) * 1024 / int(v)
-    p50 = x["latency_us"]["all"]["p50"]
+    p50 = x["latency_us"]["all"]["p50_us"]
     base = base or p50
-    print(f"| {int(v):,} | {x['throughput_ops_s']:.0f} | {p50:.1f} | {x['latency_us']['all']['p99']:.1f} | {p50 / base:.3f} | {mean_kib / 1024:.0f} | {per_client:.0f} |")
-print(f"| RIFL off | {off['throughput_ops_s']:.0f} | {off['latency_us']['all']['p50']:.1f} | {off['latency_us']['all']['p99']:.1f} | | {statistics.mean(off_rss) / 1024:.0f} | |")
+    print(f"| {int(v):,} | {x['throughput_ops_s']:.0f} | {p50:.1f} | {x['latency_us']['all']['p99_us']:.1f} | {p50 / base:.3f} | {mean_kib / 1024:.0f} | {per_client:.0f} |")
+print(f"| RIFL off | {off['throughput_ops_s']:.0f} | {off['latency_us']['all']['p50_us']:.1f} | {off['latency_us']['all']['p99_us']:.1f} | | {statistics.mean(off_rss) / 1024:.0f} | |")
 PY
 log "results in $RESULTS"

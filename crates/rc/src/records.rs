@@ -83,8 +83,23 @@ pub(crate) fn add(rs: &mut KeyRecords, c: &Completion) {
         return;
     }
     if let Err(i) = rs.done.binary_search_by(|d| d.rpc.cmp(&c.rpc)) {
-        rs.done.insert(i, c.clone());
+        rs.done.insert(i, owned(c));
     }
+}
+
+/// A copy of `c` in allocations of its own: a record decoded from the network holds slices of
+/// the read buffer, which a long-lived record would otherwise pin whole.
+fn owned(c: &Completion) -> Completion {
+    let result = match &c.result {
+        RcResult::Rmw { observed: Some(v), observed_cs, written, swapped } => RcResult::Rmw {
+            observed: Some(bytes::Bytes::copy_from_slice(v)),
+            observed_cs: *observed_cs,
+            written: *written,
+            swapped: *swapped,
+        },
+        other => other.clone(),
+    };
+    Completion { rpc: c.rpc, ack: c.ack, result }
 }
 
 /// Merges another replica's set into `rs` (a union: floors by maximum, records above them).

@@ -296,8 +296,11 @@ impl RcReplica {
             let known = self.rifl_acks.entry(client).or_insert(0);
             *known = (*known).max(ack);
         }
-        if self.keys.get(key).is_some_and(|k| !k.records.done.is_empty()) && !self.rifl_keys.contains(key) {
-            self.rifl_keys.insert(key.clone());
+        if !self.rifl_keys.contains(key) {
+            // The map's own copy of the key: `key` may be a slice of a network read buffer.
+            if let Some((stored, _)) = self.keys.get_key_value(key).filter(|(_, k)| !k.records.done.is_empty()) {
+                self.rifl_keys.insert(stored.clone());
+            }
         }
     }
 
