@@ -79,6 +79,9 @@ pub enum PlantedBug {
     /// A follower's lease runs from the *receipt* of a grant (`now + mt`) instead of from its own
     /// echoed timestamp: the variant §9.1 forbids.
     LeaseAnchoredAtReceipt,
+    /// No RIFL duplicate check: the leader appends every retry again and applying executes
+    /// every entry (breaks exactly-once, rifl.md §7 inv. 1 and 2).
+    NoDedup,
 }
 
 /// Configuration of one log replica. Every replica of a shard group must use the same values.

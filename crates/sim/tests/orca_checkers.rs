@@ -21,6 +21,7 @@ fn put(e: u32, c: u32, key: &str, value: &str) -> LogEntry {
         op: LogOp::Put(Bytes::copy_from_slice(value.as_bytes())),
         client_id: 1,
         seq: u64::from(c),
+        ack: 0,
         immediate: false,
     }
 }

@@ -17,6 +17,7 @@ use strata_log::{
     HardState, LogConfig, LogEffects, LogEntry, LogEvent, LogIndex, LogMessage, LogReplica, LogReply, LogRequest,
     Persist, ReadError, ReadValue, RecoveredState, Role, WriteAck, WriteError, WriteOp,
 };
+use strata_wire::rifl::{ClusterTime, LeaseInfo, Rifl, RpcId};
 use strata_wire::{Instant, NodeId};
 
 use super::history::{
@@ -511,9 +512,12 @@ impl OrcaCluster {
         let seq = self.next_seq;
         self.next_seq += 1;
         let key = Bytes::copy_from_slice(key.as_bytes());
-        self.input(i, |r, now| {
-            r.on_client_request(now, LogRequest::Write { token, client_id: client, seq, key, op, immediate })
-        });
+        let rifl = Rifl {
+            rpc: RpcId { client_id: client, seq },
+            first_incomplete: seq,
+            lease: LeaseInfo { client_id: client, expiration: ClusterTime(u64::MAX), timestamp: ClusterTime::ZERO },
+        };
+        self.input(i, |r, now| r.on_client_request(now, LogRequest::Write { token, rifl, key, op, immediate }));
         token
     }
 

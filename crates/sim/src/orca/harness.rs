@@ -362,5 +362,6 @@ fn canary_name(b: PlantedBug) -> &'static str {
         PlantedBug::SkipFollowerDurabilityCheck => "skip-follower-durability-check",
         PlantedBug::ServeOutsideActiveSet => "serve-outside-active-set",
         PlantedBug::LeaseAnchoredAtReceipt => "lease-anchored-at-receipt",
+        PlantedBug::NoDedup => "no-dedup",
     }
 }

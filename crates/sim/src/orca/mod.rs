@@ -100,6 +100,7 @@ pub fn log_canary(name: &str) -> Result<strata_log::PlantedBug, String> {
         ("skip-follower-durability-check", SkipFollowerDurabilityCheck),
         ("serve-outside-active-set", ServeOutsideActiveSet),
         ("lease-anchored-at-receipt", LeaseAnchoredAtReceipt),
+        ("no-dedup", NoDedup),
     ];
     all.iter().find(|(n, _)| *n == name).map(|(_, b)| *b).ok_or_else(|| {
         let names: Vec<&str> = all.iter().map(|(n, _)| *n).collect();
