@@ -83,7 +83,7 @@ impl LogReplica {
         }
         let rpc = rifl.rpc;
         let deadline = now + self.cfg.write_timeout;
-        let dedup = !self.cfg.planted(PlantedBug::NoDedup);
+        let dedup = !self.cfg.planted(PlantedBug::NoDedup) && !self.cfg.planted(PlantedBug::SkipLeaderDedup);
         let l = self.leader.as_mut().expect("leader");
         // Step 2 (rifl.md §5.3 S4): duplicates get the recorded outcome. The verdict comes from
         // the applied records; the leader's in-flight appends stand in for `InProgress`.
