@@ -84,6 +84,10 @@ impl<R> ClientRecord<R> {
     }
 }
 
+/// One client in [`ResultTracker::completed_records`]: `(client id, ack watermark, [(seq,
+/// result)])`, records sorted by seq.
+pub type ClientExport<R> = (u64, u64, Vec<(u64, R)>);
+
 /// Counts for status output and the memory benchmark.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct TrackerStats {
@@ -280,8 +284,8 @@ impl<R: Clone> ResultTracker<R> {
     /// must carry so that replaying it with [`ResultTracker::recover_ack`] and
     /// [`ResultTracker::recover_record`] rebuilds the same answers (R-D8: the watermark
     /// outlives the records). In-progress slots are not records and are left out.
-    pub fn completed_records(&self) -> Vec<(u64, u64, Vec<(u64, R)>)> {
-        let mut out: Vec<(u64, u64, Vec<(u64, R)>)> = self
+    pub fn completed_records(&self) -> Vec<ClientExport<R>> {
+        let mut out: Vec<ClientExport<R>> = self
             .clients
             .iter()
             .map(|(&id, r)| {
