@@ -929,4 +929,18 @@ mod tests {
         assert_eq!(lan.mark_out_timeout, Duration::from_millis(100));
         assert!(describe(&def(TableTimers::Geo)).contains("timers geo"));
     }
+
+    #[test]
+    fn rifl_verdicts_are_final_errors_and_the_rest_stay_retryable_refusals() {
+        let code = |e| match reply_body(LogReply::Write { token: 1, result: Err(e) }) {
+            Response::Error { code, .. } => Some(code),
+            _ => None,
+        };
+        assert_eq!(code(WriteError::Stale), Some(ErrorCode::Stale));
+        assert_eq!(code(WriteError::BadEnvelope("seq 0")), Some(ErrorCode::BadEnvelope));
+        assert!(matches!(
+            reply_body(LogReply::Write { token: 1, result: Err(WriteError::Unavailable) }),
+            Response::LogRejected(LogFailure::Unavailable)
+        ));
+    }
 }
