@@ -22,7 +22,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use strata_wire::client::{shard_of, LogFailure, LogWriteOp, Request, Response, TableDef};
+use strata_wire::client::{shard_of, ErrorCode, LogFailure, LogWriteOp, Request, Response, TableDef};
 use strata_wire::log::LogIndex;
 use strata_wire::{ClusterTime, LeaseInfo, NodeId, Rifl, RpcId};
 use tokio::time::Instant;
@@ -269,6 +269,11 @@ impl Table {
                 }
                 Ok(Response::LogRejected(LogFailure::Invalid(m))) => {
                     return Err(ClientError::InvalidArgument(m))
+                }
+                // RIFL's verdicts (rifl.md §5.3 S3, S4): `Stale` (this seq was acknowledged) and
+                // `BadEnvelope` are final; retrying the same envelope cannot succeed.
+                Ok(Response::Error { code: code @ (ErrorCode::Stale | ErrorCode::BadEnvelope), message }) => {
+                    return Err(ClientError::Protocol { code, message })
                 }
                 Ok(Response::LogRejected(f)) => {
                     match &f {

@@ -3,6 +3,7 @@
 
 use bytes::Bytes;
 use strata_wire::log::{LogEntry, LogIndex};
+use strata_wire::rifl::Rifl;
 use strata_wire::NodeId;
 use thiserror::Error;
 
@@ -12,12 +13,13 @@ pub use strata_wire::log::{ReadError, ReadValue};
 /// number: the reply carries it back so the driver can route it to the right connection.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum LogRequest {
-    /// ORCA §2.1 `put`/`delete`. `(client_id, seq)` identify the write for the replicated
-    /// duplicate filter: a retry with the same pair is answered with the first outcome.
+    /// ORCA §2.1 `put`/`delete`, a linearizable RPC of RIFL (rifl.md §4.1, §5.3): `rifl.rpc`
+    /// names the write, and a retry with the same id is answered with the first outcome (its
+    /// log index) without executing again; `first_incomplete` acknowledges the client's
+    /// earlier writes.
     Write {
         token: u64,
-        client_id: u64,
-        seq: u64,
+        rifl: Rifl,
         key: Bytes,
         op: WriteOp,
         immediate: bool,
@@ -54,18 +56,30 @@ pub struct WriteAck {
 #[derive(Clone, Debug, PartialEq, Eq, Error)]
 pub enum WriteError {
     /// This node is not the leader, or its leader lease lapsed. Retry at `hint` (or another
-    /// node) with the same `(client_id, seq)`: if the write was already appended it may still be
-    /// applied, and the duplicate filter then answers the retry with its index.
+    /// node) with the same RPC id: if the write was already appended it may still be applied,
+    /// and its completion record then answers the retry with its index.
     #[error("not the leader (hint: {hint:?})")]
     NotLeader { hint: Option<NodeId> },
-    /// The leader is starting its epoch (sync phase). Retry shortly, same `seq`.
+    /// The leader is starting its epoch (sync phase), or the envelope's lease expiration is
+    /// not beyond the cluster time this node observed (there is no lease service to ask yet,
+    /// so the write is neither executed nor refused as `ExpiredLease`). Retry shortly, same id.
     #[error("leader not ready")]
     Unavailable,
     /// The write waited `write_timeout` (a majority or a durability round did not answer).
-    /// Outcome unknown: retry with the same `seq`.
+    /// Outcome unknown: retry with the same RPC id.
     #[error("write timed out")]
     Timeout,
-    /// The request is malformed (empty key, `seq` 0). Do not retry.
+    /// RIFL `Stale` (rifl.md §5.3 S4, §7 inv. 5): the seq is at or below the client's ack
+    /// watermark, i.e. the client had acknowledged this RPC. Nothing was executed. A client
+    /// bug or a very late duplicate: do not retry.
+    #[error("stale: the client had acknowledged this RPC")]
+    Stale,
+    /// The RIFL envelope breaks the client invariant (`Rifl::check`, R-D7): ids 0, a lease of
+    /// another client, `first_incomplete` above seq or the seq beyond the window. Not
+    /// executed and not used as an acknowledgement. Do not retry.
+    #[error("bad RIFL envelope: {0}")]
+    BadEnvelope(&'static str),
+    /// The request is malformed (empty key). Do not retry.
     #[error("invalid write: {0}")]
     Invalid(&'static str),
 }
@@ -130,8 +144,18 @@ pub struct Snapshot {
     pub last_included: LogIndex,
     /// `(key, value or tombstone, update index)`.
     pub items: Vec<(Bytes, Option<Bytes>, LogIndex)>,
-    /// `(client_id, seq, index)`: the duplicate filter.
-    pub dedup: Vec<(u64, u64, LogIndex)>,
+    /// RIFL's state of the applied prefix, by client id: watermarks and live records.
+    pub clients: Vec<ClientRecords>,
+}
+
+/// One client's RIFL state in a snapshot (rifl.md §3.3, R-D8): the ack watermark, which must
+/// survive even when no record is left (a late duplicate is then `Stale`), and the completion
+/// records of applied, unacknowledged writes as `(seq, index of the executing entry)`.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ClientRecords {
+    pub client_id: u64,
+    pub ack: u64,
+    pub records: Vec<(u64, LogIndex)>,
 }
 
 /// What a driver read back from disk after a (re)start: only fsynced data (ORCA §5.10).
@@ -300,6 +324,15 @@ pub enum LogEvent {
         client_id: u64,
         seq: u64,
         immediate: bool,
+    },
+    /// The mutation of the write at `index` took effect in this replica's applied state (not a
+    /// duplicate, not stale): RIFL's effect event (rifl.md §7 inv. 1). Emitted when applying,
+    /// also by the replay of a restart and the rebuild after a truncation, so an observer can
+    /// tell which entries are effective at this replica.
+    Executed {
+        index: LogIndex,
+        client_id: u64,
+        seq: u64,
     },
 }
 

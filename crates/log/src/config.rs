@@ -79,6 +79,13 @@ pub enum PlantedBug {
     /// A follower's lease runs from the *receipt* of a grant (`now + mt`) instead of from its own
     /// echoed timestamp: the variant §9.1 forbids.
     LeaseAnchoredAtReceipt,
+    /// No RIFL duplicate check: the leader appends every retry again and applying executes
+    /// every entry (breaks exactly-once, rifl.md §7 inv. 1 and 2).
+    NoDedup,
+    /// The leader appends every retry again, but applying still skips duplicates: not a bug
+    /// that breaks an invariant, a stress of the apply-time filter (every replica must still
+    /// execute each RPC once, and every `Ok` name the executing entry).
+    SkipLeaderDedup,
 }
 
 /// Configuration of one log replica. Every replica of a shard group must use the same values.

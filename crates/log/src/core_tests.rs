@@ -8,7 +8,12 @@ use strata_core::{Effects, Node};
 use strata_wire::log::{LogEntry, LogIndex, LogMessage, LogOp};
 use strata_wire::{Instant, NodeId};
 
-use crate::api::{HardState, LogEvent, Persist, RecoveredState, VoteRefusal};
+use crate::api::{
+    HardState, LogEvent, LogReply, LogRequest, Persist, RecoveredState, VoteRefusal, WriteAck,
+    WriteError, WriteOp,
+};
+use strata_rifl::Verdict;
+use strata_wire::rifl::{ClusterTime, LeaseInfo, Rifl, RpcId};
 use crate::config::{LogConfig, Replication};
 use crate::replica::{LogEffects, LogReplica, Role};
 
@@ -182,7 +187,11 @@ fn recovery_from_a_snapshot_and_the_log_after_it() {
             Some(Bytes::from_static(b"1")),
             LogIndex::new(1, 3),
         )],
-        dedup: vec![(1, 5, LogIndex::new(1, 5))],
+        clients: vec![crate::api::ClientRecords {
+            client_id: 1,
+            ack: 4,
+            records: vec![(5, LogIndex::new(1, 5))],
+        }],
     };
     let mut next = entry(2, 1);
     next.seq = 6;
@@ -201,6 +210,11 @@ fn recovery_from_a_snapshot_and_the_log_after_it() {
         (Some(Bytes::from_static(b"1")), LogIndex::new(1, 3))
     );
     assert_eq!(r.get(b"k").1, LogIndex::new(2, 1));
+    // The snapshot's watermark and record survive, and the entry after it adds its record.
+    let rpc = |seq| RpcId { client_id: 1, seq };
+    assert_eq!(r.write_record(rpc(4)), Verdict::Stale);
+    assert_eq!(r.write_record(rpc(5)), Verdict::Completed(LogIndex::new(1, 5)));
+    assert_eq!(r.write_record(rpc(6)), Verdict::Completed(LogIndex::new(2, 1)));
     assert_eq!(
         (r.applied_index(), r.last_index(), r.voted_for()),
         (LogIndex::new(2, 1), LogIndex::new(2, 1), Some(NodeId(1)))
@@ -281,4 +295,306 @@ fn deadlines_passed_over_by_inputs_fire_without_a_tick() {
     rounds.dedup();
     assert!(rounds.len() > 10, "one heartbeat round per 40 ms input, without ticks: {rounds:?}");
     assert_eq!(r.role(), Role::Leader, "the acked rounds keep the lease");
+}
+
+// ---- exactly-once writes (rifl.md §5.3, R-D23) on one core ----
+//
+// A one-replica group: the leader is its own majority, so every rule of the write path runs
+// without a network. Cluster scenarios (leader changes, retries across them) are in
+// `strata-sim` (`crates/sim/tests/orca_rifl.rs`).
+
+/// Drives a core: each step runs `f`, then makes every persist record durable at once.
+struct Solo {
+    r: LogReplica,
+    now: Instant,
+    out: LogEffects,
+    replies: Vec<LogReply>,
+    events: Vec<LogEvent>,
+    /// While set, persist records stay unsynced (a slow disk); `release` syncs them.
+    hold: bool,
+    unsynced: Option<u64>,
+    next_token: u64,
+}
+
+impl Solo {
+    fn new(state: RecoveredState) -> Solo {
+        let now = Instant::from_millis(1);
+        let r = LogReplica::recover(orca(), NodeId(0), &[NodeId(0)], state, now, 9).unwrap();
+        let mut s = Solo {
+            r,
+            now,
+            out: Effects::default(),
+            replies: Vec::new(),
+            events: Vec::new(),
+            hold: false,
+            unsynced: None,
+            next_token: 1,
+        };
+        s.drain();
+        for _ in 0..5000 {
+            if s.r.is_ready_leader(s.now) {
+                return s;
+            }
+            s.advance(1);
+        }
+        panic!("a one-replica group elects itself");
+    }
+
+    fn drain(&mut self) {
+        self.r.poll_effects(&mut self.out);
+        let last = self.out.persist.iter().map(|(t, _)| *t).max();
+        self.replies.append(&mut self.out.reply);
+        self.events.append(&mut self.out.event);
+        self.out.clear();
+        self.unsynced = self.unsynced.max(last);
+        if !self.hold {
+            self.release();
+        }
+    }
+
+    fn release(&mut self) {
+        self.hold = false;
+        if let Some(t) = self.unsynced.take() {
+            self.r.on_persisted(self.now, t);
+            self.drain();
+        }
+    }
+
+    fn advance(&mut self, ms: u64) {
+        self.now += std::time::Duration::from_millis(ms);
+        self.r.on_tick(self.now);
+        self.drain();
+        self.r.check_invariants();
+    }
+
+    /// Sends a write with this envelope; returns its reply, if one came before `advance`.
+    fn write(&mut self, rifl: Rifl, value: &'static str) -> Option<Result<WriteAck, WriteError>> {
+        let token = self.next_token;
+        self.next_token += 1;
+        let req = LogRequest::Write {
+            token,
+            rifl,
+            key: Bytes::from_static(b"k"),
+            op: WriteOp::Put(Bytes::from_static(value.as_bytes())),
+            immediate: false,
+        };
+        self.r.on_client_request(self.now, req);
+        self.drain();
+        self.r.check_invariants();
+        self.reply(token)
+    }
+
+    fn reply(&self, token: u64) -> Option<Result<WriteAck, WriteError>> {
+        self.replies.iter().find_map(|r| match r {
+            LogReply::Write { token: t, result } if *t == token => Some(result.clone()),
+            _ => None,
+        })
+    }
+
+    fn executed(&self) -> Vec<(LogIndex, u64)> {
+        self.events
+            .iter()
+            .filter_map(|e| match e {
+                LogEvent::Executed { index, seq, .. } => Some((*index, *seq)),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// What a restart would read back: every entry (all were made durable).
+    fn disk(&self) -> RecoveredState {
+        RecoveredState {
+            hard_state: self.r.hard_state(),
+            snapshot: None,
+            entries: self.r.entries().to_vec(),
+        }
+    }
+}
+
+fn env(seq: u64, first_incomplete: u64) -> Rifl {
+    Rifl {
+        rpc: RpcId { client_id: 7, seq },
+        first_incomplete,
+        lease: LeaseInfo {
+            client_id: 7,
+            expiration: ClusterTime(u64::MAX),
+            timestamp: ClusterTime(1),
+        },
+    }
+}
+
+fn writes_of(r: &LogReplica, seq: u64) -> usize {
+    r.entries()
+        .iter()
+        .filter(|e| e.client_id == 7 && e.seq == seq)
+        .count()
+}
+
+#[test]
+fn a_retry_after_apply_gets_the_same_index_and_appends_nothing() {
+    let mut s = Solo::new(RecoveredState::default());
+    let first = s.write(env(1, 1), "a").expect("async: acked at once").unwrap();
+    let last = s.r.last_index();
+    let again = s.write(env(1, 1), "a").expect("answered from the record").unwrap();
+    assert_eq!(again, first);
+    assert_eq!(s.r.last_index(), last, "no new entry");
+    assert_eq!(writes_of(&s.r, 1), 1);
+    assert_eq!(s.r.write_record(env(1, 1).rpc), Verdict::Completed(first.index));
+    assert_eq!(s.executed(), vec![(first.index, 1)]);
+}
+
+#[test]
+fn a_retry_while_in_flight_waits_for_the_first_entry() {
+    // Sync durability: a write is answered once its entry is fsynced, so with the disk held a
+    // retry arrives while the first attempt is in flight.
+    let now = Instant::from_millis(1);
+    let r = LogReplica::recover(LogConfig::strong_zk(), NodeId(0), &[NodeId(0)], RecoveredState::default(), now, 9);
+    let mut s = Solo::new(RecoveredState::default());
+    s.r = r.unwrap();
+    s.now = now;
+    for _ in 0..5000 {
+        if s.r.is_ready_leader(s.now) {
+            break;
+        }
+        s.advance(1);
+    }
+    assert!(s.r.is_ready_leader(s.now));
+    s.hold = true;
+    assert_eq!(s.write(env(1, 1), "a"), None, "waits for the fsync");
+    assert_eq!(s.write(env(1, 1), "a"), None, "the retry waits too");
+    assert_eq!(writes_of(&s.r, 1), 1, "the retry is not appended again");
+    s.release();
+    let (a, b) = (s.reply(1), s.reply(2));
+    assert!(matches!(a, Some(Ok(_))), "{a:?}");
+    assert_eq!(a, b, "both answers carry the same index");
+    assert_eq!(s.executed().iter().filter(|(_, q)| *q == 1).count(), 1);
+}
+
+#[test]
+fn a_stale_retry_is_refused_after_a_later_write_acknowledged_it() {
+    let mut s = Solo::new(RecoveredState::default());
+    s.write(env(1, 1), "a").unwrap().unwrap();
+    let second = s.write(env(2, 2), "b").unwrap().unwrap();
+    assert_eq!(s.r.client_ack(7), 1, "learned from the applied entry of seq 2");
+    let last = s.r.last_index();
+    assert_eq!(s.write(env(1, 1), "a"), Some(Err(WriteError::Stale)));
+    assert_eq!(s.r.last_index(), last, "nothing appended");
+    assert_eq!(s.r.get(b"k").1, second.index);
+    // An RPC never seen but below the watermark is stale too (it can only be a duplicate).
+    assert_eq!(s.r.write_record(env(1, 1).rpc), Verdict::Stale);
+}
+
+#[test]
+fn records_and_watermarks_survive_a_restart_and_a_snapshot() {
+    let mut s = Solo::new(RecoveredState::default());
+    let a = s.write(env(1, 1), "a").unwrap().unwrap();
+    let b = s.write(env(2, 1), "b").unwrap().unwrap();
+    let c = s.write(env(3, 3), "c").unwrap().unwrap(); // acknowledges 1 and 2
+    let _ = (a, b);
+    let disk = s.disk();
+    let snapshot = s.r.applied_snapshot();
+    // Replay of the log.
+    let mut t = Solo::new(disk);
+    assert_eq!(t.r.client_ack(7), 2);
+    assert_eq!(t.write(env(2, 1), "b"), Some(Err(WriteError::Stale)), "the watermark survived");
+    assert_eq!(t.write(env(3, 3), "c"), Some(Ok(c)), "the record survived");
+    assert_eq!(writes_of(&t.r, 3), 1);
+    // The replay reports the same effective entries as the first run.
+    let first: Vec<u64> = s.executed().iter().map(|(_, q)| *q).collect();
+    let replayed: Vec<u64> = t.executed().iter().map(|(_, q)| *q).collect();
+    assert_eq!(first, vec![1, 2, 3]);
+    assert_eq!(replayed, first);
+    // Recovery from the applied snapshot alone (no log after it).
+    let state = RecoveredState {
+        hard_state: s.r.hard_state(),
+        snapshot: Some(snapshot),
+        entries: Vec::new(),
+    };
+    let mut u = Solo::new(state);
+    assert_eq!(u.r.client_ack(7), 2);
+    assert_eq!(u.write(env(1, 1), "a"), Some(Err(WriteError::Stale)));
+    assert_eq!(u.write(env(3, 3), "c"), Some(Ok(c)));
+}
+
+#[test]
+fn the_same_rpc_appended_twice_executes_once_at_replay_and_at_a_follower() {
+    let put = |epoch, counter, seq, v: &'static str| LogEntry {
+        index: LogIndex::new(epoch, counter),
+        key: Bytes::from_static(b"k"),
+        op: LogOp::Put(Bytes::from_static(v.as_bytes())),
+        client_id: 7,
+        seq,
+        ack: 0,
+        immediate: false,
+    };
+    let noop = |epoch| LogEntry {
+        op: LogOp::NoOp,
+        client_id: 0,
+        seq: 0,
+        ..put(epoch, 1, 0, "")
+    };
+    // Epoch 1 wrote seq 1; a leader of epoch 2 appended seq 1 again (as a leader that skipped
+    // the duplicate check would) after another write.
+    let log = vec![noop(1), put(1, 2, 1, "a"), noop(2), put(2, 2, 2, "b"), put(2, 3, 1, "a")];
+    let r = recovered(log.clone(), 2);
+    assert_eq!(r.get(b"k"), (Some(Bytes::from_static(b"b")), LogIndex::new(2, 2)));
+    assert_eq!(r.write_record(RpcId { client_id: 7, seq: 1 }), Verdict::Completed(LogIndex::new(1, 2)));
+    // A follower that receives the entries from the leader decides the same.
+    let mut f = recovered(log[..2].to_vec(), 1);
+    let mut out: LogEffects = Effects::default();
+    f.poll_effects(&mut out);
+    out.clear();
+    f.on_message(
+        Instant::from_millis(3000),
+        NodeId(1),
+        LogMessage::AppendEntries(strata_wire::log::AppendEntries {
+            epoch: 2,
+            prev_index: LogIndex::new(1, 2),
+            entries: log[2..].to_vec(),
+            commit_index: LogIndex::new(2, 3),
+            durable_index: LogIndex::ZERO,
+            flush_upto: None,
+            round_id: None,
+            hb_round: 1,
+            grant: Default::default(),
+        }),
+    );
+    f.poll_effects(&mut out);
+    assert_eq!(f.applied_index(), LogIndex::new(2, 3));
+    assert_eq!(f.get(b"k"), r.get(b"k"));
+    let executed: Vec<LogIndex> = out
+        .event
+        .iter()
+        .filter_map(|e| match e {
+            LogEvent::Executed { index, .. } => Some(*index),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(executed, vec![LogIndex::new(2, 2)], "the second entry of seq 1 changes nothing");
+}
+
+#[test]
+fn envelope_violations_and_doubtful_leases_are_refused_without_effect() {
+    let mut s = Solo::new(RecoveredState::default());
+    let last = s.r.last_index();
+    for (e, what) in [
+        (env(5, 6), "first_incomplete above seq"),
+        (env(600, 1), "beyond the window"),
+        (Rifl { rpc: RpcId { client_id: 0, seq: 1 }, ..env(1, 1) }, "client id 0"),
+        (Rifl { lease: LeaseInfo { client_id: 8, ..env(1, 1).lease }, ..env(1, 1) }, "another client's lease"),
+    ] {
+        assert!(matches!(s.write(e, "x"), Some(Err(WriteError::BadEnvelope(_)))), "{what}");
+    }
+    assert_eq!(s.r.last_index(), last);
+    assert_eq!(s.r.client_ack(7), 0, "a refused envelope acknowledges nothing");
+    // A lease whose expiration is not beyond the observed cluster time: retryable, not run.
+    let mut expired = env(1, 1);
+    expired.lease.expiration = ClusterTime(50);
+    expired.lease.timestamp = ClusterTime(60);
+    assert_eq!(s.write(expired, "x"), Some(Err(WriteError::Unavailable)));
+    assert_eq!(s.r.last_index(), last);
+    // The same RPC with a renewed lease executes.
+    assert!(matches!(s.write(env(1, 1), "x"), Some(Ok(_))));
+    // ...and a duplicate of a completed RPC is answered even with an old lease (§5.4).
+    assert!(matches!(s.write(expired, "x"), Some(Ok(_))));
 }

@@ -5,6 +5,7 @@
 use std::collections::{BTreeMap, HashMap};
 
 use strata_wire::log::{LogEntry, LogIndex, LogMessage, LogOp};
+use strata_wire::rifl::RpcId;
 use strata_wire::{Instant, NodeId};
 
 use crate::api::{
@@ -128,14 +129,18 @@ impl LogReplica {
         self.role = Role::Leader;
         self.leader_id = Some(self.id);
         self.votes.clear();
-        // §5.1 step 2: appended-but-unapplied writes are answered, not appended again.
-        let inflight: HashMap<(u64, u64), LogIndex> = self
-            .log
-            .after(self.kv.applied())
-            .iter()
-            .filter(|e| e.op != LogOp::NoOp)
-            .map(|e| ((e.client_id, e.seq), e.index))
-            .collect();
+        // §5.1 step 2: appended-but-unapplied writes are answered, not appended again. The
+        // first entry of an RPC is the one that will execute (`Kv::apply`).
+        let mut inflight: HashMap<RpcId, LogIndex> = HashMap::new();
+        for e in self.log.after(self.kv.applied()) {
+            if e.op != LogOp::NoOp {
+                let rpc = RpcId {
+                    client_id: e.client_id,
+                    seq: e.seq,
+                };
+                inflight.entry(rpc).or_insert(e.index);
+            }
+        }
         let progress: BTreeMap<NodeId, Progress> = self
             .peers
             .iter()
@@ -164,6 +169,7 @@ impl LogReplica {
             op: LogOp::NoOp,
             client_id: 0,
             seq: 0,
+            ack: 0,
             immediate: false,
         };
         self.log.append(e.clone());

@@ -30,6 +30,10 @@ impl LogReplica {
             last,
             self.epoch
         );
+        // rifl.md §7 inv. 7, 8: records above their watermark, at most the window per client.
+        if let Err(e) = self.kv.rifl().check_invariants() {
+            panic!("{}: completion records: {e}", self.id);
+        }
         assert_eq!(
             self.role == Role::Leader,
             self.leader.is_some(),

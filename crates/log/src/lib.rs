@@ -12,7 +12,8 @@
 //! * `active_set`: membership, grants, the follower lease anchored at its own echoed timestamp,
 //!   two-step mark-out and removal, slow-member revoke, re-add after catch-up (§5.7);
 //! * `lease`: the leader lease from majority-acked heartbeat rounds and step-down (§5.8);
-//! * `reads`, `writes`: the client paths (§5.1, §5.5.1, §5.5.2, §2.3);
+//! * `reads`, `writes`: the client paths (§5.1, §5.5.1, §5.5.2, §2.3); writes are RIFL's
+//!   linearizable RPCs, exactly once (`writes` module docs, rifl.md §5.3);
 //! * `replica`: state, dispatch of inputs, timers, the `Node` contract;
 //! * `invariants`: the local state invariants of §7 behind `check_invariants`;
 //! * `state`: the in-memory log and the applied key-value state (pure data);
@@ -39,13 +40,15 @@ mod state;
 mod writes;
 
 pub use api::{
-    HardState, LogEvent, LogReply, LogRequest, LogStats, MarkOutReason, Persist, ReadError,
+    ClientRecords, HardState, LogEvent, LogReply, LogRequest, LogStats, MarkOutReason, Persist, ReadError,
     ReadValue, RecoverError, RecoveredState, RevokeReason, Snapshot, StepDownReason, VoteRefusal,
     WriteAck, WriteError, WriteOp,
 };
 pub use config::{ConfigError, DurabilityMode, LogConfig, PlantedBug, ReadPolicy, Replication};
 pub use replica::{LogEffects, LogReplica, Role};
+pub use strata_rifl::Verdict;
 pub use strata_wire::log::{LogEntry, LogIndex, LogMessage, LogOp};
+pub use strata_wire::rifl::{ClusterTime, LeaseInfo, Rifl, RpcId};
 
 #[cfg(test)]
 mod core_tests;

@@ -11,17 +11,19 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use strata_core::{Effects, Node, Prng};
-use strata_wire::log::{AppendEntries, LogIndex, LogMessage};
+use strata_rifl::Verdict;
+use strata_wire::log::{AppendEntries, LogEntry, LogIndex, LogMessage};
+use strata_wire::rifl::{ClusterTime, RpcId};
 use strata_wire::{Instant, NodeId};
 
 use crate::api::{
     LogEvent, LogReply, LogRequest, LogStats, MarkOutReason, Persist, RecoverError, RecoveredState,
     Snapshot, StepDownReason,
 };
-use crate::config::{majority, LogConfig, ReadPolicy};
+use crate::config::{majority, LogConfig, PlantedBug, ReadPolicy};
 use crate::durability::{DiskState, Round};
 use crate::reads::{FollowerReads, PendingRead};
-use crate::state::{Kv, Log};
+use crate::state::{Applied, Kv, Log};
 use crate::writes::PendingWrite;
 use crate::ConfigError;
 
@@ -146,8 +148,9 @@ pub(crate) struct LeaderState {
     pub lease_until: Instant,
     pub lease_expired_reported: bool,
     pub pending_writes: Vec<PendingWrite>,
-    /// `(client_id, seq)` appended but not yet applied (§5.1 step 2).
-    pub inflight: HashMap<(u64, u64), LogIndex>,
+    /// RPCs appended but not yet applied, with their first unapplied entry (§5.1 step 2;
+    /// rifl.md's `InProgress`, kept apart from the applied records: leader-only, volatile).
+    pub inflight: HashMap<RpcId, LogIndex>,
     pub pending_reads: Vec<PendingRead>,
 }
 
@@ -199,6 +202,9 @@ pub struct LogReplica {
     pub(crate) leader: Option<LeaderState>,
     pub(crate) disk: DiskState,
     pub(crate) fwd: FollowerReads,
+    /// rifl.md §3.3 `observed_cluster_time`: the largest lease timestamp seen in write
+    /// envelopes (volatile; only the leader's admission of new writes reads it).
+    pub(crate) observed_cluster_time: ClusterTime,
     /// The latest `now` seen (inputs are monotone; `poll_timeout` skips deadlines before it).
     pub(crate) now: Instant,
     pub(crate) prng: Prng,
@@ -258,8 +264,11 @@ impl LogReplica {
         }
         let log = Log::new(base, state.entries);
         let mut kv = Kv::from_snapshot(state.snapshot.as_ref());
+        let dedup = !cfg.planted(PlantedBug::NoDedup);
+        let mut effects = LogEffects::default();
         for e in log.entries() {
-            kv.apply(e);
+            let applied = kv.apply(e, dedup);
+            effects.event.extend(executed_event(e, applied));
         }
         let last = log.last_index();
         // The hard state is fsynced before any entry of its epoch is appended, so it cannot
@@ -300,7 +309,8 @@ impl LogReplica {
             now,
             prng,
             stats: LogStats::default(),
-            effects: LogEffects::default(),
+            effects,
+            observed_cluster_time: ClusterTime::ZERO,
             cfg,
         })
     }
@@ -369,6 +379,20 @@ impl LogReplica {
     pub fn stats(&self) -> LogStats {
         self.stats
     }
+    /// What the applied completion records say about `rpc` (`New`: nothing recorded, not
+    /// acknowledged). Identical at every replica that applied the same prefix.
+    pub fn write_record(&self, rpc: RpcId) -> Verdict<LogIndex> {
+        self.kv.rifl().peek(rpc)
+    }
+    /// The ack watermark of `client_id` learned from applied entries (0 if unknown).
+    pub fn client_ack(&self, client_id: u64) -> u64 {
+        self.kv.rifl().ack_of(client_id)
+    }
+    /// The applied state as a snapshot (items, RIFL watermarks and records). The core does not
+    /// compact its log yet; this is what compaction would keep, and tests recover from it.
+    pub fn applied_snapshot(&self) -> Snapshot {
+        self.kv.to_snapshot()
+    }
 
     // ---- shared helpers ----
 
@@ -402,8 +426,10 @@ impl LogReplica {
             return;
         }
         let mut upto = from;
+        let dedup = !self.cfg.planted(PlantedBug::NoDedup);
         for e in self.log.range(from, bound) {
-            self.kv.apply(e);
+            let applied = self.kv.apply(e, dedup);
+            self.effects.event.extend(executed_event(e, applied));
             upto = e.index;
         }
         if upto > from {
@@ -558,6 +584,15 @@ impl LogReplica {
     }
 }
 
+/// The audit event of an entry whose mutation took effect (rifl.md §7's effect event).
+pub(crate) fn executed_event(e: &LogEntry, applied: Applied) -> Option<LogEvent> {
+    (applied == Applied::Executed).then_some(LogEvent::Executed {
+        index: e.index,
+        client_id: e.client_id,
+        seq: e.seq,
+    })
+}
+
 /// `ET` uniform in `[ET_min, 2 ET_min)` (§3.1 `election_deadline`).
 fn random_election_timeout(cfg: &LogConfig, prng: &mut Prng) -> Duration {
     let min = cfg.election_timeout_min.as_nanos() as u64;
@@ -580,12 +615,11 @@ impl Node for LogReplica {
         match req {
             LogRequest::Write {
                 token,
-                client_id,
-                seq,
+                rifl,
                 key,
                 op,
                 immediate,
-            } => self.on_write(now, token, client_id, seq, key, op, immediate),
+            } => self.on_write(now, token, rifl, key, op, immediate),
             LogRequest::Read {
                 token,
                 key,

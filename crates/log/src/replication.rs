@@ -114,10 +114,14 @@ impl LogReplica {
         self.flush_auth = self.flush_auth.min(after);
         self.lease.matched = self.lease.matched.min(after);
         if self.kv.applied() > after {
+            // The records and watermarks are rebuilt with the items: they are a function of
+            // the applied prefix (rifl.md R-D23, `state::Kv`).
+            let dedup = !self.cfg.planted(crate::config::PlantedBug::NoDedup);
             let mut kv = Kv::from_snapshot(self.snapshot.as_ref());
             for e in self.log.entries() {
                 if e.index > kv.applied() {
-                    kv.apply(e);
+                    let applied = kv.apply(e, dedup);
+                    self.effects.event.extend(crate::replica::executed_event(e, applied));
                 }
             }
             self.kv = kv;

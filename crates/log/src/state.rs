@@ -1,12 +1,13 @@
-//! The in-memory log (`mem_log`) and the applied key-value state with its duplicate filter
-//! (ORCA §3.1). Pure data structures: no protocol decisions here.
+//! The in-memory log (`mem_log`) and the applied key-value state with RIFL's completion
+//! records (ORCA §3.1, rifl.md §5.3). Pure data structures: no protocol decisions here.
 
 use std::collections::HashMap;
 
 use bytes::Bytes;
+use strata_rifl::{ResultTracker, RiflConfig, RpcId, Verdict};
 use strata_wire::log::{LogEntry, LogIndex, LogOp};
 
-use crate::api::Snapshot;
+use crate::api::{ClientRecords, Snapshot};
 
 /// The log after an optional snapshot. Indexes strictly increase but are not contiguous across
 /// epochs, so positions are found by binary search.
@@ -96,19 +97,54 @@ pub(crate) struct Item {
     pub update_index: LogIndex,
 }
 
-/// The applied state: items, the duplicate filter, and the applied index.
-#[derive(Clone, Debug, Default)]
+/// What applying one entry did (for the `Executed` audit event and the tests).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Applied {
+    /// A `NoOp`: only the applied index moved.
+    NoOp,
+    /// The write's mutation took effect; its entry is now the RPC's completion record.
+    Executed,
+    /// An earlier applied entry of the same RPC is its completion record: nothing changed but
+    /// the watermark (a retry appended twice, e.g. across a leader change).
+    Duplicate,
+    /// The client had acknowledged this seq before the entry was applied (rifl.md §7 inv. 5):
+    /// a very late duplicate, which must not execute.
+    Stale,
+}
+
+/// The applied state: items, RIFL's completion records and watermarks, the applied index.
+///
+/// Exactly-once (rifl.md §5.3 S6, §5.4, R-D23): a write's log entry is its completion record,
+/// so `rifl` is fed only from applied entries (`recover_record(rpc, entry.ack, entry.index)`)
+/// and the decision "duplicate, skip the mutation" reads only `rifl`. Both are therefore a
+/// function of the applied prefix of the log, identical at every replica, after a restart's
+/// replay and after a truncation's rebuild. Nothing here is "in progress": the leader's
+/// appended-but-unapplied writes are its own `inflight` map, dropped when it steps down.
+#[derive(Clone, Debug)]
 pub(crate) struct Kv {
     items: HashMap<Bytes, Item>,
-    /// ORCA §2.1 [DECISION]: client -> (last applied seq, its index). Replicated state.
-    dedup: HashMap<u64, (u64, LogIndex)>,
+    /// Per client: the ack watermark learned from applied entries (R-D7), and the index of
+    /// each applied, unacknowledged RPC. Records at or below the watermark are dropped (§5.6);
+    /// the watermark stays, so a late duplicate is `Stale` (R-D8). Entries are durable and
+    /// replayed, so no separate ack record is needed.
+    rifl: ResultTracker<LogIndex>,
     applied: LogIndex,
+}
+
+impl Default for Kv {
+    fn default() -> Kv {
+        Kv {
+            items: HashMap::new(),
+            rifl: ResultTracker::new(&RiflConfig::default()),
+            applied: LogIndex::ZERO,
+        }
+    }
 }
 
 impl Kv {
     pub fn from_snapshot(s: Option<&Snapshot>) -> Kv {
         let Some(s) = s else { return Kv::default() };
-        Kv {
+        let mut kv = Kv {
             items: s
                 .items
                 .iter()
@@ -122,12 +158,41 @@ impl Kv {
                     )
                 })
                 .collect(),
-            dedup: s
-                .dedup
-                .iter()
-                .map(|&(c, seq, idx)| (c, (seq, idx)))
-                .collect(),
             applied: s.last_included,
+            ..Kv::default()
+        };
+        for c in &s.clients {
+            kv.rifl.recover_ack(c.client_id, c.ack);
+            for &(seq, index) in &c.records {
+                let rpc = RpcId { client_id: c.client_id, seq };
+                kv.rifl.recover_record(rpc, c.ack, index);
+            }
+        }
+        kv
+    }
+
+    /// The applied state as a snapshot (items sorted by key, clients by id).
+    pub fn to_snapshot(&self) -> Snapshot {
+        let mut items: Vec<(Bytes, Option<Bytes>, LogIndex)> = self
+            .items
+            .iter()
+            .map(|(k, i)| (k.clone(), i.value.clone(), i.update_index))
+            .collect();
+        items.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+        let clients = self
+            .rifl
+            .completed_records()
+            .into_iter()
+            .map(|(client_id, ack, records)| ClientRecords {
+                client_id,
+                ack,
+                records,
+            })
+            .collect();
+        Snapshot {
+            last_included: self.applied,
+            items,
+            clients,
         }
     }
 
@@ -135,32 +200,43 @@ impl Kv {
         self.applied
     }
 
-    /// ORCA §5.2: applying sets the key's value and update-index, the dedup record, and the
-    /// applied index. `NoOp` moves only the applied index.
-    pub fn apply(&mut self, e: &LogEntry) {
+    /// The completion records and watermarks of applied writes.
+    pub fn rifl(&self) -> &ResultTracker<LogIndex> {
+        &self.rifl
+    }
+
+    /// ORCA §5.2: applying sets the key's value and update-index, the RPC's completion record,
+    /// and the applied index. `NoOp` moves only the applied index. `dedup = false` is the
+    /// `NoDedup` canary: every entry executes.
+    pub fn apply(&mut self, e: &LogEntry, dedup: bool) -> Applied {
         assert!(
             e.index > self.applied,
             "entries apply in log order: {} after {}",
             e.index,
             self.applied
         );
+        self.applied = e.index;
         let value = match &e.op {
             LogOp::Put(v) => Some(v.clone()),
             LogOp::Delete => None,
-            LogOp::NoOp => {
-                self.applied = e.index;
-                return;
-            }
+            LogOp::NoOp => return Applied::NoOp,
         };
-        // A duplicate of an applied `(client_id, seq)` (a retry appended twice across a leader
-        // change) changes nothing (§2.1 duplicate filter).
-        if self
-            .dedup
-            .get(&e.client_id)
-            .is_some_and(|&(s, _)| e.seq <= s)
-        {
-            self.applied = e.index;
-            return;
+        let rpc = RpcId {
+            client_id: e.client_id,
+            seq: e.seq,
+        };
+        // Decided from applied records only (the module comment). The entry's own ack is
+        // below its seq (`Rifl::check` at the leader), so it never makes the entry stale.
+        let outcome = match self.rifl.peek(rpc) {
+            _ if !dedup => Applied::Executed,
+            Verdict::Stale => Applied::Stale,
+            Verdict::Completed(_) => Applied::Duplicate,
+            _ => Applied::Executed,
+        };
+        // Learns the entry's ack and keeps the first record of the RPC.
+        self.rifl.recover_record(rpc, e.ack, e.index);
+        if outcome != Applied::Executed {
+            return outcome;
         }
         // Own allocation: entry bytes may be slices of a large network buffer.
         let key = Bytes::copy_from_slice(&e.key);
@@ -171,8 +247,7 @@ impl Kv {
                 update_index: e.index,
             },
         );
-        self.dedup.insert(e.client_id, (e.seq, e.index));
-        self.applied = e.index;
+        Applied::Executed
     }
 
     /// `(value, update_index)`; an absent key has `(None, ZERO)` (§5.5.1 step 3).
@@ -181,14 +256,9 @@ impl Kv {
             (i.value.clone(), i.update_index)
         })
     }
-
-    /// The last applied `(seq, index)` of `client`.
-    pub fn dedup(&self, client: u64) -> Option<(u64, LogIndex)> {
-        self.dedup.get(&client).copied()
-    }
 }
 
-/// A test entry: `k = v` at `(epoch, counter)`, from client 1 with `seq = counter`.
+/// A test entry: `k = v` at `(epoch, counter)`, from client 1 with `seq = counter`, ack 0.
 #[cfg(test)]
 pub(crate) fn test_entry(epoch: u32, counter: u32) -> LogEntry {
     LogEntry {
@@ -197,6 +267,7 @@ pub(crate) fn test_entry(epoch: u32, counter: u32) -> LogEntry {
         op: LogOp::Put(Bytes::from_static(b"v")),
         client_id: 1,
         seq: counter as u64,
+        ack: 0,
         immediate: false,
     }
 }
@@ -233,21 +304,60 @@ mod tests {
     }
 
     #[test]
-    fn deletes_leave_tombstones_and_dedup_keeps_the_latest_seq() {
+    fn deletes_leave_tombstones_and_entries_are_completion_records() {
         let mut kv = Kv::default();
-        kv.apply(&e(1, 1));
-        kv.apply(&LogEntry {
-            op: LogOp::Delete,
-            ..e(1, 2)
-        });
+        assert_eq!(kv.apply(&e(1, 1), true), Applied::Executed);
+        kv.apply(
+            &LogEntry {
+                op: LogOp::Delete,
+                ..e(1, 2)
+            },
+            true,
+        );
         assert_eq!(kv.get(b"k"), (None, LogIndex::new(1, 2)));
         assert_eq!(kv.get(b"absent"), (None, LogIndex::ZERO));
-        assert_eq!(kv.dedup(1), Some((2, LogIndex::new(1, 2))));
-        kv.apply(&LogEntry {
+        let rpc = |seq| RpcId { client_id: 1, seq };
+        assert_eq!(kv.rifl().peek(rpc(2)), Verdict::Completed(LogIndex::new(1, 2)));
+        let noop = LogEntry {
             op: LogOp::NoOp,
+            client_id: 0,
+            seq: 0,
             ..e(2, 1)
-        });
+        };
+        assert_eq!(kv.apply(&noop, true), Applied::NoOp);
         assert_eq!(kv.applied(), LogIndex::new(2, 1));
         assert_eq!(kv.get(b"k").1, LogIndex::new(1, 2));
+    }
+
+    #[test]
+    fn a_second_entry_of_an_rpc_changes_nothing_and_an_acknowledged_one_is_stale() {
+        let put = |epoch, counter, seq, ack, v: &'static str| LogEntry {
+            op: LogOp::Put(Bytes::from_static(v.as_bytes())),
+            seq,
+            ack,
+            ..e(epoch, counter)
+        };
+        let mut kv = Kv::default();
+        assert_eq!(kv.apply(&put(1, 1, 1, 0, "a"), true), Applied::Executed);
+        assert_eq!(kv.apply(&put(1, 2, 2, 0, "b"), true), Applied::Executed);
+        // seq 1 again (appended again by a new leader): the first entry stays its record.
+        assert_eq!(kv.apply(&put(2, 1, 1, 0, "a"), true), Applied::Duplicate);
+        assert_eq!(kv.get(b"k"), (Some(Bytes::from_static(b"b")), LogIndex::new(1, 2)));
+        let rpc = |seq| RpcId { client_id: 1, seq };
+        assert_eq!(kv.rifl().peek(rpc(1)), Verdict::Completed(LogIndex::new(1, 1)));
+        // seq 3 acknowledges 1 and 2: their records go, the watermark stays.
+        assert_eq!(kv.apply(&put(2, 2, 3, 2, "c"), true), Applied::Executed);
+        assert_eq!(kv.rifl().peek(rpc(1)), Verdict::Stale);
+        assert_eq!(kv.rifl().ack_of(1), 2);
+        assert_eq!(kv.apply(&put(2, 3, 2, 0, "b"), true), Applied::Stale);
+        assert_eq!(kv.get(b"k"), (Some(Bytes::from_static(b"c")), LogIndex::new(2, 2)));
+        // Without the filter (the NoDedup canary) the duplicate executes.
+        assert_eq!(kv.apply(&put(2, 4, 3, 2, "c"), false), Applied::Executed);
+        // The snapshot carries the watermark and the live record.
+        let back = Kv::from_snapshot(Some(&kv.to_snapshot()));
+        assert_eq!(back.rifl().ack_of(1), 2);
+        assert_eq!(back.rifl().peek(rpc(3)), Verdict::Completed(LogIndex::new(2, 2)));
+        assert_eq!(back.get(b"k"), kv.get(b"k"));
+        kv.rifl().check_invariants().unwrap();
     }
 }

@@ -1,44 +1,69 @@
 //! The write path at the leader (ORCA §5.1): append, apply per write path, acknowledge per
-//! durability mode, immediate durability (G6), the replicated duplicate filter (§2.1).
+//! durability mode, immediate durability (G6); exactly once per RIFL RPC id (rifl.md §5.3).
+//!
+//! Exactly-once, in two places that never disagree:
+//!
+//! * At apply time (`state::Kv::apply`), at every replica: an entry whose RPC already has an
+//!   applied record, or whose seq is at or below the client's watermark, changes nothing. The
+//!   records and watermarks are learned from applied entries only (the entry is the record,
+//!   its `ack` field the watermark), so this is the same decision at every replica, whatever
+//!   the leader did: a retry appended twice across a leader change executes once.
+//! * At the leader, on arrival: `Stale` if the seq is at or below the applied watermark; the
+//!   recorded index if the RPC has an applied record (R-G2); waiting on the entry if it is
+//!   appended but not applied (`inflight`, leader-only state, gone at step-down); otherwise a
+//!   new entry. This only avoids useless appends; correctness rests on the first point.
+//!
+//! A waiting write is answered from the record once its entry is applied, so every `Ok` of an
+//! RPC carries the index of the one entry that executed it.
 
 use bytes::Bytes;
+use strata_rifl::Verdict;
 use strata_wire::log::{LogEntry, LogIndex, LogOp};
+use strata_wire::rifl::{Rifl, RpcId};
 use strata_wire::Instant;
 
 use crate::api::{LogEvent, LogReply, Persist, WriteAck, WriteError, WriteOp};
-use crate::config::WritePath;
+use crate::config::{PlantedBug, WritePath};
 use crate::replica::{LogReplica, Role};
 
 /// A write waiting for its acknowledgement rule (§5.1 step 7).
 #[derive(Clone, Debug)]
 pub(crate) struct PendingWrite {
     pub token: u64,
-    pub client_id: u64,
-    pub seq: u64,
+    pub rpc: RpcId,
+    /// The entry waited on: the RPC's own new entry, its applied record, or an appended but
+    /// unapplied entry of it.
     pub index: LogIndex,
     pub immediate: bool,
     pub deadline: Instant,
 }
 
 impl LogReplica {
-    #[allow(clippy::too_many_arguments)]
     pub(crate) fn on_write(
         &mut self,
         now: Instant,
         token: u64,
-        client_id: u64,
-        seq: u64,
+        rifl: Rifl,
         key: Bytes,
         op: WriteOp,
         immediate: bool,
     ) {
         let reply = |r| LogReply::Write { token, result: r };
-        if key.is_empty() || seq == 0 || client_id == 0 {
-            self.effects.reply.push(reply(Err(WriteError::Invalid(
-                "empty key, client id 0 or seq 0",
-            ))));
+        if key.is_empty() {
+            self.effects
+                .reply
+                .push(reply(Err(WriteError::Invalid("empty key"))));
             return;
         }
+        // rifl.md §5.3 S3: a broken envelope is neither executed nor an acknowledgement.
+        if let Err(why) = rifl.check() {
+            self.effects
+                .reply
+                .push(reply(Err(WriteError::BadEnvelope(why))));
+            return;
+        }
+        // S1.
+        self.observed_cluster_time = self.observed_cluster_time.max(rifl.lease.timestamp);
         // Step 1.
         let Some(l) = self.leader.as_ref() else {
             self.effects.reply.push(reply(Err(WriteError::NotLeader {
@@ -56,27 +81,40 @@ impl LogReplica {
                 .push(reply(Err(WriteError::NotLeader { hint: None })));
             return;
         }
-        // Step 2: duplicates get the recorded outcome.
-        if let Some((s, idx)) = self.kv.dedup(client_id) {
-            if s >= seq {
-                self.effects.reply.push(reply(Ok(WriteAck { index: idx })));
+        let rpc = rifl.rpc;
+        let deadline = now + self.cfg.write_timeout;
+        let dedup = !self.cfg.planted(PlantedBug::NoDedup) && !self.cfg.planted(PlantedBug::SkipLeaderDedup);
+        let l = self.leader.as_mut().expect("leader");
+        // Step 2 (rifl.md §5.3 S4): duplicates get the recorded outcome. The verdict comes from
+        // the applied records; the leader's in-flight appends stand in for `InProgress`.
+        let known = match self.kv.rifl().peek(rpc) {
+            _ if !dedup => None,
+            Verdict::Stale => {
+                self.effects.reply.push(reply(Err(WriteError::Stale)));
                 return;
             }
-        }
-        let deadline = now + self.cfg.write_timeout;
-        let l = self.leader.as_mut().expect("leader");
-        if let Some(&index) = l.inflight.get(&(client_id, seq)) {
+            Verdict::Completed(index) => Some(index),
+            _ => l.inflight.get(&rpc).copied(),
+        };
+        if let Some(index) = known {
+            // Answered by `settle_writes` under the acknowledgement rule of this request (an
+            // immediate-durability retry of an applied write waits for DI to cover it).
             l.pending_writes.push(PendingWrite {
                 token,
-                client_id,
-                seq,
+                rpc,
                 index,
                 immediate,
                 deadline,
             });
             return;
         }
-        // Steps 3-4.
+        // §5.5.3 without a lease service: a lease that may have expired cannot be validated
+        // here, so the write is refused as retryable rather than executed or called expired.
+        if rifl.lease.expiration <= self.observed_cluster_time {
+            self.effects.reply.push(reply(Err(WriteError::Unavailable)));
+            return;
+        }
+        // Steps 3-4 (and S6: the entry is the completion record).
         let index = LogIndex::new(self.epoch, l.next_counter);
         l.next_counter += 1;
         let op = match op {
@@ -87,15 +125,15 @@ impl LogReplica {
             index,
             key,
             op,
-            client_id,
-            seq,
+            client_id: rpc.client_id,
+            seq: rpc.seq,
+            ack: rifl.first_incomplete - 1,
             immediate,
         };
-        l.inflight.insert((client_id, seq), index);
+        l.inflight.entry(rpc).or_insert(index);
         l.pending_writes.push(PendingWrite {
             token,
-            client_id,
-            seq,
+            rpc,
             index,
             immediate,
             deadline,
@@ -123,6 +161,8 @@ impl LogReplica {
         let path = self.cfg.durability.write_path();
         let mut done = Vec::new();
         let mut need_durable = Vec::new();
+        let dedup = !self.cfg.planted(PlantedBug::NoDedup);
+        let kv = &self.kv;
         let l = self.leader.as_mut().expect("leader");
         let di = l.di;
         l.inflight.retain(|_, idx| *idx > applied);
@@ -138,7 +178,17 @@ impl LogReplica {
                 }
             };
             if ok {
-                done.push((w.clone(), Ok(WriteAck { index: w.index })));
+                // The applied record names the entry that executed the RPC: an earlier one if
+                // the entry waited on was a duplicate (it is below `w.index`, so the rule holds
+                // for it too); `Stale` if the client acknowledged the RPC meanwhile.
+                let result = match kv.rifl().peek(w.rpc) {
+                    _ if !dedup => Ok(WriteAck { index: w.index }),
+                    Verdict::Completed(index) => Ok(WriteAck { index }),
+                    Verdict::Stale => Err(WriteError::Stale),
+                    // Unreachable: an applied write entry leaves a record or a watermark.
+                    _ => Err(WriteError::Timeout),
+                };
+                done.push((w.clone(), result));
                 false
             } else if now >= w.deadline {
                 done.push((w.clone(), Err(WriteError::Timeout)));
@@ -158,8 +208,8 @@ impl LogReplica {
                 self.stats.writes_acked += 1;
                 self.emit(LogEvent::WriteAcked {
                     index: ack.index,
-                    client_id: w.client_id,
-                    seq: w.seq,
+                    client_id: w.rpc.client_id,
+                    seq: w.rpc.seq,
                     immediate: w.immediate,
                 });
             }

@@ -240,6 +240,7 @@ mod tests {
             op: LogOp::Put(Bytes::copy_from_slice(v.as_bytes())),
             client_id: 1,
             seq: u64::from(counter),
+            ack: 0,
             immediate: false,
         }
     }

@@ -209,9 +209,8 @@ impl Driver {
             }
             // Log tables: routed to the shard replicas.
             Request::LogWrite { table, key, op, immediate } => {
-                // Without RIFL's envelope the write is refused as invalid (client id 0).
-                let rpc = rifl.map(|e| e.rpc).unwrap_or_default();
-                self.tables.on_write(at, route, corr, &table, key, op, rpc.client_id, rpc.seq, immediate, &mut self.outbox)
+                // Without RIFL's envelope the write is refused as `BadEnvelope`.
+                self.tables.on_write(at, route, corr, &table, key, op, rifl, immediate, &mut self.outbox)
             }
             Request::LogRead { table, key, min_index } => {
                 self.tables.on_read(at, route, corr, &table, key, min_index, &mut self.outbox)

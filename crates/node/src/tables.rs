@@ -56,7 +56,7 @@ use strata_wire::client::{
 };
 use strata_wire::log::LogMessage;
 use strata_wire::peer::PeerMessage;
-use strata_wire::{Instant, NodeId};
+use strata_wire::{Instant, NodeId, Rifl};
 use tokio::sync::mpsc;
 use tokio::time::Instant as TokioInstant;
 use tracing::{debug, error, info, warn};
@@ -506,11 +506,19 @@ impl Tables {
         table: &str,
         key: bytes::Bytes,
         op: LogWriteOp,
-        client_id: u64,
-        seq: u64,
+        rifl: Option<Rifl>,
         immediate: bool,
         out: &mut Outbox,
     ) {
+        // A log write is a linearizable RPC (rifl.md §4.1): without RIFL's envelope it cannot
+        // be made exactly-once, so it is refused as `BadEnvelope` (not retried by clients).
+        let Some(rifl) = rifl else {
+            let body = Response::Error {
+                code: ErrorCode::BadEnvelope,
+                message: "a log write needs RIFL's envelope (rpc id, first_incomplete, lease)".to_string(),
+            };
+            return out.replies.push((route, ClientResponse { corr, body }));
+        };
         let sk = match self.shard_key(table, &key) {
             Ok(k) => k,
             Err(body) => return out.replies.push((route, ClientResponse { corr, body })),
@@ -522,8 +530,7 @@ impl Tables {
         };
         let req = LogRequest::Write {
             token,
-            client_id,
-            seq,
+            rifl,
             key,
             op,
             immediate,
@@ -776,12 +783,7 @@ fn reply_body(reply: LogReply) -> Response {
         LogReply::Write {
             result: Ok(ack), ..
         } => Response::LogWritten { index: ack.index },
-        LogReply::Write { result: Err(e), .. } => Response::LogRejected(match e {
-            WriteError::NotLeader { hint } => LogFailure::NotLeader { hint },
-            WriteError::Unavailable => LogFailure::Unavailable,
-            WriteError::Timeout => LogFailure::Timeout,
-            WriteError::Invalid(m) => LogFailure::Invalid(m.to_string()),
-        }),
+        LogReply::Write { result: Err(e), .. } => write_error_body(e),
         LogReply::Read { result: Ok(v), .. } => Response::LogValue {
             value: v.value,
             update_index: v.update_index,
@@ -795,6 +797,30 @@ fn reply_body(reply: LogReply) -> Response {
             ReadError::Unavailable => LogFailure::Unavailable,
         }),
     }
+}
+
+/// RIFL's verdicts are `Response::Error`s a client must not retry (rifl.md §5.3 S3, S4): a
+/// broken envelope is `BadEnvelope` (not `LogRejected(Invalid)`, so a client can tell a RIFL
+/// protocol error from a bad key); the rest are the engine's retryable or invalid refusals.
+fn write_error_body(e: WriteError) -> Response {
+    Response::LogRejected(match e {
+        WriteError::Stale => {
+            return Response::Error {
+                code: ErrorCode::Stale,
+                message: "the client had acknowledged this write (seq at or below its first_incomplete)".to_string(),
+            }
+        }
+        WriteError::BadEnvelope(m) => {
+            return Response::Error {
+                code: ErrorCode::BadEnvelope,
+                message: m.to_string(),
+            }
+        }
+        WriteError::NotLeader { hint } => LogFailure::NotLeader { hint },
+        WriteError::Unavailable => LogFailure::Unavailable,
+        WriteError::Timeout => LogFailure::Timeout,
+        WriteError::Invalid(m) => LogFailure::Invalid(m.to_string()),
+    })
 }
 
 /// The audit events worth a log line; the rest (per read, per grant) would flood it.
@@ -902,5 +928,19 @@ mod tests {
         );
         assert_eq!(lan.mark_out_timeout, Duration::from_millis(100));
         assert!(describe(&def(TableTimers::Geo)).contains("timers geo"));
+    }
+
+    #[test]
+    fn rifl_verdicts_are_final_errors_and_the_rest_stay_retryable_refusals() {
+        let code = |e| match reply_body(LogReply::Write { token: 1, result: Err(e) }) {
+            Response::Error { code, .. } => Some(code),
+            _ => None,
+        };
+        assert_eq!(code(WriteError::Stale), Some(ErrorCode::Stale));
+        assert_eq!(code(WriteError::BadEnvelope("seq 0")), Some(ErrorCode::BadEnvelope));
+        assert!(matches!(
+            reply_body(LogReply::Write { token: 1, result: Err(WriteError::Unavailable) }),
+            Response::LogRejected(LogFailure::Unavailable)
+        ));
     }
 }

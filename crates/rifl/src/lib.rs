@@ -26,5 +26,5 @@ pub use client_lease::ClientLease;
 pub use config::{ConfigError, RiflConfig};
 pub use lease_service::{DurableLeases, LeaseCommand, LeaseService, LeaseStatus, Renewal};
 pub use request_tracker::{RequestTracker, SequenceError};
-pub use result_tracker::{ResultTracker, TrackerStats, Verdict};
+pub use result_tracker::{ClientExport, ResultTracker, TrackerStats, Verdict};
 pub use strata_wire::rifl::{ClusterTime, LeaseInfo, Rifl, RpcId, WINDOW};

@@ -84,6 +84,10 @@ impl<R> ClientRecord<R> {
     }
 }
 
+/// One client in [`ResultTracker::completed_records`]: `(client id, ack watermark, [(seq,
+/// result)])`, records sorted by seq.
+pub type ClientExport<R> = (u64, u64, Vec<(u64, R)>);
+
 /// Counts for status output and the memory benchmark.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct TrackerStats {
@@ -255,6 +259,45 @@ impl<R: Clone> ResultTracker<R> {
     pub fn recover_ack(&mut self, client_id: u64, ack: u64) {
         let r = self.clients.entry(client_id).or_insert_with(ClientRecord::new);
         Self::ack(r, ack);
+    }
+
+    /// §5.4 `check_duplicate` without its effects: what an arrival of `rpc` would find, with
+    /// nothing recorded, no lease checked and no clock raised. `New` means "no record and not
+    /// acknowledged". For state that must stay a function of durable records only (a log
+    /// table's applied state, rebuilt identically at every replica), where "in progress" lives
+    /// elsewhere (the leader's in-flight appends).
+    pub fn peek(&self, rpc: RpcId) -> Verdict<R> {
+        let Some(r) = self.clients.get(&rpc.client_id) else { return Verdict::New };
+        if rpc.seq <= r.ack {
+            return Verdict::Stale;
+        }
+        match r.find(rpc.seq) {
+            Ok(i) => match &r.slots[i].1 {
+                Slot::InProgress => Verdict::InProgress,
+                Slot::Completed(result) => Verdict::Completed(result.clone()),
+            },
+            Err(_) => Verdict::New,
+        }
+    }
+
+    /// Every client's watermark and completed records, by client id then seq: what a snapshot
+    /// must carry so that replaying it with [`ResultTracker::recover_ack`] and
+    /// [`ResultTracker::recover_record`] rebuilds the same answers (R-D8: the watermark
+    /// outlives the records). In-progress slots are not records and are left out.
+    pub fn completed_records(&self) -> Vec<ClientExport<R>> {
+        let mut out: Vec<ClientExport<R>> = self
+            .clients
+            .iter()
+            .map(|(&id, r)| {
+                let done = r.slots.iter().filter_map(|(seq, s)| match s {
+                    Slot::Completed(result) => Some((*seq, result.clone())),
+                    Slot::InProgress => None,
+                });
+                (id, r.ack, done.collect())
+            })
+            .collect();
+        out.sort_unstable_by_key(|(id, _, _)| *id);
+        out
     }
 
     /// The acknowledgement watermark of a client (0 if unknown): what a durable ack record
@@ -448,6 +491,31 @@ mod tests {
         t.recover_record(rpc(4), 3, 40); // the leader's own entry, applied
         assert_eq!(t.check_duplicate(rpc(4), &lease(100, 1)), Verdict::Completed(40));
         t.check_invariants().unwrap();
+    }
+
+    #[test]
+    fn peek_answers_like_check_duplicate_without_recording_anything() {
+        let mut t = tracker();
+        assert_eq!(t.peek(rpc(1)), Verdict::New);
+        assert_eq!(t.stats().clients, 0, "peek creates no record");
+        t.recover_record(rpc(2), 0, 20);
+        t.recover_record(rpc(4), 2, 40); // acknowledges 1 and 2
+        assert_eq!(t.peek(rpc(2)), Verdict::Stale);
+        assert_eq!(t.peek(rpc(3)), Verdict::New);
+        assert_eq!(t.peek(rpc(4)), Verdict::Completed(40));
+        assert_eq!(t.check_duplicate(rpc(3), &lease(100, 1)), Verdict::New);
+        assert_eq!(t.peek(rpc(3)), Verdict::InProgress);
+        assert_eq!(t.peek(rpc(3)), Verdict::InProgress, "and again: nothing changed");
+        assert_eq!(t.completed_records(), vec![(C, 2, vec![(4, 40)])], "the in-progress slot is no record");
+        // Replaying the export rebuilds the same answers.
+        let mut u = tracker();
+        for (c, ack, records) in t.completed_records() {
+            u.recover_ack(c, ack);
+            for (seq, r) in records {
+                u.recover_record(RpcId { client_id: c, seq }, ack, r);
+            }
+        }
+        assert_eq!((u.peek(rpc(2)), u.peek(rpc(4)), u.ack_of(C)), (Verdict::Stale, Verdict::Completed(40), 2));
     }
 
     /// A model of one client's RPCs against the tracker: whatever the order of arrivals,

@@ -71,7 +71,8 @@ struct Args {
     #[arg(long, default_value_t = 12)]
     states: usize,
     /// Log engine: plant a bug of `strata-log` (skip-durability-check,
-    /// skip-follower-durability-check, serve-outside-active-set, lease-anchored-at-receipt).
+    /// skip-follower-durability-check, serve-outside-active-set, lease-anchored-at-receipt,
+    /// no-dedup, skip-leader-dedup).
     #[arg(long, value_parser = log_canary)]
     log_canary: Option<strata_log::PlantedBug>,
     /// Log engine, with `--seed`: print the injected faults, then the protocol events of this

@@ -2,11 +2,11 @@
 //! (`DESIGN.md`: a checker that cannot fail proves nothing) and accept its good twin.
 
 use bytes::Bytes;
-use strata_log::{LogEntry, LogEvent, LogIndex, LogOp, ReadValue};
+use strata_log::{LogEntry, LogEvent, LogIndex, LogOp, ReadValue, RpcId};
 use strata_sim::orca::check::{self, OrcaChecker};
 use strata_sim::orca::history::{
-    AdditionRecord, Anomaly, DiRecord, FollowerSample, NodeAtServe, OrcaHistory, Promises, ReadRecord, RemovalRecord,
-    ServeRecord, Stamped, TruncationRecord, VoteCast,
+    AdditionRecord, Anomaly, DiRecord, ExecutionRecord, FollowerSample, NodeAtServe, OrcaHistory, Promises, ReadRecord,
+    RemovalRecord, ServeRecord, Stamped, TruncationRecord, VoteCast, WriteOkRecord,
 };
 use strata_wire::{Instant, NodeId};
 
@@ -21,6 +21,7 @@ fn put(e: u32, c: u32, key: &str, value: &str) -> LogEntry {
         op: LogOp::Put(Bytes::copy_from_slice(value.as_bytes())),
         client_id: 1,
         seq: u64::from(c),
+        ack: 0,
         immediate: false,
     }
 }
@@ -125,6 +126,14 @@ fn inv2_served_exists_flags_wrong_values_and_entries_not_in_h() {
     assert!(flags(check::served_exists, &h));
     h.reads = vec![read("a", 0, 1, ix(2, 1), Some("2"), 0)];
     assert!(flags(check::served_exists, &h));
+    // A retry appended again (seq 3 at (1,4)) is no version of its key: not servable, and
+    // reads after it still see (1,3) as the newest version of `a` (inv. 1).
+    h.h.push(LogEntry { seq: 3, ..put(1, 4, "a", "2") });
+    assert_eq!(h.effective(), vec![true, true, true, false]);
+    h.reads = vec![read("a", 0, 1, ix(1, 4), Some("2"), 0)];
+    assert!(flags(check::served_exists, &h));
+    h.reads = vec![read("a", 0, 1, ix(1, 3), Some("2"), 0), read("a", 2, 3, ix(1, 3), Some("2"), 1)];
+    assert!(!flags(check::served_exists, &h) && !flags(check::monotonic_reads, &h));
 }
 
 #[test]
@@ -354,4 +363,30 @@ fn inv14_liveness_and_driver_anomalies_are_reported() {
     h.anomalies.push(Anomaly { at: t(1), node: Some(NodeId(1)), what: "check_invariants failed".into() });
     assert!(flags(check::liveness, &h) && flags(check::driver, &h));
     assert_eq!(check::check_all(&h).len(), 2);
+}
+
+#[test]
+fn rifl1_at_most_once_flags_a_second_execution_of_an_rpc_at_one_node() {
+    let mut h = base();
+    let rpc = RpcId { client_id: 1, seq: 1 };
+    let exec = |node, c, others: Vec<LogIndex>| ExecutionRecord { at: t(5), pos: 0, node: NodeId(node), index: ix(1, c), rpc, others };
+    // The same RPC executed at two nodes, or again after its first entry was truncated: fine.
+    h.executions = vec![exec(0, 1, vec![]), exec(1, 1, vec![]), exec(1, 4, vec![])];
+    assert!(!flags(check::at_most_once, &h));
+    h.executions.push(exec(2, 4, vec![ix(1, 1)]));
+    assert!(flags(check::at_most_once, &h));
+}
+
+#[test]
+fn rifl2_stable_result_flags_two_indexes_for_one_rpc() {
+    let mut h = base();
+    let ok = |seq, c, delivered| WriteOkRecord { at: t(5), rpc: RpcId { client_id: 1, seq }, index: ix(1, c), delivered };
+    // put(1, c, ..) is client 1's seq c.
+    h.write_oks = vec![ok(1, 1, false), ok(1, 1, true), ok(2, 2, true), ok(3, 9, true)];
+    assert!(!flags(check::stable_result, &h), "a lost entry (1,9) is not this checker's business");
+    h.write_oks.push(ok(2, 1, true));
+    assert!(flags(check::stable_result, &h), "an Ok naming another RPC's entry");
+    h.h.push(LogEntry { seq: 1, ..put(1, 4, "a", "1") }); // seq 1 appended again at (1,4)
+    h.write_oks = vec![ok(1, 1, false), ok(1, 4, true)];
+    assert!(flags(check::stable_result, &h), "two Oks of one RPC with different entries");
 }

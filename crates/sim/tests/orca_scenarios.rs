@@ -12,6 +12,7 @@ use strata_log::{
     Role, StepDownReason, VoteRefusal, WriteOp,
 };
 use strata_sim::orca::OrcaCluster;
+use strata_wire::rifl::{ClusterTime, LeaseInfo, Rifl, RpcId};
 use strata_wire::NodeId;
 
 fn orca() -> LogConfig {
@@ -426,8 +427,11 @@ fn duplicate_write_gets_the_recorded_ack() {
     let l = c.elect();
     let req = |token| LogRequest::Write {
         token,
-        client_id: 9,
-        seq: 1,
+        rifl: Rifl {
+            rpc: RpcId { client_id: 9, seq: 1 },
+            first_incomplete: 1,
+            lease: LeaseInfo { client_id: 9, expiration: ClusterTime(u64::MAX), timestamp: ClusterTime::ZERO },
+        },
         key: Bytes::from_static(b"k"),
         op: WriteOp::Put(Bytes::from_static(b"v")),
         immediate: false,

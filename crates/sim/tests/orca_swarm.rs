@@ -80,12 +80,13 @@ fn weak_baselines_show_non_monotonic_reads_under_the_same_harness() {
 }
 
 /// Which checker must catch each planted bug, in which mode.
-const CANARIES: [(PlantedBug, Mode, &str); 5] = [
+const CANARIES: [(PlantedBug, Mode, &str); 6] = [
     (PlantedBug::SkipDurabilityCheck, Mode::Orca, "orca-3-durable-at-serve"),
     (PlantedBug::SkipDurabilityCheck, Mode::Cad, "orca-3-durable-at-serve"),
     (PlantedBug::SkipFollowerDurabilityCheck, Mode::Orca, "orca-3-durable-at-serve"),
     (PlantedBug::ServeOutsideActiveSet, Mode::Orca, "orca-4-active-set-reads"),
     (PlantedBug::LeaseAnchoredAtReceipt, Mode::Orca, "orca-5-removal-after-mark-out"),
+    (PlantedBug::NoDedup, Mode::Orca, "rifl-1-at-most-once"),
 ];
 
 #[test]

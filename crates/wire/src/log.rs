@@ -53,7 +53,11 @@ pub enum LogOp {
     NoOp,
 }
 
-/// One log entry. `(client_id, seq)` feed the replicated duplicate filter (§2.1 [DECISION]).
+/// One log entry. A write's entry is also its RIFL completion record (rifl.md §3.4, §5.3 S6,
+/// R-D23): `(client_id, seq)` is the RPC id, `ack` the watermark its envelope carried
+/// (`first_incomplete - 1`) and the result is the entry's own `index`. So the record is durable
+/// and replicated in the same step as the mutation, and every replica rebuilds the same
+/// records and watermarks by applying the log. A `NoOp` has `client_id = seq = ack = 0`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct LogEntry {
     pub index: LogIndex,
@@ -61,6 +65,9 @@ pub struct LogEntry {
     pub op: LogOp,
     pub client_id: u64,
     pub seq: u64,
+    /// `first_incomplete - 1` of the executing request: every seq of this client at or below
+    /// it is acknowledged (rifl.md R-D7); learned by replicas when the entry is applied.
+    pub ack: u64,
     /// Written with immediate durability (G6).
     pub immediate: bool,
 }
@@ -221,6 +228,7 @@ impl Encode for LogEntry {
         }
         out.put_u64_le(self.client_id);
         out.put_u64_le(self.seq);
+        out.put_u64_le(self.ack);
         put_bool(out, self.immediate);
     }
 }
@@ -234,7 +242,7 @@ impl Decode for LogEntry {
             op_tag::NOOP => LogOp::NoOp,
             v => return Err(DecodeError::Invalid { what: "log op", value: v as u64 }),
         };
-        Ok(LogEntry { index, key, op, client_id: r.u64()?, seq: r.u64()?, immediate: r.bool()? })
+        Ok(LogEntry { index, key, op, client_id: r.u64()?, seq: r.u64()?, ack: r.u64()?, immediate: r.bool()? })
     }
 }
 

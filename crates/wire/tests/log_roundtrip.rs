@@ -19,8 +19,8 @@ fn index() -> impl Strategy<Value = LogIndex> {
 
 fn entry() -> impl Strategy<Value = LogEntry> {
     let op = prop_oneof![bytes().prop_map(LogOp::Put), Just(LogOp::Delete), Just(LogOp::NoOp)];
-    (index(), bytes(), op, any::<u64>(), any::<u64>(), any::<bool>())
-        .prop_map(|(index, key, op, client_id, seq, immediate)| LogEntry { index, key, op, client_id, seq, immediate })
+    (index(), bytes(), op, any::<u64>(), any::<u64>(), any::<u64>(), any::<bool>())
+        .prop_map(|(index, key, op, client_id, seq, ack, immediate)| LogEntry { index, key, op, client_id, seq, ack, immediate })
 }
 
 fn grant() -> impl Strategy<Value = Grant> {

@@ -7,7 +7,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
-use strata_log::{LogEvent, LogIndex, LogOp};
+use strata_log::{LogEvent, LogIndex, LogOp, RpcId};
 use strata_wire::NodeId;
 
 use super::history::{OrcaHistory, Promises};
@@ -32,7 +32,13 @@ pub const ORCA_CHECKERS: &[OrcaChecker] = &[
     log_order,
     session_token,
     liveness,
+    at_most_once,
+    stable_result,
 ];
+
+/// RIFL's invariants on log-table writes (rifl.md §7 inv. 1, 2).
+pub const AT_MOST_ONCE: &str = "rifl-1-at-most-once";
+pub const STABLE_RESULT: &str = "rifl-2-stable-result";
 
 /// Checker names of invariant 1 (the one the weak baselines must break, §7.15).
 pub const MONOTONIC_READS: &str = "orca-1-monotonic-reads";
@@ -70,8 +76,9 @@ pub fn driver(h: &OrcaHistory) -> Vec<Violation> {
 pub fn monotonic_reads(h: &OrcaHistory) -> Vec<Violation> {
     // Positions in H of the writes of each key.
     let mut writes: HashMap<&[u8], Vec<usize>> = HashMap::new();
+    let effective = h.effective();
     for (p, e) in h.h.iter().enumerate() {
-        if e.op != LogOp::NoOp {
+        if effective[p] {
             writes.entry(&e.key[..]).or_default().push(p);
         }
     }
@@ -155,10 +162,12 @@ fn fmt_t(t: strata_wire::Instant) -> String {
     crate::history::fmt_ms(t.0)
 }
 
-/// §7.2: the entry at `r.u` exists in `H` and writes exactly the returned value (absent keys:
-/// the tombstone, or `ZERO` and no value). Also the second half of §7.12: `H` contains every
+/// §7.2: the entry at `r.u` exists in `H`, takes effect (not a duplicate of an RPC,
+/// `OrcaHistory::effective`) and writes exactly the returned value (absent keys: the
+/// tombstone, or `ZERO` and no value). Also the second half of §7.12: `H` contains every
 /// write whose index a read returned.
 pub fn served_exists(h: &OrcaHistory) -> Vec<Violation> {
+    let effective = h.effective();
     let mut out = Vec::new();
     for r in &h.reads {
         let u = r.value.update_index;
@@ -175,6 +184,9 @@ pub fn served_exists(h: &OrcaHistory) -> Vec<Violation> {
         }
         let bad = match h.entry(u) {
             None => Some("an entry that is not in H (lost)".to_string()),
+            Some(_) if !effective[h.pos(u).expect("in H")] => {
+                Some("a duplicate entry of an RPC (or a stale one), which changes nothing".to_string())
+            }
             Some(e) => {
                 let expected = match &e.op {
                     LogOp::Put(v) => Some(Some(v.clone())),
@@ -627,4 +639,41 @@ pub fn session_token(h: &OrcaHistory) -> Vec<Violation> {
 /// re-added.
 pub fn liveness(h: &OrcaHistory) -> Vec<Violation> {
     h.liveness.iter().map(|a| v("orca-14-liveness", a.at, a.what.clone())).collect()
+}
+
+/// rifl.md §7 inv. 1 (at most once), per replica: no node has two entries of one RPC id in
+/// effect in its applied state at once. A retry appended twice (across a leader change, or by
+/// a leader without the duplicate check) must be skipped at apply time by every replica.
+pub fn at_most_once(h: &OrcaHistory) -> Vec<Violation> {
+    h.executions
+        .iter()
+        .filter(|x| !x.others.is_empty())
+        .map(|x| {
+            let detail =
+                format!("{} executed {} at {} while {:?} of the same RPC was in effect", x.node, x.rpc, x.index, x.others);
+            v(AT_MOST_ONCE, x.at, detail)
+        })
+        .collect()
+}
+
+/// rifl.md §7 inv. 2 (stable result): every `Ok` for one RPC id, delivered or lost, whose
+/// index is in `H` names the same entry, and that entry is the RPC's. (An `Ok` whose entry
+/// is not in `H` was lost: ORCA's durability checkers judge whether that was allowed.)
+pub fn stable_result(h: &OrcaHistory) -> Vec<Violation> {
+    let mut first: HashMap<RpcId, LogIndex> = HashMap::new();
+    let mut out = Vec::new();
+    for ok in &h.write_oks {
+        let Some(e) = h.entry(ok.index) else { continue };
+        if e.client_id != ok.rpc.client_id || e.seq != ok.rpc.seq {
+            let detail = format!("Ok for {} names {}, an entry of c{}#{}", ok.rpc, ok.index, e.client_id, e.seq);
+            out.push(v(STABLE_RESULT, ok.at, detail));
+            continue;
+        }
+        let was = *first.entry(ok.rpc).or_insert(ok.index);
+        if was != ok.index {
+            let detail = format!("Ok for {} names {} after an Ok naming {}", ok.rpc, ok.index, was);
+            out.push(v(STABLE_RESULT, ok.at, detail));
+        }
+    }
+    out
 }

@@ -8,7 +8,7 @@
 //! It records the [`OrcaHistory`] the checkers judge: every audit event stamped with the
 //! global time, client reads, and the cluster-wide facts at the instants invariants speak of.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -17,11 +17,12 @@ use strata_log::{
     HardState, LogConfig, LogEffects, LogEntry, LogEvent, LogIndex, LogMessage, LogReplica, LogReply, LogRequest,
     Persist, ReadError, ReadValue, RecoveredState, Role, WriteAck, WriteError, WriteOp,
 };
+use strata_wire::rifl::{ClusterTime, LeaseInfo, Rifl, RpcId};
 use strata_wire::{Instant, NodeId};
 
 use super::history::{
-    AdditionRecord, Anomaly, DiRecord, FollowerSample, NodeAtServe, OrcaHistory, Promises, ReadRecord, RemovalRecord,
-    ServeRecord, Stamped, TruncationRecord, VoteCast,
+    AdditionRecord, Anomaly, DiRecord, ExecutionRecord, FollowerSample, NodeAtServe, OrcaHistory, Promises, ReadRecord,
+    RemovalRecord, ServeRecord, Stamped, TruncationRecord, VoteCast, WriteOkRecord,
 };
 use crate::clock::NodeClock;
 use crate::guard::guarded;
@@ -59,9 +60,31 @@ pub struct SimNode {
     shadow: Vec<LogEntry>,
     /// Indexes of the applied entries, in order (§7.12).
     applied: Vec<LogIndex>,
+    /// The entries whose mutation is in effect in the applied state, with their RPC
+    /// (`Executed` events; truncations drop the removed suffix, a crash clears it).
+    executed: BTreeMap<LogIndex, RpcId>,
     /// The last follower sample `(epoch, DI_F, serving, applied >= DI_F)` (§7.7).
     sample: Option<(u32, LogIndex, bool, bool)>,
     invariants_failed: bool,
+}
+
+/// One client's RIFL request tracker (rifl.md §5.2), as the simulated clients need it: seqs
+/// from 1, and the unanswered ones, whose smallest is the `first_incomplete` every request
+/// carries. A write is answered by `Ok` or a final error; a retryable error or a lost reply
+/// leaves it unanswered (the harness retries it with the same seq).
+#[derive(Default)]
+struct SimClient {
+    next_seq: u64,
+    unanswered: BTreeSet<u64>,
+}
+
+/// A write as sent (every retry re-sends it with the same RPC id).
+#[derive(Clone)]
+struct WriteInvocation {
+    rpc: RpcId,
+    key: Bytes,
+    op: WriteOp,
+    immediate: bool,
 }
 
 struct Invocation {
@@ -99,7 +122,14 @@ pub struct OrcaCluster {
     /// Extra one-way delay per directed link (a lagging node).
     extra_delay: HashMap<(usize, usize), Duration>,
     next_token: u64,
-    next_seq: u64,
+    clients: HashMap<u64, SimClient>,
+    writes: HashMap<u64, WriteInvocation>,
+    /// The final answer each write's client received (`Ok` or a non-retryable error).
+    answers: HashMap<RpcId, Result<WriteAck, WriteError>>,
+    /// Probability that a write's reply is lost on its way to the client, which then retries
+    /// the same RPC id (rifl.md §6). Zero: every reply arrives.
+    pub write_reply_loss: f64,
+    loss_rng: Prng,
     invoked: HashMap<u64, Invocation>,
     pub replies: HashMap<u64, (Instant, LogReply)>,
     pub history: OrcaHistory,
@@ -124,6 +154,7 @@ impl OrcaCluster {
                 stalled: Vec::new(),
                 shadow: Vec::new(),
                 applied: Vec::new(),
+                executed: BTreeMap::new(),
                 sample: None,
                 invariants_failed: false,
             })
@@ -144,7 +175,11 @@ impl OrcaCluster {
             clocks: vec![NodeClock::EXACT; n],
             extra_delay: HashMap::new(),
             next_token: 1,
-            next_seq: 1,
+            clients: HashMap::new(),
+            writes: HashMap::new(),
+            answers: HashMap::new(),
+            write_reply_loss: 0.0,
+            loss_rng: Prng::new(13),
             invoked: HashMap::new(),
             replies: HashMap::new(),
             history,
@@ -304,6 +339,7 @@ impl OrcaCluster {
                 let keep = node.shadow.partition_point(|e| e.index <= *after);
                 let removed: Vec<LogIndex> = node.shadow.drain(keep..).map(|e| e.index).collect();
                 node.applied.retain(|x| x <= after);
+                node.executed.retain(|x, _| x <= after);
                 if !removed.is_empty() {
                     let pos = self.history.events.len();
                     self.history.truncations.push(TruncationRecord { at: self.now, pos, node: self.ids[i], removed });
@@ -420,6 +456,7 @@ impl OrcaCluster {
         node.disk.pending.clear();
         node.held.clear();
         node.stalled.clear();
+        node.executed.clear();
         node.sample = None;
     }
 
@@ -505,15 +542,50 @@ impl OrcaCluster {
         self.next_token - 1
     }
 
-    /// A write by `client` at node `i`, with a fresh `seq`; returns the reply token.
+    /// A write by `client` at node `i`, with the client's next `seq`; returns the reply token.
     pub fn write_as(&mut self, client: u64, i: usize, key: &str, op: WriteOp, immediate: bool) -> u64 {
-        let token = self.token();
-        let seq = self.next_seq;
-        self.next_seq += 1;
+        let c = self.clients.entry(client).or_default();
+        c.next_seq += 1;
+        c.unanswered.insert(c.next_seq);
+        let rpc = RpcId { client_id: client, seq: c.next_seq };
         let key = Bytes::copy_from_slice(key.as_bytes());
-        self.input(i, |r, now| {
-            r.on_client_request(now, LogRequest::Write { token, client_id: client, seq, key, op, immediate })
-        });
+        self.send_write(i, WriteInvocation { rpc, key, op, immediate })
+    }
+
+    /// Sends the write of `token` again, with the same RPC id, at node `i` (after a retryable
+    /// error, a timeout or a lost reply); returns the new reply token.
+    pub fn retry_write(&mut self, token: u64, i: usize) -> u64 {
+        let w = self.writes.get(&token).expect("a write token").clone();
+        self.send_write(i, w)
+    }
+
+    /// The RPC id of the write of `token`.
+    pub fn write_rpc(&self, token: u64) -> Option<RpcId> {
+        self.writes.get(&token).map(|w| w.rpc)
+    }
+
+    /// The final answer the client of `rpc` received, whichever attempt brought it.
+    pub fn write_answer(&self, rpc: RpcId) -> Option<Result<WriteAck, WriteError>> {
+        self.answers.get(&rpc).cloned()
+    }
+
+    /// Whether the client of this RPC id still waits for its answer.
+    pub fn unanswered(&self, rpc: RpcId) -> bool {
+        self.clients.get(&rpc.client_id).is_some_and(|c| c.unanswered.contains(&rpc.seq))
+    }
+
+    fn send_write(&mut self, i: usize, w: WriteInvocation) -> u64 {
+        let token = self.token();
+        let rpc = w.rpc;
+        let first_incomplete = self.clients[&rpc.client_id].unanswered.first().copied().unwrap_or(rpc.seq);
+        let rifl = Rifl {
+            rpc,
+            first_incomplete,
+            lease: LeaseInfo { client_id: rpc.client_id, expiration: ClusterTime(u64::MAX), timestamp: ClusterTime::ZERO },
+        };
+        let (key, op, immediate) = (w.key.clone(), w.op.clone(), w.immediate);
+        self.writes.insert(token, w);
+        self.input(i, |r, now| r.on_client_request(now, LogRequest::Write { token, rifl, key, op, immediate }));
         token
     }
 
@@ -662,6 +734,13 @@ impl OrcaCluster {
                     nodes,
                 });
             }
+            LogEvent::Executed { index, client_id, seq } => {
+                let rpc = RpcId { client_id: *client_id, seq: *seq };
+                let node = &mut self.nodes[i];
+                let others = node.executed.iter().filter(|(x, r)| **r == rpc && *x != index).map(|(x, _)| *x).collect();
+                node.executed.insert(*index, rpc);
+                self.history.executions.push(ExecutionRecord { at, pos, node: me, index: *index, rpc, others });
+            }
             LogEvent::AsRemoved { epoch, node, .. } => {
                 let f = node.0 as usize;
                 let still_serving = self.nodes[f].replica.as_ref().is_some_and(|r| r.is_serving(self.local(f)));
@@ -742,6 +821,25 @@ impl OrcaCluster {
 
     fn on_reply(&mut self, r: LogReply) {
         let token = r.token();
+        if let (LogReply::Write { result, .. }, Some(w)) = (&r, self.writes.get(&token)) {
+            let rpc = w.rpc;
+            let lost = self.write_reply_loss > 0.0 && self.loss_rng.chance(self.write_reply_loss);
+            if let Ok(ack) = result {
+                let at = self.now;
+                self.history.write_oks.push(WriteOkRecord { at, rpc, index: ack.index, delivered: !lost });
+            }
+            if lost {
+                return;
+            }
+            let retryable =
+                matches!(result, Err(WriteError::NotLeader { .. } | WriteError::Unavailable | WriteError::Timeout));
+            if !retryable {
+                if let Some(c) = self.clients.get_mut(&rpc.client_id) {
+                    c.unanswered.remove(&rpc.seq);
+                }
+                self.answers.entry(rpc).or_insert_with(|| result.clone());
+            }
+        }
         if let LogReply::Read { result: Ok(v), .. } = &r {
             if let Some(inv) = self.invoked.get(&token) {
                 self.history.reads.push(ReadRecord {

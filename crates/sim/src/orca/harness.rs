@@ -67,6 +67,10 @@ pub fn run_orca(mode: Mode, seed: u64, opts: &HarnessOptions) -> OrcaReport {
         // A loaded runtime: timers fire late while inputs keep arriving on time.
         c.tick_lateness = Duration::from_millis(rng.range(1, 30));
     }
+    // Lost write replies make clients retry RPCs that already executed (rifl.md §6).
+    c.write_reply_loss = 0.05 + rng.unit() * 0.25;
+    // The latest token of every write, retried until answered (rifl.md §7 inv. 3).
+    let mut sent: Vec<u64> = Vec::new();
     let mut down: Vec<usize> = Vec::new();
     let mut tokens = [None::<LogIndex>; CLIENTS as usize + 1];
     let mut item = 0u32;
@@ -144,7 +148,23 @@ pub fn run_orca(mode: Mode, seed: u64, opts: &HarnessOptions) -> OrcaReport {
             writes.push((client, t));
         }
         c.run_ms(rng.range(1, 30));
-        for (client, t) in writes {
+        for (client, mut t) in writes {
+            // RIFL's client: a write without an answer (lost reply, timeout, not the leader, the
+            // leader not ready, or still waiting) is sent again with the same RPC id.
+            for _ in 0..3 {
+                let rpc = c.write_rpc(t).expect("a write");
+                if !c.unanswered(rpc) {
+                    break;
+                }
+                match c.leader() {
+                    Some(l) => {
+                        t = c.retry_write(t, l);
+                        c.run_ms(rng.range(1, 30));
+                    }
+                    None => c.run_ms(50),
+                }
+            }
+            sent.push(t);
             if let Some(Ok(ack)) = c.write_result(t) {
                 let tok = &mut tokens[client as usize];
                 *tok = Some(tok.map_or(ack.index, |m| m.max(ack.index)));
@@ -166,7 +186,7 @@ pub fn run_orca(mode: Mode, seed: u64, opts: &HarnessOptions) -> OrcaReport {
             c.wait_reply(t);
         }
     }
-    finish(&mut c, &mut down);
+    finish(&mut c, &mut down, &sent);
     let violations = check_all(&c.history);
     let mut read_errors = BTreeMap::new();
     for (_, r) in c.replies.values() {
@@ -193,9 +213,10 @@ fn draw_net(rng: &mut Prng) -> NetKnobs {
 /// §7.14 and the end of the run: heal everything, require a leader, a write and reads to
 /// complete and the active set to fill up again; force full durability with an
 /// immediate-durability write; take `H` from the final leader.
-fn finish(c: &mut OrcaCluster, down: &mut Vec<usize>) {
+fn finish(c: &mut OrcaCluster, down: &mut Vec<usize>, sent: &[u64]) {
     c.heal();
     c.net.calm();
+    c.write_reply_loss = 0.0;
     for i in 0..N {
         c.unstall_disk(i);
     }
@@ -225,6 +246,30 @@ fn finish(c: &mut OrcaCluster, down: &mut Vec<usize>) {
     match c.read_result(t) {
         Some(Ok(v)) if v.value.as_deref() == Some(b"x") => {}
         other => fail(c, format!("final read at the leader: {other:?}")),
+    }
+    // rifl.md §7 inv. 3: once the cluster is healthy every write ends with `Ok`, retried with
+    // its RPC id (replies may still be lost): the first execution's record answers, or the
+    // write executes now if its entry was lost.
+    for &t in sent {
+        let rpc = c.write_rpc(t).expect("a write");
+        let mut t = t;
+        for _ in 0..20 {
+            if !c.unanswered(rpc) {
+                break;
+            }
+            t = c.retry_write(t, c.leader().unwrap_or(l));
+            for _ in 0..100 {
+                if c.write_result(t).is_some() {
+                    break;
+                }
+                c.run_ms(5); // a lost reply is never waited for long
+            }
+        }
+        match c.write_answer(rpc) {
+            Some(Ok(_)) => {}
+            None => fail(c, format!("write {rpc} not answered after healing: last {:?}", c.write_result(t))),
+            Some(other) => fail(c, format!("write {rpc} ended with {other:?}, not Ok")),
+        }
     }
     // A recovered, connected follower is re-added within 5 rt.
     c.run_for(c.cfg.removal_timeout * 5);
@@ -362,5 +407,7 @@ fn canary_name(b: PlantedBug) -> &'static str {
         PlantedBug::SkipFollowerDurabilityCheck => "skip-follower-durability-check",
         PlantedBug::ServeOutsideActiveSet => "serve-outside-active-set",
         PlantedBug::LeaseAnchoredAtReceipt => "lease-anchored-at-receipt",
+        PlantedBug::NoDedup => "no-dedup",
+        PlantedBug::SkipLeaderDedup => "skip-leader-dedup",
     }
 }

@@ -6,7 +6,9 @@
 //! global log `H` reconstructed from the final leader's log after forcing full durability.
 
 use bytes::Bytes;
-use strata_log::{LogEntry, LogEvent, LogIndex, ReadValue};
+use std::collections::{HashMap, HashSet};
+
+use strata_log::{LogEntry, LogEvent, LogIndex, LogOp, ReadValue, RpcId};
 use strata_wire::{Instant, NodeId};
 
 use strata_log::{DurabilityMode, LogConfig, ReadPolicy};
@@ -177,6 +179,30 @@ pub struct Anomaly {
     pub what: String,
 }
 
+/// A write's mutation took effect at `node` (`LogEvent::Executed`). `others`: the other
+/// entries of the same RPC whose mutation is in effect in that node's applied state at that
+/// instant (kept across truncations only for the retained prefix, reset by a crash: a restart
+/// replays and reports again). Non-empty means the RPC executed twice there.
+#[derive(Clone, Debug)]
+pub struct ExecutionRecord {
+    pub at: Instant,
+    pub pos: usize,
+    pub node: NodeId,
+    pub index: LogIndex,
+    pub rpc: RpcId,
+    pub others: Vec<LogIndex>,
+}
+
+/// An `Ok` answer to a write: the index it names and whether the client got it (the
+/// simulator may lose write replies so that clients retry the same RPC id).
+#[derive(Clone, Debug)]
+pub struct WriteOkRecord {
+    pub at: Instant,
+    pub rpc: RpcId,
+    pub index: LogIndex,
+    pub delivered: bool,
+}
+
 /// Everything one run recorded.
 #[derive(Clone, Debug, Default)]
 pub struct OrcaHistory {
@@ -196,6 +222,11 @@ pub struct OrcaHistory {
     pub anomalies: Vec<Anomaly>,
     /// Liveness (§7.14) failures of the final phase.
     pub liveness: Vec<Anomaly>,
+    /// Every `Executed` event (RIFL's effect event, rifl.md §7 inv. 1), with what the node's
+    /// applied state held at that instant.
+    pub executions: Vec<ExecutionRecord>,
+    /// Every `Ok` a leader sent for a write, delivered to the client or lost (rifl.md §7 inv. 2).
+    pub write_oks: Vec<WriteOkRecord>,
     /// Each node's applied sequence at the end (`None`: down).
     pub final_applied: Vec<(NodeId, Option<Vec<LogIndex>>)>,
     /// The global log `H`: the final leader's log after forcing full durability (§1.2).
@@ -212,6 +243,27 @@ impl OrcaHistory {
     /// `pos_H(u)`: the position of index `u` in `H`.
     pub fn pos(&self, u: LogIndex) -> Option<usize> {
         self.h.binary_search_by_key(&u, |e| e.index).ok()
+    }
+
+    /// Per position of `H`: whether the entry changes the state (rifl.md §5.3 as a model of
+    /// the apply rule): a write that is not a second entry of an RPC id already in `H` and whose
+    /// seq is above its client's watermark learned from the earlier entries. A duplicate (a
+    /// retry appended again) is in `H` but is no version of its key.
+    pub fn effective(&self) -> Vec<bool> {
+        let mut acks: HashMap<u64, u64> = HashMap::new();
+        let mut seen: HashSet<(u64, u64)> = HashSet::new();
+        self.h
+            .iter()
+            .map(|e| {
+                if e.op == LogOp::NoOp {
+                    return false;
+                }
+                let ack = acks.entry(e.client_id).or_insert(0);
+                let fresh = e.seq > *ack && seen.insert((e.client_id, e.seq));
+                *ack = (*ack).max(e.ack);
+                fresh
+            })
+            .collect()
     }
 
     /// The entry of `H` at index `u`.

@@ -3,7 +3,8 @@
 //! history checkers of orca.md §7 and the §7 fault-injection harness.
 //!
 //! * [`cluster`]: the driver ([`OrcaCluster`]), also the scenario tests' DSL;
-//! * [`history`]: what a run records; [`check`]: invariants 1 - 14 over it;
+//! * [`history`]: what a run records; [`check`]: invariants 1 - 14 over it, and RIFL's
+//!   exactly-once invariants (rifl.md §7 inv. 1, 2) for the writes;
 //! * [`harness`]: one seeded §7 run (crash/lag states, reads everywhere, healing, liveness)
 //!   and its report; `cargo run -p strata-sim -- --engine log --mode orca --seed N`.
 
@@ -17,7 +18,7 @@ use std::str::FromStr;
 
 use strata_log::{LogConfig, Replication};
 
-pub use check::{check_all, MONOTONIC_READS, ORCA_CHECKERS};
+pub use check::{check_all, AT_MOST_ONCE, MONOTONIC_READS, ORCA_CHECKERS, STABLE_RESULT};
 pub use cluster::OrcaCluster;
 pub use harness::{run_orca, HarnessOptions, OrcaReport};
 pub use history::OrcaHistory;
@@ -100,6 +101,8 @@ pub fn log_canary(name: &str) -> Result<strata_log::PlantedBug, String> {
         ("skip-follower-durability-check", SkipFollowerDurabilityCheck),
         ("serve-outside-active-set", ServeOutsideActiveSet),
         ("lease-anchored-at-receipt", LeaseAnchoredAtReceipt),
+        ("no-dedup", NoDedup),
+        ("skip-leader-dedup", SkipLeaderDedup),
     ];
     all.iter().find(|(n, _)| *n == name).map(|(_, b)| *b).ok_or_else(|| {
         let names: Vec<&str> = all.iter().map(|(n, _)| *n).collect();
