@@ -12,8 +12,8 @@
 #   scripts/bench-rifl.sh                                  # ~12 minutes on 2 cores
 #   RUNS=1 VCLIENTS="1 1000" VOPS=100000 scripts/bench-rifl.sh   # a quick look
 #
-# Knobs (environment): RUNS (5), DURATION (3 s), WARMUP (0.5 s), KEYS (100000), VALUE_SIZE (100),
-# VCLIENTS ("1 1000 100000 1000000"), VOPS (1500000), VSESSIONS (32), BASE_PORT (first free from
+# Knobs (environment): RUNS (5), DURATION (3 s), WARMUP (0.5 s), KEYS (20000), VALUE_SIZE (100),
+# VCLIENTS ("1 1000 100000 1000000"), VOPS (1000000), VSESSIONS (32), BASE_PORT (first free from
 # 7600), RESULTS (results directory), CARGO_TARGET_DIR; QUIET_CORES (0.1), QUIET_WAIT (5 s),
 # QUIET_BUDGET (60 s): the idle-machine gate (wait_quiet, scripts/bench-lib.sh).
 set -euo pipefail
@@ -24,10 +24,10 @@ cd "$ROOT"
 RUNS=${RUNS:-5}
 DURATION=${DURATION:-3}
 WARMUP=${WARMUP:-0.5}
-KEYS=${KEYS:-100000}
+KEYS=${KEYS:-20000}
 VALUE_SIZE=${VALUE_SIZE:-100}
 VCLIENTS=${VCLIENTS:-"1 1000 100000 1000000"}
-VOPS=${VOPS:-1500000}
+VOPS=${VOPS:-1000000}
 VSESSIONS=${VSESSIONS:-32}
 RESULTS=${RESULTS:-${CARGO_TARGET_DIR:-$ROOT/target}/bench-results/rifl-$(date +%Y%m%d-%H%M%S)}
 BIN=${CARGO_TARGET_DIR:-$ROOT/target}/release

@@ -36,16 +36,8 @@ fn rifl_rc_a_retried_faa_at_another_node_learns_the_record_through_paxos_and_add
     // Node 1 never hears of the first attempt: it misses the accept, the commit and their
     // retransmissions (a quorum of 0 and 2 decides).
     let blind_1 = |_: NodeId, to: NodeId, m: &PeerMessage| !(to == NodeId(1) && matches!(m, PeerMessage::Accept(_) | PeerMessage::Commit(_)));
-    let corr = net.submit_rifl(0, Some(envelope(5, 1, 1)), faa(s0, "c"));
-    let mut first = None;
-    for _ in 0..200 {
-        net.advance_filtered(std::time::Duration::from_micros(500), blind_1);
-        if let Some(r) = net.take(0, corr) {
-            first = Some(r);
-            break;
-        }
-    }
-    let first = first.expect("the first attempt completes with a quorum of 0 and 2");
+    // The first attempt completes with a quorum of 0 and 2.
+    let first = net.call_rifl_filtered(0, Some(envelope(5, 1, 1)), faa(s0, "c"), blind_1);
     assert!(matches!(first, Response::Rmw { swapped: false, written: Some(_), .. }), "{first:?}");
     assert!(net.nodes[1].keys.get(&b("c")).is_none_or(|k| k.records.is_empty()), "node 1 must not know the record yet");
     // The reply was lost; the client retries the same RPC at node 1, in a new session.
@@ -90,16 +82,8 @@ fn rifl_rc_a_retried_release_finds_its_record_in_the_read_ts_round() {
     let s0 = net.open(0);
     // Node 1 never receives the release's value round (a quorum of 0 and 2 completes it).
     let blind_1 = |_: NodeId, to: NodeId, m: &PeerMessage| !(to == NodeId(1) && matches!(m, PeerMessage::Write(_)));
-    let corr = net.submit_rifl(0, Some(envelope(3, 1, 1)), Request::Release { session: s0, key: b("flag"), value: b("v1") });
-    let mut first = None;
-    for _ in 0..200 {
-        net.advance_filtered(std::time::Duration::from_micros(500), blind_1);
-        if let Some(r) = net.take(0, corr) {
-            first = Some(r);
-            break;
-        }
-    }
-    let first = first.expect("the release completes with a quorum");
+    let release = Request::Release { session: s0, key: b("flag"), value: b("v1") };
+    let first = net.call_rifl_filtered(0, Some(envelope(3, 1, 1)), release, blind_1);
     let s1 = net.open(1);
     let retry = net.call_rifl(1, envelope(3, 1, 1), Request::Release { session: s1, key: b("flag"), value: b("v1") });
     assert_eq!(retry, first, "same version: the retry wrote nothing");

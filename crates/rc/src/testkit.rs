@@ -121,8 +121,19 @@ impl Net {
     }
 
     /// Runs `body` at `node` until it is answered, losing the messages `keep` refuses.
-    pub fn call_filtered(&mut self, node: usize, body: Request, mut keep: impl FnMut(NodeId, NodeId, &PeerMessage) -> bool) -> Response {
-        let corr = self.submit(node, body);
+    pub fn call_filtered(&mut self, node: usize, body: Request, keep: impl FnMut(NodeId, NodeId, &PeerMessage) -> bool) -> Response {
+        self.call_rifl_filtered(node, None, body, keep)
+    }
+
+    /// `call_filtered` with RIFL's envelope.
+    pub fn call_rifl_filtered(
+        &mut self,
+        node: usize,
+        rifl: Option<Rifl>,
+        body: Request,
+        mut keep: impl FnMut(NodeId, NodeId, &PeerMessage) -> bool,
+    ) -> Response {
+        let corr = self.submit_rifl(node, rifl, body);
         for _ in 0..10_000 {
             self.deliver_filtered(&mut keep);
             if let Some(r) = self.take(node, corr) {
