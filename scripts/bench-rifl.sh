@@ -12,7 +12,7 @@
 #   scripts/bench-rifl.sh                                  # ~12 minutes on 2 cores
 #   RUNS=1 VCLIENTS="1 1000" VOPS=100000 scripts/bench-rifl.sh   # a quick look
 #
-# Knobs (environment): RUNS (5), DURATION (3 s), WARMUP (0.5 s), KEYS (20000), VALUE_SIZE (100),
+# Knobs (environment): PARTS ("a b": which parts run; the summary shows what ran), RUNS (5), DURATION (3 s), WARMUP (0.5 s), KEYS (20000), VALUE_SIZE (100),
 # VCLIENTS ("1 1000 100000 1000000"), VOPS (1000000), VSESSIONS (32), BASE_PORT (first free from
 # 7600), RESULTS (results directory), CARGO_TARGET_DIR; QUIET_CORES (0.1), QUIET_WAIT (5 s),
 # QUIET_BUDGET (60 s): the idle-machine gate (wait_quiet, scripts/bench-lib.sh).
@@ -21,6 +21,7 @@ set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT"
 
+PARTS=${PARTS:-a b}
 RUNS=${RUNS:-5}
 DURATION=${DURATION:-3}
 WARMUP=${WARMUP:-0.5}
@@ -71,6 +72,7 @@ PY
 common=(--keys "$KEYS" --value-size "$VALUE_SIZE" --dist uniform --quiet)
 
 # ---- (a) overhead: on and off, alternating -----------------------------------------------------
+if [[ " $PARTS " == *" a "* ]]; then
 start_strata
 bench() { "$BIN/strata" bench --endpoints "$ENDPOINTS" "${common[@]}" --warmup "$WARMUP" "$@"; }
 n=0
@@ -98,6 +100,7 @@ for run in $(seq 1 "$RUNS"); do
     done
 done
 stop_strata
+fi
 
 # ---- (b) many clients: latency and memory per client --------------------------------------------
 vrun() { # name, extra flags...
@@ -113,47 +116,56 @@ vrun() { # name, extra flags...
     node_rss_kib >"$RESULTS/$name.rss"
     stop_strata
 }
-vrun "v-off" --no-exactly-once
-for v in $VCLIENTS; do
-    vrun "v-$v" --virtual-clients "$v"
-done
+if [[ " $PARTS " == *" b "* ]]; then
+    vrun "v-off" --no-exactly-once
+    for v in $VCLIENTS; do
+        vrun "v-$v" --virtual-clients "$v"
+    done
+fi
 
 # ---- tables --------------------------------------------------------------------------------------
-python3 - "$RESULTS" "$RUNS" "$VCLIENTS" <<'PY' | tee "$RESULTS/summary.md"
+python3 - "$RESULTS" "$RUNS" "$VCLIENTS" "$PARTS" <<'PY' | tee "$RESULTS/summary.md"
 import json, statistics, sys
 from pathlib import Path
-results, runs, vclients = Path(sys.argv[1]), int(sys.argv[2]), sys.argv[3].split()
+results, runs, vclients, parts = Path(sys.argv[1]), int(sys.argv[2]), sys.argv[3].split(), sys.argv[4].split()
 def load(name): return json.loads((results / f"{name}.json").read_text())
 def med(xs): return statistics.median(xs)
-print(f"(a) exactly-once on vs off: medians of {runs} alternating runs; latency with 1 closed loop, throughput with 4 x 4 loops x pipeline 16.\n")
-print("| operation | p50 on µs | p50 off µs | p50 on/off | p99 on µs | p99 off µs | ops/s on | ops/s off | throughput on/off | errors |")
-print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
-for op in ["write", "faa"]:
-    lat = {m: [load(f"{op}-lat-{m}-r{r}") for r in range(1, runs + 1)] for m in ["on", "off"]}
-    tput = {m: [load(f"{op}-tput-{m}-r{r}") for r in range(1, runs + 1)] for m in ["on", "off"]}
-    p50 = {m: med([x["latency_us"]["all"]["p50_us"] for x in lat[m]]) for m in lat}
-    p99 = {m: med([x["latency_us"]["all"]["p99_us"] for x in lat[m]]) for m in lat}
-    ops = {m: med([x["throughput_ops_s"] for x in tput[m]]) for m in tput}
-    errs = sum(x["errors"] for m in ["on", "off"] for x in lat[m] + tput[m])
-    # Per-run ratios (each on run next to its off run), then their median.
-    r50 = med([a["latency_us"]["all"]["p50_us"] / b["latency_us"]["all"]["p50_us"] for a, b in zip(lat["on"], lat["off"])])
-    rt = med([a["throughput_ops_s"] / b["throughput_ops_s"] for a, b in zip(tput["on"], tput["off"])])
-    print(f"| {op} | {p50['on']:.1f} | {p50['off']:.1f} | {r50:.3f} | {p99['on']:.1f} | {p99['off']:.1f} | {ops['on']:.0f} | {ops['off']:.0f} | {rt:.3f} | {errs} |")
-print()
-off = load("v-off")
-off_rss = [int(x) for x in (results / "v-off.rss").read_text().split()]
-print("(b) writes from V simulated clients (RIFL §8.3 Q3), 32 closed loops; memory: mean resident memory of the 3 nodes minus the same load with RIFL off, per client.\n")
-print(f"| clients | ops/s | p50 µs | p99 µs | p50 vs 1 client | node memory MiB | RIFL memory per client, bytes |")
-print("|---:|---:|---:|---:|---:|---:|---:|")
-base = None
-for v in vclients:
-    x = load(f"v-{v}")
-    rss = [int(k) for k in (results / f"v-{v}.rss").read_text().split()]
-    mean_kib = statistics.mean(rss)
-    per_client = (mean_kib - statistics.mean(off_rss)) * 1024 / int(v)
-    p50 = x["latency_us"]["all"]["p50_us"]
-    base = base or p50
-    print(f"| {int(v):,} | {x['throughput_ops_s']:.0f} | {p50:.1f} | {x['latency_us']['all']['p99_us']:.1f} | {p50 / base:.3f} | {mean_kib / 1024:.0f} | {per_client:.0f} |")
-print(f"| RIFL off | {off['throughput_ops_s']:.0f} | {off['latency_us']['all']['p50_us']:.1f} | {off['latency_us']['all']['p99_us']:.1f} | | {statistics.mean(off_rss) / 1024:.0f} | |")
+def lat(x, q): return x["latency_us"]["all"][f"{q}_us"]
+
+def overhead():
+    print(f"(a) exactly-once on vs off: medians of {runs} alternating runs; latency with 1 closed loop, throughput with 4 x 4 loops x pipeline 16.\n")
+    print("| operation | p50 on µs | p50 off µs | p50 on/off | p99 on µs | p99 off µs | ops/s on | ops/s off | throughput on/off | errors |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for op in ["write", "faa"]:
+        lt = {m: [load(f"{op}-lat-{m}-r{r}") for r in range(1, runs + 1)] for m in ["on", "off"]}
+        tp = {m: [load(f"{op}-tput-{m}-r{r}") for r in range(1, runs + 1)] for m in ["on", "off"]}
+        p50 = {m: med([lat(x, "p50") for x in lt[m]]) for m in lt}
+        p99 = {m: med([lat(x, "p99") for x in lt[m]]) for m in lt}
+        ops = {m: med([x["throughput_ops_s"] for x in tp[m]]) for m in tp}
+        errs = sum(x["errors"] for m in ["on", "off"] for x in lt[m] + tp[m])
+        # Per-run ratios (each on run beside its off run), then their median.
+        r50 = med([lat(a, "p50") / lat(b, "p50") for a, b in zip(lt["on"], lt["off"])])
+        rt = med([a["throughput_ops_s"] / b["throughput_ops_s"] for a, b in zip(tp["on"], tp["off"])])
+        print(f"| {op} | {p50['on']:.1f} | {p50['off']:.1f} | {r50:.3f} | {p99['on']:.1f} | {p99['off']:.1f} | {ops['on']:.0f} | {ops['off']:.0f} | {rt:.3f} | {errs} |")
+    print()
+
+def many_clients():
+    off = load("v-off")
+    off_rss = statistics.mean(int(x) for x in (results / "v-off.rss").read_text().split())
+    print("(b) writes from V simulated clients (RIFL §8.3 Q3), 32 closed loops; memory: mean resident memory of the 3 nodes minus the same load with RIFL off, per client.\n")
+    print("| clients | ops/s | p50 µs | p99 µs | p50 vs 1 client | node memory MiB | RIFL memory per client, bytes |")
+    print("|---:|---:|---:|---:|---:|---:|---:|")
+    base = None
+    for v in vclients:
+        x = load(f"v-{v}")
+        rss = statistics.mean(int(k) for k in (results / f"v-{v}.rss").read_text().split())
+        base = base or lat(x, "p50")
+        print(f"| {int(v):,} | {x['throughput_ops_s']:.0f} | {lat(x, 'p50'):.1f} | {lat(x, 'p99'):.1f} | {lat(x, 'p50') / base:.3f} | {rss / 1024:.0f} | {(rss - off_rss) * 1024 / int(v):.0f} |")
+    print(f"| RIFL off | {off['throughput_ops_s']:.0f} | {lat(off, 'p50'):.1f} | {lat(off, 'p99'):.1f} | | {off_rss / 1024:.0f} | |")
+
+if "a" in parts:
+    overhead()
+if "b" in parts:
+    many_clients()
 PY
 log "results in $RESULTS"

@@ -132,12 +132,20 @@ impl RcReplica {
     /// The message that re-sends a pending record: `WRITE`, or `COMMIT` for an RMW's version.
     fn resend_message(&mut self, key: &Bytes, p_value: Option<Bytes>, cs: Carstamp, rmw_id: Option<RmwId>) -> PeerMessage {
         let req = self.next_req();
-        let records = self.keys.get(key).map(|k| k.records.clone()).unwrap_or_default();
+        let k = self.keys.get(key);
         match rmw_id {
+            // A learner of a slot must get the records of every slot up to it (`crate::records`).
             Some(rmw_id) if cs.pno > 0 => {
+                let records = k.map(|k| k.records.clone()).unwrap_or_default();
                 PeerMessage::Commit(Commit { req, key: key.clone(), slot: cs.pno, rmw_id, value: p_value, cs, records })
             }
-            _ => PeerMessage::Write(Write { req, key: key.clone(), value: p_value, cs, rmw_id: None, acq: None, records }),
+            // A plain version carries its own record, as its first broadcast did: re-sending the
+            // key's whole set with every retransmission made each one grow with the number of
+            // clients that wrote the key.
+            _ => {
+                let records = k.map(|k| crate::records::of_version(&k.records, cs)).unwrap_or_default();
+                PeerMessage::Write(Write { req, key: key.clone(), value: p_value, cs, rmw_id: None, acq: None, records })
+            }
         }
     }
 

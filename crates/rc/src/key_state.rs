@@ -27,6 +27,8 @@ pub struct KeyState {
     /// RIFL completion records of the linearizable RPCs that mutated the key, and per-client
     /// ack floors (`crate::records`; rifl.md R-D23).
     pub records: KeyRecords,
+    /// The key is in `RcReplica::rifl_keys`, the set the records' sweep visits.
+    pub swept: bool,
 }
 
 impl KeyState {

@@ -65,14 +65,21 @@ fn raise_floor(rs: &mut KeyRecords, client_id: u64, ack: u64) {
     rs.done.retain(|c| c.rpc.client_id != client_id || c.rpc.seq > ack);
 }
 
-/// Collects every record its client has acknowledged (`ack_of(client)` at or above its seq),
-/// raising the client's floor here to that acknowledgement.
+/// The record of the RPC that wrote plain version `cs`, if it is still live (as a one-record
+/// set, what the version's first broadcast carried).
+pub(crate) fn of_version(rs: &KeyRecords, cs: strata_wire::Carstamp) -> KeyRecords {
+    let own = rs.done.iter().find(|c| matches!(c.result, RcResult::Written { cs: w } if w == cs));
+    KeyRecords { floors: Vec::new(), done: own.cloned().into_iter().collect() }
+}
+
+/// The sweep (`RcReplica::sweep_records`): drops every record its client has acknowledged and
+/// every floor, once the node's own watermark of the client (`ack_of`) covers them. From then
+/// on the node answers a late duplicate `Stale` from that watermark, so the key keeps nothing
+/// for a client without an unacknowledged RPC on it: per key, state and the sets sent to peers
+/// stay bounded by the clients with work in flight, not by every client that ever wrote it.
 pub(crate) fn collect_acked(rs: &mut KeyRecords, ack_of: impl Fn(u64) -> u64) {
-    let acked: Vec<(u64, u64)> =
-        rs.done.iter().map(|c| (c.rpc.client_id, ack_of(c.rpc.client_id))).filter(|&(_, ack)| ack > 0).collect();
-    for (client, ack) in acked {
-        raise_floor(rs, client, ack);
-    }
+    rs.done.retain(|c| c.rpc.seq > ack_of(c.rpc.client_id));
+    rs.floors.retain(|&(client, floor)| floor > ack_of(client));
 }
 
 /// Adds one completion record (and the acknowledgement it carries). A second record for the

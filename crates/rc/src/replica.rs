@@ -296,18 +296,19 @@ impl RcReplica {
             let known = self.rifl_acks.entry(client).or_insert(0);
             *known = (*known).max(ack);
         }
-        if !self.rifl_keys.contains(key) {
-            // The map's own copy of the key: `key` may be a slice of a network read buffer.
-            if let Some((stored, _)) = self.keys.get_key_value(key).filter(|(_, k)| !k.records.done.is_empty()) {
-                self.rifl_keys.insert(stored.clone());
-            }
+        let unlisted = self.keys.get_key_value(key).filter(|(_, k)| !k.swept && !k.records.is_empty());
+        // The map's own copy of the key: `key` may be a slice of a network read buffer.
+        if let Some(stored) = unlisted.map(|(stored, _)| stored.clone()) {
+            self.rifl_keys.insert(stored);
+            self.keys.get_mut(key).expect("present").swept = true;
         }
     }
 
     /// rifl.md §5.4 `process_ack`, across keys: a record whose client has acknowledged it since
-    /// (learned from any request or record of that client) is collected, leaving the client's
-    /// floor at the key (R-D8's ack record). Run every `RIFL_SWEEP`: a client that never
-    /// writes a key again would otherwise leave its record there for good.
+    /// (learned from any request or record of that client) is collected, and so are the
+    /// key's floors: the node's watermarks (`rifl_acks`) keep answering `Stale` for them (R-D8's
+    /// ack records, kept per node). Run every `RIFL_SWEEP`: a client that never writes a key
+    /// again would otherwise leave its record there for good.
     fn sweep_records(&mut self, now: Instant) {
         if now < self.rifl_next_sweep {
             return;
@@ -318,7 +319,8 @@ impl RcReplica {
         self.rifl_keys.retain(|key| {
             let Some(k) = keys.get_mut(key) else { return false };
             records::collect_acked(&mut k.records, |client| acks.get(&client).copied().unwrap_or(0));
-            !k.records.done.is_empty()
+            k.swept = !k.records.is_empty();
+            k.swept
         });
     }
 
@@ -730,6 +732,8 @@ impl Node for RcReplica {
             if let Err(e) = records::check(&k.records) {
                 panic!("key {key:?}: completion records: {e}");
             }
+            assert_eq!(k.swept, self.rifl_keys.contains(key), "key {key:?}: sweep flag and sweep set disagree");
+            assert!(k.swept || k.records.is_empty(), "key {key:?} holds records the sweep never visits");
         }
         // RIFL: an RPC is in progress here only while one of its operations runs.
         let running: HashSet<RpcId> = self.ops.values().filter_map(|op| op.rifl.map(|e| e.rpc)).collect();
