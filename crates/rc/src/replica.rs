@@ -71,8 +71,9 @@ pub struct RcReplica {
     /// themselves live with their keys (`KeyState::records`).
     pub(crate) rifl_acks: HashMap<u64, u64>,
     pub(crate) rifl_running: HashSet<RpcId>,
-    /// Keys holding completion records not yet acknowledged (what `sweep_records` visits).
-    rifl_keys: HashSet<Bytes>,
+    /// Keys holding completion records or floors (what `sweep_records` visits), each once:
+    /// `KeyState::swept` says whether a key is listed, so listing one costs no hashing.
+    rifl_keys: Vec<Bytes>,
     rifl_next_sweep: Instant,
     pub(crate) stats: RcStats,
     pub(crate) effects: RcEffects,
@@ -109,7 +110,7 @@ impl RcReplica {
             next_req: 0,
             rifl_acks: HashMap::new(),
             rifl_running: HashSet::new(),
-            rifl_keys: HashSet::new(),
+            rifl_keys: Vec::new(),
             rifl_next_sweep: Instant::ZERO,
             stats: RcStats::default(),
             effects: RcEffects::default(),
@@ -243,7 +244,7 @@ impl RcReplica {
         if let Some(reply) = self.recorded_reply(key, Some(e)) {
             return Some(reply);
         }
-        let running = self.rifl_running.contains(&e.rpc);
+        let running = !self.rifl_running.is_empty() && self.rifl_running.contains(&e.rpc);
         running.then(|| Response::Error { code: ErrorCode::InProgress, message: format!("{}: another attempt is executing at this node", e.rpc) })
     }
 
@@ -270,12 +271,26 @@ impl RcReplica {
     }
 
     /// Merges completion records received with a version of `key`.
+    /// Every record carries its client's acknowledgement watermark: the node learns it (so it
+    /// answers `Stale` for anything below, and the sweep can collect records at every key),
+    /// and lists the key for the sweep the first time it holds records. One lookup of the key:
+    /// this runs for every linearizable write at every replica.
     pub(crate) fn merge_records(&mut self, key: &Bytes, from: &KeyRecords) {
         if from.is_empty() {
             return;
         }
-        records::merge(&mut self.key_mut(key).records, from);
-        self.learn_acks(key, from);
+        let k = self.key_mut(key);
+        records::merge(&mut k.records, from);
+        let unlisted = !k.swept && !k.records.is_empty();
+        k.swept |= unlisted;
+        if unlisted {
+            // Its own copy: `key` may be a slice of a network read buffer.
+            self.rifl_keys.push(Bytes::copy_from_slice(key));
+        }
+        for (client, ack) in from.floors.iter().copied().chain(from.done.iter().map(|c| (c.rpc.client_id, c.ack))) {
+            let known = self.rifl_acks.entry(client).or_insert(0);
+            *known = (*known).max(ack);
+        }
     }
 
     /// The completion record of `rifl`'s RPC with `result`, added to `key`'s records; returned
@@ -285,23 +300,6 @@ impl RcReplica {
         let delta = KeyRecords { floors: Vec::new(), done: vec![Completion { rpc: e.rpc, ack: e.first_incomplete - 1, result }] };
         self.merge_records(key, &delta);
         delta
-    }
-
-    /// Every record carries its client's acknowledgement watermark: the node learns it (so it
-    /// answers `Stale` for anything below, and the sweep can collect records at every key),
-    /// and remembers that `key` holds live records.
-    fn learn_acks(&mut self, key: &Bytes, from: &KeyRecords) {
-        let acks = from.floors.iter().copied().chain(from.done.iter().map(|c| (c.rpc.client_id, c.ack)));
-        for (client, ack) in acks {
-            let known = self.rifl_acks.entry(client).or_insert(0);
-            *known = (*known).max(ack);
-        }
-        let unlisted = self.keys.get_key_value(key).filter(|(_, k)| !k.swept && !k.records.is_empty());
-        // The map's own copy of the key: `key` may be a slice of a network read buffer.
-        if let Some(stored) = unlisted.map(|(stored, _)| stored.clone()) {
-            self.rifl_keys.insert(stored);
-            self.keys.get_mut(key).expect("present").swept = true;
-        }
     }
 
     /// rifl.md §5.4 `process_ack`, across keys: a record whose client has acknowledged it since
@@ -732,9 +730,11 @@ impl Node for RcReplica {
             if let Err(e) = records::check(&k.records) {
                 panic!("key {key:?}: completion records: {e}");
             }
-            assert_eq!(k.swept, self.rifl_keys.contains(key), "key {key:?}: sweep flag and sweep set disagree");
             assert!(k.swept || k.records.is_empty(), "key {key:?} holds records the sweep never visits");
         }
+        // RIFL: the sweep lists exactly the flagged keys, each once.
+        assert_eq!(self.keys.values().filter(|k| k.swept).count(), self.rifl_keys.len(), "sweep flags and sweep list disagree");
+        assert!(self.rifl_keys.iter().all(|key| self.keys.get(key).is_some_and(|k| k.swept)), "a listed key is not flagged");
         // RIFL: an RPC is in progress here only while one of its operations runs.
         let running: HashSet<RpcId> = self.ops.values().filter_map(|op| op.rifl.map(|e| e.rpc)).collect();
         assert!(self.rifl_running.is_subset(&running), "an RPC is marked in progress with no operation running it");
