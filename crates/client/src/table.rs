@@ -17,7 +17,6 @@
 //! A `Table` is a session: `&mut self` calls, one at a time. Open one per concurrent user.
 
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -27,7 +26,7 @@ use strata_wire::log::LogIndex;
 use strata_wire::{ClusterTime, LeaseInfo, NodeId, Rifl, RpcId};
 use tokio::time::Instant;
 
-use crate::client::ClientOptions;
+use crate::client::{fresh_client_id, ClientOptions};
 use crate::conn::{Conn, ConnHandle};
 use crate::error::ClientError;
 use crate::session::unexpected;
@@ -85,8 +84,7 @@ enum LastFailure {
 
 impl Table {
     pub(crate) fn new(def: TableDef, endpoints: &[SocketAddr], opts: ClientOptions) -> Table {
-        static SPREAD: AtomicU64 = AtomicU64::new(0);
-        let client_id = fresh_client_id(SPREAD.fetch_add(1, Ordering::Relaxed));
+        let client_id = fresh_client_id();
         let shards = def.shards.max(1) as usize;
         Table {
             nodes: endpoints
@@ -445,15 +443,3 @@ fn retryable(e: &ClientError) -> bool {
     )
 }
 
-/// A client id unlikely to collide with any other client's: wall clock, pid and a counter,
-/// mixed (splitmix64).
-fn fresh_client_id(n: u64) -> u64 {
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos() as u64);
-    let mut x =
-        nanos ^ (u64::from(std::process::id()) << 20) ^ n.wrapping_mul(0x9e37_79b9_7f4a_7c15);
-    x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    (x ^ (x >> 31)).max(1)
-}
