@@ -1,6 +1,9 @@
 //! The client's view of its lease (`specs/rifl.md` §5.5.1): when to renew, when to stop
 //! issuing new RPCs, and the `lease_info` every request carries.
 //!
+//! The term comes from each grant (`expiration - cluster_time`): renew at half of it, stop
+//! issuing new RPCs in its last tenth (at most the configured `danger`).
+//!
 //! Local deadlines are computed from the local time the renewal was *sent*: the grant's term
 //! (`expiration - cluster_time`) started no earlier than that, so the estimate errs on the
 //! safe side whatever the reply's delay.
@@ -31,8 +34,11 @@ impl ClientLease {
     pub fn on_grant(&mut self, sent: Instant, grant: LeaseStatus) -> bool {
         let changed = self.grant.map(|g| g.lease_id) != Some(grant.lease_id);
         let term = std::time::Duration::from_nanos(grant.expiration.as_nanos().saturating_sub(grant.cluster_time.as_nanos()));
-        self.valid_until = sent + term.saturating_sub(self.config.danger);
-        self.renew_at = sent + term.saturating_sub(self.config.renew_before);
+        // The term is the service's (the client does not configure it): renew at half of it
+        // (§3.5), stop new RPCs in its last tenth, at most the configured danger zone.
+        let danger = (term / 10).min(self.config.danger);
+        self.valid_until = sent + term.saturating_sub(danger);
+        self.renew_at = sent + term / 2;
         self.grant = Some(grant);
         changed
     }
@@ -47,6 +53,12 @@ impl ClientLease {
     pub fn usable(&self, now: Instant) -> Option<LeaseInfo> {
         let g = self.grant?;
         (now < self.valid_until).then_some(LeaseInfo { client_id: g.lease_id, expiration: g.expiration, timestamp: g.cluster_time })
+    }
+
+    /// What requests carried under the latest grant, whether or not it is still usable (an
+    /// unfinished request of an expired lease is retried with it).
+    pub fn last_grant(&self) -> Option<LeaseInfo> {
+        self.grant.map(|g| LeaseInfo { client_id: g.lease_id, expiration: g.expiration, timestamp: g.cluster_time })
     }
 
     /// Whether a renewal is due (none granted yet, or half the term passed).

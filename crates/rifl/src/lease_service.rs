@@ -14,6 +14,7 @@
 
 use std::collections::{BTreeSet, HashMap};
 
+pub use strata_wire::rifl::LeaseStatus;
 use strata_wire::rifl::ClusterTime;
 use strata_wire::Instant;
 
@@ -55,20 +56,6 @@ impl DurableLeases {
     }
 }
 
-/// The reply to `RenewLease` and `GetLeaseInfo` (§4.2): `lease_id` 0 means expired or unknown.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct LeaseStatus {
-    pub lease_id: u64,
-    pub expiration: ClusterTime,
-    pub cluster_time: ClusterTime,
-}
-
-impl LeaseStatus {
-    pub fn alive(&self) -> bool {
-        self.lease_id != 0
-    }
-}
-
 /// What a `RenewLease` needs.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Renewal {
@@ -97,6 +84,17 @@ struct Serving {
     last_handed: ClusterTime,
 }
 
+/// Planted bugs for the model test's canaries (`tests/lease_model.rs`): each breaks one rule
+/// the test must catch. Never set outside tests.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LeaseCanary {
+    /// Report a lease expired as soon as the clock passes its expiration, before its `Drop`
+    /// is durable (a later leader renews the id again: a node told "expired" meets it alive).
+    ExpiredBeforeDrop,
+    /// A new leader starts its clock at zero instead of the persisted safe time.
+    ClockFromZero,
+}
+
 /// One replica's lease service: it always applies commands; while it is the leader of the
 /// log holding them it also serves (`become_leader` .. `step_down`).
 #[derive(Clone, Debug)]
@@ -104,11 +102,23 @@ pub struct LeaseService {
     config: RiflConfig,
     durable: DurableLeases,
     serving: Option<Serving>,
+    canary: Option<LeaseCanary>,
 }
 
 impl LeaseService {
     pub fn new(config: RiflConfig) -> Self {
-        LeaseService { config, durable: DurableLeases::default(), serving: None }
+        LeaseService { config, durable: DurableLeases::default(), serving: None, canary: None }
+    }
+
+    /// A replica whose applied state is `durable` (rebuilt by the driver from the log that
+    /// holds the commands), not serving yet.
+    pub fn restore(config: RiflConfig, durable: DurableLeases) -> Self {
+        LeaseService { config, durable, serving: None, canary: None }
+    }
+
+    /// Plants a bug (canary tests only).
+    pub fn plant(&mut self, canary: LeaseCanary) {
+        self.canary = Some(canary);
     }
 
     pub fn durable(&self) -> &DurableLeases {
@@ -123,9 +133,21 @@ impl LeaseService {
     pub fn apply(&mut self, cmd: &LeaseCommand, now: Instant) {
         self.durable.apply(cmd);
         let term = self.term_ns();
-        if let (LeaseCommand::Create { id }, Some(s)) = (cmd, &mut self.serving) {
-            let exp = Self::clock(s, &self.durable, now).saturating_add_nanos(term);
-            Self::set_expiration(s, *id, exp);
+        match (cmd, &mut self.serving) {
+            (LeaseCommand::Create { id }, Some(s)) => {
+                let exp = Self::clock(s, &self.durable, now).saturating_add_nanos(term);
+                Self::set_expiration(s, *id, exp);
+            }
+            // §5.5.2 cleaner: "remove id durably, then from lease_map". Until its `Drop` is
+            // durable an expired lease still answers `GetLeaseInfo` with its (past)
+            // expiration: a node may act on "expired" only once no later leader can renew
+            // the id again (a new leader renews every durable id, §5.5.2 recovery).
+            (LeaseCommand::Drop { id }, Some(s)) => {
+                if let Some(exp) = s.leases.remove(id) {
+                    s.expiry.remove(&(exp, *id));
+                }
+            }
+            _ => {}
         }
     }
 
@@ -134,14 +156,18 @@ impl LeaseService {
     /// resumes at the persisted safe time; every known lease gets a full term; new ids come
     /// from a fresh block.
     pub fn become_leader(&mut self, now: Instant) {
-        let start = self.durable.safe_time;
+        let start = match self.canary {
+            Some(LeaseCanary::ClockFromZero) => ClusterTime::ZERO, // CANARY
+            _ => self.durable.safe_time,
+        };
         let mut s = Serving {
             start_cluster: start,
             start_local: now,
             leases: HashMap::with_capacity(self.durable.ids.len()),
             expiry: BTreeSet::new(),
-            last_issued: self.durable.max_reserved,
-            reserved_proposed: self.durable.max_reserved,
+            // The log commits in order, so every durable id is reserved; the max is a guard.
+            last_issued: self.durable.max_reserved.max(self.durable.ids.last().copied().unwrap_or(0)),
+            reserved_proposed: self.durable.max_reserved.max(self.durable.ids.last().copied().unwrap_or(0)),
             next_persist: now,
             next_clean: now + self.config.cleaner_period,
             last_handed: start,
@@ -214,8 +240,10 @@ impl LeaseService {
     pub fn status(&mut self, id: u64, now: Instant) -> Option<LeaseStatus> {
         let t = self.now_cluster(now)?;
         let s = self.serving.as_ref()?;
+        // Alive until its `Drop` is durable (see `apply`), even past its expiration.
+        let early = self.canary == Some(LeaseCanary::ExpiredBeforeDrop); // CANARY
         Some(match s.leases.get(&id) {
-            Some(&exp) if exp > t => LeaseStatus { lease_id: id, expiration: exp, cluster_time: t },
+            Some(&exp) if !(early && exp <= t) => LeaseStatus { lease_id: id, expiration: exp, cluster_time: t },
             _ => LeaseStatus { lease_id: 0, expiration: ClusterTime::ZERO, cluster_time: t },
         })
     }
@@ -235,12 +263,12 @@ impl LeaseService {
         }
         if now >= s.next_clean {
             let t = Self::clock(s, durable, now);
+            // Proposed once (out of the expiry index); gone from the lease map when applied.
             while let Some(&(exp, id)) = s.expiry.first() {
                 if exp > t {
                     break;
                 }
                 s.expiry.remove(&(exp, id));
-                s.leases.remove(&id);
                 out.push(LeaseCommand::Drop { id });
             }
             s.next_clean = now + cleaner;
@@ -268,7 +296,7 @@ impl LeaseService {
         if s.last_issued > s.reserved_proposed {
             return Err(format!("issued id {} beyond the reservation {}", s.last_issued, s.reserved_proposed));
         }
-        if s.expiry.len() != s.leases.len() || s.expiry.iter().any(|(exp, id)| s.leases.get(id) != Some(exp)) {
+        if s.expiry.len() > s.leases.len() || s.expiry.iter().any(|(exp, id)| s.leases.get(id) != Some(exp)) {
             return Err("the expiry index disagrees with the lease map".into());
         }
         Ok(())
@@ -379,6 +407,37 @@ mod tests {
             Renewal::Persist { id, .. } => assert_ne!(id, g.lease_id, "a dead lease id came back"),
             other => panic!("expected a new lease, got {other:?}"),
         }
+        svc.check_invariants().unwrap();
+    }
+
+    #[test]
+    fn an_expired_lease_is_reported_expired_only_once_its_drop_is_durable() {
+        let config = RiflConfig::simulation(); // 10 s term, cleaner every 1 s
+        let mut log = Vec::new();
+        let mut svc = serving(config.clone(), &mut log, ms(0));
+        let g = create(&mut svc, &mut log, 0, ms(0));
+        // Keep the clock's safe time moving, but do not apply the cleaner's Drop yet.
+        let mut now = 0;
+        let mut drop = None;
+        while drop.is_none() {
+            now += 500;
+            for c in svc.tick(ms(now)) {
+                match c {
+                    LeaseCommand::Drop { .. } => drop = Some(c),
+                    c => svc.apply(&c, ms(now)),
+                }
+            }
+        }
+        assert!(now >= 10_000, "dropped before its term ran out");
+        let before = svc.status(g.lease_id, ms(now)).unwrap();
+        assert!(before.alive(), "the Drop is not durable: a new leader would renew the id, so it is not expired yet");
+        assert!(matches!(svc.renew(g.lease_id, ms(now)), Renewal::Persist { id, .. } if id != g.lease_id), "but never renewed");
+        svc.apply(&drop.unwrap(), ms(now));
+        assert!(!svc.status(g.lease_id, ms(now)).unwrap().alive());
+        // A new leader replaying the log does not revive it either.
+        let mut next = LeaseService::restore(config, svc.durable().clone());
+        next.become_leader(ms(0));
+        assert!(!next.status(g.lease_id, ms(0)).unwrap().alive());
         svc.check_invariants().unwrap();
     }
 

@@ -10,6 +10,9 @@
 //!   (the set of lease ids, the reserved-id mark, the safe cluster time) changes only through
 //!   [`LeaseCommand`]s the driver makes durable — in Strata, entries of a `log` table, so the
 //!   service survives crashes and leader changes (R-D1);
+//! * [`LeaseValidator`] (§5.5.3, §5.6): a storage node's lease check in front of its engines
+//!   (alive by the observed cluster clock, else ask the service; expired only on its word) and
+//!   the cleaner that finds clients whose records may be collected;
 //! * [`ClientLease`] (§5.5.1): the client's view of its lease: when to renew, when to stop
 //!   issuing RPCs (the danger zone), what to attach to requests.
 //!
@@ -21,10 +24,12 @@ pub mod config;
 pub mod lease_service;
 pub mod request_tracker;
 pub mod result_tracker;
+pub mod validator;
 
 pub use client_lease::ClientLease;
 pub use config::{ConfigError, RiflConfig};
-pub use lease_service::{DurableLeases, LeaseCommand, LeaseService, LeaseStatus, Renewal};
+pub use lease_service::{DurableLeases, LeaseCanary, LeaseCommand, LeaseService, LeaseStatus, Renewal};
 pub use request_tracker::{RequestTracker, SequenceError};
 pub use result_tracker::{ClientExport, ResultTracker, TrackerStats, Verdict};
+pub use validator::{LeaseCheck, LeaseValidator};
 pub use strata_wire::rifl::{ClusterTime, LeaseInfo, Rifl, RpcId, WINDOW};

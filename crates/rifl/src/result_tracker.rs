@@ -300,6 +300,17 @@ impl<R: Clone> ResultTracker<R> {
         out
     }
 
+    /// Whether the tracker holds anything of `client_id` (a watermark or a record).
+    pub fn knows(&self, client_id: u64) -> bool {
+        self.clients.contains_key(&client_id)
+    }
+
+    /// Forgets `client_id` entirely (§5.6 collection by client death, decided by the caller:
+    /// the lease service confirmed the expiry). Returns whether it was known.
+    pub fn remove_client(&mut self, client_id: u64) -> bool {
+        self.clients.remove(&client_id).is_some()
+    }
+
     /// The acknowledgement watermark of a client (0 if unknown): what a durable ack record
     /// would hold.
     pub fn ack_of(&self, client_id: u64) -> u64 {

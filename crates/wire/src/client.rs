@@ -12,7 +12,7 @@ use crate::codec::{
 };
 use crate::ids::{Carstamp, NodeId, SessionId};
 use crate::log::LogIndex;
-use crate::rifl::Rifl;
+use crate::rifl::{LeaseStatus, Rifl};
 
 /// Request tags (0x01..=0x3f). Never reuse a retired tag.
 pub mod request_tag {
@@ -28,6 +28,9 @@ pub mod request_tag {
     /// Log tables (ORCA §4.1 `WriteReq`, `ReadReq`).
     pub const LOG_WRITE: u8 = 0x20;
     pub const LOG_READ: u8 = 0x21;
+    /// RIFL's lease service (rifl.md §4.2 `RenewLease`, `GetLeaseInfo`).
+    pub const RENEW_LEASE: u8 = 0x22;
+    pub const LEASE_INFO: u8 = 0x23;
     pub const STATUS: u8 = 0x30;
     pub const SET_FAULT: u8 = 0x31;
     /// Table catalog (admin).
@@ -46,6 +49,8 @@ pub mod response_tag {
     pub const LOG_WRITTEN: u8 = 0x53;
     pub const LOG_VALUE: u8 = 0x54;
     pub const LOG_REJECTED: u8 = 0x55;
+    /// The lease service's answer (rifl.md §4.2).
+    pub const LEASE: u8 = 0x56;
     pub const STATUS: u8 = 0x60;
     pub const FAULT_SET: u8 = 0x61;
     pub const TABLE_CREATED: u8 = 0x62;
@@ -108,6 +113,14 @@ pub enum Request {
     CreateTable { def: TableDef },
     /// The node's table catalog.
     ListTables,
+    /// rifl.md §4.2 `RenewLease`: renew lease `lease_id`, or create one (`0`, or an id whose
+    /// lease expired: the answer then names a new id). Served by the leader of the lease
+    /// service's log table; any other node answers `LogRejected(NotLeader { hint })`.
+    RenewLease { lease_id: u64 },
+    /// rifl.md §4.2 `GetLeaseInfo`: whether `lease_id` is alive (answer `lease_id` 0 if not),
+    /// with the service's cluster time. For operators and tests; nodes ask each other over
+    /// their peer links.
+    LeaseInfo { lease_id: u64 },
 }
 
 /// What a log-table write does to its key.
@@ -262,6 +275,8 @@ pub enum Response {
     /// `created`: false if an identical definition already existed.
     TableCreated { created: bool },
     Tables(Vec<TableDef>),
+    /// The lease service's answer to `RenewLease` / `LeaseInfo`.
+    Lease(LeaseStatus),
 }
 
 /// The role of a shard replica, as reported by `Status`.
@@ -450,12 +465,15 @@ impl Encode for ClientRequest {
             Request::LogRead { .. } => LOG_READ,
             Request::CreateTable { .. } => CREATE_TABLE,
             Request::ListTables => LIST_TABLES,
+            Request::RenewLease { .. } => RENEW_LEASE,
+            Request::LeaseInfo { .. } => LEASE_INFO,
         };
         out.put_u8(tag);
         out.put_u64_le(self.corr);
         put_option(out, &self.rifl, |o, e| e.encode(o));
         match &self.body {
             Request::OpenSession | Request::Status | Request::ListTables => {}
+            Request::RenewLease { lease_id } | Request::LeaseInfo { lease_id } => out.put_u64_le(*lease_id),
             Request::LogWrite { table, key, op, immediate } => {
                 put_bytes(out, table.as_bytes());
                 put_bytes(out, key);
@@ -548,6 +566,8 @@ impl Decode for ClientRequest {
                 Request::CreateTable { def }
             }
             LIST_TABLES => Request::ListTables,
+            RENEW_LEASE => Request::RenewLease { lease_id: r.u64()? },
+            LEASE_INFO => Request::LeaseInfo { lease_id: r.u64()? },
             tag => return Err(DecodeError::UnknownTag { tag }),
         };
         Ok(ClientRequest { corr, rifl, body })
@@ -655,6 +675,7 @@ impl Encode for ClientResponse {
             Response::LogRejected(_) => LOG_REJECTED,
             Response::TableCreated { .. } => TABLE_CREATED,
             Response::Tables(_) => TABLES,
+            Response::Lease(_) => LEASE,
         };
         out.put_u8(tag);
         out.put_u64_le(self.corr);
@@ -686,6 +707,7 @@ impl Encode for ClientResponse {
             }
             Response::LogRejected(f) => f.encode(out),
             Response::TableCreated { created } => put_bool(out, *created),
+            Response::Lease(status) => status.encode(out),
             Response::Tables(defs) => {
                 put_seq(out, defs, |o, d| d.encode(o));
                 put_table_extension(out, defs);
@@ -722,6 +744,7 @@ impl Decode for ClientResponse {
             },
             LOG_REJECTED => Response::LogRejected(LogFailure::decode(r)?),
             TABLE_CREATED => Response::TableCreated { created: r.bool()? },
+            LEASE => Response::Lease(LeaseStatus::decode(r)?),
             TABLES => {
                 let mut defs = r.seq(TableDef::decode)?;
                 get_table_extension(r, &mut defs)?;

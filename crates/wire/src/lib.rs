@@ -17,5 +17,5 @@ pub mod time;
 
 pub use codec::{decode_frame, decode_message, encode_frame, Decode, DecodeError, Encode, FrameError, Limits, Reader};
 pub use ids::{AcquireId, Ballot, Carstamp, ClusterId, Llc, NodeId, RmwId, SessionId};
-pub use rifl::{ClusterTime, LeaseInfo, Rifl, RpcId, WINDOW};
+pub use rifl::{ClusterTime, LeaseInfo, LeaseStatus, Rifl, RpcId, WINDOW};
 pub use time::Instant;

@@ -51,6 +51,11 @@ pub enum LogOp {
     Delete,
     /// A new leader's first entry `(e,1)` (§5.9 sync phase); changes nothing but the applied index.
     NoOp,
+    /// RIFL §5.6, collection by client death: the lease service confirmed these clients'
+    /// leases expired. Applying it drops their completion records and watermarks, and every
+    /// later entry of theirs changes nothing (`ExpiredLease`): the same at every replica.
+    /// Appended by the leader; `key` empty, `client_id = seq = ack = 0`.
+    Expire(Vec<u64>),
 }
 
 /// One log entry. A write's entry is also its RIFL completion record (rifl.md §3.4, §5.3 S6,
@@ -212,6 +217,7 @@ mod op_tag {
     pub const PUT: u8 = 0;
     pub const DELETE: u8 = 1;
     pub const NOOP: u8 = 2;
+    pub const EXPIRE: u8 = 3;
 }
 
 impl Encode for LogEntry {
@@ -225,6 +231,10 @@ impl Encode for LogEntry {
             }
             LogOp::Delete => out.put_u8(op_tag::DELETE),
             LogOp::NoOp => out.put_u8(op_tag::NOOP),
+            LogOp::Expire(clients) => {
+                out.put_u8(op_tag::EXPIRE);
+                put_seq(out, clients, |o, c| o.put_u64_le(*c));
+            }
         }
         out.put_u64_le(self.client_id);
         out.put_u64_le(self.seq);
@@ -240,6 +250,7 @@ impl Decode for LogEntry {
             op_tag::PUT => LogOp::Put(r.bytes()?),
             op_tag::DELETE => LogOp::Delete,
             op_tag::NOOP => LogOp::NoOp,
+            op_tag::EXPIRE => LogOp::Expire(r.seq(|r| r.u64())?),
             v => return Err(DecodeError::Invalid { what: "log op", value: v as u64 }),
         };
         Ok(LogEntry { index, key, op, client_id: r.u64()?, seq: r.u64()?, ack: r.u64()?, immediate: r.bool()? })

@@ -9,7 +9,7 @@ use bytes::{BufMut, Bytes, BytesMut};
 
 use crate::codec::{get_value, put_bool, put_bytes, put_option, put_seq, put_value, Decode, DecodeError, Encode, Reader};
 use crate::ids::{AcquireId, Ballot, Carstamp, Llc, NodeId, RmwId};
-use crate::rifl::RpcId;
+use crate::rifl::{LeaseStatus, RpcId};
 use crate::log::LogMessage;
 
 pub mod peer_tag {
@@ -32,6 +32,14 @@ pub mod peer_tag {
     // 0x90..=0x9f: the log engine's own messages (`crate::log::log_tag`), carried inside SHARD.
     /// A log-table shard message: table id, shard, then the `LogMessage` with its own tag.
     pub const SHARD: u8 = 0xa0;
+    /// RIFL: a node asks the lease service's leader about a client's lease (rifl.md §4.2
+    /// `GetLeaseInfo`, §5.5.3), and gets the answer.
+    pub const LEASE_QUERY: u8 = 0xa1;
+    pub const LEASE_ANSWER: u8 = 0xa2;
+    /// RIFL: a client's `RenewLease` that reached a node other than the service's leader,
+    /// forwarded to it, and the grant on the way back.
+    pub const LEASE_RENEW: u8 = 0xa3;
+    pub const LEASE_RENEWED: u8 = 0xa4;
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -61,6 +69,15 @@ pub enum PeerMessage {
     /// A message between the replicas of one log-table shard (ORCA §4.2). `table` is the
     /// table's id (`client::table_id`): the same on every node.
     Shard { table: u32, shard: u32, msg: LogMessage },
+    /// rifl.md §5.5.3 / §5.6: "is `client_id`'s lease alive?", to the lease service's leader.
+    LeaseQuery { client_id: u64 },
+    /// The service's answer about `client_id` (`status.lease_id` 0: expired or unknown).
+    LeaseAnswer { client_id: u64, status: LeaseStatus },
+    /// A client's `RenewLease { lease_id }` forwarded to the service's leader; `req` is the
+    /// forwarding node's own number for it.
+    LeaseRenew { req: u64, lease_id: u64 },
+    /// The grant for forwarded renewal `req` (`None`: this node does not serve the service).
+    LeaseRenewed { req: u64, grant: Option<LeaseStatus> },
 }
 
 /// Kite §4 message 1: install `value` at version `cs` of `key` (if newer than the replica's).
@@ -531,6 +548,25 @@ impl Encode for PeerMessage {
                 out.put_u32_le(*shard);
                 msg.encode(out);
             }
+            PeerMessage::LeaseQuery { client_id } => {
+                out.put_u8(LEASE_QUERY);
+                out.put_u64_le(*client_id);
+            }
+            PeerMessage::LeaseAnswer { client_id, status } => {
+                out.put_u8(LEASE_ANSWER);
+                out.put_u64_le(*client_id);
+                status.encode(out);
+            }
+            PeerMessage::LeaseRenew { req, lease_id } => {
+                out.put_u8(LEASE_RENEW);
+                out.put_u64_le(*req);
+                out.put_u64_le(*lease_id);
+            }
+            PeerMessage::LeaseRenewed { req, grant } => {
+                out.put_u8(LEASE_RENEWED);
+                out.put_u64_le(*req);
+                put_option(out, grant, |o, g| g.encode(o));
+            }
         }
     }
 }
@@ -608,6 +644,10 @@ impl Decode for PeerMessage {
             }),
             COMMIT_ACK => PeerMessage::CommitAck { req: r.u64()?, key: r.bytes()?, cs: Carstamp::decode(r)? },
             SHARD => PeerMessage::Shard { table: r.u32()?, shard: r.u32()?, msg: LogMessage::decode(r)? },
+            LEASE_QUERY => PeerMessage::LeaseQuery { client_id: r.u64()? },
+            LEASE_ANSWER => PeerMessage::LeaseAnswer { client_id: r.u64()?, status: LeaseStatus::decode(r)? },
+            LEASE_RENEW => PeerMessage::LeaseRenew { req: r.u64()?, lease_id: r.u64()? },
+            LEASE_RENEWED => PeerMessage::LeaseRenewed { req: r.u64()?, grant: r.option(LeaseStatus::decode)? },
             tag => return Err(DecodeError::UnknownTag { tag }),
         })
     }

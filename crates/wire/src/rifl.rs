@@ -67,6 +67,35 @@ pub struct LeaseInfo {
     pub timestamp: ClusterTime,
 }
 
+/// The lease service's answer to `RenewLease` and `GetLeaseInfo` (rifl.md §4.2): `lease_id` 0
+/// means expired or unknown. `cluster_time` is the service's clock when it answered; the grant
+/// runs `expiration - cluster_time` from then.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct LeaseStatus {
+    pub lease_id: u64,
+    pub expiration: ClusterTime,
+    pub cluster_time: ClusterTime,
+}
+
+impl LeaseStatus {
+    pub fn alive(&self) -> bool {
+        self.lease_id != 0
+    }
+}
+
+impl Encode for LeaseStatus {
+    fn encode(&self, out: &mut BytesMut) {
+        out.put_u64_le(self.lease_id);
+        self.expiration.encode(out);
+        self.cluster_time.encode(out);
+    }
+}
+impl Decode for LeaseStatus {
+    fn decode(r: &mut Reader) -> Result<Self, DecodeError> {
+        Ok(LeaseStatus { lease_id: r.u64()?, expiration: ClusterTime::decode(r)?, cluster_time: ClusterTime::decode(r)? })
+    }
+}
+
 /// The envelope of a linearizable RPC (rifl.md §4.1): `rpc.client_id == lease.client_id`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
 pub struct Rifl {

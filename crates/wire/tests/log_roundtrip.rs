@@ -18,7 +18,12 @@ fn index() -> impl Strategy<Value = LogIndex> {
 }
 
 fn entry() -> impl Strategy<Value = LogEntry> {
-    let op = prop_oneof![bytes().prop_map(LogOp::Put), Just(LogOp::Delete), Just(LogOp::NoOp)];
+    let op = prop_oneof![
+        bytes().prop_map(LogOp::Put),
+        Just(LogOp::Delete),
+        Just(LogOp::NoOp),
+        prop::collection::vec(any::<u64>(), 0..4).prop_map(LogOp::Expire)
+    ];
     (index(), bytes(), op, any::<u64>(), any::<u64>(), any::<u64>(), any::<bool>())
         .prop_map(|(index, key, op, client_id, seq, ack, immediate)| LogEntry { index, key, op, client_id, seq, ack, immediate })
 }

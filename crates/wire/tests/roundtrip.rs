@@ -131,6 +131,16 @@ fn peer_message() -> impl Strategy<Value = PeerMessage> {
         (any::<u64>(), bytes(), carstamp(), any::<bool>())
             .prop_map(|(req, key, cs, delinquent)| PeerMessage::WriteAck(WriteAck { req, key, cs, delinquent })),
         kite_message(),
+        any::<u64>().prop_map(|client_id| PeerMessage::LeaseQuery { client_id }),
+        (any::<u64>(), any::<u64>(), any::<u64>(), any::<u64>()).prop_map(|(client_id, lease_id, e, t)| PeerMessage::LeaseAnswer {
+            client_id,
+            status: strata_wire::LeaseStatus { lease_id, expiration: strata_wire::ClusterTime(e), cluster_time: strata_wire::ClusterTime(t) },
+        }),
+        (any::<u64>(), any::<u64>()).prop_map(|(req, lease_id)| PeerMessage::LeaseRenew { req, lease_id }),
+        (any::<u64>(), proptest::option::of((any::<u64>(), any::<u64>()))).prop_map(|(req, g)| PeerMessage::LeaseRenewed {
+            req,
+            grant: g.map(|(lease_id, e)| strata_wire::LeaseStatus { lease_id, expiration: strata_wire::ClusterTime(e), cluster_time: strata_wire::ClusterTime(e / 2) }),
+        }),
     ]
 }
 

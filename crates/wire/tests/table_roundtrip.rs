@@ -86,6 +86,8 @@ fn request() -> impl Strategy<Value = ClientRequest> {
         }),
         table_def().prop_map(|def| Request::CreateTable { def }),
         Just(Request::ListTables),
+        any::<u64>().prop_map(|lease_id| Request::RenewLease { lease_id }),
+        any::<u64>().prop_map(|lease_id| Request::LeaseInfo { lease_id }),
     ];
     (any::<u64>(), body).prop_map(|(corr, body)| ClientRequest::new(corr, body))
 }
@@ -150,6 +152,9 @@ fn response() -> impl Strategy<Value = ClientResponse> {
         failure().prop_map(Response::LogRejected),
         any::<bool>().prop_map(|created| Response::TableCreated { created }),
         prop::collection::vec(table_def(), 0..3).prop_map(Response::Tables),
+        (any::<u64>(), any::<u64>(), any::<u64>()).prop_map(|(lease_id, e, t)| Response::Lease(
+            strata_wire::LeaseStatus { lease_id, expiration: strata_wire::ClusterTime(e), cluster_time: strata_wire::ClusterTime(t) }
+        )),
         prop::collection::vec(shard_status(), 0..3).prop_map(|shards| Response::Status(
             NodeStatus {
                 shards,
