@@ -39,6 +39,11 @@ pub struct UpArgs {
     /// Cluster id (every frame carries it).
     #[arg(long, default_value_t = 1)]
     pub cluster_id: u64,
+    /// RIFL lease term of the cluster's lease service, in milliseconds (default: the node's,
+    /// 30 minutes). A client cut off or paused for longer loses its lease: its unfinished
+    /// requests end as "outcome unknown".
+    #[arg(long, value_name = "MS")]
+    pub lease_term_ms: Option<u64>,
 }
 
 struct Supervised {
@@ -181,6 +186,9 @@ fn spawn(exe: &Path, args: &UpArgs, me: &NodeEntry, plan: &[NodeEntry]) -> std::
         .arg(&dir);
     for p in plan.iter().filter(|p| p.id != me.id) {
         cmd.args(["--peer", &format!("{}={}", p.id, p.peer_addr)]);
+    }
+    if let Some(ms) = args.lease_term_ms {
+        cmd.args(["--lease-term-ms", &ms.to_string()]);
     }
     cmd.stdin(Stdio::null()).stdout(log.try_clone()?).stderr(log).process_group(0);
     // SAFETY: prctl is async-signal-safe; it only asks the kernel to SIGTERM the child when

@@ -27,7 +27,10 @@ fn up_serves_put_and_get_and_ctrl_c_stops_every_node() {
 
     let status = up.strata(&["status"]);
     assert_eq!(status.status.code(), Some(0), "{}", stderr(&status));
-    assert_eq!(stdout(&status).lines().count(), 4, "a header and one row per node:\n{}", stdout(&status));
+    let out = stdout(&status);
+    assert_eq!(out.lines().take_while(|l| !l.is_empty()).count(), 4, "a header and one row per node:\n{out}");
+    // Then the shards: the lease service's system table, one replica per node.
+    assert_eq!(out.lines().filter(|l| l.starts_with("__leases")).count(), 3, "the lease table's shard on every node:\n{out}");
 
     // A second cluster on the same data dir is refused, and says why.
     let again = strata_in(&up.data_dir, &["up", "--base-port", &free_base_port(3).to_string()]);

@@ -189,3 +189,80 @@ async fn without_rifl_the_same_lost_replies_apply_increments_twice() {
     let total = counter(up.endpoints[1]).await;
     assert!(total > seen.len() as u64, "no duplicate although {dropped} replies were lost: the harness has no power");
 }
+
+/// One client's loop of increments that carries on after `ExpiredLease` (R-G4: the outcome of
+/// that increment is unknown; the session goes on under a new lease): `n` of them, and then
+/// more until `stop` is set. Returns the old values of the acknowledged increments and how
+/// many ended "outcome unknown".
+async fn increments_through_lease_loss(endpoints: Vec<SocketAddr>, n: usize, stop: Arc<AtomicBool>) -> (Vec<u64>, u64) {
+    let opts = ClientOptions { retry_for: Duration::from_secs(20), request_timeout: Some(Duration::from_secs(30)), ..ClientOptions::default() };
+    let client = Client::connect(&endpoints, opts).await.unwrap();
+    let mut session = client.open_session().await.unwrap();
+    let (mut seen, mut unknown) = (Vec::with_capacity(n), 0);
+    let mut ids = std::collections::BTreeSet::new();
+    let mut i = 0;
+    while i < n || !stop.load(Ordering::Relaxed) {
+        match session.faa(KEY, 1).await {
+            Ok(old) => seen.push(old),
+            Err(strata_client::ClientError::ExpiredLease(_)) => unknown += 1,
+            Err(e) => panic!("increment {i}: only ExpiredLease may surface, got {e}"),
+        }
+        ids.insert(session.client_id());
+        i += 1;
+        if i >= n {
+            tokio::time::sleep(Duration::from_millis(10)).await; // keep the clock moving, lightly
+        }
+    }
+    assert!(ids.len() >= 2 || unknown == 0, "an expired lease must be replaced by a new one: ids {ids:?}");
+    (seen, unknown)
+}
+
+/// rifl.md R-G4, R-D21, §7 inv. 9 with real processes: a client cut off from the cluster for
+/// 2.5 lease terms (its renewals fail, as if it were paused) loses its lease. The increment it
+/// had in flight ends as "outcome unknown" (`ExpiredLease`) — never re-executed silently — and
+/// the session carries on under a new lease id. Two clients keep the cluster clock moving at
+/// the node (a node learns cluster time from its clients' envelopes: with no other traffic it
+/// would have no reason to doubt the old lease, and would rightly run the retry). The
+/// counter ends between the acknowledged increments and those plus the unknown ones, and the
+/// acknowledged increments saw distinct old values.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_cut_off_past_its_lease_gets_outcome_unknown_and_never_a_duplicate() {
+    const N: usize = 150;
+    const TERM_MS: u64 = 2000;
+    let up = Up::start_with(3, &["--lease-term-ms", &TERM_MS.to_string()]);
+    let n0 = up.endpoints[0];
+    // Replies are never dropped by this proxy; it only cuts the client off.
+    let proxy = Proxy::start(n0, u64::MAX).await;
+    let stop = Arc::new(AtomicBool::new(false));
+    let done = Arc::new(AtomicBool::new(true));
+    let cut = tokio::spawn(increments_through_lease_loss(vec![proxy.addr], N, done));
+    let others: Vec<_> = (0..2).map(|_| tokio::spawn(increments_through_lease_loss(vec![n0], N, stop.clone()))).collect();
+
+    let start = std::time::Instant::now();
+    while counter(up.endpoints[1]).await < (N / 2) as u64 {
+        assert!(start.elapsed() < Duration::from_secs(60), "no progress");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    proxy.partitioned.store(true, Ordering::Relaxed);
+    tokio::time::sleep(Duration::from_millis(TERM_MS * 5 / 2)).await;
+    proxy.partitioned.store(false, Ordering::Relaxed);
+
+    let (mut seen, unknown) = cut.await.unwrap();
+    stop.store(true, Ordering::Relaxed);
+    assert!(unknown >= 1, "the cut-off client's lease expired with an increment in flight, yet nothing ended as outcome unknown");
+    let mut unknown_total = unknown;
+    for t in others {
+        let (s, u) = t.await.unwrap();
+        seen.extend(s);
+        unknown_total += u;
+    }
+    let acked = seen.len() as u64;
+    let total = counter(up.endpoints[2]).await;
+    assert!(
+        (acked..=acked + unknown_total).contains(&total),
+        "counter {total} outside [{acked}, {acked} + {unknown_total} unknown]: a duplicate or a lost increment"
+    );
+    seen.sort_unstable();
+    seen.dedup();
+    assert_eq!(seen.len() as u64, acked, "two acknowledged increments saw the same old value: one was applied twice");
+}

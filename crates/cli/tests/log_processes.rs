@@ -216,7 +216,8 @@ fn log_tables_through_the_cli_survive_sigkill_of_every_node() {
         .iter()
         .flat_map(|n| n["shards"].as_array().unwrap().iter())
         .collect();
-    assert_eq!(shards.len(), 6, "two tables of one shard on three nodes");
+    assert_eq!(shards.len(), 9, "two tables of one shard on three nodes, and the lease service's __leases");
+    assert_eq!(shards.iter().filter(|s| s["table"] == "__leases" && s["role"] == "leader").count(), 1, "one lease service");
     let c_leader = shards
         .iter()
         .find(|s| s["table"] == "c" && s["role"] == "leader")

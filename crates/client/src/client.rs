@@ -1,16 +1,17 @@
 //! The entry point: a handle on a cluster that opens sessions at one of its nodes.
 
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use strata_wire::client::{LinkFault, NodeStatus, Request, Response, TableDef};
 use strata_rifl::RequestTracker;
-use strata_wire::{ClusterId, ClusterTime, LeaseInfo, NodeId, Rifl, RpcId, SessionId, WINDOW};
+use strata_wire::{ClusterId, LeaseInfo, NodeId, Rifl, RpcId, SessionId, WINDOW};
 
 use crate::conn::{Conn, ConnHandle};
 use crate::error::ClientError;
+use crate::lease::LeaseKeeper;
 use crate::session::{unexpected, Session};
 use crate::table::Table;
 
@@ -60,45 +61,49 @@ pub struct Client {
 
 /// What a client and its sessions share: the endpoints and the current connection.
 pub(crate) struct Shared {
-    endpoints: Vec<SocketAddr>,
+    pub(crate) endpoints: Vec<SocketAddr>,
     pub(crate) opts: ClientOptions,
     conn: Mutex<Option<Arc<ConnHandle>>>,
     /// Where the next connection attempt starts in `endpoints`.
     cursor: AtomicUsize,
 }
 
-/// The client side of RIFL (rifl.md §3.1): a RIFL client id and its RequestTracker. Each
-/// [`Session`] is one RIFL client: its requests complete in session order, so its
-/// `first_incomplete` advances with every completion, and one slow session does not hold back
-/// the window of another (a client-wide window would stall every session behind the slowest).
-///
-/// [DECISION, recorded in docs/design.md] Until the lease service is wired in, the id is a
-/// random 64-bit number drawn per session (a collision needs ~2^32 live sessions) and the
-/// lease in every envelope never expires, so servers never ask about it.
+/// The client side of RIFL (rifl.md §3.1): a lease (its id is the RIFL client id) and a
+/// RequestTracker. Each [`Session`] is one RIFL client: its requests complete in session
+/// order, so its `first_incomplete` advances with every completion, and one slow session does
+/// not hold back the window of another (a client-wide window would stall every session behind
+/// the slowest). The lease is created on the first mutating request and renewed in the
+/// background (`lease`).
 pub(crate) struct RiflClient {
+    pub(crate) keeper: Arc<LeaseKeeper>,
+    /// The lease id the tracker's sequence numbers belong to; 0 before the first lease.
     pub(crate) client_id: u64,
     pub(crate) tracker: RequestTracker,
 }
 
 impl RiflClient {
-    /// A new RPC id and its envelope, or `None` when the window of 512 uncollectable RPCs is
-    /// full (rifl.md §5.2: wait for the oldest).
-    pub(crate) fn new() -> RiflClient {
-        RiflClient { client_id: fresh_client_id(), tracker: RequestTracker::new(WINDOW) }
+    pub(crate) fn new(keeper: Arc<LeaseKeeper>) -> RiflClient {
+        RiflClient { keeper, client_id: 0, tracker: RequestTracker::new(WINDOW) }
     }
 
-    pub(crate) fn next(&mut self) -> Option<Rifl> {
-        let seq = self.tracker.new_sequence_num().ok()?;
-        Some(self.envelope(seq))
+    /// Takes the lease's id as the client id. A different id than before means the old lease
+    /// expired (R-D21): a fresh RequestTracker starts at seq 1 for the new id.
+    pub(crate) fn adopt(&mut self, lease: &LeaseInfo) {
+        if lease.client_id != self.client_id {
+            if self.client_id != 0 {
+                self.tracker = RequestTracker::new(WINDOW);
+            }
+            self.client_id = lease.client_id;
+        }
     }
 
-    /// The envelope of `seq` with the current `first_incomplete` (re-sent on every retry).
-    pub(crate) fn envelope(&self, seq: u64) -> Rifl {
-        let client_id = self.client_id;
+    /// The envelope of `seq` under `lease` (the current one), with the current
+    /// `first_incomplete` (re-sent on every retry).
+    pub(crate) fn envelope(&self, seq: u64, lease: LeaseInfo) -> Rifl {
         Rifl {
-            rpc: RpcId { client_id, seq },
+            rpc: RpcId { client_id: lease.client_id, seq },
             first_incomplete: self.tracker.first_incomplete().min(seq),
-            lease: LeaseInfo { client_id, expiration: ClusterTime(u64::MAX), timestamp: ClusterTime::ZERO },
+            lease,
         }
     }
 }
@@ -243,16 +248,4 @@ impl Shared {
             other => Err(unexpected(other)),
         }
     }
-}
-
-/// A client id no other live client is likely to hold (random 64 bits from the clock, the
-/// process and a counter, mixed; never 0).
-pub(crate) fn fresh_client_id() -> u64 {
-    static COUNTER: AtomicU64 = AtomicU64::new(0);
-    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64);
-    let n = COUNTER.fetch_add(1, Ordering::Relaxed);
-    let mut x = nanos ^ (u64::from(std::process::id()) << 20) ^ n.wrapping_mul(0x9e37_79b9_7f4a_7c15);
-    x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    (x ^ (x >> 31)).max(1)
 }

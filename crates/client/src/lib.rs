@@ -31,6 +31,7 @@ pub mod blocking;
 mod client;
 mod conn;
 mod error;
+mod lease;
 mod session;
 mod table;
 

@@ -11,12 +11,13 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use strata_wire::client::{ErrorCode, Request, Response};
-use strata_wire::{Carstamp, Rifl, SessionId, WINDOW};
+use strata_wire::{Carstamp, LeaseInfo, Rifl, SessionId, WINDOW};
 use tracing::debug;
 
 use crate::client::{RiflClient, Shared};
 use crate::conn::{await_reply, ConnHandle, ReplySlot};
 use crate::error::ClientError;
+use crate::lease::LeaseKeeper;
 
 /// Number of a request within its session: 1, 2, 3, ... in submission order.
 pub type ReqId = u64;
@@ -122,6 +123,10 @@ struct InFlight {
     /// The RIFL sequence number of a mutating request (its envelope is rebuilt on every
     /// re-send, with a fresh `first_incomplete`).
     rifl_seq: Option<u64>,
+    /// The lease id `rifl_seq` belongs to (0: not sent yet, no lease then).
+    owner: u64,
+    /// The envelope last sent: re-sent as it is once the session's lease changed (R-D21).
+    last: Option<Rifl>,
     /// An envelope the caller chose ([`Session::submit_as`]), re-sent as it is.
     given: Option<Rifl>,
     slot: ReplySlot,
@@ -144,13 +149,20 @@ pub struct Session {
 
 impl Session {
     pub(crate) fn new(shared: Arc<Shared>, conn: Arc<ConnHandle>, id: SessionId) -> Session {
-        let rifl = RiflClient::new();
+        let rifl = RiflClient::new(LeaseKeeper::new(shared.endpoints.clone(), shared.opts.clone()));
         Session { shared, rifl, conn, id, last_submitted: 0, in_flight: VecDeque::new(), completed: VecDeque::new(), closed: false }
     }
 
-    /// The session's RIFL client id: its mutating requests carry it (rifl.md §0).
+    /// The session's RIFL client id — its lease id, which its mutating requests carry
+    /// (rifl.md §0); 0 until the first mutating request got a lease.
     pub fn client_id(&self) -> u64 {
         self.rifl.client_id
+    }
+
+    /// The session's RIFL lease as its requests carry it (id, expiration and grant time in
+    /// cluster time), while one is held outside its danger zone.
+    pub fn lease(&self) -> Option<LeaseInfo> {
+        self.rifl.keeper.usable()
     }
 
     /// The session's id at its current node (a new one after a reconnection).
@@ -181,28 +193,44 @@ impl Session {
                 self.id
             )));
         }
-        let rifl = match opts.exactly_once && op.is_write() {
-            true => Some(self.rifl.next().ok_or_else(|| {
+        let mut req = InFlight { id: self.last_submitted + 1, op, rifl_seq: None, owner: 0, last: None, given: None, slot: lost_slot() };
+        if opts.exactly_once && req.op.is_write() {
+            // rifl.md §5.1 C1: the lease first (a new id restarts the tracker), then the seq.
+            let lease = self.rifl.keeper.usable();
+            if let Some(l) = &lease {
+                self.rifl.adopt(l);
+            }
+            let seq = self.rifl.tracker.new_sequence_num().map_err(|_| {
                 ClientError::QueueFull(format!(
                     "{WINDOW} exactly-once requests of session {} are unanswered or unconsumed (RIFL's window); consume completions first",
                     self.id
                 ))
-            })?),
-            false => None,
-        };
-        let slot = match self.conn.send_with(rifl, request(self.id, &op)) {
+            })?;
+            req.rifl_seq = Some(seq);
+            req.owner = self.rifl.client_id;
+            // Without a usable lease (none yet, or in its danger zone) the request waits in
+            // flight with a "lost" slot: `next` takes the recovery path, which gets a lease
+            // (blocking, §5.5.1) and sends it.
+            req.last = lease.map(|l| self.rifl.envelope(seq, l));
+            if req.last.is_none() {
+                self.last_submitted += 1;
+                self.in_flight.push_back(req);
+                return Ok(self.last_submitted);
+            }
+        }
+        req.slot = match self.conn.send_with(req.last, request(self.id, &req.op)) {
             Ok(slot) => slot,
             // The connection broke while the session was idle: `next` reconnects and re-sends.
             Err(ClientError::ConnectionLost { .. }) if opts.exactly_once => lost_slot(),
             Err(e) => {
-                if let Some(e) = &rifl {
-                    self.rifl.tracker.rpc_completed(e.rpc.seq);
+                if let Some(seq) = req.rifl_seq {
+                    self.rifl.tracker.rpc_completed(seq);
                 }
                 return Err(e);
             }
         };
         self.last_submitted += 1;
-        self.in_flight.push_back(InFlight { id: self.last_submitted, op, rifl_seq: rifl.map(|e| e.rpc.seq), given: None, slot });
+        self.in_flight.push_back(req);
         Ok(self.last_submitted)
     }
 
@@ -214,7 +242,7 @@ impl Session {
     pub fn submit_as(&mut self, op: Op, rifl: Rifl) -> Result<ReqId, ClientError> {
         let slot = self.conn.send_with(Some(rifl), request(self.id, &op))?;
         self.last_submitted += 1;
-        self.in_flight.push_back(InFlight { id: self.last_submitted, op, rifl_seq: None, given: Some(rifl), slot });
+        self.in_flight.push_back(InFlight { id: self.last_submitted, op, rifl_seq: None, owner: 0, last: None, given: Some(rifl), slot });
         Ok(self.last_submitted)
     }
 
@@ -247,10 +275,38 @@ impl Session {
 
     /// Ends a request: its RIFL id completes (rifl.md §5.1 C2), its reply becomes an outcome.
     fn finish(&mut self, req: &InFlight, result: Result<Response, ClientError>) -> Result<Outcome, ClientError> {
-        if let Some(seq) = req.rifl_seq {
+        // A seq of an older lease belongs to a tracker that is gone (R-D21).
+        if let Some(seq) = req.rifl_seq.filter(|_| req.owner == self.rifl.client_id) {
             self.rifl.tracker.rpc_completed(seq);
         }
         result.and_then(outcome)
+    }
+
+    /// The envelope to (re-)send `p` with, under the current lease `lease`: a fresh one for a
+    /// request of this lease (new `first_incomplete`); the last one sent for a request of an
+    /// expired lease (the node answers from its record or `ExpiredLease`, R-D21); a request
+    /// never sent under an older lease takes a seq of the current one.
+    fn envelope_for(&mut self, p: &mut InFlight, lease: Option<LeaseInfo>) -> Option<Rifl> {
+        if p.given.is_some() {
+            return p.given;
+        }
+        let seq = p.rifl_seq?;
+        let Some(lease) = lease else { return p.last };
+        if p.owner == 0 && self.rifl.client_id == lease.client_id {
+            p.owner = lease.client_id; // allocated before the first lease, of this tracker
+        }
+        let env = if p.owner == lease.client_id {
+            self.rifl.envelope(seq, lease)
+        } else if let Some(last) = p.last {
+            last
+        } else {
+            let seq = self.rifl.tracker.new_sequence_num().ok()?;
+            p.rifl_seq = Some(seq);
+            p.owner = lease.client_id;
+            self.rifl.envelope(seq, lease)
+        };
+        p.last = Some(env);
+        p.last
     }
 
     /// rifl.md §5.1 C2 after a broken connection: open a session again — at the same node if
@@ -261,29 +317,55 @@ impl Session {
     /// `retry_for` with `ConnectionLost` (outcome unknown) for what is left.
     async fn recover(&mut self) {
         let opts = self.shared.opts.clone();
-        let deadline = tokio::time::Instant::now() + opts.retry_for;
-        let pending: Vec<InFlight> = self.in_flight.drain(..).collect();
+        let mut pending: Vec<InFlight> = self.in_flight.drain(..).collect();
         let mut backoff = Duration::from_millis(5);
         let mut i = 0;
+        // §5.5.1: a usable lease before anything is sent (first use, danger zone, expiry).
+        let mut lease = None;
+        if pending.iter().any(|p| p.rifl_seq.is_some()) {
+            match self.rifl.keeper.acquire().await {
+                Ok(l) => {
+                    self.rifl.adopt(&l);
+                    lease = Some(l);
+                }
+                Err(e) => {
+                    let why = format!("no lease could be obtained from the lease service: {e}");
+                    for p in pending {
+                        let done = self.finish(&p, Err(ClientError::TableUnavailable { table: "__leases".into(), last: why.clone(), waited: opts.retry_for }));
+                        self.completed.push_back((p.id, done));
+                    }
+                    return;
+                }
+            }
+        }
+        // `retry_for` counts from here: getting the lease has its own bound.
+        let deadline = tokio::time::Instant::now() + opts.retry_for;
+        // A request that waited for a lease on a healthy connection is sent on it.
+        let mut reuse = self.conn.is_usable();
         'reconnect: while i < pending.len() {
             if tokio::time::Instant::now() >= deadline {
                 break;
             }
-            match self.shared.open_session().await {
-                Ok((conn, id)) => {
-                    debug!(node = %conn.addr, session = %id, unanswered = pending.len() - i, "session reconnected; re-sending");
-                    self.conn = conn;
-                    self.id = id;
-                }
-                Err(_) => {
-                    tokio::time::sleep(backoff).await;
-                    backoff = (backoff * 2).min(Duration::from_millis(500));
-                    continue;
+            if !std::mem::take(&mut reuse) {
+                match self.shared.open_session().await {
+                    Ok((conn, id)) => {
+                        debug!(node = %conn.addr, session = %id, unanswered = pending.len() - i, "session reconnected; re-sending");
+                        self.conn = conn;
+                        self.id = id;
+                    }
+                    Err(_) => {
+                        tokio::time::sleep(backoff).await;
+                        backoff = (backoff * 2).min(Duration::from_millis(500));
+                        continue;
+                    }
                 }
             }
             while i < pending.len() {
+                // The latest grant of the same lease (renewed in the background meanwhile).
+                let current = lease.map(|l| self.rifl.keeper.usable().filter(|u| u.client_id == l.client_id).unwrap_or(l));
+                let p = &mut pending[i];
+                let rifl = self.envelope_for(p, current);
                 let p = &pending[i];
-                let rifl = p.given.or_else(|| p.rifl_seq.map(|seq| self.rifl.envelope(seq)));
                 let Ok(slot) = self.conn.send_with(rifl, request(self.id, &p.op)) else { continue 'reconnect };
                 let left = deadline.saturating_duration_since(tokio::time::Instant::now());
                 match tokio::time::timeout(left, slot).await {

@@ -23,10 +23,11 @@ use std::time::Duration;
 use bytes::Bytes;
 use strata_wire::client::{shard_of, ErrorCode, LogFailure, LogWriteOp, Request, Response, TableDef};
 use strata_wire::log::LogIndex;
-use strata_wire::{ClusterTime, LeaseInfo, NodeId, Rifl, RpcId};
+use strata_wire::{NodeId, Rifl, RpcId};
 use tokio::time::Instant;
 
-use crate::client::{fresh_client_id, ClientOptions};
+use crate::client::ClientOptions;
+use crate::lease::LeaseKeeper;
 use crate::conn::{Conn, ConnHandle};
 use crate::error::ClientError;
 use crate::session::unexpected;
@@ -71,6 +72,9 @@ pub struct Table {
     leader: Vec<Option<usize>>,
     /// Per shard: the session token (§2.3).
     last_write: Vec<Option<LogIndex>>,
+    /// The handle's RIFL lease (its id is the client id of its writes).
+    keeper: Arc<LeaseKeeper>,
+    /// The lease id `next_seq` counts under (0 before the first write).
     client_id: u64,
     next_seq: u64,
     cursor: usize,
@@ -84,7 +88,8 @@ enum LastFailure {
 
 impl Table {
     pub(crate) fn new(def: TableDef, endpoints: &[SocketAddr], opts: ClientOptions) -> Table {
-        let client_id = fresh_client_id();
+        static SPREAD: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let spread = (std::process::id() as usize).wrapping_add(SPREAD.fetch_add(1, std::sync::atomic::Ordering::Relaxed));
         let shards = def.shards.max(1) as usize;
         Table {
             nodes: endpoints
@@ -97,10 +102,11 @@ impl Table {
                 .collect(),
             leader: vec![None; shards],
             last_write: vec![None; shards],
-            cursor: (client_id as usize) % endpoints.len().max(1),
+            cursor: spread % endpoints.len().max(1),
+            keeper: LeaseKeeper::new(endpoints.to_vec(), opts.clone()),
             def,
             opts,
-            client_id,
+            client_id: 0,
             next_seq: 0,
         }
     }
@@ -239,6 +245,12 @@ impl Table {
         opts: WriteOpts,
     ) -> Result<LogIndex, ClientError> {
         let shard = self.shard_of(&key) as usize;
+        // rifl.md §5.1 C1: the lease (created on first use); a new id restarts the seqs (R-D21).
+        let lease = self.keeper.acquire().await?;
+        if lease.client_id != self.client_id {
+            self.client_id = lease.client_id;
+            self.next_seq = 0;
+        }
         self.next_seq += 1;
         let seq = self.next_seq;
         let deadline = Instant::now() + self.retry_for();
@@ -251,11 +263,15 @@ impl Table {
                 op: op.clone(),
                 immediate: opts.immediate,
             };
+            // The latest grant of the same lease (renewed in the background meanwhile); if the
+            // lease changed, this write keeps the one it started with: the node then answers
+            // from its record or `ExpiredLease` (outcome unknown).
+            let lease = self.keeper.usable().filter(|l| l.client_id == lease.client_id).unwrap_or(lease);
             let rifl = Rifl {
-                rpc: RpcId { client_id: self.client_id, seq },
+                rpc: RpcId { client_id: lease.client_id, seq },
                 // One write at a time per handle: every earlier one has its answer.
                 first_incomplete: seq,
-                lease: LeaseInfo { client_id: self.client_id, expiration: ClusterTime(u64::MAX), timestamp: ClusterTime::ZERO },
+                lease,
             };
             let backoff;
             match self.call(target, Some(rifl), req, deadline).await {

@@ -82,6 +82,11 @@ pub enum WriteError {
     /// The request is malformed (empty key). Do not retry.
     #[error("invalid write: {0}")]
     Invalid(&'static str),
+    /// RIFL `ExpiredLease` (rifl.md R-G4, §5.6): the client's lease expired and its records
+    /// in this shard were collected (an applied `Expire` entry names it); nothing was
+    /// executed now, and whether an earlier attempt took effect is unknown. Do not retry.
+    #[error("the client's lease expired")]
+    ExpiredLease,
 }
 
 /// A reply for the driver to route by `token`.
@@ -145,7 +150,8 @@ pub struct Snapshot {
     /// `(key, value or tombstone, update index)`.
     pub items: Vec<(Bytes, Option<Bytes>, LogIndex)>,
     /// RIFL's state of the applied prefix, by client id: watermarks and live records.
-    pub clients: Vec<ClientRecords>,
+    pub clients: Vec<ClientRecords>,    /// Clients whose leases expired (applied `Expire` entries): their entries change nothing.
+    pub expired: Vec<u64>,
 }
 
 /// One client's RIFL state in a snapshot (rifl.md §3.3, R-D8): the ack watermark, which must

@@ -192,6 +192,7 @@ fn recovery_from_a_snapshot_and_the_log_after_it() {
             ack: 4,
             records: vec![(5, LogIndex::new(1, 5))],
         }],
+        expired: vec![9],
     };
     let mut next = entry(2, 1);
     next.seq = 6;

@@ -351,6 +351,11 @@ impl LogReplica {
     pub fn get(&self, key: &[u8]) -> (Option<Bytes>, LogIndex) {
         self.kv.get(key)
     }
+    /// Every applied key that has a value (no tombstones), unordered. For small system
+    /// tables read whole (the lease service's state).
+    pub fn items(&self) -> Vec<(Bytes, Bytes)> {
+        self.kv.items()
+    }
     /// The leader's DI, or this follower's `DI_F`.
     pub fn durable_index(&self) -> LogIndex {
         self.leader.as_ref().map_or(self.lease.di_f, |l| l.di)

@@ -1,7 +1,7 @@
 //! The in-memory log (`mem_log`) and the applied key-value state with RIFL's completion
 //! records (ORCA §3.1, rifl.md §5.3). Pure data structures: no protocol decisions here.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 
 use bytes::Bytes;
 use strata_rifl::{ResultTracker, RiflConfig, RpcId, Verdict};
@@ -110,6 +110,9 @@ pub(crate) enum Applied {
     /// The client had acknowledged this seq before the entry was applied (rifl.md §7 inv. 5):
     /// a very late duplicate, which must not execute.
     Stale,
+    /// The client's lease had expired (an `Expire` entry named it before): its records are
+    /// gone, so the entry must not execute (§7 inv. 9).
+    Expired,
 }
 
 /// The applied state: items, RIFL's completion records and watermarks, the applied index.
@@ -128,6 +131,9 @@ pub(crate) struct Kv {
     /// the watermark stays, so a late duplicate is `Stale` (R-D8). Entries are durable and
     /// replayed, so no separate ack record is needed.
     rifl: ResultTracker<LogIndex>,
+    /// Clients named by applied `Expire` entries (§5.6): their entries apply as no-ops. Lease
+    /// ids are never reused, so this only grows (8 bytes per expired client that wrote here).
+    expired: BTreeSet<u64>,
     applied: LogIndex,
 }
 
@@ -136,6 +142,7 @@ impl Default for Kv {
         Kv {
             items: HashMap::new(),
             rifl: ResultTracker::new(&RiflConfig::default()),
+            expired: BTreeSet::new(),
             applied: LogIndex::ZERO,
         }
     }
@@ -159,6 +166,7 @@ impl Kv {
                 })
                 .collect(),
             applied: s.last_included,
+            expired: s.expired.iter().copied().collect(),
             ..Kv::default()
         };
         for c in &s.clients {
@@ -193,6 +201,7 @@ impl Kv {
             last_included: self.applied,
             items,
             clients,
+            expired: self.expired.iter().copied().collect(),
         }
     }
 
@@ -203,6 +212,11 @@ impl Kv {
     /// The completion records and watermarks of applied writes.
     pub fn rifl(&self) -> &ResultTracker<LogIndex> {
         &self.rifl
+    }
+
+    /// Whether an applied `Expire` entry named `client_id`.
+    pub fn is_expired(&self, client_id: u64) -> bool {
+        self.expired.contains(&client_id)
     }
 
     /// ORCA §5.2: applying sets the key's value and update-index, the RPC's completion record,
@@ -220,11 +234,21 @@ impl Kv {
             LogOp::Put(v) => Some(v.clone()),
             LogOp::Delete => None,
             LogOp::NoOp => return Applied::NoOp,
+            LogOp::Expire(clients) => {
+                for &c in clients {
+                    self.rifl.remove_client(c);
+                    self.expired.insert(c);
+                }
+                return Applied::NoOp;
+            }
         };
         let rpc = RpcId {
             client_id: e.client_id,
             seq: e.seq,
         };
+        if dedup && self.expired.contains(&rpc.client_id) {
+            return Applied::Expired;
+        }
         // Decided from applied records only (the module comment). The entry's own ack is
         // below its seq (`Rifl::check` at the leader), so it never makes the entry stale.
         let outcome = match self.rifl.peek(rpc) {
@@ -248,6 +272,11 @@ impl Kv {
             },
         );
         Applied::Executed
+    }
+
+    /// Every key that has a value, with it (unordered).
+    pub fn items(&self) -> Vec<(Bytes, Bytes)> {
+        self.items.iter().filter_map(|(k, i)| Some((k.clone(), i.value.clone()?))).collect()
     }
 
     /// `(value, update_index)`; an absent key has `(None, ZERO)` (§5.5.1 step 3).
@@ -327,6 +356,29 @@ mod tests {
         assert_eq!(kv.apply(&noop, true), Applied::NoOp);
         assert_eq!(kv.applied(), LogIndex::new(2, 1));
         assert_eq!(kv.get(b"k").1, LogIndex::new(1, 2));
+    }
+
+    #[test]
+    fn an_expire_entry_collects_a_client_and_its_later_entries_change_nothing() {
+        let put = |counter, client_id, seq, v: &'static str| LogEntry {
+            op: LogOp::Put(Bytes::from_static(v.as_bytes())),
+            client_id,
+            seq,
+            ..e(1, counter)
+        };
+        let mut kv = Kv::default();
+        assert_eq!(kv.apply(&put(1, 1, 1, "a"), true), Applied::Executed);
+        assert_eq!(kv.apply(&put(2, 2, 1, "b"), true), Applied::Executed);
+        let expire = LogEntry { op: LogOp::Expire(vec![1]), client_id: 0, seq: 0, key: Bytes::new(), ..e(1, 3) };
+        assert_eq!(kv.apply(&expire, true), Applied::NoOp);
+        assert!(!kv.rifl().knows(1) && kv.is_expired(1), "client 1's records and watermark are gone");
+        assert!(kv.rifl().knows(2), "client 2 keeps its record");
+        // A retry of client 1's write, appended after the expiry: no effect anywhere.
+        assert_eq!(kv.apply(&put(4, 1, 1, "a"), true), Applied::Expired);
+        assert_eq!(kv.get(b"k"), (Some(Bytes::from_static(b"b")), LogIndex::new(1, 2)));
+        // Replicas recovering from a snapshot decide the same.
+        let back = Kv::from_snapshot(Some(&kv.to_snapshot()));
+        assert!(back.is_expired(1) && !back.rifl().knows(1));
     }
 
     #[test]

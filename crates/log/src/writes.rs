@@ -94,6 +94,11 @@ impl LogReplica {
                 return;
             }
             Verdict::Completed(index) => Some(index),
+            // rifl.md §5.6: the client's records here were collected after its lease expired.
+            _ if self.kv.is_expired(rpc.client_id) => {
+                self.effects.reply.push(reply(Err(WriteError::ExpiredLease)));
+                return;
+            }
             _ => l.inflight.get(&rpc).copied(),
         };
         if let Some(index) = known {
@@ -108,8 +113,10 @@ impl LogReplica {
             });
             return;
         }
-        // §5.5.3 without a lease service: a lease that may have expired cannot be validated
-        // here, so the write is refused as retryable rather than executed or called expired.
+        // §5.5.3: the node validated the lease before this core saw the write (and passed the
+        // best expiration it knows); this is the core's own guard for a driver that did not.
+        // A lease that may have expired is refused as retryable, never executed nor called
+        // expired.
         if rifl.lease.expiration <= self.observed_cluster_time {
             self.effects.reply.push(reply(Err(WriteError::Unavailable)));
             return;
@@ -151,6 +158,30 @@ impl LogReplica {
         }
     }
 
+    /// rifl.md §5.6 at a ready leader: the lease service confirmed these clients expired.
+    /// Appends one `Expire` entry naming those this shard holds records or a watermark of;
+    /// applied, it collects them at every replica. Returns whether an entry was appended (a
+    /// follower, or a leader in its sync phase, does nothing: the next leader's node asks
+    /// again when the client shows up).
+    pub fn expire_clients(&mut self, now: Instant, clients: &[u64]) -> bool {
+        let known: Vec<u64> =
+            clients.iter().copied().filter(|&c| self.kv.rifl().knows(c) && !self.kv.is_expired(c)).collect();
+        let ready = self.leader.as_ref().is_some_and(|l| l.synced && l.lease_valid(now));
+        if known.is_empty() || !ready {
+            return false;
+        }
+        let l = self.leader.as_mut().expect("leader");
+        let index = LogIndex::new(self.epoch, l.next_counter);
+        l.next_counter += 1;
+        let e = LogEntry { index, key: Bytes::new(), op: LogOp::Expire(known), client_id: 0, seq: 0, ack: 0, immediate: false };
+        for p in l.progress.values_mut() {
+            p.needs_send = true;
+        }
+        self.log.append(e.clone());
+        self.persist(Persist::Append(vec![e]));
+        true
+    }
+
     /// Acknowledges every waiting write whose rule is met (§5.1 step 7), times out the rest.
     pub(crate) fn settle_writes(&mut self, now: Instant) {
         if self.role != Role::Leader {
@@ -185,6 +216,8 @@ impl LogReplica {
                     _ if !dedup => Ok(WriteAck { index: w.index }),
                     Verdict::Completed(index) => Ok(WriteAck { index }),
                     Verdict::Stale => Err(WriteError::Stale),
+                    // Its entry applied as a no-op: the client's lease had expired (§5.6).
+                    _ if kv.is_expired(w.rpc.client_id) => Err(WriteError::ExpiredLease),
                     // Unreachable: an applied write entry leaves a record or a watermark.
                     _ => Err(WriteError::Timeout),
                 };

@@ -24,6 +24,10 @@ pub const DEFAULT_RELEASE_TIMEOUT_MS: u64 = 5;
 /// Default cap of the adaptive `T_REL`: a release waits 10 smoothed ack round trips (Kite
 /// K-D1), at least `release_timeout_ms` and at most this.
 pub const DEFAULT_RELEASE_TIMEOUT_MAX_MS: u64 = 100;
+/// Default RIFL `LEASE_TERM` (rifl.md §3.5: 30 minutes, RAMCloud's).
+pub const DEFAULT_LEASE_TERM_MS: u64 = 30 * 60 * 1000;
+/// The shortest lease term accepted: a lease must outlive several renewal round trips.
+pub const MIN_LEASE_TERM_MS: u64 = 200;
 /// Default cluster id.
 pub const DEFAULT_CLUSTER_ID: u64 = 1;
 /// Room a frame needs beside its value: the largest key (64 KiB) plus headers.
@@ -74,6 +78,10 @@ pub struct NodeConfig {
     /// Cap of the adaptive `T_REL`, milliseconds; at least `release_timeout_ms` (equal: fixed).
     #[serde(default = "default_release_timeout_max_ms")]
     pub release_timeout_max_ms: u64,
+    /// RIFL `LEASE_TERM` (rifl.md §3.5, §5.5) granted by the lease service when this node
+    /// serves it, milliseconds. Every node of a cluster should use the same value.
+    #[serde(default = "default_lease_term_ms")]
+    pub lease_term_ms: u64,
     /// Largest frame accepted from a client or peer, header included.
     #[serde(default = "default_max_frame_bytes")]
     pub max_frame_bytes: usize,
@@ -133,6 +141,9 @@ fn default_release_timeout_ms() -> u64 {
 }
 fn default_release_timeout_max_ms() -> u64 {
     DEFAULT_RELEASE_TIMEOUT_MAX_MS
+}
+fn default_lease_term_ms() -> u64 {
+    DEFAULT_LEASE_TERM_MS
 }
 fn default_max_frame_bytes() -> usize {
     DEFAULT_MAX_FRAME_BYTES
@@ -213,6 +224,7 @@ impl Default for NodeConfig {
             retransmit_ms: DEFAULT_RETRANSMIT_MS,
             release_timeout_ms: DEFAULT_RELEASE_TIMEOUT_MS,
             release_timeout_max_ms: DEFAULT_RELEASE_TIMEOUT_MAX_MS,
+            lease_term_ms: DEFAULT_LEASE_TERM_MS,
             max_frame_bytes: DEFAULT_MAX_FRAME_BYTES,
             max_value_bytes: DEFAULT_MAX_VALUE_BYTES,
             log_format: LogFormat::Text,
@@ -296,6 +308,12 @@ impl NodeConfig {
             });
         }
         // A value travels in one frame together with its key (up to 64 KiB) and headers.
+        if self.lease_term_ms < MIN_LEASE_TERM_MS {
+            return Err(ConfigError::Invalid {
+                what: "lease_term_ms",
+                why: format!("{} is below the minimum of {MIN_LEASE_TERM_MS} ms", self.lease_term_ms),
+            });
+        }
         if self.max_value_bytes == 0 || self.max_value_bytes.saturating_add(FRAME_SLACK_BYTES) > self.max_frame_bytes {
             return Err(ConfigError::Invalid {
                 what: "max_value_bytes",
@@ -343,6 +361,10 @@ pub struct NodeArgs {
     /// `--release-timeout-ms`, at most this).
     #[arg(long, value_name = "MS")]
     pub release_timeout_max_ms: Option<u64>,
+    /// RIFL lease term in milliseconds (default 30 minutes): a client whose lease is not
+    /// renewed for this long loses it, and its unfinished requests end as "outcome unknown".
+    #[arg(long, value_name = "MS")]
+    pub lease_term_ms: Option<u64>,
 }
 
 /// A config file in which every setting is optional, so that flags can supply the rest.
@@ -359,6 +381,7 @@ struct PartialConfig {
     retransmit_ms: Option<u64>,
     release_timeout_ms: Option<u64>,
     release_timeout_max_ms: Option<u64>,
+    lease_term_ms: Option<u64>,
     max_frame_bytes: Option<usize>,
     max_value_bytes: Option<usize>,
     log_format: Option<LogFormat>,
@@ -415,6 +438,7 @@ impl NodeArgs {
                 .release_timeout_max_ms
                 .or(file.release_timeout_max_ms)
                 .unwrap_or(DEFAULT_RELEASE_TIMEOUT_MAX_MS.max(release_timeout_ms)),
+            lease_term_ms: self.lease_term_ms.or(file.lease_term_ms).unwrap_or(DEFAULT_LEASE_TERM_MS),
             max_frame_bytes: file.max_frame_bytes.unwrap_or(DEFAULT_MAX_FRAME_BYTES),
             max_value_bytes: file.max_value_bytes.unwrap_or(DEFAULT_MAX_VALUE_BYTES),
             log_format: self.log_format.or(file.log_format).unwrap_or_default(),

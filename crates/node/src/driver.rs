@@ -15,6 +15,7 @@ use tokio::sync::{mpsc, watch};
 use tokio::time::Instant as TokioInstant;
 use tracing::{debug, info, warn};
 
+use crate::leases::{is_linearizable, Leases, Released};
 use crate::shared::{ClientItem, CoreInput, Counters, WriterMsg};
 use crate::tables::{DiskDone, Outbox, Tables};
 use crate::transport::PeerLink;
@@ -42,6 +43,8 @@ pub(crate) struct Driver {
     /// The log tables' shard replicas (pumped by this same task: see `tables`).
     tables: Tables,
     outbox: Outbox,
+    /// RIFL's lease check and, at the `__leases` leader, the lease service (`leases`).
+    leases: Leases,
 }
 
 impl Driver {
@@ -51,6 +54,7 @@ impl Driver {
         links: Vec<Arc<PeerLink>>,
         counters: Arc<Counters>,
         tables: Tables,
+        leases: Leases,
     ) -> Driver {
         let touched = vec![false; links.len()];
         Driver {
@@ -64,6 +68,7 @@ impl Driver {
             flushes: 0,
             tables,
             outbox: Outbox::default(),
+            leases,
         }
     }
 
@@ -73,10 +78,8 @@ impl Driver {
 
     fn deadline(&self) -> Option<TokioInstant> {
         let rc = self.core.poll_timeout().map(|t| self.origin + Duration::from_nanos(t.0));
-        match (rc, self.tables.deadline()) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
+        let leases = Some(self.origin + Duration::from_nanos(self.leases.deadline().0));
+        [rc, self.tables.deadline(), leases].into_iter().flatten().min()
     }
 
     pub async fn run(
@@ -151,7 +154,35 @@ impl Driver {
             self.core.on_tick(now);
         }
         self.tables.tick(at, &mut self.outbox);
+        if self.leases.deadline() <= now {
+            self.leases.tick(at, now, &mut self.tables, &mut self.outbox);
+            self.take_local_answers(at);
+        }
         self.flush(at);
+    }
+
+    /// Answers the lease service at this node gave to this node's own questions.
+    fn take_local_answers(&mut self, at: TokioInstant) {
+        loop {
+            let answers = self.leases.take_local();
+            if answers.is_empty() {
+                return;
+            }
+            let now = self.now(at);
+            for (client, status) in answers {
+                let released = self.leases.on_answer(now, client, &status);
+                self.release(at, released);
+            }
+        }
+    }
+
+    /// After an answer about a lease: collect expired clients' records, run held RPCs again.
+    fn release(&mut self, at: TokioInstant, released: Released) {
+        self.core.forget_clients(&released.expired);
+        self.tables.expire_clients(at, &released.expired, &mut self.outbox);
+        for (route, req) in released.requests {
+            self.on_request(at, route, req);
+        }
     }
 
     fn handle(&mut self, at: TokioInstant, input: CoreInput) {
@@ -186,6 +217,17 @@ impl Driver {
                         PeerMessage::Shard { table, shard, msg } => {
                             self.tables.on_peer(at, from, table, shard, msg, &mut self.outbox)
                         }
+                        PeerMessage::LeaseQuery { client_id } => {
+                            self.leases.on_query(now, from, client_id, &mut self.outbox)
+                        }
+                        PeerMessage::LeaseRenew { req, lease_id } => {
+                            self.leases.on_forwarded(at, now, from, req, lease_id, &mut self.tables, &mut self.outbox)
+                        }
+                        PeerMessage::LeaseRenewed { req, grant } => self.leases.on_renewed(req, grant, &mut self.outbox),
+                        PeerMessage::LeaseAnswer { client_id, status } => {
+                            let released = self.leases.on_answer(now, client_id, &status);
+                            self.release(at, released);
+                        }
                         msg => self.core.on_message(now, from, msg),
                     }
                 }
@@ -194,6 +236,16 @@ impl Driver {
     }
 
     fn on_request(&mut self, at: TokioInstant, route: Route, req: ClientRequest) {
+        // rifl.md §5.5.3: every linearizable RPC's lease is checked before an engine sees it.
+        let req = if req.rifl.is_some() && is_linearizable(&req.body) {
+            let now = self.now(at);
+            match self.leases.admit(now, route, req, &self.tables, &mut self.outbox) {
+                Some(req) => req,
+                None => return self.take_local_answers(at),
+            }
+        } else {
+            req
+        };
         let ClientRequest { corr, rifl, body } = req;
         match body {
             // Node-level requests are the runtime's: it owns the transport.
@@ -219,6 +271,10 @@ impl Driver {
                 self.flush(at);
                 let body = self.tables.create(def);
                 self.send_to(route, WriterMsg::Resp(ClientResponse { corr, body }));
+            }
+            Request::RenewLease { .. } | Request::LeaseInfo { .. } => {
+                let now = self.now(at);
+                self.leases.on_request(at, now, route, corr, &body, &mut self.tables, &mut self.outbox);
             }
             Request::ListTables => {
                 self.flush(at);
@@ -327,6 +383,13 @@ impl Driver {
     /// Sends what the log shards produced: peer messages through the same links (and fault
     /// layer) as the rc engine's, replies to their connections.
     fn flush_tables(&mut self, at: TokioInstant) {
+        let written = std::mem::take(&mut self.outbox.internal);
+        if !written.is_empty() {
+            let now = self.now(at);
+            for (token, result) in written {
+                self.leases.on_written(now, token, result, &self.tables, &mut self.outbox);
+            }
+        }
         for (to, msg) in self.outbox.peers.drain(..) {
             match self.links.iter().position(|l| l.id == to) {
                 Some(i) => {

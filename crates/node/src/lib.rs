@@ -21,6 +21,7 @@
 mod client;
 pub mod config;
 mod driver;
+pub mod leases;
 pub mod fault;
 mod shared;
 pub mod tables;
@@ -147,7 +148,8 @@ async fn start_on(cfg: NodeConfig, client: TcpListener, peer: TcpListener) -> Re
     let links: Vec<Arc<PeerLink>> = cfg.peers.iter().map(|p| Arc::new(PeerLink::new(NodeId(p.id), p.addr))).collect();
     let peer_ids = Arc::new(links.iter().map(|l| l.id).collect::<Vec<_>>());
 
-    let driver = driver::Driver::new(core, TokioInstant::now(), links.clone(), counters.clone(), tables);
+    let leases = leases::Leases::new(node, leases::rifl_config(Duration::from_millis(cfg.lease_term_ms)));
+    let driver = driver::Driver::new(core, TokioInstant::now(), links.clone(), counters.clone(), tables, leases);
     let core_task = tokio::spawn(driver.run(core_rx, disk_rx, stop_rx.clone()));
     for link in &links {
         tasks.spawn(transport::run_sender(link.clone(), wire));

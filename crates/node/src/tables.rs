@@ -66,6 +66,26 @@ pub const MAX_SHARDS: u32 = 64;
 /// The longest table name (it names a directory).
 pub const MAX_TABLE_NAME: usize = 64;
 const CATALOG_FILE: &str = "catalog.json";
+/// Names of system tables start with this; users cannot create such tables.
+pub const SYSTEM_PREFIX: &str = "__";
+/// The log table holding RIFL's lease service (rifl.md R-D1: its durable state replicated by
+/// the store's own consensus; the service runs at the table's leader). Every node has it from
+/// its first start; it is not in the catalog file.
+pub const LEASE_TABLE: &str = "__leases";
+
+/// The lease table's definition: one shard, every command fsynced at a majority before the
+/// service acts on it (§5.5.2: "after the write is durable"), reads at the leader.
+pub fn lease_table_def() -> TableDef {
+    TableDef {
+        name: LEASE_TABLE.to_string(),
+        engine: TableEngine::Log,
+        durability: TableDurability::Sync,
+        replication: TableReplication::Sync,
+        reads: TableReads::Leader,
+        shards: 1,
+        timers: TableTimers::Default,
+    }
+}
 
 /// The log engine's configuration for a table on a cluster of `n` nodes, or the core's own
 /// [`strata_log::ConfigError`] when the combination is invalid (e.g. active-set reads without
@@ -107,6 +127,12 @@ pub fn check_table_def(def: &TableDef, n: usize) -> Result<LogConfig, String> {
     if !name_ok {
         return Err(format!(
             "invalid table name {:?}: use 1-{MAX_TABLE_NAME} letters, digits, '_' or '-'",
+            def.name
+        ));
+    }
+    if def.name.starts_with(SYSTEM_PREFIX) {
+        return Err(format!(
+            "invalid table name {:?}: names starting with {SYSTEM_PREFIX:?} are reserved for system tables",
             def.name
         ));
     }
@@ -318,6 +344,8 @@ struct Shard {
 pub(crate) struct Outbox {
     pub peers: Vec<(NodeId, PeerMessage)>,
     pub replies: Vec<(Route, ClientResponse)>,
+    /// Replies to the node's own writes ([`Tables::write_internal`]), by token.
+    pub internal: Vec<(u64, Result<strata_log::WriteAck, WriteError>)>,
 }
 
 struct TableEntry {
@@ -340,6 +368,8 @@ pub(crate) struct Tables {
     /// Shard messages for a table or shard this node does not have.
     pub unroutable_messages: u64,
     drains: u64,
+    /// Tokens of the node's own writes (their replies go to `Outbox::internal`).
+    internal: std::collections::HashSet<u64>,
 }
 
 impl Tables {
@@ -367,7 +397,11 @@ impl Tables {
             threads: Vec::new(),
             unroutable_messages: 0,
             drains: 0,
+            internal: std::collections::HashSet::new(),
         };
+        let lease_def = lease_table_def();
+        let lease_cfg = log_config(&lease_def, t.replicas.len()).map_err(|e| format!("lease table: {e}"))?;
+        t.start_table(lease_def, lease_cfg)?;
         for def in defs {
             let cfg =
                 check_table_def(&def, t.replicas.len()).map_err(|e| format!("catalog: {e}"))?;
@@ -460,7 +494,8 @@ impl Tables {
                 def.name, t.def.name
             ));
         }
-        let mut defs: Vec<TableDef> = self.tables.values().map(|t| t.def.clone()).collect();
+        let mut defs: Vec<TableDef> =
+            self.tables.values().map(|t| t.def.clone()).filter(|d| !d.name.starts_with(SYSTEM_PREFIX)).collect();
         defs.push(def.clone());
         // Synchronous file IO in the core task: table creation is a rare admin operation.
         if let Err(e) = save_catalog(&self.dir, &defs) {
@@ -480,7 +515,7 @@ impl Tables {
     }
 
     pub fn list(&self) -> Vec<TableDef> {
-        self.tables.values().map(|t| t.def.clone()).collect()
+        self.tables.values().map(|t| t.def.clone()).filter(|d| !d.name.starts_with(SYSTEM_PREFIX)).collect()
     }
 
     #[allow(clippy::result_large_err)] // built once per unknown-table request
@@ -519,6 +554,13 @@ impl Tables {
             };
             return out.replies.push((route, ClientResponse { corr, body }));
         };
+        if table.starts_with(SYSTEM_PREFIX) {
+            let body = Response::Error {
+                code: ErrorCode::InvalidArgument,
+                message: format!("table {table:?} is a system table: only the node writes it"),
+            };
+            return out.replies.push((route, ClientResponse { corr, body }));
+        }
         let sk = match self.shard_key(table, &key) {
             Ok(k) => k,
             Err(body) => return out.replies.push((route, ClientResponse { corr, body })),
@@ -704,6 +746,12 @@ impl Tables {
             }
         }
         for reply in fx.reply.drain(..) {
+            if self.internal.remove(&reply.token()) {
+                if let LogReply::Write { token, result } = reply {
+                    out.internal.push((token, result));
+                }
+                continue;
+            }
             let Some((route, corr)) = s.waiting.remove(&reply.token()) else {
                 continue;
             };
@@ -717,6 +765,74 @@ impl Tables {
         }
         for ev in fx.event.drain(..) {
             log_event(&s.table, s.shard, &ev);
+        }
+    }
+
+    fn system_shard(&self, table: &str) -> Option<&Shard> {
+        self.shards.get(&(self.tables.get(table)?.id, 0))
+    }
+
+    /// Whether this node leads `table`'s shard 0, has applied every committed entry and
+    /// holds its leader lease (so its applied state is the table's and it may write).
+    pub fn leads(&self, at: TokioInstant, table: &str) -> Option<u32> {
+        let s = self.system_shard(table)?;
+        (!s.failed && s.replica.is_ready_leader(self.clock.now(at))).then(|| s.replica.epoch())
+    }
+
+    /// The leader `table`'s shard 0 knows of (itself if it leads).
+    pub fn leader_of(&self, table: &str) -> Option<NodeId> {
+        let r = &self.system_shard(table)?.replica;
+        if r.role() == Role::Leader {
+            Some(self.me)
+        } else {
+            r.leader_hint()
+        }
+    }
+
+    /// Every live key and value of `table`'s shard 0, as applied here.
+    pub fn scan(&self, table: &str) -> Vec<(bytes::Bytes, bytes::Bytes)> {
+        self.system_shard(table).map_or_else(Vec::new, |s| s.replica.items())
+    }
+
+    /// The node's own write to `table`'s shard 0 (a system table); the reply comes back in
+    /// `Outbox::internal` with the returned token.
+    pub fn write_internal(
+        &mut self,
+        at: TokioInstant,
+        table: &str,
+        rifl: Rifl,
+        key: bytes::Bytes,
+        op: WriteOp,
+        out: &mut Outbox,
+    ) -> u64 {
+        let token = self.take_token();
+        let Some(t) = self.tables.get(table) else {
+            out.internal.push((token, Err(WriteError::Invalid("no such system table"))));
+            return token;
+        };
+        let sk = (t.id, 0);
+        self.internal.insert(token);
+        let now = self.clock.now(at);
+        let s = self.shards.get_mut(&sk).expect("a catalogued table has all its shards");
+        s.replica.on_client_request(now, LogRequest::Write { token, rifl, key, op, immediate: false });
+        self.drain(sk, out);
+        token
+    }
+
+    /// rifl.md §5.6: the lease service confirmed these clients expired. Every shard this node
+    /// leads appends an `Expire` entry for those it holds records of (`LogReplica::expire_clients`).
+    pub fn expire_clients(&mut self, at: TokioInstant, clients: &[u64], out: &mut Outbox) {
+        if clients.is_empty() {
+            return;
+        }
+        let now = self.clock.now(at);
+        let led: Vec<ShardKey> = self.shards.iter().filter(|(_, s)| s.replica.role() == Role::Leader).map(|(k, _)| *k).collect();
+        for k in led {
+            let s = self.shards.get_mut(&k).expect("listed");
+            if s.replica.expire_clients(now, clients) {
+                info!(table = %s.table, shard = s.shard, clients = clients.len(), "collecting the records of clients whose lease expired");
+                self.drain(k, out);
+            }
         }
     }
 
@@ -814,6 +930,12 @@ fn write_error_body(e: WriteError) -> Response {
             return Response::Error {
                 code: ErrorCode::BadEnvelope,
                 message: m.to_string(),
+            }
+        }
+        WriteError::ExpiredLease => {
+            return Response::Error {
+                code: ErrorCode::ExpiredLease,
+                message: "the client's lease expired and its records in this shard were collected; outcome of its unfinished writes unknown".to_string(),
             }
         }
         WriteError::NotLeader { hint } => LogFailure::NotLeader { hint },

@@ -125,6 +125,8 @@ pub struct RcStats {
     pub rifl_duplicates: u64,
     /// RIFL: requests refused as `Stale` (the client had acknowledged them).
     pub rifl_stale: u64,
+    /// RIFL: clients whose records were collected because their lease expired (§5.6).
+    pub rifl_clients_expired: u64,
     /// The `T_REL` a barrier starting now would wait, microseconds (adaptive: 10 smoothed ack
     /// round trips within the configured bounds, `RcReplica::release_timeout`). A gauge, not a
     /// counter.

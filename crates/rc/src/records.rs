@@ -72,6 +72,12 @@ pub(crate) fn of_version(rs: &KeyRecords, cs: strata_wire::Carstamp) -> KeyRecor
     KeyRecords { floors: Vec::new(), done: own.cloned().into_iter().collect() }
 }
 
+/// Drops every floor and record of `clients` (their leases expired, rifl.md §5.6).
+pub(crate) fn forget_clients(rs: &mut KeyRecords, clients: &std::collections::HashSet<u64>) {
+    rs.floors.retain(|(c, _)| !clients.contains(c));
+    rs.done.retain(|c| !clients.contains(&c.rpc.client_id));
+}
+
 /// The sweep (`RcReplica::sweep_records`): drops every record its client has acknowledged and
 /// every floor, once the node's own watermark of the client (`ack_of`) covers them. From then
 /// on the node answers a late duplicate `Stale` from that watermark, so the key keeps nothing
@@ -167,6 +173,18 @@ mod tests {
         add(&mut rs, &rec(7, 9, 5));
         assert_eq!(lookup(&rs, a.rpc), Lookup::Stale);
         assert_eq!(rs.done.len(), 1);
+        check(&rs).unwrap();
+    }
+
+    #[test]
+    fn forgetting_an_expired_client_drops_its_floor_and_records_and_keeps_the_others() {
+        let mut rs = KeyRecords::default();
+        add(&mut rs, &rec(7, 3, 2));
+        add(&mut rs, &rec(8, 4, 1));
+        forget_clients(&mut rs, &[7].into_iter().collect());
+        assert_eq!(lookup(&rs, RpcId { client_id: 7, seq: 3 }), Lookup::Unknown, "record gone");
+        assert_eq!(lookup(&rs, RpcId { client_id: 7, seq: 2 }), Lookup::Unknown, "floor gone");
+        assert!(matches!(lookup(&rs, RpcId { client_id: 8, seq: 4 }), Lookup::Done(_)), "other clients keep theirs");
         check(&rs).unwrap();
     }
 

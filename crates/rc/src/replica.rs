@@ -322,6 +322,30 @@ impl RcReplica {
         });
     }
 
+    /// rifl.md §5.6, collection by client death: the lease service confirmed these clients'
+    /// leases expired, so their watermarks and their records at every key go (a record of
+    /// theirs merged back later from a peer is collected again the same way). The node's
+    /// lease check answers their RPCs `ExpiredLease` from now on, never running them.
+    /// Records of an RPC executing here stay with it.
+    pub fn forget_clients(&mut self, clients: &[u64]) {
+        if clients.is_empty() {
+            return;
+        }
+        let running: HashSet<u64> = self.rifl_running.iter().map(|r| r.client_id).collect();
+        let gone: HashSet<u64> = clients.iter().copied().filter(|c| !running.contains(c)).collect();
+        for c in &gone {
+            self.rifl_acks.remove(c);
+        }
+        let keys = &mut self.keys;
+        self.rifl_keys.retain(|key| {
+            let Some(k) = keys.get_mut(key) else { return false };
+            records::forget_clients(&mut k.records, &gone);
+            k.swept = !k.records.is_empty();
+            k.swept
+        });
+        self.stats.rifl_clients_expired += gone.len() as u64;
+    }
+
     fn reply_error(&mut self, route: Route, corr: u64, code: ErrorCode, message: String) {
         self.effects.reply.push(RcReply { route, resp: ClientResponse { corr, body: Response::Error { code, message } } });
     }

@@ -51,11 +51,17 @@ pub struct Up {
 
 impl Up {
     pub fn start(nodes: u16) -> Up {
+        Up::start_with(nodes, &[])
+    }
+
+    /// `strata up` with extra flags (e.g. `--lease-term-ms`).
+    pub fn start_with(nodes: u16, extra: &[&str]) -> Up {
         let data_dir = temp_dir("up");
         let base = free_base_port(nodes);
         let mut child = Command::new(STRATA)
             .args(["up", "--nodes", &nodes.to_string(), "--base-port", &base.to_string(), "--data-dir"])
             .arg(&data_dir)
+            .args(extra)
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .spawn()
@@ -121,7 +127,12 @@ impl Drop for Up {
             // SAFETY: the node processes this test started (they also die with the supervisor).
             unsafe { libc::kill(pid, libc::SIGKILL) };
         }
-        let _ = std::fs::remove_dir_all(&self.data_dir);
+        // STRATA_KEEP_TEST_DIRS=1 keeps the nodes' data and logs for a post-mortem.
+        if std::env::var_os("STRATA_KEEP_TEST_DIRS").is_none() {
+            let _ = std::fs::remove_dir_all(&self.data_dir);
+        } else {
+            eprintln!("kept {}", self.data_dir.display());
+        }
     }
 }
 

@@ -1,0 +1,503 @@
+//! RIFL's leases in the node (`specs/rifl.md` §5.5, §5.6, R-D1): the lease service, run by the
+//! leader of the system log table `__leases`, and the lease check every linearizable RPC
+//! passes before an engine sees it.
+//!
+//! # The service on the store's own consensus (R-D1)
+//!
+//! The service's durable state (the live lease ids, the reserved-id mark, the safe cluster
+//! time) is the applied state of `__leases`: each [`LeaseCommand`] is a write to it (a key per
+//! lease id, `r` for the reservation, `s` for the safe time), proposed by the serving node and
+//! applied by the service only once the log acknowledges it — a `Sync` table, so fsynced at a
+//! majority. The node whose `__leases` replica is the ready leader (sync phase done, every
+//! committed entry applied, leader lease held) serves: it rebuilds [`DurableLeases`] from the
+//! applied keys and starts the service as §5.5.2's restart says (clock from the persisted safe
+//! time, every known lease renewed for a full term, ids from a fresh block). When it loses the
+//! leadership it stops serving and tells waiting clients where the leader is.
+//!
+//! The service's own writes need RIFL envelopes like any log write: the client id is
+//! `SERVICE_CLIENT - (epoch << 20) - start` — fresh for every start of the service (client
+//! lease ids count up from 1 and never get near) — and the seq counts from 1 within the start,
+//! each write acknowledging the ones before it. An id per epoch is not enough: a leader whose
+//! lease lapses for a moment stops and starts the service again in the same epoch, and its
+//! seqs from 1 would be filtered as duplicates of the first start's writes.
+//!
+//! # The lease check (§5.5.3)
+//!
+//! [`LeaseValidator`] decides: alive by the observed cluster clock (the RPC runs, carrying the
+//! best expiration known, so an engine's own check agrees), ask the service (the RPC is held
+//! here, by client, and the question goes to the `__leases` leader as a peer message, or is
+//! answered in place if this node serves), or expired on the service's word (`ExpiredLease`).
+//! An answer "expired" also makes the node collect the client's completion records (§5.6):
+//! the driver hands those ids to the rc engine.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use bytes::Bytes;
+use strata_log::{WriteAck, WriteError, WriteOp};
+use strata_rc::Route;
+use strata_rifl::{DurableLeases, LeaseCheck, LeaseCommand, LeaseService, LeaseValidator, Renewal, RequestTracker, RiflConfig, WINDOW};
+use strata_wire::client::{ClientRequest, ClientResponse, ErrorCode, LogFailure, Request, Response};
+use strata_wire::peer::PeerMessage;
+use strata_wire::rifl::{ClusterTime, LeaseInfo, LeaseStatus, Rifl, RpcId};
+use strata_wire::{Instant, NodeId};
+use tokio::time::Instant as TokioInstant;
+use tracing::{info, warn};
+
+use crate::tables::{Outbox, Tables, LEASE_TABLE};
+
+/// The service's own RIFL client id in epoch `e` of `__leases`, start `k` of the service in
+/// that epoch, is `SERVICE_CLIENT - (e << 20) - k` (module docs).
+const SERVICE_CLIENT: u64 = u64::MAX;
+/// A question to the service unanswered this long is asked again (the leader may have moved).
+const QUERY_RETRY: Duration = Duration::from_millis(200);
+/// A forwarded renewal unanswered this long is answered `Unavailable` (the client retries).
+const FORWARD_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// RIFL's parameters for a cluster whose leases last `term` (§3.5 defaults scaled to the
+/// term: renew at half the term, stop new RPCs in the last tenth (at most one minute),
+/// cleaners every tenth).
+pub fn rifl_config(term: Duration) -> RiflConfig {
+    RiflConfig {
+        lease_term: term,
+        renew_before: term / 2,
+        danger: (term / 10).min(Duration::from_secs(60)),
+        cleaner_period: term / 10,
+        ..RiflConfig::default()
+    }
+}
+
+/// Whether `req` is a linearizable RPC whose lease the node checks.
+pub(crate) fn is_linearizable(req: &Request) -> bool {
+    matches!(
+        req,
+        Request::Put { .. }
+            | Request::Delete { .. }
+            | Request::Release { .. }
+            | Request::Faa { .. }
+            | Request::Cas { .. }
+            | Request::LogWrite { .. }
+    )
+}
+
+/// What the driver must do after the lease layer heard something.
+#[derive(Default)]
+pub(crate) struct Released {
+    /// Held RPCs to dispatch again (they are checked again on the way in).
+    pub requests: Vec<(Route, ClientRequest)>,
+    /// Clients the service confirmed expired: collect their completion records (§5.6).
+    pub expired: Vec<u64>,
+}
+
+/// Who waits for a renewal's grant.
+enum Waiter {
+    Client(Route, u64),
+    /// A node that forwarded its client's renewal, with its number for it.
+    Peer(NodeId, u64),
+}
+
+impl Waiter {
+    /// The grant, or `None`: not granted here (the client tries again, at the leader).
+    fn answer(self, grant: Option<LeaseStatus>, out: &mut Outbox) {
+        match self {
+            Waiter::Client(route, corr) => {
+                let body = grant.map_or(Response::LogRejected(LogFailure::Unavailable), Response::Lease);
+                out.replies.push((route, ClientResponse { corr, body }));
+            }
+            Waiter::Peer(node, req) => out.peers.push((node, PeerMessage::LeaseRenewed { req, grant })),
+        }
+    }
+}
+
+struct Term {
+    epoch: u32,
+    /// The service's RIFL client id for this start, and its tracker: `first_incomplete` must
+    /// not pass a write whose answer has not come back (the log would then answer it `Stale`).
+    client_id: u64,
+    tracker: RequestTracker,
+}
+
+pub(crate) struct Leases {
+    me: NodeId,
+    config: RiflConfig,
+    service: LeaseService,
+    /// Set while this node serves the service (its `__leases` replica is the ready leader).
+    term: Option<Term>,
+    validator: LeaseValidator,
+    /// RPCs waiting for an answer about their client's lease.
+    held: HashMap<u64, Vec<(Route, ClientRequest)>>,
+    /// Commands proposed to `__leases`, by write token, with their seq.
+    proposed: HashMap<u64, (u64, LeaseCommand)>,
+    /// Renewals waiting for their new lease's `Create` to be durable: lease id -> requesters.
+    creating: HashMap<u64, Vec<Waiter>>,
+    /// Renewals this node forwarded to the service's leader: number -> client, and when.
+    forwarded: HashMap<u64, (Route, u64, Instant)>,
+    next_forward: u64,
+    /// Answers of the service at this node to this node's own questions.
+    local_answers: Vec<(u64, LeaseStatus)>,
+    /// Renewals granted while serving (for `strata status`).
+    pub renewals: u64,
+    next_tick: Instant,
+    /// Starts of the service in the current epoch of `__leases`.
+    starts: (u32, u64),
+}
+
+impl Leases {
+    pub fn new(me: NodeId, config: RiflConfig) -> Leases {
+        Leases {
+            me,
+            service: LeaseService::new(config.clone()),
+            validator: LeaseValidator::new(&config, QUERY_RETRY),
+            config,
+            term: None,
+            held: HashMap::new(),
+            proposed: HashMap::new(),
+            creating: HashMap::new(),
+            forwarded: HashMap::new(),
+            next_forward: 0,
+            local_answers: Vec::new(),
+            renewals: 0,
+            next_tick: Instant::ZERO,
+            starts: (0, 0),
+        }
+    }
+
+    // ---- the lease check ----
+
+    /// §5.5.3 for an arriving linearizable RPC: `Some` to run it now (its envelope carries the
+    /// best known expiration), `None` if it was held or answered `ExpiredLease`.
+    pub fn admit(
+        &mut self,
+        now: Instant,
+        route: Route,
+        mut req: ClientRequest,
+        tables: &Tables,
+        out: &mut Outbox,
+    ) -> Option<ClientRequest> {
+        let Some(env) = req.rifl.as_mut().filter(|e| e.check().is_ok()) else {
+            return Some(req); // no envelope, or a bad one: the engine answers it
+        };
+        let client = env.rpc.client_id;
+        match self.validator.check(&env.lease) {
+            LeaseCheck::Alive { expiration } => {
+                env.lease.expiration = expiration;
+                Some(req)
+            }
+            LeaseCheck::Expired => {
+                let body = Response::Error {
+                    code: ErrorCode::ExpiredLease,
+                    message: format!("{}: the client's lease expired (confirmed by the lease service); outcome of its unfinished requests unknown", env.rpc),
+                };
+                out.replies.push((route, ClientResponse { corr: req.corr, body }));
+                None
+            }
+            LeaseCheck::Ask => {
+                self.held.entry(client).or_default().push((route, req));
+                self.ask(now, client, tables, out);
+                None
+            }
+        }
+    }
+
+    /// Sends a question about `client` to the service (or answers it here) unless one is in
+    /// flight.
+    fn ask(&mut self, now: Instant, client: u64, tables: &Tables, out: &mut Outbox) {
+        if !self.validator.should_ask(client, now) {
+            return;
+        }
+        if self.term.is_some() {
+            // This node serves: the answer is local (taken by the driver, `take_local`).
+            if let Some(status) = self.service.status(client, now) {
+                self.local_answers.push((client, status));
+            }
+            return;
+        }
+        match tables.leader_of(LEASE_TABLE) {
+            Some(leader) if leader != self.me => out.peers.push((leader, PeerMessage::LeaseQuery { client_id: client })),
+            _ => {} // no leader known: asked again after QUERY_RETRY
+        }
+    }
+
+    /// Answers to questions this node put to itself (it serves the service): hand each to
+    /// [`Leases::on_answer`].
+    pub fn take_local(&mut self) -> Vec<(u64, LeaseStatus)> {
+        std::mem::take(&mut self.local_answers)
+    }
+
+    /// The service's answer about `client`.
+    pub fn on_answer(&mut self, now: Instant, client: u64, status: &LeaseStatus) -> Released {
+        let mut r = Released::default();
+        if self.validator.on_status(client, status, now) {
+            info!(client, cluster_time = %status.cluster_time, "lease service: client lease expired; collecting its records");
+            r.expired.push(client);
+        }
+        r.requests = self.held.remove(&client).unwrap_or_default();
+        r
+    }
+
+    /// A peer's question: answered if this node serves the service (else the peer asks
+    /// again, by then at the new leader).
+    pub fn on_query(&mut self, now: Instant, from: NodeId, client: u64, out: &mut Outbox) {
+        if self.term.is_none() {
+            return;
+        }
+        if let Some(status) = self.service.status(client, now) {
+            out.peers.push((from, PeerMessage::LeaseAnswer { client_id: client, status }));
+        }
+    }
+
+    // ---- the service ----
+
+    /// `RenewLease` / `LeaseInfo` from a client. A renewal reaching a node that does not
+    /// serve the service is forwarded to the `__leases` leader (a client may know only one
+    /// node); `LeaseInfo` is answered only by the leader.
+    pub fn on_request(&mut self, at: TokioInstant, now: Instant, route: Route, corr: u64, body: &Request, tables: &mut Tables, out: &mut Outbox) {
+        match *body {
+            Request::RenewLease { lease_id } => {
+                if self.term.is_some() {
+                    return self.renew(at, now, lease_id, Waiter::Client(route, corr), tables, out);
+                }
+                match tables.leader_of(LEASE_TABLE).filter(|&n| n != self.me) {
+                    Some(leader) => {
+                        self.next_forward += 1;
+                        self.forwarded.insert(self.next_forward, (route, corr, now));
+                        out.peers.push((leader, PeerMessage::LeaseRenew { req: self.next_forward, lease_id }));
+                    }
+                    // No leader known yet (an election): the client tries again shortly.
+                    None => Waiter::Client(route, corr).answer(None, out),
+                }
+            }
+            Request::LeaseInfo { lease_id } => {
+                let body = match self.service.status(lease_id, now) {
+                    Some(status) => Response::Lease(status),
+                    None => Response::LogRejected(LogFailure::NotLeader { hint: tables.leader_of(LEASE_TABLE).filter(|&n| n != self.me) }),
+                };
+                out.replies.push((route, ClientResponse { corr, body }));
+            }
+            _ => unreachable!("only lease requests come here"),
+        }
+    }
+
+    /// A renewal forwarded by `from`.
+    pub fn on_forwarded(&mut self, at: TokioInstant, now: Instant, from: NodeId, req: u64, lease_id: u64, tables: &mut Tables, out: &mut Outbox) {
+        if self.term.is_none() {
+            return out.peers.push((from, PeerMessage::LeaseRenewed { req, grant: None }));
+        }
+        self.renew(at, now, lease_id, Waiter::Peer(from, req), tables, out);
+    }
+
+    /// The leader's grant for a renewal this node forwarded.
+    pub fn on_renewed(&mut self, req: u64, grant: Option<LeaseStatus>, out: &mut Outbox) {
+        if let Some((route, corr, _)) = self.forwarded.remove(&req) {
+            Waiter::Client(route, corr).answer(grant, out);
+        }
+    }
+
+    /// §5.5.2 `RenewLease` at the serving node.
+    fn renew(&mut self, at: TokioInstant, now: Instant, lease_id: u64, waiter: Waiter, tables: &mut Tables, out: &mut Outbox) {
+        match self.service.renew(lease_id, now) {
+            Renewal::Granted(g) => {
+                self.renewals += 1;
+                waiter.answer(Some(g), out);
+            }
+            Renewal::Persist { id, commands } => {
+                self.creating.entry(id).or_default().push(waiter);
+                for cmd in commands {
+                    self.propose(at, cmd, tables, out);
+                }
+            }
+            Renewal::NotServing => waiter.answer(None, out),
+        }
+    }
+
+    fn propose(&mut self, at: TokioInstant, cmd: LeaseCommand, tables: &mut Tables, out: &mut Outbox) {
+        let Some(term) = self.term.as_mut() else { return }; // stopped meanwhile
+        let Ok(seq) = term.tracker.new_sequence_num() else {
+            // 512 commands unanswered: the log is not keeping up. Stop; a new start rebuilds
+            // the service from what is durable.
+            warn!("lease service: {WINDOW} commands unanswered by the log; restarting the service");
+            return self.stop(tables, out);
+        };
+        let client_id = term.client_id;
+        let rifl = Rifl {
+            rpc: RpcId { client_id, seq },
+            first_incomplete: term.tracker.first_incomplete(),
+            lease: LeaseInfo { client_id, expiration: ClusterTime(u64::MAX), timestamp: ClusterTime::ZERO },
+        };
+        let (key, op) = command_write(&cmd);
+        let token = tables.write_internal(at, LEASE_TABLE, rifl, key, op, out);
+        self.proposed.insert(token, (seq, cmd));
+    }
+
+    /// The log's answer to one of the service's writes.
+    pub fn on_written(&mut self, now: Instant, token: u64, result: Result<WriteAck, WriteError>, tables: &Tables, out: &mut Outbox) {
+        let Some((seq, cmd)) = self.proposed.remove(&token) else { return };
+        if let Some(t) = self.term.as_mut() {
+            t.tracker.rpc_completed(seq);
+        }
+        if let Err(e) = result {
+            // Not known durable: the service cannot go on from a state it does not know.
+            // It restarts from the applied state when this node (or another) leads again.
+            warn!(error = %e, ?cmd, "lease service: a command was not made durable; stopping the service");
+            return self.stop(tables, out);
+        }
+        self.service.apply(&cmd, now);
+        if let LeaseCommand::Create { id } = cmd {
+            for waiter in self.creating.remove(&id).unwrap_or_default() {
+                let grant = match self.service.renew(id, now) {
+                    Renewal::Granted(g) => Some(g),
+                    _ => None,
+                };
+                self.renewals += grant.is_some() as u64;
+                waiter.answer(grant, out);
+            }
+        }
+    }
+
+    fn stop(&mut self, tables: &Tables, out: &mut Outbox) {
+        self.term = None;
+        self.service.step_down();
+        self.proposed.clear();
+        let _ = tables;
+        for waiter in self.creating.drain().flat_map(|(_, w)| w) {
+            waiter.answer(None, out);
+        }
+    }
+
+    /// Periodic work: follow the `__leases` leadership, run the service's clock and cleaner,
+    /// the node's cleaner (§5.6), and ask again about held clients.
+    pub fn tick(&mut self, at: TokioInstant, now: Instant, tables: &mut Tables, out: &mut Outbox) {
+        self.next_tick = now + QUERY_RETRY;
+        let leads = tables.leads(at, LEASE_TABLE);
+        match (&self.term, leads) {
+            (Some(t), Some(e)) if t.epoch == e => {}
+            (None, None) => {}
+            (_, leads) => {
+                if self.term.is_some() {
+                    info!("lease service: no longer the __leases leader; stopped serving");
+                    self.stop(tables, out);
+                }
+                if let Some(epoch) = leads {
+                    let durable = durable_from_items(tables.scan(LEASE_TABLE));
+                    info!(epoch, leases = durable.ids.len(), safe_time = %durable.safe_time, "lease service: serving at the __leases leader");
+                    self.service = LeaseService::restore(self.config.clone(), durable);
+                    self.service.become_leader(now);
+                    let k = if self.starts.0 == epoch { self.starts.1 + 1 } else { 0 };
+                    self.starts = (epoch, k);
+                    let client_id = SERVICE_CLIENT - (u64::from(epoch) << 20) - (k & 0xf_ffff);
+                    self.term = Some(Term { epoch, client_id, tracker: RequestTracker::new(WINDOW) });
+                }
+            }
+        }
+        if self.term.is_some() {
+            for cmd in self.service.tick(now) {
+                self.propose(at, cmd, tables, out);
+            }
+        }
+        for client in self.validator.cleaner(now) {
+            self.ask(now, client, tables, out);
+        }
+        // A forwarded renewal unanswered for a while (leader gone): the client tries again.
+        let stale: Vec<u64> =
+            self.forwarded.iter().filter(|(_, &(_, _, sent))| now.saturating_since(sent) >= FORWARD_TIMEOUT).map(|(&r, _)| r).collect();
+        for req in stale {
+            self.on_renewed(req, None, out);
+        }
+        let held: Vec<u64> = self.held.keys().copied().collect();
+        for client in held {
+            self.ask(now, client, tables, out);
+        }
+    }
+
+    /// When `tick` next has work.
+    pub fn deadline(&self) -> Instant {
+        let mut t = self.validator.next_clean();
+        if let Some(s) = self.service.poll_timeout() {
+            t = t.min(s);
+        }
+        // Follow the `__leases` leadership and re-ask held questions at the retry pace.
+        t.min(self.next_tick)
+    }
+}
+
+// ---- the service's state as keys of `__leases` ----
+
+const KEY_RESERVED: &[u8] = b"r";
+const KEY_SAFE_TIME: &[u8] = b"s";
+const LEASE_KEY_PREFIX: u8 = b'l';
+
+fn lease_key(id: u64) -> Bytes {
+    let mut k = Vec::with_capacity(9);
+    k.push(LEASE_KEY_PREFIX);
+    k.extend_from_slice(&id.to_be_bytes());
+    Bytes::from(k)
+}
+
+fn command_write(cmd: &LeaseCommand) -> (Bytes, WriteOp) {
+    let value = |v: u64| WriteOp::Put(Bytes::copy_from_slice(&v.to_le_bytes()));
+    match *cmd {
+        LeaseCommand::Reserve { up_to } => (Bytes::from_static(KEY_RESERVED), value(up_to)),
+        LeaseCommand::SafeTime { t } => (Bytes::from_static(KEY_SAFE_TIME), value(t.as_nanos())),
+        LeaseCommand::Create { id } => (lease_key(id), WriteOp::Put(Bytes::new())),
+        LeaseCommand::Drop { id } => (lease_key(id), WriteOp::Delete),
+    }
+}
+
+fn durable_from_items(items: Vec<(Bytes, Bytes)>) -> DurableLeases {
+    let u64_of = |v: &[u8]| v.try_into().map(u64::from_le_bytes).unwrap_or(0);
+    let mut d = DurableLeases::default();
+    for (k, v) in items {
+        match &k[..] {
+            KEY_RESERVED => d.max_reserved = u64_of(&v),
+            KEY_SAFE_TIME => d.safe_time = ClusterTime(u64_of(&v)),
+            [LEASE_KEY_PREFIX, id @ ..] if id.len() == 8 => {
+                d.ids.insert(u64::from_be_bytes(id.try_into().expect("8 bytes")));
+            }
+            _ => warn!(key = ?k, "lease table: unknown key ignored"),
+        }
+    }
+    d
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn commands_written_as_keys_read_back_as_the_durable_state() {
+        let cmds = [
+            LeaseCommand::Reserve { up_to: 1000 },
+            LeaseCommand::Create { id: 1 },
+            LeaseCommand::Create { id: 2 },
+            LeaseCommand::Create { id: 300 },
+            LeaseCommand::Drop { id: 2 },
+            LeaseCommand::SafeTime { t: ClusterTime(7_000_000_000) },
+        ];
+        // A KV with the writes applied in order (deletes remove the key).
+        let mut kv: HashMap<Bytes, Bytes> = HashMap::new();
+        let mut expected = DurableLeases::default();
+        for c in &cmds {
+            expected.apply(c);
+            match command_write(c) {
+                (k, WriteOp::Put(v)) => {
+                    kv.insert(k, v);
+                }
+                (k, WriteOp::Delete) => {
+                    kv.remove(&k);
+                }
+            }
+        }
+        assert_eq!(durable_from_items(kv.into_iter().collect()), expected);
+        assert_eq!(expected.ids.iter().copied().collect::<Vec<_>>(), vec![1, 300]);
+    }
+
+    #[test]
+    fn the_lease_config_scales_with_the_term_and_is_valid() {
+        for ms in [500, 2000, 30 * 60 * 1000] {
+            let c = rifl_config(Duration::from_millis(ms));
+            c.validate().unwrap();
+            assert_eq!(c.renew_before, c.lease_term / 2);
+        }
+        assert_eq!(rifl_config(Duration::from_secs(1800)).danger, Duration::from_secs(60));
+    }
+}
