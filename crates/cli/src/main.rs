@@ -83,6 +83,11 @@ enum Command {
         delta: u64,
         #[arg(long)]
         show_version: bool,
+        /// Run N increments one after another in one session (exactly once each), printing
+        /// each previous value on its own line; an increment whose outcome is unknown (the
+        /// client's lease expired meanwhile) prints `?` and the run goes on (exit 5 at the end).
+        #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..))]
+        repeat: u64,
         #[command(flatten)]
         target: ops::Target,
     },
@@ -160,7 +165,7 @@ fn main() {
         Command::Put { key, value, release, show_version, target, .. } => {
             block_on(ops::put(&target, key, value, release, show_version))
         }
-        Command::Faa { key, delta, show_version, target } => block_on(ops::faa(&target, key, delta, show_version)),
+        Command::Faa { key, delta, show_version, repeat, target } => block_on(ops::faa(&target, key, delta, show_version, repeat)),
         Command::Cas { args, expect_absent, weak, show_version, target } => {
             ops::cas_args(args, expect_absent).and_then(|(key, expected, new)| {
                 block_on(ops::cas(&target, key, expected, new, weak, show_version))

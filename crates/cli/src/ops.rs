@@ -8,14 +8,14 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use strata_client::{
-    Client, ClientOptions, ClusterId, LinkFault, NodeId, NodeStatus, ShardRole, ShardStatus, TableDef,
+    Client, ClientError, ClientOptions, ClusterId, LinkFault, NodeId, NodeStatus, ShardRole, ShardStatus, TableDef,
     TableDurability, TableEngine, TableReads, TableReplication, WriteOpts,
 };
 use strata_node::tables::{check_table_def, describe, durability_name, reads_name, replication_name, timers_name};
 use strata_wire::client::TableTimers;
 
 use crate::cluster_file::ClusterFile;
-use crate::exit::{Failure, FAILED, NOT_FOUND, NOT_SWAPPED, OK, UNREACHABLE, USAGE};
+use crate::exit::{Failure, FAILED, NOT_FOUND, NOT_SWAPPED, OK, OUTCOME_UNKNOWN, UNREACHABLE, USAGE};
 
 /// Which cluster to talk to. By default: the one `strata up` runs from `--data-dir`.
 #[derive(clap::Args, Debug, Clone)]
@@ -101,16 +101,29 @@ pub async fn del(target: &Target, key: String, show_version: bool) -> Result<i32
     Ok(OK)
 }
 
-pub async fn faa(target: &Target, key: String, delta: u64, show_version: bool) -> Result<i32, Failure> {
+pub async fn faa(target: &Target, key: String, delta: u64, show_version: bool, repeat: u64) -> Result<i32, Failure> {
     let client = target.client().await?;
     let mut s = client.open_session().await?;
-    let r = s.call(strata_client::Op::faa(key, delta)).await?;
-    let strata_client::Outcome::Rmw(r) = r else { return Err(Failure::new(FAILED, format!("unexpected reply {r:?}"))) };
-    if show_version {
-        eprintln!("read version {}, wrote version {}", r.observed.version, r.written.map_or("-".into(), |c| c.to_string()));
+    let mut unknown = 0u64;
+    for _ in 0..repeat {
+        let r = match s.call(strata_client::Op::faa(key.clone(), delta)).await {
+            Ok(strata_client::Outcome::Rmw(r)) => r,
+            Ok(other) => return Err(Failure::new(FAILED, format!("unexpected reply {other:?}"))),
+            // With --repeat, an unknown outcome is reported and the run goes on.
+            Err(e @ ClientError::ExpiredLease(_)) if repeat > 1 => {
+                eprintln!("outcome unknown: {e}");
+                println!("?");
+                unknown += 1;
+                continue;
+            }
+            Err(e) => return Err(e.into()),
+        };
+        if show_version {
+            eprintln!("read version {}, wrote version {}", r.observed.version, r.written.map_or("-".into(), |c| c.to_string()));
+        }
+        println!("{}", r.observed_u64());
     }
-    println!("{}", r.observed_u64());
-    Ok(OK)
+    Ok(if unknown > 0 { OUTCOME_UNKNOWN } else { OK })
 }
 
 /// Splits `strata cas` positionals: KEY EXPECTED NEW, or KEY NEW with --expect-absent.

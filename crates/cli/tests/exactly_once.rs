@@ -266,3 +266,52 @@ async fn a_client_cut_off_past_its_lease_gets_outcome_unknown_and_never_a_duplic
     seen.dedup();
     assert_eq!(seen.len() as u64, acked, "two acknowledged increments saw the same old value: one was applied twice");
 }
+
+/// rifl.md §5.5.1, R-D21 with a real client process: `strata faa --repeat` is SIGSTOPped for
+/// 2.5 lease terms mid-run and resumed. Its lease expires meanwhile and the nodes collect it;
+/// on waking, the process finds its lease in the danger zone, gets a new one and goes on.
+/// Every increment takes effect exactly once: the counter ends at the increments the process
+/// and a second client saw acknowledged (plus at most the ones it reported unknown, `?`), and
+/// the old values are distinct.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_process_paused_past_its_lease_resumes_under_a_new_lease_exactly_once() {
+    const TERM_MS: u64 = 2000;
+    let up = Up::start_with(3, &["--lease-term-ms", &TERM_MS.to_string()]);
+    let n0 = up.endpoints[0];
+    // A second client keeps the node's cluster clock moving while the first one sleeps.
+    let stop = Arc::new(AtomicBool::new(false));
+    let other = tokio::spawn(increments_through_lease_loss(vec![n0], 0, stop.clone()));
+    let child = std::process::Command::new(STRATA)
+        .args(["faa", KEY, "1", "--repeat", "300", "--endpoints", &n0.to_string()])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id() as i32;
+    let start = std::time::Instant::now();
+    while counter(up.endpoints[1]).await < 60 {
+        assert!(start.elapsed() < Duration::from_secs(60), "no progress");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    // SAFETY: the client process this test started.
+    unsafe { libc::kill(pid, libc::SIGSTOP) };
+    tokio::time::sleep(Duration::from_millis(TERM_MS * 5 / 2)).await;
+    unsafe { libc::kill(pid, libc::SIGCONT) };
+    let out = tokio::task::spawn_blocking(move || child.wait_with_output().unwrap()).await.unwrap();
+    stop.store(true, Ordering::Relaxed);
+    let (mut seen, other_unknown) = other.await.unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert_eq!(lines.len(), 300, "one line per increment; stderr: {}", String::from_utf8_lossy(&out.stderr));
+    let unknown = lines.iter().filter(|l| **l == "?").count() as u64 + other_unknown;
+    seen.extend(lines.iter().filter(|l| **l != "?").map(|l| l.parse::<u64>().unwrap()));
+    let acked = seen.len() as u64;
+    let total = counter(up.endpoints[2]).await;
+    assert!((acked..=acked + unknown).contains(&total), "counter {total} outside [{acked}, {acked} + {unknown}]");
+    seen.sort_unstable();
+    seen.dedup();
+    assert_eq!(seen.len() as u64, acked, "two acknowledged increments saw the same old value");
+    // The pause outlived the lease: the service dropped it and a node collected the client.
+    let logs: String = (0..3).map(|i| std::fs::read_to_string(up.data_dir.join(format!("n{i}/node.log"))).unwrap_or_default()).collect();
+    assert!(logs.contains("client lease expired"), "no node collected an expired client");
+}

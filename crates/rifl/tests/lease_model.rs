@@ -119,12 +119,12 @@ fn run(seed: u64, canary: Option<LeaseCanary>, leader_change_per_mille: u64) -> 
                 c.paused_until = now + rng.below(3 * 2000);
                 continue;
             }
-            let ask = match c.creating {
+            let renewal = match c.creating {
                 Some(id) if committed.contains(&LeaseCommand::Create { id }) => Some(id),
                 Some(_) => None,
                 None => c.lease.renewal_due(ms(now)).then(|| c.lease.client_id().unwrap_or(0)),
             };
-            if let Some(asked) = ask {
+            if let Some(asked) = renewal {
                 match svc.renew(asked, ms(now)) {
                     Renewal::Granted(g) => {
                         if *granted.entry(g.lease_id).or_insert(ci) != ci {
@@ -149,14 +149,7 @@ fn run(seed: u64, canary: Option<LeaseCanary>, leader_change_per_mille: u64) -> 
             let v = &mut nodes[node];
             let mut verdict = v.check(&info);
             if verdict == LeaseCheck::Ask {
-                let status = svc.status(id, ms(now)).expect("serving");
-                if status.alive() && expired_anywhere.contains(&id) {
-                    return Err(format!("step {step}: the service reports client {id} alive after a node was told it expired"));
-                }
-                if v.on_status(id, &status, ms(now)) {
-                    collected[node].insert(id);
-                    expired_anywhere.insert(id);
-                }
+                ask(&mut svc, v, id, now, &mut collected[node], &mut expired_anywhere).map_err(|e| format!("step {step}: {e}"))?;
                 verdict = v.check(&info);
             }
             if let LeaseCheck::Alive { .. } = verdict {
@@ -168,16 +161,8 @@ fn run(seed: u64, canary: Option<LeaseCanary>, leader_change_per_mille: u64) -> 
         // The nodes' cleaners (§5.6).
         for (node, v) in nodes.iter_mut().enumerate() {
             for id in v.cleaner(ms(now)) {
-                if !v.should_ask(id, ms(now)) {
-                    continue;
-                }
-                let status = svc.status(id, ms(now)).expect("serving");
-                if status.alive() && expired_anywhere.contains(&id) {
-                    return Err(format!("step {step}: the service reports client {id} alive after a node was told it expired"));
-                }
-                if v.on_status(id, &status, ms(now)) {
-                    collected[node].insert(id);
-                    expired_anywhere.insert(id);
+                if v.should_ask(id, ms(now)) {
+                    ask(&mut svc, v, id, now, &mut collected[node], &mut expired_anywhere).map_err(|e| format!("step {step}: {e}"))?;
                 }
             }
         }
@@ -192,21 +177,49 @@ fn run(seed: u64, canary: Option<LeaseCanary>, leader_change_per_mille: u64) -> 
     Ok(())
 }
 
+/// A node asks the service about `id` and takes the answer; the service must never call a
+/// client alive again once it told any node the client expired.
+fn ask(
+    svc: &mut LeaseService,
+    node: &mut LeaseValidator,
+    id: u64,
+    now: u64,
+    collected: &mut BTreeSet<u64>,
+    expired_anywhere: &mut BTreeSet<u64>,
+) -> Result<(), String> {
+    let status = svc.status(id, ms(now)).expect("serving");
+    if status.alive() && expired_anywhere.contains(&id) {
+        return Err(format!("the service reports client {id} alive after a node was told it expired"));
+    }
+    if node.on_status(id, &status, ms(now)) {
+        collected.insert(id);
+        expired_anywhere.insert(id);
+    }
+    Ok(())
+}
+
 /// Appends to the uncommitted tail; commit times never go back (the log commits in order).
 fn propose(pending: &mut Vec<(u64, LeaseCommand)>, at: u64, cmd: LeaseCommand) {
     let at = pending.last().map_or(at, |&(t, _)| t.max(at));
     pending.push((at, cmd));
 }
 
+/// Seeds per run: 200, or `LEASE_MODEL_SEEDS` (a soak: `LEASE_MODEL_SEEDS=20000 cargo test
+/// --release -p strata-rifl --test lease_model`).
+fn seeds() -> u64 {
+    std::env::var("LEASE_MODEL_SEEDS").ok().and_then(|v| v.parse().ok()).unwrap_or(200)
+}
+
 #[test]
 fn leases_hold_inv_9_on_every_seed_with_leader_changes_and_pauses() {
     let mut failures = HashMap::new();
-    for seed in 0..200 {
+    let n = seeds();
+    for seed in 0..n {
         if let Err(e) = run(seed, None, 10) {
             failures.insert(seed, e);
         }
     }
-    assert!(failures.is_empty(), "{} of 200 seeds fail: {:?}", failures.len(), failures.iter().take(3).collect::<Vec<_>>());
+    assert!(failures.is_empty(), "{} of {n} seeds fail: {:?}", failures.len(), failures.iter().take(3).collect::<Vec<_>>());
 }
 
 #[test]
