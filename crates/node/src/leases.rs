@@ -135,8 +135,6 @@ pub(crate) struct Leases {
     next_forward: u64,
     /// Answers of the service at this node to this node's own questions.
     local_answers: Vec<(u64, LeaseStatus)>,
-    /// Renewals granted while serving (for `strata status`).
-    pub renewals: u64,
     next_tick: Instant,
     /// Starts of the service in the current epoch of `__leases`.
     starts: (u32, u64),
@@ -156,7 +154,6 @@ impl Leases {
             forwarded: HashMap::new(),
             next_forward: 0,
             local_answers: Vec::new(),
-            renewals: 0,
             next_tick: Instant::ZERO,
             starts: (0, 0),
         }
@@ -296,10 +293,7 @@ impl Leases {
     /// §5.5.2 `RenewLease` at the serving node.
     fn renew(&mut self, at: TokioInstant, now: Instant, lease_id: u64, waiter: Waiter, tables: &mut Tables, out: &mut Outbox) {
         match self.service.renew(lease_id, now) {
-            Renewal::Granted(g) => {
-                self.renewals += 1;
-                waiter.answer(Some(g), out);
-            }
+            Renewal::Granted(g) => waiter.answer(Some(g), out),
             Renewal::Persist { id, commands } => {
                 self.creating.entry(id).or_default().push(waiter);
                 for cmd in commands {
@@ -348,7 +342,6 @@ impl Leases {
                     Renewal::Granted(g) => Some(g),
                     _ => None,
                 };
-                self.renewals += grant.is_some() as u64;
                 waiter.answer(grant, out);
             }
         }
