@@ -292,6 +292,20 @@ pub struct BenchArgs {
     #[arg(long, value_name = "N")]
     pub virtual_clients: Option<u64>,
 
+    /// Strata only: load RIFL's lease service instead of the keyspace (RIFL §8.3 Q4). Each
+    /// loop (`--clients` × `--sessions`) creates a lease, then renews its own id with
+    /// `--pipeline` renewals in flight; a node that does not lead `__leases` forwards them to
+    /// the one that does. Reports renewals/s and their latency; `--duration` only.
+    #[arg(long, conflicts_with = "lease_creations")]
+    #[serde(default)]
+    pub lease_renewals: bool,
+
+    /// Strata only: like `--lease-renewals`, but every request creates a new lease (one log
+    /// entry in `__leases`, fsynced at a majority: the service's durable path).
+    #[arg(long)]
+    #[serde(default)]
+    pub lease_creations: bool,
+
     /// Measure for this many seconds (after the warmup).
     #[arg(long, value_name = "SECS", default_value_t = 10.0, conflicts_with = "ops")]
     pub duration: f64,
@@ -392,6 +406,8 @@ impl Default for BenchArgs {
             client_delay_ms: None,
             no_exactly_once: false,
             virtual_clients: None,
+            lease_renewals: false,
+            lease_creations: false,
             duration: 10.0,
             ops: None,
             warmup: 1.0,
@@ -455,6 +471,22 @@ impl BenchArgs {
         if let Some(v) = self.virtual_clients {
             if v == 0 || self.pipeline != 1 || self.target != Target::Strata || self.table.is_some() || self.no_exactly_once {
                 return bad("--virtual-clients N needs N >= 1, --pipeline 1, the Strata target, no --table and exactly-once on".into());
+            }
+        }
+        if self.lease_renewals || self.lease_creations {
+            if self.target != Target::Strata
+                || self.ops.is_some()
+                || self.table.is_some()
+                || self.virtual_clients.is_some()
+                || self.ycsb.is_some()
+                || self.timeline.is_some()
+                || self.workload != WorkloadKind::Kv
+                || self.mix().has_sync()
+            {
+                return bad("--lease-renewals and --lease-creations load the lease service alone: --target strata, a --duration, no --ops, --table, --virtual-clients, --ycsb, --timeline, --workload or --mode other than es".into());
+            }
+            if self.lease_renewals && self.lease_creations {
+                return bad("--lease-renewals and --lease-creations: choose one".into());
             }
         }
         if self.ops == Some(0) {
@@ -672,6 +704,10 @@ mod tests {
         b.validate().unwrap();
         assert!(Cli::try_parse_from(["bench", "--ops", "5", "--duration", "3"]).is_err(), "one or the other");
         assert!(Cli::try_parse_from(["bench", "--target", "memcached"]).is_err());
+        let cli = Cli::try_parse_from(["bench", "--lease-renewals", "--pipeline", "16"]).unwrap();
+        assert!(cli.bench.lease_renewals && !cli.bench.lease_creations);
+        cli.bench.validate().unwrap();
+        assert!(Cli::try_parse_from(["bench", "--lease-renewals", "--lease-creations"]).is_err(), "one or the other");
     }
 
     #[test]
@@ -716,6 +752,20 @@ mod tests {
                 a.fields = 8
             },
             "--fields",
+        );
+        check(
+            |a| {
+                a.lease_renewals = true;
+                a.target = Target::Redis
+            },
+            "--lease-renewals",
+        );
+        check(
+            |a| {
+                a.lease_creations = true;
+                a.mode = Mode::Abd
+            },
+            "--lease-creations",
         );
     }
 

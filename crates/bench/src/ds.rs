@@ -105,6 +105,7 @@ pub(crate) async fn run(
             requests_per_pair: if pairs > 0 { requests as f64 / pairs as f64 } else { 0.0 },
         }),
         read_durability: None,
+        lease: None,
         preloaded_keys: 0,
         preload_s: 0.0,
         started_at_unix_ms: unix_ms_at(measure_start),

@@ -41,12 +41,16 @@
 //! With `--table`, the report also gives the share of reads that triggered durability in the
 //! window, from the nodes' shard counters ([`durability`]); `--client-delay-ms` puts the
 //! clients at an emulated distance from each node ([`relay`]).
+//!
+//! `--lease-renewals` and `--lease-creations` load RIFL's lease service instead of the keyspace
+//! (RIFL §8.3 Q4): closed loops that renew their own lease, or create new ones ([`lease`]).
 
 pub mod args;
 mod ds;
 mod durability;
 pub mod etcd;
 pub mod keys;
+pub mod lease;
 pub mod relay;
 pub mod report;
 pub mod resp;
@@ -70,6 +74,7 @@ use thiserror::Error;
 pub use args::{
     BenchArgs, Distribution, Mix, Mode, RmwKind, Target, WorkloadKind, Ycsb, YcsbMix, YcsbWrite, DEFAULT_REDIS_ENDPOINT,
 };
+pub use lease::LeaseReport;
 pub use report::{BenchReport, ClassLatencies, DsReport, Latencies, LatencySummary, ReadDurability, YcsbReport};
 
 use keys::{InsertCounter, KeyChooser, Latest, Zipfian};
@@ -142,6 +147,12 @@ pub async fn run(args: &BenchArgs, endpoints: Vec<SocketAddr>) -> Result<BenchRe
 
     // The sessions connect through the relays (the endpoints themselves without a delay).
     let relays = relay::start(&endpoints, &args.client_delays_ms(endpoints.len())?).map_err(BenchError::Relay)?;
+    if args.lease_renewals || args.lease_creations {
+        let cluster = strata_client::ClusterId(args.cluster_id.unwrap_or(DEFAULT_CLUSTER_ID));
+        let report = lease::run(args, endpoints, &relays.addrs, cluster).await?;
+        write_json(args, &report)?;
+        return Ok(report);
+    }
     let mut conns = Vec::with_capacity(args.clients);
     // ZooKeeper: this run's znodes go under a root of their own (see `zookeeper.rs`).
     let run_id = format!("{:x}-{}", unix_ms_at(Instant::now()), args.seed);
@@ -289,6 +300,7 @@ pub async fn run(args: &BenchArgs, endpoints: Vec<SocketAddr>) -> Result<BenchRe
         timeline_files,
         ds: None,
         read_durability,
+        lease: None,
         preloaded_keys: args.keys,
         preload_s,
         started_at_unix_ms: unix_ms_at(measure_start),

@@ -194,6 +194,10 @@ pub struct BenchReport {
     /// read; the run says why on stderr).
     #[serde(default)]
     pub read_durability: Option<ReadDurability>,
+    /// `--lease-renewals` / `--lease-creations`: the lease service's run (then `ops` counts
+    /// granted renewals or creations, and `latency_us.all` is theirs).
+    #[serde(default)]
+    pub lease: Option<crate::lease::LeaseReport>,
     /// Keys written before measuring, and how long that took.
     pub preloaded_keys: u64,
     pub preload_s: f64,
@@ -212,6 +216,9 @@ impl fmt::Display for BenchReport {
         };
         if let Some(l) = &self.label {
             writeln!(f, "{l}")?;
+        }
+        if let Some(l) = &self.lease {
+            return self.fmt_lease(f, l);
         }
         writeln!(
             f,
@@ -281,21 +288,54 @@ impl fmt::Display for BenchReport {
             rows.extend(y.rows());
         }
         for (name, l) in rows {
-            if l.count == 0 {
-                writeln!(f, "{name:<6} {:>10}", 0)?;
-                continue;
-            }
-            writeln!(
-                f,
-                "{name:<6} {:>10} {:>9.1} {:>9.1} {:>9.1} {:>9.1} {:>9.1}",
-                l.count, l.mean_us, l.p50_us, l.p99_us, l.p999_us, l.max_us
-            )?;
+            latency_row(f, name, l)?;
         }
         for e in &self.error_samples {
             writeln!(f, "error: {e}")?;
         }
         for p in &self.timeline_files {
             writeln!(f, "timeline: {}", p.display())?;
+        }
+        Ok(())
+    }
+}
+
+fn latency_row(f: &mut fmt::Formatter<'_>, name: &str, l: &LatencySummary) -> fmt::Result {
+    if l.count == 0 {
+        return writeln!(f, "{name:<6} {:>10}", 0);
+    }
+    writeln!(
+        f,
+        "{name:<6} {:>10} {:>9.1} {:>9.1} {:>9.1} {:>9.1} {:>9.1}",
+        l.count, l.mean_us, l.p50_us, l.p99_us, l.p999_us, l.max_us
+    )
+}
+
+impl BenchReport {
+    /// The report of a lease run (`--lease-renewals` / `--lease-creations`).
+    fn fmt_lease(&self, f: &mut fmt::Formatter<'_>, l: &crate::lease::LeaseReport) -> fmt::Result {
+        let a = &self.args;
+        writeln!(
+            f,
+            "{} @ {}: lease {}, {} clients × {} sessions × pipeline {}",
+            self.target,
+            self.endpoints.iter().map(|e| e.to_string()).collect::<Vec<_>>().join(","),
+            l.kind,
+            a.clients,
+            a.sessions,
+            a.pipeline
+        )?;
+        let leader = l.service_leader.map_or("not among the endpoints".to_string(), |e| e.to_string());
+        writeln!(
+            f,
+            "__leases leader {leader}; {} of {} clients forwarded; {} leases held; {} rejected (retried); {} new ids",
+            l.forwarded_clients, a.clients, l.leases, l.rejected, l.new_ids
+        )?;
+        writeln!(f, "{:.0} {}/s   {} in {:.2} s   errors {}", self.throughput_ops_s, l.kind, self.ops, self.duration_s, self.errors)?;
+        writeln!(f, "{:<6} {:>10} {:>9} {:>9} {:>9} {:>9} {:>9}", "µs", "count", "mean", "p50", "p99", "p99.9", "max")?;
+        latency_row(f, if l.kind == "creations" { "create" } else { "renew" }, &self.latency_us.all)?;
+        for e in &self.error_samples {
+            writeln!(f, "error: {e}")?;
         }
         Ok(())
     }

@@ -337,3 +337,47 @@ async fn a_short_run_against_a_log_table() {
         n.shutdown().await;
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lease_renewals_and_creations_against_a_three_node_cluster() {
+    let nodes = local_cluster(3).await;
+    let endpoints: Vec<SocketAddr> = nodes.iter().map(|n| n.client_addr()).collect();
+    let json = std::env::temp_dir().join(format!("strata-bench-lease-{}.json", std::process::id()));
+    let args = BenchArgs {
+        lease_renewals: true,
+        clients: 3,
+        sessions: 2,
+        pipeline: 4,
+        duration: 0.5,
+        warmup: 0.2,
+        quiet: true,
+        json: Some(json.clone()),
+        ..BenchArgs::default()
+    };
+    // Round-robin over the nodes: the two that do not lead `__leases` forward to the one that
+    // does (the bench waits for the service's leader before measuring).
+    let r = strata_bench::run(&args, endpoints.clone()).await.unwrap();
+    assert_eq!(r.errors, 0, "{r}");
+    assert!(r.ops > 0 && r.throughput_ops_s > 0.0 && r.latency_us.all.count == r.ops, "{r}");
+    let l = r.lease.as_ref().expect("a lease report");
+    assert_eq!((l.kind.as_str(), l.leases, l.new_ids), ("renewals", 6, 0), "{r}");
+    let leader = l.service_leader.expect("one node leads __leases");
+    assert!(endpoints.contains(&leader));
+    assert_eq!(l.forwarded_clients, 2, "{r}");
+    assert!(r.to_string().contains("renewals/s"), "{r}");
+    let parsed: BenchReport = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    assert_eq!(parsed, r, "the JSON report parses back to the same report");
+    // Creations at the leader: every request writes a log entry.
+    let args = BenchArgs { lease_renewals: false, lease_creations: true, json: None, ..args };
+    let r = strata_bench::run(&args, vec![leader]).await.unwrap();
+    assert_eq!(r.errors, 0, "{r}");
+    let l = r.lease.as_ref().unwrap();
+    assert!(r.ops > 0 && l.kind == "creations" && l.forwarded_clients == 0, "{r}");
+    // Lease runs take no key-value mix.
+    let err = strata_bench::run(&BenchArgs { ops: Some(10), ..args }, endpoints).await.unwrap_err();
+    assert!(err.to_string().contains("--lease-renewals"), "{err}");
+    let _ = std::fs::remove_file(json);
+    for n in nodes {
+        n.shutdown().await;
+    }
+}
