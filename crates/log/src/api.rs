@@ -61,8 +61,10 @@ pub enum WriteError {
     #[error("not the leader (hint: {hint:?})")]
     NotLeader { hint: Option<NodeId> },
     /// The leader is starting its epoch (sync phase), or the envelope's lease expiration is
-    /// not beyond the cluster time this node observed (there is no lease service to ask yet,
-    /// so the write is neither executed nor refused as `ExpiredLease`). Retry shortly, same id.
+    /// not beyond the cluster time this core observed (the node's lease check, which asks the
+    /// lease service, runs before the core and passes the expiration it confirmed, so this is
+    /// only the core's own guard: the write is neither executed nor refused as
+    /// `ExpiredLease`). Retry shortly, same id.
     #[error("leader not ready")]
     Unavailable,
     /// The write waited `write_timeout` (a majority or a durability round did not answer).

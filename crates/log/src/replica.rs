@@ -351,10 +351,10 @@ impl LogReplica {
     pub fn get(&self, key: &[u8]) -> (Option<Bytes>, LogIndex) {
         self.kv.get(key)
     }
-    /// Every applied key that has a value (no tombstones), unordered. For small system
-    /// tables read whole (the lease service's state).
-    pub fn items(&self) -> Vec<(Bytes, Bytes)> {
-        self.kv.items()
+    /// Visits every applied key that has a value (no tombstones), unordered. For system
+    /// tables read whole (the lease service's state), without copying them.
+    pub fn for_each_item(&self, f: impl FnMut(&[u8], &[u8])) {
+        self.kv.for_each_item(f)
     }
     /// The leader's DI, or this follower's `DI_F`.
     pub fn durable_index(&self) -> LogIndex {

@@ -274,9 +274,13 @@ impl Kv {
         Applied::Executed
     }
 
-    /// Every key that has a value, with it (unordered).
-    pub fn items(&self) -> Vec<(Bytes, Bytes)> {
-        self.items.iter().filter_map(|(k, i)| Some((k.clone(), i.value.clone()?))).collect()
+    /// Visits every key that has a value, with it (unordered).
+    pub fn for_each_item(&self, mut f: impl FnMut(&[u8], &[u8])) {
+        for (k, i) in &self.items {
+            if let Some(v) = &i.value {
+                f(k, v);
+            }
+        }
     }
 
     /// `(value, update_index)`; an absent key has `(None, ZERO)` (§5.5.1 step 3).

@@ -387,7 +387,7 @@ impl Driver {
         if !written.is_empty() {
             let now = self.now(at);
             for (token, result) in written {
-                self.leases.on_written(now, token, result, &self.tables, &mut self.outbox);
+                self.leases.on_written(at, now, token, result, &mut self.tables, &mut self.outbox);
             }
         }
         for (to, msg) in self.outbox.peers.drain(..) {

@@ -30,7 +30,7 @@
 //! An answer "expired" also makes the node collect the client's completion records (§5.6):
 //! the driver hands those ids to the rc engine.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -115,6 +115,8 @@ struct Term {
     /// not pass a write whose answer has not come back (the log would then answer it `Stale`).
     client_id: u64,
     tracker: RequestTracker,
+    /// Commands waiting for room in the tracker's window.
+    queued: VecDeque<LeaseCommand>,
 }
 
 pub(crate) struct Leases {
@@ -304,14 +306,36 @@ impl Leases {
         }
     }
 
+    /// Writes `cmd` to `__leases`, or queues it while RIFL's window of 512 unanswered writes
+    /// is full (a burst of new clients): it goes out as answers come back, in order.
     fn propose(&mut self, at: TokioInstant, cmd: LeaseCommand, tables: &mut Tables, out: &mut Outbox) {
         let Some(term) = self.term.as_mut() else { return }; // stopped meanwhile
-        let Ok(seq) = term.tracker.new_sequence_num() else {
-            // 512 commands unanswered: the log is not keeping up. Stop; a new start rebuilds
-            // the service from what is durable.
-            warn!("lease service: {WINDOW} commands unanswered by the log; restarting the service");
-            return self.stop(tables, out);
-        };
+        if !term.queued.is_empty() {
+            return term.queued.push_back(cmd);
+        }
+        if let Err(cmd) = self.send(at, cmd, tables, out) {
+            if let Some(term) = self.term.as_mut() {
+                term.queued.push_back(cmd);
+            }
+        }
+    }
+
+    /// Sends queued commands while the window has room.
+    fn send_queued(&mut self, at: TokioInstant, tables: &mut Tables, out: &mut Outbox) {
+        while let Some(cmd) = self.term.as_mut().and_then(|t| t.queued.pop_front()) {
+            if let Err(cmd) = self.send(at, cmd, tables, out) {
+                if let Some(term) = self.term.as_mut() {
+                    term.queued.push_front(cmd);
+                }
+                return;
+            }
+        }
+    }
+
+    /// One write of the service, if the window has room (else the command comes back).
+    fn send(&mut self, at: TokioInstant, cmd: LeaseCommand, tables: &mut Tables, out: &mut Outbox) -> Result<(), LeaseCommand> {
+        let Some(term) = self.term.as_mut() else { return Ok(()) }; // stopped: dropped
+        let Ok(seq) = term.tracker.new_sequence_num() else { return Err(cmd) };
         let client_id = term.client_id;
         let rifl = Rifl {
             rpc: RpcId { client_id, seq },
@@ -321,10 +345,11 @@ impl Leases {
         let (key, op) = command_write(&cmd);
         let token = tables.write_internal(at, LEASE_TABLE, rifl, key, op, out);
         self.proposed.insert(token, (seq, cmd));
+        Ok(())
     }
 
     /// The log's answer to one of the service's writes.
-    pub fn on_written(&mut self, now: Instant, token: u64, result: Result<WriteAck, WriteError>, tables: &Tables, out: &mut Outbox) {
+    pub fn on_written(&mut self, at: TokioInstant, now: Instant, token: u64, result: Result<WriteAck, WriteError>, tables: &mut Tables, out: &mut Outbox) {
         let Some((seq, cmd)) = self.proposed.remove(&token) else { return };
         if let Some(t) = self.term.as_mut() {
             t.tracker.rpc_completed(seq);
@@ -333,7 +358,7 @@ impl Leases {
             // Not known durable: the service cannot go on from a state it does not know.
             // It restarts from the applied state when this node (or another) leads again.
             warn!(error = %e, ?cmd, "lease service: a command was not made durable; stopping the service");
-            return self.stop(tables, out);
+            return self.stop(out);
         }
         self.service.apply(&cmd, now);
         if let LeaseCommand::Create { id } = cmd {
@@ -345,13 +370,13 @@ impl Leases {
                 waiter.answer(grant, out);
             }
         }
+        self.send_queued(at, tables, out);
     }
 
-    fn stop(&mut self, tables: &Tables, out: &mut Outbox) {
+    fn stop(&mut self, out: &mut Outbox) {
         self.term = None;
         self.service.step_down();
         self.proposed.clear();
-        let _ = tables;
         for waiter in self.creating.drain().flat_map(|(_, w)| w) {
             waiter.answer(None, out);
         }
@@ -368,17 +393,21 @@ impl Leases {
             (_, leads) => {
                 if self.term.is_some() {
                     info!("lease service: no longer the __leases leader; stopped serving");
-                    self.stop(tables, out);
+                    self.stop(out);
                 }
                 if let Some(epoch) = leads {
-                    let durable = durable_from_items(tables.scan(LEASE_TABLE));
-                    info!(epoch, leases = durable.ids.len(), safe_time = %durable.safe_time, "lease service: serving at the __leases leader");
+                    let started = std::time::Instant::now();
+                    let mut durable = DurableState::default();
+                    tables.scan(LEASE_TABLE, |k, v| durable.add(k, v));
+                    let durable = durable.build();
+                    let took_ms = started.elapsed().as_millis() as u64;
+                    info!(epoch, leases = durable.ids.len(), safe_time = %durable.safe_time, took_ms, "lease service: serving at the __leases leader");
                     self.service = LeaseService::restore(self.config.clone(), durable);
                     self.service.become_leader(now);
                     let k = if self.starts.0 == epoch { self.starts.1 + 1 } else { 0 };
                     self.starts = (epoch, k);
                     let client_id = SERVICE_CLIENT - (u64::from(epoch) << 20) - (k & 0xf_ffff);
-                    self.term = Some(Term { epoch, client_id, tracker: RequestTracker::new(WINDOW) });
+                    self.term = Some(Term { epoch, client_id, tracker: RequestTracker::new(WINDOW), queued: VecDeque::new() });
                 }
             }
         }
@@ -436,20 +465,31 @@ fn command_write(cmd: &LeaseCommand) -> (Bytes, WriteOp) {
     }
 }
 
-fn durable_from_items(items: Vec<(Bytes, Bytes)>) -> DurableLeases {
-    let u64_of = |v: &[u8]| v.try_into().map(u64::from_le_bytes).unwrap_or(0);
-    let mut d = DurableLeases::default();
-    for (k, v) in items {
-        match &k[..] {
-            KEY_RESERVED => d.max_reserved = u64_of(&v),
-            KEY_SAFE_TIME => d.safe_time = ClusterTime(u64_of(&v)),
-            [LEASE_KEY_PREFIX, id @ ..] if id.len() == 8 => {
-                d.ids.insert(u64::from_be_bytes(id.try_into().expect("8 bytes")));
-            }
+/// The service's durable state read back from the keys of `__leases`.
+#[derive(Default)]
+struct DurableState {
+    d: DurableLeases,
+    ids: Vec<u64>,
+}
+
+impl DurableState {
+    fn add(&mut self, k: &[u8], v: &[u8]) {
+        let u64_of = |v: &[u8]| v.try_into().map(u64::from_le_bytes).unwrap_or(0);
+        match k {
+            KEY_RESERVED => self.d.max_reserved = u64_of(v),
+            KEY_SAFE_TIME => self.d.safe_time = ClusterTime(u64_of(v)),
+            [LEASE_KEY_PREFIX, id @ ..] if id.len() == 8 => self.ids.push(u64::from_be_bytes(id.try_into().expect("8 bytes"))),
             _ => warn!(key = ?k, "lease table: unknown key ignored"),
         }
     }
-    d
+
+    /// Built in bulk from a sorted vector: a start with a million leases stays well under the
+    /// 300 ms leader lease (the core task runs it).
+    fn build(mut self) -> DurableLeases {
+        self.ids.sort_unstable();
+        self.d.ids = self.ids.into_iter().collect();
+        self.d
+    }
 }
 
 #[cfg(test)]
@@ -480,7 +520,11 @@ mod tests {
                 }
             }
         }
-        assert_eq!(durable_from_items(kv.into_iter().collect()), expected);
+        let mut read = DurableState::default();
+        for (k, v) in &kv {
+            read.add(k, v);
+        }
+        assert_eq!(read.build(), expected);
         assert_eq!(expected.ids.iter().copied().collect::<Vec<_>>(), vec![1, 300]);
     }
 

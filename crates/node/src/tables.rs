@@ -789,9 +789,11 @@ impl Tables {
         }
     }
 
-    /// Every live key and value of `table`'s shard 0, as applied here.
-    pub fn scan(&self, table: &str) -> Vec<(bytes::Bytes, bytes::Bytes)> {
-        self.system_shard(table).map_or_else(Vec::new, |s| s.replica.items())
+    /// Visits every live key and value of `table`'s shard 0, as applied here.
+    pub fn scan(&self, table: &str, f: impl FnMut(&[u8], &[u8])) {
+        if let Some(s) = self.system_shard(table) {
+            s.replica.for_each_item(f);
+        }
     }
 
     /// The node's own write to `table`'s shard 0 (a system table); the reply comes back in

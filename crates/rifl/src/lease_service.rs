@@ -73,8 +73,16 @@ pub enum Renewal {
 struct Serving {
     start_cluster: ClusterTime,
     start_local: Instant,
+    /// Expirations of the leases created or renewed since this replica started serving.
     leases: HashMap<u64, ClusterTime>,
     expiry: BTreeSet<(ClusterTime, u64)>,
+    /// Every other durable id was renewed at the start (§5.5.2 recovery) and expires at
+    /// `restored_exp` — one value, not an entry per lease, so a start costs nothing per lease
+    /// (a leader holding a million leases would otherwise stall its core task for a second
+    /// and lose its leader lease). The cleaner sweeps the unrenewed ones after that time, a
+    /// batch at a time from `restored_cursor` (`None` once swept).
+    restored_exp: ClusterTime,
+    restored_cursor: Option<u64>,
     last_issued: u64,
     /// The highest reservation proposed (applied or not).
     reserved_proposed: u64,
@@ -94,6 +102,9 @@ pub enum LeaseCanary {
     /// A new leader starts its clock at zero instead of the persisted safe time.
     ClockFromZero,
 }
+
+/// How many unrenewed restored leases one cleaner tick drops at most (a bounded step).
+const RESTORED_SWEEP_BATCH: usize = 10_000;
 
 /// One replica's lease service: it always applies commands; while it is the leader of the
 /// log holding them it also serves (`become_leader` .. `step_down`).
@@ -160,11 +171,13 @@ impl LeaseService {
             Some(LeaseCanary::ClockFromZero) => ClusterTime::ZERO, // CANARY
             _ => self.durable.safe_time,
         };
-        let mut s = Serving {
+        let s = Serving {
             start_cluster: start,
             start_local: now,
-            leases: HashMap::with_capacity(self.durable.ids.len()),
+            leases: HashMap::new(),
             expiry: BTreeSet::new(),
+            restored_exp: start.saturating_add_nanos(self.term_ns()),
+            restored_cursor: Some(0),
             // The log commits in order, so every durable id is reserved; the max is a guard.
             last_issued: self.durable.max_reserved.max(self.durable.ids.last().copied().unwrap_or(0)),
             reserved_proposed: self.durable.max_reserved.max(self.durable.ids.last().copied().unwrap_or(0)),
@@ -172,10 +185,6 @@ impl LeaseService {
             next_clean: now + self.config.cleaner_period,
             last_handed: start,
         };
-        let exp = start.saturating_add_nanos(self.term_ns());
-        for &id in &self.durable.ids {
-            Self::set_expiration(&mut s, id, exp);
-        }
         self.serving = Some(s);
     }
 
@@ -204,6 +213,15 @@ impl LeaseService {
         self.config.lease_term.as_nanos() as u64
     }
 
+    /// `id`'s expiration at the serving replica: renewed in this term, or restored at its
+    /// start; `None` if the id is not (or no longer durably) a lease.
+    fn expiration(s: &Serving, durable: &DurableLeases, id: u64) -> Option<ClusterTime> {
+        match s.leases.get(&id) {
+            Some(&exp) => Some(exp),
+            None => durable.ids.contains(&id).then_some(s.restored_exp),
+        }
+    }
+
     fn set_expiration(s: &mut Serving, id: u64, exp: ClusterTime) {
         if let Some(old) = s.leases.insert(id, exp) {
             s.expiry.remove(&(old, id));
@@ -221,7 +239,7 @@ impl LeaseService {
         let Some(s) = self.serving.as_mut() else { return Renewal::NotServing };
         let t = Self::clock(s, durable, now);
         s.last_handed = s.last_handed.max(t);
-        if id != 0 && durable.ids.contains(&id) && s.leases.get(&id).is_some_and(|&exp| exp > t) {
+        if id != 0 && durable.ids.contains(&id) && Self::expiration(s, durable, id).is_some_and(|exp| exp > t) {
             let exp = t.saturating_add_nanos(term);
             Self::set_expiration(s, id, exp);
             return Renewal::Granted(LeaseStatus { lease_id: id, expiration: exp, cluster_time: t });
@@ -242,8 +260,8 @@ impl LeaseService {
         let s = self.serving.as_ref()?;
         // Alive until its `Drop` is durable (see `apply`), even past its expiration.
         let early = self.canary == Some(LeaseCanary::ExpiredBeforeDrop); // CANARY
-        Some(match s.leases.get(&id) {
-            Some(&exp) if !(early && exp <= t) => LeaseStatus { lease_id: id, expiration: exp, cluster_time: t },
+        Some(match Self::expiration(s, &self.durable, id) {
+            Some(exp) if !(early && exp <= t) => LeaseStatus { lease_id: id, expiration: exp, cluster_time: t },
             _ => LeaseStatus { lease_id: 0, expiration: ClusterTime::ZERO, cluster_time: t },
         })
     }
@@ -272,6 +290,18 @@ impl LeaseService {
                 out.push(LeaseCommand::Drop { id });
             }
             s.next_clean = now + cleaner;
+            // The restored leases nobody renewed, a bounded batch per tick (then again soon).
+            if let (Some(from), true) = (s.restored_cursor, s.restored_exp <= t) {
+                let mut batch = durable.ids.range(from..).filter(|id| !s.leases.contains_key(id)).take(RESTORED_SWEEP_BATCH + 1);
+                out.extend(batch.by_ref().take(RESTORED_SWEEP_BATCH).map(|&id| LeaseCommand::Drop { id }));
+                match batch.next() {
+                    Some(&next) => {
+                        s.restored_cursor = Some(next);
+                        s.next_clean = now; // more to sweep
+                    }
+                    None => s.restored_cursor = None,
+                }
+            }
         }
         out
     }
@@ -281,9 +311,9 @@ impl LeaseService {
         self.serving.as_ref().map(|s| s.next_persist.min(s.next_clean))
     }
 
-    /// Live leases of the serving replica.
+    /// Live leases (durable ids) while serving.
     pub fn lease_count(&self) -> usize {
-        self.serving.as_ref().map_or(0, |s| s.leases.len())
+        self.serving.as_ref().map_or(0, |_| self.durable.ids.len())
     }
 
     /// §7 inv. 9 and the service's own consistency: handed-out times never beyond the safe
@@ -438,6 +468,44 @@ mod tests {
         let mut next = LeaseService::restore(config, svc.durable().clone());
         next.become_leader(ms(0));
         assert!(!next.status(g.lease_id, ms(0)).unwrap().alive());
+        svc.check_invariants().unwrap();
+    }
+
+    #[test]
+    fn a_start_costs_nothing_per_lease_and_unrenewed_leases_are_swept_in_batches() {
+        let config = RiflConfig::simulation(); // 10 s term
+        let mut durable = DurableLeases { max_reserved: 30_000, safe_time: ClusterTime::from_millis(1000), ..DurableLeases::default() };
+        durable.ids.extend(1..=25_000);
+        let mut svc = LeaseService::restore(config, durable);
+        svc.become_leader(ms(0));
+        assert_eq!(svc.lease_count(), 25_000);
+        let restored = svc.status(7, ms(0)).unwrap();
+        assert_eq!(restored.expiration, ClusterTime::from_millis(11_000), "every known lease renewed for a full term");
+        // Lease 7's client renews; the others went away.
+        let mut now = 0;
+        let mut log = Vec::new();
+        while now < 9_000 {
+            now += 500;
+            pump(&mut svc, &mut log, ms(now));
+            assert!(matches!(svc.renew(7, ms(now)), Renewal::Granted(g) if g.lease_id == 7));
+        }
+        let mut batches = Vec::new();
+        while now < 20_000 {
+            now += 100;
+            let commands = svc.tick(ms(now));
+            let drops = commands.iter().filter(|c| matches!(c, LeaseCommand::Drop { .. })).count();
+            if drops > 0 {
+                batches.push(drops);
+            }
+            assert!(!commands.contains(&LeaseCommand::Drop { id: 7 }), "a renewed lease is not swept");
+            for c in &commands {
+                svc.apply(c, ms(now));
+            }
+            svc.renew(7, ms(now));
+        }
+        assert_eq!(batches, vec![RESTORED_SWEEP_BATCH, RESTORED_SWEEP_BATCH, 4_999], "bounded batches");
+        assert_eq!(svc.lease_count(), 1);
+        assert!(!svc.status(8, ms(now)).unwrap().alive() && svc.status(7, ms(now)).unwrap().alive());
         svc.check_invariants().unwrap();
     }
 
