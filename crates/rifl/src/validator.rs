@@ -116,6 +116,11 @@ impl LeaseValidator {
         if status.alive() {
             let hint = self.hints.entry(client_id).or_insert(ClusterTime::ZERO);
             *hint = (*hint).max(status.expiration);
+            if status.expiration <= status.cluster_time {
+                // Past its expiration, not yet dropped durably: it will be expired, never
+                // renewed. Ask again only after `query_retry`, not at once in a loop.
+                self.asking.insert(client_id, now);
+            }
             false
         } else {
             self.hints.remove(&client_id);
@@ -188,6 +193,19 @@ mod tests {
         assert!(v.on_status(1, &gone, at(300)));
         assert_eq!(v.check(&lease(1, 10_000, 0)), LeaseCheck::Expired);
         assert_eq!(v.observed_cluster_time(), ct(51_000), "the clock rose to the service's time first");
+    }
+
+    #[test]
+    fn a_lease_past_its_expiration_but_not_yet_dropped_is_asked_about_at_the_retry_pace() {
+        let mut v = LeaseValidator::new(&RiflConfig::simulation(), Duration::from_millis(100));
+        v.check(&lease(2, 90_000, 50_000));
+        assert_eq!(v.check(&lease(1, 10_000, 0)), LeaseCheck::Ask);
+        assert!(v.should_ask(1, at(0)));
+        let dying = LeaseStatus { lease_id: 1, expiration: ct(10_000), cluster_time: ct(51_000) };
+        assert!(!v.on_status(1, &dying, at(10)), "alive until its Drop is durable");
+        assert_eq!(v.check(&lease(1, 10_000, 0)), LeaseCheck::Ask);
+        assert!(!v.should_ask(1, at(20)), "not again at once");
+        assert!(v.should_ask(1, at(120)));
     }
 
     #[test]
