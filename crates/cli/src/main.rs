@@ -134,6 +134,13 @@ enum Command {
         #[command(flatten)]
         target: ops::Target,
     },
+    /// Move log-table shards between nodes.
+    Shard {
+        #[command(subcommand)]
+        command: ops::ShardCommand,
+        #[command(flatten)]
+        target: ops::Target,
+    },
     /// Fault harnesses: start node processes, crash and slow them, check what clients saw.
     Chaos {
         #[command(subcommand)]
@@ -176,6 +183,7 @@ fn main() {
         }
         Command::Del { key, show_version, target, .. } => block_on(ops::del(&target, key, show_version)),
         Command::Table { command, target } => block_on(ops::table(&target, command)),
+        Command::Shard { command, target } => block_on(ops::shard(&target, command)),
         Command::Status { json, target } => block_on(ops::status(&target, json)),
         Command::Bench { args, data_dir } => bench(args, &data_dir),
         Command::Fault { fault, target } => block_on(ops::fault(&target, &fault)),

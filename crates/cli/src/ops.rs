@@ -507,6 +507,53 @@ async fn table_create(target: &Target, args: &CreateArgs) -> Result<i32, Failure
     Err(Failure::new(code, format!("table {} was not created on every node; failed on: {}", def.name, failed.join(", "))))
 }
 
+#[derive(clap::Subcommand, Debug, Clone)]
+pub enum ShardCommand {
+    /// Move a shard of a log table to other nodes (rifl.md §5.7): its keys move with their
+    /// completion records, so a write retried after the move is answered from its record,
+    /// never executed twice. The shard's leader freezes it (writes and reads wait, answered
+    /// "moved"), then every node adopts the new placement. Every node must be up; if the move
+    /// is interrupted, run it again to finish it.
+    Move {
+        /// The log table.
+        table: String,
+        /// The shard number (0 to shards - 1; `strata status` lists them).
+        shard: u32,
+        /// The node ids that will hold the shard, comma-separated (e.g. `--to 1,2,3`).
+        #[arg(long, value_delimiter = ',', required = true, value_name = "ID,...")]
+        to: Vec<u32>,
+    },
+}
+
+pub async fn shard(target: &Target, command: ShardCommand) -> Result<i32, Failure> {
+    match command {
+        ShardCommand::Move { table, shard, to } => {
+            let client = target.client().await?;
+            let replicas: Vec<NodeId> = to.into_iter().map(NodeId).collect();
+            let started = std::time::Instant::now();
+            let report = client.move_shard(&table, shard, replicas).await?;
+            let nodes: Vec<String> = report.placement.replicas.iter().map(|n| n.0.to_string()).collect();
+            match report.moved {
+                Some(m) => println!(
+                    "table {table} shard {shard}: moved to nodes {} (generation {}) in {:.2?}: {} keys, {} clients' watermarks, {} completion records",
+                    nodes.join(","),
+                    report.placement.generation,
+                    started.elapsed(),
+                    m.keys,
+                    m.clients,
+                    m.records
+                ),
+                None => println!(
+                    "table {table} shard {shard}: already on nodes {} (generation {}); every node knows",
+                    nodes.join(","),
+                    report.placement.generation
+                ),
+            }
+            Ok(OK)
+        }
+    }
+}
+
 async fn table_list(target: &Target) -> Result<i32, Failure> {
     let client = target.client().await?;
     let defs = client.list_tables().await?;

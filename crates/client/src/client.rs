@@ -144,11 +144,14 @@ impl Client {
         Ok(Session::new(self.shared.clone(), conn, id))
     }
 
-    async fn connection(&self) -> Result<Arc<ConnHandle>, ClientError> {
+    pub(crate) async fn connection(&self) -> Result<Arc<ConnHandle>, ClientError> {
         self.shared.connection().await
     }
 
-
+    /// The endpoints this client was given.
+    pub fn endpoints(&self) -> &[SocketAddr] {
+        &self.shared.endpoints
+    }
 
     /// The connected node's view of itself: keys, sessions, peers, counters.
     pub async fn status(&self) -> Result<NodeStatus, ClientError> {

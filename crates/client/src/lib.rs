@@ -33,16 +33,18 @@ mod conn;
 mod error;
 mod lease;
 mod session;
+mod shard_move;
 mod table;
 
 pub use client::{Client, ClientOptions};
 pub use error::ClientError;
+pub use shard_move::{MoveReport, MovedState};
 pub use session::{Op, Outcome, ReqId, RmwOutcome, Session, Versioned};
 pub use strata_wire::client::{
     LinkFault, LogFailure, NodeStatus, PeerStatus, ShardRole, ShardStatus, TableDef, TableDurability, TableEngine, TableReads,
     TableReplication, TableTimers,
 };
-pub use strata_wire::log::LogIndex;
+pub use strata_wire::log::{LogIndex, ShardMove};
 pub use table::{LogRead, Table, WriteOpts};
 pub use strata_wire::{Carstamp, ClusterId, NodeId, SessionId};
 

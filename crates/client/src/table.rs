@@ -256,6 +256,7 @@ impl Table {
         let deadline = Instant::now() + self.retry_for();
         let mut target = self.leader[shard].unwrap_or(self.cursor);
         let mut last;
+        let mut moved_tries = 0;
         loop {
             let req = Request::LogWrite {
                 table: self.def.name.clone(),
@@ -300,6 +301,14 @@ impl Table {
                             backoff = hinted.is_none_or(|h| h == target);
                             target = hinted.unwrap_or_else(|| self.next(target));
                         }
+                        // rifl.md §5.7 step 4: the shard moved; the same RPC id goes to the
+                        // new replicas, where its record is if it executed before the move.
+                        LogFailure::Moved { replicas } => {
+                            self.leader[shard] = None;
+                            moved_tries += 1;
+                            target = self.moved_target(replicas, moved_tries, deadline).await.unwrap_or_else(|| self.next(target));
+                            backoff = true;
+                        }
                         // Election or sync phase, or a slow majority: the same node, shortly.
                         _ => backoff = true,
                     }
@@ -329,6 +338,7 @@ impl Table {
         let deadline = Instant::now() + self.retry_for();
         let mut target = start;
         let mut last;
+        let mut moved_tries = 0;
         loop {
             let req = Request::LogRead {
                 table: self.def.name.clone(),
@@ -351,6 +361,10 @@ impl Table {
                                 }
                                 _ => self.next(target),
                             }
+                        }
+                        LogFailure::Moved { replicas } => {
+                            moved_tries += 1;
+                            self.moved_target(replicas, moved_tries, deadline).await.unwrap_or_else(|| self.next(target))
                         }
                         _ => self.next(target),
                     };
@@ -432,6 +446,13 @@ impl Table {
     }
 
     /// The endpoint of node `id`, connecting to endpoints whose id is still unknown to learn it.
+    /// The endpoint to try after the `tries`-th `Moved { replicas }`: the replicas in turn
+    /// (any of them forwards to the new group's leader with a `NotLeader` hint).
+    async fn moved_target(&mut self, replicas: &[NodeId], tries: usize, deadline: Instant) -> Option<usize> {
+        let id = *replicas.get(tries % replicas.len().max(1))?;
+        self.index_of(id, deadline).await
+    }
+
     async fn index_of(&mut self, id: NodeId, deadline: Instant) -> Option<usize> {
         if let Some(i) = self.nodes.iter().position(|n| n.id == Some(id)) {
             return Some(i);

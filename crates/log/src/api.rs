@@ -2,12 +2,12 @@
 //! recovered state, audit events and counters.
 
 use bytes::Bytes;
-use strata_wire::log::{LogEntry, LogIndex};
+use strata_wire::log::{LogEntry, LogIndex, ShardMove};
 use strata_wire::rifl::Rifl;
 use strata_wire::NodeId;
 use thiserror::Error;
 
-pub use strata_wire::log::{ReadError, ReadValue};
+pub use strata_wire::log::{ClientRecords, ReadError, ReadValue, Snapshot};
 
 /// A client operation routed to this shard replica by the driver. `token` is the driver's own
 /// number: the reply carries it back so the driver can route it to the right connection.
@@ -30,12 +30,17 @@ pub enum LogRequest {
         key: Bytes,
         min_index: Option<LogIndex>,
     },
+    /// rifl.md §5.7 steps 1-2, at the leader: freeze the shard for a move to `to`. Answered
+    /// with the final state once the `Freeze` entry is committed, durable at a majority and
+    /// applied (so every replica that serves reads has applied it too: it answers `Moved`).
+    /// Idempotent for the same `to`.
+    Freeze { token: u64, to: ShardMove },
 }
 
 impl LogRequest {
     pub fn token(&self) -> u64 {
         match self {
-            LogRequest::Write { token, .. } | LogRequest::Read { token, .. } => *token,
+            LogRequest::Write { token, .. } | LogRequest::Read { token, .. } | LogRequest::Freeze { token, .. } => *token,
         }
     }
 }
@@ -89,6 +94,10 @@ pub enum WriteError {
     /// executed now, and whether an earlier attempt took effect is unknown. Do not retry.
     #[error("the client's lease expired")]
     ExpiredLease,
+    /// The shard moved, or is moving, to `replicas` (rifl.md §5.7 step 4): nothing was
+    /// executed here; retry there with the same RPC id (its record, if any, moved too).
+    #[error("the shard moved to {replicas:?}")]
+    Moved { replicas: Vec<NodeId> },
 }
 
 /// A reply for the driver to route by `token`.
@@ -102,12 +111,17 @@ pub enum LogReply {
         token: u64,
         result: Result<ReadValue, ReadError>,
     },
+    /// The answer to `LogRequest::Freeze`: the shard's final state.
+    Frozen {
+        token: u64,
+        result: Result<Snapshot, WriteError>,
+    },
 }
 
 impl LogReply {
     pub fn token(&self) -> u64 {
         match self {
-            LogReply::Write { token, .. } | LogReply::Read { token, .. } => *token,
+            LogReply::Write { token, .. } | LogReply::Read { token, .. } | LogReply::Frozen { token, .. } => *token,
         }
     }
 }
@@ -144,28 +158,6 @@ pub enum Persist {
     Sync,
 }
 
-/// A compacted prefix of the log (optional at recovery; the core never produces one yet).
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Snapshot {
-    /// The last entry the snapshot covers; the log continues after it.
-    pub last_included: LogIndex,
-    /// `(key, value or tombstone, update index)`.
-    pub items: Vec<(Bytes, Option<Bytes>, LogIndex)>,
-    /// RIFL's state of the applied prefix, by client id: watermarks and live records.
-    pub clients: Vec<ClientRecords>,    /// Clients whose leases expired (applied `Expire` entries): their entries change nothing.
-    pub expired: Vec<u64>,
-}
-
-/// One client's RIFL state in a snapshot (rifl.md §3.3, R-D8): the ack watermark, which must
-/// survive even when no record is left (a late duplicate is then `Stale`), and the completion
-/// records of applied, unacknowledged writes as `(seq, index of the executing entry)`.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct ClientRecords {
-    pub client_id: u64,
-    pub ack: u64,
-    pub records: Vec<(u64, LogIndex)>,
-}
-
 /// What a driver read back from disk after a (re)start: only fsynced data (ORCA §5.10).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct RecoveredState {
@@ -173,6 +165,31 @@ pub struct RecoveredState {
     pub snapshot: Option<Snapshot>,
     /// The log after the snapshot, in order.
     pub entries: Vec<LogEntry>,
+}
+
+impl RecoveredState {
+    /// The disk of a replica of a moved shard's new group (rifl.md §5.7 step 3), written
+    /// before the replica starts: one `Install` entry at `(E, 1)`, `E` one above the frozen
+    /// group's `Freeze` entry's epoch, so every index of the new group is above every index
+    /// the old group answered (clients' session tokens stay valid), and the recorded indexes
+    /// in `snapshot` (answers to retries) are below them. Every new replica writes the same
+    /// entry, so it is committed from the start.
+    pub fn moved_in(snapshot: Snapshot) -> RecoveredState {
+        let epoch = snapshot.last_included.epoch + 1;
+        RecoveredState {
+            hard_state: HardState { epoch, voted_for: None },
+            snapshot: None,
+            entries: vec![LogEntry {
+                index: LogIndex::new(epoch, 1),
+                key: Bytes::new(),
+                op: strata_wire::log::LogOp::Install(Box::new(snapshot)),
+                client_id: 0,
+                seq: 0,
+                ack: 0,
+                immediate: true,
+            }],
+        }
+    }
 }
 
 /// Why a recovered state was refused.

@@ -5,7 +5,7 @@
 
 use bytes::Bytes;
 use strata_core::{Effects, Node};
-use strata_wire::log::{LogEntry, LogIndex, LogMessage, LogOp};
+use strata_wire::log::{LogEntry, LogIndex, LogMessage, LogOp, ReadError, ShardMove};
 use strata_wire::{Instant, NodeId};
 
 use crate::api::{
@@ -598,4 +598,85 @@ fn envelope_violations_and_doubtful_leases_are_refused_without_effect() {
     assert!(matches!(s.write(env(1, 1), "x"), Some(Ok(_))));
     // ...and a duplicate of a completed RPC is answered even with an old lease (§5.4).
     assert!(matches!(s.write(expired, "x"), Some(Ok(_))));
+}
+
+// ---- shard moves (rifl.md §5.7) ----
+
+impl Solo {
+    fn freeze(&mut self, to: &ShardMove) -> Option<Result<crate::api::Snapshot, WriteError>> {
+        let token = self.next_token;
+        self.next_token += 1;
+        self.r.on_client_request(self.now, LogRequest::Freeze { token, to: to.clone() });
+        self.drain();
+        self.r.check_invariants();
+        self.replies.iter().find_map(|r| match r {
+            LogReply::Frozen { token: t, result } if *t == token => Some(result.clone()),
+            _ => None,
+        })
+    }
+
+    fn read(&mut self) -> Option<Result<crate::api::ReadValue, ReadError>> {
+        let token = self.next_token;
+        self.next_token += 1;
+        self.r.on_client_request(self.now, LogRequest::Read { token, key: Bytes::from_static(b"k"), min_index: None });
+        self.drain();
+        self.replies.iter().find_map(|r| match r {
+            LogReply::Read { token: t, result } if *t == token => Some(result.clone()),
+            _ => None,
+        })
+    }
+}
+
+#[test]
+fn a_moved_shard_takes_its_records_and_watermarks_along() {
+    let mut s = Solo::new(RecoveredState::default());
+    let a = s.write(env(1, 1), "a").unwrap().unwrap();
+    let b = s.write(env(2, 2), "b").unwrap().unwrap(); // acknowledges seq 1
+    let to = ShardMove { generation: 1, replicas: vec![NodeId(4)] };
+    let snapshot = s.freeze(&to).expect("answered").expect("frozen");
+    assert!(snapshot.last_included > b.index);
+    assert_eq!(snapshot.clients.len(), 1);
+    assert_eq!((snapshot.clients[0].ack, snapshot.clients[0].records.clone()), (1, vec![(2, b.index)]));
+    // Idempotent for the same destination; another destination learns where the shard goes.
+    assert_eq!(s.freeze(&to), Some(Ok(snapshot.clone())));
+    let elsewhere = ShardMove { generation: 1, replicas: vec![NodeId(5)] };
+    assert_eq!(s.freeze(&elsewhere), Some(Err(WriteError::Moved { replicas: vec![NodeId(4)] })));
+    // The old group executes nothing more and serves no read: the new group owns the key.
+    let last = s.r.last_index();
+    let moved = Some(Err(WriteError::Moved { replicas: vec![NodeId(4)] }));
+    assert_eq!(s.write(env(3, 3), "c"), moved);
+    assert_eq!(s.write(env(2, 2), "b"), moved, "a retry goes to the new group too");
+    assert_eq!(s.r.last_index(), last, "nothing appended after the freeze");
+    assert_eq!(s.read(), Some(Err(ReadError::Moved { replicas: vec![NodeId(4)] })));
+    // The new group starts from the frozen state.
+    let mut t = Solo::new(RecoveredState::moved_in(snapshot));
+    assert_eq!(t.r.get(b"k"), (Some(Bytes::from_static(b"b")), b.index));
+    assert_eq!(t.write(env(2, 2), "b"), Some(Ok(b)), "the retry finds its record after the move");
+    assert_eq!(t.write(env(1, 1), "a"), Some(Err(WriteError::Stale)), "the watermark moved too");
+    let c = t.write(env(3, 3), "c").unwrap().unwrap();
+    assert!(c.index > b.index && c.index.epoch > a.index.epoch + 1, "new indexes are above the old group's");
+    assert_eq!(t.executed().iter().map(|(_, q)| *q).collect::<Vec<_>>(), vec![3], "only the new write executed");
+    // The new group's disk replays to the same state.
+    let u = Solo::new(t.disk());
+    assert_eq!(u.r.get(b"k"), t.r.get(b"k"));
+    assert_eq!(u.r.write_record(env(3, 3).rpc), Verdict::Completed(c.index));
+    assert_eq!(u.r.write_record(env(2, 2).rpc), Verdict::Stale, "seq 3 acknowledged seq 2");
+}
+
+#[test]
+fn a_write_appended_before_the_freeze_applies_and_one_after_it_does_not() {
+    // Entries of a deposed leader after a `Freeze` change nothing at replay.
+    let put = |counter, seq| LogEntry {
+        index: LogIndex::new(1, counter),
+        key: Bytes::from_static(b"k"),
+        op: LogOp::Put(Bytes::from(format!("v{seq}"))),
+        client_id: 7,
+        seq,
+        ack: 0,
+        immediate: false,
+    };
+    let freeze = LogEntry { op: LogOp::Freeze(ShardMove { generation: 1, replicas: vec![NodeId(1)] }), client_id: 0, seq: 0, ..put(3, 0) };
+    let r = recovered(vec![put(1, 1), put(2, 2), freeze, put(4, 3)], 1);
+    assert_eq!(r.get(b"k"), (Some(Bytes::from_static(b"v2")), LogIndex::new(1, 2)));
+    assert_eq!(r.write_record(RpcId { client_id: 7, seq: 3 }), Verdict::New);
 }

@@ -132,7 +132,11 @@ impl LogReplica {
         // §5.1 step 2: appended-but-unapplied writes are answered, not appended again. The
         // first entry of an RPC is the one that will execute (`Kv::apply`).
         let mut inflight: HashMap<RpcId, LogIndex> = HashMap::new();
+        let mut freezing = None;
         for e in self.log.after(self.kv.applied()) {
+            if let LogOp::Freeze(m) = &e.op {
+                freezing.get_or_insert((e.index, m.clone()));
+            }
             if e.op != LogOp::NoOp {
                 let rpc = RpcId {
                     client_id: e.client_id,
@@ -162,6 +166,8 @@ impl LogReplica {
             pending_writes: Vec::new(),
             inflight,
             pending_reads: Vec::new(),
+            pending_freezes: Vec::new(),
+            freezing,
         });
         let e = LogEntry {
             index: noop,
@@ -245,6 +251,12 @@ impl LogReplica {
         for w in l.pending_writes {
             self.effects.reply.push(LogReply::Write {
                 token: w.token,
+                result: Err(WriteError::NotLeader { hint: None }),
+            });
+        }
+        for f in l.pending_freezes {
+            self.effects.reply.push(LogReply::Frozen {
+                token: f.token,
                 result: Err(WriteError::NotLeader { hint: None }),
             });
         }

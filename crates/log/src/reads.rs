@@ -158,6 +158,11 @@ impl LogReplica {
         u: LogIndex,
         min_index: Option<LogIndex>,
     ) {
+        // rifl.md §5.7: a moved shard's state is stale once the new group takes writes.
+        if let Some((_, m)) = self.kv.frozen() {
+            let replicas = m.replicas.clone();
+            return self.finish_read(origin, Err(ReadError::Moved { replicas }));
+        }
         self.stats.reads_served += 1;
         let epoch = self.epoch;
         let applied = self.kv.applied();

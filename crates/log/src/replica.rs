@@ -12,7 +12,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use strata_core::{Effects, Node, Prng};
 use strata_rifl::Verdict;
-use strata_wire::log::{AppendEntries, LogEntry, LogIndex, LogMessage};
+use strata_wire::log::{AppendEntries, LogEntry, LogIndex, LogMessage, ShardMove};
 use strata_wire::rifl::{ClusterTime, RpcId};
 use strata_wire::{Instant, NodeId};
 
@@ -24,7 +24,7 @@ use crate::config::{majority, LogConfig, PlantedBug, ReadPolicy};
 use crate::durability::{DiskState, Round};
 use crate::reads::{FollowerReads, PendingRead};
 use crate::state::{Applied, Kv, Log};
-use crate::writes::PendingWrite;
+use crate::writes::{PendingFreeze, PendingWrite};
 use crate::ConfigError;
 
 pub type LogEffects = Effects<LogMessage, LogReply, Persist, LogEvent>;
@@ -152,6 +152,11 @@ pub(crate) struct LeaderState {
     /// rifl.md's `InProgress`, kept apart from the applied records: leader-only, volatile).
     pub inflight: HashMap<RpcId, LogIndex>,
     pub pending_reads: Vec<PendingRead>,
+    /// `Freeze` requests waiting for their entry to be committed, durable and applied.
+    pub pending_freezes: Vec<PendingFreeze>,
+    /// The `Freeze` entry in this leader's log, once appended (rifl.md §5.7 step 1): no write
+    /// is appended after it.
+    pub freezing: Option<(LogIndex, ShardMove)>,
 }
 
 impl LeaderState {
@@ -630,6 +635,7 @@ impl Node for LogReplica {
                 key,
                 min_index,
             } => self.on_read(now, token, key, min_index),
+            LogRequest::Freeze { token, to } => self.on_freeze(now, token, to),
         }
         self.settle(now);
     }

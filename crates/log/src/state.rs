@@ -5,7 +5,7 @@ use std::collections::{BTreeSet, HashMap};
 
 use bytes::Bytes;
 use strata_rifl::{ResultTracker, RiflConfig, RpcId, Verdict};
-use strata_wire::log::{LogEntry, LogIndex, LogOp};
+use strata_wire::log::{LogEntry, LogIndex, LogOp, ShardMove};
 
 use crate::api::{ClientRecords, Snapshot};
 
@@ -113,6 +113,9 @@ pub(crate) enum Applied {
     /// The client's lease had expired (an `Expire` entry named it before): its records are
     /// gone, so the entry must not execute (§7 inv. 9).
     Expired,
+    /// An applied `Freeze` came first: the shard moved (rifl.md §5.7), so the entry must not
+    /// execute here; the write is answered `Moved` and retried at the new replicas.
+    Moved,
 }
 
 /// The applied state: items, RIFL's completion records and watermarks, the applied index.
@@ -134,6 +137,9 @@ pub(crate) struct Kv {
     /// Clients named by applied `Expire` entries (§5.6): their entries apply as no-ops. Lease
     /// ids are never reused, so this only grows (8 bytes per expired client that wrote here).
     expired: BTreeSet<u64>,
+    /// rifl.md §5.7: the applied `Freeze` entry's index and where the shard went. From it on
+    /// the state is final: later write and `Expire` entries change nothing.
+    frozen: Option<(LogIndex, ShardMove)>,
     applied: LogIndex,
 }
 
@@ -143,6 +149,7 @@ impl Default for Kv {
             items: HashMap::new(),
             rifl: ResultTracker::new(&RiflConfig::default()),
             expired: BTreeSet::new(),
+            frozen: None,
             applied: LogIndex::ZERO,
         }
     }
@@ -214,6 +221,22 @@ impl Kv {
         &self.rifl
     }
 
+    /// The applied `Freeze` entry's index and move, if the shard is moving or moved away.
+    pub fn frozen(&self) -> Option<&(LogIndex, ShardMove)> {
+        self.frozen.as_ref()
+    }
+
+    /// The state a moved shard's new replicas install (rifl.md §5.7 step 2): everything
+    /// applied up to the `Freeze` entry, which is all there is, since nothing after it changes
+    /// the state. `None` before a `Freeze` is applied.
+    pub fn frozen_snapshot(&self) -> Option<Snapshot> {
+        let &(at, _) = self.frozen.as_ref()?;
+        Some(Snapshot {
+            last_included: at,
+            ..self.to_snapshot()
+        })
+    }
+
     /// Whether an applied `Expire` entry named `client_id`.
     pub fn is_expired(&self, client_id: u64) -> bool {
         self.expired.contains(&client_id)
@@ -231,9 +254,26 @@ impl Kv {
         );
         self.applied = e.index;
         let value = match &e.op {
+            LogOp::NoOp => return Applied::NoOp,
+            // A moved shard's state is final (§5.7 step 1): the leader refuses writes once it
+            // appended the `Freeze`, and an entry a leader appended before learning of it
+            // (a deposed one, or one whose `Freeze` is not applied yet) is answered `Moved`.
+            LogOp::Put(_) | LogOp::Delete | LogOp::Expire(_) | LogOp::Freeze(_) if self.frozen.is_some() => {
+                return Applied::Moved
+            }
+            LogOp::Freeze(m) => {
+                self.frozen = Some((e.index, m.clone()));
+                return Applied::NoOp;
+            }
+            // §5.7 step 3: the new group's first entry; the state it replaces is empty.
+            LogOp::Install(snapshot) => {
+                let applied = self.applied;
+                *self = Kv::from_snapshot(Some(snapshot));
+                self.applied = applied;
+                return Applied::NoOp;
+            }
             LogOp::Put(v) => Some(v.clone()),
             LogOp::Delete => None,
-            LogOp::NoOp => return Applied::NoOp,
             LogOp::Expire(clients) => {
                 for &c in clients {
                     self.rifl.remove_client(c);

@@ -18,11 +18,11 @@
 
 use bytes::Bytes;
 use strata_rifl::Verdict;
-use strata_wire::log::{LogEntry, LogIndex, LogOp};
+use strata_wire::log::{LogEntry, LogIndex, LogOp, ShardMove};
 use strata_wire::rifl::{Rifl, RpcId};
 use strata_wire::Instant;
 
-use crate::api::{LogEvent, LogReply, Persist, WriteAck, WriteError, WriteOp};
+use crate::api::{LogEvent, LogReply, Persist, Snapshot, WriteAck, WriteError, WriteOp};
 use crate::config::{PlantedBug, WritePath};
 use crate::replica::{LogReplica, Role};
 
@@ -38,7 +38,74 @@ pub(crate) struct PendingWrite {
     pub deadline: Instant,
 }
 
+/// A `Freeze` waiting for its entry (rifl.md §5.7 step 1).
+#[derive(Clone, Debug)]
+pub(crate) struct PendingFreeze {
+    pub token: u64,
+    pub to: ShardMove,
+    pub index: LogIndex,
+    pub deadline: Instant,
+}
+
 impl LogReplica {
+    /// Where the shard went, if an applied or appended `Freeze` says so: writes are then
+    /// answered `Moved` instead of being appended (§5.7 step 1).
+    pub fn moved_to(&self) -> Option<&ShardMove> {
+        let appended = self.leader.as_ref().and_then(|l| l.freezing.as_ref());
+        self.kv.frozen().or(appended).map(|(_, m)| m)
+    }
+
+    /// rifl.md §5.7 steps 1-2 at the leader: append the `Freeze` entry (with immediate
+    /// durability), or wait on the one already appended, and answer with the final state once
+    /// it is committed, durable and applied (`settle_writes`).
+    pub(crate) fn on_freeze(&mut self, now: Instant, token: u64, to: ShardMove) {
+        let reply = |r| LogReply::Frozen { token, result: r };
+        let Some(l) = self.leader.as_ref() else {
+            self.effects.reply.push(reply(Err(WriteError::NotLeader { hint: self.leader_id })));
+            return;
+        };
+        if !l.synced || !l.lease_valid(now) {
+            self.effects.reply.push(reply(Err(WriteError::Unavailable)));
+            return;
+        }
+        let deadline = now + self.cfg.write_timeout;
+        let existing = self.kv.frozen().or(l.freezing.as_ref()).cloned();
+        let index = match existing {
+            Some((index, m)) if m == to => index,
+            // Moving elsewhere already: the caller learns where (its move cannot happen).
+            Some((_, m)) => {
+                self.effects.reply.push(reply(Err(WriteError::Moved { replicas: m.replicas })));
+                return;
+            }
+            None => {
+                let l = self.leader.as_mut().expect("leader");
+                let index = LogIndex::new(self.epoch, l.next_counter);
+                l.next_counter += 1;
+                l.freezing = Some((index, to.clone()));
+                let e = LogEntry {
+                    index,
+                    key: Bytes::new(),
+                    op: LogOp::Freeze(to.clone()),
+                    client_id: 0,
+                    seq: 0,
+                    ack: 0,
+                    immediate: true,
+                };
+                for p in l.progress.values_mut() {
+                    p.needs_send = true;
+                }
+                self.log.append(e.clone());
+                self.persist(Persist::Append(vec![e]));
+                self.leader_commit();
+                self.apply_ready();
+                self.make_durable(now, index);
+                index
+            }
+        };
+        let l = self.leader.as_mut().expect("leader");
+        l.pending_freezes.push(PendingFreeze { token, to, index, deadline });
+    }
+
     pub(crate) fn on_write(
         &mut self,
         now: Instant,
@@ -79,6 +146,13 @@ impl LogReplica {
             self.effects
                 .reply
                 .push(reply(Err(WriteError::NotLeader { hint: None })));
+            return;
+        }
+        // rifl.md §5.7: nothing is appended after a `Freeze`; the retry goes to the new group,
+        // which has this RPC's record if an earlier attempt executed here.
+        if let Some(m) = self.moved_to() {
+            let replicas = m.replicas.clone();
+            self.effects.reply.push(reply(Err(WriteError::Moved { replicas })));
             return;
         }
         let rpc = rifl.rpc;
@@ -167,7 +241,7 @@ impl LogReplica {
         let known: Vec<u64> =
             clients.iter().copied().filter(|&c| self.kv.rifl().knows(c) && !self.kv.is_expired(c)).collect();
         let ready = self.leader.as_ref().is_some_and(|l| l.synced && l.lease_valid(now));
-        if known.is_empty() || !ready {
+        if known.is_empty() || !ready || self.moved_to().is_some() {
             return false;
         }
         let l = self.leader.as_mut().expect("leader");
@@ -218,6 +292,10 @@ impl LogReplica {
                     Verdict::Stale => Err(WriteError::Stale),
                     // Its entry applied as a no-op: the client's lease had expired (§5.6).
                     _ if kv.is_expired(w.rpc.client_id) => Err(WriteError::ExpiredLease),
+                    // Its entry came after a `Freeze` (§5.7): not executed here.
+                    _ if kv.frozen().is_some() => Err(WriteError::Moved {
+                        replicas: kv.frozen().map(|(_, m)| m.replicas.clone()).unwrap_or_default(),
+                    }),
                     // Unreachable: an applied write entry leaves a record or a watermark.
                     _ => Err(WriteError::Timeout),
                 };
@@ -233,6 +311,28 @@ impl LogReplica {
                 true
             }
         });
+        let mut frozen: Vec<(u64, Result<Snapshot, WriteError>)> = Vec::new();
+        l.pending_freezes.retain(|f| {
+            if commit >= f.index && di >= f.index && applied >= f.index {
+                // The first applied `Freeze` decides; a different one means another move won.
+                let result = match kv.frozen() {
+                    Some((_, m)) if *m == f.to => Ok(kv.frozen_snapshot().expect("frozen")),
+                    Some((_, m)) => Err(WriteError::Moved { replicas: m.replicas.clone() }),
+                    None => Err(WriteError::Timeout),
+                };
+                frozen.push((f.token, result));
+                false
+            } else if now >= f.deadline {
+                frozen.push((f.token, Err(WriteError::Timeout)));
+                false
+            } else {
+                need_durable.push(f.index);
+                true
+            }
+        });
+        for (token, result) in frozen {
+            self.effects.reply.push(LogReply::Frozen { token, result });
+        }
         for u in need_durable {
             self.make_durable(now, u);
         }
@@ -256,6 +356,6 @@ impl LogReplica {
     pub(crate) fn write_deadlines(&self) -> impl Iterator<Item = Instant> + '_ {
         self.leader
             .iter()
-            .flat_map(|l| l.pending_writes.iter().map(|w| w.deadline))
+            .flat_map(|l| l.pending_writes.iter().map(|w| w.deadline).chain(l.pending_freezes.iter().map(|f| f.deadline)))
     }
 }

@@ -214,8 +214,8 @@ impl Driver {
             CoreInput::Peer { from, msgs } => {
                 for msg in msgs {
                     match msg {
-                        PeerMessage::Shard { table, shard, msg } => {
-                            self.tables.on_peer(at, from, table, shard, msg, &mut self.outbox)
+                        PeerMessage::Shard { table, shard, generation, msg } => {
+                            self.tables.on_peer(at, from, table, shard, generation, msg, &mut self.outbox)
                         }
                         PeerMessage::LeaseQuery { client_id } => {
                             self.leases.on_query(now, from, client_id, &mut self.outbox)
@@ -275,6 +275,14 @@ impl Driver {
             Request::RenewLease { .. } | Request::LeaseInfo { .. } => {
                 let now = self.now(at);
                 self.leases.on_request(at, now, route, corr, &body, &mut self.tables, &mut self.outbox);
+            }
+            Request::FreezeShard { table, shard, replicas } => {
+                self.tables.freeze(at, route, corr, &table, shard, replicas, &mut self.outbox)
+            }
+            Request::AdoptShard { table, shard, placement, snapshot } => {
+                self.flush(at);
+                let body = self.tables.adopt(&table, shard, placement, snapshot, &mut self.outbox);
+                self.send_to(route, WriterMsg::Resp(ClientResponse { corr, body }));
             }
             Request::ListTables => {
                 self.flush(at);

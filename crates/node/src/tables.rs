@@ -36,6 +36,8 @@
 //! fsynced) and starts the shards. Creation is idempotent for an identical definition and
 //! refused for a conflicting one. A replicated catalog is future work.
 
+mod moves;
+
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::mpsc as std_mpsc;
@@ -54,7 +56,7 @@ use strata_wire::client::{
     shard_of, ClientResponse, ErrorCode, LogFailure, LogWriteOp, Response, ShardRole, ShardStatus,
     TableDef, TableDurability, TableEngine, TableReads, TableReplication, TableTimers,
 };
-use strata_wire::log::LogMessage;
+use strata_wire::log::{LogMessage, ShardMove};
 use strata_wire::peer::PeerMessage;
 use strata_wire::{Instant, NodeId, Rifl};
 use tokio::sync::mpsc;
@@ -163,6 +165,25 @@ struct CatalogEntry {
     /// Absent from catalogs written before timer presets existed.
     #[serde(default = "default_timers_name")]
     timers: String,
+    /// Shards that moved (rifl.md §5.7): their generation and replicas. A shard not listed
+    /// is in generation 0 on every node. Absent from catalogs written before shard moves.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    moved: Vec<MovedShard>,
+}
+
+#[derive(Serialize, Deserialize)]
+struct MovedShard {
+    shard: u32,
+    generation: u32,
+    replicas: Vec<u32>,
+}
+
+/// A catalogued table: its definition and where its moved shards live.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Catalogued {
+    pub def: TableDef,
+    /// Shards that moved, by shard; the others are in generation 0 on every node.
+    pub moved: BTreeMap<u32, ShardMove>,
 }
 
 fn default_timers_name() -> String {
@@ -197,8 +218,24 @@ pub fn timers_name(t: TableTimers) -> &'static str {
 }
 
 impl CatalogEntry {
+    fn from_table(t: &Catalogued) -> CatalogEntry {
+        CatalogEntry {
+            moved: t
+                .moved
+                .iter()
+                .map(|(&shard, m)| MovedShard {
+                    shard,
+                    generation: m.generation,
+                    replicas: m.replicas.iter().map(|n| n.0).collect(),
+                })
+                .collect(),
+            ..CatalogEntry::from_def(&t.def)
+        }
+    }
+
     fn from_def(d: &TableDef) -> CatalogEntry {
         CatalogEntry {
+            moved: Vec::new(),
             name: d.name.clone(),
             engine: "log".into(),
             durability: durability_name(d.durability).into(),
@@ -244,7 +281,7 @@ impl CatalogEntry {
     }
 }
 
-fn load_catalog(dir: &Path) -> Result<Vec<TableDef>, String> {
+fn load_catalog(dir: &Path) -> Result<Vec<Catalogued>, String> {
     let path = dir.join(CATALOG_FILE);
     let text = match std::fs::read_to_string(&path) {
         Ok(t) => t,
@@ -253,16 +290,29 @@ fn load_catalog(dir: &Path) -> Result<Vec<TableDef>, String> {
     };
     let file: CatalogFile =
         serde_json::from_str(&text).map_err(|e| format!("{} is corrupt: {e}", path.display()))?;
-    file.tables.iter().map(CatalogEntry::to_def).collect()
+    file.tables
+        .iter()
+        .map(|e| {
+            let moved = e
+                .moved
+                .iter()
+                .map(|m| {
+                    let replicas = m.replicas.iter().copied().map(NodeId).collect();
+                    (m.shard, ShardMove { generation: m.generation, replicas })
+                })
+                .collect();
+            Ok(Catalogued { def: e.to_def()?, moved })
+        })
+        .collect()
 }
 
 /// Replaces the catalog durably and atomically: temporary file, fsync, rename, fsync the
 /// directory. A crash leaves the old catalog or the new one.
-fn save_catalog(dir: &Path, defs: &[TableDef]) -> std::io::Result<()> {
+fn save_catalog<'a>(dir: &Path, tables: impl IntoIterator<Item = &'a Catalogued>) -> std::io::Result<()> {
     use std::io::Write;
     std::fs::create_dir_all(dir)?;
     let file = CatalogFile {
-        tables: defs.iter().map(CatalogEntry::from_def).collect(),
+        tables: tables.into_iter().map(CatalogEntry::from_table).collect(),
     };
     let text = serde_json::to_string_pretty(&file).expect("serializable");
     let tmp = dir.join(format!("{CATALOG_FILE}.tmp"));
@@ -315,13 +365,14 @@ impl LogClock {
 /// A shard's key: `(table id, shard)`.
 pub(crate) type ShardKey = (u32, u32);
 
-/// What a disk thread reports.
+/// What a disk thread reports. `generation` tells a retired replica's last report (after a
+/// move) from one of the shard's current replica: tokens are per replica.
 #[derive(Debug)]
 pub(crate) enum DiskDone {
     /// Every record with a token `<= token` is durable.
-    Persisted { key: ShardKey, token: u64 },
+    Persisted { key: ShardKey, generation: u32, token: u64 },
     /// The store failed (IO error); the shard stops persisting and will not make progress.
-    Failed { key: ShardKey, error: String },
+    Failed { key: ShardKey, generation: u32, error: String },
 }
 
 type Batch = Vec<(u64, Persist)>;
@@ -329,6 +380,8 @@ type Batch = Vec<(u64, Persist)>;
 struct Shard {
     table: String,
     shard: u32,
+    /// The replica group this replica belongs to (0 at creation, +1 per move).
+    generation: u32,
     replica: LogReplica,
     effects: strata_log::LogEffects,
     /// `send_after_persist` messages waiting for their token.
@@ -336,6 +389,8 @@ struct Shard {
     /// Client requests waiting for the core's reply: token -> (connection, corr).
     waiting: HashMap<u64, (Route, u64)>,
     disk: Option<std_mpsc::Sender<Batch>>,
+    /// The disk thread (joined when the replica retires after a move, or at close).
+    thread: Option<std::thread::JoinHandle<()>>,
     failed: bool,
 }
 
@@ -351,6 +406,19 @@ pub(crate) struct Outbox {
 struct TableEntry {
     def: TableDef,
     id: u32,
+    /// Shards that moved (rifl.md §5.7); the others are in generation 0 on every node.
+    moved: BTreeMap<u32, ShardMove>,
+}
+
+impl TableEntry {
+    /// Where `shard` lives: its moved placement, else generation 0 on every node.
+    fn placement(&self, shard: u32, all: &[NodeId]) -> ShardMove {
+        self.moved.get(&shard).cloned().unwrap_or_else(|| ShardMove { generation: 0, replicas: all.to_vec() })
+    }
+
+    fn catalogued(&self) -> Catalogued {
+        Catalogued { def: self.def.clone(), moved: self.moved.clone() }
+    }
 }
 
 /// Every log table of this node (module docs).
@@ -364,7 +432,6 @@ pub(crate) struct Tables {
     shards: BTreeMap<ShardKey, Shard>,
     next_token: u64,
     disk_done: mpsc::UnboundedSender<DiskDone>,
-    threads: Vec<std::thread::JoinHandle<()>>,
     /// Shard messages for a table or shard this node does not have.
     pub unroutable_messages: u64,
     drains: u64,
@@ -383,7 +450,7 @@ impl Tables {
     ) -> Result<Tables, String> {
         replicas.sort();
         let dir = data_dir.join("tables");
-        let defs = load_catalog(&dir)?;
+        let catalog = load_catalog(&dir)?;
         let mut t = Tables {
             me,
             replicas,
@@ -394,76 +461,91 @@ impl Tables {
             shards: BTreeMap::new(),
             next_token: 1,
             disk_done,
-            threads: Vec::new(),
             unroutable_messages: 0,
             drains: 0,
             internal: std::collections::HashSet::new(),
         };
-        let lease_def = lease_table_def();
-        let lease_cfg = log_config(&lease_def, t.replicas.len()).map_err(|e| format!("lease table: {e}"))?;
-        t.start_table(lease_def, lease_cfg)?;
-        for def in defs {
-            let cfg =
-                check_table_def(&def, t.replicas.len()).map_err(|e| format!("catalog: {e}"))?;
-            t.start_table(def, cfg)?;
+        t.start_table(Catalogued { def: lease_table_def(), moved: BTreeMap::new() })?;
+        for table in catalog {
+            check_table_def(&table.def, t.replicas.len()).map_err(|e| format!("catalog: {e}"))?;
+            t.start_table(table)?;
         }
         Ok(t)
     }
 
-    fn start_table(&mut self, def: TableDef, cfg: LogConfig) -> Result<(), String> {
+    /// Starts the replicas this node hosts of every shard of `table` (rifl.md §5.7: a moved
+    /// shard lives only at its placement's replicas).
+    fn start_table(&mut self, table: Catalogued) -> Result<(), String> {
+        let id = table.def.id();
+        let entry = TableEntry { id, def: table.def, moved: table.moved };
+        for shard in 0..entry.def.shards {
+            let placement = entry.placement(shard, &self.replicas);
+            if placement.replicas.contains(&self.me) {
+                self.start_shard(&entry.def, shard, &placement)?;
+            }
+        }
+        self.tables.insert(entry.def.name.clone(), entry);
+        Ok(())
+    }
+
+    /// A shard replica's directory: `shard-<n>` in generation 0, `shard-<n>.g<generation>`
+    /// after a move (a fresh log; the old generation's is removed once the move is adopted).
+    fn shard_dir(&self, table: &str, shard: u32, generation: u32) -> PathBuf {
+        let name = match generation {
+            0 => format!("shard-{shard}"),
+            g => format!("shard-{shard}.g{g}"),
+        };
+        self.dir.join(table).join(name)
+    }
+
+    /// Opens a shard replica's directory, recovers the core from it and starts its disk thread.
+    fn start_shard(&mut self, def: &TableDef, shard: u32, placement: &ShardMove) -> Result<(), String> {
+        let cfg = log_config(def, placement.replicas.len()).map_err(|e| format!("table {} shard {shard}: {e}", def.name))?;
         let id = def.id();
         let now = self.clock.now(TokioInstant::now());
-        for shard in 0..def.shards {
-            let dir = self.dir.join(&def.name).join(format!("shard-{shard}"));
-            let backend =
-                OsBackend::open(&dir).map_err(|e| format!("cannot open {}: {e}", dir.display()))?;
-            let (store, opened) = ShardStore::open(backend.clone(), backend, WalConfig::default())
-                .map_err(|e| format!("table {} shard {shard}: {e}", def.name))?;
-            if let Some(t) = &opened.report.torn_tail {
-                warn!(table = %def.name, shard, segment = %t.segment, offset = t.offset, dropped_bytes = t.dropped_bytes,
-                    "repaired a torn log tail (the unsynced end of a flush a crash interrupted)");
-            }
-            info!(
-                table = %def.name,
-                shard,
-                entries = opened.state.entries.len(),
-                epoch = opened.state.hard_state.epoch,
-                last = %opened.state.entries.last().map_or(strata_log::LogIndex::ZERO, |e| e.index),
-                "shard opened from its directory"
-            );
-            let seed = self.seed ^ (u64::from(id) << 32) ^ u64::from(shard);
-            let replica = LogReplica::recover(
-                cfg.clone(),
-                self.me,
-                &self.replicas,
-                opened.state,
-                now,
-                seed,
-            )
+        let dir = self.shard_dir(&def.name, shard, placement.generation);
+        let backend = OsBackend::open(&dir).map_err(|e| format!("cannot open {}: {e}", dir.display()))?;
+        let (store, opened) = ShardStore::open(backend.clone(), backend, WalConfig::default())
             .map_err(|e| format!("table {} shard {shard}: {e}", def.name))?;
-            let (tx, rx) = std_mpsc::channel();
-            let done = self.disk_done.clone();
-            let key = (id, shard);
-            let handle = std::thread::Builder::new()
-                .name(format!("disk-{}-{shard}", def.name))
-                .spawn(move || run_disk(store, rx, done, key))
-                .map_err(|e| format!("cannot start a disk thread: {e}"))?;
-            self.threads.push(handle);
-            self.shards.insert(
-                key,
-                Shard {
-                    table: def.name.clone(),
-                    shard,
-                    replica,
-                    effects: Effects::default(),
-                    held: Vec::new(),
-                    waiting: HashMap::new(),
-                    disk: Some(tx),
-                    failed: false,
-                },
-            );
+        if let Some(t) = &opened.report.torn_tail {
+            warn!(table = %def.name, shard, segment = %t.segment, offset = t.offset, dropped_bytes = t.dropped_bytes,
+                "repaired a torn log tail (the unsynced end of a flush a crash interrupted)");
         }
-        self.tables.insert(def.name.clone(), TableEntry { id, def });
+        info!(
+            table = %def.name,
+            shard,
+            generation = placement.generation,
+            entries = opened.state.entries.len(),
+            epoch = opened.state.hard_state.epoch,
+            last = %opened.state.entries.last().map_or(strata_log::LogIndex::ZERO, |e| e.index),
+            "shard opened from its directory"
+        );
+        let seed = self.seed ^ (u64::from(id) << 32) ^ u64::from(shard) ^ (u64::from(placement.generation) << 16);
+        let replica = LogReplica::recover(cfg, self.me, &placement.replicas, opened.state, now, seed)
+            .map_err(|e| format!("table {} shard {shard}: {e}", def.name))?;
+        let (tx, rx) = std_mpsc::channel();
+        let done = self.disk_done.clone();
+        let key = (id, shard);
+        let generation = placement.generation;
+        let handle = std::thread::Builder::new()
+            .name(format!("disk-{}-{shard}", def.name))
+            .spawn(move || run_disk(store, rx, done, key, generation))
+            .map_err(|e| format!("cannot start a disk thread: {e}"))?;
+        self.shards.insert(
+            key,
+            Shard {
+                table: def.name.clone(),
+                shard,
+                generation: placement.generation,
+                replica,
+                effects: Effects::default(),
+                held: Vec::new(),
+                waiting: HashMap::new(),
+                disk: Some(tx),
+                thread: Some(handle),
+                failed: false,
+            },
+        );
         Ok(())
     }
 
@@ -473,10 +555,9 @@ impl Tables {
             code: ErrorCode::InvalidArgument,
             message,
         };
-        let cfg = match check_table_def(&def, self.replicas.len()) {
-            Ok(c) => c,
-            Err(m) => return invalid(m),
-        };
+        if let Err(m) = check_table_def(&def, self.replicas.len()) {
+            return invalid(m);
+        }
         if let Some(t) = self.tables.get(&def.name) {
             return if t.def == def {
                 Response::TableCreated { created: false }
@@ -494,24 +575,36 @@ impl Tables {
                 def.name, t.def.name
             ));
         }
-        let mut defs: Vec<TableDef> =
-            self.tables.values().map(|t| t.def.clone()).filter(|d| !d.name.starts_with(SYSTEM_PREFIX)).collect();
-        defs.push(def.clone());
+        let new = Catalogued { def: def.clone(), moved: BTreeMap::new() };
         // Synchronous file IO in the core task: table creation is a rare admin operation.
-        if let Err(e) = save_catalog(&self.dir, &defs) {
+        if let Err(e) = self.save_catalog_with(Some(&new)) {
             return Response::Error {
                 code: ErrorCode::Other(100),
                 message: format!("cannot save the catalog: {e}"),
             };
         }
         info!(table = %def.name, definition = %describe(&def), "table created");
-        match self.start_table(def, cfg) {
+        match self.start_table(new) {
             Ok(()) => Response::TableCreated { created: true },
             Err(e) => Response::Error {
                 code: ErrorCode::Other(100),
                 message: e,
             },
         }
+    }
+
+    /// Writes the catalog: every user table as it is now, `extra` added (or replacing the
+    /// table of the same name).
+    fn save_catalog_with(&self, extra: Option<&Catalogued>) -> std::io::Result<()> {
+        let mut tables: Vec<Catalogued> = self
+            .tables
+            .values()
+            .filter(|t| !t.def.name.starts_with(SYSTEM_PREFIX))
+            .filter(|t| extra.is_none_or(|x| x.def.name != t.def.name))
+            .map(TableEntry::catalogued)
+            .collect();
+        tables.extend(extra.cloned());
+        save_catalog(&self.dir, &tables)
     }
 
     pub fn list(&self) -> Vec<TableDef> {
@@ -625,28 +718,39 @@ impl Tables {
         out: &mut Outbox,
     ) {
         let now = self.clock.now(at);
-        let s = self
-            .shards
-            .get_mut(&sk)
-            .expect("a catalogued table has all its shards");
+        let Some(s) = self.shards.get_mut(&sk) else {
+            // rifl.md §5.7 step 4 (`UnknownOwner`): the shard lives elsewhere.
+            let body = Response::LogRejected(LogFailure::Moved { replicas: self.placement_of(sk).replicas });
+            return out.replies.push((route, ClientResponse { corr, body }));
+        };
         s.waiting.insert(req.token(), (route, corr));
         s.replica.on_client_request(now, req);
         self.drain(sk, out);
     }
 
+    /// Where the shard `sk` lives, by this node's catalog.
+    fn placement_of(&self, sk: ShardKey) -> ShardMove {
+        let t = self.tables.values().find(|t| t.id == sk.0).expect("a shard key names a catalogued table");
+        t.placement(sk.1, &self.replicas)
+    }
+
+    #[allow(clippy::too_many_arguments)]
     pub fn on_peer(
         &mut self,
         at: TokioInstant,
         from: NodeId,
         table: u32,
         shard: u32,
+        generation: u32,
         msg: LogMessage,
         out: &mut Outbox,
     ) {
         let now = self.clock.now(at);
-        let Some(s) = self.shards.get_mut(&(table, shard)) else {
+        // A message of another generation of the shard (a retired group, or a new one this
+        // node has not adopted yet) must not reach this replica (rifl.md §5.7).
+        let Some(s) = self.shards.get_mut(&(table, shard)).filter(|s| s.generation == generation) else {
             self.unroutable_messages += 1;
-            debug!(table, shard, from = %from, "shard message for a table or shard this node does not have; dropped");
+            debug!(table, shard, generation, from = %from, "shard message for a table, shard or generation this node does not have; dropped");
             return;
         };
         s.replica.on_message(now, from, msg);
@@ -656,8 +760,8 @@ impl Tables {
     pub fn on_disk(&mut self, at: TokioInstant, done: DiskDone, out: &mut Outbox) {
         let now = self.clock.now(at);
         match done {
-            DiskDone::Persisted { key, token } => {
-                let Some(s) = self.shards.get_mut(&key) else {
+            DiskDone::Persisted { key, generation, token } => {
+                let Some(s) = self.shards.get_mut(&key).filter(|s| s.generation == generation) else {
                     return;
                 };
                 s.replica.on_persisted(now, token);
@@ -671,14 +775,15 @@ impl Tables {
                         PeerMessage::Shard {
                             table: key.0,
                             shard: key.1,
+                            generation: s.generation,
                             msg,
                         },
                     ));
                 }
                 self.drain(key, out);
             }
-            DiskDone::Failed { key, error } => {
-                if let Some(s) = self.shards.get_mut(&key) {
+            DiskDone::Failed { key, generation, error } => {
+                if let Some(s) = self.shards.get_mut(&key).filter(|s| s.generation == generation) {
                     error!(table = %s.table, shard = s.shard, %error, "shard storage failed; the shard stops making progress (restart the node)");
                     s.failed = true;
                     s.disk = None;
@@ -732,6 +837,7 @@ impl Tables {
                 PeerMessage::Shard {
                     table: key.0,
                     shard: key.1,
+                    generation: s.generation,
                     msg,
                 },
             ));
@@ -755,13 +861,14 @@ impl Tables {
             let Some((route, corr)) = s.waiting.remove(&reply.token()) else {
                 continue;
             };
-            out.replies.push((
-                route,
-                ClientResponse {
-                    corr,
-                    body: reply_body(reply),
+            let body = match reply {
+                LogReply::Frozen { result: Ok(snapshot), .. } => Response::ShardFrozen {
+                    placement: s.replica.moved_to().cloned().expect("a frozen shard knows where it goes"),
+                    snapshot: Some(snapshot),
                 },
-            ));
+                reply => reply_body(reply),
+            };
+            out.replies.push((route, ClientResponse { corr, body }));
         }
         for ev in fx.event.drain(..) {
             log_event(&s.table, s.shard, &ev);
@@ -876,10 +983,13 @@ impl Tables {
     /// Stops every disk thread (buffered, unsynced appends are dropped, as in a crash) and
     /// waits for them, so that a node restarted in the same process never shares a WAL.
     pub fn close(&mut self) -> Vec<std::thread::JoinHandle<()>> {
-        for s in self.shards.values_mut() {
-            s.disk = None;
-        }
-        std::mem::take(&mut self.threads)
+        self.shards
+            .values_mut()
+            .filter_map(|s| {
+                s.disk = None;
+                s.thread.take()
+            })
+            .collect()
     }
 }
 
@@ -913,7 +1023,11 @@ fn reply_body(reply: LogReply) -> Response {
             ReadError::NotInActiveSet => LogFailure::NotInActiveSet,
             ReadError::Timeout => LogFailure::Timeout,
             ReadError::Unavailable => LogFailure::Unavailable,
+            ReadError::Moved { replicas } => LogFailure::Moved { replicas },
         }),
+        LogReply::Frozen { result: Err(e), .. } => write_error_body(e),
+        // Answered in `drain`, which knows the placement the snapshot goes to.
+        LogReply::Frozen { result: Ok(_), .. } => unreachable!("a freeze is answered by the move code"),
     }
 }
 
@@ -944,6 +1058,7 @@ fn write_error_body(e: WriteError) -> Response {
         WriteError::Unavailable => LogFailure::Unavailable,
         WriteError::Timeout => LogFailure::Timeout,
         WriteError::Invalid(m) => LogFailure::Invalid(m.to_string()),
+        WriteError::Moved { replicas } => LogFailure::Moved { replicas },
     })
 }
 
@@ -989,6 +1104,7 @@ fn run_disk(
     rx: std_mpsc::Receiver<Batch>,
     done: mpsc::UnboundedSender<DiskDone>,
     key: ShardKey,
+    generation: u32,
 ) {
     while let Ok(mut batch) = rx.recv() {
         while let Ok(more) = rx.try_recv() {
@@ -996,7 +1112,7 @@ fn run_disk(
         }
         match store.execute(batch) {
             Ok(Some(token)) => {
-                if done.send(DiskDone::Persisted { key, token }).is_err() {
+                if done.send(DiskDone::Persisted { key, generation, token }).is_err() {
                     return;
                 }
             }
@@ -1004,6 +1120,7 @@ fn run_disk(
             Err(e) => {
                 let _ = done.send(DiskDone::Failed {
                     key,
+                    generation,
                     error: e.to_string(),
                 });
                 return;
@@ -1029,15 +1146,21 @@ mod tests {
     }
 
     #[test]
-    fn the_catalog_keeps_the_timer_preset_and_reads_older_catalogs() {
+    fn the_catalog_keeps_timer_presets_and_moved_shards_and_reads_older_catalogs() {
         let dir = std::env::temp_dir().join(format!("strata-catalog-{}", std::process::id()));
-        let defs = vec![def(TableTimers::Geo), TableDef { name: "d".into(), ..def(TableTimers::Default) }];
-        save_catalog(&dir, &defs).unwrap();
-        assert_eq!(load_catalog(&dir).unwrap(), defs);
-        // A catalog written before timer presets existed has no `timers`: the default preset.
+        let moved = BTreeMap::from([(1, ShardMove { generation: 2, replicas: vec![NodeId(1), NodeId(3)] })]);
+        let tables = vec![
+            Catalogued { def: def(TableTimers::Geo), moved },
+            Catalogued { def: TableDef { name: "d".into(), ..def(TableTimers::Default) }, moved: BTreeMap::new() },
+        ];
+        save_catalog(&dir, &tables).unwrap();
+        assert_eq!(load_catalog(&dir).unwrap(), tables);
+        // A catalog written before timer presets and shard moves existed has no `timers` and
+        // no `moved`: the default preset, every shard in generation 0.
         let old = r#"{"tables":[{"name":"t","engine":"log","durability":"cad","replication":"async","reads":"active-set","shards":2}]}"#;
         std::fs::write(dir.join(CATALOG_FILE), old).unwrap();
-        assert_eq!(load_catalog(&dir).unwrap(), vec![def(TableTimers::Default)]);
+        let defaults = Catalogued { def: def(TableTimers::Default), moved: BTreeMap::new() };
+        assert_eq!(load_catalog(&dir).unwrap(), vec![defaults]);
         let _ = std::fs::remove_dir_all(&dir);
     }
 

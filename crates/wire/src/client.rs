@@ -11,7 +11,7 @@ use crate::codec::{
     Reader,
 };
 use crate::ids::{Carstamp, NodeId, SessionId};
-use crate::log::LogIndex;
+use crate::log::{LogIndex, ShardMove, Snapshot};
 use crate::rifl::{LeaseStatus, Rifl};
 
 /// Request tags (0x01..=0x3f). Never reuse a retired tag.
@@ -31,6 +31,9 @@ pub mod request_tag {
     /// RIFL's lease service (rifl.md §4.2 `RenewLease`, `GetLeaseInfo`).
     pub const RENEW_LEASE: u8 = 0x22;
     pub const LEASE_INFO: u8 = 0x23;
+    /// Shard moves (rifl.md §5.7, admin).
+    pub const FREEZE_SHARD: u8 = 0x24;
+    pub const ADOPT_SHARD: u8 = 0x25;
     pub const STATUS: u8 = 0x30;
     pub const SET_FAULT: u8 = 0x31;
     /// Table catalog (admin).
@@ -51,6 +54,9 @@ pub mod response_tag {
     pub const LOG_REJECTED: u8 = 0x55;
     /// The lease service's answer (rifl.md §4.2).
     pub const LEASE: u8 = 0x56;
+    /// Shard moves (rifl.md §5.7).
+    pub const SHARD_FROZEN: u8 = 0x57;
+    pub const SHARD_ADOPTED: u8 = 0x58;
     pub const STATUS: u8 = 0x60;
     pub const FAULT_SET: u8 = 0x61;
     pub const TABLE_CREATED: u8 = 0x62;
@@ -121,6 +127,17 @@ pub enum Request {
     /// with the service's cluster time. For operators and tests; nodes ask each other over
     /// their peer links.
     LeaseInfo { lease_id: u64 },
+    /// Admin, the first step of a shard move (rifl.md §5.7 steps 1-2): the shard's leader
+    /// appends a `Freeze` entry naming `replicas` (the next generation) and, once it is
+    /// committed, durable and applied, answers `ShardFrozen` with the final state.
+    /// Idempotent for the same `replicas` (an interrupted move is resumed by sending it
+    /// again); `NotLeader` at another replica, `Moved` at a node without the shard.
+    FreezeShard { table: String, shard: u32, replicas: Vec<NodeId> },
+    /// Admin, the second step (§5.7 steps 3-4), sent to every node: the shard now lives at
+    /// `placement`. A node of `placement.replicas` gets `snapshot` (the frozen state), writes
+    /// it as the first entry of the new group's log and starts serving it; every other node
+    /// stops its replica of the old group and records where the shard went. Idempotent.
+    AdoptShard { table: String, shard: u32, placement: ShardMove, snapshot: Option<Snapshot> },
 }
 
 /// What a log-table write does to its key.
@@ -224,6 +241,9 @@ pub enum LogFailure {
     Unavailable,
     /// The request is invalid (empty key, seq 0). Do not retry.
     Invalid(String),
+    /// The shard moved, or is moving, to `replicas` (rifl.md §5.7 step 4, `UnknownOwner`):
+    /// retry there with the same `(client_id, seq)`; the completion record moved too.
+    Moved { replicas: Vec<NodeId> },
 }
 
 /// Faults injected by a node's transport on its outbound link to one peer. The kernel here has
@@ -277,6 +297,12 @@ pub enum Response {
     Tables(Vec<TableDef>),
     /// The lease service's answer to `RenewLease` / `LeaseInfo`.
     Lease(LeaseStatus),
+    /// `FreezeShard` is done: where the shard goes and its final state, records and
+    /// watermarks included (`None`: the shard already lives at `placement`, nothing to
+    /// install; the move only has to be announced to nodes that missed it).
+    ShardFrozen { placement: ShardMove, snapshot: Option<Snapshot> },
+    /// `AdoptShard` is done (`started`: this node now serves the new group).
+    ShardAdopted { started: bool },
 }
 
 /// The role of a shard replica, as reported by `Status`.
@@ -467,6 +493,8 @@ impl Encode for ClientRequest {
             Request::ListTables => LIST_TABLES,
             Request::RenewLease { .. } => RENEW_LEASE,
             Request::LeaseInfo { .. } => LEASE_INFO,
+            Request::FreezeShard { .. } => FREEZE_SHARD,
+            Request::AdoptShard { .. } => ADOPT_SHARD,
         };
         out.put_u8(tag);
         out.put_u64_le(self.corr);
@@ -521,6 +549,17 @@ impl Encode for ClientRequest {
                 put_option(out, peer, |o, p| p.encode(o));
                 fault.encode(out);
             }
+            Request::FreezeShard { table, shard, replicas } => {
+                put_bytes(out, table.as_bytes());
+                out.put_u32_le(*shard);
+                put_seq(out, replicas, |o, n| n.encode(o));
+            }
+            Request::AdoptShard { table, shard, placement, snapshot } => {
+                put_bytes(out, table.as_bytes());
+                out.put_u32_le(*shard);
+                placement.encode(out);
+                put_option(out, snapshot, |o, s| s.encode(o));
+            }
         }
     }
 }
@@ -568,6 +607,13 @@ impl Decode for ClientRequest {
             LIST_TABLES => Request::ListTables,
             RENEW_LEASE => Request::RenewLease { lease_id: r.u64()? },
             LEASE_INFO => Request::LeaseInfo { lease_id: r.u64()? },
+            FREEZE_SHARD => Request::FreezeShard { table: r.string()?, shard: r.u32()?, replicas: r.seq(NodeId::decode)? },
+            ADOPT_SHARD => Request::AdoptShard {
+                table: r.string()?,
+                shard: r.u32()?,
+                placement: ShardMove::decode(r)?,
+                snapshot: r.option(Snapshot::decode)?,
+            },
             tag => return Err(DecodeError::UnknownTag { tag }),
         };
         Ok(ClientRequest { corr, rifl, body })
@@ -676,6 +722,8 @@ impl Encode for ClientResponse {
             Response::TableCreated { .. } => TABLE_CREATED,
             Response::Tables(_) => TABLES,
             Response::Lease(_) => LEASE,
+            Response::ShardFrozen { .. } => SHARD_FROZEN,
+            Response::ShardAdopted { .. } => SHARD_ADOPTED,
         };
         out.put_u8(tag);
         out.put_u64_le(self.corr);
@@ -708,6 +756,11 @@ impl Encode for ClientResponse {
             Response::LogRejected(f) => f.encode(out),
             Response::TableCreated { created } => put_bool(out, *created),
             Response::Lease(status) => status.encode(out),
+            Response::ShardFrozen { placement, snapshot } => {
+                placement.encode(out);
+                put_option(out, snapshot, |o, s| s.encode(o));
+            }
+            Response::ShardAdopted { started } => put_bool(out, *started),
             Response::Tables(defs) => {
                 put_seq(out, defs, |o, d| d.encode(o));
                 put_table_extension(out, defs);
@@ -745,6 +798,8 @@ impl Decode for ClientResponse {
             LOG_REJECTED => Response::LogRejected(LogFailure::decode(r)?),
             TABLE_CREATED => Response::TableCreated { created: r.bool()? },
             LEASE => Response::Lease(LeaseStatus::decode(r)?),
+            SHARD_FROZEN => Response::ShardFrozen { placement: ShardMove::decode(r)?, snapshot: r.option(Snapshot::decode)? },
+            SHARD_ADOPTED => Response::ShardAdopted { started: r.bool()? },
             TABLES => {
                 let mut defs = r.seq(TableDef::decode)?;
                 get_table_extension(r, &mut defs)?;
@@ -817,6 +872,7 @@ mod failure_tag {
     pub const TIMEOUT: u8 = 3;
     pub const UNAVAILABLE: u8 = 4;
     pub const INVALID: u8 = 5;
+    pub const MOVED: u8 = 6;
 }
 
 impl Encode for LogFailure {
@@ -834,6 +890,10 @@ impl Encode for LogFailure {
                 out.put_u8(INVALID);
                 put_bytes(out, m.as_bytes());
             }
+            LogFailure::Moved { replicas } => {
+                out.put_u8(MOVED);
+                put_seq(out, replicas, |o, n| n.encode(o));
+            }
         }
     }
 }
@@ -846,6 +906,7 @@ impl Decode for LogFailure {
             TIMEOUT => LogFailure::Timeout,
             UNAVAILABLE => LogFailure::Unavailable,
             INVALID => LogFailure::Invalid(r.string()?),
+            MOVED => LogFailure::Moved { replicas: r.seq(NodeId::decode)? },
             v => return Err(DecodeError::Invalid { what: "log failure", value: v as u64 }),
         })
     }

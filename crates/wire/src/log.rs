@@ -56,6 +56,49 @@ pub enum LogOp {
     /// later entry of theirs changes nothing (`ExpiredLease`): the same at every replica.
     /// Appended by the leader; `key` empty, `client_id = seq = ack = 0`.
     Expire(Vec<u64>),
+    /// rifl.md §5.7 step 1, the start of a shard move: the shard's state is final at this
+    /// entry. Every later write or `Expire` entry changes nothing, every write and read is
+    /// answered `Moved` to the new replica set, and the state as of this entry (its records
+    /// and watermarks included) is what the new replicas install. Appended by the leader on
+    /// `strata shard move`; `key` empty, `client_id = seq = ack = 0`.
+    Freeze(ShardMove),
+    /// rifl.md §5.7 step 3: the first entry of a shard's new replica group, identical at every
+    /// new replica (each writes it locally before serving): applying it replaces the empty
+    /// state with the moved one, completion records and watermarks included, so a retry sent
+    /// after the move finds its record here.
+    Install(Box<Snapshot>),
+}
+
+/// Where a shard goes (rifl.md §5.7): its new replica group's generation and members.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ShardMove {
+    /// The generation the new group runs; the frozen group's is one less.
+    pub generation: u32,
+    pub replicas: Vec<NodeId>,
+}
+
+/// The applied state of a shard's log prefix: items, RIFL's records and watermarks, and the
+/// collected clients. Carried by `LogOp::Install` when a shard moves; a recovery input too.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Snapshot {
+    /// The last entry the snapshot covers; the log continues after it.
+    pub last_included: LogIndex,
+    /// `(key, value or tombstone, update index)`.
+    pub items: Vec<(Bytes, Option<Bytes>, LogIndex)>,
+    /// RIFL's state of the applied prefix, by client id: watermarks and live records.
+    pub clients: Vec<ClientRecords>,
+    /// Clients whose leases expired (applied `Expire` entries): their entries change nothing.
+    pub expired: Vec<u64>,
+}
+
+/// One client's RIFL state in a snapshot (rifl.md §3.3, R-D8): the ack watermark, which must
+/// survive even when no record is left (a late duplicate is then `Stale`), and the completion
+/// records of applied, unacknowledged writes as `(seq, index of the executing entry)`.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ClientRecords {
+    pub client_id: u64,
+    pub ack: u64,
+    pub records: Vec<(u64, LogIndex)>,
 }
 
 /// One log entry. A write's entry is also its RIFL completion record (rifl.md §3.4, §5.3 S6,
@@ -166,6 +209,9 @@ pub enum ReadError {
     /// The leader is still starting its epoch (sync phase) or no leader is known. Retry soon.
     #[error("unavailable")]
     Unavailable,
+    /// The shard moved (rifl.md §5.7 step 4, `UnknownOwner`): retry at one of `replicas`.
+    #[error("the shard moved to {replicas:?}")]
+    Moved { replicas: Vec<NodeId> },
 }
 
 /// Leader -> follower: the answer to a `ForwardRead`, relayed unchanged to the client.
@@ -218,6 +264,8 @@ mod op_tag {
     pub const DELETE: u8 = 1;
     pub const NOOP: u8 = 2;
     pub const EXPIRE: u8 = 3;
+    pub const FREEZE: u8 = 4;
+    pub const INSTALL: u8 = 5;
 }
 
 impl Encode for LogEntry {
@@ -235,6 +283,14 @@ impl Encode for LogEntry {
                 out.put_u8(op_tag::EXPIRE);
                 put_seq(out, clients, |o, c| o.put_u64_le(*c));
             }
+            LogOp::Freeze(m) => {
+                out.put_u8(op_tag::FREEZE);
+                m.encode(out);
+            }
+            LogOp::Install(snapshot) => {
+                out.put_u8(op_tag::INSTALL);
+                snapshot.encode(out);
+            }
         }
         out.put_u64_le(self.client_id);
         out.put_u64_le(self.seq);
@@ -251,9 +307,59 @@ impl Decode for LogEntry {
             op_tag::DELETE => LogOp::Delete,
             op_tag::NOOP => LogOp::NoOp,
             op_tag::EXPIRE => LogOp::Expire(r.seq(|r| r.u64())?),
+            op_tag::FREEZE => LogOp::Freeze(ShardMove::decode(r)?),
+            op_tag::INSTALL => LogOp::Install(Box::new(Snapshot::decode(r)?)),
             v => return Err(DecodeError::Invalid { what: "log op", value: v as u64 }),
         };
         Ok(LogEntry { index, key, op, client_id: r.u64()?, seq: r.u64()?, ack: r.u64()?, immediate: r.bool()? })
+    }
+}
+
+impl Encode for ShardMove {
+    fn encode(&self, out: &mut BytesMut) {
+        out.put_u32_le(self.generation);
+        put_seq(out, &self.replicas, |o, n| n.encode(o));
+    }
+}
+impl Decode for ShardMove {
+    fn decode(r: &mut Reader) -> Result<Self, DecodeError> {
+        Ok(ShardMove { generation: r.u32()?, replicas: r.seq(NodeId::decode)? })
+    }
+}
+
+impl Encode for Snapshot {
+    fn encode(&self, out: &mut BytesMut) {
+        self.last_included.encode(out);
+        put_seq(out, &self.items, |o, (k, v, u)| {
+            put_bytes(o, k);
+            put_value(o, v);
+            u.encode(o);
+        });
+        put_seq(out, &self.clients, |o, c| {
+            o.put_u64_le(c.client_id);
+            o.put_u64_le(c.ack);
+            put_seq(o, &c.records, |o, (seq, index)| {
+                o.put_u64_le(*seq);
+                index.encode(o);
+            });
+        });
+        put_seq(out, &self.expired, |o, c| o.put_u64_le(*c));
+    }
+}
+impl Decode for Snapshot {
+    fn decode(r: &mut Reader) -> Result<Self, DecodeError> {
+        Ok(Snapshot {
+            last_included: LogIndex::decode(r)?,
+            items: r.seq(|r| Ok((r.bytes()?, get_value(r)?, LogIndex::decode(r)?)))?,
+            clients: r.seq(|r| {
+                Ok(ClientRecords {
+                    client_id: r.u64()?,
+                    ack: r.u64()?,
+                    records: r.seq(|r| Ok((r.u64()?, LogIndex::decode(r)?)))?,
+                })
+            })?,
+            expired: r.seq(|r| r.u64())?,
+        })
     }
 }
 
@@ -276,6 +382,7 @@ mod read_tag {
     pub const NOT_IN_ACTIVE_SET: u8 = 2;
     pub const TIMEOUT: u8 = 3;
     pub const UNAVAILABLE: u8 = 4;
+    pub const MOVED: u8 = 5;
 }
 
 fn put_read_result(out: &mut BytesMut, r: &Result<ReadValue, ReadError>) {
@@ -295,6 +402,10 @@ fn put_read_result(out: &mut BytesMut, r: &Result<ReadValue, ReadError>) {
         Err(ReadError::NotInActiveSet) => out.put_u8(NOT_IN_ACTIVE_SET),
         Err(ReadError::Timeout) => out.put_u8(TIMEOUT),
         Err(ReadError::Unavailable) => out.put_u8(UNAVAILABLE),
+        Err(ReadError::Moved { replicas }) => {
+            out.put_u8(MOVED);
+            put_seq(out, replicas, |o, n| n.encode(o));
+        }
     }
 }
 
@@ -311,6 +422,7 @@ fn get_read_result(r: &mut Reader) -> Result<Result<ReadValue, ReadError>, Decod
         NOT_IN_ACTIVE_SET => Err(ReadError::NotInActiveSet),
         TIMEOUT => Err(ReadError::Timeout),
         UNAVAILABLE => Err(ReadError::Unavailable),
+        MOVED => Err(ReadError::Moved { replicas: r.seq(NodeId::decode)? }),
         v => return Err(DecodeError::Invalid { what: "read result", value: v as u64 }),
     })
 }

@@ -67,8 +67,10 @@ pub enum PeerMessage {
     /// Echoes the committed version, so it credits the sender's pending record (§5.1.7).
     CommitAck { req: u64, key: Bytes, cs: Carstamp },
     /// A message between the replicas of one log-table shard (ORCA §4.2). `table` is the
-    /// table's id (`client::table_id`): the same on every node.
-    Shard { table: u32, shard: u32, msg: LogMessage },
+    /// table's id (`client::table_id`): the same on every node. `generation` names the
+    /// shard's replica group (0 at creation, +1 per move, rifl.md §5.7): a message of another
+    /// generation is dropped, so a retired group can never disturb its successor.
+    Shard { table: u32, shard: u32, generation: u32, msg: LogMessage },
     /// rifl.md §5.5.3 / §5.6: "is `client_id`'s lease alive?", to the lease service's leader.
     LeaseQuery { client_id: u64 },
     /// The service's answer about `client_id` (`status.lease_id` 0: expired or unknown).
@@ -542,10 +544,11 @@ impl Encode for PeerMessage {
                 put_bytes(out, key);
                 cs.encode(out);
             }
-            PeerMessage::Shard { table, shard, msg } => {
+            PeerMessage::Shard { table, shard, generation, msg } => {
                 out.put_u8(SHARD);
                 out.put_u32_le(*table);
                 out.put_u32_le(*shard);
+                out.put_u32_le(*generation);
                 msg.encode(out);
             }
             PeerMessage::LeaseQuery { client_id } => {
@@ -643,7 +646,7 @@ impl Decode for PeerMessage {
                 records: KeyRecords::decode(r)?,
             }),
             COMMIT_ACK => PeerMessage::CommitAck { req: r.u64()?, key: r.bytes()?, cs: Carstamp::decode(r)? },
-            SHARD => PeerMessage::Shard { table: r.u32()?, shard: r.u32()?, msg: LogMessage::decode(r)? },
+            SHARD => PeerMessage::Shard { table: r.u32()?, shard: r.u32()?, generation: r.u32()?, msg: LogMessage::decode(r)? },
             LEASE_QUERY => PeerMessage::LeaseQuery { client_id: r.u64()? },
             LEASE_ANSWER => PeerMessage::LeaseAnswer { client_id: r.u64()?, status: LeaseStatus::decode(r)? },
             LEASE_RENEW => PeerMessage::LeaseRenew { req: r.u64()?, lease_id: r.u64()? },

@@ -3,7 +3,10 @@
 
 use bytes::{Bytes, BytesMut};
 use proptest::prelude::*;
-use strata_wire::log::{AppendAck, AppendEntries, ForwardRead, Grant, LogEntry, LogIndex, LogMessage, LogOp, ReadError, ReadRelay, ReadValue};
+use strata_wire::log::{
+    AppendAck, AppendEntries, ClientRecords, ForwardRead, Grant, LogEntry, LogIndex, LogMessage, LogOp, ReadError, ReadRelay, ReadValue,
+    ShardMove, Snapshot,
+};
 use strata_wire::{decode_frame, decode_message, encode_frame, ClusterId, DecodeError, NodeId, Reader};
 
 const CLUSTER: ClusterId = ClusterId(0x10c);
@@ -22,10 +25,29 @@ fn entry() -> impl Strategy<Value = LogEntry> {
         bytes().prop_map(LogOp::Put),
         Just(LogOp::Delete),
         Just(LogOp::NoOp),
-        prop::collection::vec(any::<u64>(), 0..4).prop_map(LogOp::Expire)
+        prop::collection::vec(any::<u64>(), 0..4).prop_map(LogOp::Expire),
+        shard_move().prop_map(LogOp::Freeze),
+        snapshot().prop_map(|s| LogOp::Install(Box::new(s))),
     ];
     (index(), bytes(), op, any::<u64>(), any::<u64>(), any::<u64>(), any::<bool>())
         .prop_map(|(index, key, op, client_id, seq, ack, immediate)| LogEntry { index, key, op, client_id, seq, ack, immediate })
+}
+
+fn nodes() -> impl Strategy<Value = Vec<NodeId>> {
+    prop::collection::vec(any::<u32>().prop_map(NodeId), 0..4)
+}
+
+fn shard_move() -> impl Strategy<Value = ShardMove> {
+    (any::<u32>(), nodes()).prop_map(|(generation, replicas)| ShardMove { generation, replicas })
+}
+
+/// A shard's state as a moved shard carries it: items (tombstones too), records, watermarks.
+fn snapshot() -> impl Strategy<Value = Snapshot> {
+    let item = (bytes(), proptest::option::of(bytes()), index());
+    let client = (any::<u64>(), any::<u64>(), prop::collection::vec((any::<u64>(), index()), 0..3))
+        .prop_map(|(client_id, ack, records)| ClientRecords { client_id, ack, records });
+    (index(), prop::collection::vec(item, 0..3), prop::collection::vec(client, 0..3), prop::collection::vec(any::<u64>(), 0..3))
+        .prop_map(|(last_included, items, clients, expired)| Snapshot { last_included, items, clients, expired })
 }
 
 fn grant() -> impl Strategy<Value = Grant> {
@@ -41,6 +63,7 @@ fn read_result() -> impl Strategy<Value = Result<ReadValue, ReadError>> {
         Just(Err(ReadError::NotInActiveSet)),
         Just(Err(ReadError::Timeout)),
         Just(Err(ReadError::Unavailable)),
+        nodes().prop_map(|replicas| Err(ReadError::Moved { replicas })),
     ]
 }
 

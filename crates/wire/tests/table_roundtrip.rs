@@ -11,7 +11,7 @@ use strata_wire::client::{
     LogWriteOp, NodeStatus, Request, Response, ShardRole, ShardStatus, TableDef, TableDurability,
     TableEngine, TableReads, TableReplication, TableTimers,
 };
-use strata_wire::log::{LogIndex, LogMessage};
+use strata_wire::log::{ClientRecords, LogIndex, LogMessage, ShardMove, Snapshot};
 use strata_wire::peer::{peer_tag, PeerMessage};
 use strata_wire::{
     decode_frame, decode_message, encode_frame, ClusterId, DecodeError, Encode, NodeId,
@@ -88,8 +88,24 @@ fn request() -> impl Strategy<Value = ClientRequest> {
         Just(Request::ListTables),
         any::<u64>().prop_map(|lease_id| Request::RenewLease { lease_id }),
         any::<u64>().prop_map(|lease_id| Request::LeaseInfo { lease_id }),
+        (name(), any::<u32>(), prop::collection::vec(node(), 0..4)).prop_map(|(table, shard, replicas)| Request::FreezeShard { table, shard, replicas }),
+        (name(), any::<u32>(), shard_move(), proptest::option::of(snapshot())).prop_map(|(table, shard, placement, snapshot)| {
+            Request::AdoptShard { table, shard, placement, snapshot }
+        }),
     ];
     (any::<u64>(), body).prop_map(|(corr, body)| ClientRequest::new(corr, body))
+}
+
+fn shard_move() -> impl Strategy<Value = ShardMove> {
+    (any::<u32>(), prop::collection::vec(node(), 0..4)).prop_map(|(generation, replicas)| ShardMove { generation, replicas })
+}
+
+fn snapshot() -> impl Strategy<Value = Snapshot> {
+    let item = (bytes(), proptest::option::of(bytes()), index());
+    let client = (any::<u64>(), any::<u64>(), prop::collection::vec((any::<u64>(), index()), 0..3))
+        .prop_map(|(client_id, ack, records)| ClientRecords { client_id, ack, records });
+    (index(), prop::collection::vec(item, 0..3), prop::collection::vec(client, 0..3), prop::collection::vec(any::<u64>(), 0..3))
+        .prop_map(|(last_included, items, clients, expired)| Snapshot { last_included, items, clients, expired })
 }
 
 fn failure() -> impl Strategy<Value = LogFailure> {
@@ -99,6 +115,7 @@ fn failure() -> impl Strategy<Value = LogFailure> {
         Just(LogFailure::Timeout),
         Just(LogFailure::Unavailable),
         "[ -~]{0,20}".prop_map(LogFailure::Invalid),
+        prop::collection::vec(node(), 0..4).prop_map(|replicas| LogFailure::Moved { replicas }),
     ]
 }
 
@@ -152,6 +169,8 @@ fn response() -> impl Strategy<Value = ClientResponse> {
         failure().prop_map(Response::LogRejected),
         any::<bool>().prop_map(|created| Response::TableCreated { created }),
         prop::collection::vec(table_def(), 0..3).prop_map(Response::Tables),
+        (shard_move(), proptest::option::of(snapshot())).prop_map(|(placement, snapshot)| Response::ShardFrozen { placement, snapshot }),
+        any::<bool>().prop_map(|started| Response::ShardAdopted { started }),
         (any::<u64>(), any::<u64>(), any::<u64>()).prop_map(|(lease_id, e, t)| Response::Lease(
             strata_wire::LeaseStatus { lease_id, expiration: strata_wire::ClusterTime(e), cluster_time: strata_wire::ClusterTime(t) }
         )),
@@ -183,9 +202,9 @@ proptest! {
     fn log_table_responses_round_trip(msg in response()) { round_trip(msg) }
 
     #[test]
-    fn shard_peer_messages_round_trip(table in any::<u32>(), shard in any::<u32>(), epoch in any::<u32>(), last in index()) {
-        round_trip(PeerMessage::Shard { table, shard, msg: LogMessage::RequestVote { epoch, last_index: last } });
-        round_trip(PeerMessage::Shard { table, shard, msg: LogMessage::VoteResp { epoch, granted: true } });
+    fn shard_peer_messages_round_trip(table in any::<u32>(), shard in any::<u32>(), generation in any::<u32>(), epoch in any::<u32>(), last in index()) {
+        round_trip(PeerMessage::Shard { table, shard, generation, msg: LogMessage::RequestVote { epoch, last_index: last } });
+        round_trip(PeerMessage::Shard { table, shard, generation, msg: LogMessage::VoteResp { epoch, granted: true } });
     }
 
     /// Truncated payloads are errors, never panics — except a `CreateTable` cut exactly before
@@ -223,6 +242,7 @@ fn tags_are_the_documented_constants() {
     PeerMessage::Shard {
         table: 1,
         shard: 2,
+        generation: 0,
         msg: LogMessage::VoteResp {
             epoch: 3,
             granted: false,
@@ -231,8 +251,8 @@ fn tags_are_the_documented_constants() {
     .encode(&mut b);
     assert_eq!(b[0], 0xa0);
     assert_eq!(
-        b[9], 0x95,
-        "the log message keeps its own tag after table and shard"
+        b[13], 0x95,
+        "the log message keeps its own tag after table, shard and generation"
     );
 }
 

@@ -191,7 +191,7 @@ pub fn served_exists(h: &OrcaHistory) -> Vec<Violation> {
                 let expected = match &e.op {
                     LogOp::Put(v) => Some(Some(v.clone())),
                     LogOp::Delete => Some(None),
-                    LogOp::NoOp | LogOp::Expire(_) => None,
+                    LogOp::NoOp | LogOp::Expire(_) | LogOp::Freeze(_) | LogOp::Install(_) => None,
                 };
                 if e.key != r.key || expected.as_ref() != Some(got) {
                     Some(format!("{u} but H has {} {:?} there", key(&e.key), e.op))

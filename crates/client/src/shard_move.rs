@@ -1,0 +1,140 @@
+//! `Client::move_shard`: moves a log-table shard to other nodes (rifl.md §5.7), driving the
+//! two idempotent steps the nodes implement (`crates/node/src/tables/moves.rs`): freeze at the
+//! shard's leader, then adopt at every node. Running it again after an interruption finishes
+//! the move; running it after the move finished only re-announces the placement.
+
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use strata_wire::client::{LogFailure, Request, Response};
+use strata_wire::log::{ShardMove, Snapshot};
+use strata_wire::NodeId;
+
+use crate::client::Client;
+use crate::error::ClientError;
+use crate::session::unexpected;
+
+/// How long the freeze may take by default (elections, a slow majority) before giving up.
+const DEFAULT_FREEZE_FOR: Duration = Duration::from_secs(30);
+const RETRY_BACKOFF: Duration = Duration::from_millis(20);
+
+/// What a finished move did.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MoveReport {
+    /// Where the shard lives now: its generation and replicas.
+    pub placement: ShardMove,
+    /// `None` if the shard already lived there (nothing was frozen or installed).
+    pub moved: Option<MovedState>,
+}
+
+/// The size of the state that moved.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MovedState {
+    /// Keys, deleted ones (tombstones) included.
+    pub keys: usize,
+    /// Clients with a watermark or completion records in the shard.
+    pub clients: usize,
+    /// Completion records of unacknowledged writes (answers to retries).
+    pub records: usize,
+}
+
+impl MovedState {
+    fn of(s: &Snapshot) -> MovedState {
+        MovedState { keys: s.items.len(), clients: s.clients.len(), records: s.clients.iter().map(|c| c.records.len()).sum() }
+    }
+}
+
+impl Client {
+    /// Moves shard `shard` of log table `table` to the nodes `replicas` (module docs). Every
+    /// node of the client's endpoints must answer (each records the placement: the catalog is
+    /// per node); the error names those that did not, and running the move again finishes it.
+    pub async fn move_shard(&self, table: &str, shard: u32, replicas: Vec<NodeId>) -> Result<MoveReport, ClientError> {
+        let opts = self.options().clone();
+        let mut nodes: Vec<(SocketAddr, NodeId, Client)> = Vec::new();
+        for &addr in self.endpoints() {
+            let c = Client::connect_node(addr, opts.clone()).await?;
+            let id = c.status().await?.node;
+            nodes.push((addr, id, c));
+        }
+        let by_id = |id: NodeId| nodes.iter().position(|(_, n, _)| *n == id);
+        for r in &replicas {
+            if by_id(*r).is_none() {
+                let known: Vec<String> = nodes.iter().map(|(_, n, _)| n.to_string()).collect();
+                return Err(ClientError::InvalidArgument(format!("{r} is not a node of this cluster ({})", known.join(", "))));
+            }
+        }
+        // Step 1: freeze, at the leader of the shard's current group.
+        let deadline = Instant::now() + opts.request_timeout.unwrap_or(DEFAULT_FREEZE_FOR);
+        let mut target = 0;
+        let mut tries = 0usize;
+        let (placement, snapshot) = loop {
+            tries += 1;
+            let req = Request::FreezeShard { table: table.to_string(), shard, replicas: replicas.clone() };
+            let conn = nodes[target].2.connection().await;
+            let answer = match conn {
+                Ok(c) => c.call(req, Some(Duration::from_secs(10))).await,
+                Err(e) => Err(e),
+            };
+            let next = (target + 1) % nodes.len();
+            let last = match answer {
+                Ok(Response::ShardFrozen { placement, snapshot }) => break (placement, snapshot),
+                Ok(Response::LogRejected(LogFailure::NotLeader { hint })) => {
+                    target = hint.and_then(by_id).filter(|&h| h != target).unwrap_or(next);
+                    "not the leader".to_string()
+                }
+                Ok(Response::LogRejected(LogFailure::Moved { replicas: at })) => {
+                    target = at.get(tries % at.len().max(1)).and_then(|&n| by_id(n)).unwrap_or(next);
+                    format!("the shard is at {at:?}")
+                }
+                Ok(Response::LogRejected(f @ (LogFailure::Unavailable | LogFailure::Timeout | LogFailure::NotInActiveSet))) => {
+                    format!("{f:?}")
+                }
+                Ok(other) => return Err(unexpected(other)),
+                Err(e @ (ClientError::ConnectionLost { .. } | ClientError::Unreachable { .. } | ClientError::TimedOut(_))) => {
+                    target = next;
+                    e.to_string()
+                }
+                Err(e) => return Err(e),
+            };
+            if Instant::now() >= deadline {
+                return Err(ClientError::TableUnavailable {
+                    table: table.to_string(),
+                    last: format!("freezing shard {shard}: {last}"),
+                    waited: opts.request_timeout.unwrap_or(DEFAULT_FREEZE_FOR),
+                });
+            }
+            tokio::time::sleep(RETRY_BACKOFF).await;
+        };
+        // Step 2: every node adopts the placement; the new replicas install the state.
+        let mut failed = Vec::new();
+        for (addr, id, c) in &nodes {
+            let member = placement.replicas.contains(id);
+            let req = Request::AdoptShard {
+                table: table.to_string(),
+                shard,
+                placement: placement.clone(),
+                snapshot: snapshot.clone().filter(|_| member),
+            };
+            let answer = match c.connection().await {
+                Ok(conn) => conn.call(req, Some(Duration::from_secs(30))).await,
+                Err(e) => Err(e),
+            };
+            match answer {
+                Ok(Response::ShardAdopted { .. }) => {}
+                Ok(other) => failed.push(format!("{id} ({addr}): {}", unexpected(other))),
+                Err(e) => failed.push(format!("{id} ({addr}): {e}")),
+            }
+        }
+        if !failed.is_empty() {
+            return Err(ClientError::Protocol {
+                code: strata_wire::client::ErrorCode::Other(101),
+                message: format!(
+                    "table {table} shard {shard} is frozen for generation {} but not adopted everywhere (run the move again): {}",
+                    placement.generation,
+                    failed.join("; ")
+                ),
+            });
+        }
+        Ok(MoveReport { moved: snapshot.as_ref().map(MovedState::of), placement })
+    }
+}
