@@ -1,7 +1,8 @@
 //! A TCP proxy between test clients and a node: it loses every `drop_every`-th reply (by
 //! cutting the connection after the node answered: the request took effect, only its answer
 //! is lost) and can partition its clients (new connections are dropped, open ones cut on
-//! their next byte).
+//! their next byte). With `lose_replies` set it forwards requests and cuts every reply (the
+//! node executes; the client never hears back).
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -18,6 +19,8 @@ pub struct Proxy {
     pub replies: AtomicU64,
     pub dropped: AtomicU64,
     pub partitioned: AtomicBool,
+    /// While set, every reply is lost (requests still reach the node).
+    pub lose_replies: AtomicBool,
 }
 
 impl Proxy {
@@ -29,6 +32,7 @@ impl Proxy {
             replies: AtomicU64::new(0),
             dropped: AtomicU64::new(0),
             partitioned: AtomicBool::new(false),
+            lose_replies: AtomicBool::new(false),
         });
         let p = proxy.clone();
         tokio::spawn(async move {
@@ -59,7 +63,8 @@ impl Proxy {
             let mut buf = vec![0u8; 64 << 10];
             while let Ok(n @ 1..) = nr.read(&mut buf).await {
                 let count = self.replies.fetch_add(1, Ordering::Relaxed) + 1;
-                if self.partitioned.load(Ordering::Relaxed) || count % self.drop_every == 0 {
+                let lose = self.partitioned.load(Ordering::Relaxed) || self.lose_replies.load(Ordering::Relaxed);
+                if lose || count % self.drop_every == 0 {
                     self.dropped.fetch_add(1, Ordering::Relaxed);
                     break; // the node answered; the client never hears it
                 }
