@@ -55,6 +55,12 @@ impl LogReplica {
         self.kv.frozen().or(appended).map(|(_, m)| m)
     }
 
+    /// The frozen state, once a `Freeze` entry is applied here (rifl.md §5.7 step 2): the
+    /// same at every replica that applied it.
+    pub fn frozen_snapshot(&self) -> Option<Snapshot> {
+        self.kv.frozen_snapshot()
+    }
+
     /// rifl.md §5.7 steps 1-2 at the leader: append the `Freeze` entry (with immediate
     /// durability), or wait on the one already appended, and answer with the final state once
     /// it is committed, durable and applied (`settle_writes`).

@@ -185,3 +185,102 @@ fn the_apply_time_filter_alone_keeps_every_checker_quiet() {
     eprintln!("{appended_twice} retries appended twice in H");
     assert!(appended_twice >= 20, "the harness must produce duplicates for this to mean anything");
 }
+
+/// rifl.md §5.7 steps 1-2 across a leader change: the leader is crashed at several moments
+/// after it appended the `Freeze` (isolated so it never replicated, mid-way, after the
+/// commit), and the
+/// admin asks the next leader again. Then: one final state, the same at every replica that
+/// applied a freeze; every acknowledged write is in it (its record, or a watermark covering
+/// it); a write in flight at the freeze either executed before it (its record is in the state,
+/// where the new group answers its retry) or never executes here; nothing
+/// executes after the freeze, and new writes are answered `Moved`.
+#[test]
+fn a_freeze_across_a_leader_change_freezes_one_final_state() {
+    use strata_log::Snapshot;
+    use strata_wire::log::ShardMove;
+    use strata_wire::NodeId;
+    let to = ShardMove { generation: 1, replicas: vec![NodeId(7), NodeId(8)] };
+    // Whether the crashed leader's `Freeze` survived (or the next leader appended its own).
+    let mut survived = Vec::new();
+    // Write paths whose acknowledgement survives a leader crash (under `Async` an acknowledged
+    // write may be lost with its leader, freeze or not: ORCA §5.1).
+    let configs = [LogConfig::orca(Replication::SyncRepl), LogConfig::strong_zk()];
+    let cases = [(true, 0), (false, 0), (false, 1), (false, 3), (false, 10), (false, 60)];
+    for (cfg, (isolated, crash_after_ms)) in configs.iter().flat_map(|c| cases.iter().map(move |k| (c.clone(), *k))) {
+        let mut c = OrcaCluster::new(5, cfg);
+        let l = c.elect();
+        let first_epoch = c.node(l).epoch();
+        let mut acked = Vec::new();
+        for k in 0..12u64 {
+            let t = c.write_as(1 + k % 3, l, &format!("k{}", k % 4), put(&format!("v{k}")), false);
+            acked.push((c.write_rpc(t).unwrap(), ok(&mut c, t).index));
+        }
+        let inflight: Vec<u64> = (0..3u64).map(|k| c.write_as(10 + k, l, "x", put(&format!("x{k}")), false)).collect();
+        if isolated {
+            c.isolate(l); // its `Freeze` never leaves it
+        }
+        c.freeze(l, to.clone());
+        c.run_ms(crash_after_ms);
+        c.crash(l);
+        let l2 = c.elect();
+        let snap: Snapshot = (0..200)
+            .find_map(|_| {
+                let t = c.freeze(l2, to.clone());
+                c.wait_reply(t);
+                match c.freeze_result(t) {
+                    Some(Ok(s)) => Some(s),
+                    Some(Err(WriteError::Unavailable | WriteError::Timeout | WriteError::NotLeader { .. })) | None => {
+                        c.run_ms(10);
+                        None
+                    }
+                    Some(Err(e)) => panic!("freeze refused: {e}"),
+                }
+            })
+            .expect("the new leader freezes the shard");
+        survived.push(snap.last_included.epoch == first_epoch);
+        let moved = Err(WriteError::Moved { replicas: to.replicas.clone() });
+        let late = c.write_as(1, l2, "k0", put("late"), false);
+        c.wait_reply(late);
+        assert_eq!(c.write_result(late), Some(moved.clone()), "a write after the freeze");
+        // Acknowledged writes are in the state: a record at their index, or acknowledged.
+        let in_state = |rpc: RpcId, index: Option<LogIndex>| {
+            snap.clients.iter().find(|r| r.client_id == rpc.client_id).is_some_and(|r| {
+                r.ack >= rpc.seq || r.records.iter().any(|&(s, i)| s == rpc.seq && index.is_none_or(|x| x == i))
+            })
+        };
+        for &(rpc, index) in &acked {
+            assert!(in_state(rpc, Some(index)), "crash after {crash_after_ms} ms: acknowledged {rpc:?} at {index} is not in the frozen state");
+        }
+        for t in inflight {
+            let rpc = c.write_rpc(t).unwrap();
+            let r = c.retry_write(t, l2);
+            c.wait_reply(r);
+            match c.write_result(r).expect("answered") {
+                Ok(ack) => {
+                    assert!(ack.index < snap.last_included && in_state(rpc, Some(ack.index)), "{rpc:?} answered {ack:?} outside the state")
+                }
+                // Sent on to the new group: there its record answers it if it executed here
+                // (in the log every replica agrees on, before the freeze).
+                e if e == moved => {
+                    let executed = c.node(l2).entries().iter().any(|e| {
+                        e.client_id == rpc.client_id && e.seq == rpc.seq && e.index < snap.last_included
+                    });
+                    assert_eq!(executed, in_state(rpc, None), "{rpc:?}: executed here iff its record is in the state");
+                }
+                e => panic!("in-flight {rpc:?} after the freeze: {e:?}"),
+            }
+        }
+        c.heal();
+        c.restart(l);
+        c.run_ms(1500);
+        let frozen: Vec<Snapshot> = (0..c.n()).filter_map(|i| c.node(i).frozen_snapshot()).collect();
+        assert!(frozen.len() >= 3, "a majority applied the freeze");
+        assert!(frozen.iter().all(|s| *s == snap), "crash after {crash_after_ms} ms: replicas froze different states");
+        assert!(
+            c.history.executions.iter().all(|x| x.index < snap.last_included),
+            "a write executed after the freeze"
+        );
+        assert_clean(&mut c);
+    }
+    assert!(survived.contains(&true) && survived.contains(&false), "both cases covered: {survived:?}");
+}

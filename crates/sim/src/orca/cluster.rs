@@ -15,7 +15,7 @@ use bytes::Bytes;
 use strata_core::{Effects, Node, Prng};
 use strata_log::{
     HardState, LogConfig, LogEffects, LogEntry, LogEvent, LogIndex, LogMessage, LogReplica, LogReply, LogRequest,
-    Persist, ReadError, ReadValue, RecoveredState, Role, WriteAck, WriteError, WriteOp,
+    Persist, ReadError, ReadValue, RecoveredState, Role, Snapshot, WriteAck, WriteError, WriteOp,
 };
 use strata_wire::rifl::{ClusterTime, LeaseInfo, Rifl, RpcId};
 use strata_wire::{Instant, NodeId};
@@ -612,6 +612,21 @@ impl OrcaCluster {
 
     pub fn read(&mut self, i: usize, key: &str) -> u64 {
         self.read_with(i, key, None)
+    }
+
+    /// rifl.md §5.7 step 1: asks node `i` to freeze the shard for a move to `to`; returns the
+    /// reply token.
+    pub fn freeze(&mut self, i: usize, to: strata_wire::log::ShardMove) -> u64 {
+        let token = self.token();
+        self.input(i, |r, now| r.on_client_request(now, LogRequest::Freeze { token, to }));
+        token
+    }
+
+    pub fn freeze_result(&self, token: u64) -> Option<Result<Snapshot, WriteError>> {
+        match self.replies.get(&token) {
+            Some((_, LogReply::Frozen { result, .. })) => Some(result.clone()),
+            _ => None,
+        }
     }
 
     pub fn write_result(&self, token: u64) -> Option<Result<WriteAck, WriteError>> {
