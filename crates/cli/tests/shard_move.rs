@@ -88,6 +88,8 @@ struct Outcome {
     /// `k` read after everything.
     final_value: Option<String>,
     final_index: LogIndex,
+    /// The nodes the shard moved to.
+    moved_to: Vec<NodeId>,
     /// A write acknowledged by the new group.
     after_move: LogIndex,
     /// Writes of the background writers, acknowledged across the move.
@@ -176,6 +178,7 @@ async fn put_retried_across_a_move(up: &Up, table_name: &str, lose_records: bool
         final_value: r.value.map(|v| String::from_utf8_lossy(&v).into_owned()),
         final_index: r.update_index,
         after_move: after,
+        moved_to: to,
         background,
     }
 }
@@ -211,6 +214,23 @@ async fn a_write_retried_after_a_shard_move_is_answered_from_its_moved_record() 
         before += usize::from(index.epoch <= o.v1_index.epoch);
     }
     assert!(before >= 1 && before < o.background.len(), "writes acknowledged on both sides of the move ({before} of {} before)", o.background.len());
+
+    // The command: running the move again only re-announces it; bad targets are refused
+    // before anything freezes; a system table does not move.
+    let here: Vec<String> = o.moved_to.iter().map(|n| n.0.to_string()).collect();
+    let again = up.strata(&["shard", "move", "moving", "0", "--to", &here.join(",")]);
+    assert!(again.status.success() && stdout(&again).contains("already on nodes"), "{}{}", stdout(&again), stderr(&again));
+    for (args, expect) in [
+        (vec!["shard", "move", "moving", "0", "--to", "1,9"], "not a node of this cluster"),
+        (vec!["shard", "move", "moving", "3", "--to", "1"], "shards 0 to 0"),
+        (vec!["shard", "move", "moving", "0", "--to", "1,1"], "distinct nodes"),
+        (vec!["shard", "move", "__leases", "0", "--to", "1"], "system table"),
+    ] {
+        let out = up.strata(&args);
+        assert!(!out.status.success() && stderr(&out).contains(expect), "{args:?}: {}{}", stdout(&out), stderr(&out));
+    }
+    let r = reader.get(KEY).await.unwrap();
+    assert_eq!(r.value.as_deref(), Some(b"v2".as_slice()), "refused moves change nothing");
 }
 
 /// The canary: a move that loses the completion records lets the retry execute again, and the

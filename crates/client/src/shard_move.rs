@@ -98,6 +98,7 @@ impl Client {
                     target = at.get(tries % at.len().max(1)).and_then(|&n| by_id(n)).unwrap_or(next);
                     format!("the shard is at {at:?}")
                 }
+                Ok(Response::LogRejected(LogFailure::Invalid(m))) => return Err(ClientError::InvalidArgument(m)),
                 Ok(Response::LogRejected(f @ (LogFailure::Unavailable | LogFailure::Timeout | LogFailure::NotInActiveSet))) => {
                     format!("{f:?}")
                 }

@@ -680,3 +680,22 @@ fn a_write_appended_before_the_freeze_applies_and_one_after_it_does_not() {
     assert_eq!(r.get(b"k"), (Some(Bytes::from_static(b"v2")), LogIndex::new(1, 2)));
     assert_eq!(r.write_record(RpcId { client_id: 7, seq: 3 }), Verdict::New);
 }
+
+#[test]
+fn a_shard_too_large_to_move_is_refused_before_it_freezes() {
+    let mut s = Solo::new(RecoveredState::default());
+    let big: &'static str = Box::leak("x".repeat(1 << 20).into_boxed_str());
+    for seq in 1..=16 {
+        let token = s.next_token;
+        s.next_token += 1;
+        let key = Bytes::from(format!("k{seq}"));
+        let op = WriteOp::Put(Bytes::from_static(big.as_bytes()));
+        s.r.on_client_request(s.now, LogRequest::Write { token, rifl: env(seq, seq), key, op, immediate: false });
+        s.drain();
+        assert!(matches!(s.reply(token), Some(Ok(_))));
+    }
+    let to = ShardMove { generation: 1, replicas: vec![NodeId(4)] };
+    assert!(matches!(s.freeze(&to), Some(Err(WriteError::Invalid(_)))));
+    assert!(s.r.moved_to().is_none(), "not frozen");
+    assert!(matches!(s.write(env(17, 17), "still writable"), Some(Ok(_))));
+}

@@ -46,6 +46,7 @@ pub use api::{
 };
 pub use config::{ConfigError, DurabilityMode, LogConfig, PlantedBug, ReadPolicy, Replication};
 pub use replica::{LogEffects, LogReplica, Role};
+pub use writes::MAX_MOVE_BYTES;
 pub use strata_rifl::Verdict;
 pub use strata_wire::log::{LogEntry, LogIndex, LogMessage, LogOp};
 pub use strata_wire::rifl::{ClusterTime, LeaseInfo, Rifl, RpcId};

@@ -237,6 +237,13 @@ impl Kv {
         })
     }
 
+    /// The encoded size of `to_snapshot()` (`strata_wire` encoding), counted without building it.
+    pub fn snapshot_encoded_len(&self) -> usize {
+        let items: usize = self.items.iter().map(|(k, i)| 4 + k.len() + 1 + i.value.as_ref().map_or(0, |v| 4 + v.len()) + 8).sum();
+        let clients: usize = self.rifl.completed_records().iter().map(|(_, _, r)| 8 + 8 + 4 + r.len() * 16).sum();
+        8 + 4 + items + 4 + clients + 4 + 8 * self.expired.len()
+    }
+
     /// Whether an applied `Expire` entry named `client_id`.
     pub fn is_expired(&self, client_id: u64) -> bool {
         self.expired.contains(&client_id)
@@ -400,6 +407,21 @@ mod tests {
         assert_eq!(kv.apply(&noop, true), Applied::NoOp);
         assert_eq!(kv.applied(), LogIndex::new(2, 1));
         assert_eq!(kv.get(b"k").1, LogIndex::new(1, 2));
+    }
+
+    #[test]
+    fn the_snapshot_size_is_counted_exactly_without_building_it() {
+        use strata_wire::Encode;
+        let mut kv = Kv::default();
+        for (i, key) in ["a", "bb", "ccc"].iter().enumerate() {
+            let i = i as u32 + 1;
+            kv.apply(&LogEntry { key: Bytes::from_static(key.as_bytes()), client_id: u64::from(i), seq: 1, ..e(1, i) }, true);
+        }
+        kv.apply(&LogEntry { op: LogOp::Delete, ..e(1, 4) }, true);
+        kv.apply(&LogEntry { op: LogOp::Expire(vec![9]), key: Bytes::new(), client_id: 0, seq: 0, ..e(1, 5) }, true);
+        let mut buf = bytes::BytesMut::new();
+        kv.to_snapshot().encode(&mut buf);
+        assert_eq!(kv.snapshot_encoded_len(), buf.len());
     }
 
     #[test]

@@ -38,6 +38,10 @@ pub(crate) struct PendingWrite {
     pub deadline: Instant,
 }
 
+/// The largest shard state a move carries (rifl.md §5.7): it travels as one frame (16 MiB
+/// limit) and one WAL record (16 MiB limit) with room for their headers.
+pub const MAX_MOVE_BYTES: usize = 15 << 20;
+
 /// A `Freeze` waiting for its entry (rifl.md §5.7 step 1).
 #[derive(Clone, Debug)]
 pub(crate) struct PendingFreeze {
@@ -81,6 +85,13 @@ impl LogReplica {
             // Moving elsewhere already: the caller learns where (its move cannot happen).
             Some((_, m)) => {
                 self.effects.reply.push(reply(Err(WriteError::Moved { replicas: m.replicas })));
+                return;
+            }
+            // The state travels in one message and one log entry: refuse before freezing a
+            // shard that could then never be installed.
+            None if self.kv.snapshot_encoded_len() > MAX_MOVE_BYTES => {
+                let why = "the shard's state is above the 15 MiB a move carries (one message, one log entry)";
+                self.effects.reply.push(reply(Err(WriteError::Invalid(why))));
                 return;
             }
             None => {

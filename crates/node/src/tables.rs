@@ -866,6 +866,17 @@ impl Tables {
                     placement: s.replica.moved_to().cloned().expect("a frozen shard knows where it goes"),
                     snapshot: Some(snapshot),
                 },
+                // The leader refused: a `Freeze` to other nodes came first.
+                LogReply::Frozen { result: Err(WriteError::Moved { replicas }), .. } => {
+                    let ids: Vec<String> = replicas.iter().map(|n| n.0.to_string()).collect();
+                    Response::Error {
+                        code: ErrorCode::InvalidArgument,
+                        message: format!(
+                            "table {} shard {} is already moving to nodes {}: finish that move first (`strata shard move {} {} --to {}`)",
+                            s.table, s.shard, ids.join(","), s.table, s.shard, ids.join(",")
+                        ),
+                    }
+                }
                 reply => reply_body(reply),
             };
             out.replies.push((route, ClientResponse { corr, body }));
