@@ -15,7 +15,7 @@
 //! with (nothing lost, nothing re-executed under a new index).
 //!
 //! Canary: the same scenario with a move that drops the completion records on the way
-//! (`Client::move_shard_losing_records`) must show the double execution: the retry gets a new
+//! (`MovePlant::LoseRecords`) must show the double execution: the retry gets a new
 //! index and `k` goes back to `v1`.
 
 mod common;
@@ -28,7 +28,7 @@ use std::time::{Duration, Instant};
 
 use common::proxy::Proxy;
 use common::*;
-use strata_client::{Client, ClientOptions, LogIndex, NodeId, ShardRole, Table};
+use strata_client::{Client, ClientOptions, LogIndex, MovePlant, NodeId, ShardRole, Table};
 
 const KEY: &str = "k";
 
@@ -144,7 +144,7 @@ async fn put_retried_across_a_move(up: &Up, table_name: &str, lose_records: bool
     let to: Vec<NodeId> = (0..up.endpoints.len() as u32).map(NodeId).filter(|&n| n != leader).collect();
     if lose_records {
         let admin = Client::connect(&up.endpoints, opts(Duration::from_secs(30))).await.unwrap();
-        admin.move_shard_losing_records(table_name, 0, to.clone()).await.unwrap();
+        admin.move_shard_planted(table_name, 0, to.clone(), Some(MovePlant::LoseRecords)).await.unwrap();
     } else {
         let list: Vec<String> = to.iter().map(|n| n.0.to_string()).collect();
         let out = up.strata(&["shard", "move", table_name, "0", "--to", &list.join(",")]);
@@ -242,4 +242,73 @@ async fn canary_a_move_that_loses_the_records_executes_the_retry_twice() {
     assert_ne!(o.retry_answer, o.v1_index, "without its record the retry should have executed again");
     assert!(o.retry_answer > o.v2_index, "the second execution comes after v2, in the new group");
     assert_eq!(o.final_value.as_deref(), Some("v1"), "the double execution put v1 back over v2");
+}
+
+/// An interrupted move is finished by running it again. One new replica misses the install
+/// (it is not told to adopt, as if unreachable): the move reports it, the new group runs on
+/// the other two (a majority) and takes writes, and the nodes outside the new group keep their
+/// frozen copies (they answer `Moved`). Run again, the move finds the shard already there; the
+/// missed replica starts from an empty log and catches up from its leader, and every other
+/// node retires its copy. Nothing written before or between the runs is lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_interrupted_move_is_finished_by_running_it_again() {
+    let up = Up::start(4);
+    // Reads at any node (no active set), so the caught-up replica can be read directly.
+    let out = up.strata(&["table", "create", "resumed", "--shards", "1", "--durability", "async", "--reads", "any"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let mut t = table(&up.endpoints, "resumed", Duration::from_secs(30)).await;
+    let mut written = Vec::new();
+    for i in 0..20 {
+        let (k, v) = (format!("k{i}"), format!("v{i}"));
+        written.push((k.clone(), v.clone(), t.put(k, v).await.unwrap()));
+    }
+    let to = vec![NodeId(1), NodeId(2), NodeId(3)];
+    let admin = Client::connect(&up.endpoints, opts(Duration::from_secs(30))).await.unwrap();
+    let err = admin.move_shard_planted("resumed", 0, to.clone(), Some(MovePlant::SkipNode(NodeId(3)))).await.unwrap_err();
+    assert!(err.to_string().contains("not installed at every new replica"), "{err}");
+    // Between the runs: the new group (nodes 1 and 2) takes writes; node 0 still holds its
+    // frozen copy.
+    for i in 20..30 {
+        let (k, v) = (format!("k{i}"), format!("v{i}"));
+        written.push((k.clone(), v.clone(), t.put(k, v).await.unwrap()));
+    }
+    let hosts = |addr| async move {
+        let c = Client::connect_node(addr, opts(Duration::from_secs(5))).await.unwrap();
+        c.status().await.unwrap().shards.into_iter().find(|s| s.table == "resumed")
+    };
+    assert!(hosts(up.endpoints[0]).await.is_some(), "node 0 keeps its copy until every new replica has the state");
+
+    let out = up.strata(&["shard", "move", "resumed", "0", "--to", "1,2,3"]);
+    assert!(out.status.success() && stdout(&out).contains("already on nodes 1,2,3"), "{}{}", stdout(&out), stderr(&out));
+    assert!(hosts(up.endpoints[0]).await.is_none(), "node 0 retired its copy");
+    // Node 3 catches up from the group's leader and serves every write.
+    let last = written.last().unwrap().2;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let s = hosts(up.endpoints[3]).await.expect("node 3 hosts the shard");
+        if s.applied_index >= last {
+            break;
+        }
+        assert!(Instant::now() < deadline, "node 3 did not catch up: {s:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    for (k, v, index) in &written {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let r = loop {
+            match t.try_get_at(k.clone(), 3).await.unwrap() {
+                Ok(r) => break r,
+                Err(f) => {
+                    if Instant::now() >= deadline {
+                        let mut all = Vec::new();
+                        for &a in &up.endpoints {
+                            all.push(hosts(a).await);
+                        }
+                        panic!("node 3 does not serve {k}: {f:?}; shard status at every node: {all:#?}");
+                    }
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+            }
+        };
+        assert_eq!((r.value.as_deref(), r.update_index, r.served_by), (Some(v.as_bytes()), *index, NodeId(3)), "{k}");
+    }
 }

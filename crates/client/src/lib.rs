@@ -38,7 +38,7 @@ mod table;
 
 pub use client::{Client, ClientOptions};
 pub use error::ClientError;
-pub use shard_move::{MoveReport, MovedState};
+pub use shard_move::{MovePlant, MoveReport, MovedState};
 pub use session::{Op, Outcome, ReqId, RmwOutcome, Session, Versioned};
 pub use strata_wire::client::{
     LinkFault, LogFailure, NodeStatus, PeerStatus, ShardRole, ShardStatus, TableDef, TableDurability, TableEngine, TableReads,

@@ -27,6 +27,17 @@ pub struct MoveReport {
     pub moved: Option<MovedState>,
 }
 
+/// Faults a test can plant in a move ([`Client::move_shard_planted`]).
+#[doc(hidden)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MovePlant {
+    /// The canary: the state travels without its completion records and watermarks
+    /// (rifl.md §5.7 broken), so a retry after the move executes again.
+    LoseRecords,
+    /// The move is interrupted at this node: it is not told to adopt (as if unreachable).
+    SkipNode(NodeId),
+}
+
 /// The size of the state that moved.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct MovedState {
@@ -49,18 +60,20 @@ impl Client {
     /// node of the client's endpoints must answer (each records the placement: the catalog is
     /// per node); the error names those that did not, and running the move again finishes it.
     pub async fn move_shard(&self, table: &str, shard: u32, replicas: Vec<NodeId>) -> Result<MoveReport, ClientError> {
-        self.move_shard_with(table, shard, replicas, false).await
+        self.move_shard_planted(table, shard, replicas, None).await
     }
 
-    /// The canary of the move tests (`crates/cli/tests/shard_move.rs`): a move that loses the
-    /// completion records and watermarks on the way (rifl.md §5.7 broken), so a retry after
-    /// it executes again. Never use it on data you care about.
+    /// A move with a planted fault, for the move tests (`crates/cli/tests/shard_move.rs`).
+    /// Never use it on data you care about.
     #[doc(hidden)]
-    pub async fn move_shard_losing_records(&self, table: &str, shard: u32, replicas: Vec<NodeId>) -> Result<MoveReport, ClientError> {
-        self.move_shard_with(table, shard, replicas, true).await
-    }
-
-    async fn move_shard_with(&self, table: &str, shard: u32, replicas: Vec<NodeId>, lose_records: bool) -> Result<MoveReport, ClientError> {
+    pub async fn move_shard_planted(
+        &self,
+        table: &str,
+        shard: u32,
+        replicas: Vec<NodeId>,
+        plant: Option<MovePlant>,
+    ) -> Result<MoveReport, ClientError> {
+        let lose_records = plant == Some(MovePlant::LoseRecords);
         let opts = self.options().clone();
         let mut nodes: Vec<(SocketAddr, NodeId, Client)> = Vec::new();
         for &addr in self.endpoints() {
@@ -99,7 +112,12 @@ impl Client {
                     format!("the shard is at {at:?}")
                 }
                 Ok(Response::LogRejected(LogFailure::Invalid(m))) => return Err(ClientError::InvalidArgument(m)),
+                // A retired group's replica that lost its majority stays unavailable: any other
+                // node redirects to where the shard is.
                 Ok(Response::LogRejected(f @ (LogFailure::Unavailable | LogFailure::Timeout | LogFailure::NotInActiveSet))) => {
+                    if tries % 3 == 0 {
+                        target = next;
+                    }
                     format!("{f:?}")
                 }
                 Ok(other) => return Err(unexpected(other)),
@@ -118,40 +136,48 @@ impl Client {
             }
             tokio::time::sleep(RETRY_BACKOFF).await;
         };
-        // Step 2: every node adopts the placement; the new replicas install the state.
-        let mut failed = Vec::new();
-        for (addr, id, c) in &nodes {
-            let member = placement.replicas.contains(id);
-            let req = Request::AdoptShard {
-                table: table.to_string(),
-                shard,
-                placement: placement.clone(),
-                snapshot: snapshot.clone().filter(|_| member).map(|mut s| {
-                    if lose_records {
-                        s.clients.clear();
-                    }
-                    s
-                }),
-            };
-            let answer = match c.connection().await {
-                Ok(conn) => conn.call(req, Some(Duration::from_secs(30))).await,
-                Err(e) => Err(e),
-            };
-            match answer {
-                Ok(Response::ShardAdopted { .. }) => {}
-                Ok(other) => failed.push(format!("{id} ({addr}): {}", unexpected(other))),
-                Err(e) => failed.push(format!("{id} ({addr}): {e}")),
+        // Step 2: the new replicas install the state; only once all of them have, the other
+        // nodes retire their copies (so a failed install never leaves the state nowhere).
+        let call_timeout = opts.request_timeout.unwrap_or(DEFAULT_FREEZE_FOR);
+        for members in [true, false] {
+            let mut failed = Vec::new();
+            for (addr, id, c) in nodes.iter().filter(|(_, id, _)| placement.replicas.contains(id) == members) {
+                if plant == Some(MovePlant::SkipNode(*id)) {
+                    failed.push(format!("{id} ({addr}): skipped (planted)"));
+                    continue;
+                }
+                let req = Request::AdoptShard {
+                    table: table.to_string(),
+                    shard,
+                    placement: placement.clone(),
+                    snapshot: snapshot.clone().filter(|_| members).map(|mut s| {
+                        if lose_records {
+                            s.clients.clear();
+                        }
+                        s
+                    }),
+                };
+                let answer = match c.connection().await {
+                    Ok(conn) => conn.call(req, Some(call_timeout)).await,
+                    Err(e) => Err(e),
+                };
+                match answer {
+                    Ok(Response::ShardAdopted { .. }) => {}
+                    Ok(other) => failed.push(format!("{id} ({addr}): {}", unexpected(other))),
+                    Err(e) => failed.push(format!("{id} ({addr}): {e}")),
+                }
             }
-        }
-        if !failed.is_empty() {
-            return Err(ClientError::Protocol {
-                code: strata_wire::client::ErrorCode::Other(101),
-                message: format!(
-                    "table {table} shard {shard} is frozen for generation {} but not adopted everywhere (run the move again): {}",
-                    placement.generation,
-                    failed.join("; ")
-                ),
-            });
+            if !failed.is_empty() {
+                let which = if members { "installed at every new replica" } else { "announced to every other node" };
+                return Err(ClientError::Protocol {
+                    code: strata_wire::client::ErrorCode::Other(101),
+                    message: format!(
+                        "table {table} shard {shard} is frozen for generation {} but not {which} (run the move again when they are up): {}",
+                        placement.generation,
+                        failed.join("; ")
+                    ),
+                });
+            }
         }
         Ok(MoveReport { moved: snapshot.as_ref().map(MovedState::of), placement })
     }

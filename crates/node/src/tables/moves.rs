@@ -13,11 +13,13 @@
 //!    leader appended after it applies as a no-op (`Kv::apply`). Writes in progress before it
 //!    are finished by the log itself: their entries precede the freeze, so their effects and
 //!    records are in the state.
-//! 2. **Adopt** (steps 3-4), at every node: a replica of the new group writes the state as
-//!    the first entry `(E, 1)` of a fresh log (`RecoveredState::moved_in`, fsynced), records
-//!    the placement in its catalog and starts the replica; every other node records the
+//! 2. **Adopt** (steps 3-4), first at every node of the new group, then — only once all of
+//!    them have — at every other node: a replica of the new group writes the state as the
+//!    first entry `(E, 1)` of a fresh log (`RecoveredState::moved_in`, fsynced), records the
+//!    placement in its catalog and starts the replica; every other node records the
 //!    placement, retires its old replica (pending requests are answered `Moved`) and removes
-//!    the old generation's directory. Nodes answer requests for a shard they do not host with
+//!    the old generation's directory. So the old group's copies are removed only after every
+//!    new replica holds the state durably. Nodes answer requests for a shard they do not host with
 //!    `Moved { replicas }`, and clients retry there with the same RPC ids.
 //!
 //! Generations keep the groups apart: peer messages carry theirs and a replica accepts only
@@ -129,17 +131,14 @@ impl Tables {
                 current.generation, current.replicas, placement.generation
             ));
         }
-        if member && snapshot.is_none() {
-            return invalid(format!(
-                "{} is a replica of table {table} shard {shard} generation {} and needs the shard's state: run the move again",
-                self.me, placement.generation
-            ));
-        }
         let key = (id, shard);
         let t = self.tables.get(table).expect("checked");
         let def = t.def.clone();
         // 1. The new group's log, before the catalog names it (a crash in between leaves an
-        //    unused directory, rewritten when the move is run again).
+        //    unused directory, rewritten when the move is run again). A member adopting
+        //    without the state (the move was run again after the new group had started
+        //    without it) starts from an empty log: its leader sends it the `Install` entry,
+        //    and it cannot win an election before it has it (its log is the shortest).
         if let Some(snapshot) = snapshot.filter(|_| member) {
             let dir = self.shard_dir(table, shard, placement.generation);
             if let Err(e) = write_moved_in(&dir, snapshot) {
