@@ -699,3 +699,21 @@ fn a_shard_too_large_to_move_is_refused_before_it_freezes() {
     assert!(s.r.moved_to().is_none(), "not frozen");
     assert!(matches!(s.write(env(17, 17), "still writable"), Some(Ok(_))));
 }
+
+/// rifl.md §7 inv. 9 across a move: a client the old group collected as expired stays
+/// expired in the new group (the expired set travels with the state).
+#[test]
+fn a_client_expired_before_a_move_stays_expired_after_it() {
+    let mut s = Solo::new(RecoveredState::default());
+    assert!(matches!(s.write(env(1, 1), "a"), Some(Ok(_))));
+    let now = s.now;
+    assert!(s.r.expire_clients(now, &[7]));
+    s.drain();
+    s.advance(10);
+    let to = ShardMove { generation: 1, replicas: vec![NodeId(4)] };
+    let snapshot = s.freeze(&to).expect("answered").expect("frozen");
+    assert_eq!(snapshot.expired, vec![7]);
+    let mut t = Solo::new(RecoveredState::moved_in(snapshot));
+    assert_eq!(t.write(env(2, 2), "b"), Some(Err(WriteError::ExpiredLease)));
+    assert!(t.executed().is_empty(), "nothing executed for the expired client");
+}
