@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Shard moves (rifl.md §5.7, `strata shard move`): how long a move takes and what clients see
 # while it happens. For each SIZE in SIZES, on a 4-node cluster: a fresh one-shard `cad` table
-# (active-set reads) gets about SIZE keys (3 x SIZE uniform writes); then a closed-loop load
-# of 50 % reads / 50 % writes on it runs for DURATION s, and MOVE_AT s into the load the shard
+# (active-set reads) gets SIZE keys (the load's preload writes each once); then the load, 50 %
+# reads / 50 % writes in closed loops, runs for DURATION s, and MOVE_AT s into it the shard
 # moves to the three nodes other than its leader, the whole state (keys, completion records,
 # watermarks) travelling with it. Repeated RUNS times per size (a fresh table each time).
 #
@@ -65,18 +65,20 @@ for size in $SIZES; do
         t="m$size-r$run"
         log "size $size, run $run: table $t"
         strata table create "$t" --shards 1 >/dev/null
-        "$BIN/strata" bench --endpoints "$ENDPOINTS" --table "$t" --keys "$size" --value-size "$VALUE_SIZE" \
-            --write-ratio 100 --ops $((size * 3)) --clients "$CLIENTS" --sessions "$SESSIONS" --quiet >/dev/null
         leader=""
         for _ in $(seq 50); do leader=$(leader_of "$t") && break; sleep 0.1; done
         [ -n "$leader" ] || die "no leader for $t"
         to=$(seq 0 $((NODES - 1)) | grep -vx "$leader" | paste -sd, -)
         wait_quiet
+        # The load writes every key once (its preload), then measures; the move starts MOVE_AT
+        # seconds into the measured window.
         "$BIN/strata" bench --endpoints "$ENDPOINTS" --table "$t" --keys "$size" --value-size "$VALUE_SIZE" \
             --write-ratio 50 --duration "$DURATION" --warmup 0 --clients "$CLIENTS" --sessions "$SESSIONS" \
-            --timeline "$RESULTS/$t-timeline.csv" --json "$RESULTS/$t.json" --quiet >/dev/null &
+            --timeline "$RESULTS/$t-timeline.csv" --json "$RESULTS/$t.json" >/dev/null 2>"$RESULTS/$t-load.log" &
         load=$!
         PIDS+=("$load")
+        for _ in $(seq 1200); do grep -q "keys written" "$RESULTS/$t-load.log" && break; sleep 0.1; done
+        grep -q "keys written" "$RESULTS/$t-load.log" || die "the load did not finish its preload (see $RESULTS/$t-load.log)"
         sleep "$MOVE_AT"
         strata shard move "$t" 0 --to "$to" --timeout 60 >"$RESULTS/$t-move.txt" 2>&1 || die "move failed: $(cat "$RESULTS/$t-move.txt")"
         log "  $(cat "$RESULTS/$t-move.txt")"

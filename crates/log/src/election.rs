@@ -123,6 +123,7 @@ impl LogReplica {
 
     /// Sync phase step 1: append the NoOp `(e,1)`, start replicating with `flush_upto = (e,1)`.
     fn become_leader(&mut self, now: Instant) {
+        self.fresh_group = false;
         let epoch = self.epoch;
         let noop = LogIndex::new(epoch, 1);
         let last = self.log.last_index();

@@ -212,6 +212,9 @@ pub struct LogReplica {
     pub(crate) observed_cluster_time: ClusterTime,
     /// The latest `now` seen (inputs are monotone; `poll_timeout` skips deadlines before it).
     pub(crate) now: Instant,
+    /// A new group's designated first candidate (`start_new_group`) that has not yet heard
+    /// from a leader nor become one: its election timeout is short.
+    pub(crate) fresh_group: bool,
     pub(crate) prng: Prng,
     pub(crate) stats: LogStats,
     pub(crate) effects: LogEffects,
@@ -312,6 +315,7 @@ impl LogReplica {
             disk: DiskState::new(now + flush_interval),
             fwd: FollowerReads::default(),
             now,
+            fresh_group: false,
             prng,
             stats: LogStats::default(),
             effects,
@@ -424,8 +428,30 @@ impl LogReplica {
         }
     }
 
+    /// rifl.md §5.7: the first start of a moved shard's new replica group, right after its
+    /// `Install` entry was written (never at a restart). §5.10 keeps a restarted replica from
+    /// voting for `ET_min` because it may have acknowledged a leader it forgot; this replica
+    /// has acknowledged no one in this group, so it votes at once. One replica of the group
+    /// (`campaign`: the driver picks the first of the placement, so there is no split vote)
+    /// also stands for election after a short random delay (up to `ET_min / 10`), again after
+    /// each failed attempt, until it hears from a leader or becomes one: the moved shard is
+    /// unavailable for about the move, not the move plus an election timeout.
+    pub fn start_new_group(&mut self, now: Instant, campaign: bool) {
+        self.last_leader_contact = Instant::ZERO;
+        if campaign {
+            self.fresh_group = true;
+            self.reset_election_deadline(now);
+        }
+    }
+
     pub(crate) fn reset_election_deadline(&mut self, now: Instant) {
-        self.election_deadline = now + random_election_timeout(&self.cfg, &mut self.prng);
+        let timeout = if self.fresh_group {
+            let tenth = (self.cfg.election_timeout_min.as_nanos() as u64 / 10).max(1);
+            Duration::from_nanos(self.prng.range(tenth / 2, tenth))
+        } else {
+            random_election_timeout(&self.cfg, &mut self.prng)
+        };
+        self.election_deadline = now + timeout;
     }
 
     /// Applies every held entry up to `max(commit, flush_auth)` (§5.2).

@@ -42,6 +42,7 @@ impl LogReplica {
         // Step 1.
         self.leader_id = Some(from);
         self.last_leader_contact = now;
+        self.fresh_group = false;
         self.reset_election_deadline(now);
         self.lease.hb_round_seen = self.lease.hb_round_seen.max(m.hb_round);
         if m.round_id.is_some() {

@@ -22,15 +22,18 @@ pub fn temp_dir(tag: &str) -> PathBuf {
 }
 
 /// A base port whose client and peer ranges look free right now (`strata up` re-checks and
-/// fails clearly if another process takes one meanwhile).
+/// fails clearly if another process takes one meanwhile). Drawn below Linux's ephemeral range
+/// (32768-60999): the tests' own client connections and proxies bind ephemeral ports, which
+/// could otherwise take a node's port between this probe and the node's bind.
 pub fn free_base_port(nodes: u16) -> u16 {
-    for _ in 0..200 {
-        let probe = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        let base = probe.local_addr().unwrap().port();
-        drop(probe);
-        if base > 60_000 {
-            continue;
-        }
+    let mut seed = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().subsec_nanos()
+        ^ std::process::id().rotate_left(16);
+    for _ in 0..500 {
+        // xorshift: a different range per attempt, per process and per call.
+        seed ^= seed << 13;
+        seed ^= seed >> 17;
+        seed ^= seed << 5;
+        let base = 20_000 + (seed % 12_000) as u16;
         let free = (0..nodes).all(|i| {
             std::net::TcpListener::bind(("127.0.0.1", base + i)).is_ok()
                 && std::net::TcpListener::bind(("127.0.0.1", base + 100 + i)).is_ok()
@@ -58,6 +61,17 @@ impl Up {
 
     /// `strata up` with extra flags (e.g. `--lease-term-ms`).
     pub fn start_with(nodes: u16, extra: &[&str]) -> Up {
+        // A range probed free can still be taken before the nodes bind it (another test's
+        // cluster): `strata up` then exits at once, and the cluster starts again elsewhere.
+        for _ in 0..4 {
+            if let Some(up) = Up::try_start(nodes, extra) {
+                return up;
+            }
+        }
+        panic!("`strata up` failed to start 4 times");
+    }
+
+    fn try_start(nodes: u16, extra: &[&str]) -> Option<Up> {
         let data_dir = temp_dir("up");
         let base = free_base_port(nodes);
         let mut child = Command::new(STRATA)
@@ -78,22 +92,28 @@ impl Up {
             }
         });
         let mut up = Up { child, data_dir, endpoints: Vec::new(), pids: Vec::new(), stdout };
-        let line = up.wait_for_line("endpoints: ", Duration::from_secs(30));
+        let line = up.try_wait_for_line("endpoints: ", Duration::from_secs(30))?;
         up.endpoints = line["endpoints: ".len()..].split(',').map(|a| a.parse().unwrap()).collect();
         let file: serde_json::Value =
             serde_json::from_str(&std::fs::read_to_string(up.data_dir.join("cluster.json")).unwrap()).unwrap();
         up.pids = file["nodes"].as_array().unwrap().iter().map(|n| n["pid"].as_i64().unwrap() as i32).collect();
-        up
+        Some(up)
     }
 
     pub fn wait_for_line(&self, prefix: &str, within: Duration) -> String {
+        self.try_wait_for_line(prefix, within)
+            .unwrap_or_else(|| panic!("`strata up` printed no line starting with {prefix:?} within {within:?}"))
+    }
+
+    /// The first line starting with `prefix`; `None` if `strata up` exited or `within` passed.
+    fn try_wait_for_line(&self, prefix: &str, within: Duration) -> Option<String> {
         let deadline = Instant::now() + within;
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
             match self.stdout.recv_timeout(left) {
-                Ok(line) if line.starts_with(prefix) => return line,
+                Ok(line) if line.starts_with(prefix) => return Some(line),
                 Ok(_) => {}
-                Err(_) => panic!("`strata up` printed no line starting with {prefix:?} within {within:?}"),
+                Err(_) => return None,
             }
         }
     }

@@ -139,6 +139,7 @@ impl Tables {
         //    without the state (the move was run again after the new group had started
         //    without it) starts from an empty log: its leader sends it the `Install` entry,
         //    and it cannot win an election before it has it (its log is the shortest).
+        let installed = snapshot.is_some() && member;
         if let Some(snapshot) = snapshot.filter(|_| member) {
             let dir = self.shard_dir(table, shard, placement.generation);
             if let Err(e) = write_moved_in(&dir, snapshot) {
@@ -172,6 +173,12 @@ impl Tables {
         if member {
             if let Err(e) = self.start_shard(&def, shard, &placement) {
                 return Response::Error { code: ErrorCode::Other(100), message: e };
+            }
+            if installed {
+                let now = self.clock.now(TokioInstant::now());
+                let s = self.shards.get_mut(&key).expect("just started");
+                s.replica.start_new_group(now, placement.replicas.first() == Some(&self.me));
+                self.drain(key, out);
             }
         }
         Response::ShardAdopted { started: member }
