@@ -52,6 +52,8 @@ pub struct Up {
     pub endpoints: Vec<SocketAddr>,
     pub pids: Vec<i32>,
     stdout: mpsc::Receiver<String>,
+    /// How it was started, for `crash_and_restart`.
+    args: Vec<String>,
 }
 
 impl Up {
@@ -74,10 +76,38 @@ impl Up {
     fn try_start(nodes: u16, extra: &[&str]) -> Option<Up> {
         let data_dir = temp_dir("up");
         let base = free_base_port(nodes);
+        let mut args: Vec<String> = vec!["up".into(), "--nodes".into(), nodes.to_string(), "--base-port".into(), base.to_string()];
+        args.extend(extra.iter().map(|a| a.to_string()));
+        Up::spawn(data_dir, args)
+    }
+
+    /// SIGKILLs every node and the supervisor (a power cut for the whole cluster), then starts
+    /// `strata up` again on the same data directory and ports.
+    pub fn crash_and_restart(&mut self) {
+        for &pid in &self.pids {
+            // SAFETY: the node processes this test started.
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        for &pid in &self.pids {
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while alive(pid) && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        }
+        let data_dir = self.data_dir.clone();
+        let mut restarted = Up::spawn(data_dir, self.args.clone()).expect("`strata up` restarts on its data directory");
+        std::mem::swap(self, &mut restarted);
+        restarted.pids.clear(); // the old processes are dead; dropping it kills nothing
+        restarted.data_dir = std::env::temp_dir().join("strata-cli-nothing-to-remove");
+    }
+
+    fn spawn(data_dir: PathBuf, args: Vec<String>) -> Option<Up> {
         let mut child = Command::new(STRATA)
-            .args(["up", "--nodes", &nodes.to_string(), "--base-port", &base.to_string(), "--data-dir"])
+            .args(&args)
+            .arg("--data-dir")
             .arg(&data_dir)
-            .args(extra)
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .spawn()
@@ -91,7 +121,7 @@ impl Up {
                 }
             }
         });
-        let mut up = Up { child, data_dir, endpoints: Vec::new(), pids: Vec::new(), stdout };
+        let mut up = Up { child, data_dir, endpoints: Vec::new(), pids: Vec::new(), stdout, args };
         let line = up.try_wait_for_line("endpoints: ", Duration::from_secs(30))?;
         up.endpoints = line["endpoints: ".len()..].split(',').map(|a| a.parse().unwrap()).collect();
         let file: serde_json::Value =
