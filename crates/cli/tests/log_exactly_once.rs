@@ -408,7 +408,7 @@ async fn log_table_writes_end_exactly_once_when_the_leader_is_killed_and_restart
     for w in &by_end {
         per_key[w.key].push(w);
     }
-    let mut last_read = vec![LogIndex::ZERO; KEYS];
+    let mut last_read = [LogIndex::ZERO; KEYS];
     let mut nonempty_reads = 0;
     for r in &reads {
         if let Err(e) = check_read(&by_value, r) {

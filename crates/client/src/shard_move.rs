@@ -115,7 +115,7 @@ impl Client {
                 // A retired group's replica that lost its majority stays unavailable: any other
                 // node redirects to where the shard is.
                 Ok(Response::LogRejected(f @ (LogFailure::Unavailable | LogFailure::Timeout | LogFailure::NotInActiveSet))) => {
-                    if tries % 3 == 0 {
+                    if tries.is_multiple_of(3) {
                         target = next;
                     }
                     format!("{f:?}")

@@ -250,6 +250,7 @@ impl Leases {
     /// `RenewLease` / `LeaseInfo` from a client. A renewal reaching a node that does not
     /// serve the service is forwarded to the `__leases` leader (a client may know only one
     /// node); `LeaseInfo` is answered only by the leader.
+    #[allow(clippy::too_many_arguments)]
     pub fn on_request(&mut self, at: TokioInstant, now: Instant, route: Route, corr: u64, body: &Request, tables: &mut Tables, out: &mut Outbox) {
         match *body {
             Request::RenewLease { lease_id } => {
@@ -278,6 +279,7 @@ impl Leases {
     }
 
     /// A renewal forwarded by `from`.
+    #[allow(clippy::too_many_arguments)]
     pub fn on_forwarded(&mut self, at: TokioInstant, now: Instant, from: NodeId, req: u64, lease_id: u64, tables: &mut Tables, out: &mut Outbox) {
         if self.term.is_none() {
             return out.peers.push((from, PeerMessage::LeaseRenewed { req, grant: None }));

@@ -64,7 +64,7 @@ impl Proxy {
             while let Ok(n @ 1..) = nr.read(&mut buf).await {
                 let count = self.replies.fetch_add(1, Ordering::Relaxed) + 1;
                 let lose = self.partitioned.load(Ordering::Relaxed) || self.lose_replies.load(Ordering::Relaxed);
-                if lose || count % self.drop_every == 0 {
+                if lose || count.is_multiple_of(self.drop_every) {
                     self.dropped.fetch_add(1, Ordering::Relaxed);
                     break; // the node answered; the client never hears it
                 }
