@@ -95,24 +95,8 @@ impl LogReplica {
                 return;
             }
             None => {
-                let l = self.leader.as_mut().expect("leader");
-                let index = LogIndex::new(self.epoch, l.next_counter);
-                l.next_counter += 1;
-                l.freezing = Some((index, to.clone()));
-                let e = LogEntry {
-                    index,
-                    key: Bytes::new(),
-                    op: LogOp::Freeze(to.clone()),
-                    client_id: 0,
-                    seq: 0,
-                    ack: 0,
-                    immediate: true,
-                };
-                for p in l.progress.values_mut() {
-                    p.needs_send = true;
-                }
-                self.log.append(e.clone());
-                self.persist(Persist::Append(vec![e]));
+                let index = self.append_node_entry(LogOp::Freeze(to.clone()), true);
+                self.leader.as_mut().expect("leader").freezing = Some((index, to.clone()));
                 self.leader_commit();
                 self.apply_ready();
                 self.make_durable(now, index);
@@ -261,16 +245,23 @@ impl LogReplica {
         if known.is_empty() || !ready || self.moved_to().is_some() {
             return false;
         }
-        let l = self.leader.as_mut().expect("leader");
+        self.append_node_entry(LogOp::Expire(known), false);
+        true
+    }
+
+    /// Appends, at the leader, an entry of the node's own (`Expire`, `Freeze`: no key, no RPC
+    /// id) for the replication loop to stream; returns its index.
+    fn append_node_entry(&mut self, op: LogOp, immediate: bool) -> LogIndex {
+        let l = self.leader.as_mut().expect("only a leader appends");
         let index = LogIndex::new(self.epoch, l.next_counter);
         l.next_counter += 1;
-        let e = LogEntry { index, key: Bytes::new(), op: LogOp::Expire(known), client_id: 0, seq: 0, ack: 0, immediate: false };
         for p in l.progress.values_mut() {
             p.needs_send = true;
         }
+        let e = LogEntry { index, key: Bytes::new(), op, client_id: 0, seq: 0, ack: 0, immediate };
         self.log.append(e.clone());
         self.persist(Persist::Append(vec![e]));
-        true
+        index
     }
 
     /// Acknowledges every waiting write whose rule is met (§5.1 step 7), times out the rest.
