@@ -59,8 +59,11 @@ async fn a_run_stops_at_its_deadline_or_flag_and_refuses_a_foreign_context() {
     let (s, cx) = &mut workers[0];
     let w = Workload::new(DsKind::Stack, "wl-stop", 5000, Layout::FOUR).unwrap();
     assert_eq!(w.structures(), 5000);
-    let r = run_workload(&w, s, cx, 1, &Budget::until(Instant::now() + Duration::from_millis(200))).await.unwrap();
-    assert!(r.pairs > 0 && r.elapsed >= Duration::from_millis(200), "{r:?}");
+    // The run measures its own elapsed time from a moment after the deadline was set, so the
+    // property is checked against the deadline itself: the run did not stop before it.
+    let deadline = Instant::now() + Duration::from_millis(200);
+    let r = run_workload(&w, s, cx, 1, &Budget::until(deadline)).await.unwrap();
+    assert!(r.pairs > 0 && Instant::now() >= deadline, "{r:?}");
     let stopped = Arc::new(AtomicBool::new(true));
     let r = run_workload(&w, s, cx, 1, &Budget::flag(stopped)).await.unwrap();
     assert_eq!(r.pairs, 0, "a set flag stops the run before any pair");
