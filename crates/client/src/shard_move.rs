@@ -77,9 +77,16 @@ impl Client {
         let opts = self.options().clone();
         let mut nodes: Vec<(SocketAddr, NodeId, Client)> = Vec::new();
         for &addr in self.endpoints() {
-            let c = Client::connect_node(addr, opts.clone()).await?;
-            let id = c.status().await?.node;
-            nodes.push((addr, id, c));
+            // Every node records the placement (the catalog is per node): refuse before
+            // freezing anything if one is down.
+            let status = match Client::connect_node(addr, opts.clone()).await {
+                Ok(c) => c.status().await.map(|s| (c, s)),
+                Err(e) => Err(e),
+            };
+            let (c, s) = status.map_err(|e| {
+                ClientError::InvalidArgument(format!("node {addr} does not answer ({e}); a shard move needs every node up"))
+            })?;
+            nodes.push((addr, s.node, c));
         }
         let by_id = |id: NodeId| nodes.iter().position(|(_, n, _)| *n == id);
         for r in &replicas {
