@@ -259,7 +259,8 @@ async fn canary_a_move_that_loses_the_records_executes_the_retry_twice() {
     assert_eq!(o.final_value.as_deref(), Some("v1"), "the double execution put v1 back over v2");
 }
 
-/// An interrupted move is finished by running it again. One new replica misses the install
+/// A move with a node down is refused before anything freezes. An interrupted move is
+/// finished by running it again. One new replica misses the install
 /// (it is not told to adopt, as if unreachable): the move reports it, the new group runs on
 /// the other two (a majority) and takes writes, and the nodes outside the new group keep their
 /// frozen copies (they answer `Moved`). Run again, the move completes: the missed replica
@@ -277,6 +278,15 @@ async fn an_interrupted_move_is_finished_by_running_it_again() {
         let (k, v) = (format!("k{i}"), format!("v{i}"));
         written.push((k.clone(), v.clone(), t.put(k, v).await.unwrap()));
     }
+    // A node that does not answer: the move is refused before anything freezes.
+    // SAFETY: a node process this test started (resumed right after).
+    unsafe { libc::kill(up.pids[0], libc::SIGSTOP) };
+    let refused = up.strata(&["shard", "move", "resumed", "0", "--to", "1,2,3", "--timeout", "2"]);
+    unsafe { libc::kill(up.pids[0], libc::SIGCONT) };
+    assert!(!refused.status.success() && stderr(&refused).contains("needs every node up"), "{}", stderr(&refused));
+    let (k, v) = ("after-refusal".to_string(), "still writable".to_string());
+    written.push((k.clone(), v.clone(), t.put(k, v).await.expect("the shard was not frozen")));
+
     let to = vec![NodeId(1), NodeId(2), NodeId(3)];
     let admin = Client::connect(&up.endpoints, opts(Duration::from_secs(30))).await.unwrap();
     let err = admin.move_shard_planted("resumed", 0, to.clone(), Some(MovePlant::SkipNode(NodeId(3)))).await.unwrap_err();
