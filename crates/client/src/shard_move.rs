@@ -148,6 +148,9 @@ impl Client {
         let call_timeout = opts.request_timeout.unwrap_or(DEFAULT_FREEZE_FOR);
         for members in [true, false] {
             let mut failed = Vec::new();
+            // The nodes of a phase adopt concurrently: a large state is written and fsynced
+            // at every new replica at once.
+            let mut calls = tokio::task::JoinSet::new();
             for (addr, id, c) in nodes.iter().filter(|(_, id, _)| placement.replicas.contains(id) == members) {
                 if plant == Some(MovePlant::SkipNode(*id)) {
                     failed.push(format!("{id} ({addr}): skipped (planted)"));
@@ -164,10 +167,18 @@ impl Client {
                         s
                     }),
                 };
-                let answer = match c.connection().await {
-                    Ok(conn) => conn.call(req, Some(call_timeout)).await,
-                    Err(e) => Err(e),
-                };
+                let conn = c.connection().await;
+                let (addr, id) = (*addr, *id);
+                calls.spawn(async move {
+                    let answer = match conn {
+                        Ok(conn) => conn.call(req, Some(call_timeout)).await,
+                        Err(e) => Err(e),
+                    };
+                    (addr, id, answer)
+                });
+            }
+            while let Some(done) = calls.join_next().await {
+                let (addr, id, answer) = done.expect("an adopt call does not panic");
                 match answer {
                     Ok(Response::ShardAdopted { .. }) => {}
                     Ok(other) => failed.push(format!("{id} ({addr}): {}", unexpected(other))),
