@@ -1,11 +1,13 @@
 //! Property tests of the log engine's messages (`strata_wire::log`): every message survives
 //! encode → frame → decode unchanged, and hostile bytes are rejected with an error, never a panic.
 
+mod common;
+
 use bytes::{Bytes, BytesMut};
+use common::{nodes, shard_move, snapshot};
 use proptest::prelude::*;
 use strata_wire::log::{
-    AppendAck, AppendEntries, ClientRecords, ForwardRead, Grant, LogEntry, LogIndex, LogMessage, LogOp, ReadError, ReadRelay, ReadValue,
-    ShardMove, Snapshot,
+    AppendAck, AppendEntries, ForwardRead, Grant, LogEntry, LogIndex, LogMessage, LogOp, ReadError, ReadRelay, ReadValue,
 };
 use strata_wire::{decode_frame, decode_message, encode_frame, ClusterId, DecodeError, NodeId, Reader};
 
@@ -31,23 +33,6 @@ fn entry() -> impl Strategy<Value = LogEntry> {
     ];
     (index(), bytes(), op, any::<u64>(), any::<u64>(), any::<u64>(), any::<bool>())
         .prop_map(|(index, key, op, client_id, seq, ack, immediate)| LogEntry { index, key, op, client_id, seq, ack, immediate })
-}
-
-fn nodes() -> impl Strategy<Value = Vec<NodeId>> {
-    prop::collection::vec(any::<u32>().prop_map(NodeId), 0..4)
-}
-
-fn shard_move() -> impl Strategy<Value = ShardMove> {
-    (any::<u32>(), nodes()).prop_map(|(generation, replicas)| ShardMove { generation, replicas })
-}
-
-/// A shard's state as a moved shard carries it: items (tombstones too), records, watermarks.
-fn snapshot() -> impl Strategy<Value = Snapshot> {
-    let item = (bytes(), proptest::option::of(bytes()), index());
-    let client = (any::<u64>(), any::<u64>(), prop::collection::vec((any::<u64>(), index()), 0..3))
-        .prop_map(|(client_id, ack, records)| ClientRecords { client_id, ack, records });
-    (index(), prop::collection::vec(item, 0..3), prop::collection::vec(client, 0..3), prop::collection::vec(any::<u64>(), 0..3))
-        .prop_map(|(last_included, items, clients, expired)| Snapshot { last_included, items, clients, expired })
 }
 
 fn grant() -> impl Strategy<Value = Grant> {

@@ -4,14 +4,17 @@
 //! first version (without the trailing extensions: timer presets, shard read counters) still
 //! decode, with defaults.
 
+mod common;
+
 use bytes::{Bytes, BytesMut};
+use common::{shard_move, snapshot};
 use proptest::prelude::*;
 use strata_wire::client::{
     request_tag, response_tag, shard_of, table_id, ClientRequest, ClientResponse, LogFailure,
     LogWriteOp, NodeStatus, Request, Response, ShardRole, ShardStatus, TableDef, TableDurability,
     TableEngine, TableReads, TableReplication, TableTimers,
 };
-use strata_wire::log::{ClientRecords, LogIndex, LogMessage, ShardMove, Snapshot};
+use strata_wire::log::{LogIndex, LogMessage};
 use strata_wire::peer::{peer_tag, PeerMessage};
 use strata_wire::{
     decode_frame, decode_message, encode_frame, ClusterId, DecodeError, Encode, NodeId,
@@ -94,18 +97,6 @@ fn request() -> impl Strategy<Value = ClientRequest> {
         }),
     ];
     (any::<u64>(), body).prop_map(|(corr, body)| ClientRequest::new(corr, body))
-}
-
-fn shard_move() -> impl Strategy<Value = ShardMove> {
-    (any::<u32>(), prop::collection::vec(node(), 0..4)).prop_map(|(generation, replicas)| ShardMove { generation, replicas })
-}
-
-fn snapshot() -> impl Strategy<Value = Snapshot> {
-    let item = (bytes(), proptest::option::of(bytes()), index());
-    let client = (any::<u64>(), any::<u64>(), prop::collection::vec((any::<u64>(), index()), 0..3))
-        .prop_map(|(client_id, ack, records)| ClientRecords { client_id, ack, records });
-    (index(), prop::collection::vec(item, 0..3), prop::collection::vec(client, 0..3), prop::collection::vec(any::<u64>(), 0..3))
-        .prop_map(|(last_included, items, clients, expired)| Snapshot { last_included, items, clients, expired })
 }
 
 fn failure() -> impl Strategy<Value = LogFailure> {
