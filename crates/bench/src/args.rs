@@ -448,20 +448,33 @@ impl BenchArgs {
         }
         let min = min_key_size(self.keys);
         if self.key_size < min {
-            return bad(format!("--key-size {} cannot hold {} keys: use at least {min}", self.key_size, self.keys));
+            return bad(format!(
+                "--key-size {} cannot hold {} keys: use at least {min}",
+                self.key_size, self.keys
+            ));
         }
         if let Some(w) = self.write_ratio {
             if !(0.0..=100.0).contains(&w) {
                 return bad(format!("--write-ratio {w} is not a percentage in 0-100"));
             }
         }
-        if self.dist() != Distribution::Uniform && !(self.zipf_theta > 0.0 && self.zipf_theta < 1.0) {
-            return bad(format!("--zipf-theta {} must be strictly between 0 and 1", self.zipf_theta));
+        if self.dist() != Distribution::Uniform && !(self.zipf_theta > 0.0 && self.zipf_theta < 1.0)
+        {
+            return bad(format!(
+                "--zipf-theta {} must be strictly between 0 and 1",
+                self.zipf_theta
+            ));
         }
         if self.ops.is_none() && !(self.duration > 0.0 && self.duration.is_finite()) {
-            return bad(format!("--duration {} must be a positive number of seconds", self.duration));
+            return bad(format!(
+                "--duration {} must be a positive number of seconds",
+                self.duration
+            ));
         }
-        if self.target == Target::Strata && !self.no_exactly_once && self.pipeline > strata_wire::WINDOW as usize {
+        if self.target == Target::Strata
+            && !self.no_exactly_once
+            && self.pipeline > strata_wire::WINDOW as usize
+        {
             return bad(format!(
                 "--pipeline {} exceeds the {} exactly-once writes a session may have unanswered (RIFL's window): lower it, or add --no-exactly-once",
                 self.pipeline,
@@ -469,7 +482,12 @@ impl BenchArgs {
             ));
         }
         if let Some(v) = self.virtual_clients {
-            if v == 0 || self.pipeline != 1 || self.target != Target::Strata || self.table.is_some() || self.no_exactly_once {
+            if v == 0
+                || self.pipeline != 1
+                || self.target != Target::Strata
+                || self.table.is_some()
+                || self.no_exactly_once
+            {
                 return bad("--virtual-clients N needs N >= 1, --pipeline 1, the Strata target, no --table and exactly-once on".into());
             }
         }
@@ -495,9 +513,11 @@ impl BenchArgs {
         if !(self.warmup >= 0.0 && self.warmup.is_finite()) {
             return bad(format!("--warmup {} must be zero or more seconds", self.warmup));
         }
-        for (flag, v) in
-            [("--release-pct", self.release_pct), ("--acquire-pct", self.acquire_pct), ("--rmw-pct", self.rmw_pct)]
-        {
+        for (flag, v) in [
+            ("--release-pct", self.release_pct),
+            ("--acquire-pct", self.acquire_pct),
+            ("--rmw-pct", self.rmw_pct),
+        ] {
             if let Some(v) = v {
                 if !(0.0..=100.0).contains(&v) {
                     return bad(format!("{flag} {v} is not a percentage in 0-100"));
@@ -518,7 +538,8 @@ impl BenchArgs {
             ));
         }
         if let Some(name) = &self.table {
-            if self.target != Target::Strata || mix.has_sync() || self.workload != WorkloadKind::Kv {
+            if self.target != Target::Strata || mix.has_sync() || self.workload != WorkloadKind::Kv
+            {
                 return bad(format!(
                     "--table {name}: log tables take plain reads and writes from --target strata (no --mode other than es, no --*-pct, no --workload)"
                 ));
@@ -531,7 +552,9 @@ impl BenchArgs {
         }
         if let Some(d) = &self.client_delay_ms {
             if d.is_empty() || d.iter().any(|ms| !ms.is_finite() || *ms < 0.0) {
-                return bad(format!("--client-delay-ms {d:?}: give one or more delays of 0 ms or more"));
+                return bad(format!(
+                    "--client-delay-ms {d:?}: give one or more delays of 0 ms or more"
+                ));
             }
         }
         if self.target == Target::Zookeeper && mix.has_sync() {
@@ -562,7 +585,10 @@ impl BenchArgs {
             }
         }
         if self.target == Target::Etcd && mix.rmw_pct > 0.0 && mix.rmw == RmwKind::Faa {
-            return bad("--target etcd has no fetch-and-add: use --rmw cas (a compare-and-put transaction)".into());
+            return bad(
+                "--target etcd has no fetch-and-add: use --rmw cas (a compare-and-put transaction)"
+                    .into(),
+            );
         }
         if self.timeline.is_some() {
             if self.ops.is_some() {
@@ -574,7 +600,10 @@ impl BenchArgs {
         }
         if self.workload != WorkloadKind::Kv {
             if self.target != Target::Strata {
-                return bad(format!("--workload ts|msq|hml needs --target strata, not {}", self.target));
+                return bad(format!(
+                    "--workload ts|msq|hml needs --target strata, not {}",
+                    self.target
+                ));
             }
             if self.ops.is_some() {
                 return bad("--workload ts|msq|hml runs for a --duration, not --ops".into());
@@ -702,12 +731,18 @@ mod tests {
         assert_eq!(b.ops, Some(1000));
         assert_eq!(b.pipeline, 16);
         b.validate().unwrap();
-        assert!(Cli::try_parse_from(["bench", "--ops", "5", "--duration", "3"]).is_err(), "one or the other");
+        assert!(
+            Cli::try_parse_from(["bench", "--ops", "5", "--duration", "3"]).is_err(),
+            "one or the other"
+        );
         assert!(Cli::try_parse_from(["bench", "--target", "memcached"]).is_err());
         let cli = Cli::try_parse_from(["bench", "--lease-renewals", "--pipeline", "16"]).unwrap();
         assert!(cli.bench.lease_renewals && !cli.bench.lease_creations);
         cli.bench.validate().unwrap();
-        assert!(Cli::try_parse_from(["bench", "--lease-renewals", "--lease-creations"]).is_err(), "one or the other");
+        assert!(
+            Cli::try_parse_from(["bench", "--lease-renewals", "--lease-creations"]).is_err(),
+            "one or the other"
+        );
     }
 
     #[test]
@@ -782,7 +817,10 @@ mod tests {
         let m = mix(&["--mode", "abd"]);
         assert_eq!((m.acquire_pct, m.release_pct, m.rmw_pct), (100.0, 100.0, 0.0));
         let m = mix(&["--mode", "paxos", "--rmw", "cas"]);
-        assert_eq!((m.acquire_pct, m.release_pct, m.rmw_pct, m.rmw), (100.0, 0.0, 100.0, RmwKind::Cas));
+        assert_eq!(
+            (m.acquire_pct, m.release_pct, m.rmw_pct, m.rmw),
+            (100.0, 0.0, 100.0, RmwKind::Cas)
+        );
         let m = mix(&["--mode", "kite"]);
         assert_eq!((m.acquire_pct, m.release_pct, m.rmw_pct), (5.0, 5.0, 0.0));
         let m = mix(&["--mode", "kite", "--release-pct", "20", "--rmw-pct", "5"]);
@@ -797,13 +835,22 @@ mod tests {
         for mode in [Mode::Abd, Mode::Paxos, Mode::Kite] {
             let a = BenchArgs { target: Target::Redis, mode, ..BenchArgs::default() };
             let e = a.validate().unwrap_err();
-            assert!(matches!(e, BenchError::InvalidArgs(_)) && e.to_string().contains("redis"), "{e}");
+            assert!(
+                matches!(e, BenchError::InvalidArgs(_)) && e.to_string().contains("redis"),
+                "{e}"
+            );
         }
         let a = BenchArgs { target: Target::Redis, acquire_pct: Some(1.0), ..BenchArgs::default() };
         assert!(matches!(a.validate(), Err(BenchError::InvalidArgs(_))));
-        let a = BenchArgs { target: Target::Redis, workload: WorkloadKind::Msq, ..BenchArgs::default() };
+        let a = BenchArgs {
+            target: Target::Redis,
+            workload: WorkloadKind::Msq,
+            ..BenchArgs::default()
+        };
         assert!(matches!(a.validate(), Err(BenchError::InvalidArgs(_))));
-        BenchArgs { target: Target::Redis, mode: Mode::Es, ..BenchArgs::default() }.validate().unwrap();
+        BenchArgs { target: Target::Redis, mode: Mode::Es, ..BenchArgs::default() }
+            .validate()
+            .unwrap();
     }
 
     #[test]
@@ -831,14 +878,22 @@ mod tests {
         for mode in [Mode::Es, Mode::Abd, Mode::Kite] {
             BenchArgs { target: Target::Etcd, mode, ..BenchArgs::default() }.validate().unwrap();
         }
-        BenchArgs { target: Target::Etcd, mode: Mode::Paxos, rmw: RmwKind::Cas, ..BenchArgs::default() }
-            .validate()
-            .unwrap();
-        let e = BenchArgs { target: Target::Etcd, mode: Mode::Paxos, ..BenchArgs::default() }.validate().unwrap_err();
-        assert!(e.to_string().contains("fetch-and-add"), "{e}");
-        let e = BenchArgs { target: Target::Etcd, workload: WorkloadKind::Ts, ..BenchArgs::default() }
+        BenchArgs {
+            target: Target::Etcd,
+            mode: Mode::Paxos,
+            rmw: RmwKind::Cas,
+            ..BenchArgs::default()
+        }
+        .validate()
+        .unwrap();
+        let e = BenchArgs { target: Target::Etcd, mode: Mode::Paxos, ..BenchArgs::default() }
             .validate()
             .unwrap_err();
+        assert!(e.to_string().contains("fetch-and-add"), "{e}");
+        let e =
+            BenchArgs { target: Target::Etcd, workload: WorkloadKind::Ts, ..BenchArgs::default() }
+                .validate()
+                .unwrap_err();
         assert!(e.to_string().contains("etcd"), "{e}");
     }
 
@@ -850,7 +905,10 @@ mod tests {
             Cli::try_parse_from(v).map(|c| c.bench)
         };
         let d = args(&[]).unwrap();
-        assert_eq!((d.ycsb, d.ycsb_mix(), d.dist(), d.write_ratio()), (None, None, Distribution::Uniform, 5.0));
+        assert_eq!(
+            (d.ycsb, d.ycsb_mix(), d.dist(), d.write_ratio()),
+            (None, None, Distribution::Uniform, 5.0)
+        );
         for (flag, y, w, kind, dist) in [
             ("w", Ycsb::W, 100.0, YcsbWrite::Update, Distribution::Zipfian),
             ("A", Ycsb::A, 50.0, YcsbWrite::Update, Distribution::Zipfian),
@@ -870,14 +928,20 @@ mod tests {
         // Explicit flags override the preset: the non-read share keeps the preset's kind.
         let a = args(&["--ycsb", "d", "--write-ratio", "20", "--dist", "uniform"]).unwrap();
         let m = a.ycsb_mix().unwrap();
-        assert_eq!((m.read_pct, m.insert_pct, m.update_pct, a.dist()), (80.0, 20.0, 0.0, Distribution::Uniform));
+        assert_eq!(
+            (m.read_pct, m.insert_pct, m.update_pct, a.dist()),
+            (80.0, 20.0, 0.0, Distribution::Uniform)
+        );
         let a = args(&["--ycsb", "a", "--zipf-theta", "0.5", "--dist", "latest"]).unwrap();
         assert_eq!((a.dist(), a.zipf_theta), (Distribution::Latest, 0.5));
         assert!(args(&["--ycsb", "e"]).is_err(), "E needs range scans");
         // YCSB is relaxed operations only, and inserts need room in the key size.
         let e = args(&["--ycsb", "a", "--mode", "abd"]).unwrap().validate().unwrap_err();
         assert!(e.to_string().contains("--ycsb"), "{e}");
-        let e = args(&["--ycsb", "d", "--keys", "1000", "--key-size", "4"]).unwrap().validate().unwrap_err();
+        let e = args(&["--ycsb", "d", "--keys", "1000", "--key-size", "4"])
+            .unwrap()
+            .validate()
+            .unwrap_err();
         assert!(e.to_string().contains("--key-size"), "{e}");
         args(&["--ycsb", "a", "--keys", "1000", "--key-size", "4"]).unwrap().validate().unwrap();
         args(&["--ycsb", "d", "--target", "zookeeper"]).unwrap().validate().unwrap();
@@ -889,14 +953,23 @@ mod tests {
         a.validate().unwrap();
         assert_eq!(a.default_endpoints(), vec!["127.0.0.1:2181".parse::<SocketAddr>().unwrap()]);
         for mode in [Mode::Abd, Mode::Paxos, Mode::Kite] {
-            let e = BenchArgs { target: Target::Zookeeper, mode, rmw: RmwKind::Cas, ..BenchArgs::default() }
-                .validate()
-                .unwrap_err();
-            assert!(e.to_string().contains("zookeeper"), "{e}");
-        }
-        let e = BenchArgs { target: Target::Zookeeper, workload: WorkloadKind::Hml, ..BenchArgs::default() }
+            let e = BenchArgs {
+                target: Target::Zookeeper,
+                mode,
+                rmw: RmwKind::Cas,
+                ..BenchArgs::default()
+            }
             .validate()
             .unwrap_err();
+            assert!(e.to_string().contains("zookeeper"), "{e}");
+        }
+        let e = BenchArgs {
+            target: Target::Zookeeper,
+            workload: WorkloadKind::Hml,
+            ..BenchArgs::default()
+        }
+        .validate()
+        .unwrap_err();
         assert!(e.to_string().contains("zookeeper"), "{e}");
     }
 }

@@ -29,14 +29,17 @@ pub(crate) async fn run(
     // One root per kind and layout, so objects of another shape from an earlier run never meet.
     let root = format!("bench-{}-{}", kind.short(), args.fields);
     let w = Arc::new(
-        Workload::new(kind, &root, args.structures, layout).map_err(|e| BenchError::InvalidArgs(e.to_string()))?,
+        Workload::new(kind, &root, args.structures, layout)
+            .map_err(|e| BenchError::InvalidArgs(e.to_string()))?,
     );
     let started = Instant::now();
     let measure_start = started + Duration::from_secs_f64(args.warmup);
     let end = measure_start + Duration::from_secs_f64(args.duration);
     let mut tasks = Vec::new();
     for (i, s) in sessions.into_iter().enumerate() {
-        let mut s = s.into_strata().ok_or_else(|| BenchError::InvalidArgs("--workload needs --target strata".into()))?;
+        let mut s = s
+            .into_strata()
+            .ok_or_else(|| BenchError::InvalidArgs("--workload needs --target strata".into()))?;
         let (w, root, seed) = (w.clone(), root.clone(), session_seed(args.seed, i));
         tasks.push(tokio::spawn(async move {
             let mut cx = Ctx::new(&mut s, &root).await?;

@@ -26,7 +26,11 @@ struct ReadCounters {
 }
 
 /// Asks every node for its status and sums the counters of `table`'s shards.
-async fn read_counters(endpoints: &[SocketAddr], cluster_id: u64, table: &str) -> Result<ReadCounters, String> {
+async fn read_counters(
+    endpoints: &[SocketAddr],
+    cluster_id: u64,
+    table: &str,
+) -> Result<ReadCounters, String> {
     let opts = ClientOptions {
         cluster: ClusterId(cluster_id),
         connect_timeout: CONNECT_TIMEOUT,
@@ -58,7 +62,12 @@ pub(crate) struct Probe {
 impl Probe {
     /// Takes the first sample at `window_start`. The nodes are asked directly, not through
     /// `--client-delay-ms` relays: the sample must be close to the instant it describes.
-    pub fn start(endpoints: Vec<SocketAddr>, cluster_id: u64, table: String, window_start: Instant) -> Probe {
+    pub fn start(
+        endpoints: Vec<SocketAddr>,
+        cluster_id: u64,
+        table: String,
+        window_start: Instant,
+    ) -> Probe {
         let (e, t) = (endpoints.clone(), table.clone());
         let before = tokio::spawn(async move {
             tokio::time::sleep_until(window_start).await;

@@ -75,12 +75,12 @@ mod with_grpc {
                     let r = kv.get(key.to_vec(), None).await.map_err(|e| e.to_string())?;
                     Ok(if r.kvs().is_empty() { Done::Miss } else { Done::Hit })
                 }),
-                BenchOp::Write { key, value } | BenchOp::Insert { key, value } | BenchOp::Release { key, value } => {
-                    tokio::spawn(async move {
-                        kv.put(key.to_vec(), value.to_vec(), None).await.map_err(|e| e.to_string())?;
-                        Ok(Done::Written)
-                    })
-                }
+                BenchOp::Write { key, value }
+                | BenchOp::Insert { key, value }
+                | BenchOp::Release { key, value } => tokio::spawn(async move {
+                    kv.put(key.to_vec(), value.to_vec(), None).await.map_err(|e| e.to_string())?;
+                    Ok(Done::Written)
+                }),
                 BenchOp::Cas { key, value } => tokio::spawn(async move {
                     let txn = Txn::new()
                         .when([Compare::value(key.to_vec(), CompareOp::Equal, value.to_vec())])
@@ -88,7 +88,9 @@ mod with_grpc {
                     kv.txn(txn).await.map_err(|e| e.to_string())?;
                     Ok(Done::Rmw)
                 }),
-                BenchOp::Faa { .. } => return Err("etcd has no fetch-and-add: use --rmw cas".to_string()),
+                BenchOp::Faa { .. } => {
+                    return Err("etcd has no fetch-and-add: use --rmw cas".to_string())
+                }
             };
             self.in_flight.push_back(task);
             Ok(())
@@ -146,7 +148,8 @@ mod tests {
     #[cfg(not(feature = "etcd"))]
     #[tokio::test]
     async fn a_build_without_the_feature_says_how_to_get_it() {
-        let e = EtcdConn::connect(default_endpoint()).await.err().expect("no connection without gRPC");
+        let e =
+            EtcdConn::connect(default_endpoint()).await.err().expect("no connection without gRPC");
         assert!(e.contains("--features etcd") && e.contains("protoc"), "{e}");
     }
 

@@ -72,8 +72,19 @@ impl Zipfian {
         assert!(theta > 0.0 && theta < 1.0, "zipfian theta must be in (0, 1), got {theta}");
         let zetan = zeta(n, theta);
         let zeta2 = zeta(2.min(n), theta);
-        let eta = if n <= 2 { 0.0 } else { (1.0 - (2.0 / n as f64).powf(1.0 - theta)) / (1.0 - zeta2 / zetan) };
-        Zipfian { n, theta, alpha: 1.0 / (1.0 - theta), zetan, eta, half_pow_theta: 1.0 + 0.5f64.powf(theta) }
+        let eta = if n <= 2 {
+            0.0
+        } else {
+            (1.0 - (2.0 / n as f64).powf(1.0 - theta)) / (1.0 - zeta2 / zetan)
+        };
+        Zipfian {
+            n,
+            theta,
+            alpha: 1.0 / (1.0 - theta),
+            zetan,
+            eta,
+            half_pow_theta: 1.0 + 0.5f64.powf(theta),
+        }
     }
 
     pub fn items(&self) -> u64 {
@@ -156,7 +167,11 @@ pub struct InsertCounter {
 impl InsertCounter {
     /// After `preloaded` keys (indexes `0..preloaded`).
     pub fn new(preloaded: u64) -> InsertCounter {
-        InsertCounter { next: preloaded.into(), acknowledged: preloaded.into(), early: Default::default() }
+        InsertCounter {
+            next: preloaded.into(),
+            acknowledged: preloaded.into(),
+            early: Default::default(),
+        }
     }
 
     /// The index of the next key to insert.
@@ -295,10 +310,14 @@ mod tests {
         }
         let exact = algorithm_probabilities(&z);
         assert!((exact.iter().sum::<f64>() - 1.0).abs() < 1e-9, "the inversion covers [0, 1)");
-        let bucket_counts: Vec<u64> = buckets(n as usize).iter().map(|&(lo, hi)| counts[lo..hi].iter().sum()).collect();
-        let bucket_exact: Vec<f64> = buckets(n as usize).iter().map(|&(lo, hi)| exact[lo..hi].iter().sum()).collect();
-        let bucket_law: Vec<f64> =
-            buckets(n as usize).iter().map(|&(lo, hi)| (lo..hi).map(|i| z.probability(i as u64)).sum()).collect();
+        let bucket_counts: Vec<u64> =
+            buckets(n as usize).iter().map(|&(lo, hi)| counts[lo..hi].iter().sum()).collect();
+        let bucket_exact: Vec<f64> =
+            buckets(n as usize).iter().map(|&(lo, hi)| exact[lo..hi].iter().sum()).collect();
+        let bucket_law: Vec<f64> = buckets(n as usize)
+            .iter()
+            .map(|&(lo, hi)| (lo..hi).map(|i| z.probability(i as u64)).sum())
+            .collect();
 
         // 1. The sampler draws from the algorithm's distribution: chi-square over the 11
         //    buckets (10 degrees of freedom: P(chi2 > 29.6) = 0.001).
@@ -324,8 +343,10 @@ mod tests {
     #[test]
     fn zipfian_is_deterministic_for_a_seed_and_covers_tiny_key_spaces() {
         let z = Zipfian::new(100_000, 0.99);
-        let a: Vec<u64> = (0..100).scan(StdRng::seed_from_u64(3), |r, _| Some(z.sample(r))).collect();
-        let b: Vec<u64> = (0..100).scan(StdRng::seed_from_u64(3), |r, _| Some(z.sample(r))).collect();
+        let a: Vec<u64> =
+            (0..100).scan(StdRng::seed_from_u64(3), |r, _| Some(z.sample(r))).collect();
+        let b: Vec<u64> =
+            (0..100).scan(StdRng::seed_from_u64(3), |r, _| Some(z.sample(r))).collect();
         assert_eq!(a, b);
         for n in 1..=3 {
             let z = Zipfian::new(n, 0.5);
@@ -345,8 +366,10 @@ mod tests {
         let fresh = Zipfian::new(1_500, 0.99);
         assert_eq!(grown.items(), 1_500);
         assert!((grown.zetan - fresh.zetan).abs() < 1e-9 && (grown.eta - fresh.eta).abs() < 1e-12);
-        let a: Vec<u64> = (0..200).scan(StdRng::seed_from_u64(5), |r, _| Some(grown.sample(r))).collect();
-        let b: Vec<u64> = (0..200).scan(StdRng::seed_from_u64(5), |r, _| Some(fresh.sample(r))).collect();
+        let a: Vec<u64> =
+            (0..200).scan(StdRng::seed_from_u64(5), |r, _| Some(grown.sample(r))).collect();
+        let b: Vec<u64> =
+            (0..200).scan(StdRng::seed_from_u64(5), |r, _| Some(fresh.sample(r))).collect();
         assert_eq!(a, b);
     }
 
@@ -369,8 +392,17 @@ mod tests {
         assert_eq!(counts.iter().enumerate().max_by_key(|(_, &c)| c).unwrap().0, n as usize - 1);
         assert!((freq(999..1000) - z.probability(0)).abs() < 0.01, "newest {}", freq(999..1000));
         let law_top10: f64 = (0..10).map(|i| z.probability(i)).sum();
-        assert!((freq(990..1000) - law_top10).abs() < 0.03, "10 newest {} vs {law_top10}", freq(990..1000));
-        assert!(freq(990..1000) > 2.0 * freq(0..500), "newest {} vs oldest 500 {}", freq(990..1000), freq(0..500));
+        assert!(
+            (freq(990..1000) - law_top10).abs() < 0.03,
+            "10 newest {} vs {law_top10}",
+            freq(990..1000)
+        );
+        assert!(
+            freq(990..1000) > 2.0 * freq(0..500),
+            "newest {} vs oldest 500 {}",
+            freq(990..1000),
+            freq(0..500)
+        );
 
         // As keys are inserted the hot spot moves to them: after 100 more keys, the 10 newest
         // (indexes 1090..1100) are hot and the formerly newest (990..1000) have cooled down.

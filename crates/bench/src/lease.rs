@@ -32,7 +32,9 @@ use tokio::sync::mpsc;
 use crate::args::BenchArgs;
 use crate::report::{BenchReport, Latencies, LatencySummary};
 use crate::target::CONNECT_TIMEOUT;
-use crate::{new_histogram, unix_ms_at, BenchError, MAX_ERROR_SAMPLES, MAX_LATENCY_NS, REQUEST_TIMEOUT};
+use crate::{
+    new_histogram, unix_ms_at, BenchError, MAX_ERROR_SAMPLES, MAX_LATENCY_NS, REQUEST_TIMEOUT,
+};
 
 /// The system table the lease service runs on.
 const LEASE_TABLE: &str = "__leases";
@@ -98,7 +100,11 @@ impl LeaseConn {
     fn send(&mut self, lease_id: u64) -> u64 {
         let corr = self.next_corr;
         self.next_corr += 1;
-        encode_frame(&mut self.out, self.cluster, &ClientRequest::new(corr, Request::RenewLease { lease_id }));
+        encode_frame(
+            &mut self.out,
+            self.cluster,
+            &ClientRequest::new(corr, Request::RenewLease { lease_id }),
+        );
         corr
     }
 
@@ -113,7 +119,9 @@ impl LeaseConn {
     async fn next(&mut self) -> Result<ClientResponse, String> {
         loop {
             match decode_frame(&mut self.buf, self.cluster, Limits::default().max_frame_bytes) {
-                Ok(Some(payload)) => return decode_message(payload).map_err(|e| format!("undecodable reply: {e}")),
+                Ok(Some(payload)) => {
+                    return decode_message(payload).map_err(|e| format!("undecodable reply: {e}"))
+                }
                 Ok(None) => {}
                 Err(e) => return Err(format!("bad reply frame: {e}")),
             }
@@ -137,17 +145,23 @@ impl LeaseConn {
             }
             self.flush()?;
             while !waiting.is_empty() {
-                let r = tokio::time::timeout(REQUEST_TIMEOUT, self.next()).await.map_err(|_| "no reply".to_string())??;
+                let r = tokio::time::timeout(REQUEST_TIMEOUT, self.next())
+                    .await
+                    .map_err(|_| "no reply".to_string())??;
                 let Some(l) = waiting.remove(&r.corr) else { continue };
                 match r.body {
                     Response::Lease(s) if s.alive() => ids[l] = s.lease_id,
-                    Response::LogRejected(LogFailure::NotLeader { .. } | LogFailure::Unavailable) => rejected += 1,
+                    Response::LogRejected(
+                        LogFailure::NotLeader { .. } | LogFailure::Unavailable,
+                    ) => rejected += 1,
                     other => return Err(format!("creating a lease: unexpected answer {other:?}")),
                 }
             }
             if ids.contains(&0) {
                 if Instant::now() >= deadline {
-                    return Err(format!("no lease granted within {CREATE_FOR:?} (is the __leases leader up?)"));
+                    return Err(format!(
+                        "no lease granted within {CREATE_FOR:?} (is the __leases leader up?)"
+                    ));
                 }
                 tokio::time::sleep(RETRY * 10).await;
             }
@@ -172,8 +186,20 @@ struct Window {
 }
 
 /// One connection's closed loops until the window ends.
-async fn drive(mut c: LeaseConn, mut ids: Vec<u64>, creations: bool, pipeline: usize, w: Arc<Window>) -> ConnStats {
-    let mut st = ConnStats { hist: new_histogram(), rejected: 0, new_ids: 0, errors: 0, error_samples: Vec::new() };
+async fn drive(
+    mut c: LeaseConn,
+    mut ids: Vec<u64>,
+    creations: bool,
+    pipeline: usize,
+    w: Arc<Window>,
+) -> ConnStats {
+    let mut st = ConnStats {
+        hist: new_histogram(),
+        rejected: 0,
+        new_ids: 0,
+        errors: 0,
+        error_samples: Vec::new(),
+    };
     let loops = ids.len();
     let mut in_flight = vec![0usize; loops];
     let mut hold: Vec<Option<Instant>> = vec![None; loops];
@@ -260,7 +286,9 @@ async fn service_leader(endpoints: &[SocketAddr], cluster: ClusterId) -> Option<
         ..ClientOptions::default()
     };
     for &addr in endpoints {
-        let Ok(status) = async { Client::connect_node(addr, opts.clone()).await?.status().await }.await else {
+        let Ok(status) =
+            async { Client::connect_node(addr, opts.clone()).await?.status().await }.await
+        else {
             continue;
         };
         if status.shards.iter().any(|s| s.table == LEASE_TABLE && s.role == ShardRole::Leader) {
@@ -286,7 +314,8 @@ pub(crate) async fn run(
         let mut c = LeaseConn::connect(connect_to[home], cluster).await.map_err(connect_err)?;
         let sessions = args.sessions;
         prepared.push(tokio::spawn(async move {
-            let (ids, rejected) = if creations { (vec![0; sessions], 0) } else { c.create_leases(sessions).await? };
+            let (ids, rejected) =
+                if creations { (vec![0; sessions], 0) } else { c.create_leases(sessions).await? };
             Ok::<_, String>((c, ids, rejected))
         }));
     }
@@ -320,14 +349,24 @@ pub(crate) async fn run(
             loop {
                 tick.tick().await;
                 let n = w.completed.load(Ordering::Relaxed);
-                let phase = if Instant::now() <= w.measure_start + Duration::from_secs(1) { "warmup" } else { "measuring" };
-                eprintln!("[{:>5.1}s] {phase:<9} {:>10} leases/s", started.elapsed().as_secs_f64(), n - last);
+                let phase = if Instant::now() <= w.measure_start + Duration::from_secs(1) {
+                    "warmup"
+                } else {
+                    "measuring"
+                };
+                eprintln!(
+                    "[{:>5.1}s] {phase:<9} {:>10} leases/s",
+                    started.elapsed().as_secs_f64(),
+                    n - last
+                );
                 last = n;
             }
         })
     });
-    let tasks: Vec<_> =
-        conns.into_iter().map(|(c, ids)| tokio::spawn(drive(c, ids, creations, args.pipeline, w.clone()))).collect();
+    let tasks: Vec<_> = conns
+        .into_iter()
+        .map(|(c, ids)| tokio::spawn(drive(c, ids, creations, args.pipeline, w.clone())))
+        .collect();
     let mut all = new_histogram();
     let (mut errors, mut error_samples, mut new_ids) = (0, Vec::<String>::new(), 0);
     for t in tasks {
@@ -342,7 +381,8 @@ pub(crate) async fn run(
             },
         };
         all.add(&st.hist).expect("same bounds");
-        (errors, rejected, new_ids) = (errors + st.errors, rejected + st.rejected, new_ids + st.new_ids);
+        (errors, rejected, new_ids) =
+            (errors + st.errors, rejected + st.rejected, new_ids + st.new_ids);
         for e in st.error_samples {
             if error_samples.len() < MAX_ERROR_SAMPLES && !error_samples.contains(&e) {
                 error_samples.push(e);
@@ -353,7 +393,8 @@ pub(crate) async fn run(
         p.abort();
     }
     let leader = service_leader(&endpoints, cluster).await;
-    let forwarded_clients = (0..args.clients).filter(|i| Some(endpoints[i % endpoints.len()]) != leader).count();
+    let forwarded_clients =
+        (0..args.clients).filter(|i| Some(endpoints[i % endpoints.len()]) != leader).count();
 
     let duration_s = args.duration;
     let ops = all.len();
@@ -371,7 +412,11 @@ pub(crate) async fn run(
         errors,
         error_samples,
         throughput_ops_s: ops as f64 / duration_s,
-        latency_us: Latencies { all: summary.clone(), read: LatencySummary::default(), write: summary },
+        latency_us: Latencies {
+            all: summary.clone(),
+            read: LatencySummary::default(),
+            write: summary,
+        },
         mix: Default::default(),
         class_latency_us: Default::default(),
         ycsb: None,

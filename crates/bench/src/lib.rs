@@ -72,10 +72,13 @@ use rand::{Rng, SeedableRng};
 use thiserror::Error;
 
 pub use args::{
-    BenchArgs, Distribution, Mix, Mode, RmwKind, Target, WorkloadKind, Ycsb, YcsbMix, YcsbWrite, DEFAULT_REDIS_ENDPOINT,
+    BenchArgs, Distribution, Mix, Mode, RmwKind, Target, WorkloadKind, Ycsb, YcsbMix, YcsbWrite,
+    DEFAULT_REDIS_ENDPOINT,
 };
 pub use lease::LeaseReport;
-pub use report::{BenchReport, ClassLatencies, DsReport, Latencies, LatencySummary, ReadDurability, YcsbReport};
+pub use report::{
+    BenchReport, ClassLatencies, DsReport, Latencies, LatencySummary, ReadDurability, YcsbReport,
+};
 
 use keys::{InsertCounter, KeyChooser, Latest, Zipfian};
 use target::{BenchOp, BenchSession, Connection, Done};
@@ -146,7 +149,8 @@ pub async fn run(args: &BenchArgs, endpoints: Vec<SocketAddr>) -> Result<BenchRe
     }
 
     // The sessions connect through the relays (the endpoints themselves without a delay).
-    let relays = relay::start(&endpoints, &args.client_delays_ms(endpoints.len())?).map_err(BenchError::Relay)?;
+    let relays = relay::start(&endpoints, &args.client_delays_ms(endpoints.len())?)
+        .map_err(BenchError::Relay)?;
     if args.lease_renewals || args.lease_creations {
         let cluster = strata_client::ClusterId(args.cluster_id.unwrap_or(DEFAULT_CLUSTER_ID));
         let report = lease::run(args, endpoints, &relays.addrs, cluster).await?;
@@ -162,7 +166,16 @@ pub async fn run(args: &BenchArgs, endpoints: Vec<SocketAddr>) -> Result<BenchRe
         let addr = endpoints[home];
         let conn = match &args.table {
             Some(table) => Connection::connect_table(&relays.addrs, home, cluster_id, table).await,
-            None => Connection::connect(args.target, relays.addrs[home], cluster_id, &run_id, !args.no_exactly_once).await,
+            None => {
+                Connection::connect(
+                    args.target,
+                    relays.addrs[home],
+                    cluster_id,
+                    &run_id,
+                    !args.no_exactly_once,
+                )
+                .await
+            }
         }
         .map_err(|message| BenchError::Connect { target: args.target, addr, message })?;
         conns.push((addr, conn));
@@ -188,7 +201,9 @@ pub async fn run(args: &BenchArgs, endpoints: Vec<SocketAddr>) -> Result<BenchRe
             .into_iter()
             .enumerate()
             .map(|(j, s)| match s {
-                BenchSession::Strata(s) => BenchSession::Virtual(target::VirtualClients::new(s, first, j, total, clients)),
+                BenchSession::Strata(s) => {
+                    BenchSession::Virtual(target::VirtualClients::new(s, first, j, total, clients))
+                }
                 other => other,
             })
             .collect();
@@ -207,14 +222,19 @@ pub async fn run(args: &BenchArgs, endpoints: Vec<SocketAddr>) -> Result<BenchRe
     let sessions = preload(sessions, args, &value).await?;
     let preload_s = preload_started.elapsed().as_secs_f64();
 
-    let nodes_of: Vec<usize> = (0..sessions.len()).map(|j| (j / args.sessions) % endpoints.len()).collect();
+    let nodes_of: Vec<usize> =
+        (0..sessions.len()).map(|j| (j / args.sessions) % endpoints.len()).collect();
     let measure_start = Instant::now() + Duration::from_secs_f64(args.warmup);
     let probe = args.table.as_ref().map(|table| {
         durability::Probe::start(endpoints.clone(), cluster_id, table.clone(), measure_start.into())
     });
     let (stats, window_end, inserted) = measure(sessions, args, value, measure_start).await;
     let read_durability = match probe {
-        Some(p) => p.finish().await.map_err(|e| eprintln!("strata bench: reads that triggered durability: {e}")).ok(),
+        Some(p) => p
+            .finish()
+            .await
+            .map_err(|e| eprintln!("strata bench: reads that triggered durability: {e}"))
+            .ok(),
         None => None,
     };
     for (_, c) in &conns {
@@ -251,13 +271,16 @@ pub async fn run(args: &BenchArgs, endpoints: Vec<SocketAddr>) -> Result<BenchRe
     }
     let duration_s = match window_end {
         Some(end) => (end - measure_start).as_secs_f64(),
-        None => last_completion.map_or(0.0, |t| t.saturating_duration_since(measure_start).as_secs_f64()),
+        None => last_completion
+            .map_or(0.0, |t| t.saturating_duration_since(measure_start).as_secs_f64()),
     };
     let mut all = read.clone();
     all.add(&write).expect("same bounds");
     let ops = all.len();
     let timeline_files = match &args.timeline {
-        Some(path) => timeline::write(path, &per_node, args.timeline_bucket_ms, &timeline_title(args))?,
+        Some(path) => {
+            timeline::write(path, &per_node, args.timeline_bucket_ms, &timeline_title(args))?
+        }
         None => Vec::new(),
     };
     let cl = |i: usize| LatencySummary::from_histogram(&classes[i]);
@@ -313,7 +336,8 @@ pub async fn run(args: &BenchArgs, endpoints: Vec<SocketAddr>) -> Result<BenchRe
 fn write_json(args: &BenchArgs, report: &BenchReport) -> Result<(), BenchError> {
     if let Some(path) = &args.json {
         let text = serde_json::to_string_pretty(report).expect("a report serializes");
-        std::fs::write(path, text + "\n").map_err(|source| BenchError::WriteJson { path: path.clone(), source })?;
+        std::fs::write(path, text + "\n")
+            .map_err(|source| BenchError::WriteJson { path: path.clone(), source })?;
     }
     Ok(())
 }
@@ -325,7 +349,8 @@ fn timeline_title(args: &BenchArgs) -> String {
         None => format!("{:?} mode, {}% writes", args.mode, args.write_ratio()),
     };
     if mix.has_sync() {
-        t += &format!(" ({}% rel, {}% acq, {}% rmw)", mix.release_pct, mix.acquire_pct, mix.rmw_pct);
+        t +=
+            &format!(" ({}% rel, {}% acq, {}% rmw)", mix.release_pct, mix.acquire_pct, mix.rmw_pct);
     }
     t + &format!(", {} ms buckets", args.timeline_bucket_ms)
 }
@@ -349,7 +374,8 @@ fn make_value(size: usize, seed: u64) -> Bytes {
 
 /// Seed of session `i`'s stream: distinct per session, fixed by `--seed`.
 fn session_seed(seed: u64, i: usize) -> u64 {
-    seed.wrapping_mul(0x9E37_79B9_7F4A_7C15).wrapping_add((i as u64 + 1).wrapping_mul(0xD1B5_4A32_D192_ED03))
+    seed.wrapping_mul(0x9E37_79B9_7F4A_7C15)
+        .wrapping_add((i as u64 + 1).wrapping_mul(0xD1B5_4A32_D192_ED03))
 }
 
 /// Writes every key once, split over the sessions, `PRELOAD_DEPTH` requests in flight each.
@@ -382,7 +408,10 @@ async fn preload(
             let mut outstanding = 0usize;
             while next < hi || outstanding > 0 {
                 while next < hi && outstanding < PRELOAD_DEPTH {
-                    s.submit(BenchOp::Insert { key: keys::key(next, key_size), value: value.clone() })?;
+                    s.submit(BenchOp::Insert {
+                        key: keys::key(next, key_size),
+                        value: value.clone(),
+                    })?;
                     next += 1;
                     outstanding += 1;
                 }
@@ -521,11 +550,15 @@ async fn measure(
     });
     let n = sessions.len();
     // Per-session histograms of the current second, for the progress line.
-    let intervals: Vec<Arc<Mutex<Histogram<u64>>>> =
-        if args.quiet { Vec::new() } else { (0..n).map(|_| Arc::new(Mutex::new(new_histogram()))).collect() };
+    let intervals: Vec<Arc<Mutex<Histogram<u64>>>> = if args.quiet {
+        Vec::new()
+    } else {
+        (0..n).map(|_| Arc::new(Mutex::new(new_histogram()))).collect()
+    };
     let finished = Arc::new(AtomicBool::new(false));
-    let progress = (!args.quiet)
-        .then(|| tokio::spawn(progress_loop(shared.clone(), intervals.clone(), finished.clone(), started)));
+    let progress = (!args.quiet).then(|| {
+        tokio::spawn(progress_loop(shared.clone(), intervals.clone(), finished.clone(), started))
+    });
 
     let mut tasks = Vec::with_capacity(n);
     for (i, s) in sessions.into_iter().enumerate() {
@@ -616,7 +649,10 @@ async fn drive(
                 }
             } else if now >= sh.measure_start {
                 let tickets = sh.tickets.as_ref().expect("ops mode");
-                if tickets.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |t| t.checked_sub(1)).is_err() {
+                if tickets
+                    .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |t| t.checked_sub(1))
+                    .is_err()
+                {
                     stopping = true;
                     break;
                 }
@@ -626,11 +662,17 @@ async fn drive(
                 let class = ycsb_class(m, &mut rng);
                 let (op, then) = if class == INSERT {
                     let i = sh.inserts.next_index();
-                    (BenchOp::Insert { key: keys::key(i, sh.key_size), value: sh.value.clone() }, Then::Acknowledge(i))
+                    (
+                        BenchOp::Insert { key: keys::key(i, sh.key_size), value: sh.value.clone() },
+                        Then::Acknowledge(i),
+                    )
                 } else {
-                    let key = keys::key(chooser.sample(&mut rng, sh.inserts.acknowledged()), sh.key_size);
+                    let key =
+                        keys::key(chooser.sample(&mut rng, sh.inserts.acknowledged()), sh.key_size);
                     match class {
-                        RELAXED_WRITE => (BenchOp::Write { key, value: sh.value.clone() }, Then::Nothing),
+                        RELAXED_WRITE => {
+                            (BenchOp::Write { key, value: sh.value.clone() }, Then::Nothing)
+                        }
                         READ_MODIFY_WRITE => (BenchOp::Read { key: key.clone() }, Then::Write(key)),
                         _ => (BenchOp::Read { key }, Then::Nothing),
                     }
@@ -675,7 +717,9 @@ async fn drive(
             };
             let submitted = Instant::now();
             match session.submit(op) {
-                Ok(()) => in_flight.push_back(Pending { submitted, class, ticket, then: Then::Nothing }),
+                Ok(()) => {
+                    in_flight.push_back(Pending { submitted, class, ticket, then: Then::Nothing })
+                }
                 Err(e) => {
                     note(&mut st, e);
                     stopping = true;
@@ -706,7 +750,13 @@ async fn drive(
                     }
                     // The window is over: abandon what is outstanding (not a failed session).
                     st.errors += in_flight.len() as u64;
-                    note(&mut st, format!("{} requests unanswered {DRAIN_GRACE:?} after the window", in_flight.len()));
+                    note(
+                        &mut st,
+                        format!(
+                            "{} requests unanswered {DRAIN_GRACE:?} after the window",
+                            in_flight.len()
+                        ),
+                    );
                     break;
                 }
                 // The session is stuck: count what is outstanding as failed and stop.
@@ -726,7 +776,12 @@ async fn drive(
                 }
                 match session.submit(BenchOp::Write { key, value: sh.value.clone() }) {
                     Ok(()) => {
-                        in_flight.push_back(Pending { submitted, class, ticket, then: Then::Nothing });
+                        in_flight.push_back(Pending {
+                            submitted,
+                            class,
+                            ticket,
+                            then: Then::Nothing,
+                        });
                         continue;
                     }
                     Err(e) => {
@@ -744,7 +799,8 @@ async fn drive(
         }
         sh.completed.fetch_add(1, Ordering::Relaxed);
         let is_write = class >= RELAXED_WRITE;
-        let measured = ticket || (submitted >= sh.measure_start && sh.end.is_some_and(|end| done_at <= end));
+        let measured =
+            ticket || (submitted >= sh.measure_start && sh.end.is_some_and(|end| done_at <= end));
         match r {
             Ok(done) => {
                 let ns = (done_at - submitted).as_nanos().min(MAX_LATENCY_NS as u128) as u64;
@@ -752,7 +808,9 @@ async fn drive(
                     h.lock().unwrap_or_else(|e| e.into_inner()).saturating_record(ns.max(1));
                 }
                 if let Some((w, _)) = sh.bucket {
-                    if let (Some(end), Some(since)) = (sh.end, done_at.checked_duration_since(sh.measure_start)) {
+                    if let (Some(end), Some(since)) =
+                        (sh.end, done_at.checked_duration_since(sh.measure_start))
+                    {
                         if done_at <= end {
                             let b = (since.as_nanos() / w.as_nanos()) as usize;
                             if let Some(c) = st.timeline.get_mut(b) {
@@ -814,9 +872,11 @@ async fn progress_loop(
         // The line describes the second that just ended.
         let phase = if last_at < sh.measure_start { "warmup" } else { "measuring" };
         (last_count, last_at) = (count, now);
-        let p99 = if merged.is_empty() { 0.0 } else { merged.value_at_quantile(0.99) as f64 / 1_000.0 };
+        let p99 =
+            if merged.is_empty() { 0.0 } else { merged.value_at_quantile(0.99) as f64 / 1_000.0 };
         let failed = sh.failed_sessions.load(Ordering::Relaxed);
-        let failed = if failed > 0 { format!("  ({failed} sessions failed)") } else { String::new() };
+        let failed =
+            if failed > 0 { format!("  ({failed} sessions failed)") } else { String::new() };
         let measured = sh.measured.load(Ordering::Relaxed);
         eprintln!(
             "[{:>5.1}s] {phase:<9} {rate:>10.0} ops/s  p99 {p99:>8.1} µs  measured {measured} ops{failed}",

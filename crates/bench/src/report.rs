@@ -93,7 +93,12 @@ pub struct YcsbReport {
 
 impl YcsbReport {
     pub fn rows(&self) -> [(&'static str, &LatencySummary); 4] {
-        [("read", &self.read), ("update", &self.update), ("insert", &self.insert), ("rmw", &self.rmw)]
+        [
+            ("read", &self.read),
+            ("update", &self.update),
+            ("insert", &self.insert),
+            ("rmw", &self.rmw),
+        ]
     }
 }
 
@@ -142,7 +147,8 @@ impl ReadDurability {
     pub fn new(reads_served: u64, reads_made_durable: u64) -> ReadDurability {
         // A read is counted as made durable when it starts waiting and as served when it is
         // answered: at the window's edges the two counts can differ by the reads in flight.
-        let pct = (reads_served > 0).then(|| (100.0 * reads_made_durable as f64 / reads_served as f64).min(100.0));
+        let pct = (reads_served > 0)
+            .then(|| (100.0 * reads_made_durable as f64 / reads_served as f64).min(100.0));
         ReadDurability { reads_served, reads_made_durable, pct }
     }
 }
@@ -276,9 +282,16 @@ impl fmt::Display for BenchReport {
                 d.reads_made_durable, d.reads_served
             )?;
         }
-        writeln!(f, "{:<6} {:>10} {:>9} {:>9} {:>9} {:>9} {:>9}", "µs", "count", "mean", "p50", "p99", "p99.9", "max")?;
-        let mut rows =
-            vec![("all", &self.latency_us.all), ("read", &self.latency_us.read), ("write", &self.latency_us.write)];
+        writeln!(
+            f,
+            "{:<6} {:>10} {:>9} {:>9} {:>9} {:>9} {:>9}",
+            "µs", "count", "mean", "p50", "p99", "p99.9", "max"
+        )?;
+        let mut rows = vec![
+            ("all", &self.latency_us.all),
+            ("read", &self.latency_us.read),
+            ("write", &self.latency_us.write),
+        ];
         if self.mix.has_sync() {
             rows.extend(self.class_latency_us.rows().into_iter().filter(|(_, l)| l.count > 0));
         }
@@ -325,15 +338,28 @@ impl BenchReport {
             a.sessions,
             a.pipeline
         )?;
-        let leader = l.service_leader.map_or("not among the endpoints".to_string(), |e| e.to_string());
+        let leader =
+            l.service_leader.map_or("not among the endpoints".to_string(), |e| e.to_string());
         writeln!(
             f,
             "__leases leader {leader}; {} of {} clients forwarded; {} leases held; {} rejected (retried); {} new ids",
             l.forwarded_clients, a.clients, l.leases, l.rejected, l.new_ids
         )?;
-        writeln!(f, "{:.0} {}/s   {} in {:.2} s   errors {}", self.throughput_ops_s, l.kind, self.ops, self.duration_s, self.errors)?;
-        writeln!(f, "{:<6} {:>10} {:>9} {:>9} {:>9} {:>9} {:>9}", "µs", "count", "mean", "p50", "p99", "p99.9", "max")?;
-        latency_row(f, if l.kind == "creations" { "create" } else { "renew" }, &self.latency_us.all)?;
+        writeln!(
+            f,
+            "{:.0} {}/s   {} in {:.2} s   errors {}",
+            self.throughput_ops_s, l.kind, self.ops, self.duration_s, self.errors
+        )?;
+        writeln!(
+            f,
+            "{:<6} {:>10} {:>9} {:>9} {:>9} {:>9} {:>9}",
+            "µs", "count", "mean", "p50", "p99", "p99.9", "max"
+        )?;
+        latency_row(
+            f,
+            if l.kind == "creations" { "create" } else { "renew" },
+            &self.latency_us.all,
+        )?;
         for e in &self.error_samples {
             writeln!(f, "error: {e}")?;
         }

@@ -95,7 +95,9 @@ fn parse_at(buf: &[u8], pos: usize, depth: usize) -> Result<Option<(Reply, usize
             let end = after + len;
             if buf.len() < end + 2 {
                 // Not all there yet; but a wrong byte where the CRLF must be is already fatal.
-                if buf.len() > end && buf[end] != b'\r' || buf.len() > end + 1 && buf[end + 1] != b'\n' {
+                if buf.len() > end && buf[end] != b'\r'
+                    || buf.len() > end + 1 && buf[end + 1] != b'\n'
+                {
                     return Err(RespError::MissingCrlf);
                 }
                 return Ok(None);
@@ -117,7 +119,8 @@ fn parse_at(buf: &[u8], pos: usize, depth: usize) -> Result<Option<(Reply, usize
                 return Err(RespError::TooDeep);
             }
             // Do not trust the header for the allocation: every element takes >= 3 bytes.
-            let mut items = Vec::with_capacity((len as usize).min(buf.len().saturating_sub(after) / 3 + 1));
+            let mut items =
+                Vec::with_capacity((len as usize).min(buf.len().saturating_sub(after) / 3 + 1));
             let mut at = after;
             for _ in 0..len {
                 match parse_at(buf, at, depth + 1)? {
@@ -199,9 +202,13 @@ struct ConnState {
 impl RedisConn {
     /// Dials `addr` (within `timeout`) and starts its reader and writer tasks.
     pub async fn connect(addr: SocketAddr, timeout: Duration) -> std::io::Result<Arc<RedisConn>> {
-        let stream = tokio::time::timeout(timeout, TcpStream::connect(addr)).await.map_err(|_| {
-            std::io::Error::new(std::io::ErrorKind::TimedOut, format!("no answer within {timeout:?}"))
-        })??;
+        let stream =
+            tokio::time::timeout(timeout, TcpStream::connect(addr)).await.map_err(|_| {
+                std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    format!("no answer within {timeout:?}"),
+                )
+            })??;
         stream.set_nodelay(true)?;
         let (rd, wr) = stream.into_split();
         let conn = Arc::new(RedisConn {
@@ -336,7 +343,9 @@ async fn run_reader(conn: Arc<RedisConn>, mut rd: OwnedReadHalf) {
 /// Waits for a command's reply.
 pub async fn await_reply(slot: Slot, addr: SocketAddr) -> Result<Reply, RedisError> {
     match slot.await {
-        Ok(Ok(Reply::Error(e))) => Err(RedisError::Server(String::from_utf8_lossy(&e).into_owned())),
+        Ok(Ok(Reply::Error(e))) => {
+            Err(RedisError::Server(String::from_utf8_lossy(&e).into_owned()))
+        }
         Ok(r) => r,
         Err(_) => Err(RedisError::ConnectionLost { addr, why: "connection task stopped".into() }),
     }
@@ -363,7 +372,10 @@ mod tests {
         assert_eq!(
             parse(b"*2\r\n:1\r\n*1\r\n$1\r\nx\r\n").unwrap(),
             Some((
-                Reply::Array(Some(vec![Reply::Integer(1), Reply::Array(Some(vec![Reply::Bulk(Some(b("x")))]))])),
+                Reply::Array(Some(vec![
+                    Reply::Integer(1),
+                    Reply::Array(Some(vec![Reply::Bulk(Some(b("x")))]))
+                ])),
                 19
             ))
         );
@@ -372,7 +384,10 @@ mod tests {
     #[test]
     fn binary_bulk_payloads_may_hold_crlf() {
         let wire = b"$4\r\n\r\n\r\n\r\n";
-        assert_eq!(parse(wire).unwrap(), Some((Reply::Bulk(Some(Bytes::from_static(b"\r\n\r\n"))), 10)));
+        assert_eq!(
+            parse(wire).unwrap(),
+            Some((Reply::Bulk(Some(Bytes::from_static(b"\r\n\r\n"))), 10))
+        );
     }
 
     #[test]
@@ -395,7 +410,10 @@ mod tests {
             got.push(r);
             buf.advance(n);
         }
-        assert_eq!(got, vec![Reply::Simple(b("OK")), Reply::Bulk(Some(b("hi"))), Reply::Integer(0)]);
+        assert_eq!(
+            got,
+            vec![Reply::Simple(b("OK")), Reply::Bulk(Some(b("hi"))), Reply::Integer(0)]
+        );
         assert_eq!(&buf[..], b"+O", "the partial reply stays in the buffer");
     }
 
@@ -409,7 +427,11 @@ mod tests {
         assert_eq!(parse(b"*-5\r\n"), Err(RespError::BadLength(-5)));
         assert_eq!(parse(b"$3\r\nfooXY"), Err(RespError::MissingCrlf));
         assert_eq!(parse(b"$3\r\nfoo\rX"), Err(RespError::MissingCrlf));
-        assert_eq!(parse(b"$3\r\nfooX"), Err(RespError::MissingCrlf), "a wrong byte is fatal before the rest arrives");
+        assert_eq!(
+            parse(b"$3\r\nfooX"),
+            Err(RespError::MissingCrlf),
+            "a wrong byte is fatal before the rest arrives"
+        );
         assert_eq!(parse(b"+OK\n"), Err(RespError::MissingCrlf), "bare LF");
         assert_eq!(parse(b"+OK\rX\r\n"), Err(RespError::MissingCrlf), "bare CR");
         assert_eq!(parse(b"*9223372036854775807\r\n"), Err(RespError::BadLength(i64::MAX)));
@@ -430,7 +452,10 @@ mod tests {
         let mut out = BytesMut::new();
         encode_command(&mut out, &[b"SET", b"k1", b""]);
         encode_command(&mut out, &[b"GET", b"k1"]);
-        assert_eq!(&out[..], &b"*3\r\n$3\r\nSET\r\n$2\r\nk1\r\n$0\r\n\r\n*2\r\n$3\r\nGET\r\n$2\r\nk1\r\n"[..]);
+        assert_eq!(
+            &out[..],
+            &b"*3\r\n$3\r\nSET\r\n$2\r\nk1\r\n$0\r\n\r\n*2\r\n$3\r\nGET\r\n$2\r\nk1\r\n"[..]
+        );
     }
 
     /// A fake server that answers a pipeline of commands with replies split into tiny

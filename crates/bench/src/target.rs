@@ -74,7 +74,11 @@ pub enum Connection {
     Strata(Client),
     /// A client of every node, whose sessions are handles on one log table; `home` is the
     /// endpoint its sessions read at.
-    StrataTable { client: Client, table: String, home: usize },
+    StrataTable {
+        client: Client,
+        table: String,
+        home: usize,
+    },
     Redis(Arc<RedisConn>),
     Etcd(EtcdConn),
     Zookeeper(ZkConn),
@@ -100,7 +104,10 @@ impl Connection {
                     exactly_once,
                     ..ClientOptions::default()
                 };
-                Client::connect_node(addr, opts).await.map(Connection::Strata).map_err(|e| e.to_string())
+                Client::connect_node(addr, opts)
+                    .await
+                    .map(Connection::Strata)
+                    .map_err(|e| e.to_string())
             }
             Target::Redis => RedisConn::connect(addr, CONNECT_TIMEOUT)
                 .await
@@ -132,14 +139,21 @@ impl Connection {
     /// on the shared connection (Redis has no sessions; a connection answers in order).
     pub async fn open_session(&self) -> Result<BenchSession, String> {
         match self {
-            Connection::Strata(c) => c.open_session().await.map(BenchSession::Strata).map_err(|e| e.to_string()),
+            Connection::Strata(c) => {
+                c.open_session().await.map(BenchSession::Strata).map_err(|e| e.to_string())
+            }
             Connection::StrataTable { client, table, home } => {
                 let table = client.table(table).await.map_err(|e| e.to_string())?;
-                Ok(BenchSession::Table(TableSession { table, home: *home, queued: VecDeque::new() }))
+                Ok(BenchSession::Table(TableSession {
+                    table,
+                    home: *home,
+                    queued: VecDeque::new(),
+                }))
             }
-            Connection::Redis(c) => {
-                Ok(BenchSession::Redis(RedisSession { conn: c.clone(), in_flight: VecDeque::new() }))
-            }
+            Connection::Redis(c) => Ok(BenchSession::Redis(RedisSession {
+                conn: c.clone(),
+                in_flight: VecDeque::new(),
+            })),
             Connection::Etcd(c) => Ok(BenchSession::Etcd(c.open_session())),
             Connection::Zookeeper(c) => Ok(BenchSession::Zookeeper(c.open_session())),
         }
@@ -186,10 +200,23 @@ pub struct VirtualClients {
 
 impl VirtualClients {
     /// Session `j` of `total`, out of `clients` simulated clients whose ids start at `first`.
-    pub fn new(session: strata_client::Session, first: u64, j: usize, total: usize, clients: u64) -> VirtualClients {
+    pub fn new(
+        session: strata_client::Session,
+        first: u64,
+        j: usize,
+        total: usize,
+        clients: u64,
+    ) -> VirtualClients {
         let (j, total) = (j as u64, total as u64);
         let mine = clients.saturating_sub(j).div_ceil(total).max(1);
-        VirtualClients { session, first, stride: total, offset: j, seqs: vec![0; mine as usize], rng: first ^ (j + 1) }
+        VirtualClients {
+            session,
+            first,
+            stride: total,
+            offset: j,
+            seqs: vec![0; mine as usize],
+            rng: first ^ (j + 1),
+        }
     }
 
     fn submit_write(&mut self, key: Bytes, value: Bytes) -> Result<(), String> {
@@ -199,7 +226,8 @@ impl VirtualClients {
         self.rng ^= self.rng << 17;
         let k = (self.rng % self.seqs.len() as u64) as usize;
         self.seqs[k] += 1;
-        let (seq, client_id) = (self.seqs[k], self.first.wrapping_add(self.offset + k as u64 * self.stride).max(1));
+        let (seq, client_id) =
+            (self.seqs[k], self.first.wrapping_add(self.offset + k as u64 * self.stride).max(1));
         let rifl = strata_wire::Rifl {
             rpc: strata_wire::RpcId { client_id, seq },
             first_incomplete: seq,
@@ -209,7 +237,10 @@ impl VirtualClients {
                 timestamp: strata_wire::ClusterTime::ZERO,
             },
         };
-        self.session.submit_as(strata_client::Op::Put { key, value }, rifl).map(|_| ()).map_err(|e| e.to_string())
+        self.session
+            .submit_as(strata_client::Op::Put { key, value }, rifl)
+            .map(|_| ())
+            .map_err(|e| e.to_string())
     }
 }
 
@@ -244,15 +275,24 @@ impl BenchSession {
                     BenchOp::Acquire { key } => strata_client::Op::Acquire { key },
                     BenchOp::Release { key, value } => strata_client::Op::Release { key, value },
                     BenchOp::Faa { key } => strata_client::Op::Faa { key, delta: 1 },
-                    BenchOp::Cas { key, value } => {
-                        strata_client::Op::Cas { key, expected: Some(value.clone()), new: value, weak: false }
-                    }
+                    BenchOp::Cas { key, value } => strata_client::Op::Cas {
+                        key,
+                        expected: Some(value.clone()),
+                        new: value,
+                        weak: false,
+                    },
                 };
                 s.submit(op).map(|_| ()).map_err(|e| e.to_string())
             }
             BenchSession::Virtual(v) => match op {
-                BenchOp::Read { key } => v.session.submit(strata_client::Op::Get { key }).map(|_| ()).map_err(|e| e.to_string()),
-                BenchOp::Write { key, value } | BenchOp::Insert { key, value } => v.submit_write(key, value),
+                BenchOp::Read { key } => v
+                    .session
+                    .submit(strata_client::Op::Get { key })
+                    .map(|_| ())
+                    .map_err(|e| e.to_string()),
+                BenchOp::Write { key, value } | BenchOp::Insert { key, value } => {
+                    v.submit_write(key, value)
+                }
                 _ => Err("--virtual-clients takes relaxed reads and writes only".to_string()),
             },
             BenchSession::Table(s) => match op {

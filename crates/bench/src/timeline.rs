@@ -16,13 +16,19 @@ use crate::BenchError;
 /// Writes the timeline. `per_node[i][b]`: completions at node `i` in bucket `b` (buckets of
 /// `bucket_ms`). The CSV goes to `path` (or, if `path` ends in `.png`, next to it with
 /// `.csv`), the chart to `path` with `.png`. Returns the files written.
-pub fn write(path: &Path, per_node: &[Vec<u64>], bucket_ms: u64, title: &str) -> Result<Vec<PathBuf>, BenchError> {
+pub fn write(
+    path: &Path,
+    per_node: &[Vec<u64>],
+    bucket_ms: u64,
+    title: &str,
+) -> Result<Vec<PathBuf>, BenchError> {
     let is_png = path.extension().is_some_and(|e| e.eq_ignore_ascii_case("png"));
     let csv_path = if is_png { path.with_extension("csv") } else { path.to_path_buf() };
     let png_path = path.with_extension("png");
     let rows = rates(per_node, bucket_ms);
-    std::fs::write(&csv_path, csv(&rows, per_node.len()))
-        .map_err(|e| BenchError::WriteTimeline { path: csv_path.clone(), message: e.to_string() })?;
+    std::fs::write(&csv_path, csv(&rows, per_node.len())).map_err(|e| {
+        BenchError::WriteTimeline { path: csv_path.clone(), message: e.to_string() }
+    })?;
     plot(&png_path, &rows, per_node.len(), bucket_ms, title)
         .map_err(|message| BenchError::WriteTimeline { path: png_path.clone(), message })?;
     Ok(vec![csv_path, png_path])
@@ -34,7 +40,8 @@ pub fn rates(per_node: &[Vec<u64>], bucket_ms: u64) -> Vec<(u64, Vec<f64>)> {
     let per_s = 1000.0 / bucket_ms as f64;
     (0..buckets)
         .map(|b| {
-            let mut v: Vec<f64> = per_node.iter().map(|n| n.get(b).copied().unwrap_or(0) as f64 * per_s).collect();
+            let mut v: Vec<f64> =
+                per_node.iter().map(|n| n.get(b).copied().unwrap_or(0) as f64 * per_s).collect();
             v.push(v.iter().sum());
             (b as u64 * bucket_ms, v)
         })
@@ -65,7 +72,13 @@ const RIGHT: i32 = W as i32 - 30;
 const TOP: i32 = 60;
 const BOTTOM: i32 = H as i32 - 70;
 
-fn plot(png: &Path, rows: &[(u64, Vec<f64>)], nodes: usize, bucket_ms: u64, title: &str) -> Result<(), String> {
+fn plot(
+    png: &Path,
+    rows: &[(u64, Vec<f64>)],
+    nodes: usize,
+    bucket_ms: u64,
+    title: &str,
+) -> Result<(), String> {
     let e = |e: &dyn std::fmt::Display| e.to_string();
     let root = BitMapBackend::new(png, (W, H)).into_drawing_area();
     root.fill(&WHITE).map_err(|x| e(&x))?;
@@ -95,15 +108,24 @@ fn plot(png: &Path, rows: &[(u64, Vec<f64>)], nodes: usize, bucket_ms: u64, titl
         text(&root, p - width(&label, 2) / 2, BOTTOM + 8, &label, 2, &BLACK)?;
         t += x_step;
     }
-    root.draw(&PathElement::new(vec![(LEFT, TOP), (LEFT, BOTTOM), (RIGHT, BOTTOM)], BLACK.stroke_width(2)))
-        .map_err(|x| e(&x))?;
+    root.draw(&PathElement::new(
+        vec![(LEFT, TOP), (LEFT, BOTTOM), (RIGHT, BOTTOM)],
+        BLACK.stroke_width(2),
+    ))
+    .map_err(|x| e(&x))?;
     text(&root, LEFT, 20, &format!("PER-NODE THROUGHPUT: {title}"), 3, &BLACK)?;
     text(&root, LEFT - 100, TOP - 22, "OPS/S", 2, &BLACK)?;
     let xl = "TIME IN THE MEASURED WINDOW (MS)";
     text(&root, (LEFT + RIGHT) / 2 - width(xl, 2) / 2, BOTTOM + 34, xl, 2, &BLACK)?;
 
     // One line per node, then the total (thicker, black), each point at its bucket's middle.
-    let colors = [RGBColor(220, 50, 47), RGBColor(38, 139, 210), RGBColor(133, 153, 0), RGBColor(211, 54, 130), RGBColor(181, 137, 0)];
+    let colors = [
+        RGBColor(220, 50, 47),
+        RGBColor(38, 139, 210),
+        RGBColor(133, 153, 0),
+        RGBColor(211, 54, 130),
+        RGBColor(181, 137, 0),
+    ];
     let mut legend = Vec::new();
     for i in 0..=nodes {
         let (style, name) = if i == nodes {
@@ -119,12 +141,19 @@ fn plot(png: &Path, rows: &[(u64, Vec<f64>)], nodes: usize, bucket_ms: u64, titl
     // Legend, top right.
     let lx = RIGHT - 150;
     let mut ly = TOP + 10;
-    root.draw(&Rectangle::new([(lx - 10, ly - 8), (RIGHT - 8, ly + 20 * legend.len() as i32 - 4)], WHITE.filled()))
-        .map_err(|x| e(&x))?;
-    root.draw(&Rectangle::new([(lx - 10, ly - 8), (RIGHT - 8, ly + 20 * legend.len() as i32 - 4)], BLACK))
-        .map_err(|x| e(&x))?;
+    root.draw(&Rectangle::new(
+        [(lx - 10, ly - 8), (RIGHT - 8, ly + 20 * legend.len() as i32 - 4)],
+        WHITE.filled(),
+    ))
+    .map_err(|x| e(&x))?;
+    root.draw(&Rectangle::new(
+        [(lx - 10, ly - 8), (RIGHT - 8, ly + 20 * legend.len() as i32 - 4)],
+        BLACK,
+    ))
+    .map_err(|x| e(&x))?;
     for (style, name) in legend {
-        root.draw(&PathElement::new(vec![(lx, ly + 5), (lx + 30, ly + 5)], style)).map_err(|x| e(&x))?;
+        root.draw(&PathElement::new(vec![(lx, ly + 5), (lx + 30, ly + 5)], style))
+            .map_err(|x| e(&x))?;
         text(&root, lx + 40, ly, &name, 2, &BLACK)?;
         ly += 20;
     }
@@ -173,8 +202,11 @@ fn text<DB: DrawingBackend>(
             for (col, b) in bits.bytes().enumerate() {
                 if b == b'1' {
                     let (x0, y0) = (cx + col as i32 * scale, y + r as i32 * scale);
-                    area.draw(&Rectangle::new([(x0, y0), (x0 + scale - 1, y0 + scale - 1)], color.filled()))
-                        .map_err(|e| e.to_string())?;
+                    area.draw(&Rectangle::new(
+                        [(x0, y0), (x0 + scale - 1, y0 + scale - 1)],
+                        color.filled(),
+                    ))
+                    .map_err(|e| e.to_string())?;
                 }
             }
         }
@@ -249,11 +281,20 @@ mod tests {
 
     #[test]
     fn writes_csv_and_png() {
-        let dir = std::env::temp_dir().join(format!("strata-bench-timeline-{}", std::process::id()));
+        let dir =
+            std::env::temp_dir().join(format!("strata-bench-timeline-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
-        let files = write(&dir.join("t.csv"), &[vec![5, 6, 0, 7], vec![5, 5, 5, 5]], 10, "kite mode, 5% writes").unwrap();
+        let files = write(
+            &dir.join("t.csv"),
+            &[vec![5, 6, 0, 7], vec![5, 5, 5, 5]],
+            10,
+            "kite mode, 5% writes",
+        )
+        .unwrap();
         assert_eq!(files, vec![dir.join("t.csv"), dir.join("t.png")]);
-        assert!(std::fs::read_to_string(&files[0]).unwrap().starts_with("t_ms,node0,node1,total\n"));
+        assert!(std::fs::read_to_string(&files[0])
+            .unwrap()
+            .starts_with("t_ms,node0,node1,total\n"));
         let png = std::fs::read(&files[1]).unwrap();
         assert_eq!(&png[1..4], b"PNG");
         let _ = std::fs::remove_dir_all(dir);

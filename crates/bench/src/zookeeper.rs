@@ -61,7 +61,8 @@ pub fn run_root(run_id: &str) -> String {
 /// benchmark's own keys, `k000…42`), else `x` and its bytes in hex (no `/`, no `.`/`..`, no
 /// control characters, which ZooKeeper refuses in paths).
 pub fn znode_name(key: &[u8]) -> String {
-    if !key.is_empty() && key.iter().all(|b| b.is_ascii_alphanumeric() || *b == b'_' || *b == b'-') {
+    if !key.is_empty() && key.iter().all(|b| b.is_ascii_alphanumeric() || *b == b'_' || *b == b'-')
+    {
         return String::from_utf8_lossy(key).into_owned();
     }
     let mut s = String::with_capacity(1 + 2 * key.len());
@@ -112,13 +113,17 @@ mod with_client {
             // Only this server (a one-host connect string), and fail rather than retry it
             // forever: the benchmark must know where its load goes.
             let server = addr.to_string();
-            let connect =
-                zk::Client::connector().with_session_timeout(SESSION_TIMEOUT).with_fail_eagerly().connect(&server);
+            let connect = zk::Client::connector()
+                .with_session_timeout(SESSION_TIMEOUT)
+                .with_fail_eagerly()
+                .connect(&server);
             let client = match tokio::time::timeout(CONNECT_TIMEOUT, connect).await {
                 Ok(Ok(c)) => c,
                 Ok(Err(e)) => return Err(format!("cannot connect to zookeeper at {addr}: {e}")),
                 Err(_) => {
-                    return Err(format!("cannot connect to zookeeper at {addr}: no session within {CONNECT_TIMEOUT:?}"))
+                    return Err(format!(
+                    "cannot connect to zookeeper at {addr}: no session within {CONNECT_TIMEOUT:?}"
+                ))
                 }
             };
             let root = super::run_root(run_id);
@@ -130,7 +135,11 @@ mod with_client {
         }
 
         pub fn open_session(&self) -> ZkSession {
-            ZkSession { client: self.client.clone(), root: self.root.clone(), in_flight: VecDeque::new() }
+            ZkSession {
+                client: self.client.clone(),
+                root: self.root.clone(),
+                in_flight: VecDeque::new(),
+            }
         }
 
         pub fn addr(&self) -> SocketAddr {
@@ -160,8 +169,11 @@ mod with_client {
                     })
                 }
                 BenchOp::Write { key, value } => {
-                    let set = self.client.set_data(&super::znode_path(&self.root, &key), &value, None);
-                    Box::pin(async move { set.await.map(|_| Done::Written).map_err(|e| format!("setData: {e}")) })
+                    let set =
+                        self.client.set_data(&super::znode_path(&self.root, &key), &value, None);
+                    Box::pin(async move {
+                        set.await.map(|_| Done::Written).map_err(|e| format!("setData: {e}"))
+                    })
                 }
                 BenchOp::Insert { key, value } => {
                     // `create` borrows the client and the path, so it runs as a task (sent at
@@ -178,11 +190,15 @@ mod with_client {
                             Err(e) => Err(format!("create {path}: {e}")),
                         }
                     });
-                    Box::pin(
-                        async move { task.await.unwrap_or_else(|e| Err(format!("zookeeper create task failed: {e}"))) },
-                    )
+                    Box::pin(async move {
+                        task.await
+                            .unwrap_or_else(|e| Err(format!("zookeeper create task failed: {e}")))
+                    })
                 }
-                BenchOp::Acquire { .. } | BenchOp::Release { .. } | BenchOp::Faa { .. } | BenchOp::Cas { .. } => {
+                BenchOp::Acquire { .. }
+                | BenchOp::Release { .. }
+                | BenchOp::Faa { .. }
+                | BenchOp::Cas { .. } => {
                     return Err("zookeeper runs relaxed reads, writes and inserts only".to_string())
                 }
             };
@@ -240,7 +256,10 @@ mod tests {
 
     #[test]
     fn keys_become_safe_znode_names() {
-        assert_eq!(znode_path("/strata-bench/run-1", b"k000000000042"), "/strata-bench/run-1/k000000000042");
+        assert_eq!(
+            znode_path("/strata-bench/run-1", b"k000000000042"),
+            "/strata-bench/run-1/k000000000042"
+        );
         assert_eq!(znode_name(b"a/b"), "x612f62");
         assert_eq!(znode_name(b".."), "x2e2e");
         assert_eq!(znode_name(b""), "x");
@@ -250,17 +269,27 @@ mod tests {
     #[cfg(not(feature = "zookeeper"))]
     #[tokio::test]
     async fn a_build_without_the_feature_says_how_to_get_it() {
-        let e = ZkConn::connect(default_endpoint(), "t").await.err().expect("no connection without the client");
+        let e = ZkConn::connect(default_endpoint(), "t")
+            .await
+            .err()
+            .expect("no connection without the client");
         assert!(e.contains("--features zookeeper"), "{e}");
     }
 
     #[cfg(not(feature = "zookeeper"))]
     #[tokio::test]
     async fn run_reports_the_missing_feature_as_a_connect_error() {
-        let args = crate::BenchArgs { target: crate::Target::Zookeeper, quiet: true, ..crate::BenchArgs::default() };
+        let args = crate::BenchArgs {
+            target: crate::Target::Zookeeper,
+            quiet: true,
+            ..crate::BenchArgs::default()
+        };
         let e = crate::run(&args, Vec::new()).await.unwrap_err();
         assert!(matches!(e, crate::BenchError::Connect { .. }), "{e}");
-        assert!(e.to_string().contains("--features zookeeper") && e.to_string().contains("2181"), "{e}");
+        assert!(
+            e.to_string().contains("--features zookeeper") && e.to_string().contains("2181"),
+            "{e}"
+        );
     }
 
     #[cfg(feature = "zookeeper")]

@@ -9,7 +9,10 @@ use std::sync::{Arc, Mutex};
 use bytes::{Buf, Bytes, BytesMut};
 use strata_bench::resp::{self, Reply};
 use strata_bench::{BenchArgs, BenchReport, Distribution, Target};
-use strata_client::{Client, ClientOptions, TableDef, TableDurability, TableEngine, TableReads, TableReplication, TableTimers};
+use strata_client::{
+    Client, ClientOptions, TableDef, TableDurability, TableEngine, TableReads, TableReplication,
+    TableTimers,
+};
 use strata_node::testing::local_cluster;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -43,11 +46,15 @@ fn check_report(report: &BenchReport, json: &std::path::Path) {
     assert_eq!(report.ops, report.reads + report.writes);
     assert!(report.reads > 0 && report.writes > 0, "{report}");
     assert_eq!(report.latency_us.all.count, report.ops);
-    assert!(report.latency_us.all.p50_us > 0.0 && report.latency_us.all.p50_us <= report.latency_us.all.p99_us);
+    assert!(
+        report.latency_us.all.p50_us > 0.0
+            && report.latency_us.all.p50_us <= report.latency_us.all.p99_us
+    );
     assert!((report.duration_s - 1.0).abs() < 1e-6, "time mode measures the configured window");
     assert!(report.throughput_ops_s > 0.0);
     assert_eq!(report.preloaded_keys, 2_000);
-    let parsed: BenchReport = serde_json::from_str(&std::fs::read_to_string(json).unwrap()).unwrap();
+    let parsed: BenchReport =
+        serde_json::from_str(&std::fs::read_to_string(json).unwrap()).unwrap();
     assert_eq!(&parsed, report, "the JSON report parses back to the same report");
     let table = report.to_string();
     assert!(table.contains("ops/s") && table.contains("p99"), "{table}");
@@ -87,9 +94,13 @@ async fn mini_redis() -> SocketAddr {
                     let mut out = BytesMut::new();
                     while let Some((cmd, n)) = resp::parse(&buf).unwrap() {
                         buf.advance(n);
-                        let Reply::Array(Some(args)) = cmd else { panic!("not a command: {cmd:?}") };
-                        let args: Vec<Bytes> =
-                            args.into_iter().map(|a| if let Reply::Bulk(Some(b)) = a { b } else { panic!() }).collect();
+                        let Reply::Array(Some(args)) = cmd else {
+                            panic!("not a command: {cmd:?}")
+                        };
+                        let args: Vec<Bytes> = args
+                            .into_iter()
+                            .map(|a| if let Reply::Bulk(Some(b)) = a { b } else { panic!() })
+                            .collect();
                         let mut m = map.lock().unwrap();
                         match &args[0][..] {
                             b"GET" => match m.get(&args[1]) {
@@ -128,7 +139,8 @@ async fn mini_redis() -> SocketAddr {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_short_run_against_a_resp_server() {
     let addr = mini_redis().await;
-    let json = std::env::temp_dir().join(format!("strata-bench-e2e-redis-{}.json", std::process::id()));
+    let json =
+        std::env::temp_dir().join(format!("strata-bench-e2e-redis-{}.json", std::process::id()));
     let args = BenchArgs { endpoints: Some(vec![addr]), ..short_run(Target::Redis, json.clone()) };
     let report = strata_bench::run(&args, Vec::new()).await.unwrap();
     check_report(&report, &json);
@@ -192,14 +204,20 @@ async fn sync_modes_timeline_and_ds_workloads_against_a_three_node_cluster() {
     assert_eq!(r.errors, 0, "{r}");
     let c = &r.class_latency_us;
     assert!(c.relaxed_read.count > c.acquire.count && c.acquire.count > 0, "{r}");
-    assert!(c.relaxed_write.count > c.release.count && c.release.count > 0 && c.rmw.count > 0, "{r}");
+    assert!(
+        c.relaxed_write.count > c.release.count && c.release.count > 0 && c.rmw.count > 0,
+        "{r}"
+    );
     // A data-structure workload.
     for workload in [WorkloadKind::Ts, WorkloadKind::Hml] {
         let args = BenchArgs { workload, structures: 20, duration: 0.5, ..base.clone() };
         let r = strata_bench::run(&args, endpoints.clone()).await.unwrap();
         assert_eq!(r.errors, 0, "{r}");
         let d = r.ds.as_ref().unwrap();
-        assert!(d.pairs > 0 && d.requests > d.pairs && d.sync_share > 0.0 && d.sync_share < 1.0, "{r}");
+        assert!(
+            d.pairs > 0 && d.requests > d.pairs && d.sync_share > 0.0 && d.sync_share < 1.0,
+            "{r}"
+        );
         assert_eq!(r.ops, d.requests);
         assert!(r.to_string().contains("pairs/s"), "{r}");
     }
@@ -227,7 +245,10 @@ async fn ycsb_workloads_against_a_three_node_cluster() {
         ..BenchArgs::default()
     };
     // D: reads and inserts; the inserted keys are read back (latest), so nothing misses.
-    let r = strata_bench::run(&BenchArgs { ycsb: Some(Ycsb::D), ..base.clone() }, endpoints.clone()).await.unwrap();
+    let r =
+        strata_bench::run(&BenchArgs { ycsb: Some(Ycsb::D), ..base.clone() }, endpoints.clone())
+            .await
+            .unwrap();
     assert_eq!(r.errors, 0, "{r}");
     let y = r.ycsb.as_ref().expect("a YCSB report");
     assert!(y.read.count > 0 && y.insert.count > 0 && y.inserted_keys >= y.insert.count, "{r}");
@@ -240,9 +261,12 @@ async fn ycsb_workloads_against_a_three_node_cluster() {
     let table = r.to_string();
     assert!(table.contains("YCSB D") && table.contains("insert"), "{table}");
     // F: an RMW is one operation (its read and write are not counted apart), slower than a read.
-    let r = strata_bench::run(&BenchArgs { ycsb: Some(Ycsb::F), ops: Some(2_000), ..base.clone() }, endpoints.clone())
-        .await
-        .unwrap();
+    let r = strata_bench::run(
+        &BenchArgs { ycsb: Some(Ycsb::F), ops: Some(2_000), ..base.clone() },
+        endpoints.clone(),
+    )
+    .await
+    .unwrap();
     assert_eq!(r.errors, 0, "{r}");
     let y = r.ycsb.as_ref().unwrap();
     assert_eq!(r.ops, 2_000);
@@ -258,7 +282,12 @@ async fn ycsb_workloads_against_a_three_node_cluster() {
 
 /// Creates a one-shard log table on every node (the catalog is per node: docs/design.md, "Log
 /// tables in the node").
-async fn create_table(endpoints: &[SocketAddr], name: &str, durability: TableDurability, reads: TableReads) {
+async fn create_table(
+    endpoints: &[SocketAddr],
+    name: &str,
+    durability: TableDurability,
+    reads: TableReads,
+) {
     for node in endpoints {
         let c = Client::connect(&[*node], ClientOptions::default()).await.unwrap();
         let def = TableDef {
@@ -311,25 +340,44 @@ async fn a_short_run_against_a_log_table() {
     assert_eq!(r.read_misses, 0, "{r}");
     read_durability_pct(&r);
     // A pipelined run is refused with the flag to change.
-    let err = strata_bench::run(&BenchArgs { pipeline: 4, ..args.clone() }, endpoints.clone()).await.unwrap_err();
+    let err = strata_bench::run(&BenchArgs { pipeline: 4, ..args.clone() }, endpoints.clone())
+        .await
+        .unwrap_err();
     assert!(err.to_string().contains("--pipeline 1"), "{err}");
 
     // CAD with leader reads and a write-heavy mix on a few hot keys: reads keep finding the
     // newest write not yet durable at the leader, so some of them trigger durability (ORCA
     // §5.5.1); a sync table never needs to (every applied entry is durable).
-    let hot = BenchArgs { keys: 50, write_ratio: Some(80.0), dist: Some(Distribution::Zipfian), ..args.clone() };
+    let hot = BenchArgs {
+        keys: 50,
+        write_ratio: Some(80.0),
+        dist: Some(Distribution::Zipfian),
+        ..args.clone()
+    };
     create_table(&endpoints, "cad", TableDurability::Cad, TableReads::Leader).await;
-    let r = strata_bench::run(&BenchArgs { table: Some("cad".into()), ..hot.clone() }, endpoints.clone()).await.unwrap();
+    let r = strata_bench::run(
+        &BenchArgs { table: Some("cad".into()), ..hot.clone() },
+        endpoints.clone(),
+    )
+    .await
+    .unwrap();
     assert_eq!(r.errors, 0, "{r}");
     assert!(read_durability_pct(&r) > 0.0, "{r}");
     create_table(&endpoints, "sync", TableDurability::Sync, TableReads::Leader).await;
-    let r = strata_bench::run(&BenchArgs { table: Some("sync".into()), ..hot.clone() }, endpoints.clone()).await.unwrap();
+    let r = strata_bench::run(
+        &BenchArgs { table: Some("sync".into()), ..hot.clone() },
+        endpoints.clone(),
+    )
+    .await
+    .unwrap();
     assert_eq!(r.errors, 0, "{r}");
     assert_eq!(read_durability_pct(&r), 0.0, "{r}");
 
     // --client-delay-ms: every request crosses a relay holding it 5 ms each way.
     let far = BenchArgs { client_delay_ms: Some(vec![5.0]), duration: 0.5, ..hot };
-    let r = strata_bench::run(&BenchArgs { table: Some("cad".into()), ..far }, endpoints.clone()).await.unwrap();
+    let r = strata_bench::run(&BenchArgs { table: Some("cad".into()), ..far }, endpoints.clone())
+        .await
+        .unwrap();
     assert_eq!(r.errors, 0, "{r}");
     assert!(r.latency_us.all.min_us >= 10_000.0, "two 5 ms legs: {r}");
     assert_eq!(r.endpoints, endpoints, "the report names the nodes, not the relays");
@@ -365,7 +413,8 @@ async fn lease_renewals_and_creations_against_a_three_node_cluster() {
     assert!(endpoints.contains(&leader));
     assert_eq!(l.forwarded_clients, 2, "{r}");
     assert!(r.to_string().contains("renewals/s"), "{r}");
-    let parsed: BenchReport = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let parsed: BenchReport =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
     assert_eq!(parsed, r, "the JSON report parses back to the same report");
     // Creations at the leader: every request writes a log entry.
     let args = BenchArgs { lease_renewals: false, lease_creations: true, json: None, ..args };

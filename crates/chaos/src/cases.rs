@@ -228,7 +228,13 @@ fn record_post(seen: &mut Observations, id: u64, written: Option<LogIndex>) -> b
 impl Reader {
     /// Reads `key` starting at a random node; `None` if the read failed. `classify`: record it
     /// for the freshness classes.
-    async fn read(&mut self, seen: &RefCell<Observations>, key: Bytes, n: usize, classify: bool) -> Option<LogRead> {
+    async fn read(
+        &mut self,
+        seen: &RefCell<Observations>,
+        key: Bytes,
+        n: usize,
+        classify: bool,
+    ) -> Option<LogRead> {
         let node = self.rng.range(0, n as u64) as usize;
         let invoked = Instant::now();
         let r = self.table.get_at(key.clone(), node).await;
@@ -239,7 +245,8 @@ impl Reader {
             Ok(read) => {
                 if classify {
                     let version = version_of(read.value.as_deref());
-                    let o = Observed { version, invoked, completed, node, state: 0, lagging: false };
+                    let o =
+                        Observed { version, invoked, completed, node, state: 0, lagging: false };
                     seen.reads.entry(key).or_default().push(o);
                 }
                 Some(read)
@@ -258,7 +265,9 @@ impl Reader {
                 self.read(seen, location_key(u), n, true).await;
             }
             App::Retwis => {
-                let Some(timeline) = self.read(seen, timeline_key(u), n, true).await else { return };
+                let Some(timeline) = self.read(seen, timeline_key(u), n, true).await else {
+                    return;
+                };
                 let posts = posts_of(timeline.value.as_deref());
                 for id in posts.iter().rev().take(POSTS_READ) {
                     // Posts are written once, so not classified; an absent one is a post the
@@ -268,7 +277,8 @@ impl Reader {
                             let mut seen = seen.borrow_mut();
                             seen.result.missing_posts += 1;
                             let written = seen.post_index.get(id).copied();
-                            let same_epoch = written.is_some_and(|w| w.epoch == timeline.update_index.epoch);
+                            let same_epoch =
+                                written.is_some_and(|w| w.epoch == timeline.update_index.epoch);
                             seen.result.missing_same_epoch += u64::from(same_epoch);
                             let what = || {
                                 format!("timeline {u} {timeline:?} named post {id} (written at {written:?}); then {post:?}")
@@ -312,16 +322,30 @@ impl ConfigApp {
     }
 }
 
-async fn open_apps(cluster: &ProcessCluster, opts: &CaseOptions) -> Result<Vec<ConfigApp>, strata_client::ClientError> {
+async fn open_apps(
+    cluster: &ProcessCluster,
+    opts: &CaseOptions,
+) -> Result<Vec<ConfigApp>, strata_client::ClientError> {
     let endpoints = cluster.endpoints();
-    let client_opts = ClientOptions { request_timeout: Some(Duration::from_secs(5)), ..ClientOptions::default() };
-    let prefix = format!("{}{}_", match opts.app { App::Location => "loc", App::Retwis => "twis" }, opts.seed);
+    let client_opts =
+        ClientOptions { request_timeout: Some(Duration::from_secs(5)), ..ClientOptions::default() };
+    let prefix = format!(
+        "{}{}_",
+        match opts.app {
+            App::Location => "loc",
+            App::Retwis => "twis",
+        },
+        opts.seed
+    );
     let mut rng = Prng::new(opts.seed ^ 0xca5e);
     let mut apps = Vec::new();
     for cfg in &opts.configs {
         let def = cfg.table(&prefix);
         for &addr in &endpoints {
-            Client::connect_node(addr, client_opts.clone()).await?.create_table(def.clone()).await?;
+            Client::connect_node(addr, client_opts.clone())
+                .await?
+                .create_table(def.clone())
+                .await?;
         }
         let client = Client::connect(&endpoints, client_opts.clone()).await?;
         let writer = Writer {
@@ -336,7 +360,11 @@ async fn open_apps(cluster: &ProcessCluster, opts: &CaseOptions) -> Result<Vec<C
             readers.push(Reader { table: client.table(&def.name).await?, rng: rng.fork() });
         }
         let seen = Observations {
-            result: CaseResult { name: cfg.name.into(), about: cfg.about.into(), ..CaseResult::default() },
+            result: CaseResult {
+                name: cfg.name.into(),
+                about: cfg.about.into(),
+                ..CaseResult::default()
+            },
             ..Observations::default()
         };
         apps.push(ConfigApp { writer, readers, seen: RefCell::new(seen) });
@@ -345,9 +373,14 @@ async fn open_apps(cluster: &ProcessCluster, opts: &CaseOptions) -> Result<Vec<C
 }
 
 /// Runs one case study on `cluster`, calling `progress(states done, states)` after each state.
-pub async fn run(cluster: &mut ProcessCluster, opts: &CaseOptions, mut progress: impl FnMut(usize, usize)) -> Result<CaseReport, String> {
+pub async fn run(
+    cluster: &mut ProcessCluster,
+    opts: &CaseOptions,
+    mut progress: impl FnMut(usize, usize),
+) -> Result<CaseReport, String> {
     let started = Instant::now();
-    let mut apps = open_apps(cluster, opts).await.map_err(|e| format!("cannot create the tables: {e}"))?;
+    let mut apps =
+        open_apps(cluster, opts).await.map_err(|e| format!("cannot create the tables: {e}"))?;
     let mut schedule = Schedule::new(opts.seed, opts.lag_ms);
     let n = cluster.len();
     for state in 0..=opts.states {
@@ -357,7 +390,10 @@ pub async fn run(cluster: &mut ProcessCluster, opts: &CaseOptions, mut progress:
             schedule.healed(cluster).await?;
         }
         let until = Instant::now() + opts.state;
-        futures::future::join_all(apps.iter_mut().map(|a| a.run_until(opts.app, opts.users, n, until))).await;
+        futures::future::join_all(
+            apps.iter_mut().map(|a| a.run_until(opts.app, opts.users, n, until)),
+        )
+        .await;
         progress(state + 1, opts.states + 1);
     }
     Ok(CaseReport {

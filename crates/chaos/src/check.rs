@@ -124,7 +124,11 @@ impl FreshnessCounts {
 
 /// Classifies every read of one key whose version has a known outcome. `acked` holds
 /// `(acknowledged at, version)` of the writer's acknowledged writes.
-pub fn freshness(reads: &[Observed], acked: &[(Instant, u64)], unknown: &BTreeSet<u64>) -> FreshnessCounts {
+pub fn freshness(
+    reads: &[Observed],
+    acked: &[(Instant, u64)],
+    unknown: &BTreeSet<u64>,
+) -> FreshnessCounts {
     let mut counts = FreshnessCounts::default();
     for r in reads.iter().filter(|r| !unknown.contains(&r.version)) {
         let seen_before = reads
@@ -133,7 +137,8 @@ pub fn freshness(reads: &[Observed], acked: &[(Instant, u64)], unknown: &BTreeSe
             .map(|e| e.version)
             .max()
             .unwrap_or(0);
-        let acked_before = acked.iter().filter(|(at, _)| *at < r.invoked).map(|(_, v)| *v).max().unwrap_or(0);
+        let acked_before =
+            acked.iter().filter(|(at, _)| *at < r.invoked).map(|(_, v)| *v).max().unwrap_or(0);
         counts.add(classify(r.version, seen_before, acked_before));
     }
     counts
@@ -160,7 +165,8 @@ mod tests {
     fn a_later_read_of_an_older_version_is_flagged() {
         let t0 = Instant::now();
         let reads = [read(t0, 0, 1), read(t0, 10, 2), read(t0, 20, 2), read(t0, 30, 1)];
-        let v = first_non_monotonic(&reads, &BTreeSet::new()).expect("the canary history is non-monotonic");
+        let v = first_non_monotonic(&reads, &BTreeSet::new())
+            .expect("the canary history is non-monotonic");
         assert_eq!((v.earlier.version, v.later.version), (2, 1));
         assert_eq!(v.later.invoked, reads[3].invoked);
     }
@@ -196,7 +202,8 @@ mod tests {
         // Before any ack: latest. After ack 1, a read of 0 is old (the read of 1 completed
         // only as it was invoked: not before it). After a read of 2, a read of 1 is
         // inconsistent.
-        let reads = [read(t0, 0, 0), read(t0, 10, 1), read(t0, 11, 0), read(t0, 20, 2), read(t0, 30, 1)];
+        let reads =
+            [read(t0, 0, 0), read(t0, 10, 1), read(t0, 11, 0), read(t0, 20, 2), read(t0, 30, 1)];
         let c = freshness(&reads, &acked, &BTreeSet::new());
         assert_eq!(c, FreshnessCounts { inconsistent: 1, consistent_old: 1, latest: 3 }, "{c:?}");
         let c = freshness(&reads, &acked, &BTreeSet::from([1]));

@@ -12,9 +12,9 @@
 //!
 //! `strata chaos --help` runs them; docs/faults.md has the results.
 
+pub mod cases;
 pub mod check;
 pub mod configs;
-pub mod cases;
 pub mod monotonic;
 pub mod procs;
 pub mod schedule;

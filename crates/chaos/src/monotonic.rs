@@ -189,7 +189,14 @@ impl ConfigRun {
         match outcome {
             Ok(Ok(read)) => {
                 self.result.reads_served += 1;
-                self.reads.push(Observed { version: version_of(&read), invoked, completed, node, state, lagging });
+                self.reads.push(Observed {
+                    version: version_of(&read),
+                    invoked,
+                    completed,
+                    node,
+                    state,
+                    lagging,
+                });
             }
             refused => {
                 *self.result.reads_refused.entry(refusal(&refused)).or_default() += 1;
@@ -206,7 +213,9 @@ impl ConfigRun {
         self.result.sequences += 1;
         if let Some(v) = first_non_monotonic(&self.reads, &self.unknown) {
             self.result.non_monotonic += 1;
-            self.result.first_violation.get_or_insert_with(|| format!("sequence {}: {v}", self.result.sequences));
+            self.result
+                .first_violation
+                .get_or_insert_with(|| format!("sequence {}: {v}", self.result.sequences));
         }
         self.result.sequences_lagging_refused += u64::from(self.lagging_refused);
         let classes = freshness(&self.reads, &self.acked, &self.unknown);
@@ -223,7 +232,11 @@ impl ConfigRun {
 
 /// The version a read returned: the writer's number in the value, 0 when absent.
 fn version_of(read: &LogRead) -> u64 {
-    read.value.as_deref().and_then(|v| std::str::from_utf8(v).ok()).and_then(|s| s.parse().ok()).unwrap_or(0)
+    read.value
+        .as_deref()
+        .and_then(|v| std::str::from_utf8(v).ok())
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0)
 }
 
 fn refusal(outcome: &Result<Result<LogRead, LogFailure>, ClientError>) -> String {
@@ -237,24 +250,35 @@ fn refusal(outcome: &Result<Result<LogRead, LogFailure>, ClientError>) -> String
         Ok(Err(LogFailure::Moved { replicas })) => format!("moved to {replicas:?}"),
         Err(ClientError::TimedOut(_)) => "client time-out".into(),
         Err(ClientError::TableUnavailable { .. }) => "client gave up".into(),
-        Err(ClientError::Unreachable { .. } | ClientError::ConnectionLost { .. }) => "connection".into(),
+        Err(ClientError::Unreachable { .. } | ClientError::ConnectionLost { .. }) => {
+            "connection".into()
+        }
         Err(e) => format!("error: {e}"),
     }
 }
 
 /// Creates every configuration's table on every node and opens the handles.
-async fn open_runs(cluster: &ProcessCluster, configs: &[TableConfig], prefix: &str) -> Result<Vec<ConfigRun>, ClientError> {
+async fn open_runs(
+    cluster: &ProcessCluster,
+    configs: &[TableConfig],
+    prefix: &str,
+) -> Result<Vec<ConfigRun>, ClientError> {
     let endpoints = cluster.endpoints();
-    let write_opts = ClientOptions { request_timeout: Some(Duration::from_secs(10)), ..ClientOptions::default() };
+    let write_opts = ClientOptions {
+        request_timeout: Some(Duration::from_secs(10)),
+        ..ClientOptions::default()
+    };
     // A read waits at most the node's read time-out (2 s) for durability; then it is refused.
-    let read_opts = ClientOptions { request_timeout: Some(Duration::from_secs(3)), ..ClientOptions::default() };
+    let read_opts =
+        ClientOptions { request_timeout: Some(Duration::from_secs(3)), ..ClientOptions::default() };
     let mut runs = Vec::new();
     for cfg in configs {
         let def = cfg.table(prefix);
         for &addr in &endpoints {
             Client::connect_node(addr, write_opts.clone()).await?.create_table(def.clone()).await?;
         }
-        let writer = Client::connect(&endpoints, write_opts.clone()).await?.table(&def.name).await?;
+        let writer =
+            Client::connect(&endpoints, write_opts.clone()).await?.table(&def.name).await?;
         let reader_client = Client::connect(&endpoints, read_opts.clone()).await?;
         let mut readers = Vec::new();
         for _ in 0..endpoints.len() {
@@ -268,7 +292,11 @@ async fn open_runs(cluster: &ProcessCluster, configs: &[TableConfig], prefix: &s
             acked: Vec::new(),
             unknown: BTreeSet::new(),
             lagging_refused: false,
-            result: ConfigResult { name: cfg.name.into(), about: cfg.about.into(), ..ConfigResult::default() },
+            result: ConfigResult {
+                name: cfg.name.into(),
+                about: cfg.about.into(),
+                ..ConfigResult::default()
+            },
         });
     }
     Ok(runs)
@@ -334,24 +362,38 @@ async fn run_cluster<F: FnMut(&Progress<'_>)>(
 ) -> Result<FaultTotals, String> {
     let seed = opts.seed + c as u64;
     let prefix = format!("mono{seed}_");
-    let mut runs = open_runs(cluster, &opts.configs, &prefix).await.map_err(|e| format!("cannot create the tables: {e}"))?;
+    let mut runs = open_runs(cluster, &opts.configs, &prefix)
+        .await
+        .map_err(|e| format!("cannot create the tables: {e}"))?;
     let mut schedule = Schedule::new(seed, opts.lag_ms);
     for s in 0..sequences {
         let key = Bytes::from(format!("seq-{s}"));
         for state in 0..opts.states {
             let now = schedule.next(cluster).await?;
-            let round = Round { key: &key, write: Some(state as u64 + 1), order: &now.others, lagging: now.lagging, state };
+            let round = Round {
+                key: &key,
+                write: Some(state as u64 + 1),
+                order: &now.others,
+                lagging: now.lagging,
+                state,
+            };
             futures::future::join_all(runs.iter_mut().map(|r| r.round(&round))).await;
         }
         let all = schedule.healed(cluster).await?;
-        let round = Round { key: &key, write: None, order: &all, lagging: None, state: opts.states };
+        let round =
+            Round { key: &key, write: None, order: &all, lagging: None, state: opts.states };
         futures::future::join_all(runs.iter_mut().map(|r| r.round(&round))).await;
         runs.iter_mut().for_each(ConfigRun::end_sequence);
         let mut totals = shared.borrow_mut();
         totals.per_cluster[c] = runs.iter().map(|r| r.result.clone()).collect();
         totals.done += 1;
         let configs = merged(&totals.per_cluster);
-        let p = Progress { done: totals.done, total: opts.sequences, elapsed: started.elapsed(), configs: &configs };
+        let p = Progress {
+            done: totals.done,
+            total: opts.sequences,
+            elapsed: started.elapsed(),
+            configs: &configs,
+        };
         (totals.progress)(&p);
     }
     Ok(schedule.totals)

@@ -26,7 +26,12 @@ pub struct ProcessCluster {
 
 impl ProcessCluster {
     /// Starts `n` nodes of the `strata` binary at `strata`, data under `dir`.
-    pub async fn start(strata: &Path, dir: &Path, n: usize, base: u16) -> io::Result<ProcessCluster> {
+    pub async fn start(
+        strata: &Path,
+        dir: &Path,
+        n: usize,
+        base: u16,
+    ) -> io::Result<ProcessCluster> {
         std::fs::create_dir_all(dir)?;
         let mut cluster = ProcessCluster {
             strata: strata.to_path_buf(),
@@ -83,7 +88,10 @@ impl ProcessCluster {
     /// waits until it accepts connections.
     pub async fn spawn(&mut self, i: usize) -> io::Result<()> {
         assert!(!self.is_up(i), "node {i} is already running");
-        let log = std::fs::OpenOptions::new().create(true).append(true).open(self.dir.join(format!("n{i}.log")))?;
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.dir.join(format!("n{i}.log")))?;
         let mut cmd = Command::new(&self.strata);
         cmd.arg("node")
             .args(["--node-id", &i.to_string()])
@@ -94,7 +102,8 @@ impl ProcessCluster {
         for j in (0..self.len()).filter(|&j| j != i) {
             cmd.args(["--peer", &format!("{j}={}", self.peer_addr(j))]);
         }
-        let mut child = cmd.stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::from(log)).spawn()?;
+        let mut child =
+            cmd.stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::from(log)).spawn()?;
         let addr = self.client_addr(i);
         let deadline = Instant::now() + START_TIMEOUT;
         while tokio::net::TcpStream::connect(addr).await.is_err() {
@@ -107,7 +116,9 @@ impl ProcessCluster {
             if Instant::now() > deadline {
                 let _ = child.kill();
                 let _ = child.wait();
-                return Err(io::Error::other(format!("node {i} did not listen on {addr} within {START_TIMEOUT:?}")));
+                return Err(io::Error::other(format!(
+                    "node {i} did not listen on {addr} within {START_TIMEOUT:?}"
+                )));
             }
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
@@ -129,7 +140,12 @@ impl ProcessCluster {
     }
 
     /// Sets the fault of node `from`'s outbound link to `to` (every link when `to` is `None`).
-    pub async fn set_fault(&self, from: usize, to: Option<usize>, fault: LinkFault) -> Result<(), strata_client::ClientError> {
+    pub async fn set_fault(
+        &self,
+        from: usize,
+        to: Option<usize>,
+        fault: LinkFault,
+    ) -> Result<(), strata_client::ClientError> {
         let opts = ClientOptions {
             request_timeout: Some(Duration::from_secs(2)),
             connect_timeout: Duration::from_secs(1),
@@ -141,7 +157,11 @@ impl ProcessCluster {
 
     /// Makes node `lagging` slow: `delay` more on every link into it and out of it, so it
     /// receives the leader's entries late and its acknowledgements arrive late.
-    pub async fn lag(&self, lagging: usize, delay: Duration) -> Result<(), strata_client::ClientError> {
+    pub async fn lag(
+        &self,
+        lagging: usize,
+        delay: Duration,
+    ) -> Result<(), strata_client::ClientError> {
         let fault = LinkFault { delay_us: delay.as_micros() as u64, ..LinkFault::default() };
         for i in self.up().into_iter().filter(|&i| i != lagging) {
             self.set_fault(i, Some(lagging), fault).await?;
@@ -172,7 +192,8 @@ pub fn free_base_port(nodes: u16) -> Option<u16> {
             continue;
         }
         let free = (0..nodes).all(|i| {
-            TcpListener::bind(("127.0.0.1", base + i)).is_ok() && TcpListener::bind(("127.0.0.1", base + 100 + i)).is_ok()
+            TcpListener::bind(("127.0.0.1", base + i)).is_ok()
+                && TcpListener::bind(("127.0.0.1", base + 100 + i)).is_ok()
         });
         if free {
             return Some(base);

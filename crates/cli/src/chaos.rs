@@ -109,11 +109,20 @@ pub fn run(command: ChaosCommand) -> Result<i32, Failure> {
     match command {
         ChaosCommand::Monotonic { sequences, states, clusters, common } => {
             if sequences == 0 || states == 0 || clusters == 0 || clusters > sequences {
-                return Err(Failure::new(exit::USAGE, "need at least one sequence and one state, and 1 to SEQUENCES clusters"));
+                return Err(Failure::new(
+                    exit::USAGE,
+                    "need at least one sequence and one state, and 1 to SEQUENCES clusters",
+                ));
             }
             let every = (sequences / 50).max(1);
             with_clusters(&common, clusters, |cluster, configs, rt| {
-                let opts = HarnessOptions { sequences, states, seed: common.seed, configs, lag_ms: common.lag_ms };
+                let opts = HarnessOptions {
+                    sequences,
+                    states,
+                    seed: common.seed,
+                    configs,
+                    lag_ms: common.lag_ms,
+                };
                 let report = rt.block_on(monotonic::run(cluster, &opts, |p| {
                     if p.done % every == 0 || p.done == p.total {
                         eprintln!("{}", progress_line(p));
@@ -152,8 +161,14 @@ pub fn run(command: ChaosCommand) -> Result<i32, Failure> {
                     eprintln!("[{done:>3}/{total}] states done");
                 }))?;
                 print!("{}", render_case(&report));
-                let broken =
-                    report.configs.iter().filter(|c| (c.freshness.inconsistent + c.missing_same_epoch) > 0 && promises(&c.name)).map(|c| c.name.clone()).collect();
+                let broken = report
+                    .configs
+                    .iter()
+                    .filter(|c| {
+                        (c.freshness.inconsistent + c.missing_same_epoch) > 0 && promises(&c.name)
+                    })
+                    .map(|c| c.name.clone())
+                    .collect();
                 Ok((serde_json::to_value(&report).expect("the report serializes"), broken))
             })
         }
@@ -171,11 +186,13 @@ fn with_clusters(
     k: usize,
     harness: impl FnOnce(&mut [ProcessCluster], Vec<TableConfig>, &tokio::runtime::Runtime) -> Outcome,
 ) -> Result<i32, Failure> {
-    let configs = TableConfig::parse_list(&common.configs).map_err(|e| Failure::new(exit::USAGE, e))?;
+    let configs =
+        TableConfig::parse_list(&common.configs).map_err(|e| Failure::new(exit::USAGE, e))?;
     if configs.is_empty() || common.nodes < 3 {
         return Err(Failure::new(exit::USAGE, "need at least one configuration and 3 nodes"));
     }
-    let strata = std::env::current_exe().map_err(|e| Failure::new(exit::FAILED, format!("cannot find the strata binary: {e}")))?;
+    let strata = std::env::current_exe()
+        .map_err(|e| Failure::new(exit::FAILED, format!("cannot find the strata binary: {e}")))?;
     let (dir, temporary) = match &common.data_dir {
         Some(d) => (d.clone(), false),
         None => (std::env::temp_dir().join(format!("strata-chaos-{}", std::process::id())), true),
@@ -197,23 +214,38 @@ fn with_clusters(
     for c in 0..k {
         let base = match common.base_port {
             Some(b) => b + 200 * c as u16,
-            None => strata_chaos::procs::free_base_port(common.nodes as u16)
-                .ok_or_else(|| Failure::new(exit::FAILED, "no free port range found; pass --base-port"))?,
+            None => strata_chaos::procs::free_base_port(common.nodes as u16).ok_or_else(|| {
+                Failure::new(exit::FAILED, "no free port range found; pass --base-port")
+            })?,
         };
         let cluster = rt
-            .block_on(ProcessCluster::start(&strata, &dir.join(format!("cluster{c}")), common.nodes, base))
+            .block_on(ProcessCluster::start(
+                &strata,
+                &dir.join(format!("cluster{c}")),
+                common.nodes,
+                base,
+            ))
             .map_err(|e| Failure::new(exit::FAILED, format!("cannot start the nodes: {e}")))?;
         clusters.push(cluster);
     }
-    let (json, broken) =
-        harness(&mut clusters, configs, &rt).map_err(|e| Failure::new(exit::FAILED, format!("{e} (node logs in {})", dir.display())))?;
+    let (json, broken) = harness(&mut clusters, configs, &rt)
+        .map_err(|e| Failure::new(exit::FAILED, format!("{e} (node logs in {})", dir.display())))?;
     drop(clusters);
     if let Some(path) = &common.json {
         let text = serde_json::to_string_pretty(&json).expect("JSON values serialize");
-        std::fs::write(path, text + "\n").map_err(|e| Failure::new(exit::FAILED, format!("cannot write {}: {e}", path.display())))?;
+        std::fs::write(path, text + "\n").map_err(|e| {
+            Failure::new(exit::FAILED, format!("cannot write {}: {e}", path.display()))
+        })?;
     }
     if !broken.is_empty() {
-        return Err(Failure::new(exit::FAILED, format!("broken promises in {} (node logs kept in {})", broken.join(", "), dir.display())));
+        return Err(Failure::new(
+            exit::FAILED,
+            format!(
+                "broken promises in {} (node logs kept in {})",
+                broken.join(", "),
+                dir.display()
+            ),
+        ));
     }
     if temporary {
         let _ = std::fs::remove_dir_all(&dir);
@@ -227,14 +259,26 @@ fn promises(name: &str) -> bool {
 }
 
 fn progress_line(p: &Progress<'_>) -> String {
-    let per: Vec<String> = p.configs.iter().map(|c| format!("{} {}", c.name, c.non_monotonic)).collect();
-    format!("[{:>4}/{} {:>5.0}s] non-monotonic sequences: {}", p.done, p.total, p.elapsed.as_secs_f64(), per.join(", "))
+    let per: Vec<String> =
+        p.configs.iter().map(|c| format!("{} {}", c.name, c.non_monotonic)).collect();
+    format!(
+        "[{:>4}/{} {:>5.0}s] non-monotonic sequences: {}",
+        p.done,
+        p.total,
+        p.elapsed.as_secs_f64(),
+        per.join(", ")
+    )
 }
 
 /// `inconsistent / old / latest` as percentages of the classified reads.
 fn classes(f: &FreshnessCounts) -> String {
     let t = f.total();
-    format!("{:>5.1} /{:>5.1} /{:>5.1}", pct(f.inconsistent, t), pct(f.consistent_old, t), pct(f.latest, t))
+    format!(
+        "{:>5.1} /{:>5.1} /{:>5.1}",
+        pct(f.inconsistent, t),
+        pct(f.consistent_old, t),
+        pct(f.latest, t)
+    )
 }
 
 fn render_monotonic(r: &Report) -> String {
@@ -244,10 +288,17 @@ fn render_monotonic(r: &Report) -> String {
     );
     out += &format!(
         "{:<9} {:>15} {:>8} {:>7} {:>8} {:>16} {:>20}  refusals\n",
-        "config", "non-monotonic", "reads", "writes", "unknown", "lagging refused", "incons/old/latest %"
+        "config",
+        "non-monotonic",
+        "reads",
+        "writes",
+        "unknown",
+        "lagging refused",
+        "incons/old/latest %"
     );
     for c in &r.configs {
-        let refusals: Vec<String> = c.reads_refused.iter().map(|(k, v)| format!("{k}: {v}")).collect();
+        let refusals: Vec<String> =
+            c.reads_refused.iter().map(|(k, v)| format!("{k}: {v}")).collect();
         out += &format!(
             "{:<9} {:>7} {:>6.1}% {:>8} {:>7} {:>8} {:>6} ({:>5.1}%) {:>20}  {}\n",
             c.name,
@@ -263,23 +314,41 @@ fn render_monotonic(r: &Report) -> String {
         );
     }
     for c in r.configs.iter().filter(|c| c.stale_sequences > 0) {
-        out += &format!("{}: {} sequences returned less than an acknowledged write\n", c.name, c.stale_sequences);
+        out += &format!(
+            "{}: {} sequences returned less than an acknowledged write\n",
+            c.name, c.stale_sequences
+        );
     }
     for c in r.configs.iter().filter(|c| c.first_violation.is_some()) {
-        out += &format!("first violation in {}: {}\n", c.name, c.first_violation.as_deref().unwrap_or(""));
+        out += &format!(
+            "first violation in {}: {}\n",
+            c.name,
+            c.first_violation.as_deref().unwrap_or("")
+        );
     }
     out
 }
 
 fn render_case(r: &CaseReport) -> String {
-    let app = serde_json::to_value(r.app).ok().and_then(|v| v.as_str().map(String::from)).unwrap_or_default();
+    let app = serde_json::to_value(r.app)
+        .ok()
+        .and_then(|v| v.as_str().map(String::from))
+        .unwrap_or_default();
     let mut out = format!(
         "{app}: {} states of {} ms over {} nodes, seed {}, {:.0} s ({} SIGKILLs, {} of all nodes at once)\n\n",
         r.states, r.state_ms, r.nodes, r.seed, r.elapsed_s, r.faults.kills, r.faults.whole_cluster_crashes
     );
     out += &format!(
         "{:<9} {:>20} {:>10} {:>10} {:>12} {:>12} {:>8} {:>8} {:>11}\n",
-        "config", "incons/old/latest %", "app reads", "app writes", "store reads", "store writes", "failed", "missing", "same epoch"
+        "config",
+        "incons/old/latest %",
+        "app reads",
+        "app writes",
+        "store reads",
+        "store writes",
+        "failed",
+        "missing",
+        "same epoch"
     );
     for c in &r.configs {
         out += &format!(
@@ -296,8 +365,11 @@ fn render_case(r: &CaseReport) -> String {
         );
     }
     for c in r.configs.iter().filter(|c| c.first_missing.is_some()) {
-        out += &format!("first missing post in {}: {}\n", c.name, c.first_missing.as_deref().unwrap_or(""));
+        out += &format!(
+            "first missing post in {}: {}\n",
+            c.name,
+            c.first_missing.as_deref().unwrap_or("")
+        );
     }
     out
 }
-

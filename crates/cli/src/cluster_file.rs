@@ -54,7 +54,9 @@ impl ClusterFile {
             };
             Failure::new(UNREACHABLE, msg)
         })?;
-        serde_json::from_str(&text).map_err(|e| Failure::new(FAILED, format!("{} is corrupt: {e}; delete it", path.display())))
+        serde_json::from_str(&text).map_err(|e| {
+            Failure::new(FAILED, format!("{} is corrupt: {e}; delete it", path.display()))
+        })
     }
 
     pub fn endpoints(&self) -> Vec<SocketAddr> {

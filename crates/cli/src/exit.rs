@@ -48,7 +48,9 @@ impl From<ClientError> for Failure {
             _ => FAILED,
         };
         let hint = match &e {
-            ClientError::Unreachable { .. } => "\nhint: start a local cluster with `strata up`, or pass --endpoints",
+            ClientError::Unreachable { .. } => {
+                "\nhint: start a local cluster with `strata up`, or pass --endpoints"
+            }
             ClientError::WrongCluster { .. } => "\nhint: pass the cluster's id with --cluster-id",
             _ => "",
         };

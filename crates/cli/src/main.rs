@@ -166,13 +166,15 @@ fn main() {
         Command::Get { key, acquire, show_version, target, table: None } => {
             block_on(ops::get(&target, key, acquire, show_version))
         }
-        Command::Put { key, value, table: Some(table), immediate, show_version, target, .. } => {
-            block_on(ops::table_put(&target, table, key, Some(value), immediate, show_version))
-        }
+        Command::Put {
+            key, value, table: Some(table), immediate, show_version, target, ..
+        } => block_on(ops::table_put(&target, table, key, Some(value), immediate, show_version)),
         Command::Put { key, value, release, show_version, target, .. } => {
             block_on(ops::put(&target, key, value, release, show_version))
         }
-        Command::Faa { key, delta, show_version, repeat, target } => block_on(ops::faa(&target, key, delta, show_version, repeat)),
+        Command::Faa { key, delta, show_version, repeat, target } => {
+            block_on(ops::faa(&target, key, delta, show_version, repeat))
+        }
         Command::Cas { args, expect_absent, weak, show_version, target } => {
             ops::cas_args(args, expect_absent).and_then(|(key, expected, new)| {
                 block_on(ops::cas(&target, key, expected, new, weak, show_version))
@@ -181,7 +183,9 @@ fn main() {
         Command::Del { key, table: Some(table), immediate, show_version, target } => {
             block_on(ops::table_put(&target, table, key, None, immediate, show_version))
         }
-        Command::Del { key, show_version, target, .. } => block_on(ops::del(&target, key, show_version)),
+        Command::Del { key, show_version, target, .. } => {
+            block_on(ops::del(&target, key, show_version))
+        }
         Command::Table { command, target } => block_on(ops::table(&target, command)),
         Command::Shard { command, target } => block_on(ops::shard(&target, command)),
         Command::Status { json, target } => block_on(ops::status(&target, json)),
@@ -225,7 +229,9 @@ fn bench(mut args: strata_bench::BenchArgs, data_dir: &std::path::Path) -> Resul
         .map_err(|e| Failure::new(exit::FAILED, format!("cannot start the runtime: {e}")))?;
     let report = rt.block_on(strata_bench::run(&args, endpoints)).map_err(|e| {
         let code = match e {
-            strata_bench::BenchError::Connect { .. } | strata_bench::BenchError::NoEndpoints => exit::UNREACHABLE,
+            strata_bench::BenchError::Connect { .. } | strata_bench::BenchError::NoEndpoints => {
+                exit::UNREACHABLE
+            }
             strata_bench::BenchError::InvalidArgs(_) => exit::USAGE,
             _ => exit::FAILED,
         };

@@ -8,14 +8,18 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use strata_client::{
-    Client, ClientError, ClientOptions, ClusterId, LinkFault, NodeId, NodeStatus, ShardRole, ShardStatus, TableDef,
-    TableDurability, TableEngine, TableReads, TableReplication, WriteOpts,
+    Client, ClientError, ClientOptions, ClusterId, LinkFault, NodeId, NodeStatus, ShardRole,
+    ShardStatus, TableDef, TableDurability, TableEngine, TableReads, TableReplication, WriteOpts,
 };
-use strata_node::tables::{check_table_def, describe, durability_name, reads_name, replication_name, timers_name};
+use strata_node::tables::{
+    check_table_def, describe, durability_name, reads_name, replication_name, timers_name,
+};
 use strata_wire::client::TableTimers;
 
 use crate::cluster_file::ClusterFile;
-use crate::exit::{Failure, FAILED, NOT_FOUND, NOT_SWAPPED, OK, OUTCOME_UNKNOWN, UNREACHABLE, USAGE};
+use crate::exit::{
+    Failure, FAILED, NOT_FOUND, NOT_SWAPPED, OK, OUTCOME_UNKNOWN, UNREACHABLE, USAGE,
+};
 
 /// Which cluster to talk to. By default: the one `strata up` runs from `--data-dir`.
 #[derive(clap::Args, Debug, Clone)]
@@ -47,7 +51,12 @@ impl Target {
 
     fn options(&self, cluster: ClusterId) -> ClientOptions {
         let timeout = Duration::from_secs_f64(self.timeout.max(0.001));
-        ClientOptions { cluster, request_timeout: Some(timeout), connect_timeout: timeout.min(Duration::from_secs(2)), ..ClientOptions::default() }
+        ClientOptions {
+            cluster,
+            request_timeout: Some(timeout),
+            connect_timeout: timeout.min(Duration::from_secs(2)),
+            ..ClientOptions::default()
+        }
     }
 
     async fn client(&self) -> Result<Client, Failure> {
@@ -56,7 +65,12 @@ impl Target {
     }
 }
 
-pub async fn get(target: &Target, key: String, acquire: bool, show_version: bool) -> Result<i32, Failure> {
+pub async fn get(
+    target: &Target,
+    key: String,
+    acquire: bool,
+    show_version: bool,
+) -> Result<i32, Failure> {
     let client = target.client().await?;
     let mut s = client.open_session().await?;
     let v = if acquire { s.acquire(key.clone()).await? } else { s.get(key.clone()).await? };
@@ -71,7 +85,9 @@ fn print_value(key: &str, value: Option<bytes::Bytes>) -> Result<i32, Failure> {
     match value {
         Some(value) => {
             let mut out = std::io::stdout().lock();
-            out.write_all(&value).and_then(|()| out.write_all(b"\n")).map_err(|e| Failure::new(FAILED, e.to_string()))?;
+            out.write_all(&value)
+                .and_then(|()| out.write_all(b"\n"))
+                .map_err(|e| Failure::new(FAILED, e.to_string()))?;
             Ok(OK)
         }
         None => {
@@ -81,7 +97,13 @@ fn print_value(key: &str, value: Option<bytes::Bytes>) -> Result<i32, Failure> {
     }
 }
 
-pub async fn put(target: &Target, key: String, value: String, release: bool, show_version: bool) -> Result<i32, Failure> {
+pub async fn put(
+    target: &Target,
+    key: String,
+    value: String,
+    release: bool,
+    show_version: bool,
+) -> Result<i32, Failure> {
     let client = target.client().await?;
     let mut s = client.open_session().await?;
     let cs = if release { s.release(key, value).await? } else { s.put(key, value).await? };
@@ -101,7 +123,13 @@ pub async fn del(target: &Target, key: String, show_version: bool) -> Result<i32
     Ok(OK)
 }
 
-pub async fn faa(target: &Target, key: String, delta: u64, show_version: bool, repeat: u64) -> Result<i32, Failure> {
+pub async fn faa(
+    target: &Target,
+    key: String,
+    delta: u64,
+    show_version: bool,
+    repeat: u64,
+) -> Result<i32, Failure> {
     let client = target.client().await?;
     let mut s = client.open_session().await?;
     let mut unknown = 0u64;
@@ -119,7 +147,11 @@ pub async fn faa(target: &Target, key: String, delta: u64, show_version: bool, r
             Err(e) => return Err(e.into()),
         };
         if show_version {
-            eprintln!("read version {}, wrote version {}", r.observed.version, r.written.map_or("-".into(), |c| c.to_string()));
+            eprintln!(
+                "read version {}, wrote version {}",
+                r.observed.version,
+                r.written.map_or("-".into(), |c| c.to_string())
+            );
         }
         println!("{}", r.observed_u64());
     }
@@ -127,12 +159,17 @@ pub async fn faa(target: &Target, key: String, delta: u64, show_version: bool, r
 }
 
 /// Splits `strata cas` positionals: KEY EXPECTED NEW, or KEY NEW with --expect-absent.
-pub fn cas_args(args: Vec<String>, expect_absent: bool) -> Result<(String, Option<Bytes>, String), Failure> {
+pub fn cas_args(
+    args: Vec<String>,
+    expect_absent: bool,
+) -> Result<(String, Option<Bytes>, String), Failure> {
     match (expect_absent, <[String; 2]>::try_from(args.clone()), <[String; 3]>::try_from(args)) {
         (true, Ok([key, new]), _) => Ok((key, None, new)),
         (false, _, Ok([key, expected, new])) => Ok((key, Some(Bytes::from(expected)), new)),
         (true, _, _) => Err(Failure::new(USAGE, "with --expect-absent, give KEY NEW")),
-        (false, _, _) => Err(Failure::new(USAGE, "give KEY EXPECTED NEW (or KEY NEW with --expect-absent)")),
+        (false, _, _) => {
+            Err(Failure::new(USAGE, "give KEY EXPECTED NEW (or KEY NEW with --expect-absent)"))
+        }
     }
 }
 
@@ -148,7 +185,11 @@ pub async fn cas(
     let mut s = client.open_session().await?;
     let r = s.cas(key, expected, new, weak).await?;
     if show_version {
-        eprintln!("read version {}, wrote version {}", r.observed.version, r.written.map_or("-".into(), |c| c.to_string()));
+        eprintln!(
+            "read version {}, wrote version {}",
+            r.observed.version,
+            r.written.map_or("-".into(), |c| c.to_string())
+        );
     }
     println!("{}", if r.swapped { "swapped" } else { "not swapped" });
     match &r.observed.value {
@@ -188,8 +229,11 @@ pub async fn status(target: &Target, json: bool) -> Result<i32, Failure> {
 
 fn print_status(rows: &[(SocketAddr, Result<NodeStatus, String>)]) {
     print_nodes(rows);
-    let shards: Vec<(&ShardStatus, NodeId)> =
-        rows.iter().filter_map(|(_, r)| r.as_ref().ok()).flat_map(|s| s.shards.iter().map(move |sh| (sh, s.node))).collect();
+    let shards: Vec<(&ShardStatus, NodeId)> = rows
+        .iter()
+        .filter_map(|(_, r)| r.as_ref().ok())
+        .flat_map(|s| s.shards.iter().map(move |sh| (sh, s.node)))
+        .collect();
     if shards.is_empty() {
         return;
     }
@@ -257,7 +301,16 @@ fn shard_json(sh: &ShardStatus) -> serde_json::Value {
 fn print_nodes(rows: &[(SocketAddr, Result<NodeStatus, String>)]) {
     println!(
         "{:<5} {:<22} {:>9} {:>8} {:>8} {:>8} {:>9} {:>9} {:>6} {:>13}  peers (connected/total)",
-        "node", "clients", "uptime_s", "keys", "sessions", "pending", "bad_cli", "bad_peer", "epoch", "barriers f/s"
+        "node",
+        "clients",
+        "uptime_s",
+        "keys",
+        "sessions",
+        "pending",
+        "bad_cli",
+        "bad_peer",
+        "epoch",
+        "barriers f/s"
     );
     for (addr, r) in rows {
         match r {
@@ -283,7 +336,11 @@ fn print_nodes(rows: &[(SocketAddr, Result<NodeStatus, String>)]) {
                     format!("{}/{}", s.barriers_fast, s.barriers_slow),
                     connected,
                     s.peers.len(),
-                    if faults.is_empty() { String::new() } else { format!("  faults: {}", faults.join(" ")) }
+                    if faults.is_empty() {
+                        String::new()
+                    } else {
+                        format!("  faults: {}", faults.join(" "))
+                    }
                 );
             }
             Err(e) => println!("{:<5} {:<22} DOWN: {e}", "?", addr.to_string()),
@@ -366,10 +423,14 @@ pub struct FaultArgs {
 
 pub async fn fault(target: &Target, args: &FaultArgs) -> Result<i32, Failure> {
     if !(0.0..=100.0).contains(&args.loss) || args.delay_ms < 0.0 || args.jitter_ms < 0.0 {
-        return Err(Failure::new(FAILED, "--loss must be within 0-100 and delays must not be negative"));
+        return Err(Failure::new(
+            FAILED,
+            "--loss must be within 0-100 and delays must not be negative",
+        ));
     }
     let addr = node_addr(target, args.node)?;
-    let (_, cluster) = target.resolve().unwrap_or((Vec::new(), ClusterId(target.cluster_id.unwrap_or(1))));
+    let (_, cluster) =
+        target.resolve().unwrap_or((Vec::new(), ClusterId(target.cluster_id.unwrap_or(1))));
     let fault = LinkFault {
         delay_us: (args.delay_ms * 1000.0) as u64,
         jitter_us: (args.jitter_ms * 1000.0) as u64,
@@ -387,12 +448,21 @@ pub async fn fault(target: &Target, args: &FaultArgs) -> Result<i32, Failure> {
 fn node_addr(target: &Target, id: u32) -> Result<SocketAddr, Failure> {
     if !target.endpoints.is_empty() {
         return target.endpoints.get(id as usize).copied().ok_or_else(|| {
-            Failure::new(FAILED, format!("--node {id}: only {} endpoints given (listed in node-id order)", target.endpoints.len()))
+            Failure::new(
+                FAILED,
+                format!(
+                    "--node {id}: only {} endpoints given (listed in node-id order)",
+                    target.endpoints.len()
+                ),
+            )
         });
     }
     let file = ClusterFile::read(&target.data_dir)?;
     file.nodes.iter().find(|n| n.id == id).map(|n| n.client_addr).ok_or_else(|| {
-        Failure::new(FAILED, format!("the cluster has no node {id} (nodes 0..{})", file.nodes.len()))
+        Failure::new(
+            FAILED,
+            format!("the cluster has no node {id} (nodes 0..{})", file.nodes.len()),
+        )
     })
 }
 
@@ -443,7 +513,10 @@ impl CreateArgs {
         };
         let replication = match (durability, self.replication.as_deref()) {
             (TableDurability::Sync, Some("async")) => {
-                return Err(Failure::new(USAGE, "sync durability replicates synchronously: drop --replication async"))
+                return Err(Failure::new(
+                    USAGE,
+                    "sync durability replicates synchronously: drop --replication async",
+                ))
             }
             (TableDurability::Sync, _) | (_, Some("sync")) => TableReplication::Sync,
             _ => TableReplication::Async,
@@ -478,7 +551,8 @@ pub async fn table(target: &Target, command: TableCommand) -> Result<i32, Failur
 async fn table_create(target: &Target, args: &CreateArgs) -> Result<i32, Failure> {
     let def = args.to_def()?;
     let (endpoints, cluster) = target.resolve()?;
-    check_table_def(&def, endpoints.len()).map_err(|m| Failure::new(USAGE, format!("table {}: {m}", def.name)))?;
+    check_table_def(&def, endpoints.len())
+        .map_err(|m| Failure::new(USAGE, format!("table {}: {m}", def.name)))?;
     let opts = target.options(cluster);
     let mut failed = Vec::new();
     let mut unreachable = 0;
@@ -504,7 +578,14 @@ async fn table_create(target: &Target, args: &CreateArgs) -> Result<i32, Failure
         return Ok(OK);
     }
     let code = if unreachable == endpoints.len() { UNREACHABLE } else { FAILED };
-    Err(Failure::new(code, format!("table {} was not created on every node; failed on: {}", def.name, failed.join(", "))))
+    Err(Failure::new(
+        code,
+        format!(
+            "table {} was not created on every node; failed on: {}",
+            def.name,
+            failed.join(", ")
+        ),
+    ))
 }
 
 #[derive(clap::Subcommand, Debug, Clone)]
@@ -532,7 +613,8 @@ pub async fn shard(target: &Target, command: ShardCommand) -> Result<i32, Failur
             let replicas: Vec<NodeId> = to.into_iter().map(NodeId).collect();
             let started = std::time::Instant::now();
             let report = client.move_shard(&table, shard, replicas).await?;
-            let nodes: Vec<String> = report.placement.replicas.iter().map(|n| n.0.to_string()).collect();
+            let nodes: Vec<String> =
+                report.placement.replicas.iter().map(|n| n.0.to_string()).collect();
             match report.moved {
                 Some(m) => println!(
                     "table {table} shard {shard}: moved to nodes {} (generation {}) in {:.2?}: {} keys, {} clients' watermarks, {} completion records",
@@ -576,12 +658,20 @@ async fn table_list(target: &Target) -> Result<i32, Failure> {
     Ok(OK)
 }
 
-pub async fn table_get(target: &Target, table: String, key: String, show_version: bool) -> Result<i32, Failure> {
+pub async fn table_get(
+    target: &Target,
+    table: String,
+    key: String,
+    show_version: bool,
+) -> Result<i32, Failure> {
     let client = target.client().await?;
     let mut t = client.table(&table).await?;
     let r = t.get(key.clone()).await?;
     if show_version {
-        eprintln!("update index {} (served by node {}, epoch {})", r.update_index, r.served_by.0, r.epoch);
+        eprintln!(
+            "update index {} (served by node {}, epoch {})",
+            r.update_index, r.served_by.0, r.epoch
+        );
     }
     print_value(&key, r.value)
 }

@@ -53,16 +53,25 @@ struct Supervised {
 }
 
 pub fn run(args: UpArgs) -> Result<i32, Failure> {
-    let exe = std::env::current_exe().map_err(|e| Failure::new(FAILED, format!("cannot find the strata executable: {e}")))?;
-    std::fs::create_dir_all(&args.data_dir)
-        .map_err(|e| Failure::new(FAILED, format!("cannot create data directory {}: {e}", args.data_dir.display())))?;
+    let exe = std::env::current_exe()
+        .map_err(|e| Failure::new(FAILED, format!("cannot find the strata executable: {e}")))?;
+    std::fs::create_dir_all(&args.data_dir).map_err(|e| {
+        Failure::new(
+            FAILED,
+            format!("cannot create data directory {}: {e}", args.data_dir.display()),
+        )
+    })?;
     refuse_if_running(&args.data_dir)?;
     let plan = plan(&args)?;
     check_ports_free(&plan)?;
 
     // Signals first, so a Ctrl-C during start-up still stops what was started.
-    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(|e| Failure::new(FAILED, e.to_string()))?;
-    let mut signals = rt.block_on(async { Signals::new() }).map_err(|e| Failure::new(FAILED, e.to_string()))?;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| Failure::new(FAILED, e.to_string()))?;
+    let mut signals =
+        rt.block_on(async { Signals::new() }).map_err(|e| Failure::new(FAILED, e.to_string()))?;
 
     let mut nodes = Vec::new();
     for entry in &plan {
@@ -138,7 +147,10 @@ fn refuse_if_running(data_dir: &Path) -> Result<(), Failure> {
 fn plan(args: &UpArgs) -> Result<Vec<NodeEntry>, Failure> {
     let highest = u32::from(args.base_port) + u32::from(PEER_PORT_OFFSET) + args.nodes;
     if highest > u32::from(u16::MAX) {
-        return Err(Failure::new(FAILED, format!("--base-port {} is too high for {} nodes", args.base_port, args.nodes)));
+        return Err(Failure::new(
+            FAILED,
+            format!("--base-port {} is too high for {} nodes", args.base_port, args.nodes),
+        ));
     }
     Ok((0..args.nodes)
         .map(|i| {
@@ -204,7 +216,11 @@ fn spawn(exe: &Path, args: &UpArgs, me: &NodeEntry, plan: &[NodeEntry]) -> std::
     cmd.spawn()
 }
 
-fn wait_ready(nodes: &mut [Supervised], rt: &tokio::runtime::Runtime, signals: &mut Signals) -> Result<(), Failure> {
+fn wait_ready(
+    nodes: &mut [Supervised],
+    rt: &tokio::runtime::Runtime,
+    signals: &mut Signals,
+) -> Result<(), Failure> {
     let start = Instant::now();
     let mut ready = vec![false; nodes.len()];
     while !ready.iter().all(|r| *r) {
@@ -212,13 +228,22 @@ fn wait_ready(nodes: &mut [Supervised], rt: &tokio::runtime::Runtime, signals: &
             if let Ok(Some(status)) = n.child.try_wait() {
                 return Err(Failure::new(
                     FAILED,
-                    format!("node {} exited during start-up ({status}); its log says:\n{}", n.entry.id, tail(&n.entry.log, 10)),
+                    format!(
+                        "node {} exited during start-up ({status}); its log says:\n{}",
+                        n.entry.id,
+                        tail(&n.entry.log, 10)
+                    ),
                 ));
             }
-            ready[i] = ready[i] || TcpStream::connect_timeout(&n.entry.client_addr, Duration::from_millis(200)).is_ok();
+            ready[i] = ready[i]
+                || TcpStream::connect_timeout(&n.entry.client_addr, Duration::from_millis(200))
+                    .is_ok();
         }
         if start.elapsed() > START_TIMEOUT {
-            return Err(Failure::new(FAILED, format!("nodes did not start listening within {START_TIMEOUT:?}; see their logs")));
+            return Err(Failure::new(
+                FAILED,
+                format!("nodes did not start listening within {START_TIMEOUT:?}; see their logs"),
+            ));
         }
         let interrupted = rt.block_on(async {
             tokio::select! {
@@ -234,10 +259,22 @@ fn wait_ready(nodes: &mut [Supervised], rt: &tokio::runtime::Runtime, signals: &
 }
 
 fn print_banner(args: &UpArgs, nodes: &[Supervised]) {
-    println!("Strata cluster {:#x} is up: {} node(s), data in {}", args.cluster_id, nodes.len(), args.data_dir.display());
+    println!(
+        "Strata cluster {:#x} is up: {} node(s), data in {}",
+        args.cluster_id,
+        nodes.len(),
+        args.data_dir.display()
+    );
     for n in nodes {
         let e = &n.entry;
-        println!("  node {}  clients {}  peers {}  pid {}  log {}", e.id, e.client_addr, e.peer_addr, e.pid, e.log.display());
+        println!(
+            "  node {}  clients {}  peers {}  pid {}  log {}",
+            e.id,
+            e.client_addr,
+            e.peer_addr,
+            e.pid,
+            e.log.display()
+        );
     }
     let endpoints: Vec<String> = nodes.iter().map(|n| n.entry.client_addr.to_string()).collect();
     println!("endpoints: {}", endpoints.join(","));
@@ -274,7 +311,9 @@ fn stop_all(nodes: &mut [Supervised]) {
                     n.exited = Some(status);
                     break;
                 }
-                Ok(None) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(20)),
+                Ok(None) if Instant::now() < deadline => {
+                    std::thread::sleep(Duration::from_millis(20))
+                }
                 _ => {
                     eprintln!("node {} did not stop within {STOP_GRACE:?}; killing it", n.entry.id);
                     let _ = n.child.kill();
@@ -289,7 +328,11 @@ fn stop_all(nodes: &mut [Supervised]) {
 fn tail(path: &Path, lines: usize) -> String {
     let text = std::fs::read_to_string(path).unwrap_or_default();
     let all: Vec<&str> = text.lines().collect();
-    all[all.len().saturating_sub(lines)..].iter().map(|l| format!("    {l}")).collect::<Vec<_>>().join("\n")
+    all[all.len().saturating_sub(lines)..]
+        .iter()
+        .map(|l| format!("    {l}"))
+        .collect::<Vec<_>>()
+        .join("\n")
 }
 
 /// SIGINT and SIGTERM as one stream.
@@ -301,7 +344,10 @@ struct Signals {
 impl Signals {
     fn new() -> std::io::Result<Signals> {
         use tokio::signal::unix::{signal, SignalKind};
-        Ok(Signals { int: signal(SignalKind::interrupt())?, term: signal(SignalKind::terminate())? })
+        Ok(Signals {
+            int: signal(SignalKind::interrupt())?,
+            term: signal(SignalKind::terminate())?,
+        })
     }
 
     async fn recv(&mut self) -> &'static str {

@@ -35,7 +35,17 @@ fn config<'a>(report: &'a serde_json::Value, name: &str) -> &'a serde_json::Valu
 #[test]
 fn orca_stays_monotonic_where_weak_reads_do_not() {
     let (out, report) = run_json(
-        &["monotonic", "--sequences", "4", "--states", "2", "--configs", "orca,weak", "--lag-ms", "100-400"],
+        &[
+            "monotonic",
+            "--sequences",
+            "4",
+            "--states",
+            "2",
+            "--configs",
+            "orca,weak",
+            "--lag-ms",
+            "100-400",
+        ],
         "mono",
     );
     let stdout = String::from_utf8_lossy(&out.stdout);
@@ -46,7 +56,10 @@ fn orca_stays_monotonic_where_weak_reads_do_not() {
     assert!(orca["reads_served"].as_u64().unwrap() > 0, "{stdout}");
     // Every sequence of the weak table reads a fresh write at the lagging node (and at
     // followers the write has not reached): seen in every sequence of the 500-sequence runs.
-    assert!(weak["non_monotonic"].as_u64().unwrap() >= 1, "the negative test found nothing: {stdout}");
+    assert!(
+        weak["non_monotonic"].as_u64().unwrap() >= 1,
+        "the negative test found nothing: {stdout}"
+    );
     assert!(stdout.contains("first violation in weak"), "{stdout}");
 }
 
@@ -61,9 +74,16 @@ fn a_case_study_classifies_every_configuration() {
     for name in ["orca", "strong"] {
         let c = config(&report, name);
         let f = &c["freshness"];
-        let total: u64 = ["inconsistent", "consistent_old", "latest"].iter().map(|k| f[k].as_u64().unwrap()).sum();
+        let total: u64 = ["inconsistent", "consistent_old", "latest"]
+            .iter()
+            .map(|k| f[k].as_u64().unwrap())
+            .sum();
         assert!(total > 0 && c["app_writes"].as_u64().unwrap() > 0, "{name}: {c}");
         assert_eq!(f["inconsistent"], 0, "{name}: {c}");
     }
-    assert_eq!(config(&report, "strong")["freshness"]["consistent_old"], 0, "strong reads are linearizable");
+    assert_eq!(
+        config(&report, "strong")["freshness"]["consistent_old"],
+        0,
+        "strong reads are linearizable"
+    );
 }

@@ -28,9 +28,17 @@ fn up_serves_put_and_get_and_ctrl_c_stops_every_node() {
     let status = up.strata(&["status"]);
     assert_eq!(status.status.code(), Some(0), "{}", stderr(&status));
     let out = stdout(&status);
-    assert_eq!(out.lines().take_while(|l| !l.is_empty()).count(), 4, "a header and one row per node:\n{out}");
+    assert_eq!(
+        out.lines().take_while(|l| !l.is_empty()).count(),
+        4,
+        "a header and one row per node:\n{out}"
+    );
     // Then the shards: the lease service's system table, one replica per node.
-    assert_eq!(out.lines().filter(|l| l.starts_with("__leases")).count(), 3, "the lease table's shard on every node:\n{out}");
+    assert_eq!(
+        out.lines().filter(|l| l.starts_with("__leases")).count(),
+        3,
+        "the lease table's shard on every node:\n{out}"
+    );
 
     // A second cluster on the same data dir is refused, and says why.
     let again = strata_in(&up.data_dir, &["up", "--base-port", &free_base_port(3).to_string()]);
@@ -47,7 +55,11 @@ fn up_serves_put_and_get_and_ctrl_c_stops_every_node() {
     assert!(!up.data_dir.join("cluster.json").exists());
     let after = up.strata(&["get", "a"]);
     assert_eq!(after.status.code(), Some(4), "nothing to reach: exit 4");
-    assert!(stderr(&after).contains("strata up"), "the message says how to start one: {}", stderr(&after));
+    assert!(
+        stderr(&after).contains("strata up"),
+        "the message says how to start one: {}",
+        stderr(&after)
+    );
 }
 
 #[test]
@@ -56,7 +68,9 @@ fn killing_the_supervisor_takes_its_nodes_down() {
     up.signal(libc::SIGKILL);
     up.wait_exit(Duration::from_secs(5));
     for &pid in &up.pids {
-        eventually(&format!("orphaned node {pid} to exit"), Duration::from_secs(10), || !alive(pid));
+        eventually(&format!("orphaned node {pid} to exit"), Duration::from_secs(10), || {
+            !alive(pid)
+        });
     }
 }
 
@@ -82,7 +96,8 @@ fn fault_commands_validate_and_apply() {
     let unknown = up.strata(&["fault", "--node", "7", "--partition"]);
     assert_eq!(unknown.status.code(), Some(1));
     assert!(stderr(&unknown).contains("no node 7"), "{}", stderr(&unknown));
-    let ok = up.strata(&["fault", "--node", "0", "--peer", "1", "--delay-ms", "5", "--loss", "1.5"]);
+    let ok =
+        up.strata(&["fault", "--node", "0", "--peer", "1", "--delay-ms", "5", "--loss", "1.5"]);
     assert!(ok.status.success(), "{}", stderr(&ok));
     let status = up.strata(&["status"]);
     assert!(stdout(&status).contains("delay=5000us"), "{}", stdout(&status));
@@ -112,9 +127,16 @@ fn release_acquire_faa_and_cas_from_the_command_line() {
     assert_eq!(stdout(&up.strata(&["faa", "ctr", "5"])), "0\n", "faa prints the previous value");
     assert_eq!(stdout(&up.strata(&["faa", "ctr", "2"])), "5\n");
     let first = up.strata(&["cas", "--expect-absent", "lock", "me"]);
-    assert_eq!((first.status.code(), stdout(&first).as_str()), (Some(0), "swapped\nseen: (absent)\n"));
+    assert_eq!(
+        (first.status.code(), stdout(&first).as_str()),
+        (Some(0), "swapped\nseen: (absent)\n")
+    );
     let lost = up.strata(&["cas", "lock", "other", "you"]);
-    assert_eq!((lost.status.code(), stdout(&lost).as_str()), (Some(6), "not swapped\nseen: me\n"), "exit 6: not swapped");
+    assert_eq!(
+        (lost.status.code(), stdout(&lost).as_str()),
+        (Some(6), "not swapped\nseen: me\n"),
+        "exit 6: not swapped"
+    );
     let weak = up.strata(&["cas", "--weak", "lock", "me", "you"]);
     assert!(weak.status.success(), "{}", stdout(&weak));
     assert_eq!(stdout(&up.strata(&["get", "--acquire", "lock"])), "you\n");

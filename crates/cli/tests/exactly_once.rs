@@ -42,7 +42,9 @@ async fn increments(endpoints: Vec<SocketAddr>, n: usize, exactly_once: bool) ->
                     seen.push(old);
                     break;
                 }
-                Err(e) if exactly_once => panic!("increment {i}: RIFL must hide the fault, got {e}"),
+                Err(e) if exactly_once => {
+                    panic!("increment {i}: RIFL must hide the fault, got {e}")
+                }
                 Err(e) => {
                     assert!(e.outcome_unknown(), "{e}");
                     tokio::time::sleep(Duration::from_millis(5)).await;
@@ -71,7 +73,8 @@ fn as_counter(v: Option<&[u8]>) -> u64 {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn faa_counters_end_at_the_acknowledged_increments_through_lost_replies_a_partition_and_a_sigkill() {
+async fn faa_counters_end_at_the_acknowledged_increments_through_lost_replies_a_partition_and_a_sigkill(
+) {
     const N: usize = 250;
     let up = Up::start(3);
     let (n0, n1, n2) = (up.endpoints[0], up.endpoints[1], up.endpoints[2]);
@@ -101,12 +104,19 @@ async fn faa_counters_end_at_the_acknowledged_increments_through_lost_replies_a_
     }
     let acked = seen.len() as u64;
     assert_eq!(acked, 4 * N as u64, "every increment was acknowledged");
-    assert!(pa.dropped.load(Ordering::Relaxed) + pb.dropped.load(Ordering::Relaxed) >= 10, "the proxies lost replies");
+    assert!(
+        pa.dropped.load(Ordering::Relaxed) + pb.dropped.load(Ordering::Relaxed) >= 10,
+        "the proxies lost replies"
+    );
     // Exactly once: the counter moved once per acknowledged increment ...
     assert_eq!(counter(n0).await, acked, "duplicate or lost increments");
     // ... and the increments saw every old value once: none repeated, none skipped.
     seen.sort_unstable();
-    assert!(seen.iter().copied().eq(0..acked), "old values are not 0..{acked}: {:?}", &seen[..seen.len().min(20)]);
+    assert!(
+        seen.iter().copied().eq(0..acked),
+        "old values are not 0..{acked}: {:?}",
+        &seen[..seen.len().min(20)]
+    );
 }
 
 /// The negative control: the same lost replies, RIFL off, the usual retry. The counter ends
@@ -120,15 +130,26 @@ async fn without_rifl_the_same_lost_replies_apply_increments_twice() {
     let dropped = proxy.dropped.load(Ordering::Relaxed);
     assert!(dropped >= 3, "the proxy lost {dropped} replies");
     let total = counter(up.endpoints[1]).await;
-    assert!(total > seen.len() as u64, "no duplicate although {dropped} replies were lost: the harness has no power");
+    assert!(
+        total > seen.len() as u64,
+        "no duplicate although {dropped} replies were lost: the harness has no power"
+    );
 }
 
 /// One client's loop of increments that carries on after `ExpiredLease` (R-G4: the outcome of
 /// that increment is unknown; the session goes on under a new lease): `n` of them, and then
 /// more until `stop` is set. Returns the old values of the acknowledged increments and how
 /// many ended "outcome unknown".
-async fn increments_through_lease_loss(endpoints: Vec<SocketAddr>, n: usize, stop: Arc<AtomicBool>) -> (Vec<u64>, u64) {
-    let opts = ClientOptions { retry_for: Duration::from_secs(20), request_timeout: Some(Duration::from_secs(30)), ..ClientOptions::default() };
+async fn increments_through_lease_loss(
+    endpoints: Vec<SocketAddr>,
+    n: usize,
+    stop: Arc<AtomicBool>,
+) -> (Vec<u64>, u64) {
+    let opts = ClientOptions {
+        retry_for: Duration::from_secs(20),
+        request_timeout: Some(Duration::from_secs(30)),
+        ..ClientOptions::default()
+    };
     let client = Client::connect(&endpoints, opts).await.unwrap();
     let mut session = client.open_session().await.unwrap();
     let (mut seen, mut unknown) = (Vec::with_capacity(n), 0);
@@ -146,7 +167,10 @@ async fn increments_through_lease_loss(endpoints: Vec<SocketAddr>, n: usize, sto
             tokio::time::sleep(Duration::from_millis(10)).await; // keep the clock moving, lightly
         }
     }
-    assert!(ids.len() >= 2 || unknown == 0, "an expired lease must be replaced by a new one: ids {ids:?}");
+    assert!(
+        ids.len() >= 2 || unknown == 0,
+        "an expired lease must be replaced by a new one: ids {ids:?}"
+    );
     (seen, unknown)
 }
 
@@ -169,7 +193,9 @@ async fn a_client_cut_off_past_its_lease_gets_outcome_unknown_and_never_a_duplic
     let stop = Arc::new(AtomicBool::new(false));
     let done = Arc::new(AtomicBool::new(true));
     let cut = tokio::spawn(increments_through_lease_loss(vec![proxy.addr], N, done));
-    let others: Vec<_> = (0..2).map(|_| tokio::spawn(increments_through_lease_loss(vec![n0], N, stop.clone()))).collect();
+    let others: Vec<_> = (0..2)
+        .map(|_| tokio::spawn(increments_through_lease_loss(vec![n0], N, stop.clone())))
+        .collect();
 
     let start = std::time::Instant::now();
     while counter(up.endpoints[1]).await < (N / 2) as u64 {
@@ -197,7 +223,11 @@ async fn a_client_cut_off_past_its_lease_gets_outcome_unknown_and_never_a_duplic
     );
     seen.sort_unstable();
     seen.dedup();
-    assert_eq!(seen.len() as u64, acked, "two acknowledged increments saw the same old value: one was applied twice");
+    assert_eq!(
+        seen.len() as u64,
+        acked,
+        "two acknowledged increments saw the same old value: one was applied twice"
+    );
 }
 
 /// rifl.md §5.5.1, R-D21 with a real client process: `strata faa --repeat` is SIGSTOPped for
@@ -235,23 +265,38 @@ async fn a_client_process_paused_past_its_lease_resumes_under_a_new_lease_exactl
     let (mut seen, other_unknown) = other.await.unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
     let lines: Vec<&str> = stdout.lines().collect();
-    assert_eq!(lines.len(), 300, "one line per increment; stderr: {}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(
+        lines.len(),
+        300,
+        "one line per increment; stderr: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let unknown = lines.iter().filter(|l| **l == "?").count() as u64 + other_unknown;
     seen.extend(lines.iter().filter(|l| **l != "?").map(|l| l.parse::<u64>().unwrap()));
     let acked = seen.len() as u64;
     let total = counter(up.endpoints[2]).await;
-    assert!((acked..=acked + unknown).contains(&total), "counter {total} outside [{acked}, {acked} + {unknown}]");
+    assert!(
+        (acked..=acked + unknown).contains(&total),
+        "counter {total} outside [{acked}, {acked} + {unknown}]"
+    );
     seen.sort_unstable();
     seen.dedup();
     assert_eq!(seen.len() as u64, acked, "two acknowledged increments saw the same old value");
     // The pause outlived the lease: the service drops it, and a node's cleaner (every term/10,
     // once the clock its clients show passed the expiration) collects the client.
     let collected = || {
-        (0..3).any(|i| std::fs::read_to_string(up.data_dir.join(format!("n{i}/node.log"))).unwrap_or_default().contains("client lease expired"))
+        (0..3).any(|i| {
+            std::fs::read_to_string(up.data_dir.join(format!("n{i}/node.log")))
+                .unwrap_or_default()
+                .contains("client lease expired")
+        })
     };
     let start = std::time::Instant::now();
     while !collected() {
-        assert!(start.elapsed() < Duration::from_millis(TERM_MS * 3), "no node collected the expired client");
+        assert!(
+            start.elapsed() < Duration::from_millis(TERM_MS * 3),
+            "no node collected the expired client"
+        );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }

@@ -88,7 +88,14 @@ fn opts() -> ClientOptions {
 
 /// One client's writes, one at a time, until `stop`; every one must be acknowledged (RIFL
 /// hides the faults). Writer `c`'s write `i` puts `c{c}:{i}` into key `(c + i) % KEYS`.
-async fn writer(c: usize, endpoints: Vec<SocketAddr>, t0: Instant, log: Arc<Mutex<Vec<WriteRec>>>, acked: Arc<AtomicUsize>, stop: Arc<AtomicBool>) {
+async fn writer(
+    c: usize,
+    endpoints: Vec<SocketAddr>,
+    t0: Instant,
+    log: Arc<Mutex<Vec<WriteRec>>>,
+    acked: Arc<AtomicUsize>,
+    stop: Arc<AtomicBool>,
+) {
     let client = Client::connect(&endpoints, opts()).await.unwrap();
     let mut table = client.table(TABLE).await.unwrap();
     for i in 0..MAX_WRITES {
@@ -123,7 +130,13 @@ async fn reader(endpoints: Vec<SocketAddr>, t0: Instant, stop: Arc<AtomicBool>) 
                 Ok(r) => r,
                 Err(e) => panic!("read of {} at {start:?}: {e}", key_name(key)),
             };
-            reads.push(ReadRec { key, value: r.value, index: r.update_index, start, end: t0.elapsed() });
+            reads.push(ReadRec {
+                key,
+                value: r.value,
+                index: r.update_index,
+                start,
+                end: t0.elapsed(),
+            });
         }
     }
     reads
@@ -135,7 +148,11 @@ async fn reader(endpoints: Vec<SocketAddr>, t0: Instant, stop: Arc<AtomicBool>) 
 /// read before the write started.
 fn check_read(by_value: &HashMap<&str, &WriteRec>, r: &ReadRec) -> Result<(), String> {
     let Some(v) = &r.value else {
-        return if r.index == LogIndex::ZERO { Ok(()) } else { Err(format!("{} read as absent at {}, never deleted: {r:?}", key_name(r.key), r.index)) };
+        return if r.index == LogIndex::ZERO {
+            Ok(())
+        } else {
+            Err(format!("{} read as absent at {}, never deleted: {r:?}", key_name(r.key), r.index))
+        };
     };
     let v = std::str::from_utf8(v).map_err(|_| format!("not a written value: {r:?}"))?;
     let w = by_value.get(v).ok_or_else(|| format!("read a value no write acknowledged: {r:?}"))?;
@@ -143,7 +160,10 @@ fn check_read(by_value: &HashMap<&str, &WriteRec>, r: &ReadRec) -> Result<(), St
         return Err(format!("value of another key: {r:?} {w:?}"));
     }
     if r.index != w.index {
-        return Err(format!("{v} read at {} but its write was acknowledged at {}: executed twice: {r:?} {w:?}", r.index, w.index));
+        return Err(format!(
+            "{v} read at {} but its write was acknowledged at {}: executed twice: {r:?} {w:?}",
+            r.index, w.index
+        ));
     }
     if w.start >= r.end {
         return Err(format!("read a write from the future: {r:?} {w:?}"));
@@ -159,8 +179,18 @@ async fn check_final_state(endpoints: &[SocketAddr], per_key: &[Vec<&WriteRec>])
     for (k, ws) in per_key.iter().enumerate() {
         let last = ws.iter().max_by_key(|w| w.index).unwrap();
         let r = table.get(key_name(k)).await.unwrap();
-        assert_eq!(r.value.as_deref(), Some(last.value.as_bytes()), "final value of {}: {r:?}, expected {last:?}", key_name(k));
-        assert_eq!(r.update_index, last.index, "final index of {}: {r:?}, expected {last:?}", key_name(k));
+        assert_eq!(
+            r.value.as_deref(),
+            Some(last.value.as_bytes()),
+            "final value of {}: {r:?}, expected {last:?}",
+            key_name(k)
+        );
+        assert_eq!(
+            r.update_index,
+            last.index,
+            "final index of {}: {r:?}, expected {last:?}",
+            key_name(k)
+        );
     }
 }
 
@@ -194,12 +224,18 @@ fn leader_of(views: &[Option<ShardStatus>]) -> Option<(usize, u32)> {
     let (i, epoch) = views
         .iter()
         .enumerate()
-        .filter_map(|(i, v)| v.as_ref().filter(|s| s.role == ShardRole::Leader).map(|s| (i, s.epoch)))
+        .filter_map(|(i, v)| {
+            v.as_ref().filter(|s| s.role == ShardRole::Leader).map(|s| (i, s.epoch))
+        })
         .max_by_key(|&(_, e)| e)?;
     let followers = views
         .iter()
         .enumerate()
-        .filter(|&(j, v)| j != i && v.as_ref().is_some_and(|s| s.leader == Some(NodeId(i as u32)) && s.epoch == epoch))
+        .filter(|&(j, v)| {
+            j != i
+                && v.as_ref()
+                    .is_some_and(|s| s.leader == Some(NodeId(i as u32)) && s.epoch == epoch)
+        })
         .count();
     (followers >= 1).then_some((i, epoch))
 }
@@ -212,7 +248,10 @@ async fn wait_leader(endpoints: &[SocketAddr], at_least: u32, within: Duration) 
         if let Some((i, e)) = leader_of(&vs).filter(|&(_, e)| e >= at_least) {
             return (i, e);
         }
-        assert!(Instant::now() < deadline, "no leader of epoch {at_least} or later within {within:?}: {vs:#?}");
+        assert!(
+            Instant::now() < deadline,
+            "no leader of epoch {at_least} or later within {within:?}: {vs:#?}"
+        );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
@@ -220,10 +259,16 @@ async fn wait_leader(endpoints: &[SocketAddr], at_least: u32, within: Duration) 
 /// Starts node `i` again as `strata up` started it (same id, addresses, data directory, cluster
 /// id, peers), from `cluster.json`; its output is appended to its log.
 fn restart_node(data_dir: &std::path::Path, i: usize) -> Child {
-    let file: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(data_dir.join("cluster.json")).unwrap()).unwrap();
+    let file: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(data_dir.join("cluster.json")).unwrap())
+            .unwrap();
     let nodes = file["nodes"].as_array().unwrap();
     let me = nodes.iter().find(|n| n["id"].as_u64() == Some(i as u64)).unwrap();
-    let log = std::fs::OpenOptions::new().create(true).append(true).open(me["log"].as_str().unwrap()).unwrap();
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(me["log"].as_str().unwrap())
+        .unwrap();
     let mut cmd = Command::new(STRATA);
     cmd.arg("node")
         .args(["--node-id", &i.to_string()])
@@ -267,7 +312,11 @@ struct Kill {
 async fn wait_acked(acked: &AtomicUsize, n: usize, within: Duration) {
     let deadline = Instant::now() + within;
     while acked.load(Ordering::Relaxed) < n {
-        assert!(Instant::now() < deadline, "no progress: {} of {n} writes acknowledged", acked.load(Ordering::Relaxed));
+        assert!(
+            Instant::now() < deadline,
+            "no progress: {} of {n} writes acknowledged",
+            acked.load(Ordering::Relaxed)
+        );
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
 }
@@ -280,7 +329,10 @@ async fn wait_applied(endpoints: &[SocketAddr], index: LogIndex, within: Duratio
         if vs.iter().all(|v| v.as_ref().is_some_and(|s| s.applied_index >= index)) {
             return;
         }
-        assert!(Instant::now() < deadline, "replicas did not apply {index} within {within:?}: {vs:?}");
+        assert!(
+            Instant::now() < deadline,
+            "replicas did not apply {index} within {within:?}: {vs:?}"
+        );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
@@ -341,8 +393,20 @@ async fn log_table_writes_end_exactly_once_when_the_leader_is_killed_and_restart
             assert!(Instant::now() < deadline, "restarted node n{victim} does not listen");
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
-        let kill = Kill { node: victim, epoch: e, at, new_leader, new_epoch, failed_over, restarted: t0.elapsed() };
-        eprintln!("[{:?}] {kill:?}, {} writes acknowledged", t0.elapsed(), acked.load(Ordering::Relaxed));
+        let kill = Kill {
+            node: victim,
+            epoch: e,
+            at,
+            new_leader,
+            new_epoch,
+            failed_over,
+            restarted: t0.elapsed(),
+        };
+        eprintln!(
+            "[{:?}] {kill:?}, {} writes acknowledged",
+            t0.elapsed(),
+            acked.load(Ordering::Relaxed)
+        );
         // The restarted node catches up with what was acknowledged so far.
         let so_far = log.lock().unwrap().iter().map(|w| w.index).max().unwrap_or(LogIndex::ZERO);
         wait_applied(&endpoints, so_far, Duration::from_secs(15)).await;
@@ -363,7 +427,11 @@ async fn log_table_writes_end_exactly_once_when_the_leader_is_killed_and_restart
     let reads = reads.await.unwrap();
     let writes = log.lock().unwrap().clone();
     let dropped: u64 = proxies.iter().map(|p| p.dropped.load(Ordering::Relaxed)).sum();
-    eprintln!("[{writes_done:?}] {} writes acknowledged, {} reads, {dropped} replies lost by the proxies", writes.len(), reads.len());
+    eprintln!(
+        "[{writes_done:?}] {} writes acknowledged, {} reads, {dropped} replies lost by the proxies",
+        writes.len(),
+        reads.len()
+    );
 
     // R-G3 / inv. 3, 16: every write was acknowledged, none surfaced an error (the writers panic
     // otherwise).
@@ -376,14 +444,23 @@ async fn log_table_writes_end_exactly_once_when_the_leader_is_killed_and_restart
     let mut seen_index = HashSet::new();
     for w in &writes {
         assert!(by_value.insert(&w.value, w).is_none(), "{} acknowledged twice", w.value);
-        assert!(seen_index.insert(w.index), "two writes acknowledged with index {}: {w:?}", w.index);
+        assert!(
+            seen_index.insert(w.index),
+            "two writes acknowledged with index {}: {w:?}",
+            w.index
+        );
         assert!(w.index > LogIndex::ZERO, "{w:?}");
     }
     for c in 0..WRITERS {
         let mut mine: Vec<&WriteRec> = writes.iter().filter(|w| w.client == c).collect();
         mine.sort_by_key(|w| w.i);
         for pair in mine.windows(2) {
-            assert!(pair[0].index < pair[1].index, "client {c}: a later write got a smaller index: {:?} then {:?}", pair[0], pair[1]);
+            assert!(
+                pair[0].index < pair[1].index,
+                "client {c}: a later write got a smaller index: {:?} then {:?}",
+                pair[0],
+                pair[1]
+            );
         }
     }
     // Real time: a write started after another was acknowledged has a larger index.
@@ -397,7 +474,10 @@ async fn log_table_writes_end_exactly_once_when_the_leader_is_killed_and_restart
             max_done = max_done.max(by_end[j].index);
             j += 1;
         }
-        assert!(w.index > max_done, "{w:?} started after a write at {max_done} was acknowledged but got a smaller index");
+        assert!(
+            w.index > max_done,
+            "{w:?} started after a write at {max_done} was acknowledged but got a smaller index"
+        );
     }
 
     // Reads (inv. 1, 2, 4): every value read is an acknowledged write's, at the index its
@@ -415,10 +495,24 @@ async fn log_table_writes_end_exactly_once_when_the_leader_is_killed_and_restart
             panic!("{e}");
         }
         nonempty_reads += usize::from(r.value.is_some());
-        assert!(r.index >= last_read[r.key], "reads of {} went back from {} to {}: {r:?}", key_name(r.key), last_read[r.key], r.index);
+        assert!(
+            r.index >= last_read[r.key],
+            "reads of {} went back from {} to {}: {r:?}",
+            key_name(r.key),
+            last_read[r.key],
+            r.index
+        );
         last_read[r.key] = r.index;
-        let floor = per_key[r.key].iter().take_while(|w| w.end < r.start).map(|w| w.index).max().unwrap_or(LogIndex::ZERO);
-        assert!(r.index >= floor, "{r:?} missed a write acknowledged at {floor} before it started: lost");
+        let floor = per_key[r.key]
+            .iter()
+            .take_while(|w| w.end < r.start)
+            .map(|w| w.index)
+            .max()
+            .unwrap_or(LogIndex::ZERO);
+        assert!(
+            r.index >= floor,
+            "{r:?} missed a write acknowledged at {floor} before it started: lost"
+        );
     }
     assert!(nonempty_reads >= 100, "the reader saw only {nonempty_reads} written values");
 
@@ -435,10 +529,13 @@ async fn log_table_writes_end_exactly_once_when_the_leader_is_killed_and_restart
     let mut deduplicated = 0;
     for k in &kills {
         assert!(k.new_epoch > k.epoch, "{k:?}");
-        let in_flight: Vec<&WriteRec> = writes.iter().filter(|w| w.start < k.at && w.end > k.at).collect();
+        let in_flight: Vec<&WriteRec> =
+            writes.iter().filter(|w| w.start < k.at && w.end > k.at).collect();
         assert!(!in_flight.is_empty(), "no write was in flight when n{} was killed: {k:?}", k.node);
-        let answered_from_record =
-            in_flight.iter().filter(|w| w.end >= k.at + Duration::from_millis(100) && w.index.epoch <= k.epoch).count();
+        let answered_from_record = in_flight
+            .iter()
+            .filter(|w| w.end >= k.at + Duration::from_millis(100) && w.index.epoch <= k.epoch)
+            .count();
         let slowest = in_flight.iter().map(|w| w.end - w.start).max().unwrap();
         eprintln!(
             "kill of n{} (leader of epoch {}) at {:?}: {} writes in flight (slowest took {slowest:?}), {answered_from_record} answered after the fail-over from a record of epoch {}; new leader n{} of epoch {} seen at {:?}, n{} restarted at {:?}",
@@ -456,7 +553,10 @@ async fn log_table_writes_end_exactly_once_when_the_leader_is_killed_and_restart
         deduplicated += answered_from_record;
     }
     assert!(dropped >= 5, "the proxies lost only {dropped} replies");
-    eprintln!("{deduplicated} in-flight writes answered from the dead leader's log; total {:?}", t0.elapsed());
+    eprintln!(
+        "{deduplicated} in-flight writes answered from the dead leader's log; total {:?}",
+        t0.elapsed()
+    );
     assert!(deduplicated >= 1, "no write in flight at a kill was answered from the dead leader's log: the retries were not tested");
 
     // Another replica's state: kill the leader once more (no write is running); the next leader,

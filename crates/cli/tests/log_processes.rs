@@ -24,10 +24,7 @@ impl Nodes {
     }
 
     fn endpoints(&self) -> String {
-        (0..3)
-            .map(|i| self.client(i).to_string())
-            .collect::<Vec<_>>()
-            .join(",")
+        (0..3).map(|i| self.client(i).to_string()).collect::<Vec<_>>().join(",")
     }
 
     fn start(&mut self, i: u16) {
@@ -45,11 +42,7 @@ impl Nodes {
         for j in (0..3).filter(|&j| j != i) {
             cmd.args(["--peer", &format!("{j}=127.0.0.1:{}", self.base + 100 + j)]);
         }
-        let child = cmd
-            .stdout(Stdio::null())
-            .stderr(Stdio::from(log))
-            .spawn()
-            .unwrap();
+        let child = cmd.stdout(Stdio::null()).stderr(Stdio::from(log)).spawn().unwrap();
         self.children[i as usize] = Some(child);
         let addr = self.client(i);
         eventually("the node to listen", Duration::from_secs(10), || {
@@ -100,11 +93,8 @@ fn ok(out: &Output) -> String {
 
 #[test]
 fn log_tables_through_the_cli_survive_sigkill_of_every_node() {
-    let mut nodes = Nodes {
-        dir: temp_dir("log"),
-        base: free_base_port(3),
-        children: vec![None, None, None],
-    };
+    let mut nodes =
+        Nodes { dir: temp_dir("log"), base: free_base_port(3), children: vec![None, None, None] };
     for i in 0..3 {
         nodes.start(i);
     }
@@ -121,39 +111,13 @@ fn log_tables_through_the_cli_survive_sigkill_of_every_node() {
     assert_eq!(out.status.code(), Some(2), "--immediate needs --table");
 
     // A sync table with leader reads, and a default (cad, active-set) one.
-    let created = ok(&nodes.strata(&[
-        "table",
-        "create",
-        "t",
-        "--durability",
-        "sync",
-        "--reads",
-        "leader",
-    ]));
+    let created =
+        ok(&nodes.strata(&["table", "create", "t", "--durability", "sync", "--reads", "leader"]));
     assert_eq!(created.matches(": created").count(), 3, "{created}");
-    let again = ok(&nodes.strata(&[
-        "table",
-        "create",
-        "t",
-        "--durability",
-        "sync",
-        "--reads",
-        "leader",
-    ]));
-    assert_eq!(
-        again.matches("already exists").count(),
-        3,
-        "idempotent: {again}"
-    );
-    let out = nodes.strata(&[
-        "table",
-        "create",
-        "t",
-        "--durability",
-        "cad",
-        "--shards",
-        "2",
-    ]);
+    let again =
+        ok(&nodes.strata(&["table", "create", "t", "--durability", "sync", "--reads", "leader"]));
+    assert_eq!(again.matches("already exists").count(), 3, "idempotent: {again}");
+    let out = nodes.strata(&["table", "create", "t", "--durability", "cad", "--shards", "2"]);
     assert_eq!(out.status.code(), Some(1), "a conflicting definition fails");
     assert!(
         text(&out.stderr).contains("failed on:")
@@ -162,13 +126,11 @@ fn log_tables_through_the_cli_survive_sigkill_of_every_node() {
     ok(&nodes.strata(&["table", "create", "c"]));
     let list = ok(&nodes.strata(&["table", "list"]));
     assert!(
-        list.lines()
-            .any(|l| l.starts_with('t') && l.contains("sync") && l.contains("leader")),
+        list.lines().any(|l| l.starts_with('t') && l.contains("sync") && l.contains("leader")),
         "{list}"
     );
     assert!(
-        list.lines()
-            .any(|l| l.starts_with('c') && l.contains("cad") && l.contains("active-set")),
+        list.lines().any(|l| l.starts_with('c') && l.contains("cad") && l.contains("active-set")),
         "{list}"
     );
 
@@ -183,29 +145,13 @@ fn log_tables_through_the_cli_survive_sigkill_of_every_node() {
         Some(3),
         "deleted: not found"
     );
-    let out = nodes.strata(&[
-        "put",
-        "--table",
-        "c",
-        "--immediate",
-        "--show-version",
-        "ck",
-        "cv",
-    ]);
-    assert!(
-        text(&out.stderr).starts_with("index ("),
-        "{}",
-        text(&out.stderr)
-    );
+    let out = nodes.strata(&["put", "--table", "c", "--immediate", "--show-version", "ck", "cv"]);
+    assert!(text(&out.stderr).starts_with("index ("), "{}", text(&out.stderr));
     ok(&out);
     assert_eq!(ok(&nodes.strata(&["get", "--table", "c", "ck"])), "cv\n");
     let out = nodes.strata(&["get", "--table", "nope", "k"]);
     assert_eq!(out.status.code(), Some(1));
-    assert!(
-        text(&out.stderr).contains("no table named"),
-        "{}",
-        text(&out.stderr)
-    );
+    assert!(text(&out.stderr).contains("no table named"), "{}", text(&out.stderr));
 
     // Status shows every shard replica: one leader per table, its DI and active set.
     let status: serde_json::Value =
@@ -216,22 +162,24 @@ fn log_tables_through_the_cli_survive_sigkill_of_every_node() {
         .iter()
         .flat_map(|n| n["shards"].as_array().unwrap().iter())
         .collect();
-    assert_eq!(shards.len(), 9, "two tables of one shard on three nodes, and the lease service's __leases");
-    assert_eq!(shards.iter().filter(|s| s["table"] == "__leases" && s["role"] == "leader").count(), 1, "one lease service");
+    assert_eq!(
+        shards.len(),
+        9,
+        "two tables of one shard on three nodes, and the lease service's __leases"
+    );
+    assert_eq!(
+        shards.iter().filter(|s| s["table"] == "__leases" && s["role"] == "leader").count(),
+        1,
+        "one lease service"
+    );
     let c_leader = shards
         .iter()
         .find(|s| s["table"] == "c" && s["role"] == "leader")
         .expect("table c has a leader");
-    assert!(
-        c_leader["active_set"].as_array().unwrap().len() >= 2,
-        "{c_leader}"
-    );
+    assert!(c_leader["active_set"].as_array().unwrap().len() >= 2, "{c_leader}");
     assert_ne!(c_leader["durable_index"], "(0,0)", "{c_leader}");
     let text_status = ok(&nodes.strata(&["status"]));
-    assert!(
-        text_status.contains("active_set") && text_status.contains("leader"),
-        "{text_status}"
-    );
+    assert!(text_status.contains("active_set") && text_status.contains("leader"), "{text_status}");
     // Every replica counts the reads it served and, of those, the reads that waited for
     // MakeDurable (§5.5.1): the sync table's leader served the gets above.
     let t_leader = shards
@@ -257,10 +205,7 @@ fn log_tables_through_the_cli_survive_sigkill_of_every_node() {
     ok(&nodes.strata(&["put", "--table", "t", "k", "v2"]));
     assert_eq!(ok(&nodes.strata(&["get", "--table", "t", "k"])), "v2\n");
     let list = ok(&nodes.strata(&["table", "list"]));
-    assert!(
-        list.lines().any(|l| l.starts_with('g') && l.contains("geo")),
-        "{list}"
-    );
+    assert!(list.lines().any(|l| l.starts_with('g') && l.contains("geo")), "{list}");
     ok(&nodes.strata(&["put", "--table", "g", "gk", "gv"]));
     assert_eq!(ok(&nodes.strata(&["get", "--table", "g", "gk"])), "gv\n");
 }

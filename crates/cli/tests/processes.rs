@@ -22,17 +22,27 @@ fn key(i: usize) -> String {
 
 async fn session_at(addr: std::net::SocketAddr) -> Session {
     // A session bound to a dead node gives up re-sending after a second (its only endpoint).
-    let opts = ClientOptions { request_timeout: Some(Duration::from_secs(30)), retry_for: Duration::from_secs(1), ..ClientOptions::default() };
+    let opts = ClientOptions {
+        request_timeout: Some(Duration::from_secs(30)),
+        retry_for: Duration::from_secs(1),
+        ..ClientOptions::default()
+    };
     // The session keeps the connection open after the client handle is dropped.
     Client::connect_node(addr, opts).await.unwrap().open_session().await.unwrap()
 }
 
 /// Runs `n` operations (3 writes for every read) on a session and returns the highest version
 /// it wrote per key. Every operation must finish within `LIVE_NODE_OP_BOUND`.
-async fn churn(s: &mut Session, tag: &str, n: usize, written: &mut HashMap<String, Carstamp>) -> usize {
+async fn churn(
+    s: &mut Session,
+    tag: &str,
+    n: usize,
+    written: &mut HashMap<String, Carstamp>,
+) -> usize {
     for i in 0..n {
         let k = key((i * 7 + tag.len()) % KEYS);
-        let op = if i % 4 == 3 { Op::get(k.clone()) } else { Op::put(k.clone(), format!("{tag}-{i}")) };
+        let op =
+            if i % 4 == 3 { Op::get(k.clone()) } else { Op::put(k.clone(), format!("{tag}-{i}")) };
         let start = Instant::now();
         let r = s.call(op).await.unwrap_or_else(|e| panic!("{tag}: op {i} failed: {e}"));
         assert!(start.elapsed() < LIVE_NODE_OP_BOUND, "{tag}: op {i} took {:?}", start.elapsed());
@@ -64,7 +74,10 @@ async fn relaxed_ops_survive_sigkill_and_sigstop_and_live_replicas_converge() {
     let n2 = Client::connect_node(up.endpoints[2], ClientOptions::default()).await.unwrap();
     let start = Instant::now();
     while n2.status().await.unwrap().pending_writes > 0 {
-        assert!(start.elapsed() < Duration::from_secs(10), "node 2's writes were never acknowledged by all");
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "node 2's writes were never acknowledged by all"
+        );
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
     drop(n2);
@@ -91,7 +104,10 @@ async fn relaxed_ops_survive_sigkill_and_sigstop_and_live_replicas_converge() {
     }
     s0.put("written-during-pause", "fresh").await.unwrap();
     unsafe { libc::kill(up.pids[1], libc::SIGCONT) };
-    assert!(during_pause >= 10, "node 0 must keep serving while node 1 is paused (did {during_pause} ops)");
+    assert!(
+        during_pause >= 10,
+        "node 0 must keep serving while node 1 is paused (did {during_pause} ops)"
+    );
 
     // The request queued at the paused node completes after SIGCONT, in session order.
     match s1.wait(queued_at_paused).await.unwrap() {
@@ -151,12 +167,16 @@ async fn producer_consumer_has_no_violation_through_a_400ms_sigstop() {
             loop {
                 let finished = done.load(std::sync::atomic::Ordering::SeqCst);
                 let flag = s.acquire("flag").await.unwrap();
-                let round: u64 = flag.value.map_or(0, |v| String::from_utf8_lossy(&v).parse().unwrap());
+                let round: u64 =
+                    flag.value.map_or(0, |v| String::from_utf8_lossy(&v).parse().unwrap());
                 for f in 0..FIELDS {
                     let v = s.get(format!("field{f}")).await.unwrap();
-                    let seen: u64 = v.value.map_or(0, |v| String::from_utf8_lossy(&v).parse().unwrap());
+                    let seen: u64 =
+                        v.value.map_or(0, |v| String::from_utf8_lossy(&v).parse().unwrap());
                     if seen < round {
-                        violations.push(format!("consumer {c}: flag round {round}, field{f} round {seen}"));
+                        violations.push(format!(
+                            "consumer {c}: flag round {round}, field{f} round {seen}"
+                        ));
                     }
                 }
                 checks += 1;
@@ -191,8 +211,16 @@ async fn producer_consumer_has_no_violation_through_a_400ms_sigstop() {
     }
     done.store(true, std::sync::atomic::Ordering::SeqCst);
     for (c, t) in tasks.into_iter().enumerate() {
-        let (checks, violations) = tokio::time::timeout(Duration::from_secs(60), t).await.expect("consumer finished").unwrap();
-        assert!(violations.is_empty(), "{} violations, first: {:?}", violations.len(), &violations[..violations.len().min(5)]);
+        let (checks, violations) = tokio::time::timeout(Duration::from_secs(60), t)
+            .await
+            .expect("consumer finished")
+            .unwrap();
+        assert!(
+            violations.is_empty(),
+            "{} violations, first: {:?}",
+            violations.len(),
+            &violations[..violations.len().min(5)]
+        );
         assert!(checks > 0, "consumer {c} checked nothing");
     }
     assert!(released_while_paused > 0, "the producer must keep releasing while node 2 sleeps");

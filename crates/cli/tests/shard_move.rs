@@ -46,7 +46,9 @@ async fn leader_of(endpoints: &[SocketAddr], name: &str) -> NodeId {
     loop {
         let mut votes: BTreeMap<u32, usize> = BTreeMap::new();
         for &addr in endpoints {
-            let Ok(c) = Client::connect_node(addr, opts(Duration::from_secs(2))).await else { continue };
+            let Ok(c) = Client::connect_node(addr, opts(Duration::from_secs(2))).await else {
+                continue;
+            };
             let Ok(s) = c.status().await else { continue };
             for sh in s.shards.iter().filter(|sh| sh.table == name && sh.shard == 0) {
                 if let Some(l) = sh.leader.filter(|_| sh.role != ShardRole::Candidate) {
@@ -57,20 +59,31 @@ async fn leader_of(endpoints: &[SocketAddr], name: &str) -> NodeId {
         if let Some((&l, _)) = votes.iter().find(|(_, &n)| n * 2 > endpoints.len()) {
             return NodeId(l);
         }
-        assert!(Instant::now() < deadline, "no leader of {name} agreed on by a majority: {votes:?}");
+        assert!(
+            Instant::now() < deadline,
+            "no leader of {name} agreed on by a majority: {votes:?}"
+        );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
 
 /// A writer of its own keys `{name}:{i}` through lossy proxies, until told to stop; returns
 /// every acknowledged write `(key, value, index)`.
-async fn writer(endpoints: Vec<SocketAddr>, table_name: String, name: String, stop: Arc<AtomicBool>) -> Vec<(String, String, LogIndex)> {
+async fn writer(
+    endpoints: Vec<SocketAddr>,
+    table_name: String,
+    name: String,
+    stop: Arc<AtomicBool>,
+) -> Vec<(String, String, LogIndex)> {
     let mut t = table(&endpoints, &table_name, Duration::from_secs(60)).await;
     let mut acked = Vec::new();
     let mut i = 0;
     while !stop.load(Ordering::Relaxed) {
         let (key, value) = (format!("{name}:{i}"), format!("{name}-value-{i}"));
-        let index = t.put(key.clone(), value.clone()).await.unwrap_or_else(|e| panic!("{name}'s write {i} failed: {e}"));
+        let index = t
+            .put(key.clone(), value.clone())
+            .await
+            .unwrap_or_else(|e| panic!("{name}'s write {i} failed: {e}"));
         acked.push((key, value, index));
         i += 1;
     }
@@ -119,7 +132,14 @@ async fn put_retried_across_a_move(up: &Up, table_name: &str, lose_records: bool
     let lossy_addrs: Vec<SocketAddr> = lossy.iter().map(|p| p.addr).collect();
     let stop = Arc::new(AtomicBool::new(false));
     let writers: Vec<_> = (0..2)
-        .map(|w| tokio::spawn(writer(lossy_addrs.clone(), table_name.to_string(), format!("w{w}"), stop.clone())))
+        .map(|w| {
+            tokio::spawn(writer(
+                lossy_addrs.clone(),
+                table_name.to_string(),
+                format!("w{w}"),
+                stop.clone(),
+            ))
+        })
         .collect();
 
     // `put k v1` executes; its replies (and those of its retries) are lost.
@@ -142,10 +162,14 @@ async fn put_retried_across_a_move(up: &Up, table_name: &str, lose_records: bool
 
     // Move the shard to the nodes other than its leader.
     let leader = leader_of(&up.endpoints, table_name).await;
-    let to: Vec<NodeId> = (0..up.endpoints.len() as u32).map(NodeId).filter(|&n| n != leader).collect();
+    let to: Vec<NodeId> =
+        (0..up.endpoints.len() as u32).map(NodeId).filter(|&n| n != leader).collect();
     if lose_records {
         let admin = Client::connect(&up.endpoints, opts(Duration::from_secs(30))).await.unwrap();
-        admin.move_shard_planted(table_name, 0, to.clone(), Some(MovePlant::LoseRecords)).await.unwrap();
+        admin
+            .move_shard_planted(table_name, 0, to.clone(), Some(MovePlant::LoseRecords))
+            .await
+            .unwrap();
     } else {
         let list: Vec<String> = to.iter().map(|n| n.0.to_string()).collect();
         let out = up.strata(&["shard", "move", table_name, "0", "--to", &list.join(",")]);
@@ -153,8 +177,17 @@ async fn put_retried_across_a_move(up: &Up, table_name: &str, lose_records: bool
         assert!(stdout(&out).contains("moved to nodes"), "{}", stdout(&out));
     }
     // The old leader holds no replica of the shard any more.
-    let status = Client::connect_node(up.endpoints[leader.0 as usize], opts(Duration::from_secs(5))).await.unwrap().status().await.unwrap();
-    assert!(!status.shards.iter().any(|s| s.table == table_name), "the old leader still hosts the shard");
+    let status =
+        Client::connect_node(up.endpoints[leader.0 as usize], opts(Duration::from_secs(5)))
+            .await
+            .unwrap()
+            .status()
+            .await
+            .unwrap();
+    assert!(
+        !status.shards.iter().any(|s| s.table == table_name),
+        "the old leader still hosts the shard"
+    );
 
     // The retry now reaches the new group.
     for p in &proxies {
@@ -201,9 +234,16 @@ async fn a_write_retried_after_a_shard_move_is_answered_from_its_moved_record() 
     );
     // Only the new group exists now, and its indexes are above the old group's: the answer
     // was the old group's record, found in the new group.
-    assert!(o.after_move.epoch > o.v2_index.epoch, "the new group numbers its entries above the old group's");
+    assert!(
+        o.after_move.epoch > o.v2_index.epoch,
+        "the new group numbers its entries above the old group's"
+    );
     // Background writes across the move: all acknowledged, all present at their index.
-    assert!(o.background.len() >= 10, "the writers made progress across the move: {}", o.background.len());
+    assert!(
+        o.background.len() >= 10,
+        "the writers made progress across the move: {}",
+        o.background.len()
+    );
     let mut reader = table(&up.endpoints, "moving", Duration::from_secs(30)).await;
     let mut before = 0;
     for (key, value, index) in &o.background {
@@ -215,13 +255,22 @@ async fn a_write_retried_after_a_shard_move_is_answered_from_its_moved_record() 
         );
         before += usize::from(index.epoch <= o.v1_index.epoch);
     }
-    assert!(before >= 1 && before < o.background.len(), "writes acknowledged on both sides of the move ({before} of {} before)", o.background.len());
+    assert!(
+        before >= 1 && before < o.background.len(),
+        "writes acknowledged on both sides of the move ({before} of {} before)",
+        o.background.len()
+    );
 
     // The command: running the move again only re-announces it; bad targets are refused
     // before anything freezes; a system table does not move.
     let here: Vec<String> = o.moved_to.iter().map(|n| n.0.to_string()).collect();
     let again = up.strata(&["shard", "move", "moving", "0", "--to", &here.join(",")]);
-    assert!(again.status.success() && stdout(&again).contains("already on nodes"), "{}{}", stdout(&again), stderr(&again));
+    assert!(
+        again.status.success() && stdout(&again).contains("already on nodes"),
+        "{}{}",
+        stdout(&again),
+        stderr(&again)
+    );
     for (args, expect) in [
         (vec!["shard", "move", "moving", "0", "--to", "1,9"], "not a node of this cluster"),
         (vec!["shard", "move", "moving", "3", "--to", "1"], "shards 0 to 0"),
@@ -229,7 +278,12 @@ async fn a_write_retried_after_a_shard_move_is_answered_from_its_moved_record() 
         (vec!["shard", "move", "__leases", "0", "--to", "1"], "system table"),
     ] {
         let out = up.strata(&args);
-        assert!(!out.status.success() && stderr(&out).contains(expect), "{args:?}: {}{}", stdout(&out), stderr(&out));
+        assert!(
+            !out.status.success() && stderr(&out).contains(expect),
+            "{args:?}: {}{}",
+            stdout(&out),
+            stderr(&out)
+        );
     }
     let r = reader.get(KEY).await.unwrap();
     assert_eq!(r.value.as_deref(), Some(b"v2".as_slice()), "refused moves change nothing");
@@ -240,11 +294,19 @@ async fn a_write_retried_after_a_shard_move_is_answered_from_its_moved_record() 
     up.crash_and_restart();
     let mut reader = table(&up.endpoints, "moving", Duration::from_secs(30)).await;
     let r = reader.get(KEY).await.unwrap();
-    assert_eq!((r.value.as_deref(), r.update_index), (Some(b"v2".as_slice()), o.v2_index), "k after the restart");
+    assert_eq!(
+        (r.value.as_deref(), r.update_index),
+        (Some(b"v2".as_slice()), o.v2_index),
+        "k after the restart"
+    );
     assert_ne!(r.served_by, o.old_leader, "the old leader holds no replica any more");
     for (key, value, index) in &o.background {
         let r = reader.get(key.clone()).await.unwrap();
-        assert_eq!((r.value.as_deref(), r.update_index), (Some(value.as_bytes()), *index), "{key} after the restart");
+        assert_eq!(
+            (r.value.as_deref(), r.update_index),
+            (Some(value.as_bytes()), *index),
+            "{key} after the restart"
+        );
     }
 }
 
@@ -254,7 +316,10 @@ async fn a_write_retried_after_a_shard_move_is_answered_from_its_moved_record() 
 async fn canary_a_move_that_loses_the_records_executes_the_retry_twice() {
     let up = Up::start(4);
     let o = put_retried_across_a_move(&up, "canary", true).await;
-    assert_ne!(o.retry_answer, o.v1_index, "without its record the retry should have executed again");
+    assert_ne!(
+        o.retry_answer, o.v1_index,
+        "without its record the retry should have executed again"
+    );
     assert!(o.retry_answer > o.v2_index, "the second execution comes after v2, in the new group");
     assert_eq!(o.final_value.as_deref(), Some("v1"), "the double execution put v1 back over v2");
 }
@@ -270,7 +335,17 @@ async fn canary_a_move_that_loses_the_records_executes_the_retry_twice() {
 async fn an_interrupted_move_is_finished_by_running_it_again() {
     let up = Up::start(4);
     // Reads at any node (no active set), so the caught-up replica can be read directly.
-    let out = up.strata(&["table", "create", "resumed", "--shards", "1", "--durability", "async", "--reads", "any"]);
+    let out = up.strata(&[
+        "table",
+        "create",
+        "resumed",
+        "--shards",
+        "1",
+        "--durability",
+        "async",
+        "--reads",
+        "any",
+    ]);
     assert!(out.status.success(), "{}", stderr(&out));
     let mut t = table(&up.endpoints, "resumed", Duration::from_secs(30)).await;
     let mut written = Vec::new();
@@ -283,13 +358,20 @@ async fn an_interrupted_move_is_finished_by_running_it_again() {
     unsafe { libc::kill(up.pids[0], libc::SIGSTOP) };
     let refused = up.strata(&["shard", "move", "resumed", "0", "--to", "1,2,3", "--timeout", "2"]);
     unsafe { libc::kill(up.pids[0], libc::SIGCONT) };
-    assert!(!refused.status.success() && stderr(&refused).contains("needs every node up"), "{}", stderr(&refused));
+    assert!(
+        !refused.status.success() && stderr(&refused).contains("needs every node up"),
+        "{}",
+        stderr(&refused)
+    );
     let (k, v) = ("after-refusal".to_string(), "still writable".to_string());
     written.push((k.clone(), v.clone(), t.put(k, v).await.expect("the shard was not frozen")));
 
     let to = vec![NodeId(1), NodeId(2), NodeId(3)];
     let admin = Client::connect(&up.endpoints, opts(Duration::from_secs(30))).await.unwrap();
-    let err = admin.move_shard_planted("resumed", 0, to.clone(), Some(MovePlant::SkipNode(NodeId(3)))).await.unwrap_err();
+    let err = admin
+        .move_shard_planted("resumed", 0, to.clone(), Some(MovePlant::SkipNode(NodeId(3))))
+        .await
+        .unwrap_err();
     assert!(err.to_string().contains("not installed at every new replica"), "{err}");
     // Between the runs: the new group (nodes 1 and 2) takes writes; node 0 still holds its
     // frozen copy.
@@ -301,13 +383,21 @@ async fn an_interrupted_move_is_finished_by_running_it_again() {
         let c = Client::connect_node(addr, opts(Duration::from_secs(5))).await.unwrap();
         c.status().await.unwrap().shards.into_iter().find(|s| s.table == "resumed")
     };
-    assert!(hosts(up.endpoints[0]).await.is_some(), "node 0 keeps its copy until every new replica has the state");
+    assert!(
+        hosts(up.endpoints[0]).await.is_some(),
+        "node 0 keeps its copy until every new replica has the state"
+    );
 
     let out = up.strata(&["shard", "move", "resumed", "0", "--to", "1,2,3"]);
     // Either a node of the new group answers "already there" (node 3 then joins from an empty
     // log), or the frozen old group, still under its leader lease, answers with the frozen
     // state again (node 3 installs it): both finish the move.
-    assert!(out.status.success() && stdout(&out).contains("nodes 1,2,3"), "{}{}", stdout(&out), stderr(&out));
+    assert!(
+        out.status.success() && stdout(&out).contains("nodes 1,2,3"),
+        "{}{}",
+        stdout(&out),
+        stderr(&out)
+    );
     let left = hosts(up.endpoints[0]).await;
     assert!(left.is_none(), "node 0 retired its copy: {left:?}; {}", stdout(&out));
     // Node 3 catches up from the group's leader and serves every write.
@@ -338,6 +428,10 @@ async fn an_interrupted_move_is_finished_by_running_it_again() {
                 }
             }
         };
-        assert_eq!((r.value.as_deref(), r.update_index, r.served_by), (Some(v.as_bytes()), *index, NodeId(3)), "{k}");
+        assert_eq!(
+            (r.value.as_deref(), r.update_index, r.served_by),
+            (Some(v.as_bytes()), *index, NodeId(3)),
+            "{k}"
+        );
     }
 }

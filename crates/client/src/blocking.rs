@@ -18,7 +18,10 @@ fn runtime() -> Result<Arc<tokio::runtime::Runtime>, ClientError> {
         .enable_all()
         .build()
         .map(Arc::new)
-        .map_err(|e| ClientError::Unreachable { tried: "-".into(), last: format!("cannot start the client runtime: {e}") })
+        .map_err(|e| ClientError::Unreachable {
+            tried: "-".into(),
+            last: format!("cannot start the client runtime: {e}"),
+        })
 }
 
 /// Blocking counterpart of [`crate::Client`].
@@ -80,7 +83,11 @@ impl Session {
     pub fn get(&mut self, key: impl Into<Bytes>) -> Result<Versioned, ClientError> {
         self.rt.block_on(self.inner.get(key))
     }
-    pub fn put(&mut self, key: impl Into<Bytes>, value: impl Into<Bytes>) -> Result<Carstamp, ClientError> {
+    pub fn put(
+        &mut self,
+        key: impl Into<Bytes>,
+        value: impl Into<Bytes>,
+    ) -> Result<Carstamp, ClientError> {
         self.rt.block_on(self.inner.put(key, value))
     }
     pub fn delete(&mut self, key: impl Into<Bytes>) -> Result<Carstamp, ClientError> {
@@ -89,13 +96,23 @@ impl Session {
     pub fn acquire(&mut self, key: impl Into<Bytes>) -> Result<Versioned, ClientError> {
         self.rt.block_on(self.inner.acquire(key))
     }
-    pub fn release(&mut self, key: impl Into<Bytes>, value: impl Into<Bytes>) -> Result<Carstamp, ClientError> {
+    pub fn release(
+        &mut self,
+        key: impl Into<Bytes>,
+        value: impl Into<Bytes>,
+    ) -> Result<Carstamp, ClientError> {
         self.rt.block_on(self.inner.release(key, value))
     }
     pub fn faa(&mut self, key: impl Into<Bytes>, delta: u64) -> Result<u64, ClientError> {
         self.rt.block_on(self.inner.faa(key, delta))
     }
-    pub fn cas(&mut self, key: impl Into<Bytes>, expected: Option<Bytes>, new: impl Into<Bytes>, weak: bool) -> Result<RmwOutcome, ClientError> {
+    pub fn cas(
+        &mut self,
+        key: impl Into<Bytes>,
+        expected: Option<Bytes>,
+        new: impl Into<Bytes>,
+        weak: bool,
+    ) -> Result<RmwOutcome, ClientError> {
         self.rt.block_on(self.inner.cas(key, expected, new, weak))
     }
     pub fn close(self) -> Result<(), ClientError> {

@@ -5,8 +5,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use strata_wire::client::{LinkFault, NodeStatus, Request, Response, TableDef};
 use strata_rifl::RequestTracker;
+use strata_wire::client::{LinkFault, NodeStatus, Request, Response, TableDef};
 use strata_wire::{ClusterId, LeaseInfo, NodeId, Rifl, RpcId, SessionId, WINDOW};
 
 use crate::conn::{Conn, ConnHandle};
@@ -111,19 +111,28 @@ impl RiflClient {
 impl Client {
     /// Connects to one of `endpoints` (any node serves every operation), trying them in turn
     /// from a starting point that differs between clients, so that clients spread over nodes.
-    pub async fn connect(endpoints: &[SocketAddr], opts: ClientOptions) -> Result<Client, ClientError> {
+    pub async fn connect(
+        endpoints: &[SocketAddr],
+        opts: ClientOptions,
+    ) -> Result<Client, ClientError> {
         if endpoints.is_empty() {
             return Err(ClientError::NoEndpoints);
         }
         static SPREAD: AtomicUsize = AtomicUsize::new(0);
-        let start = (std::process::id() as usize).wrapping_add(SPREAD.fetch_add(1, Ordering::Relaxed));
-        let client = Client { shared: Arc::new(Shared::new(endpoints.to_vec(), opts, start % endpoints.len())) };
+        let start =
+            (std::process::id() as usize).wrapping_add(SPREAD.fetch_add(1, Ordering::Relaxed));
+        let client = Client {
+            shared: Arc::new(Shared::new(endpoints.to_vec(), opts, start % endpoints.len())),
+        };
         client.shared.connection().await?;
         Ok(client)
     }
 
     /// Connects to exactly this node.
-    pub async fn connect_node(addr: SocketAddr, opts: ClientOptions) -> Result<Client, ClientError> {
+    pub async fn connect_node(
+        addr: SocketAddr,
+        opts: ClientOptions,
+    ) -> Result<Client, ClientError> {
         let client = Client { shared: Arc::new(Shared::new(vec![addr], opts, 0)) };
         client.shared.connection().await?;
         Ok(client)
@@ -164,9 +173,14 @@ impl Client {
 
     /// Admin: sets the fault layer of the connected node's outbound link to `peer` (every
     /// peer if `None`). `LinkFault::default()` clears it.
-    pub async fn set_fault(&self, peer: Option<NodeId>, fault: LinkFault) -> Result<(), ClientError> {
+    pub async fn set_fault(
+        &self,
+        peer: Option<NodeId>,
+        fault: LinkFault,
+    ) -> Result<(), ClientError> {
         let conn = self.connection().await?;
-        match conn.call(Request::SetFault { peer, fault }, self.shared.opts.request_timeout).await? {
+        match conn.call(Request::SetFault { peer, fault }, self.shared.opts.request_timeout).await?
+        {
             Response::FaultSet => Ok(()),
             other => Err(unexpected(other)),
         }

@@ -13,7 +13,9 @@ use std::time::Duration;
 
 use bytes::BytesMut;
 use strata_wire::client::{ClientRequest, ClientResponse, Request, Response};
-use strata_wire::{decode_frame, decode_message, encode_frame, ClusterId, FrameError, Limits, Rifl};
+use strata_wire::{
+    decode_frame, decode_message, encode_frame, ClusterId, FrameError, Limits, Rifl,
+};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::TcpStream;
@@ -69,17 +71,28 @@ impl FailReason {
     fn error(&self, conn: &Conn) -> ClientError {
         match self {
             FailReason::Lost => ClientError::ConnectionLost { node: conn.addr },
-            FailReason::WrongCluster(m) => ClientError::WrongCluster { expected: conn.cluster, message: m.clone() },
+            FailReason::WrongCluster(m) => {
+                ClientError::WrongCluster { expected: conn.cluster, message: m.clone() }
+            }
         }
     }
 }
 
 impl Conn {
     /// Dials `addr` and starts the reader and writer tasks on the current tokio runtime.
-    pub async fn open(addr: SocketAddr, cluster: ClusterId, connect_timeout: Duration) -> std::io::Result<Arc<ConnHandle>> {
+    pub async fn open(
+        addr: SocketAddr,
+        cluster: ClusterId,
+        connect_timeout: Duration,
+    ) -> std::io::Result<Arc<ConnHandle>> {
         let stream = tokio::time::timeout(connect_timeout, TcpStream::connect(addr))
             .await
-            .map_err(|_| std::io::Error::new(std::io::ErrorKind::TimedOut, format!("no answer within {connect_timeout:?}")))??;
+            .map_err(|_| {
+                std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    format!("no answer within {connect_timeout:?}"),
+                )
+            })??;
         stream.set_nodelay(true)?;
         let (rd, wr) = stream.into_split();
         let conn = Arc::new(Conn {
@@ -139,12 +152,21 @@ impl Conn {
     }
 
     /// One request, one response.
-    pub async fn call(&self, body: Request, timeout: Option<Duration>) -> Result<Response, ClientError> {
+    pub async fn call(
+        &self,
+        body: Request,
+        timeout: Option<Duration>,
+    ) -> Result<Response, ClientError> {
         self.call_with(None, body, timeout).await
     }
 
     /// [`ConnHandle::call`] with RIFL's envelope on the request.
-    pub async fn call_with(&self, rifl: Option<Rifl>, body: Request, timeout: Option<Duration>) -> Result<Response, ClientError> {
+    pub async fn call_with(
+        &self,
+        rifl: Option<Rifl>,
+        body: Request,
+        timeout: Option<Duration>,
+    ) -> Result<Response, ClientError> {
         let slot = self.send_with(rifl, body)?;
         await_reply(slot, timeout, self.addr).await
     }
@@ -177,7 +199,9 @@ impl Conn {
             Some(tx) => {
                 let _ = tx.send(Ok(resp.body));
             }
-            None => debug!(node = %self.addr, corr = resp.corr, "reply to no outstanding request; ignored"),
+            None => {
+                debug!(node = %self.addr, corr = resp.corr, "reply to no outstanding request; ignored")
+            }
         }
     }
 }
@@ -237,7 +261,10 @@ async fn run_reader(conn: Arc<Conn>, mut rd: OwnedReadHalf) {
                     }
                 },
                 Err(FrameError::WrongCluster { got, .. }) => {
-                    conn.fail(FailReason::WrongCluster(format!("{} answers for cluster {got}", conn.addr)));
+                    conn.fail(FailReason::WrongCluster(format!(
+                        "{} answers for cluster {got}",
+                        conn.addr
+                    )));
                     return;
                 }
                 Err(e) => {

@@ -28,7 +28,9 @@ pub enum ClientError {
     #[error("no reply within {0:?}; the request may still take effect")]
     TimedOut(Duration),
     /// The node belongs to another cluster: the endpoints point at the wrong deployment.
-    #[error("the node belongs to another cluster (this client speaks to cluster {expected}): {message}")]
+    #[error(
+        "the node belongs to another cluster (this client speaks to cluster {expected}): {message}"
+    )]
     WrongCluster { expected: ClusterId, message: String },
     /// The value exceeds the cluster's value limit: split or shrink it.
     #[error("value too large: {0}")]
@@ -87,7 +89,9 @@ impl ClientError {
             ErrorCode::WrongCluster => ClientError::WrongCluster { expected: cluster, message },
             ErrorCode::Stale => ClientError::Stale(message),
             ErrorCode::ExpiredLease => ClientError::ExpiredLease(message),
-            ErrorCode::InvalidArgument if message.contains("key") => ClientError::InvalidKey(message),
+            ErrorCode::InvalidArgument if message.contains("key") => {
+                ClientError::InvalidKey(message)
+            }
             ErrorCode::InvalidArgument => ClientError::InvalidArgument(message),
             code => ClientError::Protocol { code, message },
         }

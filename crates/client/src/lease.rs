@@ -121,16 +121,26 @@ impl LeaseKeeper {
             let i = (r.at + step) % n;
             let conn = match r.conn.as_ref().filter(|c| c.is_usable() && step == 0) {
                 Some(c) => c.clone(),
-                None => match Conn::open(self.endpoints[i], self.opts.cluster, self.opts.connect_timeout).await {
+                None => match Conn::open(
+                    self.endpoints[i],
+                    self.opts.cluster,
+                    self.opts.connect_timeout,
+                )
+                .await
+                {
                     Ok(c) => c,
                     Err(e) => {
-                        last = ClientError::Unreachable { tried: self.endpoints[i].to_string(), last: e.to_string() };
+                        last = ClientError::Unreachable {
+                            tried: self.endpoints[i].to_string(),
+                            last: e.to_string(),
+                        };
                         continue;
                     }
                 },
             };
             let sent = local_now();
-            match conn.call(Request::RenewLease { lease_id }, Some(self.opts.connect_timeout)).await {
+            match conn.call(Request::RenewLease { lease_id }, Some(self.opts.connect_timeout)).await
+            {
                 Ok(Response::Lease(grant)) if grant.alive() => {
                     let changed = self.state().on_grant(sent, grant);
                     if changed && lease_id != 0 {
@@ -140,8 +150,14 @@ impl LeaseKeeper {
                     r.at = i;
                     return Ok(());
                 }
-                Ok(Response::LogRejected(f @ (LogFailure::NotLeader { .. } | LogFailure::Unavailable))) => {
-                    last = ClientError::TableUnavailable { table: "__leases".into(), last: format!("{f:?}"), waited: Duration::ZERO };
+                Ok(Response::LogRejected(
+                    f @ (LogFailure::NotLeader { .. } | LogFailure::Unavailable),
+                )) => {
+                    last = ClientError::TableUnavailable {
+                        table: "__leases".into(),
+                        last: format!("{f:?}"),
+                        waited: Duration::ZERO,
+                    };
                 }
                 Ok(other) => last = unexpected(other),
                 Err(e) => last = e,

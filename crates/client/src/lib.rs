@@ -38,15 +38,15 @@ mod table;
 
 pub use client::{Client, ClientOptions};
 pub use error::ClientError;
-pub use shard_move::{MovePlant, MoveReport, MovedState};
 pub use session::{Op, Outcome, ReqId, RmwOutcome, Session, Versioned};
+pub use shard_move::{MovePlant, MoveReport, MovedState};
 pub use strata_wire::client::{
-    LinkFault, LogFailure, NodeStatus, PeerStatus, ShardRole, ShardStatus, TableDef, TableDurability, TableEngine, TableReads,
-    TableReplication, TableTimers,
+    LinkFault, LogFailure, NodeStatus, PeerStatus, ShardRole, ShardStatus, TableDef,
+    TableDurability, TableEngine, TableReads, TableReplication, TableTimers,
 };
 pub use strata_wire::log::{LogIndex, ShardMove};
-pub use table::{LogRead, Table, WriteOpts};
 pub use strata_wire::{Carstamp, ClusterId, NodeId, SessionId};
+pub use table::{LogRead, Table, WriteOpts};
 
 /// The README's Rust example, compiled by `cargo test` so that it cannot rot.
 #[cfg(doctest)]

@@ -65,7 +65,12 @@ impl Op {
     pub fn faa(key: impl Into<Bytes>, delta: u64) -> Op {
         Op::Faa { key: key.into(), delta }
     }
-    pub fn cas(key: impl Into<Bytes>, expected: Option<Bytes>, new: impl Into<Bytes>, weak: bool) -> Op {
+    pub fn cas(
+        key: impl Into<Bytes>,
+        expected: Option<Bytes>,
+        new: impl Into<Bytes>,
+        weak: bool,
+    ) -> Op {
         Op::Cas { key: key.into(), expected, new: new.into(), weak }
     }
     /// Whether the operation may change the store.
@@ -150,7 +155,16 @@ pub struct Session {
 impl Session {
     pub(crate) fn new(shared: Arc<Shared>, conn: Arc<ConnHandle>, id: SessionId) -> Session {
         let rifl = RiflClient::new(LeaseKeeper::new(shared.endpoints.clone(), shared.opts.clone()));
-        Session { shared, rifl, conn, id, last_submitted: 0, in_flight: VecDeque::new(), completed: VecDeque::new(), closed: false }
+        Session {
+            shared,
+            rifl,
+            conn,
+            id,
+            last_submitted: 0,
+            in_flight: VecDeque::new(),
+            completed: VecDeque::new(),
+            closed: false,
+        }
     }
 
     /// The session's RIFL client id — its lease id, which its mutating requests carry
@@ -193,7 +207,15 @@ impl Session {
                 self.id
             )));
         }
-        let mut req = InFlight { id: self.last_submitted + 1, op, rifl_seq: None, owner: 0, last: None, given: None, slot: lost_slot() };
+        let mut req = InFlight {
+            id: self.last_submitted + 1,
+            op,
+            rifl_seq: None,
+            owner: 0,
+            last: None,
+            given: None,
+            slot: lost_slot(),
+        };
         if opts.exactly_once && req.op.is_write() {
             // rifl.md §5.1 C1: the lease first (a new id restarts the tracker), then the seq.
             let lease = self.rifl.keeper.usable();
@@ -242,7 +264,15 @@ impl Session {
     pub fn submit_as(&mut self, op: Op, rifl: Rifl) -> Result<ReqId, ClientError> {
         let slot = self.conn.send_with(Some(rifl), request(self.id, &op))?;
         self.last_submitted += 1;
-        self.in_flight.push_back(InFlight { id: self.last_submitted, op, rifl_seq: None, owner: 0, last: None, given: Some(rifl), slot });
+        self.in_flight.push_back(InFlight {
+            id: self.last_submitted,
+            op,
+            rifl_seq: None,
+            owner: 0,
+            last: None,
+            given: Some(rifl),
+            slot,
+        });
         Ok(self.last_submitted)
     }
 
@@ -262,9 +292,13 @@ impl Session {
                     // Stays in flight: a later call may still see its result.
                     Err(_) => return Some((id, Err(ClientError::TimedOut(t)))),
                 },
-                None => (&mut front.slot).await.unwrap_or(Err(ClientError::ConnectionLost { node: self.conn.addr })),
+                None => (&mut front.slot)
+                    .await
+                    .unwrap_or(Err(ClientError::ConnectionLost { node: self.conn.addr })),
             };
-            if matches!(result, Err(ClientError::ConnectionLost { .. })) && self.shared.opts.exactly_once {
+            if matches!(result, Err(ClientError::ConnectionLost { .. }))
+                && self.shared.opts.exactly_once
+            {
                 self.recover().await;
                 continue;
             }
@@ -274,7 +308,11 @@ impl Session {
     }
 
     /// Ends a request: its RIFL id completes (rifl.md §5.1 C2), its reply becomes an outcome.
-    fn finish(&mut self, req: &InFlight, result: Result<Response, ClientError>) -> Result<Outcome, ClientError> {
+    fn finish(
+        &mut self,
+        req: &InFlight,
+        result: Result<Response, ClientError>,
+    ) -> Result<Outcome, ClientError> {
         // A seq of an older lease belongs to a tracker that is gone (R-D21).
         if let Some(seq) = req.rifl_seq.filter(|_| req.owner == self.rifl.client_id) {
             self.rifl.tracker.rpc_completed(seq);
@@ -331,7 +369,14 @@ impl Session {
                 Err(e) => {
                     let why = format!("no lease could be obtained from the lease service: {e}");
                     for p in pending {
-                        let done = self.finish(&p, Err(ClientError::TableUnavailable { table: "__leases".into(), last: why.clone(), waited: opts.retry_for }));
+                        let done = self.finish(
+                            &p,
+                            Err(ClientError::TableUnavailable {
+                                table: "__leases".into(),
+                                last: why.clone(),
+                                waited: opts.retry_for,
+                            }),
+                        );
                         self.completed.push_back((p.id, done));
                     }
                     return;
@@ -362,17 +407,22 @@ impl Session {
             }
             while i < pending.len() {
                 // The latest grant of the same lease (renewed in the background meanwhile).
-                let current = lease.map(|l| self.rifl.keeper.usable().filter(|u| u.client_id == l.client_id).unwrap_or(l));
+                let current = lease.map(|l| {
+                    self.rifl.keeper.usable().filter(|u| u.client_id == l.client_id).unwrap_or(l)
+                });
                 let p = &mut pending[i];
                 let rifl = self.envelope_for(p, current);
                 let p = &pending[i];
-                let Ok(slot) = self.conn.send_with(rifl, request(self.id, &p.op)) else { continue 'reconnect };
+                let Ok(slot) = self.conn.send_with(rifl, request(self.id, &p.op)) else {
+                    continue 'reconnect;
+                };
                 let left = deadline.saturating_duration_since(tokio::time::Instant::now());
                 match tokio::time::timeout(left, slot).await {
                     Ok(Ok(Ok(Response::Error { code: ErrorCode::InProgress, .. }))) => {
                         tokio::time::sleep(Duration::from_millis(2)).await;
                     }
-                    Ok(Ok(reply @ Ok(_))) | Ok(Ok(reply @ Err(ClientError::WrongCluster { .. }))) => {
+                    Ok(Ok(reply @ Ok(_)))
+                    | Ok(Ok(reply @ Err(ClientError::WrongCluster { .. }))) => {
                         let done = self.finish(p, reply);
                         self.completed.push_back((p.id, done));
                         i += 1;
@@ -397,12 +447,16 @@ impl Session {
     pub async fn wait(&mut self, req: ReqId) -> Result<Outcome, ClientError> {
         let mut first_err = None;
         loop {
-            let front = self.completed.front().map(|(id, _)| *id).or(self.in_flight.front().map(|f| f.id));
+            let front =
+                self.completed.front().map(|(id, _)| *id).or(self.in_flight.front().map(|f| f.id));
             match front {
                 Some(id) if id <= req => {}
                 _ => {
                     return Err(first_err.unwrap_or_else(|| {
-                        ClientError::InvalidArgument(format!("request {req} is not outstanding on session {}", self.id))
+                        ClientError::InvalidArgument(format!(
+                            "request {req} is not outstanding on session {}",
+                            self.id
+                        ))
                     }))
                 }
             }
@@ -439,7 +493,11 @@ impl Session {
     }
 
     /// Release-write (Kite §5.4); returns the version it created.
-    pub async fn release(&mut self, key: impl Into<Bytes>, value: impl Into<Bytes>) -> Result<Carstamp, ClientError> {
+    pub async fn release(
+        &mut self,
+        key: impl Into<Bytes>,
+        value: impl Into<Bytes>,
+    ) -> Result<Carstamp, ClientError> {
         written(self.call(Op::release(key, value)).await?)
     }
 
@@ -460,7 +518,11 @@ impl Session {
     }
 
     /// Relaxed write; returns the version it created.
-    pub async fn put(&mut self, key: impl Into<Bytes>, value: impl Into<Bytes>) -> Result<Carstamp, ClientError> {
+    pub async fn put(
+        &mut self,
+        key: impl Into<Bytes>,
+        value: impl Into<Bytes>,
+    ) -> Result<Carstamp, ClientError> {
         written(self.call(Op::put(key, value)).await?)
     }
 
@@ -545,7 +607,9 @@ fn written(o: Outcome) -> Result<Carstamp, ClientError> {
 pub(crate) fn unexpected(resp: Response) -> ClientError {
     match resp {
         // The cluster id does not matter here: WrongCluster is caught at the frame level.
-        Response::Error { code, message } => ClientError::from_code(code, message, Default::default()),
+        Response::Error { code, message } => {
+            ClientError::from_code(code, message, Default::default())
+        }
         other => ClientError::UnexpectedReply(format!("{other:?}")),
     }
 }

@@ -51,7 +51,11 @@ pub struct MovedState {
 
 impl MovedState {
     fn of(s: &Snapshot) -> MovedState {
-        MovedState { keys: s.items.len(), clients: s.clients.len(), records: s.clients.iter().map(|c| c.records.len()).sum() }
+        MovedState {
+            keys: s.items.len(),
+            clients: s.clients.len(),
+            records: s.clients.iter().map(|c| c.records.len()).sum(),
+        }
     }
 }
 
@@ -59,7 +63,12 @@ impl Client {
     /// Moves shard `shard` of log table `table` to the nodes `replicas` (module docs). Every
     /// node of the client's endpoints must answer (each records the placement: the catalog is
     /// per node); the error names those that did not, and running the move again finishes it.
-    pub async fn move_shard(&self, table: &str, shard: u32, replicas: Vec<NodeId>) -> Result<MoveReport, ClientError> {
+    pub async fn move_shard(
+        &self,
+        table: &str,
+        shard: u32,
+        replicas: Vec<NodeId>,
+    ) -> Result<MoveReport, ClientError> {
         self.move_shard_planted(table, shard, replicas, None).await
     }
 
@@ -84,7 +93,9 @@ impl Client {
                 Err(e) => Err(e),
             };
             let (c, s) = status.map_err(|e| {
-                ClientError::InvalidArgument(format!("node {addr} does not answer ({e}); a shard move needs every node up"))
+                ClientError::InvalidArgument(format!(
+                    "node {addr} does not answer ({e}); a shard move needs every node up"
+                ))
             })?;
             nodes.push((addr, s.node, c));
         }
@@ -92,7 +103,10 @@ impl Client {
         for r in &replicas {
             if by_id(*r).is_none() {
                 let known: Vec<String> = nodes.iter().map(|(_, n, _)| n.to_string()).collect();
-                return Err(ClientError::InvalidArgument(format!("{r} is not a node of this cluster ({})", known.join(", "))));
+                return Err(ClientError::InvalidArgument(format!(
+                    "{r} is not a node of this cluster ({})",
+                    known.join(", ")
+                )));
             }
         }
         // Step 1: freeze, at the leader of the shard's current group.
@@ -101,7 +115,11 @@ impl Client {
         let mut tries = 0usize;
         let (placement, snapshot) = loop {
             tries += 1;
-            let req = Request::FreezeShard { table: table.to_string(), shard, replicas: replicas.clone() };
+            let req = Request::FreezeShard {
+                table: table.to_string(),
+                shard,
+                replicas: replicas.clone(),
+            };
             let conn = nodes[target].2.connection().await;
             let answer = match conn {
                 Ok(c) => c.call(req, Some(Duration::from_secs(10))).await,
@@ -115,20 +133,30 @@ impl Client {
                     "not the leader".to_string()
                 }
                 Ok(Response::LogRejected(LogFailure::Moved { replicas: at })) => {
-                    target = at.get(tries % at.len().max(1)).and_then(|&n| by_id(n)).unwrap_or(next);
+                    target =
+                        at.get(tries % at.len().max(1)).and_then(|&n| by_id(n)).unwrap_or(next);
                     format!("the shard is at {at:?}")
                 }
-                Ok(Response::LogRejected(LogFailure::Invalid(m))) => return Err(ClientError::InvalidArgument(m)),
+                Ok(Response::LogRejected(LogFailure::Invalid(m))) => {
+                    return Err(ClientError::InvalidArgument(m))
+                }
                 // A retired group's replica that lost its majority stays unavailable: any other
                 // node redirects to where the shard is.
-                Ok(Response::LogRejected(f @ (LogFailure::Unavailable | LogFailure::Timeout | LogFailure::NotInActiveSet))) => {
+                Ok(Response::LogRejected(
+                    f
+                    @ (LogFailure::Unavailable | LogFailure::Timeout | LogFailure::NotInActiveSet),
+                )) => {
                     if tries.is_multiple_of(3) {
                         target = next;
                     }
                     format!("{f:?}")
                 }
                 Ok(other) => return Err(unexpected(other)),
-                Err(e @ (ClientError::ConnectionLost { .. } | ClientError::Unreachable { .. } | ClientError::TimedOut(_))) => {
+                Err(
+                    e @ (ClientError::ConnectionLost { .. }
+                    | ClientError::Unreachable { .. }
+                    | ClientError::TimedOut(_)),
+                ) => {
                     target = next;
                     e.to_string()
                 }
@@ -151,7 +179,9 @@ impl Client {
             // The nodes of a phase adopt concurrently: a large state is written and fsynced
             // at every new replica at once.
             let mut calls = tokio::task::JoinSet::new();
-            for (addr, id, c) in nodes.iter().filter(|(_, id, _)| placement.replicas.contains(id) == members) {
+            for (addr, id, c) in
+                nodes.iter().filter(|(_, id, _)| placement.replicas.contains(id) == members)
+            {
                 if plant == Some(MovePlant::SkipNode(*id)) {
                     failed.push(format!("{id} ({addr}): skipped (planted)"));
                     continue;
@@ -186,7 +216,11 @@ impl Client {
                 }
             }
             if !failed.is_empty() {
-                let which = if members { "installed at every new replica" } else { "announced to every other node" };
+                let which = if members {
+                    "installed at every new replica"
+                } else {
+                    "announced to every other node"
+                };
                 return Err(ClientError::Protocol {
                     code: strata_wire::client::ErrorCode::Other(101),
                     message: format!(

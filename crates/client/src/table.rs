@@ -21,15 +21,17 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use strata_wire::client::{shard_of, ErrorCode, LogFailure, LogWriteOp, Request, Response, TableDef};
+use strata_wire::client::{
+    shard_of, ErrorCode, LogFailure, LogWriteOp, Request, Response, TableDef,
+};
 use strata_wire::log::LogIndex;
 use strata_wire::{NodeId, Rifl, RpcId};
 use tokio::time::Instant;
 
 use crate::client::ClientOptions;
-use crate::lease::LeaseKeeper;
 use crate::conn::{Conn, ConnHandle};
 use crate::error::ClientError;
+use crate::lease::LeaseKeeper;
 use crate::session::unexpected;
 
 /// Back-off before retrying at another node (§2.1: 10 ms after `NotInActiveSet`).
@@ -89,17 +91,11 @@ enum LastFailure {
 impl Table {
     pub(crate) fn new(def: TableDef, endpoints: &[SocketAddr], opts: ClientOptions) -> Table {
         static SPREAD: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-        let spread = (std::process::id() as usize).wrapping_add(SPREAD.fetch_add(1, std::sync::atomic::Ordering::Relaxed));
+        let spread = (std::process::id() as usize)
+            .wrapping_add(SPREAD.fetch_add(1, std::sync::atomic::Ordering::Relaxed));
         let shards = def.shards.max(1) as usize;
         Table {
-            nodes: endpoints
-                .iter()
-                .map(|&addr| NodeSlot {
-                    addr,
-                    conn: None,
-                    id: None,
-                })
-                .collect(),
+            nodes: endpoints.iter().map(|&addr| NodeSlot { addr, conn: None, id: None }).collect(),
             leader: vec![None; shards],
             last_write: vec![None; shards],
             cursor: spread % endpoints.len().max(1),
@@ -144,8 +140,7 @@ impl Table {
         value: impl Into<Bytes>,
         opts: WriteOpts,
     ) -> Result<LogIndex, ClientError> {
-        self.write(key.into(), LogWriteOp::Put(value.into()), opts)
-            .await
+        self.write(key.into(), LogWriteOp::Put(value.into()), opts).await
     }
 
     pub async fn delete(&mut self, key: impl Into<Bytes>) -> Result<LogIndex, ClientError> {
@@ -203,7 +198,9 @@ impl Table {
         };
         let deadline = Instant::now() + self.retry_for();
         match self.call(node, None, req, deadline).await {
-            Ok(Response::LogRejected(LogFailure::Invalid(m))) => Err(ClientError::InvalidArgument(m)),
+            Ok(Response::LogRejected(LogFailure::Invalid(m))) => {
+                Err(ClientError::InvalidArgument(m))
+            }
             Ok(Response::LogRejected(f)) => Ok(Err(f)),
             Ok(reply) => self.served(shard, node, reply).map(Ok),
             Err(e) => {
@@ -218,7 +215,12 @@ impl Table {
     /// A `LogValue` reply of endpoint `node` as a [`LogRead`]. Only the leader serves a
     /// leader-only table: remember it, so the next read (and write) of the shard goes there
     /// first instead of being redirected (a read-only session never learns it from a write).
-    fn served(&mut self, shard: usize, node: usize, reply: Response) -> Result<LogRead, ClientError> {
+    fn served(
+        &mut self,
+        shard: usize,
+        node: usize,
+        reply: Response,
+    ) -> Result<LogRead, ClientError> {
         match reply {
             Response::LogValue { value, update_index, served_by, epoch } => {
                 if self.def.reads == strata_wire::client::TableReads::Leader {
@@ -267,7 +269,8 @@ impl Table {
             // The latest grant of the same lease (renewed in the background meanwhile); if the
             // lease changed, this write keeps the one it started with: the node then answers
             // from its record or `ExpiredLease` (outcome unknown).
-            let lease = self.keeper.usable().filter(|l| l.client_id == lease.client_id).unwrap_or(lease);
+            let lease =
+                self.keeper.usable().filter(|l| l.client_id == lease.client_id).unwrap_or(lease);
             let rifl = Rifl {
                 rpc: RpcId { client_id: lease.client_id, seq },
                 // One write at a time per handle: every earlier one has its answer.
@@ -287,9 +290,10 @@ impl Table {
                 }
                 // RIFL's verdicts (rifl.md §5.3 S3, S4): `Stale` (this seq was acknowledged) and
                 // `BadEnvelope` are final; retrying the same envelope cannot succeed.
-                Ok(Response::Error { code: code @ (ErrorCode::Stale | ErrorCode::BadEnvelope), message }) => {
-                    return Err(ClientError::Protocol { code, message })
-                }
+                Ok(Response::Error {
+                    code: code @ (ErrorCode::Stale | ErrorCode::BadEnvelope),
+                    message,
+                }) => return Err(ClientError::Protocol { code, message }),
                 Ok(Response::LogRejected(f)) => {
                     match &f {
                         LogFailure::NotLeader { hint } => {
@@ -306,7 +310,10 @@ impl Table {
                         LogFailure::Moved { replicas } => {
                             self.leader[shard] = None;
                             moved_tries += 1;
-                            target = self.moved_target(replicas, moved_tries, deadline).await.unwrap_or_else(|| self.next(target));
+                            target = self
+                                .moved_target(replicas, moved_tries, deadline)
+                                .await
+                                .unwrap_or_else(|| self.next(target));
                             backoff = true;
                         }
                         // Election or sync phase, or a slow majority: the same node, shortly.
@@ -364,7 +371,9 @@ impl Table {
                         }
                         LogFailure::Moved { replicas } => {
                             moved_tries += 1;
-                            self.moved_target(replicas, moved_tries, deadline).await.unwrap_or_else(|| self.next(target))
+                            self.moved_target(replicas, moved_tries, deadline)
+                                .await
+                                .unwrap_or_else(|| self.next(target))
                         }
                         _ => self.next(target),
                     };
@@ -410,9 +419,7 @@ impl Table {
         deadline: Instant,
     ) -> Result<Response, ClientError> {
         let conn = self.conn(i).await?;
-        let left = deadline
-            .saturating_duration_since(Instant::now())
-            .max(Duration::from_millis(1));
+        let left = deadline.saturating_duration_since(Instant::now()).max(Duration::from_millis(1));
         conn.call_with(rifl, req, Some(left)).await
     }
 
@@ -422,17 +429,12 @@ impl Table {
             return Ok(c.clone());
         }
         let addr = self.nodes[i].addr;
-        let conn = Conn::open(addr, self.opts.cluster, self.opts.connect_timeout)
-            .await
-            .map_err(|e| ClientError::Unreachable {
-                tried: addr.to_string(),
-                last: e.to_string(),
+        let conn =
+            Conn::open(addr, self.opts.cluster, self.opts.connect_timeout).await.map_err(|e| {
+                ClientError::Unreachable { tried: addr.to_string(), last: e.to_string() }
             })?;
         if self.nodes[i].id.is_none() {
-            match conn
-                .call(Request::Status, Some(self.opts.connect_timeout))
-                .await?
-            {
+            match conn.call(Request::Status, Some(self.opts.connect_timeout)).await? {
                 Response::Status(s) => self.nodes[i].id = Some(s.node),
                 other => return Err(unexpected(other)),
             }
@@ -448,7 +450,12 @@ impl Table {
     /// The endpoint of node `id`, connecting to endpoints whose id is still unknown to learn it.
     /// The endpoint to try after the `tries`-th `Moved { replicas }`: the replicas in turn
     /// (any of them forwards to the new group's leader with a `NotLeader` hint).
-    async fn moved_target(&mut self, replicas: &[NodeId], tries: usize, deadline: Instant) -> Option<usize> {
+    async fn moved_target(
+        &mut self,
+        replicas: &[NodeId],
+        tries: usize,
+        deadline: Instant,
+    ) -> Option<usize> {
         let id = *replicas.get(tries % replicas.len().max(1))?;
         self.index_of(id, deadline).await
     }
@@ -479,4 +486,3 @@ fn retryable(e: &ClientError) -> bool {
             | ClientError::ShuttingDown(_)
     )
 }
-

@@ -13,7 +13,11 @@ async fn cluster(n: u32) -> Vec<RunningNode> {
 
 fn opts() -> ClientOptions {
     // Sessions give up re-sending after 2 s: the test of a dead cluster waits that long.
-    ClientOptions { request_timeout: Some(Duration::from_secs(10)), retry_for: Duration::from_secs(2), ..ClientOptions::default() }
+    ClientOptions {
+        request_timeout: Some(Duration::from_secs(10)),
+        retry_for: Duration::from_secs(2),
+        ..ClientOptions::default()
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -179,7 +183,10 @@ async fn a_session_outlives_its_client_handle_and_the_last_handle_closes_the_con
     drop(s);
     let start = Instant::now();
     while probe.status().await.unwrap().sessions != 0 {
-        assert!(start.elapsed() < Duration::from_secs(10), "dropping the last handle closes the connection and its sessions");
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "dropping the last handle closes the connection and its sessions"
+        );
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
 }
@@ -197,9 +204,16 @@ async fn release_acquire_faa_and_cas_through_the_client() {
     }
     let rel = sa.release("flag", "go").await.unwrap();
     let got = sb.acquire("flag").await.unwrap();
-    assert_eq!((got.value.as_deref(), got.version), (Some(&b"go"[..]), rel), "an acquire after a release returns it");
+    assert_eq!(
+        (got.value.as_deref(), got.version),
+        (Some(&b"go"[..]), rel),
+        "an acquire after a release returns it"
+    );
     for i in 0..10u32 {
-        assert_eq!(sb.get(format!("field{i}")).await.unwrap().value, Some(Bytes::from(i.to_string())));
+        assert_eq!(
+            sb.get(format!("field{i}")).await.unwrap().value,
+            Some(Bytes::from(i.to_string()))
+        );
     }
 
     // Fetch-and-add from two nodes, pipelined: every old value distinct, the sum exact.
@@ -225,7 +239,11 @@ async fn release_acquire_faa_and_cas_through_the_client() {
     let second = sb.cas("lock", None, "b", false).await.unwrap();
     assert!(first.swapped && first.written.is_some());
     assert!(!second.swapped);
-    assert_eq!(second.observed.value.as_deref(), Some(&b"a"[..]), "a failed CAS reports the value it saw");
+    assert_eq!(
+        second.observed.value.as_deref(),
+        Some(&b"a"[..]),
+        "a failed CAS reports the value it saw"
+    );
     // A weak CAS that fails locally completes without a version.
     let weak = sb.cas("lock", Some(Bytes::from_static(b"zzz")), "b", true).await.unwrap();
     assert!(!weak.swapped && weak.written.is_none());

@@ -30,37 +30,27 @@ fn cad_table(name: &str, shards: u32) -> TableDef {
 async fn cluster() -> (Vec<NodeConfig>, Vec<Option<RunningNode>>) {
     let bind = || std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let listeners: Vec<_> = (0..3).map(|_| (bind(), bind())).collect();
-    let peer_addrs: Vec<SocketAddr> = listeners
-        .iter()
-        .map(|(_, p)| p.local_addr().unwrap())
-        .collect();
+    let peer_addrs: Vec<SocketAddr> =
+        listeners.iter().map(|(_, p)| p.local_addr().unwrap()).collect();
     let mut cfgs = Vec::new();
     let mut nodes = Vec::new();
     for (id, (c, p)) in listeners.into_iter().enumerate() {
         let id = id as u32;
         let peers = (0..3u32)
             .filter(|&j| j != id)
-            .map(|j| PeerConfig {
-                id: j,
-                addr: peer_addrs[j as usize],
-            })
+            .map(|j| PeerConfig { id: j, addr: peer_addrs[j as usize] })
             .collect();
         let mut cfg = strata_node::testing::test_config(id, peers);
         cfg.client_addr = c.local_addr().unwrap();
         cfg.peer_addr = p.local_addr().unwrap();
         cfgs.push(cfg.clone());
-        nodes.push(Some(
-            strata_node::start_with_listeners(cfg, c, p).await.unwrap(),
-        ));
+        nodes.push(Some(strata_node::start_with_listeners(cfg, c, p).await.unwrap()));
     }
     (cfgs, nodes)
 }
 
 fn opts() -> ClientOptions {
-    ClientOptions {
-        request_timeout: Some(Duration::from_secs(15)),
-        ..ClientOptions::default()
-    }
+    ClientOptions { request_timeout: Some(Duration::from_secs(15)), ..ClientOptions::default() }
 }
 
 /// Polls every node's status until `cond` holds for the shards of `table` shard 0 (one entry
@@ -77,11 +67,7 @@ async fn wait_shards(
         for &addr in endpoints {
             if let Ok(c) = Client::connect_node(addr, opts()).await {
                 if let Ok(s) = c.status().await {
-                    shards.extend(
-                        s.shards
-                            .into_iter()
-                            .filter(|s| s.table == "t" && s.shard == 0),
-                    );
+                    shards.extend(s.shards.into_iter().filter(|s| s.table == "t" && s.shard == 0));
                 }
             }
         }
@@ -97,9 +83,7 @@ async fn wait_shards(
 }
 
 fn leader_of(shards: &[ShardStatus]) -> Option<&ShardStatus> {
-    shards
-        .iter()
-        .find(|s| s.role == ShardRole::Leader && s.serving)
+    shards.iter().find(|s| s.role == ShardRole::Leader && s.serving)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -111,42 +95,23 @@ async fn log_table_writes_reads_status_and_a_restarted_node_rejoins() {
     let def = cad_table("t", 1);
     for &addr in &endpoints {
         let c = Client::connect_node(addr, opts()).await.unwrap();
-        assert!(
-            c.create_table(def.clone()).await.unwrap(),
-            "created at {addr}"
-        );
-        assert!(
-            !c.create_table(def.clone()).await.unwrap(),
-            "identical definition: idempotent"
-        );
-        let conflicting = TableDef {
-            shards: 2,
-            ..def.clone()
-        };
+        assert!(c.create_table(def.clone()).await.unwrap(), "created at {addr}");
+        assert!(!c.create_table(def.clone()).await.unwrap(), "identical definition: idempotent");
+        let conflicting = TableDef { shards: 2, ..def.clone() };
         let e = c.create_table(conflicting).await.unwrap_err();
         assert!(
             matches!(e, ClientError::InvalidArgument(ref m) if m.contains("another definition")),
             "{e}"
         );
-        let bad = TableDef {
-            name: "bad".into(),
-            durability: TableDurability::Async,
-            ..def.clone()
-        };
+        let bad =
+            TableDef { name: "bad".into(), durability: TableDurability::Async, ..def.clone() };
         let e = c.create_table(bad).await.unwrap_err();
-        assert!(
-            e.to_string()
-                .contains("active-set reads need the durability check"),
-            "{e}"
-        );
+        assert!(e.to_string().contains("active-set reads need the durability check"), "{e}");
         assert_eq!(c.list_tables().await.unwrap(), vec![def.clone()]);
     }
 
     let client = Client::connect(&endpoints, opts()).await.unwrap();
-    assert!(matches!(
-        client.table("nope").await,
-        Err(ClientError::NoSuchTable(_))
-    ));
+    assert!(matches!(client.table("nope").await, Err(ClientError::NoSuchTable(_))));
     let mut t = client.table("t").await.unwrap();
 
     // Writes find the leader (NotLeader hints, round-robin) and reads return them.
@@ -163,10 +128,7 @@ async fn log_table_writes_reads_status_and_a_restarted_node_rejoins() {
     assert!(i2 > i1);
     assert_eq!(t.get("a").await.unwrap().value, None);
     // Immediate durability: acknowledged only once durable, so DI already covers it.
-    let i3 = t
-        .put_with("b", "2", WriteOpts { immediate: true })
-        .await
-        .unwrap();
+    let i3 = t.put_with("b", "2", WriteOpts { immediate: true }).await.unwrap();
     let shards = wait_shards(
         &endpoints,
         "a ready leader with an active set",
@@ -175,11 +137,7 @@ async fn log_table_writes_reads_status_and_a_restarted_node_rejoins() {
     )
     .await;
     let leader = leader_of(&shards).unwrap().clone();
-    assert_eq!(
-        leader.active_set[0],
-        leader.leader.unwrap(),
-        "the leader heads its active set"
-    );
+    assert_eq!(leader.active_set[0], leader.leader.unwrap(), "the leader heads its active set");
     assert!(leader.persisted_index >= i3 && leader.applied_index >= i3);
 
     // Follower read: an active-set follower serves a durable key itself.
@@ -198,10 +156,7 @@ async fn log_table_writes_reads_status_and_a_restarted_node_rejoins() {
         },
     )
     .await;
-    let fidx = cfgs
-        .iter()
-        .position(|c| NodeId(c.node_id) == follower)
-        .unwrap();
+    let fidx = cfgs.iter().position(|c| NodeId(c.node_id) == follower).unwrap();
     let mut served_by_follower = false;
     for _ in 0..50 {
         let r = t.get_at("b", fidx).await.unwrap();
@@ -213,16 +168,10 @@ async fn log_table_writes_reads_status_and_a_restarted_node_rejoins() {
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    assert!(
-        served_by_follower,
-        "a read sent to active-set follower {follower} was served there"
-    );
+    assert!(served_by_follower, "a read sent to active-set follower {follower} was served there");
 
     // Restart one follower from its directory: it recovers its synced entries and rejoins.
-    let victim = cfgs
-        .iter()
-        .position(|c| Some(NodeId(c.node_id)) != leader.leader)
-        .unwrap();
+    let victim = cfgs.iter().position(|c| Some(NodeId(c.node_id)) != leader.leader).unwrap();
     let victim_addr = [endpoints[victim]];
     wait_shards(
         &victim_addr,
@@ -234,18 +183,12 @@ async fn log_table_writes_reads_status_and_a_restarted_node_rejoins() {
     nodes[victim].take().unwrap().shutdown().await;
     let i4 = t.put("c", "3").await.unwrap(); // the two others are a majority
     nodes[victim] = Some(strata_node::start(cfgs[victim].clone()).await.unwrap());
-    let s = wait_shards(
-        &victim_addr,
-        "the restarted node to answer",
-        Duration::from_secs(5),
-        |s| !s.is_empty(),
-    )
-    .await;
-    assert!(
-        s[0].persisted_index >= i3,
-        "recovered its synced entries from disk: {:?}",
-        s[0]
-    );
+    let s =
+        wait_shards(&victim_addr, "the restarted node to answer", Duration::from_secs(5), |s| {
+            !s.is_empty()
+        })
+        .await;
+    assert!(s[0].persisted_index >= i3, "recovered its synced entries from disk: {:?}", s[0]);
     let s = wait_shards(
         &victim_addr,
         "the restarted node to recover and rejoin",
@@ -277,12 +220,7 @@ async fn keys_spread_over_shards_and_every_shard_serves() {
         ..cad_table("s", 3)
     };
     for &addr in &endpoints {
-        Client::connect_node(addr, opts())
-            .await
-            .unwrap()
-            .create_table(def.clone())
-            .await
-            .unwrap();
+        Client::connect_node(addr, opts()).await.unwrap().create_table(def.clone()).await.unwrap();
     }
     let client = Client::connect(&endpoints, opts()).await.unwrap();
     let mut t = client.table("s").await.unwrap();
@@ -323,34 +261,22 @@ async fn a_partitioned_leader_is_replaced_and_catches_up_after_healing() {
     .await;
     let old = leader_of(&shards).unwrap().leader.unwrap();
     let old_idx = cfgs.iter().position(|c| NodeId(c.node_id) == old).unwrap();
-    let cut = LinkFault {
-        partitioned: true,
-        ..LinkFault::default()
-    };
+    let cut = LinkFault { partitioned: true, ..LinkFault::default() };
     for (i, &addr) in endpoints.iter().enumerate() {
         let c = Client::connect_node(addr, opts()).await.unwrap();
         let peer = if i == old_idx { None } else { Some(old) };
         c.set_fault(peer, cut).await.unwrap();
     }
-    let others: Vec<SocketAddr> = endpoints
-        .iter()
-        .enumerate()
-        .filter(|(i, _)| *i != old_idx)
-        .map(|(_, a)| *a)
-        .collect();
-    let s = wait_shards(
-        &others,
-        "a new leader on the majority side",
-        Duration::from_secs(15),
-        |s| leader_of(s).is_some_and(|l| l.leader != Some(old)),
-    )
-    .await;
+    let others: Vec<SocketAddr> =
+        endpoints.iter().enumerate().filter(|(i, _)| *i != old_idx).map(|(_, a)| *a).collect();
+    let s =
+        wait_shards(&others, "a new leader on the majority side", Duration::from_secs(15), |s| {
+            leader_of(s).is_some_and(|l| l.leader != Some(old))
+        })
+        .await;
     let new_epoch = leader_of(&s).unwrap().epoch;
     let i = t.put("x", "after").await.unwrap();
-    assert!(
-        i.epoch >= new_epoch,
-        "written in the new leader's epoch: {i}"
-    );
+    assert!(i.epoch >= new_epoch, "written in the new leader's epoch: {i}");
     for &addr in &endpoints {
         Client::connect_node(addr, opts())
             .await
@@ -360,20 +286,11 @@ async fn a_partitioned_leader_is_replaced_and_catches_up_after_healing() {
             .unwrap();
     }
     let old_addr = [endpoints[old_idx]];
-    wait_shards(
-        &old_addr,
-        "the old leader to follow and catch up",
-        Duration::from_secs(15),
-        |s| {
-            s.first()
-                .is_some_and(|o| o.role == ShardRole::Follower && o.applied_index >= i)
-        },
-    )
+    wait_shards(&old_addr, "the old leader to follow and catch up", Duration::from_secs(15), |s| {
+        s.first().is_some_and(|o| o.role == ShardRole::Follower && o.applied_index >= i)
+    })
     .await;
-    assert_eq!(
-        t.get("x").await.unwrap().value.as_deref(),
-        Some(&b"after"[..])
-    );
+    assert_eq!(t.get("x").await.unwrap().value.as_deref(), Some(&b"after"[..]));
     for n in nodes.into_iter().flatten() {
         n.shutdown().await;
     }

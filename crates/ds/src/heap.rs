@@ -48,7 +48,10 @@ impl Layout {
 
     pub(crate) fn check(&self) -> Result<(), DsError> {
         if self.fields == 0 || self.fields > 4096 {
-            return Err(DsError::Usage(format!("an object needs 1..=4096 fields, not {}", self.fields)));
+            return Err(DsError::Usage(format!(
+                "an object needs 1..=4096 fields, not {}",
+                self.fields
+            )));
         }
         Ok(())
     }
@@ -216,7 +219,9 @@ impl Ctx {
     /// A new incarnation: a recycled object if there is one, else a fresh id.
     pub(crate) fn alloc(&mut self) -> Result<Obj, DsError> {
         if self.next_tag == u32::MAX {
-            return Err(DsError::Usage("this context allocated 2^32 objects; open a new Ctx".into()));
+            return Err(DsError::Usage(
+                "this context allocated 2^32 objects; open a new Ctx".into(),
+            ));
         }
         let tag = self.id << 32 | u64::from(self.next_tag);
         self.next_tag += 1;
@@ -227,7 +232,9 @@ impl Ctx {
             }
             None => {
                 if self.next_obj == u32::MAX {
-                    return Err(DsError::Usage("this context allocated 2^32 objects; open a new Ctx".into()));
+                    return Err(DsError::Usage(
+                        "this context allocated 2^32 objects; open a new Ctx".into(),
+                    ));
                 }
                 let o = self.id << 32 | u64::from(self.next_obj);
                 self.next_obj += 1;
@@ -312,8 +319,15 @@ pub(crate) fn encode_field(layout: Layout, tag: u64, i: usize, payload: &[u8]) -
 }
 
 /// The payload of data field `i`, if the value is field `i` of incarnation `tag`.
-pub(crate) fn decode_field(key: &[u8], v: Option<&Bytes>, tag: u64, i: usize) -> Result<Bytes, DsError> {
-    let Some(v) = v else { return Err(DsError::corrupt(key, format!("field {i} of incarnation {tag:#x} is absent"))) };
+pub(crate) fn decode_field(
+    key: &[u8],
+    v: Option<&Bytes>,
+    tag: u64,
+    i: usize,
+) -> Result<Bytes, DsError> {
+    let Some(v) = v else {
+        return Err(DsError::corrupt(key, format!("field {i} of incarnation {tag:#x} is absent")));
+    };
     if v.len() < FIELD_HEADER {
         return Err(DsError::corrupt(key, format!("field value of {} bytes", v.len())));
     }

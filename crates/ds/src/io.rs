@@ -10,7 +10,11 @@ use crate::ptr::{Ptr, Seen};
 /// Submits `ops` back to back and returns every outcome, in order. The session executes them
 /// with the orderings of RC_Lin (a CAS waits for the relaxed puts before it, relaxed gets after
 /// an acquire or RMW run after it), so a batch costs one client round trip.
-pub(crate) async fn run(s: &mut Session, cx: &mut Ctx, ops: Vec<Op>) -> Result<Vec<Outcome>, DsError> {
+pub(crate) async fn run(
+    s: &mut Session,
+    cx: &mut Ctx,
+    ops: Vec<Op>,
+) -> Result<Vec<Outcome>, DsError> {
     let n = ops.len();
     for op in &ops {
         match op {
@@ -75,7 +79,12 @@ pub(crate) fn seen(key: &[u8], raw: Option<Bytes>) -> Result<Seen, DsError> {
 }
 
 /// Relaxed read (`get`) or acquire of a pointer key.
-pub(crate) async fn read_ptr(s: &mut Session, cx: &mut Ctx, key: &Bytes, acquire: bool) -> Result<Seen, DsError> {
+pub(crate) async fn read_ptr(
+    s: &mut Session,
+    cx: &mut Ctx,
+    key: &Bytes,
+    acquire: bool,
+) -> Result<Seen, DsError> {
     let v = if acquire {
         cx.stats.acquires += 1;
         s.acquire(key.clone()).await?

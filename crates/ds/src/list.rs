@@ -114,13 +114,22 @@ impl List {
             if !fields_written {
                 let key = k.to_le_bytes();
                 batch.extend((0..self.layout.fields).map(|i| {
-                    Op::put(self.keys.field(nd.obj, i), encode_field(self.layout, nd.tag, i, if i == 0 { &key } else { &[] }))
+                    Op::put(
+                        self.keys.field(nd.obj, i),
+                        encode_field(self.layout, nd.tag, i, if i == 0 { &key } else { &[] }),
+                    )
                 }));
                 fields_written = true;
             }
             let next = Ptr { obj: f.cur.obj, tag: f.cur.tag, count: 0, owner: nd.tag, mark: false };
             batch.push(Op::put(self.keys.next(nd.obj), next.encode()));
-            let new = Ptr { obj: nd.obj, tag: nd.tag, count: f.prev.ptr.count.wrapping_add(1), owner: f.prev.ptr.owner, mark: false };
+            let new = Ptr {
+                obj: nd.obj,
+                tag: nd.tag,
+                count: f.prev.ptr.count.wrapping_add(1),
+                owner: f.prev.ptr.owner,
+                mark: false,
+            };
             batch.push(io::cas_op(&f.prev_key, &f.prev, &new, cx.weak(local_fails)));
             let mut out = io::run(s, cx, batch).await?;
             match io::cas_result(cx, &f.prev_key, out.pop().expect("the cas"), &new)? {
@@ -147,14 +156,18 @@ impl List {
             let (cur, n) = (f.cur, f.cur_next.ptr);
             let next_key = self.keys.next(cur.obj);
             let marked = Ptr { mark: true, count: n.count.wrapping_add(1), ..n };
-            let mut batch: Vec<Op> = (0..self.layout.fields).map(|i| io::get_op(&self.keys.field(cur.obj, i))).collect();
+            let mut batch: Vec<Op> =
+                (0..self.layout.fields).map(|i| io::get_op(&self.keys.field(cur.obj, i))).collect();
             batch.push(io::cas_op(&next_key, &f.cur_next, &marked, cx.weak(local_fails)));
             let mut out = io::run(s, cx, batch).await?;
             match io::cas_result(cx, &next_key, out.pop().expect("the cas"), &marked)? {
                 Cas::Swapped(_) => {
                     let payload = read_fields(&self.keys, cur, out.into_iter())?;
                     if payload.as_ref() != k.to_le_bytes() {
-                        return Err(DsError::corrupt(&self.keys.field(cur.obj, 0), format!("holds {payload:?}, not key {k}")));
+                        return Err(DsError::corrupt(
+                            &self.keys.field(cur.obj, 0),
+                            format!("holds {payload:?}, not key {k}"),
+                        ));
                     }
                     let unlinked = Ptr {
                         obj: n.obj,
@@ -199,7 +212,10 @@ impl List {
         while !p.is_null() {
             let (next, key) = self.read_node(s, cx, p).await?;
             if next.ptr.owner != p.tag {
-                return Err(DsError::corrupt(&self.keys.next(p.obj), "recycled during a scan (is the list quiescent?)"));
+                return Err(DsError::corrupt(
+                    &self.keys.next(p.obj),
+                    "recycled during a scan (is the list quiescent?)",
+                ));
             }
             out.push(ScanEntry { key: key?, marked: next.ptr.mark });
             if out.len() > 10_000_000 {
@@ -211,10 +227,17 @@ impl List {
     }
 
     /// Acquire of `p.next` followed by a relaxed get of `p`'s key field, in one batch.
-    async fn read_node(&self, s: &mut Session, cx: &mut Ctx, p: Ptr) -> Result<(Seen, Result<u64, DsError>), DsError> {
+    async fn read_node(
+        &self,
+        s: &mut Session,
+        cx: &mut Ctx,
+        p: Ptr,
+    ) -> Result<(Seen, Result<u64, DsError>), DsError> {
         let next_key = self.keys.next(p.obj);
         let key_key = self.keys.field(p.obj, 0);
-        let mut out = io::run(s, cx, vec![Op::acquire(next_key.clone()), io::get_op(&key_key)]).await?.into_iter();
+        let mut out = io::run(s, cx, vec![Op::acquire(next_key.clone()), io::get_op(&key_key)])
+            .await?
+            .into_iter();
         let next = io::seen(&next_key, io::value(&next_key, out.next().expect("acquire"))?.value)?;
         let field = io::value(&key_key, out.next().expect("get"))?;
         let key = decode_field(&key_key, field.value.as_ref(), p.tag, 0).and_then(|b| {
@@ -226,14 +249,26 @@ impl List {
     }
 
     /// Michael's `Find`: the position of `k`, unlinking marked objects on the way.
-    async fn find(&self, s: &mut Session, cx: &mut Ctx, k: u64, local_fails: &mut u32) -> Result<Found, DsError> {
+    async fn find(
+        &self,
+        s: &mut Session,
+        cx: &mut Ctx,
+        k: u64,
+        local_fails: &mut u32,
+    ) -> Result<Found, DsError> {
         'retry: loop {
             let mut prev_key = self.head.clone();
             let mut prev = io::read_ptr(s, cx, &prev_key, true).await?;
             loop {
                 let cur = prev.ptr;
                 if cur.is_null() {
-                    return Ok(Found { prev_key, prev, cur, cur_next: Seen { raw: None, ptr: Ptr::NULL }, found: false });
+                    return Ok(Found {
+                        prev_key,
+                        prev,
+                        cur,
+                        cur_next: Seen { raw: None, ptr: Ptr::NULL },
+                        found: false,
+                    });
                 }
                 let (cn, key) = self.read_node(s, cx, cur).await?;
                 if cn.ptr.owner != cur.tag {
@@ -262,7 +297,13 @@ impl List {
                     prev = cn;
                 } else {
                     let n = cn.ptr;
-                    let new = Ptr { obj: n.obj, tag: n.tag, count: prev.ptr.count.wrapping_add(1), owner: prev.ptr.owner, mark: false };
+                    let new = Ptr {
+                        obj: n.obj,
+                        tag: n.tag,
+                        count: prev.ptr.count.wrapping_add(1),
+                        owner: prev.ptr.owner,
+                        mark: false,
+                    };
                     let weak = cx.weak(*local_fails);
                     match io::cas(s, cx, &prev_key, &prev, new, weak).await? {
                         Cas::Swapped(now) => {

@@ -78,28 +78,50 @@ impl Queue {
     }
 
     /// Appends `value`.
-    pub async fn enqueue(&self, s: &mut Session, cx: &mut Ctx, value: &[u8]) -> Result<(), DsError> {
+    pub async fn enqueue(
+        &self,
+        s: &mut Session,
+        cx: &mut Ctx,
+        value: &[u8],
+    ) -> Result<(), DsError> {
         self.enqueue_inner(s, cx, value, true).await
     }
 
     /// Test hook: links the object but leaves the tail behind, as an enqueuer that stops between
     /// steps 4 and 5 would; the next operations must help the tail forward.
     #[doc(hidden)]
-    pub async fn enqueue_leaving_tail_behind(&self, s: &mut Session, cx: &mut Ctx, value: &[u8]) -> Result<(), DsError> {
+    pub async fn enqueue_leaving_tail_behind(
+        &self,
+        s: &mut Session,
+        cx: &mut Ctx,
+        value: &[u8],
+    ) -> Result<(), DsError> {
         self.enqueue_inner(s, cx, value, false).await
     }
 
-    async fn enqueue_inner(&self, s: &mut Session, cx: &mut Ctx, value: &[u8], swing: bool) -> Result<(), DsError> {
+    async fn enqueue_inner(
+        &self,
+        s: &mut Session,
+        cx: &mut Ctx,
+        value: &[u8],
+        swing: bool,
+    ) -> Result<(), DsError> {
         cx.check(&self.keys.root, s)?;
         let node = cx.alloc()?;
         let mut batch: Vec<Op> = (0..self.layout.fields)
-            .map(|i| Op::put(self.keys.field(node.obj, i), encode_field(self.layout, node.tag, i, if i == 0 { value } else { &[] })))
+            .map(|i| {
+                Op::put(
+                    self.keys.field(node.obj, i),
+                    encode_field(self.layout, node.tag, i, if i == 0 { value } else { &[] }),
+                )
+            })
             .collect();
         let null = Ptr { owner: node.tag, ..Ptr::NULL };
         batch.push(Op::put(self.keys.next(node.obj), null.encode()));
         batch.push(io::get_op(&self.tail));
         let mut out = io::run(s, cx, batch).await?;
-        let mut t = io::seen(&self.tail, io::value(&self.tail, out.pop().expect("the get"))?.value)?;
+        let mut t =
+            io::seen(&self.tail, io::value(&self.tail, out.pop().expect("the get"))?.value)?;
         let mut local_fails = 0;
         loop {
             if t.raw.is_none() {
@@ -124,7 +146,13 @@ impl Queue {
             if !n.ptr.is_null() {
                 // Step 3: the tail lags; `n` is acquire-grade.
                 cx.stats.helps += 1;
-                let new = Ptr { obj: n.ptr.obj, tag: n.ptr.tag, count: tp.count.wrapping_add(1), owner: 0, mark: false };
+                let new = Ptr {
+                    obj: n.ptr.obj,
+                    tag: n.ptr.tag,
+                    count: tp.count.wrapping_add(1),
+                    owner: 0,
+                    mark: false,
+                };
                 let weak = cx.weak(local_fails);
                 match io::cas(s, cx, &self.tail, &t, new, weak).await? {
                     Cas::Swapped(now) | Cas::Synced(now) => t = now,
@@ -136,12 +164,24 @@ impl Queue {
                 continue;
             }
             // Step 4: link.
-            let link = Ptr { obj: node.obj, tag: node.tag, count: n.ptr.count.wrapping_add(1), owner: tp.tag, mark: false };
+            let link = Ptr {
+                obj: node.obj,
+                tag: node.tag,
+                count: n.ptr.count.wrapping_add(1),
+                owner: tp.tag,
+                mark: false,
+            };
             let weak = cx.weak(local_fails);
             match io::cas(s, cx, &next_key, &n, link, weak).await? {
                 Cas::Swapped(_) => {
                     if swing {
-                        let new = Ptr { obj: node.obj, tag: node.tag, count: tp.count.wrapping_add(1), owner: 0, mark: false };
+                        let new = Ptr {
+                            obj: node.obj,
+                            tag: node.tag,
+                            count: tp.count.wrapping_add(1),
+                            owner: 0,
+                            mark: false,
+                        };
                         io::cas(s, cx, &self.tail, &t, new, true).await?;
                     }
                     cx.stats.ops += 1;
@@ -186,15 +226,28 @@ impl Queue {
             if t.ptr.same_target(&hp) {
                 // Step 3: the tail lags; help it past the dummy before moving the head.
                 cx.stats.helps += 1;
-                let new = Ptr { obj: np.obj, tag: np.tag, count: t.ptr.count.wrapping_add(1), owner: 0, mark: false };
+                let new = Ptr {
+                    obj: np.obj,
+                    tag: np.tag,
+                    count: t.ptr.count.wrapping_add(1),
+                    owner: 0,
+                    mark: false,
+                };
                 let weak = cx.weak(local_fails);
                 if let Cas::Local(_) = io::cas(s, cx, &self.tail, &t, new, weak).await? {
                     local_fails += 1;
                 }
                 continue;
             }
-            let new = Ptr { obj: np.obj, tag: np.tag, count: hp.count.wrapping_add(1), owner: 0, mark: false };
-            let mut batch: Vec<Op> = (0..self.layout.fields).map(|i| io::get_op(&self.keys.field(np.obj, i))).collect();
+            let new = Ptr {
+                obj: np.obj,
+                tag: np.tag,
+                count: hp.count.wrapping_add(1),
+                owner: 0,
+                mark: false,
+            };
+            let mut batch: Vec<Op> =
+                (0..self.layout.fields).map(|i| io::get_op(&self.keys.field(np.obj, i))).collect();
             batch.push(io::cas_op(&self.head, &h, &new, cx.weak(local_fails)));
             let mut out = io::run(s, cx, batch).await?;
             let cas = out.pop().expect("the cas");
@@ -222,7 +275,10 @@ impl Queue {
             let d = cx.alloc()?;
             let null = Ptr { owner: d.tag, ..Ptr::NULL };
             let new = Ptr { obj: d.obj, tag: d.tag, count: 0, owner: 0, mark: false };
-            let batch = vec![Op::put(self.keys.next(d.obj), null.encode()), io::cas_op(&self.head, &h, &new, false)];
+            let batch = vec![
+                Op::put(self.keys.next(d.obj), null.encode()),
+                io::cas_op(&self.head, &h, &new, false),
+            ];
             let mut out = io::run(s, cx, batch).await?;
             h = match io::cas_result(cx, &self.head, out.pop().expect("the cas"), &new)? {
                 Cas::Swapped(now) => now,

@@ -75,19 +75,39 @@ impl Stack {
         let node = cx.alloc()?;
         let next_key = self.keys.next(node.obj);
         let mut batch: Vec<Op> = (0..self.layout.fields)
-            .map(|i| Op::put(self.keys.field(node.obj, i), encode_field(self.layout, node.tag, i, if i == 0 { value } else { &[] })))
+            .map(|i| {
+                Op::put(
+                    self.keys.field(node.obj, i),
+                    encode_field(self.layout, node.tag, i, if i == 0 { value } else { &[] }),
+                )
+            })
             .collect();
         // The fields and a relaxed guess of the top travel in one batch.
         batch.push(io::get_op(&self.top));
         let mut out = io::run(s, cx, batch).await?;
-        let mut top = io::seen(&self.top, io::value(&self.top, out.pop().expect("the get"))?.value)?;
+        let mut top =
+            io::seen(&self.top, io::value(&self.top, out.pop().expect("the get"))?.value)?;
         let mut local_fails = 0;
         loop {
-            let next = Ptr { obj: top.ptr.obj, tag: top.ptr.tag, count: 0, owner: node.tag, mark: false };
-            let new = Ptr { obj: node.obj, tag: node.tag, count: top.ptr.count.wrapping_add(1), owner: 0, mark: false };
+            let next =
+                Ptr { obj: top.ptr.obj, tag: top.ptr.tag, count: 0, owner: node.tag, mark: false };
+            let new = Ptr {
+                obj: node.obj,
+                tag: node.tag,
+                count: top.ptr.count.wrapping_add(1),
+                owner: 0,
+                mark: false,
+            };
             let weak = cx.weak(local_fails);
-            let mut out =
-                io::run(s, cx, vec![Op::put(next_key.clone(), next.encode()), io::cas_op(&self.top, &top, &new, weak)]).await?;
+            let mut out = io::run(
+                s,
+                cx,
+                vec![
+                    Op::put(next_key.clone(), next.encode()),
+                    io::cas_op(&self.top, &top, &new, weak),
+                ],
+            )
+            .await?;
             match io::cas_result(cx, &self.top, out.pop().expect("the cas"), &new)? {
                 Cas::Swapped(_) => break,
                 Cas::Synced(now) => top = now,
@@ -121,7 +141,13 @@ impl Stack {
                 top = io::read_ptr(s, cx, &self.top, true).await?;
                 continue;
             }
-            let new = Ptr { obj: next.ptr.obj, tag: next.ptr.tag, count: t.count.wrapping_add(1), owner: 0, mark: false };
+            let new = Ptr {
+                obj: next.ptr.obj,
+                tag: next.ptr.tag,
+                count: t.count.wrapping_add(1),
+                owner: 0,
+                mark: false,
+            };
             let weak = cx.weak(local_fails);
             let mut batch = vec![io::cas_op(&self.top, &top, &new, weak)];
             batch.extend((0..self.layout.fields).map(|i| io::get_op(&self.keys.field(t.obj, i))));

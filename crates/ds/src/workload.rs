@@ -102,15 +102,26 @@ enum Targets {
 }
 
 impl Workload {
-    pub fn new(kind: DsKind, root: &str, structures: usize, layout: Layout) -> Result<Workload, DsError> {
+    pub fn new(
+        kind: DsKind,
+        root: &str,
+        structures: usize,
+        layout: Layout,
+    ) -> Result<Workload, DsError> {
         if structures == 0 {
             return Err(DsError::Usage("a workload needs at least one structure".into()));
         }
         let names = (0..structures).map(|i| i.to_string());
         let targets = match kind {
-            DsKind::Stack => Targets::Stacks(names.map(|n| Stack::new(root, &n, layout)).collect::<Result<_, _>>()?),
-            DsKind::Queue => Targets::Queues(names.map(|n| Queue::new(root, &n, layout)).collect::<Result<_, _>>()?),
-            DsKind::List => Targets::Lists(names.map(|n| List::new(root, &n, layout)).collect::<Result<_, _>>()?),
+            DsKind::Stack => Targets::Stacks(
+                names.map(|n| Stack::new(root, &n, layout)).collect::<Result<_, _>>()?,
+            ),
+            DsKind::Queue => Targets::Queues(
+                names.map(|n| Queue::new(root, &n, layout)).collect::<Result<_, _>>()?,
+            ),
+            DsKind::List => Targets::Lists(
+                names.map(|n| List::new(root, &n, layout)).collect::<Result<_, _>>()?,
+            ),
         };
         Ok(Workload { kind, root: root.to_string(), layout, targets })
     }
@@ -131,23 +142,31 @@ impl Workload {
             Targets::Stacks(v) => {
                 v[i].push(s, cx, &unique.to_le_bytes()).await?;
                 if v[i].pop(s, cx).await?.is_none() {
-                    return Err(DsError::Invariant(format!("stack {i}: a pop right after a push found it empty")));
+                    return Err(DsError::Invariant(format!(
+                        "stack {i}: a pop right after a push found it empty"
+                    )));
                 }
             }
             Targets::Queues(v) => {
                 v[i].enqueue(s, cx, &unique.to_le_bytes()).await?;
                 if v[i].dequeue(s, cx).await?.is_none() {
-                    return Err(DsError::Invariant(format!("queue {i}: a dequeue right after an enqueue found it empty")));
+                    return Err(DsError::Invariant(format!(
+                        "queue {i}: a dequeue right after an enqueue found it empty"
+                    )));
                 }
             }
             Targets::Lists(v) => {
                 // A key nobody else uses, spread over the key space so lists stay mixed.
                 let k = mix64(unique);
                 if !v[i].insert(s, cx, k).await? {
-                    return Err(DsError::Invariant(format!("list {i}: fresh key {k:#x} already present")));
+                    return Err(DsError::Invariant(format!(
+                        "list {i}: fresh key {k:#x} already present"
+                    )));
                 }
                 if !v[i].remove(s, cx, k).await? {
-                    return Err(DsError::Invariant(format!("list {i}: key {k:#x} vanished before its remove")));
+                    return Err(DsError::Invariant(format!(
+                        "list {i}: key {k:#x} vanished before its remove"
+                    )));
                 }
             }
         }
@@ -204,7 +223,11 @@ pub async fn run_workload(
     budget: &Budget,
 ) -> Result<WorkloadReport, DsError> {
     if cx.root() != w.root {
-        return Err(DsError::Usage(format!("context of root {:?} for a workload under {:?}", cx.root(), w.root)));
+        return Err(DsError::Usage(format!(
+            "context of root {:?} for a workload under {:?}",
+            cx.root(),
+            w.root
+        )));
     }
     let mut rng = StdRng::seed_from_u64(seed);
     let n = w.structures();
@@ -216,7 +239,12 @@ pub async fn run_workload(
         w.pair(i, session, cx).await?;
         pairs += 1;
     }
-    Ok(WorkloadReport { pairs, ops: 2 * pairs, elapsed: start.elapsed(), stats: cx.stats.since(&before) })
+    Ok(WorkloadReport {
+        pairs,
+        ops: 2 * pairs,
+        elapsed: start.elapsed(),
+        stats: cx.stats.since(&before),
+    })
 }
 
 /// splitmix64's finaliser: a bijection on u64, so distinct inputs give distinct keys.

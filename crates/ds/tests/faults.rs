@@ -16,10 +16,14 @@ use strata_ds::{run_workload, Budget, DsKind, Layout, List, Queue, Stack, Stats,
 async fn structures_stay_correct_when_one_replica_is_slow_and_lossy() {
     let c = cluster().await;
     // Links into node 2 are slow, jittery and lossy; its own outbound links lose messages too.
-    let slow_in = LinkFault { delay_us: 2_000, jitter_us: 4_000, loss_ppm: 20_000, partitioned: false };
+    let slow_in =
+        LinkFault { delay_us: 2_000, jitter_us: 4_000, loss_ppm: 20_000, partitioned: false };
     c.clients[0].set_fault(Some(NodeId(2)), slow_in).await.unwrap();
     c.clients[1].set_fault(Some(NodeId(2)), slow_in).await.unwrap();
-    c.clients[2].set_fault(None, LinkFault { loss_ppm: 20_000, ..LinkFault::default() }).await.unwrap();
+    c.clients[2]
+        .set_fault(None, LinkFault { loss_ppm: 20_000, ..LinkFault::default() })
+        .await
+        .unwrap();
 
     // The paper's pairs, every kind, sessions on all three nodes, two structures each.
     for kind in DsKind::ALL {
@@ -30,7 +34,9 @@ async fn structures_stay_correct_when_one_replica_is_slow_and_lossy() {
         for (i, (mut s, mut cx)) in c.workers(2, &root).await.into_iter().enumerate() {
             let w = w.clone();
             tasks.push(tokio::spawn(async move {
-                let r = run_workload(&w, &mut s, &mut cx, 7 + i as u64, &Budget::pairs(15)).await.unwrap();
+                let r = run_workload(&w, &mut s, &mut cx, 7 + i as u64, &Budget::pairs(15))
+                    .await
+                    .unwrap();
                 (r, s, cx)
             }));
         }
@@ -48,9 +54,18 @@ async fn structures_stay_correct_when_one_replica_is_slow_and_lossy() {
         for i in 0..2 {
             let name = i.to_string();
             match kind {
-                DsKind::Stack => assert_eq!(Stack::new(&root, &name, Layout::FOUR).unwrap().pop(s, cx).await.unwrap(), None),
-                DsKind::Queue => assert_eq!(Queue::new(&root, &name, Layout::FOUR).unwrap().dequeue(s, cx).await.unwrap(), None),
-                DsKind::List => assert_eq!(List::new(&root, &name, Layout::FOUR).unwrap().scan(s, cx).await.unwrap(), vec![]),
+                DsKind::Stack => assert_eq!(
+                    Stack::new(&root, &name, Layout::FOUR).unwrap().pop(s, cx).await.unwrap(),
+                    None
+                ),
+                DsKind::Queue => assert_eq!(
+                    Queue::new(&root, &name, Layout::FOUR).unwrap().dequeue(s, cx).await.unwrap(),
+                    None
+                ),
+                DsKind::List => assert_eq!(
+                    List::new(&root, &name, Layout::FOUR).unwrap().scan(s, cx).await.unwrap(),
+                    vec![]
+                ),
             }
         }
     }
@@ -66,8 +81,20 @@ async fn structures_stay_correct_when_one_replica_is_slow_and_lossy() {
             for i in 0..10 {
                 st.push(&mut s, &mut cx, &elem(w, i)).await.unwrap();
                 q.enqueue(&mut s, &mut cx, &elem(w, i)).await.unwrap();
-                got.push(st.pop(&mut s, &mut cx).await.unwrap().expect("stack empty after own push").to_vec());
-                got.push(q.dequeue(&mut s, &mut cx).await.unwrap().expect("queue empty after own enqueue").to_vec());
+                got.push(
+                    st.pop(&mut s, &mut cx)
+                        .await
+                        .unwrap()
+                        .expect("stack empty after own push")
+                        .to_vec(),
+                );
+                got.push(
+                    q.dequeue(&mut s, &mut cx)
+                        .await
+                        .unwrap()
+                        .expect("queue empty after own enqueue")
+                        .to_vec(),
+                );
             }
             got
         }));
@@ -76,7 +103,8 @@ async fn structures_stay_correct_when_one_replica_is_slow_and_lossy() {
     for t in tasks {
         got.extend(t.await.unwrap());
     }
-    let sent: Vec<Vec<u8>> = (0..6).flat_map(|w| (0..10).flat_map(move |i| [elem(w, i), elem(w, i)])).collect();
+    let sent: Vec<Vec<u8>> =
+        (0..6).flat_map(|w| (0..10).flat_map(move |i| [elem(w, i), elem(w, i)])).collect();
     assert_eq!(multiset(got), multiset(sent), "each element came out once from each structure");
 
     for cl in &c.clients {

@@ -33,7 +33,12 @@ struct Rec {
 /// membership of one such order.
 fn linearize(ops: &[Rec]) -> Option<bool> {
     assert!(ops.len() <= 128, "too many operations on one key for the checker");
-    fn go(ops: &[Rec], done: u128, present: bool, seen: &mut HashSet<(u128, bool)>) -> Option<bool> {
+    fn go(
+        ops: &[Rec],
+        done: u128,
+        present: bool,
+        seen: &mut HashSet<(u128, bool)>,
+    ) -> Option<bool> {
         if done.count_ones() as usize == ops.len() {
             return Some(present);
         }
@@ -172,10 +177,21 @@ async fn concurrent_inserts_and_removes_are_linearizable_per_key_and_leave_a_cle
     for (k, ops) in &per_key {
         let ins = ops.iter().filter(|r| r.kind == Kind::Insert && r.result).count() as i64;
         let rem = ops.iter().filter(|r| r.kind == Kind::Remove && r.result).count() as i64;
-        assert!(ins - rem == 0 || ins - rem == 1, "key {k}: {ins} successful inserts, {rem} successful removes");
-        assert_eq!(ins - rem == 1, present.contains(k), "key {k}: membership disagrees with the counts");
+        assert!(
+            ins - rem == 0 || ins - rem == 1,
+            "key {k}: {ins} successful inserts, {rem} successful removes"
+        );
+        assert_eq!(
+            ins - rem == 1,
+            present.contains(k),
+            "key {k}: membership disagrees with the counts"
+        );
         match linearize(ops) {
-            Some(fin) => assert_eq!(fin, present.contains(k), "key {k}: the linearization ends elsewhere than the list"),
+            Some(fin) => assert_eq!(
+                fin,
+                present.contains(k),
+                "key {k}: the linearization ends elsewhere than the list"
+            ),
             None => panic!("key {k}: no linearization explains {ops:?}"),
         }
     }
@@ -183,7 +199,13 @@ async fn concurrent_inserts_and_removes_are_linearizable_per_key_and_leave_a_cle
     // Every node agrees (contains is a synchronizing search).
     for (s, cx) in left.iter_mut().take(3) {
         for k in 0..KEYS {
-            assert_eq!(list.contains(s, cx, k * 10).await.unwrap(), present.contains(&(k * 10)), "key {} at {}", k * 10, s.node_addr());
+            assert_eq!(
+                list.contains(s, cx, k * 10).await.unwrap(),
+                present.contains(&(k * 10)),
+                "key {} at {}",
+                k * 10,
+                s.node_addr()
+            );
         }
     }
     drop(left);
@@ -194,14 +216,25 @@ async fn concurrent_inserts_and_removes_are_linearizable_per_key_and_leave_a_cle
 #[test]
 fn the_linearizability_check_rejects_impossible_histories() {
     let t = Instant::now();
-    let at = |a: u64, b: u64| (t + std::time::Duration::from_millis(a), t + std::time::Duration::from_millis(b));
+    let at = |a: u64, b: u64| {
+        (t + std::time::Duration::from_millis(a), t + std::time::Duration::from_millis(b))
+    };
     let rec = |kind, result, (start, end)| Rec { kind, result, start, end };
     // Sequential insert, insert: the second must fail.
-    assert_eq!(linearize(&[rec(Kind::Insert, true, at(0, 1)), rec(Kind::Insert, true, at(2, 3))]), None);
+    assert_eq!(
+        linearize(&[rec(Kind::Insert, true, at(0, 1)), rec(Kind::Insert, true, at(2, 3))]),
+        None
+    );
     // Overlapping: either order is possible.
-    assert_eq!(linearize(&[rec(Kind::Insert, true, at(0, 5)), rec(Kind::Contains, false, at(1, 2))]), Some(true));
+    assert_eq!(
+        linearize(&[rec(Kind::Insert, true, at(0, 5)), rec(Kind::Contains, false, at(1, 2))]),
+        Some(true)
+    );
     // A remove that succeeds before any insert began.
-    assert_eq!(linearize(&[rec(Kind::Remove, true, at(0, 1)), rec(Kind::Insert, true, at(2, 3))]), None);
+    assert_eq!(
+        linearize(&[rec(Kind::Remove, true, at(0, 1)), rec(Kind::Insert, true, at(2, 3))]),
+        None
+    );
     // Contains true after a completed remove with nothing in between.
     assert_eq!(
         linearize(&[

@@ -62,7 +62,11 @@ async fn one_session_sees_fifo_order_and_an_empty_queue_dequeues_none() {
                 q.enqueue(s, cx, &elem(round, i)).await.unwrap();
             }
             for i in 0..5 {
-                assert_eq!(q.dequeue(s, cx).await.unwrap().as_deref(), Some(&elem(round, i)[..]), "FIFO");
+                assert_eq!(
+                    q.dequeue(s, cx).await.unwrap().as_deref(),
+                    Some(&elem(round, i)[..]),
+                    "FIFO"
+                );
             }
             assert_eq!(q.dequeue(s, cx).await.unwrap(), None, "empty again");
         }
@@ -95,7 +99,11 @@ async fn a_lagging_tail_is_helped_forward_by_enqueuers_and_dequeuers() {
     let before = cb.stats;
     q.enqueue_leaving_tail_behind(sa, ca, b"z").await.unwrap();
     assert_eq!(q.dequeue(sb, cb).await.unwrap().as_deref(), Some(&b"z"[..]));
-    assert!(cb.stats.since(&before).helps >= 1, "the dequeuer helped the tail: {:?}", cb.stats.since(&before));
+    assert!(
+        cb.stats.since(&before).helps >= 1,
+        "the dequeuer helped the tail: {:?}",
+        cb.stats.since(&before)
+    );
     // The dequeuer recycles the old dummy in its next enqueue: had the head passed the tail,
     // the tail would now name a recycled object and the queue would wedge or lose elements.
     assert!(cb.free_objects() >= 1, "the old dummy is on top of the dequeuer's free list");
@@ -125,7 +133,8 @@ async fn concurrent_enqueue_dequeue_pairs_never_find_the_queue_empty_and_keep_pr
     const PAIRS: usize = 60;
     let c = cluster().await;
     let workers = c.workers(3, "q-pairs").await; // 9 sessions
-    let queues: Vec<Queue> = (0..2).map(|i| Queue::new("q-pairs", &i.to_string(), Layout::FOUR).unwrap()).collect();
+    let queues: Vec<Queue> =
+        (0..2).map(|i| Queue::new("q-pairs", &i.to_string(), Layout::FOUR).unwrap()).collect();
     let start = Instant::now();
     let mut tasks = Vec::new();
     for (w, (mut s, mut cx)) in workers.into_iter().enumerate() {
@@ -140,8 +149,12 @@ async fn concurrent_enqueue_dequeue_pairs_never_find_the_queue_empty_and_keep_pr
                 let got = q.dequeue(&mut s, &mut cx).await.unwrap();
                 let t1 = Instant::now();
                 match got {
-                    Some(v) => deqs.push((w % queues.len(), Deq { value: v.to_vec(), start: t0, end: t1 })),
-                    None => panic!("worker {w}: dequeue {i} right after its own enqueue found the queue empty"),
+                    Some(v) => {
+                        deqs.push((w % queues.len(), Deq { value: v.to_vec(), start: t0, end: t1 }))
+                    }
+                    None => panic!(
+                        "worker {w}: dequeue {i} right after its own enqueue found the queue empty"
+                    ),
                 }
             }
             (deqs, cx.stats, s, cx)
@@ -200,7 +213,11 @@ async fn concurrent_producers_and_consumers_deliver_each_element_once_in_produce
                 }
             } else {
                 while taken.load(Ordering::SeqCst) < total {
-                    assert!(Instant::now() < deadline, "consumers starved: {} of {total}", taken.load(Ordering::SeqCst));
+                    assert!(
+                        Instant::now() < deadline,
+                        "consumers starved: {} of {total}",
+                        taken.load(Ordering::SeqCst)
+                    );
                     let t0 = Instant::now();
                     match q.dequeue(&mut s, &mut cx).await.unwrap() {
                         Some(v) => {
@@ -223,7 +240,8 @@ async fn concurrent_producers_and_consumers_deliver_each_element_once_in_produce
     }
     let (s, cx) = &mut left[0];
     assert_eq!(q.dequeue(s, cx).await.unwrap(), None, "nothing left over");
-    let pushed: Vec<Vec<u8>> = (0..PRODUCERS).flat_map(|w| (0..PER_PRODUCER).map(move |i| elem(w, i))).collect();
+    let pushed: Vec<Vec<u8>> =
+        (0..PRODUCERS).flat_map(|w| (0..PER_PRODUCER).map(move |i| elem(w, i))).collect();
     let popped: Vec<Vec<u8>> = deqs.iter().map(|d| d.value.clone()).collect();
     assert_eq!(popped.len(), total, "each element dequeued once");
     assert_eq!(multiset(popped), multiset(pushed));

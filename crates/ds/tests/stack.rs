@@ -43,7 +43,8 @@ async fn concurrent_push_pop_pairs_never_find_the_stack_empty_and_pop_each_eleme
     const PAIRS: usize = 60;
     let c = cluster().await;
     let workers = c.workers(3, "ts-pairs").await; // 9 sessions on 3 nodes
-    let stacks: Vec<Stack> = (0..2).map(|i| Stack::new("ts-pairs", &i.to_string(), Layout::FOUR).unwrap()).collect();
+    let stacks: Vec<Stack> =
+        (0..2).map(|i| Stack::new("ts-pairs", &i.to_string(), Layout::FOUR).unwrap()).collect();
     let start = Instant::now();
     let mut tasks = Vec::new();
     for (w, (mut s, mut cx)) in workers.into_iter().enumerate() {
@@ -56,7 +57,9 @@ async fn concurrent_push_pop_pairs_never_find_the_stack_empty_and_pop_each_eleme
                 pushed.push(elem(w, i));
                 match st.pop(&mut s, &mut cx).await.unwrap() {
                     Some(v) => popped.push(v.to_vec()),
-                    None => panic!("worker {w}: pop {i} right after its own push found the stack empty"),
+                    None => {
+                        panic!("worker {w}: pop {i} right after its own push found the stack empty")
+                    }
                 }
             }
             (pushed, popped, cx.stats, s, cx)
@@ -108,7 +111,8 @@ async fn concurrent_pushes_then_concurrent_pops_return_every_element_exactly_onc
     for t in tasks {
         workers.push(t.await.unwrap());
     }
-    let pushed: Vec<Vec<u8>> = (0..workers.len()).flat_map(|w| (0..PER).map(move |i| elem(w, i))).collect();
+    let pushed: Vec<Vec<u8>> =
+        (0..workers.len()).flat_map(|w| (0..PER).map(move |i| elem(w, i))).collect();
 
     // Phase 2: concurrent pops until empty.
     let mut tasks = Vec::new();
@@ -132,7 +136,10 @@ async fn concurrent_pushes_then_concurrent_pops_return_every_element_exactly_onc
         for v in &got {
             let (w, i) = common::parse_elem(v);
             if let Some(prev) = last_seen.insert(w, i) {
-                assert!(i < prev, "one session popped {w}'s element {i} after its later element {prev}");
+                assert!(
+                    i < prev,
+                    "one session popped {w}'s element {i} after its later element {prev}"
+                );
             }
         }
         popped.extend(got);
@@ -168,8 +175,15 @@ async fn concurrent_pushes_then_concurrent_pops_return_every_element_exactly_onc
     while let Some(v) = st.pop(s, cx).await.unwrap() {
         popped.push(v.to_vec());
     }
-    let pushed: Vec<Vec<u8>> = (0..workers.len()).filter(|w| w % 2 == 0).flat_map(|w| (0..PER).map(move |i| elem(100 + w, i))).collect();
-    assert_eq!(multiset(popped), multiset(pushed), "mixed phase: every element popped exactly once");
+    let pushed: Vec<Vec<u8>> = (0..workers.len())
+        .filter(|w| w % 2 == 0)
+        .flat_map(|w| (0..PER).map(move |i| elem(100 + w, i)))
+        .collect();
+    assert_eq!(
+        multiset(popped),
+        multiset(pushed),
+        "mixed phase: every element popped exactly once"
+    );
     drop(workers);
     c.shutdown().await;
 }

@@ -24,7 +24,9 @@ async fn every_kind_runs_its_pairs_from_all_nodes_and_leaves_every_structure_emp
         for (i, (mut s, mut cx)) in c.workers(2, &root).await.into_iter().enumerate() {
             let w = w.clone();
             tasks.push(tokio::spawn(async move {
-                let r = run_workload(&w, &mut s, &mut cx, i as u64, &Budget::pairs(PAIRS)).await.unwrap();
+                let r = run_workload(&w, &mut s, &mut cx, i as u64, &Budget::pairs(PAIRS))
+                    .await
+                    .unwrap();
                 (r, s, cx)
             }));
         }
@@ -43,9 +45,18 @@ async fn every_kind_runs_its_pairs_from_all_nodes_and_leaves_every_structure_emp
         for i in 0..STRUCTURES {
             let name = i.to_string();
             match kind {
-                DsKind::Stack => assert_eq!(Stack::new(&root, &name, layout).unwrap().pop(s, cx).await.unwrap(), None),
-                DsKind::Queue => assert_eq!(Queue::new(&root, &name, layout).unwrap().dequeue(s, cx).await.unwrap(), None),
-                DsKind::List => assert_eq!(List::new(&root, &name, layout).unwrap().scan(s, cx).await.unwrap(), vec![]),
+                DsKind::Stack => assert_eq!(
+                    Stack::new(&root, &name, layout).unwrap().pop(s, cx).await.unwrap(),
+                    None
+                ),
+                DsKind::Queue => assert_eq!(
+                    Queue::new(&root, &name, layout).unwrap().dequeue(s, cx).await.unwrap(),
+                    None
+                ),
+                DsKind::List => assert_eq!(
+                    List::new(&root, &name, layout).unwrap().scan(s, cx).await.unwrap(),
+                    vec![]
+                ),
             }
         }
     }
@@ -68,8 +79,15 @@ async fn a_run_stops_at_its_deadline_or_flag_and_refuses_a_foreign_context() {
     let r = run_workload(&w, s, cx, 1, &Budget::flag(stopped)).await.unwrap();
     assert_eq!(r.pairs, 0, "a set flag stops the run before any pair");
     let other = Workload::new(DsKind::Stack, "elsewhere", 1, Layout::FOUR).unwrap();
-    assert!(run_workload(&other, s, cx, 1, &Budget::pairs(1)).await.is_err(), "a context of another root is refused");
-    assert!("msq".parse::<DsKind>().is_ok() && "hml".parse::<DsKind>().is_ok() && "nope".parse::<DsKind>().is_err());
+    assert!(
+        run_workload(&other, s, cx, 1, &Budget::pairs(1)).await.is_err(),
+        "a context of another root is refused"
+    );
+    assert!(
+        "msq".parse::<DsKind>().is_ok()
+            && "hml".parse::<DsKind>().is_ok()
+            && "nope".parse::<DsKind>().is_err()
+    );
     drop(workers);
     c.shutdown().await;
 }
@@ -102,9 +120,20 @@ async fn an_uncontended_pair_issues_the_documented_requests() {
                 // remove: acquire head, acquire next + get key; N gets; CAS mark, CAS unlink.
                 DsKind::List => (n + 1, 1 + n, 3, 3, 0),
             };
-            assert_eq!(got, want, "{kind}-{n}: (relaxed writes, relaxed reads, acquires, CAS, releases)");
-            assert_eq!((st.cas_local_fail, st.cas_quorum_fail), (0, 0), "{kind}-{n}: no conflicts alone");
-            eprintln!("{kind}-{n}: {} requests per pair, sync share {:.2}", st.requests(), st.sync_share());
+            assert_eq!(
+                got, want,
+                "{kind}-{n}: (relaxed writes, relaxed reads, acquires, CAS, releases)"
+            );
+            assert_eq!(
+                (st.cas_local_fail, st.cas_quorum_fail),
+                (0, 0),
+                "{kind}-{n}: no conflicts alone"
+            );
+            eprintln!(
+                "{kind}-{n}: {} requests per pair, sync share {:.2}",
+                st.requests(),
+                st.sync_share()
+            );
         }
     }
     drop(workers);

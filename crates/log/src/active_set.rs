@@ -23,22 +23,12 @@ impl LogReplica {
                 let ts = p.last_f_ts.expect("checked");
                 p.last_grant = Some(now);
                 p.max_echoed = p.max_echoed.max(Some(ts));
-                self.effects.event.push(LogEvent::GrantSent {
-                    epoch,
-                    to: f,
-                    echo_ts: ts,
-                });
-                Grant {
-                    member: true,
-                    echo_ts: Some(ts),
-                    revoke_echo: None,
-                }
+                self.effects.event.push(LogEvent::GrantSent { epoch, to: f, echo_ts: ts });
+                Grant { member: true, echo_ts: Some(ts), revoke_echo: None }
             }
-            Membership::Removing { revoke_echo } => Grant {
-                member: false,
-                echo_ts: None,
-                revoke_echo,
-            },
+            Membership::Removing { revoke_echo } => {
+                Grant { member: false, echo_ts: None, revoke_echo }
+            }
             _ => Grant::default(),
         }
     }
@@ -66,10 +56,7 @@ impl LogReplica {
                     crate::MarkOutReason::NotMember
                 };
                 if self.is_serving(now) {
-                    self.emit(LogEvent::MarkedOut {
-                        epoch: self.epoch,
-                        reason,
-                    });
+                    self.emit(LogEvent::MarkedOut { epoch: self.epoch, reason });
                 }
             }
             self.lease.member = false;
@@ -89,9 +76,7 @@ impl LogReplica {
         self.now = self.now.max(now);
         let member = self.orca_mode()
             && self.leader.as_ref().is_some_and(|l| {
-                l.progress
-                    .get(&node)
-                    .is_some_and(|p| p.membership == Membership::Member)
+                l.progress.get(&node).is_some_and(|p| p.membership == Membership::Member)
             });
         if member {
             self.revoke(node, RevokeReason::Operator, now);
@@ -112,12 +97,7 @@ impl LogReplica {
         if reason == RevokeReason::Slow {
             p.last_slow_revoke = Some(now);
         }
-        self.emit(LogEvent::AsRevoked {
-            epoch,
-            node: f,
-            reason,
-            revoke_echo,
-        });
+        self.emit(LogEvent::AsRevoked { epoch, node: f, reason, revoke_echo });
     }
 
     /// Revoke unresponsive and slow members, remove revoked ones when safe, add caught-up
@@ -149,10 +129,7 @@ impl LogReplica {
         // (b) slow members of a durability round (§9.5).
         if let Some(threshold) = self.cfg.slow_threshold {
             let l = self.leader.as_ref().expect("leader");
-            if let Some(r) = l
-                .round
-                .filter(|r| now.saturating_since(r.started) >= threshold)
-            {
+            if let Some(r) = l.round.filter(|r| now.saturating_since(r.started) >= threshold) {
                 let members: Vec<(NodeId, bool)> = l
                     .progress
                     .iter()
@@ -160,19 +137,14 @@ impl LogReplica {
                     .map(|(&f, p)| (f, p.durable() >= r.target))
                     .collect();
                 let own_done = self.persisted.min(self.kv.applied()) >= r.target;
-                let slow: Vec<NodeId> = members
-                    .iter()
-                    .filter(|(_, done)| !done)
-                    .map(|&(f, _)| f)
-                    .collect();
+                let slow: Vec<NodeId> =
+                    members.iter().filter(|(_, done)| !done).map(|&(f, _)| f).collect();
                 let all_others_done = own_done && slow.len() < members.len();
                 let mut remaining = l.active_set_len();
                 let recent: Vec<bool> = slow
                     .iter()
                     .map(|f| {
-                        l.progress[f]
-                            .last_slow_revoke
-                            .is_some_and(|t| now.saturating_since(t) < rt)
+                        l.progress[f].last_slow_revoke.is_some_and(|t| now.saturating_since(t) < rt)
                     })
                     .collect();
                 for (f, recent) in slow.into_iter().zip(recent) {
@@ -201,21 +173,14 @@ impl LogReplica {
             }
         }
         for (node, confirmed) in removed {
-            self.emit(LogEvent::AsRemoved {
-                epoch,
-                node,
-                confirmed,
-            });
+            self.emit(LogEvent::AsRemoved { epoch, node, confirmed });
             changed = true;
         }
         // Addition (§5.7.1): reachable, persisted and applied >= DI; else ask it to catch up.
         loop {
             let l = self.leader.as_mut().expect("leader");
-            let members = 1 + l
-                .progress
-                .values()
-                .filter(|p| p.membership == Membership::Member)
-                .count();
+            let members =
+                1 + l.progress.values().filter(|p| p.membership == Membership::Member).count();
             if members >= target {
                 break;
             }
@@ -249,13 +214,7 @@ impl LogReplica {
             p.catchup = None;
             p.needs_send = true; // the grant follows the addition (§5.7.1 last paragraph)
             let (persisted, applied) = (p.persisted, p.applied);
-            self.emit(LogEvent::AsAdded {
-                epoch,
-                node: f,
-                persisted,
-                applied,
-                di,
-            });
+            self.emit(LogEvent::AsAdded { epoch, node: f, persisted, applied, di });
             changed = true;
         }
         changed
@@ -273,10 +232,9 @@ impl LogReplica {
         let (mt, rt) = (self.cfg.mark_out_timeout, self.cfg.removal_timeout);
         for p in l.progress.values() {
             match p.membership {
-                Membership::Member => out.extend(
-                    p.last_ack
-                        .map(|t| t + mt + std::time::Duration::from_nanos(1)),
-                ),
+                Membership::Member => {
+                    out.extend(p.last_ack.map(|t| t + mt + std::time::Duration::from_nanos(1)))
+                }
                 Membership::Removing { .. } => out.extend(p.last_grant.map(|g| g + rt)),
                 Membership::NotMember => out.extend(p.revoked_at.map(|t| t + rt)),
             }

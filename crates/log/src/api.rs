@@ -17,19 +17,9 @@ pub enum LogRequest {
     /// names the write, and a retry with the same id is answered with the first outcome (its
     /// log index) without executing again; `first_incomplete` acknowledges the client's
     /// earlier writes.
-    Write {
-        token: u64,
-        rifl: Rifl,
-        key: Bytes,
-        op: WriteOp,
-        immediate: bool,
-    },
+    Write { token: u64, rifl: Rifl, key: Bytes, op: WriteOp, immediate: bool },
     /// ORCA §2.1 `get`; `min_index` is the session token of §2.3 (the client's last write index).
-    Read {
-        token: u64,
-        key: Bytes,
-        min_index: Option<LogIndex>,
-    },
+    Read { token: u64, key: Bytes, min_index: Option<LogIndex> },
     /// rifl.md §5.7 steps 1-2, at the leader: freeze the shard for a move to `to`. Answered
     /// with the final state once the `Freeze` entry is committed, durable at a majority and
     /// applied (so every replica that serves reads has applied it too: it answers `Moved`).
@@ -40,7 +30,9 @@ pub enum LogRequest {
 impl LogRequest {
     pub fn token(&self) -> u64 {
         match self {
-            LogRequest::Write { token, .. } | LogRequest::Read { token, .. } | LogRequest::Freeze { token, .. } => *token,
+            LogRequest::Write { token, .. }
+            | LogRequest::Read { token, .. }
+            | LogRequest::Freeze { token, .. } => *token,
         }
     }
 }
@@ -121,7 +113,9 @@ pub enum LogReply {
 impl LogReply {
     pub fn token(&self) -> u64 {
         match self {
-            LogReply::Write { token, .. } | LogReply::Read { token, .. } | LogReply::Frozen { token, .. } => *token,
+            LogReply::Write { token, .. }
+            | LogReply::Read { token, .. }
+            | LogReply::Frozen { token, .. } => *token,
         }
     }
 }

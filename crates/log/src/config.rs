@@ -136,11 +136,7 @@ pub enum ConfigError {
     #[error("the durability check needs leader or active-set reads (weak reads skip it)")]
     CadWithWeakReads,
     #[error("as_target {target} must be between the majority {majority} and n = {n}")]
-    AsTargetOutOfRange {
-        target: usize,
-        majority: usize,
-        n: usize,
-    },
+    AsTargetOutOfRange { target: usize, majority: usize, n: usize },
     #[error("{0} must be positive")]
     ZeroDuration(&'static str),
     #[error("timer constraint violated: {0}")]
@@ -222,11 +218,7 @@ impl LogConfig {
         }
         let target = self.active_set_target(n);
         if target < majority(n) || target > n {
-            return Err(ConfigError::AsTargetOutOfRange {
-                target,
-                majority: majority(n),
-                n,
-            });
+            return Err(ConfigError::AsTargetOutOfRange { target, majority: majority(n), n });
         }
         for (d, name) in [
             (self.heartbeat, "heartbeat"),
@@ -260,20 +252,15 @@ impl LogConfig {
             return Err(ConfigError::Timing("rt (1 - rho) must exceed mt (1 + rho)"));
         }
         // §5.8: no new leader before the old one stopped serving and its grants expired.
-        if !with_drift_margin(
-            self.election_timeout_min,
-            self.leader_lease + self.mark_out_timeout,
-        ) {
-            return Err(ConfigError::Timing(
-                "ET_min (1 - rho) must exceed (ST + mt)(1 + rho)",
-            ));
+        if !with_drift_margin(self.election_timeout_min, self.leader_lease + self.mark_out_timeout)
+        {
+            return Err(ConfigError::Timing("ET_min (1 - rho) must exceed (ST + mt)(1 + rho)"));
         }
         Ok(())
     }
 
     pub(crate) fn active_set_target(&self, n: usize) -> usize {
-        self.as_target
-            .unwrap_or_else(|| n.saturating_sub(1).max(majority(n)))
+        self.as_target.unwrap_or_else(|| n.saturating_sub(1).max(majority(n)))
     }
 
     /// Whether `bug` is planted (always false without the `canaries` feature).
@@ -324,10 +311,7 @@ mod tests {
         );
         let mut c = LogConfig::orca(Replication::Async);
         c.as_target = Some(2);
-        assert!(matches!(
-            c.validate(5),
-            Err(ConfigError::AsTargetOutOfRange { .. })
-        ));
+        assert!(matches!(c.validate(5), Err(ConfigError::AsTargetOutOfRange { .. })));
         let mut c = LogConfig::orca(Replication::Async);
         c.removal_timeout = c.mark_out_timeout;
         assert!(matches!(c.validate(5), Err(ConfigError::Timing(_))));

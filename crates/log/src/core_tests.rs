@@ -12,10 +12,10 @@ use crate::api::{
     HardState, LogEvent, LogReply, LogRequest, Persist, RecoveredState, VoteRefusal, WriteAck,
     WriteError, WriteOp,
 };
-use strata_rifl::Verdict;
-use strata_wire::rifl::{ClusterTime, LeaseInfo, Rifl, RpcId};
 use crate::config::{LogConfig, Replication};
 use crate::replica::{LogEffects, LogReplica, Role};
+use strata_rifl::Verdict;
+use strata_wire::rifl::{ClusterTime, LeaseInfo, Rifl, RpcId};
 
 fn orca() -> LogConfig {
     LogConfig::orca(Replication::Async)
@@ -26,10 +26,7 @@ use crate::state::test_entry as entry;
 fn recovered(entries: Vec<LogEntry>, epoch: u32) -> LogReplica {
     let ids = [NodeId(0), NodeId(1), NodeId(2)];
     let state = RecoveredState {
-        hard_state: HardState {
-            epoch,
-            voted_for: None,
-        },
+        hard_state: HardState { epoch, voted_for: None },
         snapshot: None,
         entries,
     };
@@ -44,21 +41,15 @@ fn candidate_with_a_shorter_log_is_refused_and_rule_0_protects_recent_leaders() 
     r.on_message(
         Instant::from_millis(500),
         NodeId(1),
-        LogMessage::RequestVote {
-            epoch: 2,
-            last_index: LogIndex::new(1, 2),
-        },
+        LogMessage::RequestVote { epoch: 2, last_index: LogIndex::new(1, 2) },
     );
     assert_eq!(r.epoch(), 1);
     r.poll_effects(&mut out);
     assert!(out.send.is_empty() && out.send_after_persist.is_empty());
-    assert!(out.event.iter().any(|e| matches!(
-        e,
-        LogEvent::VoteRefused {
-            reason: VoteRefusal::LeaseProtected,
-            ..
-        }
-    )));
+    assert!(out
+        .event
+        .iter()
+        .any(|e| matches!(e, LogEvent::VoteRefused { reason: VoteRefusal::LeaseProtected, .. })));
     // Rule (d): a candidate whose last index is lower is refused.
     out.clear();
     // Right when rule 0's protection ends (ET_min after the restart at 1 ms), before the
@@ -67,29 +58,20 @@ fn candidate_with_a_shorter_log_is_refused_and_rule_0_protects_recent_leaders() 
     r.on_message(
         later,
         NodeId(1),
-        LogMessage::RequestVote {
-            epoch: 2,
-            last_index: LogIndex::new(1, 1),
-        },
+        LogMessage::RequestVote { epoch: 2, last_index: LogIndex::new(1, 1) },
     );
     r.poll_effects(&mut out);
-    assert!(out.event.iter().any(|e| matches!(
-        e,
-        LogEvent::VoteRefused {
-            reason: VoteRefusal::LessUpToDate,
-            ..
-        }
-    )));
+    assert!(out
+        .event
+        .iter()
+        .any(|e| matches!(e, LogEvent::VoteRefused { reason: VoteRefusal::LessUpToDate, .. })));
     assert_eq!(r.voted_for(), None);
     // An up-to-date candidate gets the vote, sent only after the vote is persisted.
     out.clear();
     r.on_message(
         later,
         NodeId(2),
-        LogMessage::RequestVote {
-            epoch: 2,
-            last_index: LogIndex::new(1, 2),
-        },
+        LogMessage::RequestVote { epoch: 2, last_index: LogIndex::new(1, 2) },
     );
     r.poll_effects(&mut out);
     assert_eq!(r.voted_for(), Some(NodeId(2)));
@@ -107,19 +89,13 @@ fn candidate_with_a_shorter_log_is_refused_and_rule_0_protects_recent_leaders() 
     r.on_message(
         later,
         NodeId(1),
-        LogMessage::RequestVote {
-            epoch: 2,
-            last_index: LogIndex::new(1, 9),
-        },
+        LogMessage::RequestVote { epoch: 2, last_index: LogIndex::new(1, 9) },
     );
     r.poll_effects(&mut out);
-    assert!(out.event.iter().any(|e| matches!(
-        e,
-        LogEvent::VoteRefused {
-            reason: VoteRefusal::AlreadyVoted,
-            ..
-        }
-    )));
+    assert!(out
+        .event
+        .iter()
+        .any(|e| matches!(e, LogEvent::VoteRefused { reason: VoteRefusal::AlreadyVoted, .. })));
 }
 
 #[test]
@@ -158,10 +134,7 @@ fn recovery_rebuilds_state_from_disk_and_serves_nothing_until_readded() {
     del.seq = 3;
     let r = recovered(vec![entry(1, 1), entry(1, 2), del], 2);
     assert_eq!(r.role(), Role::Follower);
-    assert_eq!(
-        r.get(b"k"),
-        (Some(Bytes::from_static(b"v")), LogIndex::new(1, 2))
-    );
+    assert_eq!(r.get(b"k"), (Some(Bytes::from_static(b"v")), LogIndex::new(1, 2)));
     assert_eq!(r.get(b"gone"), (None, LogIndex::new(2, 1)));
     assert_eq!(
         (r.persisted_index(), r.applied_index()),
@@ -170,10 +143,7 @@ fn recovery_rebuilds_state_from_disk_and_serves_nothing_until_readded() {
     assert!(!r.is_serving(Instant::from_millis(2)));
     assert_eq!(r.durable_index(), LogIndex::ZERO);
     let ids = [NodeId(0), NodeId(1), NodeId(2)];
-    let bad = RecoveredState {
-        entries: vec![entry(1, 2), entry(1, 1)],
-        ..Default::default()
-    };
+    let bad = RecoveredState { entries: vec![entry(1, 2), entry(1, 1)], ..Default::default() };
     assert!(LogReplica::recover(orca(), NodeId(0), &ids, bad, Instant::ZERO, 1).is_err());
 }
 
@@ -197,19 +167,13 @@ fn recovery_from_a_snapshot_and_the_log_after_it() {
     let mut next = entry(2, 1);
     next.seq = 6;
     let state = RecoveredState {
-        hard_state: HardState {
-            epoch: 2,
-            voted_for: Some(NodeId(1)),
-        },
+        hard_state: HardState { epoch: 2, voted_for: Some(NodeId(1)) },
         snapshot: Some(snapshot),
         entries: vec![next],
     };
     let r =
         LogReplica::recover(orca(), NodeId(0), &ids, state, Instant::from_millis(1), 3).unwrap();
-    assert_eq!(
-        r.get(b"a"),
-        (Some(Bytes::from_static(b"1")), LogIndex::new(1, 3))
-    );
+    assert_eq!(r.get(b"a"), (Some(Bytes::from_static(b"1")), LogIndex::new(1, 3)));
     assert_eq!(r.get(b"k").1, LogIndex::new(2, 1));
     // The snapshot's watermark and record survive, and the entry after it adds its record.
     let rpc = |seq| RpcId { client_id: 1, seq };
@@ -279,7 +243,11 @@ fn deadlines_passed_over_by_inputs_fire_without_a_tick() {
     r.on_message(now, NodeId(1), stray(0, 0));
     assert_eq!(r.role(), Role::Candidate, "the election deadline passed during an input");
     r.poll_effects(&mut out);
-    let (token, _) = out.persist.iter().find(|(_, p)| matches!(p, Persist::HardState(_))).expect("vote for itself persisted");
+    let (token, _) = out
+        .persist
+        .iter()
+        .find(|(_, p)| matches!(p, Persist::HardState(_)))
+        .expect("vote for itself persisted");
     r.on_persisted(now, *token);
     r.on_message(now, NodeId(1), LogMessage::VoteResp { epoch: 2, granted: true });
     assert_eq!(r.role(), Role::Leader);
@@ -425,10 +393,7 @@ fn env(seq: u64, first_incomplete: u64) -> Rifl {
 }
 
 fn writes_of(r: &LogReplica, seq: u64) -> usize {
-    r.entries()
-        .iter()
-        .filter(|e| e.client_id == 7 && e.seq == seq)
-        .count()
+    r.entries().iter().filter(|e| e.client_id == 7 && e.seq == seq).count()
 }
 
 #[test]
@@ -449,7 +414,14 @@ fn a_retry_while_in_flight_waits_for_the_first_entry() {
     // Sync durability: a write is answered once its entry is fsynced, so with the disk held a
     // retry arrives while the first attempt is in flight.
     let now = Instant::from_millis(1);
-    let r = LogReplica::recover(LogConfig::strong_zk(), NodeId(0), &[NodeId(0)], RecoveredState::default(), now, 9);
+    let r = LogReplica::recover(
+        LogConfig::strong_zk(),
+        NodeId(0),
+        &[NodeId(0)],
+        RecoveredState::default(),
+        now,
+        9,
+    );
     let mut s = Solo::new(RecoveredState::default());
     s.r = r.unwrap();
     s.now = now;
@@ -528,18 +500,16 @@ fn the_same_rpc_appended_twice_executes_once_at_replay_and_at_a_follower() {
         ack: 0,
         immediate: false,
     };
-    let noop = |epoch| LogEntry {
-        op: LogOp::NoOp,
-        client_id: 0,
-        seq: 0,
-        ..put(epoch, 1, 0, "")
-    };
+    let noop = |epoch| LogEntry { op: LogOp::NoOp, client_id: 0, seq: 0, ..put(epoch, 1, 0, "") };
     // Epoch 1 wrote seq 1; a leader of epoch 2 appended seq 1 again (as a leader that skipped
     // the duplicate check would) after another write.
     let log = vec![noop(1), put(1, 2, 1, "a"), noop(2), put(2, 2, 2, "b"), put(2, 3, 1, "a")];
     let r = recovered(log.clone(), 2);
     assert_eq!(r.get(b"k"), (Some(Bytes::from_static(b"b")), LogIndex::new(2, 2)));
-    assert_eq!(r.write_record(RpcId { client_id: 7, seq: 1 }), Verdict::Completed(LogIndex::new(1, 2)));
+    assert_eq!(
+        r.write_record(RpcId { client_id: 7, seq: 1 }),
+        Verdict::Completed(LogIndex::new(1, 2))
+    );
     // A follower that receives the entries from the leader decides the same.
     let mut f = recovered(log[..2].to_vec(), 1);
     let mut out: LogEffects = Effects::default();
@@ -582,7 +552,10 @@ fn envelope_violations_and_doubtful_leases_are_refused_without_effect() {
         (env(5, 6), "first_incomplete above seq"),
         (env(600, 1), "beyond the window"),
         (Rifl { rpc: RpcId { client_id: 0, seq: 1 }, ..env(1, 1) }, "client id 0"),
-        (Rifl { lease: LeaseInfo { client_id: 8, ..env(1, 1).lease }, ..env(1, 1) }, "another client's lease"),
+        (
+            Rifl { lease: LeaseInfo { client_id: 8, ..env(1, 1).lease }, ..env(1, 1) },
+            "another client's lease",
+        ),
     ] {
         assert!(matches!(s.write(e, "x"), Some(Err(WriteError::BadEnvelope(_)))), "{what}");
     }
@@ -618,7 +591,10 @@ impl Solo {
     fn read(&mut self) -> Option<Result<crate::api::ReadValue, ReadError>> {
         let token = self.next_token;
         self.next_token += 1;
-        self.r.on_client_request(self.now, LogRequest::Read { token, key: Bytes::from_static(b"k"), min_index: None });
+        self.r.on_client_request(
+            self.now,
+            LogRequest::Read { token, key: Bytes::from_static(b"k"), min_index: None },
+        );
         self.drain();
         self.replies.iter().find_map(|r| match r {
             LogReply::Read { token: t, result } if *t == token => Some(result.clone()),
@@ -636,7 +612,10 @@ fn a_moved_shard_takes_its_records_and_watermarks_along() {
     let snapshot = s.freeze(&to).expect("answered").expect("frozen");
     assert!(snapshot.last_included > b.index);
     assert_eq!(snapshot.clients.len(), 1);
-    assert_eq!((snapshot.clients[0].ack, snapshot.clients[0].records.clone()), (1, vec![(2, b.index)]));
+    assert_eq!(
+        (snapshot.clients[0].ack, snapshot.clients[0].records.clone()),
+        (1, vec![(2, b.index)])
+    );
     // Idempotent for the same destination; another destination learns where the shard goes.
     assert_eq!(s.freeze(&to), Some(Ok(snapshot.clone())));
     let elsewhere = ShardMove { generation: 1, replicas: vec![NodeId(5)] };
@@ -654,8 +633,15 @@ fn a_moved_shard_takes_its_records_and_watermarks_along() {
     assert_eq!(t.write(env(2, 2), "b"), Some(Ok(b)), "the retry finds its record after the move");
     assert_eq!(t.write(env(1, 1), "a"), Some(Err(WriteError::Stale)), "the watermark moved too");
     let c = t.write(env(3, 3), "c").unwrap().unwrap();
-    assert!(c.index > b.index && c.index.epoch > a.index.epoch + 1, "new indexes are above the old group's");
-    assert_eq!(t.executed().iter().map(|(_, q)| *q).collect::<Vec<_>>(), vec![3], "only the new write executed");
+    assert!(
+        c.index > b.index && c.index.epoch > a.index.epoch + 1,
+        "new indexes are above the old group's"
+    );
+    assert_eq!(
+        t.executed().iter().map(|(_, q)| *q).collect::<Vec<_>>(),
+        vec![3],
+        "only the new write executed"
+    );
     // The new group's disk replays to the same state.
     let u = Solo::new(t.disk());
     assert_eq!(u.r.get(b"k"), t.r.get(b"k"));
@@ -675,7 +661,12 @@ fn a_write_appended_before_the_freeze_applies_and_one_after_it_does_not() {
         ack: 0,
         immediate: false,
     };
-    let freeze = LogEntry { op: LogOp::Freeze(ShardMove { generation: 1, replicas: vec![NodeId(1)] }), client_id: 0, seq: 0, ..put(3, 0) };
+    let freeze = LogEntry {
+        op: LogOp::Freeze(ShardMove { generation: 1, replicas: vec![NodeId(1)] }),
+        client_id: 0,
+        seq: 0,
+        ..put(3, 0)
+    };
     let r = recovered(vec![put(1, 1), put(2, 2), freeze, put(4, 3)], 1);
     assert_eq!(r.get(b"k"), (Some(Bytes::from_static(b"v2")), LogIndex::new(1, 2)));
     assert_eq!(r.write_record(RpcId { client_id: 7, seq: 3 }), Verdict::New);
@@ -690,7 +681,10 @@ fn a_shard_too_large_to_move_is_refused_before_it_freezes() {
         s.next_token += 1;
         let key = Bytes::from(format!("k{seq}"));
         let op = WriteOp::Put(Bytes::from_static(big.as_bytes()));
-        s.r.on_client_request(s.now, LogRequest::Write { token, rifl: env(seq, seq), key, op, immediate: false });
+        s.r.on_client_request(
+            s.now,
+            LogRequest::Write { token, rifl: env(seq, seq), key, op, immediate: false },
+        );
         s.drain();
         assert!(matches!(s.reply(token), Some(Ok(_))));
     }

@@ -160,12 +160,8 @@ impl LogReplica {
                 .map(|p| p.durable())
                 .fold(own, LogIndex::min)
         } else {
-            let mut v: Vec<LogIndex> = l
-                .progress
-                .values()
-                .map(|p| p.persisted)
-                .chain([self.persisted])
-                .collect();
+            let mut v: Vec<LogIndex> =
+                l.progress.values().map(|p| p.persisted).chain([self.persisted]).collect();
             v.sort_unstable_by(|a, b| b.cmp(a));
             v[self.majority() - 1].min(self.kv.applied())
         }
@@ -210,22 +206,14 @@ impl LogReplica {
         }
         let id = l.next_round_id;
         l.next_round_id += 1;
-        l.round = Some(Round {
-            id,
-            target: last,
-            started: now,
-        });
+        l.round = Some(Round { id, target: last, started: now });
         for p in l.progress.values_mut() {
             if !orca || p.in_active_set() {
                 p.needs_send = true;
             }
         }
         self.stats.durability_rounds += 1;
-        self.emit(LogEvent::DurabilityRound {
-            epoch,
-            id,
-            target: last,
-        });
+        self.emit(LogEvent::DurabilityRound { epoch, id, target: last });
         // Step 4: flush locally and (SyncRepl) apply up to the target. In Sync mode the leader
         // applies only what a majority has fsynced (§5.2): reads there have no durability check
         // (§5.11 strong-ZK), so applying ahead of the majority would serve data a crash can

@@ -36,18 +36,9 @@ impl LogReplica {
         self.reset_election_deadline(now);
         self.stats.elections_started += 1;
         let last_index = self.log.last_index();
-        self.emit(LogEvent::ElectionStarted {
-            epoch: self.epoch,
-            last_index,
-        });
+        self.emit(LogEvent::ElectionStarted { epoch: self.epoch, last_index });
         for f in self.peers.clone() {
-            self.send(
-                f,
-                LogMessage::RequestVote {
-                    epoch: self.epoch,
-                    last_index,
-                },
-            );
+            self.send(f, LogMessage::RequestVote { epoch: self.epoch, last_index });
         }
         if self.votes.len() >= self.majority() {
             self.become_leader(now);
@@ -74,18 +65,8 @@ impl LogReplica {
         };
         match refusal {
             Some(reason) => {
-                self.emit(LogEvent::VoteRefused {
-                    epoch,
-                    candidate: from,
-                    reason,
-                });
-                self.send(
-                    from,
-                    LogMessage::VoteResp {
-                        epoch: self.epoch,
-                        granted: false,
-                    },
-                );
+                self.emit(LogEvent::VoteRefused { epoch, candidate: from, reason });
+                self.send(from, LogMessage::VoteResp { epoch: self.epoch, granted: false });
             }
             None => {
                 if self.voted_for != Some(from) {
@@ -100,13 +81,7 @@ impl LogReplica {
                     own_last,
                 });
                 // `send` holds the reply until the vote is fsynced.
-                self.send(
-                    from,
-                    LogMessage::VoteResp {
-                        epoch: self.epoch,
-                        granted: true,
-                    },
-                );
+                self.send(from, LogMessage::VoteResp { epoch: self.epoch, granted: true });
             }
         }
     }
@@ -139,18 +114,12 @@ impl LogReplica {
                 freezing.get_or_insert((e.index, m.clone()));
             }
             if e.op != LogOp::NoOp {
-                let rpc = RpcId {
-                    client_id: e.client_id,
-                    seq: e.seq,
-                };
+                let rpc = RpcId { client_id: e.client_id, seq: e.seq };
                 inflight.entry(rpc).or_insert(e.index);
             }
         }
-        let progress: BTreeMap<NodeId, Progress> = self
-            .peers
-            .iter()
-            .map(|&f| (f, Progress::new(last)))
-            .collect();
+        let progress: BTreeMap<NodeId, Progress> =
+            self.peers.iter().map(|&f| (f, Progress::new(last))).collect();
         self.leader = Some(LeaderState {
             next_counter: 2,
             noop,
@@ -226,16 +195,8 @@ impl LogReplica {
             p.needs_send = true;
         }
         let noop = l.noop;
-        let active_set = if orca {
-            l.active_set(self.id)
-        } else {
-            Vec::new()
-        };
-        self.emit(LogEvent::SyncPhaseDone {
-            epoch,
-            noop,
-            active_set,
-        });
+        let active_set = if orca { l.active_set(self.id) } else { Vec::new() };
+        self.emit(LogEvent::SyncPhaseDone { epoch, noop, active_set });
         self.emit(LogEvent::DurableIndex { epoch, di: noop });
     }
 
@@ -245,10 +206,7 @@ impl LogReplica {
         self.role = Role::Follower;
         self.leader_id = None;
         self.reset_election_deadline(now);
-        self.emit(LogEvent::SteppedDown {
-            epoch: self.epoch,
-            reason,
-        });
+        self.emit(LogEvent::SteppedDown { epoch: self.epoch, reason });
         for w in l.pending_writes {
             self.effects.reply.push(LogReply::Write {
                 token: w.token,

@@ -41,12 +41,7 @@ impl LogReplica {
             self.id
         );
         if self.role == Role::Candidate {
-            assert_eq!(
-                self.voted_for,
-                Some(self.id),
-                "{}: a candidate votes for itself",
-                self.id
-            );
+            assert_eq!(self.voted_for, Some(self.id), "{}: a candidate votes for itself", self.id);
         }
         // §7.7: a serving follower has applied everything its DI_F covers (R1 consequence).
         if self.is_serving(self.now) && self.cfg.reads == ReadPolicy::ActiveSet {
@@ -84,18 +79,9 @@ impl LogReplica {
             return;
         }
         // §7.7 DI sanity.
-        assert!(
-            l.di >= l.noop && l.di <= last,
-            "{}: DI {} outside [noop, last]",
-            self.id,
-            l.di
-        );
-        let mut persisted: Vec<LogIndex> = l
-            .progress
-            .values()
-            .map(|p| p.persisted)
-            .chain([self.persisted])
-            .collect();
+        assert!(l.di >= l.noop && l.di <= last, "{}: DI {} outside [noop, last]", self.id, l.di);
+        let mut persisted: Vec<LogIndex> =
+            l.progress.values().map(|p| p.persisted).chain([self.persisted]).collect();
         persisted.sort_unstable_by(|a, b| b.cmp(a));
         assert!(
             l.di <= persisted[majority(self.n) - 1],
@@ -103,12 +89,7 @@ impl LogReplica {
             self.id,
             l.di
         );
-        assert!(
-            l.di <= applied,
-            "{}: DI {} above the leader's applied index",
-            self.id,
-            l.di
-        );
+        assert!(l.di <= applied, "{}: DI {} above the leader's applied index", self.id, l.di);
         if self.cfg.reads == ReadPolicy::ActiveSet {
             assert!(
                 l.di <= self.persisted,

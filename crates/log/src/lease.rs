@@ -35,12 +35,7 @@ impl LogReplica {
             .hb_started
             .iter()
             .filter(|(&h, _)| {
-                1 + l
-                    .progress
-                    .values()
-                    .filter(|p| p.acked_hb_round >= h)
-                    .count()
-                    >= maj
+                1 + l.progress.values().filter(|p| p.acked_hb_round >= h).count() >= maj
             })
             .map(|(&h, &s)| (h, s))
             .next_back();
@@ -70,7 +65,8 @@ impl LogReplica {
                 .progress
                 .iter()
                 .map(|(n, p)| {
-                    let age = p.last_ack.map_or(u64::MAX, |t| now.saturating_since(t).as_millis() as u64);
+                    let age =
+                        p.last_ack.map_or(u64::MAX, |t| now.saturating_since(t).as_millis() as u64);
                     format!("{n}:{}/{}@{age}ms", p.acked_hb_round, l.hb_round)
                 })
                 .collect::<Vec<_>>()
@@ -89,10 +85,6 @@ impl LogReplica {
         let Some(l) = self.leader.as_ref() else {
             return Vec::new();
         };
-        vec![
-            l.next_hb_at,
-            l.lease_until,
-            l.lease_until + self.cfg.leader_lease,
-        ]
+        vec![l.next_hb_at, l.lease_until, l.lease_until + self.cfg.leader_lease]
     }
 }

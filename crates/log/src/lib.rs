@@ -40,16 +40,16 @@ mod state;
 mod writes;
 
 pub use api::{
-    ClientRecords, HardState, LogEvent, LogReply, LogRequest, LogStats, MarkOutReason, Persist, ReadError,
-    ReadValue, RecoverError, RecoveredState, RevokeReason, Snapshot, StepDownReason, VoteRefusal,
-    WriteAck, WriteError, WriteOp,
+    ClientRecords, HardState, LogEvent, LogReply, LogRequest, LogStats, MarkOutReason, Persist,
+    ReadError, ReadValue, RecoverError, RecoveredState, RevokeReason, Snapshot, StepDownReason,
+    VoteRefusal, WriteAck, WriteError, WriteOp,
 };
 pub use config::{ConfigError, DurabilityMode, LogConfig, PlantedBug, ReadPolicy, Replication};
 pub use replica::{LogEffects, LogReplica, Role};
-pub use writes::MAX_MOVE_BYTES;
 pub use strata_rifl::Verdict;
 pub use strata_wire::log::{LogEntry, LogIndex, LogMessage, LogOp};
 pub use strata_wire::rifl::{ClusterTime, LeaseInfo, Rifl, RpcId};
+pub use writes::MAX_MOVE_BYTES;
 
 #[cfg(test)]
 mod core_tests;

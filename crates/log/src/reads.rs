@@ -70,12 +70,7 @@ impl LogReplica {
             return self.leader_read(now, origin, key, min_index);
         }
         if self.cfg.reads == ReadPolicy::Leader {
-            return self.finish_read(
-                origin,
-                Err(ReadError::NotLeader {
-                    hint: self.leader_id,
-                }),
-            );
+            return self.finish_read(origin, Err(ReadError::NotLeader { hint: self.leader_id }));
         }
         // §5.5.2 step 1 (R2).
         if !self.is_serving(now) && !self.cfg.planted(PlantedBug::ServeOutsideActiveSet) {
@@ -89,12 +84,7 @@ impl LogReplica {
         match min_index {
             Some(m) if self.kv.applied() < m => {
                 let until = now + self.cfg.catchup_wait;
-                self.fwd.catching_up.push(CatchUp {
-                    token,
-                    key,
-                    min_index: m,
-                    until,
-                });
+                self.fwd.catching_up.push(CatchUp { token, key, min_index: m, until });
             }
             _ => self.serve_or_forward(now, token, key, min_index),
         }
@@ -134,18 +124,11 @@ impl LogReplica {
         };
         let fwd_id = self.fwd.next_fwd_id;
         self.fwd.next_fwd_id += 1;
-        self.fwd
-            .forwarded
-            .insert(fwd_id, (token, now + self.cfg.read_timeout));
+        self.fwd.forwarded.insert(fwd_id, (token, now + self.cfg.read_timeout));
         self.stats.reads_forwarded += 1;
         self.send(
             leader,
-            LogMessage::ForwardRead(ForwardRead {
-                epoch: self.epoch,
-                fwd_id,
-                key,
-                min_index,
-            }),
+            LogMessage::ForwardRead(ForwardRead { epoch: self.epoch, fwd_id, key, min_index }),
         );
     }
 
@@ -177,12 +160,7 @@ impl LogReplica {
         });
         self.finish_read(
             origin,
-            Ok(ReadValue {
-                value,
-                update_index: u,
-                served_by: self.id,
-                epoch,
-            }),
+            Ok(ReadValue { value, update_index: u, served_by: self.id, epoch }),
         );
     }
 
@@ -193,14 +171,7 @@ impl LogReplica {
             }
             ReadOrigin::Forward { from, fwd_id } => {
                 let epoch = self.epoch;
-                self.send(
-                    from,
-                    LogMessage::ReadRelay(ReadRelay {
-                        epoch,
-                        fwd_id,
-                        result,
-                    }),
-                );
+                self.send(from, LogMessage::ReadRelay(ReadRelay { epoch, fwd_id, result }));
             }
         }
     }
@@ -221,39 +192,22 @@ impl LogReplica {
         if !l.lease_valid(now) {
             return self.finish_read(origin, Err(ReadError::NotLeader { hint: None }));
         }
-        l.pending_reads.push(PendingRead {
-            origin,
-            key,
-            min_index,
-            deadline,
-            waited: false,
-        });
+        l.pending_reads.push(PendingRead { origin, key, min_index, deadline, waited: false });
         self.settle_leader_reads(now);
     }
 
     pub(crate) fn on_forward_read(&mut self, now: Instant, from: NodeId, f: ForwardRead) {
-        let origin = ReadOrigin::Forward {
-            from,
-            fwd_id: f.fwd_id,
-        };
+        let origin = ReadOrigin::Forward { from, fwd_id: f.fwd_id };
         if self.leader.is_some() {
             self.leader_read(now, origin, f.key, f.min_index);
         } else {
-            self.finish_read(
-                origin,
-                Err(ReadError::NotLeader {
-                    hint: self.leader_id,
-                }),
-            );
+            self.finish_read(origin, Err(ReadError::NotLeader { hint: self.leader_id }));
         }
     }
 
     pub(crate) fn on_read_relay(&mut self, r: ReadRelay) {
         if let Some((token, _)) = self.fwd.forwarded.remove(&r.fwd_id) {
-            self.effects.reply.push(LogReply::Read {
-                token,
-                result: r.result,
-            });
+            self.effects.reply.push(LogReply::Read { token, result: r.result });
         }
     }
 
@@ -296,11 +250,7 @@ impl LogReplica {
                 keep.push(r);
             }
         }
-        self.leader
-            .as_mut()
-            .expect("leader")
-            .pending_reads
-            .extend(keep);
+        self.leader.as_mut().expect("leader").pending_reads.extend(keep);
     }
 
     /// Catch-up waits and forwarded reads at a non-leader.
@@ -325,13 +275,8 @@ impl LogReplica {
                 self.fwd.catching_up.push(w);
             }
         }
-        let expired: Vec<u64> = self
-            .fwd
-            .forwarded
-            .iter()
-            .filter(|(_, &(_, d))| now >= d)
-            .map(|(&id, _)| id)
-            .collect();
+        let expired: Vec<u64> =
+            self.fwd.forwarded.iter().filter(|(_, &(_, d))| now >= d).map(|(&id, _)| id).collect();
         for id in expired {
             let (token, _) = self.fwd.forwarded.remove(&id).expect("present");
             self.finish_read(ReadOrigin::Client { token }, Err(ReadError::Timeout));
@@ -347,9 +292,7 @@ impl LogReplica {
     }
 
     pub(crate) fn leader_read_deadlines(&self) -> impl Iterator<Item = Instant> + '_ {
-        self.leader
-            .iter()
-            .flat_map(|l| l.pending_reads.iter().map(|r| r.deadline))
+        self.leader.iter().flat_map(|l| l.pending_reads.iter().map(|r| r.deadline))
     }
 
     /// Whether this node is the leader role (for read routing in drivers).

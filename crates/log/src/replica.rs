@@ -166,12 +166,7 @@ impl LeaderState {
 
     pub fn active_set(&self, me: NodeId) -> Vec<NodeId> {
         std::iter::once(me)
-            .chain(
-                self.progress
-                    .iter()
-                    .filter(|(_, p)| p.in_active_set())
-                    .map(|(&f, _)| f),
-            )
+            .chain(self.progress.iter().filter(|(_, p)| p.in_active_set()).map(|(&f, _)| f))
             .collect()
     }
 
@@ -259,10 +254,7 @@ impl LogReplica {
             return Err(ConfigError::SelfNotReplica(id).into());
         }
         cfg.validate(replicas.len())?;
-        let base = state
-            .snapshot
-            .as_ref()
-            .map_or(LogIndex::ZERO, |s| s.last_included);
+        let base = state.snapshot.as_ref().map_or(LogIndex::ZERO, |s| s.last_included);
         let mut prev = base;
         for e in &state.entries {
             if e.index <= prev {
@@ -282,10 +274,7 @@ impl LogReplica {
         // The hard state is fsynced before any entry of its epoch is appended, so it cannot
         // lag the log; `max` only guards against a driver that lost it.
         let epoch = state.hard_state.epoch.max(last.epoch);
-        let voted_for = state
-            .hard_state
-            .voted_for
-            .filter(|_| state.hard_state.epoch == epoch);
+        let voted_for = state.hard_state.voted_for.filter(|_| state.hard_state.epoch == epoch);
         let mut prng = Prng::new(seed);
         let election_deadline = now + random_election_timeout(&cfg, &mut prng);
         let flush_interval = cfg.flush_interval;
@@ -307,10 +296,7 @@ impl LogReplica {
             election_deadline,
             votes: BTreeSet::new(),
             // Grants echoing a timestamp of a previous incarnation are never honoured.
-            lease: FollowerLease {
-                ignore_grants_upto: now.as_nanos(),
-                ..FollowerLease::default()
-            },
+            lease: FollowerLease { ignore_grants_upto: now.as_nanos(), ..FollowerLease::default() },
             leader: None,
             disk: DiskState::new(now + flush_interval),
             fwd: FollowerReads::default(),
@@ -371,9 +357,7 @@ impl LogReplica {
     }
     /// A leader that finished its sync phase and holds its lease: it serves and accepts writes.
     pub fn is_ready_leader(&self, now: Instant) -> bool {
-        self.leader
-            .as_ref()
-            .is_some_and(|l| l.synced && l.lease_valid(now))
+        self.leader.as_ref().is_some_and(|l| l.synced && l.lease_valid(now))
     }
     /// The leader's active set (leader first); empty at a follower or before the sync phase.
     pub fn active_set(&self) -> Vec<NodeId> {
@@ -492,10 +476,7 @@ impl LogReplica {
     /// §5.7.3 last line: on epoch change, candidacy or restart, `member = false`, `DI_F = ZERO`.
     pub(crate) fn reset_follower_lease(&mut self, now: Instant, reason: MarkOutReason) {
         if self.lease.was_serving {
-            self.emit(LogEvent::MarkedOut {
-                epoch: self.epoch,
-                reason,
-            });
+            self.emit(LogEvent::MarkedOut { epoch: self.epoch, reason });
         }
         let ignore = self.lease.ignore_grants_upto;
         self.lease = FollowerLease {
@@ -506,10 +487,7 @@ impl LogReplica {
     }
 
     pub(crate) fn hard_state(&self) -> crate::HardState {
-        crate::HardState {
-            epoch: self.epoch,
-            voted_for: self.voted_for,
-        }
+        crate::HardState { epoch: self.epoch, voted_for: self.voted_for }
     }
 
     /// Re-evaluates everything that depends on state (see the module comment).
@@ -649,18 +627,10 @@ impl Node for LogReplica {
     fn on_client_request(&mut self, now: Instant, req: LogRequest) {
         self.now = self.now.max(now);
         match req {
-            LogRequest::Write {
-                token,
-                rifl,
-                key,
-                op,
-                immediate,
-            } => self.on_write(now, token, rifl, key, op, immediate),
-            LogRequest::Read {
-                token,
-                key,
-                min_index,
-            } => self.on_read(now, token, key, min_index),
+            LogRequest::Write { token, rifl, key, op, immediate } => {
+                self.on_write(now, token, rifl, key, op, immediate)
+            }
+            LogRequest::Read { token, key, min_index } => self.on_read(now, token, key, min_index),
             LogRequest::Freeze { token, to } => self.on_freeze(now, token, to),
         }
         self.settle(now);
@@ -715,9 +685,7 @@ impl Node for LogReplica {
     }
 
     fn poll_timeout(&self) -> Option<Instant> {
-        let flush = self
-            .disk
-            .flush_deadline(self.log.last_index() > self.persisted);
+        let flush = self.disk.flush_deadline(self.log.last_index() > self.persisted);
         let role: Box<dyn Iterator<Item = Instant>> = match &self.leader {
             Some(_) => Box::new(self.leader_deadlines()),
             None => Box::new(self.follower_deadlines()),

@@ -127,10 +127,7 @@ impl LogReplica {
             }
             self.kv = kv;
         }
-        self.emit(LogEvent::Truncated {
-            after,
-            removed_upto,
-        });
+        self.emit(LogEvent::Truncated { after, removed_upto });
     }
 
     /// Leader on an `AppendAck` of its epoch (§5.3 step 2, §5.7, §5.8).
@@ -174,17 +171,12 @@ impl LogReplica {
         };
         let candidate = match self.cfg.durability.write_path() {
             WritePath::Async => last,
-            WritePath::SyncRepl => kth_largest(
-                l.progress.values().map(|p| p.match_index).chain([last]),
-                maj,
-            ),
-            WritePath::Sync => kth_largest(
-                l.progress
-                    .values()
-                    .map(|p| p.persisted)
-                    .chain([self.persisted]),
-                maj,
-            ),
+            WritePath::SyncRepl => {
+                kth_largest(l.progress.values().map(|p| p.match_index).chain([last]), maj)
+            }
+            WritePath::Sync => {
+                kth_largest(l.progress.values().map(|p| p.persisted).chain([self.persisted]), maj)
+            }
         };
         // Raft's rule: count replicas only for entries of the current epoch.
         if candidate.epoch == self.epoch && candidate > self.commit {
@@ -195,12 +187,7 @@ impl LogReplica {
     /// Sends every follower marked `needs_send` its next message (§5.3 step 1).
     pub(crate) fn send_pending(&mut self, now: Instant) {
         let targets: Vec<NodeId> = match &self.leader {
-            Some(l) => l
-                .progress
-                .iter()
-                .filter(|(_, p)| p.needs_send)
-                .map(|(&f, _)| f)
-                .collect(),
+            Some(l) => l.progress.iter().filter(|(_, p)| p.needs_send).map(|(&f, _)| f).collect(),
             None => return,
         };
         for f in targets {
@@ -225,11 +212,7 @@ impl LogReplica {
         for e in self.log.after(prev_index) {
             let size = e.key.len()
                 + 64
-                + if let strata_wire::log::LogOp::Put(v) = &e.op {
-                    v.len()
-                } else {
-                    0
-                };
+                + if let strata_wire::log::LogOp::Put(v) = &e.op { v.len() } else { 0 };
             if entries.len() >= max_entries || (!entries.is_empty() && bytes + size > max_bytes) {
                 p.needs_send = true; // more to send after this batch
                 break;
@@ -244,9 +227,8 @@ impl LogReplica {
         // catch-up before adding (§5.7.1 step 3).
         let (flush_upto, round_id) = if !l.synced {
             (Some(l.noop), None)
-        } else if let Some(r) = l
-            .round
-            .filter(|r| (!orca || p.in_active_set()) && p.durable() < r.target)
+        } else if let Some(r) =
+            l.round.filter(|r| (!orca || p.in_active_set()) && p.durable() < r.target)
         {
             (Some(r.target), Some(r.id))
         } else {
@@ -271,7 +253,5 @@ impl LogReplica {
 pub(crate) fn kth_largest(it: impl Iterator<Item = LogIndex>, k: usize) -> LogIndex {
     let mut v: Vec<LogIndex> = it.collect();
     v.sort_unstable_by(|a, b| b.cmp(a));
-    v.get(k.saturating_sub(1))
-        .copied()
-        .unwrap_or(LogIndex::ZERO)
+    v.get(k.saturating_sub(1)).copied().unwrap_or(LogIndex::ZERO)
 }

@@ -64,9 +64,7 @@ impl Log {
 
     /// Entries with index in `(after, upto]`.
     pub fn range(&self, after: LogIndex, upto: LogIndex) -> impl Iterator<Item = &LogEntry> {
-        self.after(after)
-            .iter()
-            .take_while(move |e| e.index <= upto)
+        self.after(after).iter().take_while(move |e| e.index <= upto)
     }
 
     pub fn append(&mut self, e: LogEntry) {
@@ -162,15 +160,7 @@ impl Kv {
             items: s
                 .items
                 .iter()
-                .map(|(k, v, u)| {
-                    (
-                        k.clone(),
-                        Item {
-                            value: v.clone(),
-                            update_index: *u,
-                        },
-                    )
-                })
+                .map(|(k, v, u)| (k.clone(), Item { value: v.clone(), update_index: *u }))
                 .collect(),
             applied: s.last_included,
             expired: s.expired.iter().copied().collect(),
@@ -188,21 +178,14 @@ impl Kv {
 
     /// The applied state as a snapshot (items sorted by key, clients by id).
     pub fn to_snapshot(&self) -> Snapshot {
-        let mut items: Vec<(Bytes, Option<Bytes>, LogIndex)> = self
-            .items
-            .iter()
-            .map(|(k, i)| (k.clone(), i.value.clone(), i.update_index))
-            .collect();
+        let mut items: Vec<(Bytes, Option<Bytes>, LogIndex)> =
+            self.items.iter().map(|(k, i)| (k.clone(), i.value.clone(), i.update_index)).collect();
         items.sort_unstable_by(|a, b| a.0.cmp(&b.0));
         let clients = self
             .rifl
             .completed_records()
             .into_iter()
-            .map(|(client_id, ack, records)| ClientRecords {
-                client_id,
-                ack,
-                records,
-            })
+            .map(|(client_id, ack, records)| ClientRecords { client_id, ack, records })
             .collect();
         Snapshot {
             last_included: self.applied,
@@ -231,16 +214,18 @@ impl Kv {
     /// the state. `None` before a `Freeze` is applied.
     pub fn frozen_snapshot(&self) -> Option<Snapshot> {
         let &(at, _) = self.frozen.as_ref()?;
-        Some(Snapshot {
-            last_included: at,
-            ..self.to_snapshot()
-        })
+        Some(Snapshot { last_included: at, ..self.to_snapshot() })
     }
 
     /// The encoded size of `to_snapshot()` (`strata_wire` encoding), counted without building it.
     pub fn snapshot_encoded_len(&self) -> usize {
-        let items: usize = self.items.iter().map(|(k, i)| 4 + k.len() + 1 + i.value.as_ref().map_or(0, |v| 4 + v.len()) + 8).sum();
-        let clients: usize = self.rifl.completed_records().iter().map(|(_, _, r)| 8 + 8 + 4 + r.len() * 16).sum();
+        let items: usize = self
+            .items
+            .iter()
+            .map(|(k, i)| 4 + k.len() + 1 + i.value.as_ref().map_or(0, |v| 4 + v.len()) + 8)
+            .sum();
+        let clients: usize =
+            self.rifl.completed_records().iter().map(|(_, _, r)| 8 + 8 + 4 + r.len() * 16).sum();
         8 + 4 + items + 4 + clients + 4 + 8 * self.expired.len()
     }
 
@@ -265,7 +250,9 @@ impl Kv {
             // A moved shard's state is final (§5.7 step 1): the leader refuses writes once it
             // appended the `Freeze`, and an entry a leader appended before learning of it
             // (a deposed one, or one whose `Freeze` is not applied yet) is answered `Moved`.
-            LogOp::Put(_) | LogOp::Delete | LogOp::Expire(_) | LogOp::Freeze(_) if self.frozen.is_some() => {
+            LogOp::Put(_) | LogOp::Delete | LogOp::Expire(_) | LogOp::Freeze(_)
+                if self.frozen.is_some() =>
+            {
                 return Applied::Moved
             }
             LogOp::Freeze(m) => {
@@ -289,10 +276,7 @@ impl Kv {
                 return Applied::NoOp;
             }
         };
-        let rpc = RpcId {
-            client_id: e.client_id,
-            seq: e.seq,
-        };
+        let rpc = RpcId { client_id: e.client_id, seq: e.seq };
         if dedup && self.expired.contains(&rpc.client_id) {
             return Applied::Expired;
         }
@@ -311,13 +295,7 @@ impl Kv {
         }
         // Own allocation: entry bytes may be slices of a large network buffer.
         let key = Bytes::copy_from_slice(&e.key);
-        self.items.insert(
-            key,
-            Item {
-                value,
-                update_index: e.index,
-            },
-        );
+        self.items.insert(key, Item { value, update_index: e.index });
         Applied::Executed
     }
 
@@ -332,9 +310,7 @@ impl Kv {
 
     /// `(value, update_index)`; an absent key has `(None, ZERO)` (§5.5.1 step 3).
     pub fn get(&self, key: &[u8]) -> (Option<Bytes>, LogIndex) {
-        self.items.get(key).map_or((None, LogIndex::ZERO), |i| {
-            (i.value.clone(), i.update_index)
-        })
+        self.items.get(key).map_or((None, LogIndex::ZERO), |i| (i.value.clone(), i.update_index))
     }
 }
 
@@ -369,16 +345,9 @@ mod tests {
         assert_eq!(log.at_or_below(LogIndex::new(2, 7)), LogIndex::new(2, 1));
         assert_eq!(log.at_or_below(LogIndex::new(0, 5)), LogIndex::ZERO);
         assert_eq!(log.after(LogIndex::new(1, 2)).len(), 2);
-        assert_eq!(
-            log.after(LogIndex::new(1, 3)).len(),
-            2,
-            "an index between entries"
-        );
+        assert_eq!(log.after(LogIndex::new(1, 3)).len(), 2, "an index between entries");
         assert_eq!(log.range(LogIndex::ZERO, LogIndex::new(2, 1)).count(), 3);
-        assert_eq!(
-            log.truncate_after(LogIndex::new(1, 2)),
-            Some(LogIndex::new(3, 1))
-        );
+        assert_eq!(log.truncate_after(LogIndex::new(1, 2)), Some(LogIndex::new(3, 1)));
         assert_eq!(log.last_index(), LogIndex::new(1, 2));
         assert_eq!(log.truncate_after(LogIndex::new(1, 2)), None);
     }
@@ -387,23 +356,12 @@ mod tests {
     fn deletes_leave_tombstones_and_entries_are_completion_records() {
         let mut kv = Kv::default();
         assert_eq!(kv.apply(&e(1, 1), true), Applied::Executed);
-        kv.apply(
-            &LogEntry {
-                op: LogOp::Delete,
-                ..e(1, 2)
-            },
-            true,
-        );
+        kv.apply(&LogEntry { op: LogOp::Delete, ..e(1, 2) }, true);
         assert_eq!(kv.get(b"k"), (None, LogIndex::new(1, 2)));
         assert_eq!(kv.get(b"absent"), (None, LogIndex::ZERO));
         let rpc = |seq| RpcId { client_id: 1, seq };
         assert_eq!(kv.rifl().peek(rpc(2)), Verdict::Completed(LogIndex::new(1, 2)));
-        let noop = LogEntry {
-            op: LogOp::NoOp,
-            client_id: 0,
-            seq: 0,
-            ..e(2, 1)
-        };
+        let noop = LogEntry { op: LogOp::NoOp, client_id: 0, seq: 0, ..e(2, 1) };
         assert_eq!(kv.apply(&noop, true), Applied::NoOp);
         assert_eq!(kv.applied(), LogIndex::new(2, 1));
         assert_eq!(kv.get(b"k").1, LogIndex::new(1, 2));
@@ -415,10 +373,27 @@ mod tests {
         let mut kv = Kv::default();
         for (i, key) in ["a", "bb", "ccc"].iter().enumerate() {
             let i = i as u32 + 1;
-            kv.apply(&LogEntry { key: Bytes::from_static(key.as_bytes()), client_id: u64::from(i), seq: 1, ..e(1, i) }, true);
+            kv.apply(
+                &LogEntry {
+                    key: Bytes::from_static(key.as_bytes()),
+                    client_id: u64::from(i),
+                    seq: 1,
+                    ..e(1, i)
+                },
+                true,
+            );
         }
         kv.apply(&LogEntry { op: LogOp::Delete, ..e(1, 4) }, true);
-        kv.apply(&LogEntry { op: LogOp::Expire(vec![9]), key: Bytes::new(), client_id: 0, seq: 0, ..e(1, 5) }, true);
+        kv.apply(
+            &LogEntry {
+                op: LogOp::Expire(vec![9]),
+                key: Bytes::new(),
+                client_id: 0,
+                seq: 0,
+                ..e(1, 5)
+            },
+            true,
+        );
         let mut buf = bytes::BytesMut::new();
         kv.to_snapshot().encode(&mut buf);
         assert_eq!(kv.snapshot_encoded_len(), buf.len());
@@ -435,9 +410,18 @@ mod tests {
         let mut kv = Kv::default();
         assert_eq!(kv.apply(&put(1, 1, 1, "a"), true), Applied::Executed);
         assert_eq!(kv.apply(&put(2, 2, 1, "b"), true), Applied::Executed);
-        let expire = LogEntry { op: LogOp::Expire(vec![1]), client_id: 0, seq: 0, key: Bytes::new(), ..e(1, 3) };
+        let expire = LogEntry {
+            op: LogOp::Expire(vec![1]),
+            client_id: 0,
+            seq: 0,
+            key: Bytes::new(),
+            ..e(1, 3)
+        };
         assert_eq!(kv.apply(&expire, true), Applied::NoOp);
-        assert!(!kv.rifl().knows(1) && kv.is_expired(1), "client 1's records and watermark are gone");
+        assert!(
+            !kv.rifl().knows(1) && kv.is_expired(1),
+            "client 1's records and watermark are gone"
+        );
         assert!(kv.rifl().knows(2), "client 2 keeps its record");
         // A retry of client 1's write, appended after the expiry: no effect anywhere.
         assert_eq!(kv.apply(&put(4, 1, 1, "a"), true), Applied::Expired);

@@ -118,25 +118,19 @@ impl LogReplica {
     ) {
         let reply = |r| LogReply::Write { token, result: r };
         if key.is_empty() {
-            self.effects
-                .reply
-                .push(reply(Err(WriteError::Invalid("empty key"))));
+            self.effects.reply.push(reply(Err(WriteError::Invalid("empty key"))));
             return;
         }
         // rifl.md §5.3 S3: a broken envelope is neither executed nor an acknowledgement.
         if let Err(why) = rifl.check() {
-            self.effects
-                .reply
-                .push(reply(Err(WriteError::BadEnvelope(why))));
+            self.effects.reply.push(reply(Err(WriteError::BadEnvelope(why))));
             return;
         }
         // S1.
         self.observed_cluster_time = self.observed_cluster_time.max(rifl.lease.timestamp);
         // Step 1.
         let Some(l) = self.leader.as_ref() else {
-            self.effects.reply.push(reply(Err(WriteError::NotLeader {
-                hint: self.leader_id,
-            })));
+            self.effects.reply.push(reply(Err(WriteError::NotLeader { hint: self.leader_id })));
             return;
         };
         if !l.synced || (!l.lease_valid(now) && l.hb_started.contains_key(&1)) {
@@ -144,9 +138,7 @@ impl LogReplica {
             return;
         }
         if !l.lease_valid(now) {
-            self.effects
-                .reply
-                .push(reply(Err(WriteError::NotLeader { hint: None })));
+            self.effects.reply.push(reply(Err(WriteError::NotLeader { hint: None })));
             return;
         }
         // rifl.md §5.7: nothing is appended after a `Freeze`; the retry goes to the new group,
@@ -158,7 +150,8 @@ impl LogReplica {
         }
         let rpc = rifl.rpc;
         let deadline = now + self.cfg.write_timeout;
-        let dedup = !self.cfg.planted(PlantedBug::NoDedup) && !self.cfg.planted(PlantedBug::SkipLeaderDedup);
+        let dedup = !self.cfg.planted(PlantedBug::NoDedup)
+            && !self.cfg.planted(PlantedBug::SkipLeaderDedup);
         let l = self.leader.as_mut().expect("leader");
         // Step 2 (rifl.md §5.3 S4): duplicates get the recorded outcome. The verdict comes from
         // the applied records; the leader's in-flight appends stand in for `InProgress`.
@@ -179,13 +172,7 @@ impl LogReplica {
         if let Some(index) = known {
             // Answered by `settle_writes` under the acknowledgement rule of this request (an
             // immediate-durability retry of an applied write waits for DI to cover it).
-            l.pending_writes.push(PendingWrite {
-                token,
-                rpc,
-                index,
-                immediate,
-                deadline,
-            });
+            l.pending_writes.push(PendingWrite { token, rpc, index, immediate, deadline });
             return;
         }
         // §5.5.3: the node validated the lease before this core saw the write (and passed the
@@ -213,13 +200,7 @@ impl LogReplica {
             immediate,
         };
         l.inflight.entry(rpc).or_insert(index);
-        l.pending_writes.push(PendingWrite {
-            token,
-            rpc,
-            index,
-            immediate,
-            deadline,
-        });
+        l.pending_writes.push(PendingWrite { token, rpc, index, immediate, deadline });
         for p in l.progress.values_mut() {
             p.needs_send = true; // step 6: streamed by the replication loop
         }
@@ -239,8 +220,11 @@ impl LogReplica {
     /// follower, or a leader in its sync phase, does nothing: the next leader's node asks
     /// again when the client shows up).
     pub fn expire_clients(&mut self, now: Instant, clients: &[u64]) -> bool {
-        let known: Vec<u64> =
-            clients.iter().copied().filter(|&c| self.kv.rifl().knows(c) && !self.kv.is_expired(c)).collect();
+        let known: Vec<u64> = clients
+            .iter()
+            .copied()
+            .filter(|&c| self.kv.rifl().knows(c) && !self.kv.is_expired(c))
+            .collect();
         let ready = self.leader.as_ref().is_some_and(|l| l.synced && l.lease_valid(now));
         if known.is_empty() || !ready || self.moved_to().is_some() {
             return false;
@@ -354,16 +338,16 @@ impl LogReplica {
                     immediate: w.immediate,
                 });
             }
-            self.effects.reply.push(LogReply::Write {
-                token: w.token,
-                result,
-            });
+            self.effects.reply.push(LogReply::Write { token: w.token, result });
         }
     }
 
     pub(crate) fn write_deadlines(&self) -> impl Iterator<Item = Instant> + '_ {
-        self.leader
-            .iter()
-            .flat_map(|l| l.pending_writes.iter().map(|w| w.deadline).chain(l.pending_freezes.iter().map(|f| f.deadline)))
+        self.leader.iter().flat_map(|l| {
+            l.pending_writes
+                .iter()
+                .map(|w| w.deadline)
+                .chain(l.pending_freezes.iter().map(|f| f.deadline))
+        })
     }
 }

@@ -118,18 +118,8 @@ impl<B: StorageBackend> ShardStore<B> {
             indexes: entries.iter().map(|e| e.index).collect(),
             scratch: BytesMut::new(),
         };
-        let state = RecoveredState {
-            hard_state,
-            snapshot: None,
-            entries,
-        };
-        Ok((
-            store,
-            Opened {
-                state,
-                report: recovered.report,
-            },
-        ))
+        let state = RecoveredState { hard_state, snapshot: None, entries };
+        Ok((store, Opened { state, report: recovered.report }))
     }
 
     /// Executes a batch of records in token order (module docs, group commit). Returns the
@@ -219,9 +209,7 @@ fn decode_hard_state(b: &[u8]) -> Result<HardState, StoreError> {
     let epoch = u32::from_le_bytes(b.get(0..4).ok_or_else(bad)?.try_into().expect("4 bytes"));
     let voted_for = match (b.get(4), b.len()) {
         (Some(0), 5) => None,
-        (Some(1), 9) => Some(NodeId(u32::from_le_bytes(
-            b[5..9].try_into().expect("4 bytes"),
-        ))),
+        (Some(1), 9) => Some(NodeId(u32::from_le_bytes(b[5..9].try_into().expect("4 bytes")))),
         _ => return Err(bad()),
     };
     Ok(HardState { epoch, voted_for })
@@ -254,46 +242,26 @@ mod tests {
         let disk = SimBackend::new();
         let (mut s, o) = open(&disk);
         assert_eq!(o.state, RecoveredState::default());
-        let hs = HardState {
-            epoch: 2,
-            voted_for: Some(NodeId(1)),
-        };
+        let hs = HardState { epoch: 2, voted_for: Some(NodeId(1)) };
         assert_eq!(s.execute([(1, Persist::HardState(hs))]).unwrap(), Some(1));
         assert_eq!(
-            s.execute([(2, Persist::Append(vec![entry(2, 1, "a"), entry(2, 2, "b")]))])
-                .unwrap(),
+            s.execute([(2, Persist::Append(vec![entry(2, 1, "a"), entry(2, 2, "b")]))]).unwrap(),
             None
         );
         assert_eq!(s.persisted_index(), LogIndex::ZERO);
         assert_eq!(
-            s.execute([
-                (3, Persist::Sync),
-                (4, Persist::Append(vec![entry(2, 3, "c")]))
-            ])
-            .unwrap(),
+            s.execute([(3, Persist::Sync), (4, Persist::Append(vec![entry(2, 3, "c")]))]).unwrap(),
             Some(3)
         );
-        assert_eq!(
-            s.persisted_index(),
-            LogIndex::new(2, 3),
-            "the whole batch is flushed"
-        );
-        s.execute([(5, Persist::Append(vec![entry(2, 4, "lost")]))])
-            .unwrap();
+        assert_eq!(s.persisted_index(), LogIndex::new(2, 3), "the whole batch is flushed");
+        s.execute([(5, Persist::Append(vec![entry(2, 4, "lost")]))]).unwrap();
         assert_eq!(s.last_index(), LogIndex::new(2, 4));
         drop(s);
         disk.crash();
         let (_, o) = open(&disk);
         assert_eq!(o.state.hard_state, hs);
         let idx: Vec<_> = o.state.entries.iter().map(|e| e.index).collect();
-        assert_eq!(
-            idx,
-            [
-                LogIndex::new(2, 1),
-                LogIndex::new(2, 2),
-                LogIndex::new(2, 3)
-            ]
-        );
+        assert_eq!(idx, [LogIndex::new(2, 1), LogIndex::new(2, 2), LogIndex::new(2, 3)]);
         assert_eq!(o.state.entries[1], entry(2, 2, "b"));
     }
 
@@ -302,16 +270,10 @@ mod tests {
         let disk = SimBackend::new();
         let (mut s, _) = open(&disk);
         let es = vec![entry(1, 1, "a"), entry(1, 2, "b"), entry(1, 3, "c")];
-        s.execute([(1, Persist::Append(es)), (2, Persist::Sync)])
-            .unwrap();
+        s.execute([(1, Persist::Append(es)), (2, Persist::Sync)]).unwrap();
         // A new leader's log diverges after (1,1): drop (1,2), (1,3) and continue in epoch 3.
         s.execute([
-            (
-                3,
-                Persist::Truncate {
-                    after: LogIndex::new(1, 1),
-                },
-            ),
+            (3, Persist::Truncate { after: LogIndex::new(1, 1) }),
             (4, Persist::Append(vec![entry(3, 1, "x")])),
             (5, Persist::Sync),
         ])
@@ -322,40 +284,18 @@ mod tests {
         let idx: Vec<_> = o.state.entries.iter().map(|e| e.index).collect();
         assert_eq!(idx, [LogIndex::new(1, 1), LogIndex::new(3, 1)]);
         // Truncating buffered entries after a restart maps onto the recovered numbering.
-        s.execute([(1, Persist::Append(vec![entry(3, 2, "y"), entry(3, 3, "z")]))])
+        s.execute([(1, Persist::Append(vec![entry(3, 2, "y"), entry(3, 3, "z")]))]).unwrap();
+        s.execute([(2, Persist::Truncate { after: LogIndex::new(3, 2) }), (3, Persist::Sync)])
             .unwrap();
-        s.execute([
-            (
-                2,
-                Persist::Truncate {
-                    after: LogIndex::new(3, 2),
-                },
-            ),
-            (3, Persist::Sync),
-        ])
-        .unwrap();
         drop(s);
         let (_, o) = open(&disk);
         let idx: Vec<_> = o.state.entries.iter().map(|e| e.index).collect();
-        assert_eq!(
-            idx,
-            [
-                LogIndex::new(1, 1),
-                LogIndex::new(3, 1),
-                LogIndex::new(3, 2)
-            ]
-        );
+        assert_eq!(idx, [LogIndex::new(1, 1), LogIndex::new(3, 1), LogIndex::new(3, 2)]);
     }
 
     #[test]
     fn hard_state_encoding_round_trips_and_rejects_garbage() {
-        for h in [
-            HardState::default(),
-            HardState {
-                epoch: 7,
-                voted_for: Some(NodeId(4)),
-            },
-        ] {
+        for h in [HardState::default(), HardState { epoch: 7, voted_for: Some(NodeId(4)) }] {
             assert_eq!(decode_hard_state(&encode_hard_state(h)).unwrap(), h);
         }
         assert!(decode_hard_state(&[1, 2]).is_err());

@@ -21,7 +21,9 @@ use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use strata_rc::Route;
-use strata_wire::client::{peek_request_header, request_tag, ClientRequest, ClientResponse, ErrorCode, Response};
+use strata_wire::client::{
+    peek_request_header, request_tag, ClientRequest, ClientResponse, ErrorCode, Response,
+};
 use strata_wire::{decode_frame, decode_message, encode_frame, DecodeError, FrameError};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
@@ -65,7 +67,15 @@ pub(crate) async fn run_client_acceptor(
                 }
                 debug!(route, %remote, "client connected");
                 tasks.spawn(run_writer(wr, rx, wire));
-                tasks.spawn(run_reader(rd, remote, route, wire, core_tx.clone(), counters.clone(), stop.clone()));
+                tasks.spawn(run_reader(
+                    rd,
+                    remote,
+                    route,
+                    wire,
+                    core_tx.clone(),
+                    counters.clone(),
+                    stop.clone(),
+                ));
             }
             Err(e) => {
                 warn!(error = %e, "accepting a client connection failed");
@@ -79,16 +89,24 @@ pub(crate) async fn run_client_acceptor(
 /// What to do with a frame-level error: the reply, and whether the connection must close.
 fn frame_error_reply(e: &FrameError) -> (ErrorCode, String, bool) {
     match e {
-        FrameError::BadLength { len, max } if len > max => {
-            (ErrorCode::FrameTooLarge, format!("frame of {len} bytes exceeds the limit of {max} bytes"), true)
+        FrameError::BadLength { len, max } if len > max => (
+            ErrorCode::FrameTooLarge,
+            format!("frame of {len} bytes exceeds the limit of {max} bytes"),
+            true,
+        ),
+        FrameError::BadLength { len, .. } => (
+            ErrorCode::Malformed,
+            format!("frame length {len} is too small to hold a frame header"),
+            true,
+        ),
+        FrameError::Checksum => {
+            (ErrorCode::Malformed, "frame checksum mismatch; frame dropped".into(), false)
         }
-        FrameError::BadLength { len, .. } => {
-            (ErrorCode::Malformed, format!("frame length {len} is too small to hold a frame header"), true)
-        }
-        FrameError::Checksum => (ErrorCode::Malformed, "frame checksum mismatch; frame dropped".into(), false),
-        FrameError::WrongCluster { expected, got } => {
-            (ErrorCode::WrongCluster, format!("frame is for cluster {got}, this node belongs to cluster {expected}"), true)
-        }
+        FrameError::WrongCluster { expected, got } => (
+            ErrorCode::WrongCluster,
+            format!("frame is for cluster {got}, this node belongs to cluster {expected}"),
+            true,
+        ),
     }
 }
 
@@ -118,7 +136,8 @@ fn is_known_request_tag(tag: u8) -> bool {
 fn decode_error_reply(payload: &Bytes, e: &DecodeError) -> ClientResponse {
     let corr = peek_request_header(payload).map(|(_, corr)| corr).unwrap_or(0);
     let tag = payload.first().copied();
-    let unknown = matches!(e, DecodeError::UnknownTag { .. }) || tag.is_some_and(|t| !is_known_request_tag(t));
+    let unknown = matches!(e, DecodeError::UnknownTag { .. })
+        || tag.is_some_and(|t| !is_known_request_tag(t));
     let (code, message) = match (unknown, tag) {
         (true, Some(t)) => (ErrorCode::UnknownRequest, format!("unknown request tag {t:#04x}")),
         _ => (ErrorCode::Malformed, format!("malformed request: {e}")),
@@ -154,7 +173,10 @@ async fn run_reader(
                 Err(e) => {
                     note_bad(&counters, &mut bad_here, route, remote, &e);
                     let (code, message, close) = frame_error_reply(&e);
-                    items.push(ClientItem::Reply(ClientResponse { corr: 0, body: Response::Error { code, message } }));
+                    items.push(ClientItem::Reply(ClientResponse {
+                        corr: 0,
+                        body: Response::Error { code, message },
+                    }));
                     if close {
                         items.push(ClientItem::Close);
                         fatal = true;
@@ -202,7 +224,13 @@ async fn run_reader(
     debug!(route, %remote, "client disconnected");
 }
 
-fn note_bad(counters: &Counters, bad_here: &mut u64, route: Route, remote: SocketAddr, e: &dyn std::fmt::Display) {
+fn note_bad(
+    counters: &Counters,
+    bad_here: &mut u64,
+    route: Route,
+    remote: SocketAddr,
+    e: &dyn std::fmt::Display,
+) {
     let total = counters.bad_client();
     *bad_here += 1;
     // Rate-limited: the first bad frame of a connection is a warning, later ones are debug.
@@ -213,7 +241,11 @@ fn note_bad(counters: &Counters, bad_here: &mut u64, route: Route, remote: Socke
     }
 }
 
-async fn run_writer(mut wr: OwnedWriteHalf, mut rx: mpsc::UnboundedReceiver<WriterMsg>, wire: WireSettings) {
+async fn run_writer(
+    mut wr: OwnedWriteHalf,
+    mut rx: mpsc::UnboundedReceiver<WriterMsg>,
+    wire: WireSettings,
+) {
     let mut buf = BytesMut::with_capacity(16 << 10);
     let mut close = false;
     while let Some(first) = rx.recv().await {

@@ -55,7 +55,11 @@ pub struct NodeConfig {
     pub node_id: u32,
     /// Every frame carries it; frames of another cluster are refused. In TOML an integer, or a
     /// string (`"0x..."` hex or decimal) for ids above `i64::MAX`.
-    #[serde(default = "default_cluster_id", serialize_with = "ser_cluster_id", deserialize_with = "de_cluster_id")]
+    #[serde(
+        default = "default_cluster_id",
+        serialize_with = "ser_cluster_id",
+        deserialize_with = "de_cluster_id"
+    )]
     pub cluster_id: u64,
     /// Where clients connect (port 0: any free port, see `RunningNode::client_addr`).
     pub client_addr: SocketAddr,
@@ -108,7 +112,10 @@ impl FromStr for PeerConfig {
     fn from_str(s: &str) -> Result<Self, String> {
         let (id, addr) = s.split_once('=').ok_or_else(|| format!("expected ID=ADDR, got {s:?}"))?;
         let id = id.trim().parse::<u32>().map_err(|e| format!("bad peer id {id:?}: {e}"))?;
-        let addr = addr.trim().parse::<SocketAddr>().map_err(|e| format!("bad peer address {addr:?}: {e}"))?;
+        let addr = addr
+            .trim()
+            .parse::<SocketAddr>()
+            .map_err(|e| format!("bad peer address {addr:?}: {e}"))?;
         Ok(PeerConfig { id, addr })
     }
 }
@@ -178,7 +185,8 @@ fn de_cluster_id<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
         Str(String),
     }
     match Raw::deserialize(d)? {
-        Raw::Int(v) => u64::try_from(v).map_err(|_| serde::de::Error::custom(format!("cluster id {v} is negative"))),
+        Raw::Int(v) => u64::try_from(v)
+            .map_err(|_| serde::de::Error::custom(format!("cluster id {v} is negative"))),
         Raw::Str(s) => parse_cluster_id(&s).map_err(serde::de::Error::custom),
     }
 }
@@ -235,17 +243,20 @@ impl Default for NodeConfig {
 impl NodeConfig {
     /// Parses a complete configuration from TOML and validates it.
     pub fn from_toml(text: &str) -> Result<NodeConfig, ConfigError> {
-        let cfg: NodeConfig = toml::from_str(text)
-            .map_err(|e| ConfigError::Parse { path: PathBuf::from("<string>"), message: e.message().to_string() })?;
+        let cfg: NodeConfig = toml::from_str(text).map_err(|e| ConfigError::Parse {
+            path: PathBuf::from("<string>"),
+            message: e.message().to_string(),
+        })?;
         cfg.validate()?;
         Ok(cfg)
     }
 
     /// Reads, parses and validates a complete configuration file.
     pub fn load(path: &Path) -> Result<NodeConfig, ConfigError> {
-        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read { path: path.into(), source })?;
-        let cfg: NodeConfig =
-            toml::from_str(&text).map_err(|e| ConfigError::Parse { path: path.into(), message: e.to_string() })?;
+        let text = std::fs::read_to_string(path)
+            .map_err(|source| ConfigError::Read { path: path.into(), source })?;
+        let cfg: NodeConfig = toml::from_str(&text)
+            .map_err(|e| ConfigError::Parse { path: path.into(), message: e.to_string() })?;
         cfg.validate()?;
         Ok(cfg)
     }
@@ -287,10 +298,16 @@ impl NodeConfig {
             return Err(ConfigError::SameAddress(self.client_addr));
         }
         if self.retransmit_ms == 0 {
-            return Err(ConfigError::Invalid { what: "retransmit_ms", why: "must be at least 1".into() });
+            return Err(ConfigError::Invalid {
+                what: "retransmit_ms",
+                why: "must be at least 1".into(),
+            });
         }
         if self.release_timeout_ms == 0 {
-            return Err(ConfigError::Invalid { what: "release_timeout_ms", why: "must be at least 1".into() });
+            return Err(ConfigError::Invalid {
+                what: "release_timeout_ms",
+                why: "must be at least 1".into(),
+            });
         }
         if self.release_timeout_max_ms < self.release_timeout_ms {
             return Err(ConfigError::Invalid {
@@ -304,17 +321,26 @@ impl NodeConfig {
         if self.max_frame_bytes > u32::MAX as usize {
             return Err(ConfigError::Invalid {
                 what: "max_frame_bytes",
-                why: format!("{} exceeds the wire format's limit of {}", self.max_frame_bytes, u32::MAX),
+                why: format!(
+                    "{} exceeds the wire format's limit of {}",
+                    self.max_frame_bytes,
+                    u32::MAX
+                ),
             });
         }
         // A value travels in one frame together with its key (up to 64 KiB) and headers.
         if self.lease_term_ms < MIN_LEASE_TERM_MS {
             return Err(ConfigError::Invalid {
                 what: "lease_term_ms",
-                why: format!("{} is below the minimum of {MIN_LEASE_TERM_MS} ms", self.lease_term_ms),
+                why: format!(
+                    "{} is below the minimum of {MIN_LEASE_TERM_MS} ms",
+                    self.lease_term_ms
+                ),
             });
         }
-        if self.max_value_bytes == 0 || self.max_value_bytes.saturating_add(FRAME_SLACK_BYTES) > self.max_frame_bytes {
+        if self.max_value_bytes == 0
+            || self.max_value_bytes.saturating_add(FRAME_SLACK_BYTES) > self.max_frame_bytes
+        {
             return Err(ConfigError::Invalid {
                 what: "max_value_bytes",
                 why: format!(
@@ -396,10 +422,12 @@ impl NodeArgs {
     pub fn resolve(&self) -> Result<NodeConfig, ConfigError> {
         let file = match &self.config {
             Some(path) => {
-                let text =
-                    std::fs::read_to_string(path).map_err(|source| ConfigError::Read { path: path.clone(), source })?;
-                toml::from_str::<PartialConfig>(&text)
-                    .map_err(|e| ConfigError::Parse { path: path.clone(), message: e.to_string() })?
+                let text = std::fs::read_to_string(path)
+                    .map_err(|source| ConfigError::Read { path: path.clone(), source })?;
+                toml::from_str::<PartialConfig>(&text).map_err(|e| ConfigError::Parse {
+                    path: path.clone(),
+                    message: e.to_string(),
+                })?
             }
             None => PartialConfig::default(),
         };
@@ -418,8 +446,12 @@ impl NodeArgs {
             flag: "--peer-addr",
             key: "peer_addr",
         })?;
-        let peers = if self.peers.is_empty() { file.peers.unwrap_or_default() } else { self.peers.clone() };
-        let release_timeout_ms = self.release_timeout_ms.or(file.release_timeout_ms).unwrap_or(DEFAULT_RELEASE_TIMEOUT_MS);
+        let peers =
+            if self.peers.is_empty() { file.peers.unwrap_or_default() } else { self.peers.clone() };
+        let release_timeout_ms = self
+            .release_timeout_ms
+            .or(file.release_timeout_ms)
+            .unwrap_or(DEFAULT_RELEASE_TIMEOUT_MS);
         let cfg = NodeConfig {
             node_id,
             cluster_id: self.cluster_id.or(file.cluster_id).unwrap_or(DEFAULT_CLUSTER_ID),
@@ -438,7 +470,10 @@ impl NodeArgs {
                 .release_timeout_max_ms
                 .or(file.release_timeout_max_ms)
                 .unwrap_or(DEFAULT_RELEASE_TIMEOUT_MAX_MS.max(release_timeout_ms)),
-            lease_term_ms: self.lease_term_ms.or(file.lease_term_ms).unwrap_or(DEFAULT_LEASE_TERM_MS),
+            lease_term_ms: self
+                .lease_term_ms
+                .or(file.lease_term_ms)
+                .unwrap_or(DEFAULT_LEASE_TERM_MS),
             max_frame_bytes: file.max_frame_bytes.unwrap_or(DEFAULT_MAX_FRAME_BYTES),
             max_value_bytes: file.max_value_bytes.unwrap_or(DEFAULT_MAX_VALUE_BYTES),
             log_format: self.log_format.or(file.log_format).unwrap_or_default(),
@@ -511,7 +546,10 @@ mod tests {
         let mut c = three_node();
         c.release_timeout_ms = 20;
         c.release_timeout_max_ms = 10;
-        assert!(matches!(c.validate(), Err(ConfigError::Invalid { what: "release_timeout_max_ms", .. })));
+        assert!(matches!(
+            c.validate(),
+            Err(ConfigError::Invalid { what: "release_timeout_max_ms", .. })
+        ));
         c.release_timeout_max_ms = 20;
         assert!(c.validate().is_ok(), "a cap equal to the floor: a fixed T_REL");
     }
@@ -535,7 +573,12 @@ mod tests {
         assert_eq!((cfg.release_timeout_ms, cfg.release_timeout_max_ms), (5, 100));
         // The file sets release_timeout_max_ms (100); a second file leaves it out.
         let no_cap = dir.join("no-cap.toml");
-        let text: String = three_node().to_toml().lines().filter(|l| !l.starts_with("release_timeout_max_ms")).map(|l| format!("{l}\n")).collect();
+        let text: String = three_node()
+            .to_toml()
+            .lines()
+            .filter(|l| !l.starts_with("release_timeout_max_ms"))
+            .map(|l| format!("{l}\n"))
+            .collect();
         std::fs::write(&no_cap, text).unwrap();
         let t_rel = |file: &Path, floor, cap| {
             let args = NodeArgs {
@@ -548,9 +591,16 @@ mod tests {
         };
         assert_eq!(t_rel(&path, Some(2), Some(50)).unwrap(), (2, 50));
         assert_eq!(t_rel(&no_cap, None, None).unwrap(), (5, 100));
-        assert_eq!(t_rel(&no_cap, Some(300), None).unwrap(), (300, 300), "an unset cap follows a higher floor");
+        assert_eq!(
+            t_rel(&no_cap, Some(300), None).unwrap(),
+            (300, 300),
+            "an unset cap follows a higher floor"
+        );
         let err = t_rel(&path, Some(300), None).unwrap_err();
-        assert!(err.to_string().contains("release_timeout_max_ms"), "the file's cap is below the flag's floor: {err}");
+        assert!(
+            err.to_string().contains("release_timeout_max_ms"),
+            "the file's cap is below the flag's floor: {err}"
+        );
         assert!(t_rel(&path, Some(30), Some(20)).is_err());
         // The file's peer list contains node 1 itself, so without --peer this is refused.
         let args = NodeArgs { config: Some(path.clone()), node_id: Some(1), ..NodeArgs::default() };
@@ -561,13 +611,19 @@ mod tests {
         assert!(err.to_string().contains("--client-addr"), "{err}");
         std::fs::write(&path, "node_id = 0\nbogus = 1\n").unwrap();
         let err = NodeArgs { config: Some(path), ..NodeArgs::default() }.resolve().unwrap_err();
-        assert!(matches!(err, ConfigError::Parse { .. }) && err.to_string().contains("bogus"), "{err}");
+        assert!(
+            matches!(err, ConfigError::Parse { .. }) && err.to_string().contains("bogus"),
+            "{err}"
+        );
         let _ = std::fs::remove_dir_all(dir);
     }
 
     #[test]
     fn peer_flag_parses() {
-        assert_eq!("3=10.0.0.1:9".parse::<PeerConfig>().unwrap(), PeerConfig { id: 3, addr: "10.0.0.1:9".parse().unwrap() });
+        assert_eq!(
+            "3=10.0.0.1:9".parse::<PeerConfig>().unwrap(),
+            PeerConfig { id: 3, addr: "10.0.0.1:9".parse().unwrap() }
+        );
         assert!("3:10.0.0.1:9".parse::<PeerConfig>().is_err());
         assert!("x=10.0.0.1:9".parse::<PeerConfig>().is_err());
     }

@@ -9,7 +9,9 @@ use std::time::Duration;
 
 use strata_core::Node;
 use strata_rc::{RcEffects, RcInput, RcReplica, Route};
-use strata_wire::client::{ClientRequest, ClientResponse, ErrorCode, NodeStatus, Request, Response};
+use strata_wire::client::{
+    ClientRequest, ClientResponse, ErrorCode, NodeStatus, Request, Response,
+};
 use strata_wire::{Instant, NodeId};
 use tokio::sync::{mpsc, watch};
 use tokio::time::Instant as TokioInstant;
@@ -127,7 +129,10 @@ impl Driver {
             self.tick_if_due();
             let busy = woke.elapsed();
             if busy >= STALL_WARN {
-                warn!(busy_ms = busy.as_millis() as u64, "core task busy in one step: timers and other inputs waited");
+                warn!(
+                    busy_ms = busy.as_millis() as u64,
+                    "core task busy in one step: timers and other inputs waited"
+                );
             }
         }
         // Shutdown: the listeners and readers are stopping; answer what already arrived.
@@ -214,16 +219,24 @@ impl Driver {
             CoreInput::Peer { from, msgs } => {
                 for msg in msgs {
                     match msg {
-                        PeerMessage::Shard { table, shard, generation, msg } => {
-                            self.tables.on_peer(at, from, table, shard, generation, msg, &mut self.outbox)
-                        }
+                        PeerMessage::Shard { table, shard, generation, msg } => self
+                            .tables
+                            .on_peer(at, from, table, shard, generation, msg, &mut self.outbox),
                         PeerMessage::LeaseQuery { client_id } => {
                             self.leases.on_query(now, from, client_id, &mut self.outbox)
                         }
-                        PeerMessage::LeaseRenew { req, lease_id } => {
-                            self.leases.on_forwarded(at, now, from, req, lease_id, &mut self.tables, &mut self.outbox)
+                        PeerMessage::LeaseRenew { req, lease_id } => self.leases.on_forwarded(
+                            at,
+                            now,
+                            from,
+                            req,
+                            lease_id,
+                            &mut self.tables,
+                            &mut self.outbox,
+                        ),
+                        PeerMessage::LeaseRenewed { req, grant } => {
+                            self.leases.on_renewed(req, grant, &mut self.outbox)
                         }
-                        PeerMessage::LeaseRenewed { req, grant } => self.leases.on_renewed(req, grant, &mut self.outbox),
                         PeerMessage::LeaseAnswer { client_id, status } => {
                             let released = self.leases.on_answer(now, client_id, &status);
                             self.release(at, released);
@@ -252,7 +265,10 @@ impl Driver {
             Request::Status => {
                 self.flush(at);
                 let status = self.status(at);
-                self.send_to(route, WriterMsg::Resp(ClientResponse { corr, body: Response::Status(status) }));
+                self.send_to(
+                    route,
+                    WriterMsg::Resp(ClientResponse { corr, body: Response::Status(status) }),
+                );
             }
             Request::SetFault { peer, fault } => {
                 self.flush(at);
@@ -262,7 +278,17 @@ impl Driver {
             // Log tables: routed to the shard replicas.
             Request::LogWrite { table, key, op, immediate } => {
                 // Without RIFL's envelope the write is refused as `BadEnvelope`.
-                self.tables.on_write(at, route, corr, &table, key, op, rifl, immediate, &mut self.outbox)
+                self.tables.on_write(
+                    at,
+                    route,
+                    corr,
+                    &table,
+                    key,
+                    op,
+                    rifl,
+                    immediate,
+                    &mut self.outbox,
+                )
             }
             Request::LogRead { table, key, min_index } => {
                 self.tables.on_read(at, route, corr, &table, key, min_index, &mut self.outbox)
@@ -274,7 +300,15 @@ impl Driver {
             }
             Request::RenewLease { .. } | Request::LeaseInfo { .. } => {
                 let now = self.now(at);
-                self.leases.on_request(at, now, route, corr, &body, &mut self.tables, &mut self.outbox);
+                self.leases.on_request(
+                    at,
+                    now,
+                    route,
+                    corr,
+                    &body,
+                    &mut self.tables,
+                    &mut self.outbox,
+                );
             }
             Request::FreezeShard { table, shard, replicas } => {
                 self.tables.freeze(at, route, corr, &table, shard, replicas, &mut self.outbox)
@@ -291,12 +325,19 @@ impl Driver {
             }
             body => {
                 let now = self.now(at);
-                self.core.on_client_request(now, RcInput::Client { route, req: ClientRequest { corr, rifl, body } });
+                self.core.on_client_request(
+                    now,
+                    RcInput::Client { route, req: ClientRequest { corr, rifl, body } },
+                );
             }
         }
     }
 
-    fn set_fault(&mut self, peer: Option<NodeId>, fault: strata_wire::client::LinkFault) -> Response {
+    fn set_fault(
+        &mut self,
+        peer: Option<NodeId>,
+        fault: strata_wire::client::LinkFault,
+    ) -> Response {
         match peer {
             None => {
                 for link in &self.links {
@@ -309,7 +350,11 @@ impl Driver {
                     let known: Vec<String> = self.links.iter().map(|l| l.id.to_string()).collect();
                     return Response::Error {
                         code: ErrorCode::InvalidArgument,
-                        message: format!("{p} is not a peer of {} (peers: {})", self.core.id(), known.join(", ")),
+                        message: format!(
+                            "{p} is not a peer of {} (peers: {})",
+                            self.core.id(),
+                            known.join(", ")
+                        ),
                     };
                 }
             },
@@ -328,7 +373,8 @@ impl Driver {
             pending_writes: s.pending_writes,
             bad_client_frames: self.counters.bad_client_frames.load(Ordering::Relaxed),
             // Frames the transport dropped plus messages the core refused (unknown sender, ...).
-            bad_peer_frames: self.counters.bad_peer_frames.load(Ordering::Relaxed) + s.bad_peer_messages,
+            bad_peer_frames: self.counters.bad_peer_frames.load(Ordering::Relaxed)
+                + s.bad_peer_messages,
             shards: self.tables.status(at),
             machine_epoch: s.machine_epoch,
             barriers_fast: s.barriers_fast,

@@ -43,7 +43,11 @@ where
         if fault.loss_ppm > 0 && self.prng.range(0, 1_000_000) < u64::from(fault.loss_ppm) {
             return Verdict::Drop;
         }
-        let jitter = if fault.jitter_us > 0 { self.prng.range(0, fault.jitter_us.saturating_add(1)) } else { 0 };
+        let jitter = if fault.jitter_us > 0 {
+            self.prng.range(0, fault.jitter_us.saturating_add(1))
+        } else {
+            0
+        };
         let mut due = enqueued + Duration::from_micros(fault.delay_us.saturating_add(jitter));
         if let Some(last) = self.last_due {
             due = due.max(last);

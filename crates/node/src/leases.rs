@@ -36,8 +36,13 @@ use std::time::Duration;
 use bytes::Bytes;
 use strata_log::{WriteAck, WriteError, WriteOp};
 use strata_rc::Route;
-use strata_rifl::{DurableLeases, LeaseCheck, LeaseCommand, LeaseService, LeaseValidator, Renewal, RequestTracker, RiflConfig, WINDOW};
-use strata_wire::client::{ClientRequest, ClientResponse, ErrorCode, LogFailure, Request, Response};
+use strata_rifl::{
+    DurableLeases, LeaseCheck, LeaseCommand, LeaseService, LeaseValidator, Renewal, RequestTracker,
+    RiflConfig, WINDOW,
+};
+use strata_wire::client::{
+    ClientRequest, ClientResponse, ErrorCode, LogFailure, Request, Response,
+};
 use strata_wire::peer::PeerMessage;
 use strata_wire::rifl::{ClusterTime, LeaseInfo, LeaseStatus, Rifl, RpcId};
 use strata_wire::{Instant, NodeId};
@@ -101,10 +106,13 @@ impl Waiter {
     fn answer(self, grant: Option<LeaseStatus>, out: &mut Outbox) {
         match self {
             Waiter::Client(route, corr) => {
-                let body = grant.map_or(Response::LogRejected(LogFailure::Unavailable), Response::Lease);
+                let body =
+                    grant.map_or(Response::LogRejected(LogFailure::Unavailable), Response::Lease);
                 out.replies.push((route, ClientResponse { corr, body }));
             }
-            Waiter::Peer(node, req) => out.peers.push((node, PeerMessage::LeaseRenewed { req, grant })),
+            Waiter::Peer(node, req) => {
+                out.peers.push((node, PeerMessage::LeaseRenewed { req, grant }))
+            }
         }
     }
 }
@@ -212,7 +220,9 @@ impl Leases {
             return;
         }
         match tables.leader_of(LEASE_TABLE) {
-            Some(leader) if leader != self.me => out.peers.push((leader, PeerMessage::LeaseQuery { client_id: client })),
+            Some(leader) if leader != self.me => {
+                out.peers.push((leader, PeerMessage::LeaseQuery { client_id: client }))
+            }
             _ => {} // no leader known: asked again after QUERY_RETRY
         }
     }
@@ -251,7 +261,16 @@ impl Leases {
     /// serve the service is forwarded to the `__leases` leader (a client may know only one
     /// node); `LeaseInfo` is answered only by the leader.
     #[allow(clippy::too_many_arguments)]
-    pub fn on_request(&mut self, at: TokioInstant, now: Instant, route: Route, corr: u64, body: &Request, tables: &mut Tables, out: &mut Outbox) {
+    pub fn on_request(
+        &mut self,
+        at: TokioInstant,
+        now: Instant,
+        route: Route,
+        corr: u64,
+        body: &Request,
+        tables: &mut Tables,
+        out: &mut Outbox,
+    ) {
         match *body {
             Request::RenewLease { lease_id } => {
                 if self.term.is_some() {
@@ -261,7 +280,10 @@ impl Leases {
                     Some(leader) => {
                         self.next_forward += 1;
                         self.forwarded.insert(self.next_forward, (route, corr, now));
-                        out.peers.push((leader, PeerMessage::LeaseRenew { req: self.next_forward, lease_id }));
+                        out.peers.push((
+                            leader,
+                            PeerMessage::LeaseRenew { req: self.next_forward, lease_id },
+                        ));
                     }
                     // No leader known yet (an election): the client tries again shortly.
                     None => Waiter::Client(route, corr).answer(None, out),
@@ -270,7 +292,9 @@ impl Leases {
             Request::LeaseInfo { lease_id } => {
                 let body = match self.service.status(lease_id, now) {
                     Some(status) => Response::Lease(status),
-                    None => Response::LogRejected(LogFailure::NotLeader { hint: tables.leader_of(LEASE_TABLE).filter(|&n| n != self.me) }),
+                    None => Response::LogRejected(LogFailure::NotLeader {
+                        hint: tables.leader_of(LEASE_TABLE).filter(|&n| n != self.me),
+                    }),
                 };
                 out.replies.push((route, ClientResponse { corr, body }));
             }
@@ -280,7 +304,16 @@ impl Leases {
 
     /// A renewal forwarded by `from`.
     #[allow(clippy::too_many_arguments)]
-    pub fn on_forwarded(&mut self, at: TokioInstant, now: Instant, from: NodeId, req: u64, lease_id: u64, tables: &mut Tables, out: &mut Outbox) {
+    pub fn on_forwarded(
+        &mut self,
+        at: TokioInstant,
+        now: Instant,
+        from: NodeId,
+        req: u64,
+        lease_id: u64,
+        tables: &mut Tables,
+        out: &mut Outbox,
+    ) {
         if self.term.is_none() {
             return out.peers.push((from, PeerMessage::LeaseRenewed { req, grant: None }));
         }
@@ -295,7 +328,15 @@ impl Leases {
     }
 
     /// §5.5.2 `RenewLease` at the serving node.
-    fn renew(&mut self, at: TokioInstant, now: Instant, lease_id: u64, waiter: Waiter, tables: &mut Tables, out: &mut Outbox) {
+    fn renew(
+        &mut self,
+        at: TokioInstant,
+        now: Instant,
+        lease_id: u64,
+        waiter: Waiter,
+        tables: &mut Tables,
+        out: &mut Outbox,
+    ) {
         match self.service.renew(lease_id, now) {
             Renewal::Granted(g) => waiter.answer(Some(g), out),
             Renewal::Persist { id, commands } => {
@@ -310,7 +351,13 @@ impl Leases {
 
     /// Writes `cmd` to `__leases`, or queues it while RIFL's window of 512 unanswered writes
     /// is full (a burst of new clients): it goes out as answers come back, in order.
-    fn propose(&mut self, at: TokioInstant, cmd: LeaseCommand, tables: &mut Tables, out: &mut Outbox) {
+    fn propose(
+        &mut self,
+        at: TokioInstant,
+        cmd: LeaseCommand,
+        tables: &mut Tables,
+        out: &mut Outbox,
+    ) {
         let Some(term) = self.term.as_mut() else { return }; // stopped meanwhile
         if !term.queued.is_empty() {
             return term.queued.push_back(cmd);
@@ -335,14 +382,24 @@ impl Leases {
     }
 
     /// One write of the service, if the window has room (else the command comes back).
-    fn send(&mut self, at: TokioInstant, cmd: LeaseCommand, tables: &mut Tables, out: &mut Outbox) -> Result<(), LeaseCommand> {
+    fn send(
+        &mut self,
+        at: TokioInstant,
+        cmd: LeaseCommand,
+        tables: &mut Tables,
+        out: &mut Outbox,
+    ) -> Result<(), LeaseCommand> {
         let Some(term) = self.term.as_mut() else { return Ok(()) }; // stopped: dropped
         let Ok(seq) = term.tracker.new_sequence_num() else { return Err(cmd) };
         let client_id = term.client_id;
         let rifl = Rifl {
             rpc: RpcId { client_id, seq },
             first_incomplete: term.tracker.first_incomplete(),
-            lease: LeaseInfo { client_id, expiration: ClusterTime(u64::MAX), timestamp: ClusterTime::ZERO },
+            lease: LeaseInfo {
+                client_id,
+                expiration: ClusterTime(u64::MAX),
+                timestamp: ClusterTime::ZERO,
+            },
         };
         let (key, op) = command_write(&cmd);
         let token = tables.write_internal(at, LEASE_TABLE, rifl, key, op, out);
@@ -351,7 +408,15 @@ impl Leases {
     }
 
     /// The log's answer to one of the service's writes.
-    pub fn on_written(&mut self, at: TokioInstant, now: Instant, token: u64, result: Result<WriteAck, WriteError>, tables: &mut Tables, out: &mut Outbox) {
+    pub fn on_written(
+        &mut self,
+        at: TokioInstant,
+        now: Instant,
+        token: u64,
+        result: Result<WriteAck, WriteError>,
+        tables: &mut Tables,
+        out: &mut Outbox,
+    ) {
         let Some((seq, cmd)) = self.proposed.remove(&token) else { return };
         if let Some(t) = self.term.as_mut() {
             t.tracker.rpc_completed(seq);
@@ -409,7 +474,12 @@ impl Leases {
                     let k = if self.starts.0 == epoch { self.starts.1 + 1 } else { 0 };
                     self.starts = (epoch, k);
                     let client_id = SERVICE_CLIENT - (u64::from(epoch) << 20) - (k & 0xf_ffff);
-                    self.term = Some(Term { epoch, client_id, tracker: RequestTracker::new(WINDOW), queued: VecDeque::new() });
+                    self.term = Some(Term {
+                        epoch,
+                        client_id,
+                        tracker: RequestTracker::new(WINDOW),
+                        queued: VecDeque::new(),
+                    });
                 }
             }
         }
@@ -422,8 +492,12 @@ impl Leases {
             self.ask(now, client, tables, out);
         }
         // A forwarded renewal unanswered for a while (leader gone): the client tries again.
-        let stale: Vec<u64> =
-            self.forwarded.iter().filter(|(_, &(_, _, sent))| now.saturating_since(sent) >= FORWARD_TIMEOUT).map(|(&r, _)| r).collect();
+        let stale: Vec<u64> = self
+            .forwarded
+            .iter()
+            .filter(|(_, &(_, _, sent))| now.saturating_since(sent) >= FORWARD_TIMEOUT)
+            .map(|(&r, _)| r)
+            .collect();
         for req in stale {
             self.on_renewed(req, None, out);
         }
@@ -480,7 +554,9 @@ impl DurableState {
         match k {
             KEY_RESERVED => self.d.max_reserved = u64_of(v),
             KEY_SAFE_TIME => self.d.safe_time = ClusterTime(u64_of(v)),
-            [LEASE_KEY_PREFIX, id @ ..] if id.len() == 8 => self.ids.push(u64::from_be_bytes(id.try_into().expect("8 bytes"))),
+            [LEASE_KEY_PREFIX, id @ ..] if id.len() == 8 => {
+                self.ids.push(u64::from_be_bytes(id.try_into().expect("8 bytes")))
+            }
             _ => warn!(key = ?k, "lease table: unknown key ignored"),
         }
     }

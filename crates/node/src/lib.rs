@@ -21,8 +21,8 @@
 mod client;
 pub mod config;
 mod driver;
-pub mod leases;
 pub mod fault;
+pub mod leases;
 mod shared;
 pub mod tables;
 pub mod testing;
@@ -82,9 +82,13 @@ pub enum StartError {
 
 fn bind_error(what: &'static str, addr: SocketAddr, source: std::io::Error) -> StartError {
     let hint = match source.kind() {
-        std::io::ErrorKind::AddrInUse => " (address in use: another process listens there; stop it or pick another port)",
+        std::io::ErrorKind::AddrInUse => {
+            " (address in use: another process listens there; stop it or pick another port)"
+        }
         std::io::ErrorKind::AddrNotAvailable => " (this machine has no such address)",
-        std::io::ErrorKind::PermissionDenied => " (permission denied: ports below 1024 need privileges)",
+        std::io::ErrorKind::PermissionDenied => {
+            " (permission denied: ports below 1024 need privileges)"
+        }
         _ => "",
     };
     StartError::Bind { what, addr, source, hint }
@@ -94,8 +98,12 @@ fn bind_error(what: &'static str, addr: SocketAddr, source: std::io::Error) -> S
 /// [`RunningNode::client_addr`] / [`RunningNode::peer_addr`] for the bound addresses.
 pub async fn start(cfg: NodeConfig) -> Result<RunningNode, StartError> {
     cfg.validate()?;
-    let client = TcpListener::bind(cfg.client_addr).await.map_err(|e| bind_error("clients", cfg.client_addr, e))?;
-    let peer = TcpListener::bind(cfg.peer_addr).await.map_err(|e| bind_error("peers", cfg.peer_addr, e))?;
+    let client = TcpListener::bind(cfg.client_addr)
+        .await
+        .map_err(|e| bind_error("clients", cfg.client_addr, e))?;
+    let peer = TcpListener::bind(cfg.peer_addr)
+        .await
+        .map_err(|e| bind_error("peers", cfg.peer_addr, e))?;
     start_on(cfg, client, peer).await
 }
 
@@ -118,8 +126,13 @@ pub async fn start_with_listeners(
     start_on(cfg, client, peer).await
 }
 
-async fn start_on(cfg: NodeConfig, client: TcpListener, peer: TcpListener) -> Result<RunningNode, StartError> {
-    std::fs::create_dir_all(&cfg.data_dir).map_err(|source| StartError::DataDir { path: cfg.data_dir.clone(), source })?;
+async fn start_on(
+    cfg: NodeConfig,
+    client: TcpListener,
+    peer: TcpListener,
+) -> Result<RunningNode, StartError> {
+    std::fs::create_dir_all(&cfg.data_dir)
+        .map_err(|source| StartError::DataDir { path: cfg.data_dir.clone(), source })?;
     let client_addr = client.local_addr().map_err(|e| bind_error("clients", cfg.client_addr, e))?;
     let peer_addr = peer.local_addr().map_err(|e| bind_error("peers", cfg.peer_addr, e))?;
 
@@ -134,22 +147,40 @@ async fn start_on(cfg: NodeConfig, client: TcpListener, peer: TcpListener) -> Re
     let incarnation = incarnation_nonce();
     rc.session_index_base = (incarnation >> 32) as u32;
     rc.seed = incarnation;
-    rc.limits = Limits { max_frame_bytes: cfg.max_frame_bytes, max_value_bytes: cfg.max_value_bytes, ..Limits::default() };
+    rc.limits = Limits {
+        max_frame_bytes: cfg.max_frame_bytes,
+        max_value_bytes: cfg.max_value_bytes,
+        ..Limits::default()
+    };
     let core = RcReplica::new(rc)?;
     let (disk_tx, disk_rx) = mpsc::unbounded_channel();
     let replicas: Vec<NodeId> = cfg.replica_ids().into_iter().map(NodeId).collect();
-    let tables = tables::Tables::open(node, replicas, &cfg.data_dir, incarnation, disk_tx).map_err(StartError::Tables)?;
+    let tables = tables::Tables::open(node, replicas, &cfg.data_dir, incarnation, disk_tx)
+        .map_err(StartError::Tables)?;
 
-    let wire = WireSettings { node, cluster: ClusterId(cfg.cluster_id), max_frame_bytes: cfg.max_frame_bytes };
+    let wire = WireSettings {
+        node,
+        cluster: ClusterId(cfg.cluster_id),
+        max_frame_bytes: cfg.max_frame_bytes,
+    };
     let counters = Arc::new(Counters::default());
     let tasks = Arc::new(Tasks::default());
     let (stop_tx, stop_rx) = watch::channel(false);
     let (core_tx, core_rx) = mpsc::channel(CORE_CHANNEL);
-    let links: Vec<Arc<PeerLink>> = cfg.peers.iter().map(|p| Arc::new(PeerLink::new(NodeId(p.id), p.addr))).collect();
+    let links: Vec<Arc<PeerLink>> =
+        cfg.peers.iter().map(|p| Arc::new(PeerLink::new(NodeId(p.id), p.addr))).collect();
     let peer_ids = Arc::new(links.iter().map(|l| l.id).collect::<Vec<_>>());
 
-    let leases = leases::Leases::new(node, leases::rifl_config(Duration::from_millis(cfg.lease_term_ms)));
-    let driver = driver::Driver::new(core, TokioInstant::now(), links.clone(), counters.clone(), tables, leases);
+    let leases =
+        leases::Leases::new(node, leases::rifl_config(Duration::from_millis(cfg.lease_term_ms)));
+    let driver = driver::Driver::new(
+        core,
+        TokioInstant::now(),
+        links.clone(),
+        counters.clone(),
+        tables,
+        leases,
+    );
     let core_task = tokio::spawn(driver.run(core_rx, disk_rx, stop_rx.clone()));
     for link in &links {
         tasks.spawn(transport::run_sender(link.clone(), wire));
@@ -163,7 +194,14 @@ async fn start_on(cfg: NodeConfig, client: TcpListener, peer: TcpListener) -> Re
         tasks.clone(),
         stop_rx.clone(),
     ));
-    tasks.spawn(client::run_client_acceptor(client, wire, core_tx, counters, tasks.clone(), stop_rx));
+    tasks.spawn(client::run_client_acceptor(
+        client,
+        wire,
+        core_tx,
+        counters,
+        tasks.clone(),
+        stop_rx,
+    ));
 
     let peers: Vec<String> = cfg.peers.iter().map(|p| p.to_string()).collect();
     info!(
@@ -187,7 +225,9 @@ async fn start_on(cfg: NodeConfig, client: TcpListener, peer: TcpListener) -> Re
 
 /// A number that differs between starts of a node: wall-clock nanoseconds mixed with the pid.
 fn incarnation_nonce() -> u64 {
-    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64);
     let mut x = nanos ^ (u64::from(std::process::id()) << 17);
     // splitmix64 finaliser: spreads the bits so nearby starts land far apart.
     x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
@@ -309,7 +349,10 @@ pub fn init_tracing(format: LogFormat) {
     use tracing_subscriber::EnvFilter;
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
     let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_ansi(ansi);
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(ansi);
     let _ = match format {
         LogFormat::Text => builder.try_init(),
         LogFormat::Json => builder.json().flatten_event(true).try_init(),

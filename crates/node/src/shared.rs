@@ -101,10 +101,8 @@ impl Tasks {
             g.closed = true;
             std::mem::take(&mut g.set)
         };
-        let joined = tokio::time::timeout(grace, async {
-            while set.join_next().await.is_some() {}
-        })
-        .await;
+        let joined =
+            tokio::time::timeout(grace, async { while set.join_next().await.is_some() {} }).await;
         if joined.is_ok() {
             return 0;
         }

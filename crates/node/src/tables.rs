@@ -121,10 +121,7 @@ pub fn log_config(def: &TableDef, n: usize) -> Result<LogConfig, strata_log::Con
 pub fn check_table_def(def: &TableDef, n: usize) -> Result<LogConfig, String> {
     let name_ok = !def.name.is_empty()
         && def.name.len() <= MAX_TABLE_NAME
-        && def
-            .name
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+        && def.name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
         && !def.name.starts_with('-');
     if !name_ok {
         return Err(format!(
@@ -139,10 +136,7 @@ pub fn check_table_def(def: &TableDef, n: usize) -> Result<LogConfig, String> {
         ));
     }
     if def.shards == 0 || def.shards > MAX_SHARDS {
-        return Err(format!(
-            "a table has 1 to {MAX_SHARDS} shards, not {}",
-            def.shards
-        ));
+        return Err(format!("a table has 1 to {MAX_SHARDS} shards, not {}", def.shards));
     }
     log_config(def, n).map_err(|e| e.to_string())
 }
@@ -308,12 +302,13 @@ fn load_catalog(dir: &Path) -> Result<Vec<Catalogued>, String> {
 
 /// Replaces the catalog durably and atomically: temporary file, fsync, rename, fsync the
 /// directory. A crash leaves the old catalog or the new one.
-fn save_catalog<'a>(dir: &Path, tables: impl IntoIterator<Item = &'a Catalogued>) -> std::io::Result<()> {
+fn save_catalog<'a>(
+    dir: &Path,
+    tables: impl IntoIterator<Item = &'a Catalogued>,
+) -> std::io::Result<()> {
     use std::io::Write;
     std::fs::create_dir_all(dir)?;
-    let file = CatalogFile {
-        tables: tables.into_iter().map(CatalogEntry::from_table).collect(),
-    };
+    let file = CatalogFile { tables: tables.into_iter().map(CatalogEntry::from_table).collect() };
     let text = serde_json::to_string_pretty(&file).expect("serializable");
     let tmp = dir.join(format!("{CATALOG_FILE}.tmp"));
     {
@@ -328,10 +323,7 @@ fn save_catalog<'a>(dir: &Path, tables: impl IntoIterator<Item = &'a Catalogued>
 // ---- clock ----
 
 fn monotonic_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
     // SAFETY: clock_gettime writes into the timespec we own; CLOCK_MONOTONIC always exists.
     let rc = unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
     assert_eq!(rc, 0, "clock_gettime(CLOCK_MONOTONIC)");
@@ -347,10 +339,7 @@ pub(crate) struct LogClock {
 
 impl LogClock {
     pub fn new() -> LogClock {
-        LogClock {
-            origin: TokioInstant::now(),
-            origin_ns: monotonic_ns(),
-        }
+        LogClock { origin: TokioInstant::now(), origin_ns: monotonic_ns() }
     }
     pub fn now(&self, at: TokioInstant) -> Instant {
         Instant(self.origin_ns + at.saturating_duration_since(self.origin).as_nanos() as u64)
@@ -413,7 +402,10 @@ struct TableEntry {
 impl TableEntry {
     /// Where `shard` lives: its moved placement, else generation 0 on every node.
     fn placement(&self, shard: u32, all: &[NodeId]) -> ShardMove {
-        self.moved.get(&shard).cloned().unwrap_or_else(|| ShardMove { generation: 0, replicas: all.to_vec() })
+        self.moved
+            .get(&shard)
+            .cloned()
+            .unwrap_or_else(|| ShardMove { generation: 0, replicas: all.to_vec() })
     }
 
     fn catalogued(&self) -> Catalogued {
@@ -499,12 +491,19 @@ impl Tables {
     }
 
     /// Opens a shard replica's directory, recovers the core from it and starts its disk thread.
-    fn start_shard(&mut self, def: &TableDef, shard: u32, placement: &ShardMove) -> Result<(), String> {
-        let cfg = log_config(def, placement.replicas.len()).map_err(|e| format!("table {} shard {shard}: {e}", def.name))?;
+    fn start_shard(
+        &mut self,
+        def: &TableDef,
+        shard: u32,
+        placement: &ShardMove,
+    ) -> Result<(), String> {
+        let cfg = log_config(def, placement.replicas.len())
+            .map_err(|e| format!("table {} shard {shard}: {e}", def.name))?;
         let id = def.id();
         let now = self.clock.now(TokioInstant::now());
         let dir = self.shard_dir(&def.name, shard, placement.generation);
-        let backend = OsBackend::open(&dir).map_err(|e| format!("cannot open {}: {e}", dir.display()))?;
+        let backend =
+            OsBackend::open(&dir).map_err(|e| format!("cannot open {}: {e}", dir.display()))?;
         let (store, opened) = ShardStore::open(backend.clone(), backend, WalConfig::default())
             .map_err(|e| format!("table {} shard {shard}: {e}", def.name))?;
         if let Some(t) = &opened.report.torn_tail {
@@ -520,9 +519,13 @@ impl Tables {
             last = %opened.state.entries.last().map_or(strata_log::LogIndex::ZERO, |e| e.index),
             "shard opened from its directory"
         );
-        let seed = self.seed ^ (u64::from(id) << 32) ^ u64::from(shard) ^ (u64::from(placement.generation) << 16);
-        let replica = LogReplica::recover(cfg, self.me, &placement.replicas, opened.state, now, seed)
-            .map_err(|e| format!("table {} shard {shard}: {e}", def.name))?;
+        let seed = self.seed
+            ^ (u64::from(id) << 32)
+            ^ u64::from(shard)
+            ^ (u64::from(placement.generation) << 16);
+        let replica =
+            LogReplica::recover(cfg, self.me, &placement.replicas, opened.state, now, seed)
+                .map_err(|e| format!("table {} shard {shard}: {e}", def.name))?;
         let (tx, rx) = std_mpsc::channel();
         let done = self.disk_done.clone();
         let key = (id, shard);
@@ -551,10 +554,8 @@ impl Tables {
 
     /// `CreateTable`: idempotent for an identical definition, refused for a conflicting one.
     pub fn create(&mut self, def: TableDef) -> Response {
-        let invalid = |message: String| Response::Error {
-            code: ErrorCode::InvalidArgument,
-            message,
-        };
+        let invalid =
+            |message: String| Response::Error { code: ErrorCode::InvalidArgument, message };
         if let Err(m) = check_table_def(&def, self.replicas.len()) {
             return invalid(m);
         }
@@ -586,10 +587,7 @@ impl Tables {
         info!(table = %def.name, definition = %describe(&def), "table created");
         match self.start_table(new) {
             Ok(()) => Response::TableCreated { created: true },
-            Err(e) => Response::Error {
-                code: ErrorCode::Other(100),
-                message: e,
-            },
+            Err(e) => Response::Error { code: ErrorCode::Other(100), message: e },
         }
     }
 
@@ -608,7 +606,11 @@ impl Tables {
     }
 
     pub fn list(&self) -> Vec<TableDef> {
-        self.tables.values().map(|t| t.def.clone()).filter(|d| !d.name.starts_with(SYSTEM_PREFIX)).collect()
+        self.tables
+            .values()
+            .map(|t| t.def.clone())
+            .filter(|d| !d.name.starts_with(SYSTEM_PREFIX))
+            .collect()
     }
 
     #[allow(clippy::result_large_err)] // built once per unknown-table request
@@ -643,7 +645,8 @@ impl Tables {
         let Some(rifl) = rifl else {
             let body = Response::Error {
                 code: ErrorCode::BadEnvelope,
-                message: "a log write needs RIFL's envelope (rpc id, first_incomplete, lease)".to_string(),
+                message: "a log write needs RIFL's envelope (rpc id, first_incomplete, lease)"
+                    .to_string(),
             };
             return out.replies.push((route, ClientResponse { corr, body }));
         };
@@ -663,13 +666,7 @@ impl Tables {
             LogWriteOp::Put(v) => WriteOp::Put(v),
             LogWriteOp::Delete => WriteOp::Delete,
         };
-        let req = LogRequest::Write {
-            token,
-            rifl,
-            key,
-            op,
-            immediate,
-        };
+        let req = LogRequest::Write { token, rifl, key, op, immediate };
         self.request(at, sk, route, corr, req, out);
     }
 
@@ -689,18 +686,7 @@ impl Tables {
             Err(body) => return out.replies.push((route, ClientResponse { corr, body })),
         };
         let token = self.take_token();
-        self.request(
-            at,
-            sk,
-            route,
-            corr,
-            LogRequest::Read {
-                token,
-                key,
-                min_index,
-            },
-            out,
-        );
+        self.request(at, sk, route, corr, LogRequest::Read { token, key, min_index }, out);
     }
 
     fn take_token(&mut self) -> u64 {
@@ -720,7 +706,9 @@ impl Tables {
         let now = self.clock.now(at);
         let Some(s) = self.shards.get_mut(&sk) else {
             // rifl.md §5.7 step 4 (`UnknownOwner`): the shard lives elsewhere.
-            let body = Response::LogRejected(LogFailure::Moved { replicas: self.placement_of(sk).replicas });
+            let body = Response::LogRejected(LogFailure::Moved {
+                replicas: self.placement_of(sk).replicas,
+            });
             return out.replies.push((route, ClientResponse { corr, body }));
         };
         s.waiting.insert(req.token(), (route, corr));
@@ -730,7 +718,11 @@ impl Tables {
 
     /// Where the shard `sk` lives, by this node's catalog.
     fn placement_of(&self, sk: ShardKey) -> ShardMove {
-        let t = self.tables.values().find(|t| t.id == sk.0).expect("a shard key names a catalogued table");
+        let t = self
+            .tables
+            .values()
+            .find(|t| t.id == sk.0)
+            .expect("a shard key names a catalogued table");
         t.placement(sk.1, &self.replicas)
     }
 
@@ -748,7 +740,8 @@ impl Tables {
         let now = self.clock.now(at);
         // A message of another generation of the shard (a retired group, or a new one this
         // node has not adopted yet) must not reach this replica (rifl.md §5.7).
-        let Some(s) = self.shards.get_mut(&(table, shard)).filter(|s| s.generation == generation) else {
+        let Some(s) = self.shards.get_mut(&(table, shard)).filter(|s| s.generation == generation)
+        else {
             self.unroutable_messages += 1;
             debug!(table, shard, generation, from = %from, "shard message for a table, shard or generation this node does not have; dropped");
             return;
@@ -761,13 +754,13 @@ impl Tables {
         let now = self.clock.now(at);
         match done {
             DiskDone::Persisted { key, generation, token } => {
-                let Some(s) = self.shards.get_mut(&key).filter(|s| s.generation == generation) else {
+                let Some(s) = self.shards.get_mut(&key).filter(|s| s.generation == generation)
+                else {
                     return;
                 };
                 s.replica.on_persisted(now, token);
-                let (ready, held): (Vec<_>, Vec<_>) = std::mem::take(&mut s.held)
-                    .into_iter()
-                    .partition(|(t, _, _)| *t <= token);
+                let (ready, held): (Vec<_>, Vec<_>) =
+                    std::mem::take(&mut s.held).into_iter().partition(|(t, _, _)| *t <= token);
                 s.held = held;
                 for (_, to, msg) in ready {
                     out.peers.push((
@@ -811,11 +804,7 @@ impl Tables {
             .map(|(k, _)| *k)
             .collect();
         for k in due {
-            self.shards
-                .get_mut(&k)
-                .expect("listed")
-                .replica
-                .on_tick(now);
+            self.shards.get_mut(&k).expect("listed").replica.on_tick(now);
             self.drain(k, out);
         }
     }
@@ -834,12 +823,7 @@ impl Tables {
         for (to, msg) in fx.send.drain(..) {
             out.peers.push((
                 to,
-                PeerMessage::Shard {
-                    table: key.0,
-                    shard: key.1,
-                    generation: s.generation,
-                    msg,
-                },
+                PeerMessage::Shard { table: key.0, shard: key.1, generation: s.generation, msg },
             ));
         }
         s.held.append(&mut fx.send_after_persist);
@@ -863,7 +847,11 @@ impl Tables {
             };
             let body = match reply {
                 LogReply::Frozen { result: Ok(snapshot), .. } => Response::ShardFrozen {
-                    placement: s.replica.moved_to().cloned().expect("a frozen shard knows where it goes"),
+                    placement: s
+                        .replica
+                        .moved_to()
+                        .cloned()
+                        .expect("a frozen shard knows where it goes"),
                     snapshot: Some(snapshot),
                 },
                 // The leader refused: a `Freeze` to other nodes came first.
@@ -934,7 +922,8 @@ impl Tables {
         self.internal.insert(token);
         let now = self.clock.now(at);
         let s = self.shards.get_mut(&sk).expect("a catalogued table has all its shards");
-        s.replica.on_client_request(now, LogRequest::Write { token, rifl, key, op, immediate: false });
+        s.replica
+            .on_client_request(now, LogRequest::Write { token, rifl, key, op, immediate: false });
         self.drain(sk, out);
         token
     }
@@ -946,7 +935,12 @@ impl Tables {
             return;
         }
         let now = self.clock.now(at);
-        let led: Vec<ShardKey> = self.shards.iter().filter(|(_, s)| s.replica.role() == Role::Leader).map(|(k, _)| *k).collect();
+        let led: Vec<ShardKey> = self
+            .shards
+            .iter()
+            .filter(|(_, s)| s.replica.role() == Role::Leader)
+            .map(|(k, _)| *k)
+            .collect();
         for k in led {
             let s = self.shards.get_mut(&k).expect("listed");
             if s.replica.expire_clients(now, clients) {
@@ -967,11 +961,7 @@ impl Tables {
                     Role::Candidate => ShardRole::Candidate,
                     Role::Leader => ShardRole::Leader,
                 };
-                let leader = if r.role() == Role::Leader {
-                    Some(self.me)
-                } else {
-                    r.leader_hint()
-                };
+                let leader = if r.role() == Role::Leader { Some(self.me) } else { r.leader_hint() };
                 ShardStatus {
                     table: s.table.clone(),
                     shard: s.shard,
@@ -1019,9 +1009,7 @@ pub fn describe(d: &TableDef) -> String {
 
 fn reply_body(reply: LogReply) -> Response {
     match reply {
-        LogReply::Write {
-            result: Ok(ack), ..
-        } => Response::LogWritten { index: ack.index },
+        LogReply::Write { result: Ok(ack), .. } => Response::LogWritten { index: ack.index },
         LogReply::Write { result: Err(e), .. } => write_error_body(e),
         LogReply::Read { result: Ok(v), .. } => Response::LogValue {
             value: v.value,
@@ -1038,7 +1026,9 @@ fn reply_body(reply: LogReply) -> Response {
         }),
         LogReply::Frozen { result: Err(e), .. } => write_error_body(e),
         // Answered in `drain`, which knows the placement the snapshot goes to.
-        LogReply::Frozen { result: Ok(_), .. } => unreachable!("a freeze is answered by the move code"),
+        LogReply::Frozen { result: Ok(_), .. } => {
+            unreachable!("a freeze is answered by the move code")
+        }
     }
 }
 
@@ -1079,9 +1069,7 @@ fn log_event(table: &str, shard: u32, ev: &LogEvent) {
         LogEvent::BecameLeader { epoch, noop } => {
             info!(table, shard, epoch, noop = %noop, "became leader")
         }
-        LogEvent::SyncPhaseDone {
-            epoch, active_set, ..
-        } => {
+        LogEvent::SyncPhaseDone { epoch, active_set, .. } => {
             let set: Vec<String> = active_set.iter().map(|n| n.to_string()).collect();
             info!(table, shard, epoch, active_set = %set.join(","), "leader ready (sync phase done)")
         }
@@ -1094,10 +1082,7 @@ fn log_event(table: &str, shard: u32, ev: &LogEvent) {
         LogEvent::ElectionStarted { epoch, last_index } => {
             debug!(table, shard, epoch, last = %last_index, "election started")
         }
-        LogEvent::Truncated {
-            after,
-            removed_upto,
-        } => {
+        LogEvent::Truncated { after, removed_upto } => {
             info!(table, shard, after = %after, removed_upto = %removed_upto, "truncated a divergent log suffix")
         }
         LogEvent::AsAdded { node, .. } => debug!(table, shard, node = %node, "active set: added"),
@@ -1129,11 +1114,7 @@ fn run_disk(
             }
             Ok(None) => {}
             Err(e) => {
-                let _ = done.send(DiskDone::Failed {
-                    key,
-                    generation,
-                    error: e.to_string(),
-                });
+                let _ = done.send(DiskDone::Failed { key, generation, error: e.to_string() });
                 return;
             }
         }
@@ -1159,10 +1140,16 @@ mod tests {
     #[test]
     fn the_catalog_keeps_timer_presets_and_moved_shards_and_reads_older_catalogs() {
         let dir = std::env::temp_dir().join(format!("strata-catalog-{}", std::process::id()));
-        let moved = BTreeMap::from([(1, ShardMove { generation: 2, replicas: vec![NodeId(1), NodeId(3)] })]);
+        let moved = BTreeMap::from([(
+            1,
+            ShardMove { generation: 2, replicas: vec![NodeId(1), NodeId(3)] },
+        )]);
         let tables = vec![
             Catalogued { def: def(TableTimers::Geo), moved },
-            Catalogued { def: TableDef { name: "d".into(), ..def(TableTimers::Default) }, moved: BTreeMap::new() },
+            Catalogued {
+                def: TableDef { name: "d".into(), ..def(TableTimers::Default) },
+                moved: BTreeMap::new(),
+            },
         ];
         save_catalog(&dir, &tables).unwrap();
         assert_eq!(load_catalog(&dir).unwrap(), tables);

@@ -10,7 +10,11 @@ use crate::{NodeConfig, PeerConfig, RunningNode};
 /// A fresh directory under the system temp dir, unique per process and call.
 pub fn temp_dir(tag: &str) -> PathBuf {
     static N: AtomicU64 = AtomicU64::new(0);
-    let dir = std::env::temp_dir().join(format!("strata-test-{}-{tag}-{}", std::process::id(), N.fetch_add(1, Ordering::Relaxed)));
+    let dir = std::env::temp_dir().join(format!(
+        "strata-test-{}-{tag}-{}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    ));
     std::fs::create_dir_all(&dir).expect("temp dir");
     dir
 }
@@ -31,11 +35,15 @@ pub fn test_config(id: u32, peers: Vec<PeerConfig>) -> NodeConfig {
 pub async fn local_cluster_with(n: u32, tune: impl Fn(&mut NodeConfig)) -> Vec<RunningNode> {
     let bind = || std::net::TcpListener::bind("127.0.0.1:0").expect("bind loopback");
     let listeners: Vec<_> = (0..n).map(|_| (bind(), bind())).collect();
-    let peer_addrs: Vec<SocketAddr> = listeners.iter().map(|(_, p)| p.local_addr().expect("bound")).collect();
+    let peer_addrs: Vec<SocketAddr> =
+        listeners.iter().map(|(_, p)| p.local_addr().expect("bound")).collect();
     let mut nodes = Vec::new();
     for (id, (c, p)) in listeners.into_iter().enumerate() {
         let id = id as u32;
-        let peers = (0..n).filter(|&j| j != id).map(|j| PeerConfig { id: j, addr: peer_addrs[j as usize] }).collect();
+        let peers = (0..n)
+            .filter(|&j| j != id)
+            .map(|j| PeerConfig { id: j, addr: peer_addrs[j as usize] })
+            .collect();
         let mut cfg = test_config(id, peers);
         tune(&mut cfg);
         nodes.push(crate::start_with_listeners(cfg, c, p).await.expect("test node starts"));

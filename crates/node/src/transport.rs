@@ -149,7 +149,9 @@ pub(crate) async fn run_sender(link: Arc<PeerLink>, wire: WireSettings) {
                 r = attempt => r,
                 _ = wait_closed(&link) => break 'outer,
             };
-            match res.map_err(|_| std::io::Error::new(std::io::ErrorKind::TimedOut, "connect timed out")).and_then(|r| r)
+            match res
+                .map_err(|_| std::io::Error::new(std::io::ErrorKind::TimedOut, "connect timed out"))
+                .and_then(|r| r)
             {
                 Ok(mut s) => {
                     let _ = s.set_nodelay(true);
@@ -160,7 +162,9 @@ pub(crate) async fn run_sender(link: Arc<PeerLink>, wire: WireSettings) {
                             buf.clear();
                             break s;
                         }
-                        Err(e) => debug!(peer = %link.id, addr = %link.addr, error = %e, "hello failed"),
+                        Err(e) => {
+                            debug!(peer = %link.id, addr = %link.addr, error = %e, "hello failed")
+                        }
                     }
                 }
                 Err(e) => {
@@ -207,7 +211,8 @@ pub(crate) async fn run_sender(link: Arc<PeerLink>, wire: WireSettings) {
             }
             let now = TokioInstant::now();
             let mut count = 0u64;
-            while delayed.front().is_some_and(|(due, _)| *due <= now) && buf.len() < MAX_BATCH_BYTES {
+            while delayed.front().is_some_and(|(due, _)| *due <= now) && buf.len() < MAX_BATCH_BYTES
+            {
                 let (_, msg) = delayed.pop_front().expect("front exists");
                 let start = buf.len();
                 encode_frame(&mut buf, wire.cluster, &msg);
@@ -348,7 +353,10 @@ async fn run_peer_reader(
                 Ok(Some(payload)) => match (decode_message::<PeerMessage>(payload), from) {
                     (Ok(PeerMessage::Hello { from: f }), None) => {
                         if !peers.contains(&f) {
-                            note_bad(&format_args!("hello from {f}, which is not a configured peer"), None);
+                            note_bad(
+                                &format_args!("hello from {f}, which is not a configured peer"),
+                                None,
+                            );
                             break 'conn;
                         }
                         info!(peer = %f, %remote, "inbound peer link up");

@@ -51,7 +51,10 @@ async fn malformed_payload_gets_malformed_with_its_corr_and_the_connection_lives
     expect_error(&resp, ErrorCode::Malformed);
     // Trailing bytes after a valid request are malformed too.
     let mut b = BytesMut::new();
-    strata_wire::Encode::encode(&ClientRequest { corr: 43, rifl: None, body: Request::Status }, &mut b);
+    strata_wire::Encode::encode(
+        &ClientRequest { corr: 43, rifl: None, body: Request::Status },
+        &mut b,
+    );
     b.put_u8(0xaa);
     s.conn.send_raw(&frame(CLUSTER, &Raw(b.to_vec()))).await;
     expect_error(&s.conn.recv().await.unwrap(), ErrorCode::Malformed);
@@ -80,7 +83,8 @@ async fn wrong_cluster_gets_wrong_cluster_and_the_connection_is_closed() {
     let (node, _s) = node_with_data().await;
     let mut c = Conn::connect(node.client_addr()).await;
     let other = ClusterId(0xbad);
-    c.send_raw(&frame(other, &ClientRequest { corr: 9, rifl: None, body: Request::OpenSession })).await;
+    c.send_raw(&frame(other, &ClientRequest { corr: 9, rifl: None, body: Request::OpenSession }))
+        .await;
     let msg = expect_error(&c.recv().await.unwrap(), ErrorCode::WrongCluster);
     assert!(msg.contains("0xbad") && msg.contains("0x1"), "names both clusters: {msg}");
     assert!(c.closed_by_node().await, "a client of another cluster is refused");
@@ -133,14 +137,22 @@ async fn oversized_frame_gets_frame_too_large_and_the_connection_is_closed() {
 async fn oversized_value_gets_value_too_large_and_writes_nothing() {
     let (node, mut s) = node_with_data().await;
     let big = Bytes::from(vec![7u8; (1 << 20) + 1]);
-    let r = s.conn.call(Request::Put { session: s.id, key: Bytes::from_static(b"k"), value: big }).await;
+    let r = s
+        .conn
+        .call(Request::Put { session: s.id, key: Bytes::from_static(b"k"), value: big })
+        .await;
     match r {
-        Response::Error { code: ErrorCode::ValueTooLarge, message } => assert!(message.contains("1048577"), "{message}"),
+        Response::Error { code: ErrorCode::ValueTooLarge, message } => {
+            assert!(message.contains("1048577"), "{message}")
+        }
         other => panic!("expected ValueTooLarge, got {other:?}"),
     }
     // Exactly at the limit is fine (on another key, so `k` stays as it was).
     let ok = Bytes::from(vec![7u8; 1 << 20]);
-    let r = s.conn.call(Request::Put { session: s.id, key: Bytes::from_static(b"big"), value: ok }).await;
+    let r = s
+        .conn
+        .call(Request::Put { session: s.id, key: Bytes::from_static(b"big"), value: ok })
+        .await;
     assert!(matches!(r, Response::Written { .. }), "{r:?}");
     assert_eq!(s.get("k").await.as_deref(), Some(&b"v"[..]), "the rejected write had no effect");
     // An oversized value is a well-formed frame: not counted as a bad frame.
@@ -151,7 +163,14 @@ async fn oversized_value_gets_value_too_large_and_writes_nothing() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pipelined_good_and_bad_requests_are_answered_in_order() {
     let (node, mut s) = node_with_data().await;
-    let mut bytes = frame(CLUSTER, &ClientRequest { corr: 100, rifl: None, body: Request::Get { session: s.id, key: Bytes::from_static(b"k") } });
+    let mut bytes = frame(
+        CLUSTER,
+        &ClientRequest {
+            corr: 100,
+            rifl: None,
+            body: Request::Get { session: s.id, key: Bytes::from_static(b"k") },
+        },
+    );
     bytes.extend(frame(CLUSTER, &payload(0x3d, 101, &[])));
     bytes.extend(frame(CLUSTER, &ClientRequest { corr: 102, rifl: None, body: Request::Status }));
     // Oversized-length garbage last: everything before it is still answered, then the close.

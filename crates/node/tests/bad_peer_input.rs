@@ -54,7 +54,10 @@ async fn bad_peer_frames_are_counted_and_dropped() {
         PeerConfig { id: 1, addr: fake1.local_addr().unwrap() },
         PeerConfig { id: 2, addr: fake2.local_addr().unwrap() },
     ];
-    let (cl, pl) = (std::net::TcpListener::bind("127.0.0.1:0").unwrap(), std::net::TcpListener::bind("127.0.0.1:0").unwrap());
+    let (cl, pl) = (
+        std::net::TcpListener::bind("127.0.0.1:0").unwrap(),
+        std::net::TcpListener::bind("127.0.0.1:0").unwrap(),
+    );
     let node = strata_node::start_with_listeners(config(0, peers), cl, pl).await.unwrap();
     let mut admin = Conn::connect(node.client_addr()).await;
     let mut s = Session::open(node.client_addr()).await;
@@ -91,7 +94,10 @@ async fn bad_peer_frames_are_counted_and_dropped() {
         ("no hello first", frame(CLUSTER, &write_msg("y", "no-hello", 7))),
         ("hello from an unknown node", frame(CLUSTER, &PeerMessage::Hello { from: NodeId(9) })),
         ("hello from itself", frame(CLUSTER, &PeerMessage::Hello { from: NodeId(0) })),
-        ("hello from another cluster", frame(ClusterId(2), &PeerMessage::Hello { from: NodeId(1) })),
+        (
+            "hello from another cluster",
+            frame(ClusterId(2), &PeerMessage::Hello { from: NodeId(1) }),
+        ),
         ("garbage", vec![0x10, 0, 0, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16]),
     ];
     for (i, (what, bytes)) in refused.iter().enumerate() {

@@ -8,7 +8,10 @@ use std::time::Duration;
 const BIN: &str = env!("CARGO_BIN_EXE_strata-node");
 
 fn data_dir(tag: &str) -> String {
-    std::env::temp_dir().join(format!("strata-node-bin-{}-{tag}", std::process::id())).display().to_string()
+    std::env::temp_dir()
+        .join(format!("strata-node-bin-{}-{tag}", std::process::id()))
+        .display()
+        .to_string()
 }
 
 /// Collects stderr lines on a thread; returns a receiver of lines.
@@ -28,7 +31,9 @@ fn lines(child: &mut Child) -> mpsc::Receiver<String> {
 
 fn wait_for_line(rx: &mpsc::Receiver<String>, needle: &str, seen: &mut Vec<String>) -> String {
     loop {
-        let line = rx.recv_timeout(Duration::from_secs(10)).unwrap_or_else(|_| panic!("no {needle:?} in {seen:#?}"));
+        let line = rx
+            .recv_timeout(Duration::from_secs(10))
+            .unwrap_or_else(|_| panic!("no {needle:?} in {seen:#?}"));
         seen.push(line.clone());
         if line.contains(needle) {
             return line;
@@ -48,7 +53,8 @@ fn wait_exit(child: &mut Child) -> std::process::ExitStatus {
 }
 
 fn signal(child: &Child, sig: &str) {
-    let ok = Command::new("kill").arg(format!("-{sig}")).arg(child.id().to_string()).status().unwrap();
+    let ok =
+        Command::new("kill").arg(format!("-{sig}")).arg(child.id().to_string()).status().unwrap();
     assert!(ok.success());
 }
 
@@ -95,13 +101,25 @@ fn sigint_stops_the_node_cleanly() {
 
 #[test]
 fn a_config_error_exits_with_2_and_says_what_to_fix() {
-    let out = Command::new(BIN).args(["--client-addr", "127.0.0.1:0", "--peer-addr", "127.0.0.1:0"]).output().unwrap();
+    let out = Command::new(BIN)
+        .args(["--client-addr", "127.0.0.1:0", "--peer-addr", "127.0.0.1:0"])
+        .output()
+        .unwrap();
     assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("missing node id") && err.contains("--node-id"), "{err}");
 
     let out = Command::new(BIN)
-        .args(["--node-id", "1", "--client-addr", "127.0.0.1:0", "--peer-addr", "127.0.0.1:0", "--peer", "1=127.0.0.1:9"])
+        .args([
+            "--node-id",
+            "1",
+            "--client-addr",
+            "127.0.0.1:0",
+            "--peer-addr",
+            "127.0.0.1:0",
+            "--peer",
+            "1=127.0.0.1:9",
+        ])
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(2));
@@ -113,7 +131,16 @@ fn a_busy_port_exits_with_1() {
     let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = taken.local_addr().unwrap().to_string();
     let out = Command::new(BIN)
-        .args(["--node-id", "0", "--client-addr", &addr, "--peer-addr", "127.0.0.1:0", "--data-dir", &data_dir("busy")])
+        .args([
+            "--node-id",
+            "0",
+            "--client-addr",
+            &addr,
+            "--peer-addr",
+            "127.0.0.1:0",
+            "--data-dir",
+            &data_dir("busy"),
+        ])
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(1));

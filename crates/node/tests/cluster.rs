@@ -15,7 +15,11 @@ async fn three_nodes_converge_on_a_write() {
     let mut s0 = Session::open(nodes[0].client_addr()).await;
     let cs = s0.put("greeting", b"hello").await;
     assert_eq!(cs.llc.node.0, 0, "the version is created by node 0");
-    assert_eq!(s0.get("greeting").await.as_deref(), Some(&b"hello"[..]), "read-your-writes at node 0");
+    assert_eq!(
+        s0.get("greeting").await.as_deref(),
+        Some(&b"hello"[..]),
+        "read-your-writes at node 0"
+    );
 
     for node in &nodes[1..] {
         let mut s = Session::open(node.client_addr()).await;
@@ -32,7 +36,8 @@ async fn three_nodes_converge_on_a_write() {
         let mut c = Conn::connect(node.client_addr()).await;
         eventually!("peers connected and pending writes acked", {
             let st = c.status().await;
-            (st.peers.len() == 2 && st.peers.iter().all(|p| p.connected) && st.pending_writes == 0).then_some(())
+            (st.peers.len() == 2 && st.peers.iter().all(|p| p.connected) && st.pending_writes == 0)
+                .then_some(())
         });
         let st = c.status().await;
         assert_eq!(st.node.0, node.node_id());
@@ -74,14 +79,23 @@ async fn a_busy_port_is_reported_clearly() {
     let err = strata_node::start(cfg).await.expect_err("the port is taken");
     assert!(matches!(err, StartError::Bind { what: "clients", .. }), "{err:?}");
     let msg = err.to_string();
-    assert!(msg.contains("address in use") && msg.contains(&taken.local_addr().unwrap().to_string()), "{msg}");
+    assert!(
+        msg.contains("address in use") && msg.contains(&taken.local_addr().unwrap().to_string()),
+        "{msg}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_node_with_a_dead_peer_keeps_serving_and_catches_it_up_later() {
     // Node 1's addresses are reserved but nobody listens until it starts.
-    let (c0, p0) = (std::net::TcpListener::bind("127.0.0.1:0").unwrap(), std::net::TcpListener::bind("127.0.0.1:0").unwrap());
-    let (c1, p1) = (std::net::TcpListener::bind("127.0.0.1:0").unwrap(), std::net::TcpListener::bind("127.0.0.1:0").unwrap());
+    let (c0, p0) = (
+        std::net::TcpListener::bind("127.0.0.1:0").unwrap(),
+        std::net::TcpListener::bind("127.0.0.1:0").unwrap(),
+    );
+    let (c1, p1) = (
+        std::net::TcpListener::bind("127.0.0.1:0").unwrap(),
+        std::net::TcpListener::bind("127.0.0.1:0").unwrap(),
+    );
     let (a0, a1) = (p0.local_addr().unwrap(), p1.local_addr().unwrap());
     drop(p1); // connection refused until node 1 is up (the port stays free on loopback in practice)
     let n0 = strata_node::start_with_listeners(
@@ -102,12 +116,19 @@ async fn a_node_with_a_dead_peer_keeps_serving_and_catches_it_up_later() {
         Ok(l) => l,
         Err(_) => return, // someone else took the port meanwhile; nothing to test
     };
-    let n1 = strata_node::start_with_listeners(config(1, vec![strata_node::PeerConfig { id: 0, addr: a0 }]), c1, p1)
-        .await
-        .unwrap();
+    let n1 = strata_node::start_with_listeners(
+        config(1, vec![strata_node::PeerConfig { id: 0, addr: a0 }]),
+        c1,
+        p1,
+    )
+    .await
+    .unwrap();
     let mut s1 = Session::open(n1.client_addr()).await;
     s1.await_value("early", b"1").await;
-    eventually!("node 0's pending write acked", (c.status().await.pending_writes == 0).then_some(()));
+    eventually!(
+        "node 0's pending write acked",
+        (c.status().await.pending_writes == 0).then_some(())
+    );
     n0.shutdown().await;
     n1.shutdown().await;
 }
@@ -122,7 +143,10 @@ async fn pipelined_writes_are_all_answered_and_replicated() {
     let mut bytes = Vec::new();
     for i in 0..N {
         let key = Bytes::from(format!("k{}", i % 500));
-        let req = ClientRequest::new(1_000 + i, Request::Put { session: s0.id, key, value: Bytes::from(i.to_string()) });
+        let req = ClientRequest::new(
+            1_000 + i,
+            Request::Put { session: s0.id, key, value: Bytes::from(i.to_string()) },
+        );
         bytes.extend(frame(CLUSTER, &req));
     }
     let t = Instant::now();

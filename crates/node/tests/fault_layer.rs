@@ -24,7 +24,11 @@ async fn a_partition_holds_writes_back_until_it_heals() {
 
     admin0.set_fault(None, LinkFault { partitioned: true, ..LinkFault::default() }).await;
     s0.put("k", b"partitioned").await;
-    assert_eq!(s0.get("k").await.as_deref(), Some(&b"partitioned"[..]), "the minority side still writes locally");
+    assert_eq!(
+        s0.get("k").await.as_deref(),
+        Some(&b"partitioned"[..]),
+        "the minority side still writes locally"
+    );
     // Node 0 keeps re-sending (5 ms, 10 ms, ...); nothing gets through for as long as we look.
     let until = Instant::now() + Duration::from_millis(300);
     while Instant::now() < until {
@@ -36,13 +40,19 @@ async fn a_partition_holds_writes_back_until_it_heals() {
     assert_eq!(st.pending_writes, 1);
     for p in &st.peers {
         assert!(p.fault.partitioned, "status reports the fault");
-        assert!(p.messages_dropped_by_fault >= 2, "the first send and re-sends were dropped: {p:?}");
+        assert!(
+            p.messages_dropped_by_fault >= 2,
+            "the first send and re-sends were dropped: {p:?}"
+        );
     }
 
     admin0.set_fault(None, LinkFault::default()).await;
     s1.await_value("k", b"partitioned").await;
     s2.await_value("k", b"partitioned").await;
-    eventually!("the write acked by both peers", (admin0.status().await.pending_writes == 0).then_some(()));
+    eventually!(
+        "the write acked by both peers",
+        (admin0.status().await.pending_writes == 0).then_some(())
+    );
     assert!(admin0.status().await.peers.iter().all(|p| p.fault.is_clear()));
     for n in nodes {
         n.shutdown().await;
@@ -67,8 +77,13 @@ async fn a_one_peer_partition_leaves_the_other_link_alone() {
     assert_eq!(p2.messages_dropped_by_fault, 0);
 
     // An unknown peer is refused with a clear error; nothing changes.
-    match admin0.call(Request::SetFault { peer: Some(NodeId(7)), fault: LinkFault::default() }).await {
-        Response::Error { code: ErrorCode::InvalidArgument, message } => assert!(message.contains("n7"), "{message}"),
+    match admin0
+        .call(Request::SetFault { peer: Some(NodeId(7)), fault: LinkFault::default() })
+        .await
+    {
+        Response::Error { code: ErrorCode::InvalidArgument, message } => {
+            assert!(message.contains("n7"), "{message}")
+        }
         other => panic!("expected InvalidArgument, got {other:?}"),
     }
     admin0.set_fault(Some(1), LinkFault::default()).await;
@@ -79,7 +94,13 @@ async fn a_one_peer_partition_leaves_the_other_link_alone() {
 }
 
 /// Polls both sessions until each sees `key = value`; returns when each first saw it.
-async fn convergence_times(a: &mut Session, b: &mut Session, key: &str, value: &[u8], start: Instant) -> (Duration, Duration) {
+async fn convergence_times(
+    a: &mut Session,
+    b: &mut Session,
+    key: &str,
+    value: &[u8],
+    start: Instant,
+) -> (Duration, Duration) {
     let (mut ta, mut tb) = (None, None);
     while ta.is_none() || tb.is_none() {
         assert!(start.elapsed() < DEADLINE, "no convergence");
@@ -109,7 +130,12 @@ async fn a_delay_fault_measurably_delays_convergence() {
 
     // 250 ms (plus up to 20 ms jitter) on node 0's link to node 1 only.
     let delay = Duration::from_millis(250);
-    admin0.set_fault(Some(1), LinkFault { delay_us: 250_000, jitter_us: 20_000, ..LinkFault::default() }).await;
+    admin0
+        .set_fault(
+            Some(1),
+            LinkFault { delay_us: 250_000, jitter_us: 20_000, ..LinkFault::default() },
+        )
+        .await;
     let start = Instant::now();
     s0.put("slow", b"2").await;
     let (t1, t2) = convergence_times(&mut s1, &mut s2, "slow", b"2", start).await;

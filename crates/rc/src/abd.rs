@@ -41,7 +41,13 @@ pub(crate) struct Release {
 
 impl Release {
     pub fn new(value: Bytes) -> Release {
-        Release { value, barrier: Barrier::default(), ts_req: None, max_llc: Llc::ZERO, write: None }
+        Release {
+            value,
+            barrier: Barrier::default(),
+            ts_req: None,
+            max_llc: Llc::ZERO,
+            write: None,
+        }
     }
 }
 
@@ -66,8 +72,20 @@ pub(crate) enum AcquirePhase {
 
 impl Acquire {
     pub fn new(acq: AcquireId) -> Acquire {
-        let best = Version { value: None, cs: Carstamp::ZERO, rmw_id: None, records: KeyRecords::default() };
-        Acquire { acq, detected: false, phase: AcquirePhase::Start, best, holders: NodeSet::EMPTY, behind: NodeSet::EMPTY }
+        let best = Version {
+            value: None,
+            cs: Carstamp::ZERO,
+            rmw_id: None,
+            records: KeyRecords::default(),
+        };
+        Acquire {
+            acq,
+            detected: false,
+            phase: AcquirePhase::Start,
+            best,
+            holders: NodeSet::EMPTY,
+            behind: NodeSet::EMPTY,
+        }
     }
 }
 
@@ -83,12 +101,20 @@ fn merge_read_replies(best: &mut Version, replies: &[(NodeId, PeerMessage)]) {
 }
 
 impl RcReplica {
-    pub(crate) fn step_slow_read(&mut self, now: Instant, id: OpId, key: &Bytes, s: &mut SlowRead) -> Option<Response> {
+    pub(crate) fn step_slow_read(
+        &mut self,
+        now: Instant,
+        id: OpId,
+        key: &Bytes,
+        s: &mut SlowRead,
+    ) -> Option<Response> {
         let Some(req) = s.req else {
             self.stats.slow_path_accesses += 1;
             let known_cs = self.local(key).1;
             let key2 = key.clone();
-            s.req = Some(self.start_round(now, id, |req| PeerMessage::Read(Read { req, key: key2, known_cs, acq: None })));
+            s.req = Some(self.start_round(now, id, |req| {
+                PeerMessage::Read(Read { req, key: key2, known_cs, acq: None })
+            }));
             return self.step_slow_read(now, id, key, s);
         };
         if self.round_replies(req) < self.remote_quorum() {
@@ -106,7 +132,15 @@ impl RcReplica {
         Some(Response::Value { value: best.value, cs: best.cs })
     }
 
-    pub(crate) fn step_slow_write(&mut self, now: Instant, id: OpId, sid: SessionId, key: &Bytes, s: &mut SlowWrite, rifl: Option<&Rifl>) -> Option<Response> {
+    pub(crate) fn step_slow_write(
+        &mut self,
+        now: Instant,
+        id: OpId,
+        sid: SessionId,
+        key: &Bytes,
+        s: &mut SlowWrite,
+        rifl: Option<&Rifl>,
+    ) -> Option<Response> {
         let Some(req) = s.req else {
             self.stats.slow_path_accesses += 1;
             let key2 = key.clone();
@@ -124,7 +158,10 @@ impl RcReplica {
         let node = self.cfg.node;
         let k = self.key_mut(key);
         let cs = Carstamp::next_write(max.max(k.cs.llc), node);
-        assert!(k.apply_version(s.value.clone(), cs, None), "a write above every known clock is new");
+        assert!(
+            k.apply_version(s.value.clone(), cs, None),
+            "a write above every known clock is new"
+        );
         k.epoch = k.epoch.max(s.e_start);
         self.publish_write(now, sid, key.clone(), s.value.take(), cs, rifl);
         Some(Response::Written { cs })
@@ -133,10 +170,19 @@ impl RcReplica {
     /// Kite §5.4. L1 (`READ_TS`) runs concurrently with the barrier (L2); the value round (L4)
     /// starts only after both, so no node holds the released value before the DM-set, if any,
     /// reached a quorum (the release invariant).
-    pub(crate) fn step_release(&mut self, now: Instant, id: OpId, sid: SessionId, key: &Bytes, r: &mut Release, rifl: Option<&Rifl>) -> Option<Response> {
+    pub(crate) fn step_release(
+        &mut self,
+        now: Instant,
+        id: OpId,
+        sid: SessionId,
+        key: &Bytes,
+        r: &mut Release,
+        rifl: Option<&Rifl>,
+    ) -> Option<Response> {
         if r.ts_req.is_none() {
             let key2 = key.clone();
-            r.ts_req = Some(self.start_round(now, id, |req| PeerMessage::ReadTs { req, key: key2 }));
+            r.ts_req =
+                Some(self.start_round(now, id, |req| PeerMessage::ReadTs { req, key: key2 }));
         }
         if let Some((req, cs)) = r.write {
             if self.round_replies(req) < self.remote_quorum() {
@@ -165,24 +211,48 @@ impl RcReplica {
         let value = Some(r.value.clone());
         self.apply(key, value.clone(), cs, None);
         let records = self.record_completion(key, rifl, RcResult::Written { cs });
-        self.effects.event.push(RcEvent::VersionCreated { session: sid, key: key.clone(), cs, value: value.clone() });
+        self.effects.event.push(RcEvent::VersionCreated {
+            session: sid,
+            key: key.clone(),
+            cs,
+            value: value.clone(),
+        });
         self.report_barrier(sid, key, ValueRound::Write { cs }, &mut r.barrier);
         let key2 = key.clone();
-        let req = self.start_round(now, id, |req| PeerMessage::Write(Write { req, key: key2, value, cs, rmw_id: None, acq: None, records }));
+        let req = self.start_round(now, id, |req| {
+            PeerMessage::Write(Write {
+                req,
+                key: key2,
+                value,
+                cs,
+                rmw_id: None,
+                acq: None,
+                records,
+            })
+        });
         r.write = Some((req, cs));
         self.step_release(now, id, sid, key, r, rifl)
     }
 
     /// Kite §5.5: read a quorum, write back unless the value is known to be at a quorum, then
     /// `acquire_finish` and the K-F2 obligation.
-    pub(crate) fn step_acquire(&mut self, now: Instant, id: OpId, sid: SessionId, key: &Bytes, a: &mut Acquire) -> Option<Response> {
+    pub(crate) fn step_acquire(
+        &mut self,
+        now: Instant,
+        id: OpId,
+        sid: SessionId,
+        key: &Bytes,
+        a: &mut Acquire,
+    ) -> Option<Response> {
         match a.phase {
             AcquirePhase::Start => {
                 let k = self.key_mut(key);
                 a.best = k.version();
                 let c0 = k.cs;
                 let (key2, acq) = (key.clone(), a.acq);
-                let req = self.start_round(now, id, |req| PeerMessage::Read(Read { req, key: key2, known_cs: c0, acq: Some(acq) }));
+                let req = self.start_round(now, id, |req| {
+                    PeerMessage::Read(Read { req, key: key2, known_cs: c0, acq: Some(acq) })
+                });
                 a.phase = AcquirePhase::Reading { req, c0 };
                 self.step_acquire(now, id, sid, key, a)
             }
@@ -213,7 +283,15 @@ impl RcReplica {
                 if cnt < self.cfg.quorum() {
                     let (key2, v, acq) = (key.clone(), a.best.clone(), a.acq);
                     let req = self.start_round(now, id, |req| {
-                        PeerMessage::Write(Write { req, key: key2, value: v.value, cs: v.cs, rmw_id: v.rmw_id, acq: Some(acq), records: v.records })
+                        PeerMessage::Write(Write {
+                            req,
+                            key: key2,
+                            value: v.value,
+                            cs: v.cs,
+                            rmw_id: v.rmw_id,
+                            acq: Some(acq),
+                            records: v.records,
+                        })
                     });
                     a.phase = AcquirePhase::WritingBack { req };
                     return self.step_acquire(now, id, sid, key, a);
@@ -239,7 +317,12 @@ impl RcReplica {
     /// RIFL for the write rounds of releases and slow writes (rifl.md R-D23): merges the key's
     /// completion records from the `READ_TS` replies; if an earlier attempt of this RPC reached
     /// any replica of the quorum, its recorded result is the answer and nothing is written.
-    fn recorded_in_round(&mut self, key: &Bytes, replies: &[(NodeId, PeerMessage)], rifl: Option<&Rifl>) -> Option<Response> {
+    fn recorded_in_round(
+        &mut self,
+        key: &Bytes,
+        replies: &[(NodeId, PeerMessage)],
+        rifl: Option<&Rifl>,
+    ) -> Option<Response> {
         for (_, m) in replies {
             if let PeerMessage::ReadTsReply { records, .. } = m {
                 self.merge_records(key, records);
@@ -248,7 +331,13 @@ impl RcReplica {
         self.recorded_reply(key, rifl)
     }
 
-    fn finish_acquire(&mut self, now: Instant, sid: SessionId, key: &Bytes, a: &mut Acquire) -> Response {
+    fn finish_acquire(
+        &mut self,
+        now: Instant,
+        sid: SessionId,
+        key: &Bytes,
+        a: &mut Acquire,
+    ) -> Response {
         self.acquire_finish(a.detected, a.acq); // A6
         let v = a.best.clone();
         // A7 [FIX K-F2]: the acquired version must be acked by all nodes, or covered by the
@@ -264,14 +353,22 @@ impl RcReplica {
 
     /// Kite §5.7.3 `READ` at a receiver; the delinquency check runs after the key read (K-F3).
     pub(crate) fn on_read(&mut self, from: NodeId, r: Read) {
-        let v = self.keys.get(&r.key).map(|k| k.version()).unwrap_or(Version { value: None, cs: Carstamp::ZERO, rmw_id: None, records: KeyRecords::default() });
+        let v = self.keys.get(&r.key).map(|k| k.version()).unwrap_or(Version {
+            value: None,
+            cs: Carstamp::ZERO,
+            rmw_id: None,
+            records: KeyRecords::default(),
+        });
         let delinquent = match r.acq {
             Some(acq) => self.dcheck(from, acq),
             None => false,
         };
         let cs = v.cs;
         let newer = (cs > r.known_cs).then_some(v);
-        self.effects.send.push((from, PeerMessage::ReadReply(ReadReply { req: r.req, key: r.key, cs, newer, delinquent })));
+        self.effects.send.push((
+            from,
+            PeerMessage::ReadReply(ReadReply { req: r.req, key: r.key, cs, newer, delinquent }),
+        ));
     }
 }
 

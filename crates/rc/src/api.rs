@@ -42,7 +42,13 @@ pub enum RcEvent {
     /// what the barrier covered — the session's writes and acquire obligations it resolved
     /// (§5.1.6 `P`, the highest version per key; entries every peer had acknowledged may have
     /// been pruned already) — and `path` how it passed.
-    BarrierPassed { session: SessionId, key: Bytes, round: ValueRound, prior: Vec<(Bytes, Carstamp)>, path: BarrierPath },
+    BarrierPassed {
+        session: SessionId,
+        key: Bytes,
+        round: ValueRound,
+        prior: Vec<(Bytes, Carstamp)>,
+        path: BarrierPath,
+    },
     /// Kite §7 inv. 15: this node's delinquency bit for `peer` (§3.1 `dbit[m]`) changed.
     DbitChanged { peer: NodeId, change: DbitChange },
     /// Kite §7 inv. 16: this node's `self_delinquent` flag changed (K-D3).

@@ -24,7 +24,9 @@ pub(crate) enum DBit {
     Down,
     /// The paper's state `T`: acquires of node `m` observed the bit; `owners` holds, per session
     /// of `m`, the newest such acquire (K-D4: bounded by sessions).
-    Transient { owners: HashMap<SessionId, u64> },
+    Transient {
+        owners: HashMap<SessionId, u64>,
+    },
 }
 
 /// Progress of one barrier (Kite §5.1.6).
@@ -97,16 +99,36 @@ impl RcReplica {
     /// Kite §7 inv. 14: reports the barrier as the operation's first value-carrying message
     /// (`round`) is about to leave. Later value rounds of the operation (an RMW's own accepts in
     /// later slots) find the report taken and report nothing.
-    pub(crate) fn report_barrier(&mut self, session: SessionId, key: &Bytes, round: ValueRound, b: &mut Barrier) {
-        let Barrier::Done { report } = b else { unreachable!("a value round leaves only after its barrier (§5.4 L4, §5.6 M5)") };
+    pub(crate) fn report_barrier(
+        &mut self,
+        session: SessionId,
+        key: &Bytes,
+        round: ValueRound,
+        b: &mut Barrier,
+    ) {
+        let Barrier::Done { report } = b else {
+            unreachable!("a value round leaves only after its barrier (§5.4 L4, §5.6 M5)")
+        };
         if let Some(BarrierReport { prior, path }) = report.take() {
-            self.effects.event.push(RcEvent::BarrierPassed { session, key: key.clone(), round, prior, path });
+            self.effects.event.push(RcEvent::BarrierPassed {
+                session,
+                key: key.clone(),
+                round,
+                prior,
+                path,
+            });
         }
     }
 
     /// Advances a barrier; true once it has returned (B3 or B4.f). B1 holds by construction:
     /// a release or RMW starts only when every earlier operation of its session has completed.
-    pub(crate) fn step_barrier(&mut self, now: Instant, id: OpId, sid: SessionId, b: &mut Barrier) -> bool {
+    pub(crate) fn step_barrier(
+        &mut self,
+        now: Instant,
+        id: OpId,
+        sid: SessionId,
+        b: &mut Barrier,
+    ) -> bool {
         loop {
             match *b {
                 Barrier::Start => {
@@ -139,7 +161,9 @@ impl RcReplica {
                         *b = self.barrier_fast(sid);
                         continue;
                     }
-                    if !c.quorum_everywhere && !self.planted(crate::PlantedBug::SlowReleaseBeforeQuorum) {
+                    if !c.quorum_everywhere
+                        && !self.planted(crate::PlantedBug::SlowReleaseBeforeQuorum)
+                    {
                         self.barrier_waiters.insert(id);
                         return false; // [FIX K-F1]: the DM-set leaves only after a quorum holds every prior write
                     }
@@ -152,7 +176,10 @@ impl RcReplica {
                     // B4.b, B4.d, and B4.c: the local bits are set in the same atomic step as the
                     // broadcast, so before any other node can see the DM-set.
                     let dm = c.missing;
-                    let req = self.start_round(now, id, |req| PeerMessage::SlowRelease { req, dm: dm.bits() });
+                    let req = self.start_round(now, id, |req| PeerMessage::SlowRelease {
+                        req,
+                        dm: dm.bits(),
+                    });
                     self.learn_dm_set(self.cfg.node, req, dm);
                     *b = Barrier::SlowRelease { req, dm };
                 }
@@ -205,9 +232,18 @@ impl RcReplica {
     pub(crate) fn check_barriers(&self) {
         for op in self.ops.values() {
             let Some((barrier, value_out)) = op.kind.barrier_state() else { continue };
-            assert!(!value_out || barrier.passed(), "{}'s release or RMW on {:?} let its value out before its barrier", op.sid, op.key);
+            assert!(
+                !value_out || barrier.passed(),
+                "{}'s release or RMW on {:?} let its value out before its barrier",
+                op.sid,
+                op.key
+            );
             let unresolved = self.sessions.get(&op.session).map_or(0, |s| s.unresolved.len());
-            assert!(!barrier.passed() || unresolved == 0, "{} passed its barrier with {unresolved} write(s) left unresolved", op.sid);
+            assert!(
+                !barrier.passed() || unresolved == 0,
+                "{} passed its barrier with {unresolved} write(s) left unresolved",
+                op.sid
+            );
         }
     }
 
@@ -215,9 +251,16 @@ impl RcReplica {
     /// `self_delinquent`, K-D3), and a `Transient` bit has an owner — only an acquire that
     /// observed the bit makes it transient (§5.1.4).
     pub(crate) fn check_dbits(&self) {
-        assert!(!self.dbits.contains_key(&self.cfg.node), "{} keeps a delinquency bit for itself", self.cfg.node);
+        assert!(
+            !self.dbits.contains_key(&self.cfg.node),
+            "{} keeps a delinquency bit for itself",
+            self.cfg.node
+        );
         for (m, bit) in &self.dbits {
-            assert!(!matches!(bit, DBit::Transient { owners } if owners.is_empty()), "dbit[{m}] is transient with no owner");
+            assert!(
+                !matches!(bit, DBit::Transient { owners } if owners.is_empty()),
+                "dbit[{m}] is transient with no owner"
+            );
         }
     }
 
@@ -235,7 +278,9 @@ impl RcReplica {
             DBit::Transient { owners } => owners.insert(acq.session, acq.seq) != Some(acq.seq),
         };
         if recorded {
-            self.effects.event.push(RcEvent::DbitChanged { peer: m, change: DbitChange::Owner { acq } });
+            self.effects
+                .event
+                .push(RcEvent::DbitChanged { peer: m, change: DbitChange::Owner { acq } });
         }
         true
     }
@@ -254,7 +299,9 @@ impl RcReplica {
             if n == self.cfg.node {
                 self.set_self_delinquent(from, req);
             } else if self.dbits.insert(n, DBit::Down) != Some(DBit::Down) {
-                self.effects.event.push(RcEvent::DbitChanged { peer: n, change: DbitChange::Down { from, req } });
+                self.effects
+                    .event
+                    .push(RcEvent::DbitChanged { peer: n, change: DbitChange::Down { from, req } });
             }
         }
     }
@@ -282,11 +329,15 @@ impl RcReplica {
             return;
         }
         let mut owners: Vec<AcquireId> = match self.dbits.insert(from, DBit::Up) {
-            Some(DBit::Transient { owners }) => owners.into_iter().map(|(session, seq)| AcquireId { session, seq }).collect(),
+            Some(DBit::Transient { owners }) => {
+                owners.into_iter().map(|(session, seq)| AcquireId { session, seq }).collect()
+            }
             _ => Vec::new(),
         };
         owners.sort_unstable();
-        self.effects.event.push(RcEvent::DbitChanged { peer: from, change: DbitChange::Up { acq, owners } });
+        self.effects
+            .event
+            .push(RcEvent::DbitChanged { peer: from, change: DbitChange::Up { acq, owners } });
     }
 
     /// Kite §5.1.5, at the end of every acquire and RMW: an unconditional epoch increment
@@ -323,7 +374,10 @@ mod tests {
     const MS: u64 = 1_000_000;
 
     fn submit(r: &mut RcReplica, now: u64, body: Request) -> RcEffects {
-        r.on_client_request(Instant(now), RcInput::Client { route: 1, req: ClientRequest::new(1, body) });
+        r.on_client_request(
+            Instant(now),
+            RcInput::Client { route: 1, req: ClientRequest::new(1, body) },
+        );
         effects(r)
     }
 
@@ -339,7 +393,12 @@ mod tests {
             PeerMessage::Write(w) if w.key == key => Some(w.cs),
             _ => None,
         });
-        let ack = WriteAck { req: 1, key: Bytes::from_static(key.as_bytes()), cs: cs.expect("the write was sent"), delinquent: false };
+        let ack = WriteAck {
+            req: 1,
+            key: Bytes::from_static(key.as_bytes()),
+            cs: cs.expect("the write was sent"),
+            delinquent: false,
+        };
         r.on_message(Instant(now), NodeId(peer), PeerMessage::WriteAck(ack));
     }
 
@@ -351,15 +410,26 @@ mod tests {
     /// nor above `release_timeout_max`, and a barrier waits exactly that long before it goes slow.
     #[test]
     fn release_timeout_follows_the_ack_rtt_within_its_bounds() {
-        let mut r = RcReplica::new(RcConfig::new(NodeId(0), vec![NodeId(0), NodeId(1), NodeId(2)])).unwrap();
+        let mut r = RcReplica::new(RcConfig::new(NodeId(0), vec![NodeId(0), NodeId(1), NodeId(2)]))
+            .unwrap();
         let (floor, cap) = (Duration::from_millis(5), Duration::from_millis(100));
-        assert_eq!((r.cfg.release_timeout, r.cfg.release_timeout_max), (floor, cap), "the defaults");
+        assert_eq!(
+            (r.cfg.release_timeout, r.cfg.release_timeout_max),
+            (floor, cap),
+            "the defaults"
+        );
         assert_eq!(r.release_timeout(), floor, "the floor before any ack was sampled");
         assert_eq!(r.stats().release_timeout_us, 5_000);
-        let Response::SessionOpened { session: s } = submit(&mut r, 0, Request::OpenSession).reply.pop().unwrap().resp.body else {
+        let Response::SessionOpened { session: s } =
+            submit(&mut r, 0, Request::OpenSession).reply.pop().unwrap().resp.body
+        else {
             panic!()
         };
-        let put = |key: &'static str| Request::Put { session: s, key: Bytes::from_static(key.as_bytes()), value: Bytes::from_static(b"v") };
+        let put = |key: &'static str| Request::Put {
+            session: s,
+            key: Bytes::from_static(key.as_bytes()),
+            value: Bytes::from_static(b"v"),
+        };
 
         // Acks after 2 ms (a loaded machine): T_REL = 10 x 2 ms, above the floor.
         let w = submit(&mut r, 0, put("a"));
@@ -375,11 +445,18 @@ mod tests {
         let t0 = 10 * MS;
         let w = submit(&mut r, t0, put("b"));
         ack(&mut r, t0 + 2 * MS, 1, "b", &w); // a 2 ms sample: the estimate stays 2 ms
-        let release = Request::Release { session: s, key: Bytes::from_static(b"f"), value: Bytes::from_static(b"1") };
+        let release = Request::Release {
+            session: s,
+            key: Bytes::from_static(b"f"),
+            value: Bytes::from_static(b"1"),
+        };
         let out = submit(&mut r, t0 + 2 * MS, release);
         assert!(!slow_release_sent(&out) && out.reply.is_empty(), "the barrier waits");
         r.on_tick(Instant(t0 + 2 * MS + 6 * MS));
-        assert!(!slow_release_sent(&effects(&mut r)), "5 ms (the floor) is not the time-out any more");
+        assert!(
+            !slow_release_sent(&effects(&mut r)),
+            "5 ms (the floor) is not the time-out any more"
+        );
         r.on_tick(Instant(t0 + 2 * MS + 20 * MS - 1));
         assert!(!slow_release_sent(&effects(&mut r)), "still within T_REL");
         r.on_tick(Instant(t0 + 2 * MS + 20 * MS));
@@ -404,6 +481,9 @@ mod tests {
     fn a_cap_below_the_floor_is_refused() {
         let mut cfg = RcConfig::new(NodeId(0), vec![NodeId(0), NodeId(1)]);
         cfg.release_timeout_max = cfg.release_timeout - Duration::from_micros(1);
-        assert!(matches!(RcReplica::new(cfg).err(), Some(crate::ConfigError::ReleaseTimeoutMaxBelowMin { .. })));
+        assert!(matches!(
+            RcReplica::new(cfg).err(),
+            Some(crate::ConfigError::ReleaseTimeoutMaxBelowMin { .. })
+        ));
     }
 }

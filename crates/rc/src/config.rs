@@ -104,7 +104,10 @@ impl RcConfig {
             }
         }
         if self.release_timeout_max < self.release_timeout {
-            return Err(ConfigError::ReleaseTimeoutMaxBelowMin { min: self.release_timeout, max: self.release_timeout_max });
+            return Err(ConfigError::ReleaseTimeoutMaxBelowMin {
+                min: self.release_timeout,
+                max: self.release_timeout_max,
+            });
         }
         Ok(())
     }

@@ -37,7 +37,14 @@ pub(crate) struct PendingWrite {
 impl RcReplica {
     /// Kite §5.3 W2, fast path: a new version above the local clock, installed locally,
     /// broadcast to every peer, complete at once (no wait for acks).
-    pub(crate) fn relaxed_write_fast(&mut self, now: Instant, session: SessionId, key: Bytes, value: Option<Bytes>, rifl: Option<&Rifl>) -> Carstamp {
+    pub(crate) fn relaxed_write_fast(
+        &mut self,
+        now: Instant,
+        session: SessionId,
+        key: Bytes,
+        value: Option<Bytes>,
+        rifl: Option<&Rifl>,
+    ) -> Carstamp {
         let node = self.cfg.node;
         let k = self.key_mut(&key);
         // The clock is chosen in the same step that installs the value, from the current local
@@ -53,11 +60,32 @@ impl RcReplica {
     /// event, the broadcast, the pending record, and the session's note for its next barrier.
     /// A linearizable write's completion record goes with the version, in the same message
     /// (rifl.md §5.3 S6, R-D23); a retransmission carries the key's whole set.
-    pub(crate) fn publish_write(&mut self, now: Instant, session: SessionId, key: Bytes, value: Option<Bytes>, cs: Carstamp, rifl: Option<&Rifl>) {
-        self.effects.event.push(RcEvent::VersionCreated { session, key: key.clone(), cs, value: value.clone() });
+    pub(crate) fn publish_write(
+        &mut self,
+        now: Instant,
+        session: SessionId,
+        key: Bytes,
+        value: Option<Bytes>,
+        cs: Carstamp,
+        rifl: Option<&Rifl>,
+    ) {
+        self.effects.event.push(RcEvent::VersionCreated {
+            session,
+            key: key.clone(),
+            cs,
+            value: value.clone(),
+        });
         let records = self.record_completion(&key, rifl, RcResult::Written { cs });
         let req = self.next_req();
-        let msg = PeerMessage::Write(Write { req, key: key.clone(), value: value.clone(), cs, rmw_id: None, acq: None, records });
+        let msg = PeerMessage::Write(Write {
+            req,
+            key: key.clone(),
+            value: value.clone(),
+            cs,
+            rmw_id: None,
+            acq: None,
+            records,
+        });
         self.broadcast(&msg);
         self.track(now, key.clone(), value, cs, None, NodeSet::EMPTY);
         self.note_unresolved(session, key, cs);
@@ -65,7 +93,15 @@ impl RcReplica {
 
     /// Starts (or merges into) the pending record of `key` at version `cs`, already acked by
     /// `acked`. A record for a newer version covers this one.
-    pub(crate) fn track(&mut self, now: Instant, key: Bytes, value: Option<Bytes>, cs: Carstamp, rmw_id: Option<RmwId>, acked: NodeSet) {
+    pub(crate) fn track(
+        &mut self,
+        now: Instant,
+        key: Bytes,
+        value: Option<Bytes>,
+        cs: Carstamp,
+        rmw_id: Option<RmwId>,
+        acked: NodeSet,
+    ) {
         if self.peers.is_empty() {
             return;
         }
@@ -75,7 +111,10 @@ impl RcReplica {
                 p.acked = p.acked.union(acked);
             }
             _ => {
-                self.pending.insert(key.clone(), PendingWrite { value, cs, rmw_id, acked, resends: 0, sent_at: now });
+                self.pending.insert(
+                    key.clone(),
+                    PendingWrite { value, cs, rmw_id, acked, resends: 0, sent_at: now },
+                );
                 self.retransmit.push(now + self.first_resend_after(), (key.clone(), cs));
             }
         }
@@ -130,21 +169,44 @@ impl RcReplica {
     }
 
     /// The message that re-sends a pending record: `WRITE`, or `COMMIT` for an RMW's version.
-    fn resend_message(&mut self, key: &Bytes, p_value: Option<Bytes>, cs: Carstamp, rmw_id: Option<RmwId>) -> PeerMessage {
+    fn resend_message(
+        &mut self,
+        key: &Bytes,
+        p_value: Option<Bytes>,
+        cs: Carstamp,
+        rmw_id: Option<RmwId>,
+    ) -> PeerMessage {
         let req = self.next_req();
         let k = self.keys.get(key);
         match rmw_id {
             // A learner of a slot must get the records of every slot up to it (`crate::records`).
             Some(rmw_id) if cs.pno > 0 => {
                 let records = k.map(|k| k.records.clone()).unwrap_or_default();
-                PeerMessage::Commit(Commit { req, key: key.clone(), slot: cs.pno, rmw_id, value: p_value, cs, records })
+                PeerMessage::Commit(Commit {
+                    req,
+                    key: key.clone(),
+                    slot: cs.pno,
+                    rmw_id,
+                    value: p_value,
+                    cs,
+                    records,
+                })
             }
             // A plain version carries its own record, as its first broadcast did: re-sending the
             // key's whole set with every retransmission made each one grow with the number of
             // clients that wrote the key.
             _ => {
-                let records = k.map(|k| crate::records::of_version(&k.records, cs)).unwrap_or_default();
-                PeerMessage::Write(Write { req, key: key.clone(), value: p_value, cs, rmw_id: None, acq: None, records })
+                let records =
+                    k.map(|k| crate::records::of_version(&k.records, cs)).unwrap_or_default();
+                PeerMessage::Write(Write {
+                    req,
+                    key: key.clone(),
+                    value: p_value,
+                    cs,
+                    rmw_id: None,
+                    acq: None,
+                    records,
+                })
             }
         }
     }
@@ -204,7 +266,12 @@ impl RcReplica {
 
 /// Peers known to hold a version `>= cs` of `key`. No record means the last one was
 /// acknowledged by every peer, and records only ever grow newer.
-pub(crate) fn acked(pending: &HashMap<Bytes, PendingWrite>, peers: NodeSet, key: &[u8], cs: Carstamp) -> NodeSet {
+pub(crate) fn acked(
+    pending: &HashMap<Bytes, PendingWrite>,
+    peers: NodeSet,
+    key: &[u8],
+    cs: Carstamp,
+) -> NodeSet {
     match pending.get(key) {
         Some(p) if p.cs >= cs => p.acked,
         Some(_) => NodeSet::EMPTY,
@@ -252,12 +319,19 @@ mod tests {
     fn write_is_local_broadcast_and_readable_in_session() {
         let mut r = replica(0);
         let s = open(&mut r);
-        let put = Request::Put { session: s, key: Bytes::from_static(b"k"), value: Bytes::from_static(b"v") };
+        let put = Request::Put {
+            session: s,
+            key: Bytes::from_static(b"k"),
+            value: Bytes::from_static(b"v"),
+        };
         let Response::Written { cs } = call(&mut r, Instant(0), put) else { panic!() };
         assert_eq!(cs, Carstamp::next_write(Carstamp::ZERO.llc, NodeId(0)));
         assert_eq!(r.effects.send.len(), 2, "one WRITE per peer");
         let get = Request::Get { session: s, key: Bytes::from_static(b"k") };
-        assert_eq!(call(&mut r, Instant(0), get), Response::Value { value: Some(Bytes::from_static(b"v")), cs });
+        assert_eq!(
+            call(&mut r, Instant(0), get),
+            Response::Value { value: Some(Bytes::from_static(b"v")), cs }
+        );
         r.check_invariants();
     }
 
@@ -268,7 +342,15 @@ mod tests {
         let old = Carstamp { llc: strata_wire::Llc { ver: 4, node: NodeId(2) }, pno: 0 };
         let k = Bytes::from_static(b"k");
         for (cs, v) in [(new, "new"), (old, "old")] {
-            let w = Write { req: 1, key: k.clone(), value: Some(Bytes::from(v)), cs, rmw_id: None, acq: None, records: Default::default() };
+            let w = Write {
+                req: 1,
+                key: k.clone(),
+                value: Some(Bytes::from(v)),
+                cs,
+                rmw_id: None,
+                acq: None,
+                records: Default::default(),
+            };
             r.on_message(Instant(0), NodeId(0), PeerMessage::Write(w));
         }
         assert_eq!(r.local(b"k"), (Some(Bytes::from_static(b"new")), new));
@@ -282,7 +364,11 @@ mod tests {
     fn unacked_write_is_resent_only_to_non_ackers_until_all_ack() {
         let mut r = replica(0);
         let s = open(&mut r);
-        let put = Request::Put { session: s, key: Bytes::from_static(b"k"), value: Bytes::from_static(b"v") };
+        let put = Request::Put {
+            session: s,
+            key: Bytes::from_static(b"k"),
+            value: Bytes::from_static(b"v"),
+        };
         let Response::Written { cs } = call(&mut r, Instant(0), put) else { panic!() };
         let ack = WriteAck { req: 1, key: Bytes::from_static(b"k"), cs, delinquent: false };
         r.on_message(Instant(0), NodeId(1), PeerMessage::WriteAck(ack.clone()));
@@ -303,19 +389,34 @@ mod tests {
         let s = open(&mut r);
         let foreign = SessionId { node: NodeId(1), index: s.index };
         let get = Request::Get { session: foreign, key: Bytes::from_static(b"k") };
-        assert!(matches!(call(&mut r, Instant(0), get), Response::Error { code: strata_wire::client::ErrorCode::InvalidSession, .. }));
+        assert!(matches!(
+            call(&mut r, Instant(0), get),
+            Response::Error { code: strata_wire::client::ErrorCode::InvalidSession, .. }
+        ));
         let big = Bytes::from(vec![0u8; r.cfg.limits.max_value_bytes + 1]);
         let put = Request::Put { session: s, key: Bytes::from_static(b"k"), value: big };
-        assert!(matches!(call(&mut r, Instant(0), put), Response::Error { code: strata_wire::client::ErrorCode::ValueTooLarge, .. }));
+        assert!(matches!(
+            call(&mut r, Instant(0), put),
+            Response::Error { code: strata_wire::client::ErrorCode::ValueTooLarge, .. }
+        ));
         assert_eq!(r.local(b"k"), (None, Carstamp::ZERO), "a rejected write has no effect");
     }
 
     #[test]
     fn slow_acks_stretch_the_first_resend_so_late_acks_are_not_resent() {
-        let mut r = RcReplica::new(RcConfig::new(NodeId(0), vec![NodeId(0), NodeId(1), NodeId(2)])).unwrap();
+        let mut r = RcReplica::new(RcConfig::new(NodeId(0), vec![NodeId(0), NodeId(1), NodeId(2)]))
+            .unwrap();
         let s = open(&mut r);
-        assert_eq!(r.first_resend_after(), Duration::from_millis(5), "the configured floor before any sample");
-        let put = |key: &'static [u8]| Request::Put { session: s, key: Bytes::from_static(key), value: Bytes::from_static(b"v") };
+        assert_eq!(
+            r.first_resend_after(),
+            Duration::from_millis(5),
+            "the configured floor before any sample"
+        );
+        let put = |key: &'static [u8]| Request::Put {
+            session: s,
+            key: Bytes::from_static(key),
+            value: Bytes::from_static(b"v"),
+        };
         let Response::Written { cs } = call(&mut r, Instant(0), put(b"a")) else { panic!() };
         // Acks arrive after 20 ms (a loaded machine): the smoothed RTT is 20 ms.
         for peer in [1, 2] {

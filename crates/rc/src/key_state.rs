@@ -34,13 +34,23 @@ pub struct KeyState {
 impl KeyState {
     /// The replica's current version, as carried by replies.
     pub fn version(&self) -> Version {
-        Version { value: self.value.clone(), cs: self.cs, rmw_id: self.rmw_id, records: self.records.clone() }
+        Version {
+            value: self.value.clone(),
+            cs: self.cs,
+            rmw_id: self.rmw_id,
+            records: self.records.clone(),
+        }
     }
 
     /// Kite §5.1.1 `apply_version`, the value part: install `(value, cs)` only if it is newer.
     /// Returns whether it was installed. (Learning the slot is the replica's job: it also
     /// registers the RMW, see `RcReplica::apply`.)
-    pub fn apply_version(&mut self, value: Option<Bytes>, cs: Carstamp, rmw_id: Option<RmwId>) -> bool {
+    pub fn apply_version(
+        &mut self,
+        value: Option<Bytes>,
+        cs: Carstamp,
+        rmw_id: Option<RmwId>,
+    ) -> bool {
         if cs > self.cs {
             // Stored in its own allocation: a value decoded from the network is a slice of a
             // read buffer, which a long-lived replica value would otherwise pin whole.

@@ -29,7 +29,10 @@ mod replica;
 mod rounds;
 mod session;
 
-pub use api::{BarrierPath, DbitChange, RcEvent, RcInput, RcReply, RcStats, Route, SelfDelinquentChange, ValueRound};
+pub use api::{
+    BarrierPath, DbitChange, RcEvent, RcInput, RcReply, RcStats, Route, SelfDelinquentChange,
+    ValueRound,
+};
 pub use barrier::RELEASE_TIMEOUT_RTTS;
 pub use config::{ConfigError, RcConfig};
 pub use node_set::NodeSet;
@@ -44,8 +47,8 @@ pub use canary::PlantedBug;
 pub(crate) use canary::PlantedBug;
 
 #[cfg(test)]
-mod testkit;
+mod rifl_scenarios;
 #[cfg(test)]
 mod scenarios;
 #[cfg(test)]
-mod rifl_scenarios;
+mod testkit;

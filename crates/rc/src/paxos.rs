@@ -8,7 +8,10 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use strata_wire::client::Response;
-use strata_wire::peer::{Accept, Commit, Completion, KeyRecords, PaxosOutcome, PaxosReply, PeerMessage, Propose, RcResult, Tuple};
+use strata_wire::peer::{
+    Accept, Commit, Completion, KeyRecords, PaxosOutcome, PaxosReply, PeerMessage, Propose,
+    RcResult, Tuple,
+};
 use strata_wire::{AcquireId, Ballot, Carstamp, Instant, NodeId, Rifl, RmwId, SessionId};
 
 use crate::api::{RcEvent, ValueRound};
@@ -57,12 +60,36 @@ enum Phase {
     /// Rule M-1: queued behind another local RMW on the key.
     WaitTurn,
     Attempt,
-    Proposing { req: u64, slot: u32, ballot: Ballot, local: PaxosOutcome },
+    Proposing {
+        req: u64,
+        slot: u32,
+        ballot: Ballot,
+        local: PaxosOutcome,
+    },
     /// M5: an own tuple waits for the barrier before it leaves the node.
-    Accept { slot: u32, ballot: Ballot, tuple: Tuple, helping: bool },
-    Accepting { req: u64, slot: u32, ballot: Ballot, tuple: Tuple, helping: bool, local: PaxosOutcome },
-    Committing { req: u64, slot: u32, tuple: Tuple, helping: bool },
-    Sleeping { until: Instant },
+    Accept {
+        slot: u32,
+        ballot: Ballot,
+        tuple: Tuple,
+        helping: bool,
+    },
+    Accepting {
+        req: u64,
+        slot: u32,
+        ballot: Ballot,
+        tuple: Tuple,
+        helping: bool,
+        local: PaxosOutcome,
+    },
+    Committing {
+        req: u64,
+        slot: u32,
+        tuple: Tuple,
+        helping: bool,
+    },
+    Sleeping {
+        until: Instant,
+    },
 }
 
 /// Kite §2.2 [DECISION K-D9]: the value as a little-endian u64 over its first 8 bytes,
@@ -110,7 +137,12 @@ impl RcReplica {
             let (value, cs) = self.local(&key);
             if &value != expected {
                 // M0: a weak CAS that fails locally is a relaxed read: no barrier, no version.
-                return Started::Done(Response::Rmw { observed: value, observed_cs: cs, written: None, swapped: false });
+                return Started::Done(Response::Rmw {
+                    observed: value,
+                    observed_cs: cs,
+                    written: None,
+                    swapped: false,
+                });
             }
         }
         let acq = self.next_acquire_id(sid);
@@ -132,7 +164,15 @@ impl RcReplica {
         })))
     }
 
-    pub(crate) fn step_rmw(&mut self, now: Instant, id: OpId, sid: SessionId, key: &Bytes, r: &mut Rmw, rifl: Option<&Rifl>) -> Option<Response> {
+    pub(crate) fn step_rmw(
+        &mut self,
+        now: Instant,
+        id: OpId,
+        sid: SessionId,
+        key: &Bytes,
+        r: &mut Rmw,
+        rifl: Option<&Rifl>,
+    ) -> Option<Response> {
         loop {
             if !matches!(r.phase, Phase::WaitTurn) {
                 // M2: the barrier runs concurrently with the propose phase (O1).
@@ -173,7 +213,15 @@ impl RcReplica {
                     let local = self.acceptor_propose(key, slot, ballot, r.rmw_id);
                     let (key2, rmw_id, acq) = (key.clone(), r.rmw_id, r.acq);
                     let req = self.start_round(now, id, |req| {
-                        PeerMessage::Propose(Propose { req, key: key2, slot, ballot, rmw_id, known_cs, acq })
+                        PeerMessage::Propose(Propose {
+                            req,
+                            key: key2,
+                            slot,
+                            ballot,
+                            rmw_id,
+                            known_cs,
+                            acq,
+                        })
                     });
                     r.phase = Phase::Proposing { req, slot, ballot, local };
                 }
@@ -192,7 +240,9 @@ impl RcReplica {
                             let accepted = outcomes
                                 .iter()
                                 .filter_map(|(_, o)| match o {
-                                    PaxosOutcome::AlreadyAccepted { ballot, tuple } => Some((*ballot, tuple)),
+                                    PaxosOutcome::AlreadyAccepted { ballot, tuple } => {
+                                        Some((*ballot, tuple))
+                                    }
                                     _ => None,
                                 })
                                 .max_by_key(|(b, _)| *b);
@@ -221,7 +271,12 @@ impl RcReplica {
                     let local = self.acceptor_accept(key, slot, ballot, &tuple);
                     if !helping {
                         r.own_slot = Some(slot);
-                        self.report_barrier(sid, key, ValueRound::Accept { rmw_id: r.rmw_id }, &mut r.barrier);
+                        self.report_barrier(
+                            sid,
+                            key,
+                            ValueRound::Accept { rmw_id: r.rmw_id },
+                            &mut r.barrier,
+                        );
                     }
                     let (key2, t2, acq) = (key.clone(), tuple.clone(), r.acq);
                     let req = self.start_round(now, id, |req| {
@@ -243,7 +298,9 @@ impl RcReplica {
                     let outcomes = self.absorb(key, req, local, r);
                     // M7.
                     match verdict(&outcomes, self.cfg.quorum()) {
-                        Verdict::RmwCommitted if tuple.rmw_id == r.rmw_id => self.commit_own_elsewhere(now, id, key, r),
+                        Verdict::RmwCommitted if tuple.rmw_id == r.rmw_id => {
+                            self.commit_own_elsewhere(now, id, key, r)
+                        }
                         Verdict::RmwCommitted => r.phase = Phase::Attempt, // the helped RMW is done
                         Verdict::Retry(how) => self.retry(now, id, key, &outcomes, r, how),
                         Verdict::Quorum => self.begin_commit(now, id, key, slot, tuple, helping, r), // M8
@@ -274,7 +331,13 @@ impl RcReplica {
 
     /// Ends a Paxos round and absorbs its replies: newer versions are applied and decided slots
     /// learned (M4, M7). Returns every outcome, the local one first.
-    fn absorb(&mut self, key: &Bytes, req: u64, local: PaxosOutcome, r: &mut Rmw) -> Vec<(NodeId, PaxosOutcome)> {
+    fn absorb(
+        &mut self,
+        key: &Bytes,
+        req: u64,
+        local: PaxosOutcome,
+        r: &mut Rmw,
+    ) -> Vec<(NodeId, PaxosOutcome)> {
         let mut outcomes = vec![(self.cfg.node, local)];
         for (n, m) in self.end_round(req) {
             let (PeerMessage::ProposeReply(p) | PeerMessage::AcceptReply(p)) = m else { continue };
@@ -293,7 +356,13 @@ impl RcReplica {
 
     /// P-ONCE-PER-SLOT: computes the RMW on the replica's current value the first time this
     /// slot is tried, and reuses that outcome for every later ballot of the slot.
-    fn compute_once(&mut self, key: &Bytes, slot: u32, r: &mut Rmw, rifl: Option<&Rifl>) -> Computed {
+    fn compute_once(
+        &mut self,
+        key: &Bytes,
+        slot: u32,
+        r: &mut Rmw,
+        rifl: Option<&Rifl>,
+    ) -> Computed {
         if let Some(c) = r.my.get(&slot) {
             return c.clone();
         }
@@ -305,7 +374,12 @@ impl RcReplica {
         let record = rifl.map(|e| Completion {
             rpc: e.rpc,
             ack: e.first_incomplete - 1,
-            result: RcResult::Rmw { observed: value.clone(), observed_cs: cs, written: Some(written), swapped },
+            result: RcResult::Rmw {
+                observed: value.clone(),
+                observed_cs: cs,
+                written: Some(written),
+                swapped,
+            },
         });
         let c = Computed {
             tuple: Tuple { rmw_id: r.rmw_id, base: cs.llc, value: new_value, record },
@@ -318,7 +392,15 @@ impl RcReplica {
     }
 
     /// M4.b - d / M7.b - d.
-    fn retry(&mut self, now: Instant, id: OpId, key: &Bytes, outcomes: &[(NodeId, PaxosOutcome)], r: &mut Rmw, how: Retry) {
+    fn retry(
+        &mut self,
+        now: Instant,
+        id: OpId,
+        key: &Bytes,
+        outcomes: &[(NodeId, PaxosOutcome)],
+        r: &mut Rmw,
+        how: Retry,
+    ) {
         match how {
             Retry::SlotTaken => r.phase = Phase::Attempt,
             Retry::Nacked(promised) => self.back_off(now, id, r, promised),
@@ -337,12 +419,27 @@ impl RcReplica {
 
     /// M4.d / M7.d: some acceptors lag behind this node's last committed slot; send them the
     /// commit they missed and try again after `T_RETX`.
-    fn catch_up(&mut self, now: Instant, id: OpId, key: &Bytes, outcomes: &[(NodeId, PaxosOutcome)], r: &mut Rmw) {
+    fn catch_up(
+        &mut self,
+        now: Instant,
+        id: OpId,
+        key: &Bytes,
+        outcomes: &[(NodeId, PaxosOutcome)],
+        r: &mut Rmw,
+    ) {
         let k = self.key_mut(key);
         if let Some(lc_rmw) = k.lc_rmw {
             let (slot, value, cs, records) = (k.lc, k.value.clone(), k.cs, k.records.clone());
             let req = self.next_req();
-            let msg = PeerMessage::Commit(Commit { req, key: key.clone(), slot, rmw_id: lc_rmw, value, cs, records });
+            let msg = PeerMessage::Commit(Commit {
+                req,
+                key: key.clone(),
+                slot,
+                rmw_id: lc_rmw,
+                value,
+                cs,
+                records,
+            });
             for (n, o) in outcomes {
                 if matches!(o, PaxosOutcome::SlotTooHigh { .. }) {
                     self.effects.send.push((*n, msg.clone()));
@@ -361,7 +458,16 @@ impl RcReplica {
 
     /// M8: the slot is decided with `tuple`; install it, learn it, tell everyone.
     #[allow(clippy::too_many_arguments)]
-    fn begin_commit(&mut self, now: Instant, id: OpId, key: &Bytes, slot: u32, tuple: Tuple, helping: bool, r: &mut Rmw) {
+    fn begin_commit(
+        &mut self,
+        now: Instant,
+        id: OpId,
+        key: &Bytes,
+        slot: u32,
+        tuple: Tuple,
+        helping: bool,
+        r: &mut Rmw,
+    ) {
         let cs = Carstamp { llc: tuple.base, pno: slot };
         self.apply(key, tuple.value.clone(), cs, Some(tuple.rmw_id));
         self.learn_committed(key, slot, tuple.rmw_id);
@@ -372,28 +478,53 @@ impl RcReplica {
         }
         let records = self.key_mut(key).records.clone();
         let (key2, rmw_id, value) = (key.clone(), tuple.rmw_id, tuple.value.clone());
-        let req = self.start_round(now, id, |req| PeerMessage::Commit(Commit { req, key: key2, slot, rmw_id, value, cs, records }));
+        let req = self.start_round(now, id, |req| {
+            PeerMessage::Commit(Commit { req, key: key2, slot, rmw_id, value, cs, records })
+        });
         r.phase = Phase::Committing { req, slot, tuple, helping };
     }
 
     /// M9: the RMW was decided by a helper, in the last slot where it sent its own accept
     /// (P-DEDUP). Re-commit it with the outcome computed for that slot [DECISION K-D7].
     fn commit_own_elsewhere(&mut self, now: Instant, id: OpId, key: &Bytes, r: &mut Rmw) {
-        let slot = r.own_slot.expect("P-DEDUP: an RMW is decided only in a slot where it sent its own accept");
-        let tuple = r.my.get(&slot).expect("the outcome of a slot it accepted was computed").tuple.clone();
+        let slot = r
+            .own_slot
+            .expect("P-DEDUP: an RMW is decided only in a slot where it sent its own accept");
+        let tuple =
+            r.my.get(&slot).expect("the outcome of a slot it accepted was computed").tuple.clone();
         self.begin_commit(now, id, key, slot, tuple, false, r);
     }
 
     #[allow(clippy::too_many_arguments)]
-    fn finish_rmw(&mut self, now: Instant, id: OpId, sid: SessionId, key: &Bytes, slot: u32, tuple: Tuple, acked: NodeSet, r: &mut Rmw) -> Response {
+    fn finish_rmw(
+        &mut self,
+        now: Instant,
+        id: OpId,
+        sid: SessionId,
+        key: &Bytes,
+        slot: u32,
+        tuple: Tuple,
+        acked: NodeSet,
+        r: &mut Rmw,
+    ) -> Response {
         self.leave_proposers(id, key);
         let cs = Carstamp { llc: tuple.base, pno: slot };
         let c = r.my.get(&slot).expect("an own slot was computed").clone();
-        self.effects.event.push(RcEvent::VersionCreated { session: sid, key: key.clone(), cs, value: tuple.value.clone() });
+        self.effects.event.push(RcEvent::VersionCreated {
+            session: sid,
+            key: key.clone(),
+            cs,
+            value: tuple.value.clone(),
+        });
         self.track(now, key.clone(), tuple.value, cs, Some(r.rmw_id), acked);
         self.note_unresolved(sid, key.clone(), cs);
         self.acquire_finish(r.detected, r.acq);
-        Response::Rmw { observed: c.observed, observed_cs: c.observed_cs, written: Some(cs), swapped: c.swapped }
+        Response::Rmw {
+            observed: c.observed,
+            observed_cs: c.observed_cs,
+            written: Some(cs),
+            swapped: c.swapped,
+        }
     }
 
     /// M10: let the next local RMW on the key propose.
@@ -411,7 +542,13 @@ impl RcReplica {
 
     /// RIFL: the RMW's RPC was executed by an earlier attempt; it ends with that attempt's
     /// result (or `Stale`) and creates nothing. Its detections still count (`acquire_finish`).
-    fn finish_rmw_recorded(&mut self, id: OpId, key: &Bytes, r: &mut Rmw, reply: Response) -> Response {
+    fn finish_rmw_recorded(
+        &mut self,
+        id: OpId,
+        key: &Bytes,
+        r: &mut Rmw,
+        reply: Response,
+    ) -> Response {
         self.leave_proposers(id, key);
         self.acquire_finish(r.detected, r.acq);
         reply
@@ -421,7 +558,13 @@ impl RcReplica {
 
     /// The checks both acceptor handlers make before acting (§5.7.6, §5.7.7): `Some` outcome
     /// if the request cannot be acted on for slot `lc + 1` at ballot `b`.
-    fn acceptor_refusal(&mut self, key: &Bytes, slot: u32, b: Ballot, rmw_id: RmwId) -> Option<PaxosOutcome> {
+    fn acceptor_refusal(
+        &mut self,
+        key: &Bytes,
+        slot: u32,
+        b: Ballot,
+        rmw_id: RmwId,
+    ) -> Option<PaxosOutcome> {
         if self.registry_has(rmw_id) {
             return Some(PaxosOutcome::RmwCommitted);
         }
@@ -438,14 +581,22 @@ impl RcReplica {
     }
 
     /// The propose handler's decision, without the delinquency check and the reply's version.
-    fn acceptor_propose(&mut self, key: &Bytes, slot: u32, b: Ballot, rmw_id: RmwId) -> PaxosOutcome {
+    fn acceptor_propose(
+        &mut self,
+        key: &Bytes,
+        slot: u32,
+        b: Ballot,
+        rmw_id: RmwId,
+    ) -> PaxosOutcome {
         if let Some(refused) = self.acceptor_refusal(key, slot, b, rmw_id) {
             return refused;
         }
         let k = self.key_mut(key);
         k.promised = b; // b == promised is a retransmission: re-ack
         let outcome = match &k.accepted {
-            Some((ballot, tuple)) => PaxosOutcome::AlreadyAccepted { ballot: *ballot, tuple: tuple.clone() },
+            Some((ballot, tuple)) => {
+                PaxosOutcome::AlreadyAccepted { ballot: *ballot, tuple: tuple.clone() }
+            }
             None => PaxosOutcome::Ack,
         };
         // Kite §7 inv. 17: an ack for slot `lc + 1` (P-DEDUP's "before any acceptor acks").
@@ -453,7 +604,13 @@ impl RcReplica {
         outcome
     }
 
-    fn acceptor_accept(&mut self, key: &Bytes, slot: u32, b: Ballot, tuple: &Tuple) -> PaxosOutcome {
+    fn acceptor_accept(
+        &mut self,
+        key: &Bytes,
+        slot: u32,
+        b: Ballot,
+        tuple: &Tuple,
+    ) -> PaxosOutcome {
         if let Some(refused) = self.acceptor_refusal(key, slot, b, tuple.rmw_id) {
             return refused;
         }
@@ -465,10 +622,19 @@ impl RcReplica {
 
     /// An acceptor's reply: the outcome, the version when newer than the proposer's (always
     /// for SlotTooSmall), and the delinquency check, run after the key read (K-F3).
-    fn paxos_reply(&mut self, from: NodeId, req: u64, key: Bytes, outcome: PaxosOutcome, known_cs: Option<Carstamp>, acq: AcquireId) -> PaxosReply {
+    fn paxos_reply(
+        &mut self,
+        from: NodeId,
+        req: u64,
+        key: Bytes,
+        outcome: PaxosOutcome,
+        known_cs: Option<Carstamp>,
+        acq: AcquireId,
+    ) -> PaxosReply {
         let k = self.key_mut(&key);
         let newer = known_cs.is_some_and(|c| k.cs > c);
-        let current = (newer || matches!(outcome, PaxosOutcome::SlotTooSmall { .. })).then(|| k.version());
+        let current =
+            (newer || matches!(outcome, PaxosOutcome::SlotTooSmall { .. })).then(|| k.version());
         let delinquent = self.dcheck(from, acq);
         PaxosReply { req, key, outcome, current, delinquent }
     }
@@ -549,5 +715,8 @@ fn max_nack(outcomes: &[(NodeId, PaxosOutcome)]) -> Option<Ballot> {
 }
 
 fn count_acks(outcomes: &[(NodeId, PaxosOutcome)]) -> usize {
-    outcomes.iter().filter(|(_, o)| matches!(o, PaxosOutcome::Ack | PaxosOutcome::AlreadyAccepted { .. })).count()
+    outcomes
+        .iter()
+        .filter(|(_, o)| matches!(o, PaxosOutcome::Ack | PaxosOutcome::AlreadyAccepted { .. }))
+        .count()
 }

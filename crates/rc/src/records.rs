@@ -129,9 +129,12 @@ pub(crate) fn merge(rs: &mut KeyRecords, from: &KeyRecords) {
 pub(crate) fn response(r: &RcResult) -> Response {
     match r {
         RcResult::Written { cs } => Response::Written { cs: *cs },
-        RcResult::Rmw { observed, observed_cs, written, swapped } => {
-            Response::Rmw { observed: observed.clone(), observed_cs: *observed_cs, written: *written, swapped: *swapped }
-        }
+        RcResult::Rmw { observed, observed_cs, written, swapped } => Response::Rmw {
+            observed: observed.clone(),
+            observed_cs: *observed_cs,
+            written: *written,
+            swapped: *swapped,
+        },
     }
 }
 
@@ -166,7 +169,11 @@ mod tests {
         let a = rec(7, 3, 2);
         add(&mut rs, &a);
         assert_eq!(lookup(&rs, a.rpc), Lookup::Done(&a.result));
-        assert_eq!(lookup(&rs, RpcId { client_id: 7, seq: 2 }), Lookup::Stale, "at or below the ack it carried");
+        assert_eq!(
+            lookup(&rs, RpcId { client_id: 7, seq: 2 }),
+            Lookup::Stale,
+            "at or below the ack it carried"
+        );
         assert_eq!(lookup(&rs, RpcId { client_id: 7, seq: 4 }), Lookup::Unknown);
         assert_eq!(lookup(&rs, RpcId { client_id: 8, seq: 3 }), Lookup::Unknown, "another client");
         // The client's next write here acknowledges seq 3: its record is collected.
@@ -184,7 +191,10 @@ mod tests {
         forget_clients(&mut rs, &[7].into_iter().collect());
         assert_eq!(lookup(&rs, RpcId { client_id: 7, seq: 3 }), Lookup::Unknown, "record gone");
         assert_eq!(lookup(&rs, RpcId { client_id: 7, seq: 2 }), Lookup::Unknown, "floor gone");
-        assert!(matches!(lookup(&rs, RpcId { client_id: 8, seq: 4 }), Lookup::Done(_)), "other clients keep theirs");
+        assert!(
+            matches!(lookup(&rs, RpcId { client_id: 8, seq: 4 }), Lookup::Done(_)),
+            "other clients keep theirs"
+        );
         check(&rs).unwrap();
     }
 

@@ -20,8 +20,8 @@ use crate::config::{ConfigError, RcConfig};
 use crate::es::PendingWrite;
 use crate::key_state::KeyState;
 use crate::node_set::NodeSet;
-use crate::records;
 use crate::ops::{Op, OpKind};
+use crate::records;
 use crate::rounds::Rounds;
 use crate::session::{is_blocking, request_key, OpId, Queued, Running, Session};
 
@@ -129,7 +129,8 @@ impl RcReplica {
             pending_writes: self.pending.len() as u64,
             machine_epoch: self.machine_epoch,
             ops_in_flight: self.ops.len() as u64,
-            release_timeout_us: u64::try_from(self.release_timeout().as_micros()).unwrap_or(u64::MAX),
+            release_timeout_us: u64::try_from(self.release_timeout().as_micros())
+                .unwrap_or(u64::MAX),
             ..self.stats
         }
     }
@@ -166,7 +167,8 @@ impl RcReplica {
         s.note_unresolved(key, cs);
         if s.unresolved.len() >= s.prune_at {
             let (pending, peers) = (&self.pending, self.peer_set);
-            s.unresolved.retain(|k, cs| !crate::es::acked(pending, peers, k, *cs).is_superset(peers));
+            s.unresolved
+                .retain(|k, cs| !crate::es::acked(pending, peers, k, *cs).is_superset(peers));
             s.prune_at = (2 * s.unresolved.len()).max(crate::session::PRUNE_MIN);
         }
     }
@@ -178,7 +180,13 @@ impl RcReplica {
 
     /// Kite §5.1.1 `apply_version` with §5.1.2 `learn_committed`: installs the version if it is
     /// newer; a version `(L, n)` with `n > 0` proves slot `n` was decided with `rmw_id`.
-    pub(crate) fn apply(&mut self, key: &Bytes, value: Option<Bytes>, cs: Carstamp, rmw_id: Option<RmwId>) -> bool {
+    pub(crate) fn apply(
+        &mut self,
+        key: &Bytes,
+        value: Option<Bytes>,
+        cs: Carstamp,
+        rmw_id: Option<RmwId>,
+    ) -> bool {
         let installed = self.key_mut(key).apply_version(value, cs, rmw_id);
         if cs.pno > 0 {
             if let Some(id) = rmw_id {
@@ -225,9 +233,15 @@ impl RcReplica {
     /// RIFL on arrival (rifl.md §5.3 S3, S4's `process_ack`): a mutating request's envelope
     /// must keep the client invariant; its `first_incomplete` acknowledges every earlier RPC of
     /// the client. Reads ignore the envelope.
-    fn take_envelope(&mut self, req: &Request, rifl: Option<&Rifl>) -> Result<(), (ErrorCode, String)> {
+    fn take_envelope(
+        &mut self,
+        req: &Request,
+        rifl: Option<&Rifl>,
+    ) -> Result<(), (ErrorCode, String)> {
         let Some(e) = rifl.filter(|_| is_mutating(req)) else { return Ok(()) };
-        e.check().map_err(|why| (ErrorCode::BadEnvelope, format!("RIFL envelope of {}: {why}", e.rpc)))?;
+        e.check().map_err(|why| {
+            (ErrorCode::BadEnvelope, format!("RIFL envelope of {}: {why}", e.rpc))
+        })?;
         let ack = self.rifl_acks.entry(e.rpc.client_id).or_insert(0);
         *ack = (*ack).max(e.first_incomplete - 1);
         Ok(())
@@ -245,7 +259,10 @@ impl RcReplica {
             return Some(reply);
         }
         let running = !self.rifl_running.is_empty() && self.rifl_running.contains(&e.rpc);
-        running.then(|| Response::Error { code: ErrorCode::InProgress, message: format!("{}: another attempt is executing at this node", e.rpc) })
+        running.then(|| Response::Error {
+            code: ErrorCode::InProgress,
+            message: format!("{}: another attempt is executing at this node", e.rpc),
+        })
     }
 
     /// What `key`'s completion records say about `rifl`'s RPC (rifl.md §5.4): its recorded
@@ -287,7 +304,9 @@ impl RcReplica {
             // Its own copy: `key` may be a slice of a network read buffer.
             self.rifl_keys.push(Bytes::copy_from_slice(key));
         }
-        for (client, ack) in from.floors.iter().copied().chain(from.done.iter().map(|c| (c.rpc.client_id, c.ack))) {
+        for (client, ack) in
+            from.floors.iter().copied().chain(from.done.iter().map(|c| (c.rpc.client_id, c.ack)))
+        {
             let known = self.rifl_acks.entry(client).or_insert(0);
             *known = (*known).max(ack);
         }
@@ -295,9 +314,17 @@ impl RcReplica {
 
     /// The completion record of `rifl`'s RPC with `result`, added to `key`'s records; returned
     /// as the one-record delta its version's broadcast carries.
-    pub(crate) fn record_completion(&mut self, key: &Bytes, rifl: Option<&Rifl>, result: RcResult) -> KeyRecords {
+    pub(crate) fn record_completion(
+        &mut self,
+        key: &Bytes,
+        rifl: Option<&Rifl>,
+        result: RcResult,
+    ) -> KeyRecords {
         let Some(e) = rifl else { return KeyRecords::default() };
-        let delta = KeyRecords { floors: Vec::new(), done: vec![Completion { rpc: e.rpc, ack: e.first_incomplete - 1, result }] };
+        let delta = KeyRecords {
+            floors: Vec::new(),
+            done: vec![Completion { rpc: e.rpc, ack: e.first_incomplete - 1, result }],
+        };
         self.merge_records(key, &delta);
         delta
     }
@@ -316,7 +343,9 @@ impl RcReplica {
         let keys = &mut self.keys;
         self.rifl_keys.retain(|key| {
             let Some(k) = keys.get_mut(key) else { return false };
-            records::collect_acked(&mut k.records, |client| acks.get(&client).copied().unwrap_or(0));
+            records::collect_acked(&mut k.records, |client| {
+                acks.get(&client).copied().unwrap_or(0)
+            });
             k.swept = !k.records.is_empty();
             k.swept
         });
@@ -347,12 +376,16 @@ impl RcReplica {
     }
 
     fn reply_error(&mut self, route: Route, corr: u64, code: ErrorCode, message: String) {
-        self.effects.reply.push(RcReply { route, resp: ClientResponse { corr, body: Response::Error { code, message } } });
+        self.effects.reply.push(RcReply {
+            route,
+            resp: ClientResponse { corr, body: Response::Error { code, message } },
+        });
     }
 
     /// Checks that `session` exists and belongs to the connection that names it.
     fn session_ok(&self, route: Route, session: SessionId) -> bool {
-        session.node == self.cfg.node && self.sessions.get(&session.index).is_some_and(|s| s.route == route)
+        session.node == self.cfg.node
+            && self.sessions.get(&session.index).is_some_and(|s| s.route == route)
     }
 
     fn check_key(&self, key: &[u8]) -> Result<(), (ErrorCode, String)> {
@@ -362,7 +395,11 @@ impl RcReplica {
         if key.len() > self.cfg.limits.max_key_bytes {
             return Err((
                 ErrorCode::KeyTooLarge,
-                format!("key of {} bytes exceeds the limit of {} bytes", key.len(), self.cfg.limits.max_key_bytes),
+                format!(
+                    "key of {} bytes exceeds the limit of {} bytes",
+                    key.len(),
+                    self.cfg.limits.max_key_bytes
+                ),
             ));
         }
         Ok(())
@@ -372,7 +409,11 @@ impl RcReplica {
         if value.len() > self.cfg.limits.max_value_bytes {
             return Err((
                 ErrorCode::ValueTooLarge,
-                format!("value of {} bytes exceeds the limit of {} bytes", value.len(), self.cfg.limits.max_value_bytes),
+                format!(
+                    "value of {} bytes exceeds the limit of {} bytes",
+                    value.len(),
+                    self.cfg.limits.max_value_bytes
+                ),
             ));
         }
         Ok(())
@@ -420,12 +461,16 @@ impl RcReplica {
             body => {
                 let Some(session) = session_of(&body) else { return };
                 if !self.session_ok(route, session) {
-                    let msg = format!("session {session} is not open on this connection to {}", self.cfg.node);
+                    let msg = format!(
+                        "session {session} is not open on this connection to {}",
+                        self.cfg.node
+                    );
                     return self.reply_error(route, corr, ErrorCode::InvalidSession, msg);
                 }
                 // Validate first: a rejected request has no effect (it still keeps its place in
                 // session order, as an error reply).
-                let checked = self.validate(&body).and_then(|()| self.take_envelope(&body, rifl.as_ref()));
+                let checked =
+                    self.validate(&body).and_then(|()| self.take_envelope(&body, rifl.as_ref()));
                 let rifl = rifl.filter(|_| is_mutating(&body));
                 let s = self.sessions.get_mut(&session.index).expect("checked above");
                 let seq = s.next_seq;
@@ -433,7 +478,10 @@ impl RcReplica {
                 match checked {
                     Ok(()) => s.queue.push_back(Queued { seq, corr, req: body, rifl }),
                     Err((code, message)) => {
-                        s.done.insert(seq, ClientResponse { corr, body: Response::Error { code, message } });
+                        s.done.insert(
+                            seq,
+                            ClientResponse { corr, body: Response::Error { code, message } },
+                        );
                     }
                 }
                 self.to_pump.push(session.index);
@@ -460,7 +508,9 @@ impl RcReplica {
                 None => self.start(now, sid, q.req, q.rifl),
             };
             match started {
-                Started::Done(body) => self.deliver(index, q.seq, ClientResponse { corr: q.corr, body }),
+                Started::Done(body) => {
+                    self.deliver(index, q.seq, ClientResponse { corr: q.corr, body })
+                }
                 Started::Op(kind) => {
                     let id = self.next_op;
                     self.next_op += 1;
@@ -468,7 +518,18 @@ impl RcReplica {
                         self.rifl_running.insert(e.rpc);
                     }
                     let rifl = q.rifl;
-                    self.ops.insert(id, Op { session: index, seq: q.seq, corr: q.corr, sid, key: key.clone(), kind, rifl });
+                    self.ops.insert(
+                        id,
+                        Op {
+                            session: index,
+                            seq: q.seq,
+                            corr: q.corr,
+                            sid,
+                            key: key.clone(),
+                            kind,
+                            rifl,
+                        },
+                    );
                     let s = self.sessions.get_mut(&index).expect("still there");
                     s.running.insert(q.seq, Running { op: id, key, blocking });
                     self.dirty.push(id);
@@ -489,11 +550,15 @@ impl RcReplica {
                     Started::Op(OpKind::slow_read(self.machine_epoch))
                 }
             }
-            Request::Put { key, value, .. } => self.start_relaxed_write(now, sid, key, Some(value), rifl),
+            Request::Put { key, value, .. } => {
+                self.start_relaxed_write(now, sid, key, Some(value), rifl)
+            }
             Request::Delete { key, .. } => self.start_relaxed_write(now, sid, key, None, rifl),
             Request::Release { value, .. } => Started::Op(OpKind::release(value)),
             Request::Acquire { .. } => Started::Op(OpKind::acquire(self.next_acquire_id(sid))),
-            Request::Faa { key, delta, .. } => self.start_rmw(sid, key, crate::paxos::RmwOp::Faa { delta }),
+            Request::Faa { key, delta, .. } => {
+                self.start_rmw(sid, key, crate::paxos::RmwOp::Faa { delta })
+            }
             Request::Cas { key, expected, new, weak, .. } => {
                 self.start_rmw(sid, key, crate::paxos::RmwOp::Cas { expected, new, weak })
             }
@@ -501,7 +566,14 @@ impl RcReplica {
         }
     }
 
-    fn start_relaxed_write(&mut self, now: Instant, sid: SessionId, key: Bytes, value: Option<Bytes>, rifl: Option<Rifl>) -> Started {
+    fn start_relaxed_write(
+        &mut self,
+        now: Instant,
+        sid: SessionId,
+        key: Bytes,
+        value: Option<Bytes>,
+        rifl: Option<Rifl>,
+    ) -> Started {
         if self.in_epoch(&key) {
             let cs = self.relaxed_write_fast(now, sid, key, value, rifl.as_ref());
             Started::Done(Response::Written { cs })
@@ -575,7 +647,9 @@ impl RcReplica {
     fn step(&mut self, now: Instant, id: OpId, op: &mut Op) -> Option<Response> {
         match &mut op.kind {
             OpKind::SlowRead(s) => self.step_slow_read(now, id, &op.key, s),
-            OpKind::SlowWrite(s) => self.step_slow_write(now, id, op.sid, &op.key, s, op.rifl.as_ref()),
+            OpKind::SlowWrite(s) => {
+                self.step_slow_write(now, id, op.sid, &op.key, s, op.rifl.as_ref())
+            }
             OpKind::Release(r) => self.step_release(now, id, op.sid, &op.key, r, op.rifl.as_ref()),
             OpKind::Acquire(a) => self.step_acquire(now, id, op.sid, &op.key, a),
             OpKind::Rmw(r) => self.step_rmw(now, id, op.sid, &op.key, r, op.rifl.as_ref()),
@@ -613,7 +687,10 @@ impl RcReplica {
             PeerMessage::Hello { .. } => {} // the transport consumes handshakes
             PeerMessage::Write(w) => self.on_write(now, from, w),
             PeerMessage::ReadTs { req, key } => {
-                let (cs, records) = self.keys.get(&key).map_or((Carstamp::ZERO, KeyRecords::default()), |k| (k.cs, k.records.clone()));
+                let (cs, records) = self
+                    .keys
+                    .get(&key)
+                    .map_or((Carstamp::ZERO, KeyRecords::default()), |k| (k.cs, k.records.clone()));
                 self.effects.send.push((from, PeerMessage::ReadTsReply { req, key, cs, records }));
             }
             PeerMessage::Read(r) => self.on_read(from, r),
@@ -630,7 +707,8 @@ impl RcReplica {
     fn peer_message_ok(&self, msg: &PeerMessage) -> bool {
         let limits = &self.cfg.limits;
         let key_ok = |k: &Bytes| !k.is_empty() && k.len() <= limits.max_key_bytes;
-        let value_ok = |v: &Option<Bytes>| v.as_ref().is_none_or(|v| v.len() <= limits.max_value_bytes);
+        let value_ok =
+            |v: &Option<Bytes>| v.as_ref().is_none_or(|v| v.len() <= limits.max_value_bytes);
         match msg {
             PeerMessage::Write(w) => key_ok(&w.key) && value_ok(&w.value),
             PeerMessage::Read(r) => key_ok(&r.key),
@@ -657,12 +735,22 @@ pub(crate) enum Started {
 const RIFL_SWEEP: std::time::Duration = std::time::Duration::from_secs(1);
 
 fn stale(rpc: RpcId) -> Response {
-    Response::Error { code: ErrorCode::Stale, message: format!("{rpc}: already acknowledged by the client") }
+    Response::Error {
+        code: ErrorCode::Stale,
+        message: format!("{rpc}: already acknowledged by the client"),
+    }
 }
 
 /// The requests RIFL makes exactly-once: every one that may change the store.
 fn is_mutating(req: &Request) -> bool {
-    matches!(req, Request::Put { .. } | Request::Delete { .. } | Request::Release { .. } | Request::Faa { .. } | Request::Cas { .. })
+    matches!(
+        req,
+        Request::Put { .. }
+            | Request::Delete { .. }
+            | Request::Release { .. }
+            | Request::Faa { .. }
+            | Request::Cas { .. }
+    )
 }
 
 fn session_of(req: &Request) -> Option<SessionId> {
@@ -722,10 +810,15 @@ impl Node for RcReplica {
 
     fn poll_timeout(&self) -> Option<Instant> {
         let sweep = (!self.rifl_keys.is_empty()).then_some(self.rifl_next_sweep);
-        [self.retransmit.next_deadline(), self.rounds.resend.next_deadline(), self.op_timers.next_deadline(), sweep]
-            .into_iter()
-            .flatten()
-            .min()
+        [
+            self.retransmit.next_deadline(),
+            self.rounds.resend.next_deadline(),
+            self.op_timers.next_deadline(),
+            sweep,
+        ]
+        .into_iter()
+        .flatten()
+        .min()
     }
 
     fn poll_effects(&mut self, out: &mut RcEffects) {
@@ -736,37 +829,84 @@ impl Node for RcReplica {
         for (key, p) in &self.pending {
             let k = self.keys.get(key).expect("a pending write's key exists locally");
             assert!(k.cs >= p.cs, "local replica of {key:?} is older than its own pending write");
-            assert!(!p.acked.is_superset(self.peer_set), "fully acked pending write of {key:?} was kept");
+            assert!(
+                !p.acked.is_superset(self.peer_set),
+                "fully acked pending write of {key:?} was kept"
+            );
         }
-        assert!(self.retransmit.len() >= self.pending.len(), "a pending write has no re-send scheduled");
+        assert!(
+            self.retransmit.len() >= self.pending.len(),
+            "a pending write has no re-send scheduled"
+        );
         for (key, k) in &self.keys {
             // Kite §7 inv. 11 and 12.
-            assert!(k.epoch <= self.machine_epoch, "key {key:?} epoch {} above the machine epoch {}", k.epoch, self.machine_epoch);
-            assert!(k.cs.pno <= k.lc, "key {key:?} version {} beyond its last committed slot {}", k.cs, k.lc);
-            assert_eq!(k.rmw_id.is_some(), k.cs.pno > 0, "key {key:?}: an RMW version names its RMW, a plain one does not");
+            assert!(
+                k.epoch <= self.machine_epoch,
+                "key {key:?} epoch {} above the machine epoch {}",
+                k.epoch,
+                self.machine_epoch
+            );
+            assert!(
+                k.cs.pno <= k.lc,
+                "key {key:?} version {} beyond its last committed slot {}",
+                k.cs,
+                k.lc
+            );
+            assert_eq!(
+                k.rmw_id.is_some(),
+                k.cs.pno > 0,
+                "key {key:?}: an RMW version names its RMW, a plain one does not"
+            );
             // Kite §7 inv. 17, local part (§5.1.2, P-DEDUP): every RMW known decided here is
             // registered, so this acceptor acks a proposal for slot `lc + 1` only with the RMW
             // of slot `lc` registered.
             for id in [k.lc_rmw, k.rmw_id].into_iter().flatten() {
-                assert!(self.registry_has(id), "key {key:?}: {id:?} is known decided (lc {}) but not registered", k.lc);
+                assert!(
+                    self.registry_has(id),
+                    "key {key:?}: {id:?} is known decided (lc {}) but not registered",
+                    k.lc
+                );
             }
-            assert_eq!(k.lc_rmw.is_some(), k.lc > 0, "key {key:?}: last committed slot {} without its RMW", k.lc);
+            assert_eq!(
+                k.lc_rmw.is_some(),
+                k.lc > 0,
+                "key {key:?}: last committed slot {} without its RMW",
+                k.lc
+            );
             if let Err(e) = records::check(&k.records) {
                 panic!("key {key:?}: completion records: {e}");
             }
-            assert!(k.swept || k.records.is_empty(), "key {key:?} holds records the sweep never visits");
+            assert!(
+                k.swept || k.records.is_empty(),
+                "key {key:?} holds records the sweep never visits"
+            );
         }
         // RIFL: the sweep lists exactly the flagged keys, each once.
-        assert_eq!(self.keys.values().filter(|k| k.swept).count(), self.rifl_keys.len(), "sweep flags and sweep list disagree");
-        assert!(self.rifl_keys.iter().all(|key| self.keys.get(key).is_some_and(|k| k.swept)), "a listed key is not flagged");
+        assert_eq!(
+            self.keys.values().filter(|k| k.swept).count(),
+            self.rifl_keys.len(),
+            "sweep flags and sweep list disagree"
+        );
+        assert!(
+            self.rifl_keys.iter().all(|key| self.keys.get(key).is_some_and(|k| k.swept)),
+            "a listed key is not flagged"
+        );
         // RIFL: an RPC is in progress here only while one of its operations runs.
-        let running: HashSet<RpcId> = self.ops.values().filter_map(|op| op.rifl.map(|e| e.rpc)).collect();
-        assert!(self.rifl_running.is_subset(&running), "an RPC is marked in progress with no operation running it");
+        let running: HashSet<RpcId> =
+            self.ops.values().filter_map(|op| op.rifl.map(|e| e.rpc)).collect();
+        assert!(
+            self.rifl_running.is_subset(&running),
+            "an RPC is marked in progress with no operation running it"
+        );
         for s in self.sessions.values() {
             for r in s.running.values() {
                 assert!(self.ops.contains_key(&r.op), "session {} runs a vanished operation", s.id);
             }
-            assert!(s.running.values().filter(|r| r.blocking).count() <= 1, "two blocking operations in session {}", s.id);
+            assert!(
+                s.running.values().filter(|r| r.blocking).count() <= 1,
+                "two blocking operations in session {}",
+                s.id
+            );
         }
         self.check_barriers();
         self.check_dbits();

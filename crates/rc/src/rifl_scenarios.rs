@@ -35,11 +35,16 @@ fn rifl_rc_a_retried_faa_at_another_node_learns_the_record_through_paxos_and_add
     let s0 = net.open(0);
     // Node 1 never hears of the first attempt: it misses the accept, the commit and their
     // retransmissions (a quorum of 0 and 2 decides).
-    let blind_1 = |_: NodeId, to: NodeId, m: &PeerMessage| !(to == NodeId(1) && matches!(m, PeerMessage::Accept(_) | PeerMessage::Commit(_)));
+    let blind_1 = |_: NodeId, to: NodeId, m: &PeerMessage| {
+        !(to == NodeId(1) && matches!(m, PeerMessage::Accept(_) | PeerMessage::Commit(_)))
+    };
     // The first attempt completes with a quorum of 0 and 2.
     let first = net.call_rifl_filtered(0, Some(envelope(5, 1, 1)), faa(s0, "c"), blind_1);
     assert!(matches!(first, Response::Rmw { swapped: false, written: Some(_), .. }), "{first:?}");
-    assert!(net.nodes[1].keys.get(&b("c")).is_none_or(|k| k.records.is_empty()), "node 1 must not know the record yet");
+    assert!(
+        net.nodes[1].keys.get(&b("c")).is_none_or(|k| k.records.is_empty()),
+        "node 1 must not know the record yet"
+    );
     // The reply was lost; the client retries the same RPC at node 1, in a new session.
     let s1 = net.open(1);
     let retry = net.call_rifl(1, envelope(5, 1, 1), faa(s1, "c"));
@@ -58,7 +63,9 @@ fn rifl_rc_two_nodes_racing_on_the_same_faa_apply_it_once_and_agree_on_its_resul
     let mut net = Net::new(3, |_| {});
     let s0 = net.open(0);
     // Node 0's accepts never leave it: its attempt cannot be decided by itself.
-    let no_accepts_from_0 = |from: NodeId, _: NodeId, m: &PeerMessage| !(from == NodeId(0) && matches!(m, PeerMessage::Accept(_)));
+    let no_accepts_from_0 = |from: NodeId, _: NodeId, m: &PeerMessage| {
+        !(from == NodeId(0) && matches!(m, PeerMessage::Accept(_)))
+    };
     let first = net.submit_rifl(0, Some(envelope(9, 1, 1)), faa(s0, "c"));
     for _ in 0..20 {
         net.advance_filtered(std::time::Duration::from_micros(500), no_accepts_from_0);
@@ -81,11 +88,17 @@ fn rifl_rc_a_retried_release_finds_its_record_in_the_read_ts_round() {
     let mut net = Net::new(3, |_| {});
     let s0 = net.open(0);
     // Node 1 never receives the release's value round (a quorum of 0 and 2 completes it).
-    let blind_1 = |_: NodeId, to: NodeId, m: &PeerMessage| !(to == NodeId(1) && matches!(m, PeerMessage::Write(_)));
+    let blind_1 = |_: NodeId, to: NodeId, m: &PeerMessage| {
+        !(to == NodeId(1) && matches!(m, PeerMessage::Write(_)))
+    };
     let release = Request::Release { session: s0, key: b("flag"), value: b("v1") };
     let first = net.call_rifl_filtered(0, Some(envelope(3, 1, 1)), release, blind_1);
     let s1 = net.open(1);
-    let retry = net.call_rifl(1, envelope(3, 1, 1), Request::Release { session: s1, key: b("flag"), value: b("v1") });
+    let retry = net.call_rifl(
+        1,
+        envelope(3, 1, 1),
+        Request::Release { session: s1, key: b("flag"), value: b("v1") },
+    );
     assert_eq!(retry, first, "same version: the retry wrote nothing");
     let (_, cs) = net.nodes[2].local(b"flag");
     assert_eq!(Response::Written { cs }, first, "no second version anywhere");
@@ -95,13 +108,21 @@ fn rifl_rc_a_retried_release_finds_its_record_in_the_read_ts_round() {
 fn rifl_rc_a_retried_relaxed_write_returns_its_version_and_an_acknowledged_one_is_stale() {
     let mut net = Net::new(3, |_| {});
     let s = net.open(0);
-    let put = |v: &str| Request::Put { session: s, key: b("k"), value: Bytes::copy_from_slice(v.as_bytes()) };
+    let put = |v: &str| Request::Put {
+        session: s,
+        key: b("k"),
+        value: Bytes::copy_from_slice(v.as_bytes()),
+    };
     let first = net.call_rifl(0, envelope(4, 1, 1), put("a"));
     let again = net.call_rifl(0, envelope(4, 1, 1), put("a"));
     assert_eq!(first, again);
     // Another client wrote meanwhile; the retry of client 4's write must not overwrite it.
     let other = net.open(0);
-    net.call_rifl(0, envelope(8, 1, 1), Request::Put { session: other, key: b("k"), value: b("b") });
+    net.call_rifl(
+        0,
+        envelope(8, 1, 1),
+        Request::Put { session: other, key: b("k"), value: b("b") },
+    );
     net.deliver();
     assert_eq!(net.call_rifl(0, envelope(4, 1, 1), put("a")), first);
     assert_eq!(net.nodes[1].local(b"k").0, Some(b("b")), "the retry did not write again");
@@ -110,12 +131,21 @@ fn rifl_rc_a_retried_relaxed_write_returns_its_version_and_an_acknowledged_one_i
     assert_eq!(error_code(net.call_rifl(0, envelope(4, 1, 1), put("a"))), ErrorCode::Stale);
     net.deliver();
     let at_2 = net.open(2);
-    let late = net.call_rifl(2, envelope(4, 1, 1), Request::Put { session: at_2, key: b("k"), value: b("a") });
-    assert_eq!(error_code(late), ErrorCode::Stale, "node 2 learned the ack from the record that carried it");
+    let late = net.call_rifl(
+        2,
+        envelope(4, 1, 1),
+        Request::Put { session: at_2, key: b("k"), value: b("a") },
+    );
+    assert_eq!(
+        error_code(late),
+        ErrorCode::Stale,
+        "node 2 learned the ack from the record that carried it"
+    );
 }
 
 #[test]
-fn rifl_rc_a_second_attempt_while_the_first_runs_is_told_in_progress_and_bad_envelopes_are_refused() {
+fn rifl_rc_a_second_attempt_while_the_first_runs_is_told_in_progress_and_bad_envelopes_are_refused()
+{
     let mut net = Net::new(3, |_| {});
     let (s, t) = (net.open(0), net.open(0));
     let rel = |session| Request::Release { session, key: b("x"), value: b("1") };
@@ -135,7 +165,11 @@ fn rifl_rc_the_sweep_collects_records_a_client_acknowledged_at_keys_it_never_wri
     let mut net = Net::new(3, |_| {});
     let s = net.open(0);
     for (seq, key) in [(1, "a"), (2, "b"), (3, "c")] {
-        net.call_rifl(0, envelope(6, seq, seq), Request::Put { session: s, key: b(key), value: b("v") });
+        net.call_rifl(
+            0,
+            envelope(6, seq, seq),
+            Request::Put { session: s, key: b(key), value: b("v") },
+        );
     }
     net.deliver();
     // Seq 3's envelope acknowledged 1 and 2; after a sweep only c's record is left, everywhere.
@@ -145,6 +179,14 @@ fn rifl_rc_the_sweep_collects_records_a_client_acknowledged_at_keys_it_never_wri
         assert_eq!((live("a"), live("b"), live("c")), (0, 0, 1));
     }
     let at_1 = net.open(1);
-    let late = net.call_rifl(1, envelope(6, 1, 1), Request::Put { session: at_1, key: b("a"), value: b("v") });
-    assert_eq!(error_code(late), ErrorCode::Stale, "a late duplicate after the collection is refused");
+    let late = net.call_rifl(
+        1,
+        envelope(6, 1, 1),
+        Request::Put { session: at_1, key: b("a"), value: b("v") },
+    );
+    assert_eq!(
+        error_code(late),
+        ErrorCode::Stale,
+        "a late duplicate after the collection is refused"
+    );
 }

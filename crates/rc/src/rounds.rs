@@ -30,11 +30,18 @@ pub(crate) struct Rounds {
 
 impl RcReplica {
     /// Starts a round for `op`: `make(req)` builds the request, sent to every peer.
-    pub(crate) fn start_round(&mut self, now: Instant, op: OpId, make: impl FnOnce(u64) -> PeerMessage) -> u64 {
+    pub(crate) fn start_round(
+        &mut self,
+        now: Instant,
+        op: OpId,
+        make: impl FnOnce(u64) -> PeerMessage,
+    ) -> u64 {
         let req = self.next_req();
         let msg = make(req);
         self.broadcast(&msg);
-        self.rounds.live.insert(req, Round { op, msg, replied: NodeSet::EMPTY, replies: Vec::new() });
+        self.rounds
+            .live
+            .insert(req, Round { op, msg, replied: NodeSet::EMPTY, replies: Vec::new() });
         self.rounds.resend.push(now + self.cfg.round_retransmit, req);
         req
     }

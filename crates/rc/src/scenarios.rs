@@ -31,16 +31,28 @@ fn rc_release_then_acquire_elsewhere_sees_the_release_and_prior_writes() {
     let p = net.open(0);
     let c = net.open(2);
     for i in 0..5 {
-        net.call(0, Request::Put { session: p, key: b(&format!("field{i}")), value: b(&format!("v{i}")) });
+        net.call(
+            0,
+            Request::Put { session: p, key: b(&format!("field{i}")), value: b(&format!("v{i}")) },
+        );
     }
-    let rel = written(net.call(0, Request::Release { session: p, key: b("flag"), value: b("ready") }));
+    let rel =
+        written(net.call(0, Request::Release { session: p, key: b("flag"), value: b("ready") }));
     let got = net.call(2, Request::Acquire { session: c, key: b("flag") });
     assert_eq!(got, Response::Value { value: Some(b("ready")), cs: rel });
     for i in 0..5 {
         let v = value(net.call(2, Request::Get { session: c, key: b(&format!("field{i}")) }));
-        assert_eq!(v, Some(b(&format!("v{i}"))), "producer-consumer: fields before the release are visible");
+        assert_eq!(
+            v,
+            Some(b(&format!("v{i}"))),
+            "producer-consumer: fields before the release are visible"
+        );
     }
-    assert_eq!(net.nodes[0].stats().barriers_fast, 1, "a healthy cluster releases on the fast path");
+    assert_eq!(
+        net.nodes[0].stats().barriers_fast,
+        1,
+        "a healthy cluster releases on the fast path"
+    );
 }
 
 #[test]
@@ -57,7 +69,11 @@ fn rc_release_with_one_replica_asleep_takes_the_slow_path_and_the_sleeper_catche
     net.paused[2] = false;
     let f = value(net.call(2, Request::Acquire { session: s, key: b("f") }));
     assert_eq!(f, Some(b("1")));
-    assert_eq!(net.nodes[2].stats().machine_epoch, 1, "its acquire learned it is delinquent and bumped the epoch");
+    assert_eq!(
+        net.nodes[2].stats().machine_epoch,
+        1,
+        "its acquire learned it is delinquent and bumped the epoch"
+    );
     let x = value(net.call(2, Request::Get { session: s, key: b("x") }));
     assert_eq!(x, Some(b("1")), "the out-of-epoch key is read through the slow path");
     assert!(net.nodes[2].stats().slow_path_accesses >= 1);
@@ -75,7 +91,10 @@ fn rc_concurrent_fetch_and_adds_from_every_node_sum_exactly() {
         for _ in 0..3 {
             let s = net.open(node);
             for _ in 0..5 {
-                pending.push((node, net.submit(node, Request::Faa { session: s, key: b("ctr"), delta: 1 })));
+                pending.push((
+                    node,
+                    net.submit(node, Request::Faa { session: s, key: b("ctr"), delta: 1 }),
+                ));
             }
         }
     }
@@ -84,7 +103,10 @@ fn rc_concurrent_fetch_and_adds_from_every_node_sum_exactly() {
         match net.run_until(node, corr) {
             Response::Rmw { observed, written: Some(w), .. } => {
                 assert!(w.pno > 0, "an RMW version names its Paxos slot");
-                assert!(olds.insert(value_as_u64(observed.as_deref())), "every FAA returns a distinct old value");
+                assert!(
+                    olds.insert(value_as_u64(observed.as_deref())),
+                    "every FAA returns a distinct old value"
+                );
             }
             other => panic!("{other:?}"),
         }
@@ -99,8 +121,14 @@ fn rc_concurrent_fetch_and_adds_from_every_node_sum_exactly() {
 fn rc_of_two_strong_cases_from_the_same_value_exactly_one_swaps() {
     let mut net = Net::new(3, |_| {});
     let (a, c) = (net.open(0), net.open(1));
-    let ra = net.submit(0, Request::Cas { session: a, key: b("lock"), expected: None, new: b("a"), weak: false });
-    let rc = net.submit(1, Request::Cas { session: c, key: b("lock"), expected: None, new: b("c"), weak: false });
+    let ra = net.submit(
+        0,
+        Request::Cas { session: a, key: b("lock"), expected: None, new: b("a"), weak: false },
+    );
+    let rc = net.submit(
+        1,
+        Request::Cas { session: c, key: b("lock"), expected: None, new: b("c"), weak: false },
+    );
     let outcomes: Vec<bool> = [(0, ra), (1, rc)]
         .into_iter()
         .map(|(n, corr)| match net.run_until(n, corr) {
@@ -117,10 +145,21 @@ fn rc_weak_cas_that_fails_locally_sends_nothing_and_creates_no_version() {
     let s = net.open(0);
     net.call(0, Request::Put { session: s, key: b("k"), value: b("v") });
     net.deliver();
-    let corr = net.submit(0, Request::Cas { session: s, key: b("k"), expected: Some(b("other")), new: b("w"), weak: true });
+    let corr = net.submit(
+        0,
+        Request::Cas {
+            session: s,
+            key: b("k"),
+            expected: Some(b("other")),
+            new: b("w"),
+            weak: true,
+        },
+    );
     assert!(net.wire.is_empty(), "no message for a local failure");
     match net.take(0, corr) {
-        Some(Response::Rmw { swapped: false, written: None, observed, .. }) => assert_eq!(observed, Some(b("v"))),
+        Some(Response::Rmw { swapped: false, written: None, observed, .. }) => {
+            assert_eq!(observed, Some(b("v")))
+        }
         other => panic!("{other:?}"),
     }
 }
@@ -146,25 +185,45 @@ fn rc_a_lost_rmw_reply_never_applies_it_twice() {
 fn kf2_scenario(net: &mut Net) -> Option<Bytes> {
     let (k, i, j) = (net.open(0), net.open(1), net.open(2));
     // For the whole scenario J never receives x by WRITE (its copy is "delayed").
-    let keep = |_: NodeId, to: NodeId, m: &PeerMessage| !(to == NodeId(2) && matches!(m, PeerMessage::Write(w) if w.key == b("x")));
-    written(net.call_filtered(0, Request::Release { session: k, key: b("x"), value: b("1") }, keep));
-    assert_eq!(value(net.call_filtered(1, Request::Acquire { session: i, key: b("x") }, keep)), Some(b("1")));
+    let keep = |_: NodeId, to: NodeId, m: &PeerMessage| {
+        !(to == NodeId(2) && matches!(m, PeerMessage::Write(w) if w.key == b("x")))
+    };
+    written(net.call_filtered(
+        0,
+        Request::Release { session: k, key: b("x"), value: b("1") },
+        keep,
+    ));
+    assert_eq!(
+        value(net.call_filtered(1, Request::Acquire { session: i, key: b("x") }, keep)),
+        Some(b("1"))
+    );
     net.call_filtered(1, Request::Release { session: i, key: b("f"), value: b("1") }, keep);
-    assert_eq!(value(net.call_filtered(2, Request::Acquire { session: j, key: b("f") }, keep)), Some(b("1")));
+    assert_eq!(
+        value(net.call_filtered(2, Request::Acquire { session: j, key: b("f") }, keep)),
+        Some(b("1"))
+    );
     value(net.call_filtered(2, Request::Get { session: j, key: b("x") }, keep))
 }
 
 #[test]
 fn rc_kf2_an_acquire_obligation_carries_visibility_through_a_second_release() {
     let mut net = Net::new(3, |_| {});
-    assert_eq!(kf2_scenario(&mut net), Some(b("1")), "the obligation made I's release slow; J refreshed x");
+    assert_eq!(
+        kf2_scenario(&mut net),
+        Some(b("1")),
+        "the obligation made I's release slow; J refreshed x"
+    );
 }
 
 #[cfg(feature = "canaries")]
 #[test]
 fn canary_kf2_without_the_fix_j_reads_a_stale_x() {
     let mut net = Net::new(3, |c| c.planted_bug = Some(crate::PlantedBug::NoAcquireObligation));
-    assert_eq!(kf2_scenario(&mut net), None, "without K-F2, J's relaxed read misses x (the bug the fix prevents)");
+    assert_eq!(
+        kf2_scenario(&mut net),
+        None,
+        "without K-F2, J's relaxed read misses x (the bug the fix prevents)"
+    );
 }
 
 #[cfg(feature = "canaries")]
@@ -179,9 +238,17 @@ fn canary_a_release_that_skips_the_slow_release_leaves_the_sleeper_stale() {
     net.wire.retain(|(_, to, _)| *to != NodeId(2));
     net.paused[2] = false;
     // Acquire f at node 2, keeping x's retransmissions away from it, as if still delayed.
-    let keep = |_: NodeId, to: NodeId, m: &PeerMessage| !(to == NodeId(2) && matches!(m, PeerMessage::Write(w) if w.key == b("x")));
-    assert_eq!(value(net.call_filtered(2, Request::Acquire { session: s, key: b("f") }, keep)), Some(b("1")));
+    let keep = |_: NodeId, to: NodeId, m: &PeerMessage| {
+        !(to == NodeId(2) && matches!(m, PeerMessage::Write(w) if w.key == b("x")))
+    };
+    assert_eq!(
+        value(net.call_filtered(2, Request::Acquire { session: s, key: b("f") }, keep)),
+        Some(b("1"))
+    );
     assert_eq!(net.nodes[2].stats().machine_epoch, 0, "nobody told the sleeper");
     let x = value(net.call(2, Request::Get { session: s, key: b("x") }));
-    assert_eq!(x, None, "a stale relaxed read after the acquire: the RC violation the slow release prevents");
+    assert_eq!(
+        x, None,
+        "a stale relaxed read after the acquire: the RC violation the slow release prevents"
+    );
 }

@@ -107,7 +107,13 @@ impl Session {
 /// Releases, acquires and RMWs block their session (rule 2). A weak CAS blocks too unless it
 /// fails locally, which is decided when it starts.
 pub(crate) fn is_blocking(req: &Request) -> bool {
-    matches!(req, Request::Release { .. } | Request::Acquire { .. } | Request::Faa { .. } | Request::Cas { .. })
+    matches!(
+        req,
+        Request::Release { .. }
+            | Request::Acquire { .. }
+            | Request::Faa { .. }
+            | Request::Cas { .. }
+    )
 }
 
 pub(crate) fn request_key(req: &Request) -> Option<&Bytes> {

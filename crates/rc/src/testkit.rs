@@ -37,7 +37,14 @@ impl Net {
                 RcReplica::new(cfg).unwrap()
             })
             .collect();
-        Net { nodes, wire: VecDeque::new(), paused: vec![false; n as usize], now: Instant(0), replies: vec![Vec::new(); n as usize], next_corr: 0 }
+        Net {
+            nodes,
+            wire: VecDeque::new(),
+            paused: vec![false; n as usize],
+            now: Instant(0),
+            replies: vec![Vec::new(); n as usize],
+            next_corr: 0,
+        }
     }
 
     fn drain(&mut self, i: usize) {
@@ -109,7 +116,11 @@ impl Net {
     }
 
     /// `advance`, losing the messages `keep` refuses.
-    pub fn advance_filtered(&mut self, by: Duration, keep: impl FnMut(NodeId, NodeId, &PeerMessage) -> bool) {
+    pub fn advance_filtered(
+        &mut self,
+        by: Duration,
+        keep: impl FnMut(NodeId, NodeId, &PeerMessage) -> bool,
+    ) {
         self.now += by;
         for i in 0..self.nodes.len() {
             if !self.paused[i] {
@@ -121,7 +132,12 @@ impl Net {
     }
 
     /// Runs `body` at `node` until it is answered, losing the messages `keep` refuses.
-    pub fn call_filtered(&mut self, node: usize, body: Request, keep: impl FnMut(NodeId, NodeId, &PeerMessage) -> bool) -> Response {
+    pub fn call_filtered(
+        &mut self,
+        node: usize,
+        body: Request,
+        keep: impl FnMut(NodeId, NodeId, &PeerMessage) -> bool,
+    ) -> Response {
         self.call_rifl_filtered(node, None, body, keep)
     }
 
@@ -174,7 +190,11 @@ pub(crate) fn envelope(client: u64, seq: u64, first_incomplete: u64) -> Rifl {
     Rifl {
         rpc: RpcId { client_id: client, seq },
         first_incomplete,
-        lease: LeaseInfo { client_id: client, expiration: ClusterTime(u64::MAX), timestamp: ClusterTime::ZERO },
+        lease: LeaseInfo {
+            client_id: client,
+            expiration: ClusterTime(u64::MAX),
+            timestamp: ClusterTime::ZERO,
+        },
     }
 }
 

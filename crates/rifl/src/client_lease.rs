@@ -33,7 +33,9 @@ impl ClientLease {
     /// RPCs as they come back `ExpiredLease` and starts a fresh RequestTracker (R-D21).
     pub fn on_grant(&mut self, sent: Instant, grant: LeaseStatus) -> bool {
         let changed = self.grant.map(|g| g.lease_id) != Some(grant.lease_id);
-        let term = std::time::Duration::from_nanos(grant.expiration.as_nanos().saturating_sub(grant.cluster_time.as_nanos()));
+        let term = std::time::Duration::from_nanos(
+            grant.expiration.as_nanos().saturating_sub(grant.cluster_time.as_nanos()),
+        );
         // The term is the service's (the client does not configure it): renew at half of it
         // (§3.5), stop new RPCs in its last tenth, at most the configured danger zone.
         let danger = (term / 10).min(self.config.danger);
@@ -52,13 +54,21 @@ impl ClientLease {
     /// first" (§5.5.1: `get_client_id` blocks until a renewal succeeds).
     pub fn usable(&self, now: Instant) -> Option<LeaseInfo> {
         let g = self.grant?;
-        (now < self.valid_until).then_some(LeaseInfo { client_id: g.lease_id, expiration: g.expiration, timestamp: g.cluster_time })
+        (now < self.valid_until).then_some(LeaseInfo {
+            client_id: g.lease_id,
+            expiration: g.expiration,
+            timestamp: g.cluster_time,
+        })
     }
 
     /// What requests carried under the latest grant, whether or not it is still usable (an
     /// unfinished request of an expired lease is retried with it).
     pub fn last_grant(&self) -> Option<LeaseInfo> {
-        self.grant.map(|g| LeaseInfo { client_id: g.lease_id, expiration: g.expiration, timestamp: g.cluster_time })
+        self.grant.map(|g| LeaseInfo {
+            client_id: g.lease_id,
+            expiration: g.expiration,
+            timestamp: g.cluster_time,
+        })
     }
 
     /// Whether a renewal is due (none granted yet, or half the term passed).
@@ -82,14 +92,28 @@ mod tests {
         let mut lease = ClientLease::new(RiflConfig::simulation()); // term 10 s, renew at 5 s left, danger 1 s
         assert!(lease.renewal_due(Instant::ZERO));
         assert!(lease.usable(Instant::ZERO).is_none());
-        let grant = LeaseStatus { lease_id: 4, expiration: ClusterTime::from_millis(60_000), cluster_time: ClusterTime::from_millis(50_000) };
+        let grant = LeaseStatus {
+            lease_id: 4,
+            expiration: ClusterTime::from_millis(60_000),
+            cluster_time: ClusterTime::from_millis(50_000),
+        };
         assert!(lease.on_grant(Instant::from_millis(100), grant));
         let info = lease.usable(Instant::from_millis(9_000)).unwrap();
-        assert_eq!((info.client_id, info.expiration, info.timestamp), (4, grant.expiration, grant.cluster_time));
+        assert_eq!(
+            (info.client_id, info.expiration, info.timestamp),
+            (4, grant.expiration, grant.cluster_time)
+        );
         assert!(!lease.renewal_due(Instant::from_millis(5_000)));
         assert!(lease.renewal_due(Instant::from_millis(5_100)));
         assert!(lease.usable(Instant::from_millis(9_100)).is_none(), "in the danger zone");
-        assert!(!lease.on_grant(Instant::from_millis(5_100), LeaseStatus { cluster_time: ClusterTime::from_millis(55_000), expiration: ClusterTime::from_millis(65_000), ..grant }));
+        assert!(!lease.on_grant(
+            Instant::from_millis(5_100),
+            LeaseStatus {
+                cluster_time: ClusterTime::from_millis(55_000),
+                expiration: ClusterTime::from_millis(65_000),
+                ..grant
+            }
+        ));
         assert!(lease.usable(Instant::from_millis(9_100)).is_some());
     }
 }

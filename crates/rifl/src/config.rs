@@ -62,9 +62,14 @@ impl RiflConfig {
 
     pub fn validate(&self) -> Result<(), ConfigError> {
         if self.window == 0 || self.window > strata_wire::rifl::WINDOW {
-            return Err(ConfigError("window must be in 1..=512 (servers reject requests beyond 512)"));
+            return Err(ConfigError(
+                "window must be in 1..=512 (servers reject requests beyond 512)",
+            ));
         }
-        if self.lease_term.is_zero() || self.danger >= self.renew_before || self.renew_before >= self.lease_term {
+        if self.lease_term.is_zero()
+            || self.danger >= self.renew_before
+            || self.renew_before >= self.lease_term
+        {
             return Err(ConfigError("need 0 < danger < renew_before < lease_term"));
         }
         if self.safe_persist_period.is_zero() || self.safe_persist_period >= self.safe_interval {
@@ -96,7 +101,8 @@ mod tests {
         assert!(bad.validate().is_err());
         let bad = RiflConfig { window: 513, ..RiflConfig::default() };
         assert!(bad.validate().is_err());
-        let bad = RiflConfig { safe_persist_period: Duration::from_secs(3), ..RiflConfig::default() };
+        let bad =
+            RiflConfig { safe_persist_period: Duration::from_secs(3), ..RiflConfig::default() };
         assert!(bad.validate().is_err());
     }
 }

@@ -14,8 +14,8 @@
 
 use std::collections::{BTreeSet, HashMap};
 
-pub use strata_wire::rifl::LeaseStatus;
 use strata_wire::rifl::ClusterTime;
+pub use strata_wire::rifl::LeaseStatus;
 use strata_wire::Instant;
 
 use crate::config::RiflConfig;
@@ -179,8 +179,14 @@ impl LeaseService {
             restored_exp: start.saturating_add_nanos(self.term_ns()),
             restored_cursor: Some(0),
             // The log commits in order, so every durable id is reserved; the max is a guard.
-            last_issued: self.durable.max_reserved.max(self.durable.ids.last().copied().unwrap_or(0)),
-            reserved_proposed: self.durable.max_reserved.max(self.durable.ids.last().copied().unwrap_or(0)),
+            last_issued: self
+                .durable
+                .max_reserved
+                .max(self.durable.ids.last().copied().unwrap_or(0)),
+            reserved_proposed: self
+                .durable
+                .max_reserved
+                .max(self.durable.ids.last().copied().unwrap_or(0)),
             next_persist: now,
             next_clean: now + self.config.cleaner_period,
             last_handed: start,
@@ -239,10 +245,17 @@ impl LeaseService {
         let Some(s) = self.serving.as_mut() else { return Renewal::NotServing };
         let t = Self::clock(s, durable, now);
         s.last_handed = s.last_handed.max(t);
-        if id != 0 && durable.ids.contains(&id) && Self::expiration(s, durable, id).is_some_and(|exp| exp > t) {
+        if id != 0
+            && durable.ids.contains(&id)
+            && Self::expiration(s, durable, id).is_some_and(|exp| exp > t)
+        {
             let exp = t.saturating_add_nanos(term);
             Self::set_expiration(s, id, exp);
-            return Renewal::Granted(LeaseStatus { lease_id: id, expiration: exp, cluster_time: t });
+            return Renewal::Granted(LeaseStatus {
+                lease_id: id,
+                expiration: exp,
+                cluster_time: t,
+            });
         }
         let mut commands = Vec::with_capacity(2);
         if s.last_issued >= s.reserved_proposed {
@@ -261,7 +274,9 @@ impl LeaseService {
         // Alive until its `Drop` is durable (see `apply`), even past its expiration.
         let early = self.canary == Some(LeaseCanary::ExpiredBeforeDrop); // CANARY
         Some(match Self::expiration(s, &self.durable, id) {
-            Some(exp) if !(early && exp <= t) => LeaseStatus { lease_id: id, expiration: exp, cluster_time: t },
+            Some(exp) if !(early && exp <= t) => {
+                LeaseStatus { lease_id: id, expiration: exp, cluster_time: t }
+            }
             _ => LeaseStatus { lease_id: 0, expiration: ClusterTime::ZERO, cluster_time: t },
         })
     }
@@ -270,13 +285,18 @@ impl LeaseService {
     /// `safe_persist_period` (to the clock plus `safe_interval`), and every `cleaner_period`
     /// drop the leases that expired. Returns the commands to make durable.
     pub fn tick(&mut self, now: Instant) -> Vec<LeaseCommand> {
-        let (period, interval, cleaner) =
-            (self.config.safe_persist_period, self.config.safe_interval.as_nanos() as u64, self.config.cleaner_period);
+        let (period, interval, cleaner) = (
+            self.config.safe_persist_period,
+            self.config.safe_interval.as_nanos() as u64,
+            self.config.cleaner_period,
+        );
         let durable = &self.durable;
         let Some(s) = self.serving.as_mut() else { return Vec::new() };
         let mut out = Vec::new();
         if now >= s.next_persist {
-            out.push(LeaseCommand::SafeTime { t: Self::unclamped(s, now).saturating_add_nanos(interval) });
+            out.push(LeaseCommand::SafeTime {
+                t: Self::unclamped(s, now).saturating_add_nanos(interval),
+            });
             s.next_persist = now + period;
         }
         if now >= s.next_clean {
@@ -292,8 +312,14 @@ impl LeaseService {
             s.next_clean = now + cleaner;
             // The restored leases nobody renewed, a bounded batch per tick (then again soon).
             if let (Some(from), true) = (s.restored_cursor, s.restored_exp <= t) {
-                let mut batch = durable.ids.range(from..).filter(|id| !s.leases.contains_key(id)).take(RESTORED_SWEEP_BATCH + 1);
-                out.extend(batch.by_ref().take(RESTORED_SWEEP_BATCH).map(|&id| LeaseCommand::Drop { id }));
+                let mut batch = durable
+                    .ids
+                    .range(from..)
+                    .filter(|id| !s.leases.contains_key(id))
+                    .take(RESTORED_SWEEP_BATCH + 1);
+                out.extend(
+                    batch.by_ref().take(RESTORED_SWEEP_BATCH).map(|&id| LeaseCommand::Drop { id }),
+                );
                 match batch.next() {
                     Some(&next) => {
                         s.restored_cursor = Some(next);
@@ -321,12 +347,20 @@ impl LeaseService {
     pub fn check_invariants(&self) -> Result<(), String> {
         let Some(s) = &self.serving else { return Ok(()) };
         if s.last_handed > self.durable.safe_time.max(s.start_cluster) {
-            return Err(format!("handed out {} beyond the safe time {}", s.last_handed, self.durable.safe_time));
+            return Err(format!(
+                "handed out {} beyond the safe time {}",
+                s.last_handed, self.durable.safe_time
+            ));
         }
         if s.last_issued > s.reserved_proposed {
-            return Err(format!("issued id {} beyond the reservation {}", s.last_issued, s.reserved_proposed));
+            return Err(format!(
+                "issued id {} beyond the reservation {}",
+                s.last_issued, s.reserved_proposed
+            ));
         }
-        if s.expiry.len() > s.leases.len() || s.expiry.iter().any(|(exp, id)| s.leases.get(id) != Some(exp)) {
+        if s.expiry.len() > s.leases.len()
+            || s.expiry.iter().any(|(exp, id)| s.leases.get(id) != Some(exp))
+        {
             return Err("the expiry index disagrees with the lease map".into());
         }
         Ok(())
@@ -356,7 +390,12 @@ mod tests {
         }
     }
 
-    fn create(svc: &mut LeaseService, log: &mut Vec<LeaseCommand>, id: u64, now: Instant) -> LeaseStatus {
+    fn create(
+        svc: &mut LeaseService,
+        log: &mut Vec<LeaseCommand>,
+        id: u64,
+        now: Instant,
+    ) -> LeaseStatus {
         match svc.renew(id, now) {
             Renewal::Granted(g) => g,
             Renewal::Persist { id, commands } => {
@@ -380,10 +419,18 @@ mod tests {
         svc.become_leader(ms(0));
         let first = svc.tick(ms(0));
         assert_eq!(first, vec![LeaseCommand::SafeTime { t: ClusterTime::from_millis(3000) }]);
-        assert_eq!(svc.now_cluster(ms(1000)), Some(ClusterTime::ZERO), "nothing durable yet: the clock may not move");
+        assert_eq!(
+            svc.now_cluster(ms(1000)),
+            Some(ClusterTime::ZERO),
+            "nothing durable yet: the clock may not move"
+        );
         svc.apply(&first[0], ms(1000));
         assert_eq!(svc.now_cluster(ms(1000)), Some(ClusterTime::from_millis(1000)));
-        assert_eq!(svc.now_cluster(ms(5000)), Some(ClusterTime::from_millis(3000)), "capped at the safe time");
+        assert_eq!(
+            svc.now_cluster(ms(5000)),
+            Some(ClusterTime::from_millis(3000)),
+            "capped at the safe time"
+        );
         pump(&mut svc, &mut log, ms(5000));
         assert_eq!(svc.now_cluster(ms(5000)), Some(ClusterTime::from_millis(5000)));
         svc.check_invariants().unwrap();
@@ -412,7 +459,10 @@ mod tests {
         let c = create(&mut next, &mut log, 0, ms(0));
         assert_eq!(c.lease_id, 4, "ids 1-3 were reserved by the old leader");
         assert!(next.status(1, ms(0)).unwrap().alive());
-        assert_eq!(next.status(1, ms(0)).unwrap().expiration, resumed.saturating_add_nanos(10_000_000_000));
+        assert_eq!(
+            next.status(1, ms(0)).unwrap().expiration,
+            resumed.saturating_add_nanos(10_000_000_000)
+        );
         next.check_invariants().unwrap();
     }
 
@@ -460,8 +510,14 @@ mod tests {
         }
         assert!(now >= 10_000, "dropped before its term ran out");
         let before = svc.status(g.lease_id, ms(now)).unwrap();
-        assert!(before.alive(), "the Drop is not durable: a new leader would renew the id, so it is not expired yet");
-        assert!(matches!(svc.renew(g.lease_id, ms(now)), Renewal::Persist { id, .. } if id != g.lease_id), "but never renewed");
+        assert!(
+            before.alive(),
+            "the Drop is not durable: a new leader would renew the id, so it is not expired yet"
+        );
+        assert!(
+            matches!(svc.renew(g.lease_id, ms(now)), Renewal::Persist { id, .. } if id != g.lease_id),
+            "but never renewed"
+        );
         svc.apply(&drop.unwrap(), ms(now));
         assert!(!svc.status(g.lease_id, ms(now)).unwrap().alive());
         // A new leader replaying the log does not revive it either.
@@ -474,13 +530,21 @@ mod tests {
     #[test]
     fn a_start_costs_nothing_per_lease_and_unrenewed_leases_are_swept_in_batches() {
         let config = RiflConfig::simulation(); // 10 s term
-        let mut durable = DurableLeases { max_reserved: 30_000, safe_time: ClusterTime::from_millis(1000), ..DurableLeases::default() };
+        let mut durable = DurableLeases {
+            max_reserved: 30_000,
+            safe_time: ClusterTime::from_millis(1000),
+            ..DurableLeases::default()
+        };
         durable.ids.extend(1..=25_000);
         let mut svc = LeaseService::restore(config, durable);
         svc.become_leader(ms(0));
         assert_eq!(svc.lease_count(), 25_000);
         let restored = svc.status(7, ms(0)).unwrap();
-        assert_eq!(restored.expiration, ClusterTime::from_millis(11_000), "every known lease renewed for a full term");
+        assert_eq!(
+            restored.expiration,
+            ClusterTime::from_millis(11_000),
+            "every known lease renewed for a full term"
+        );
         // Lease 7's client renews; the others went away.
         let mut now = 0;
         let mut log = Vec::new();
@@ -497,15 +561,24 @@ mod tests {
             if drops > 0 {
                 batches.push(drops);
             }
-            assert!(!commands.contains(&LeaseCommand::Drop { id: 7 }), "a renewed lease is not swept");
+            assert!(
+                !commands.contains(&LeaseCommand::Drop { id: 7 }),
+                "a renewed lease is not swept"
+            );
             for c in &commands {
                 svc.apply(c, ms(now));
             }
             svc.renew(7, ms(now));
         }
-        assert_eq!(batches, vec![RESTORED_SWEEP_BATCH, RESTORED_SWEEP_BATCH, 4_999], "bounded batches");
+        assert_eq!(
+            batches,
+            vec![RESTORED_SWEEP_BATCH, RESTORED_SWEEP_BATCH, 4_999],
+            "bounded batches"
+        );
         assert_eq!(svc.lease_count(), 1);
-        assert!(!svc.status(8, ms(now)).unwrap().alive() && svc.status(7, ms(now)).unwrap().alive());
+        assert!(
+            !svc.status(8, ms(now)).unwrap().alive() && svc.status(7, ms(now)).unwrap().alive()
+        );
         svc.check_invariants().unwrap();
     }
 

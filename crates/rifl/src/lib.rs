@@ -28,8 +28,10 @@ pub mod validator;
 
 pub use client_lease::ClientLease;
 pub use config::{ConfigError, RiflConfig};
-pub use lease_service::{DurableLeases, LeaseCanary, LeaseCommand, LeaseService, LeaseStatus, Renewal};
+pub use lease_service::{
+    DurableLeases, LeaseCanary, LeaseCommand, LeaseService, LeaseStatus, Renewal,
+};
 pub use request_tracker::{RequestTracker, SequenceError};
 pub use result_tracker::{ClientExport, ResultTracker, TrackerStats, Verdict};
-pub use validator::{LeaseCheck, LeaseValidator};
 pub use strata_wire::rifl::{ClusterTime, LeaseInfo, Rifl, RpcId, WINDOW};
+pub use validator::{LeaseCheck, LeaseValidator};

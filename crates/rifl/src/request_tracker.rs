@@ -116,7 +116,10 @@ mod tests {
     #[test]
     fn a_block_completes_as_a_unit_and_too_large_blocks_are_refused() {
         let mut t = RequestTracker::new(4);
-        assert_eq!(t.new_sequence_block(5), Err(SequenceError::TooLarge { requested: 5, window: 4 }));
+        assert_eq!(
+            t.new_sequence_block(5),
+            Err(SequenceError::TooLarge { requested: 5, window: 4 })
+        );
         assert_eq!(t.new_sequence_block(3), Ok(1));
         assert_eq!(t.new_sequence_block(2), Err(SequenceError::WindowFull { window: 4 }));
         assert_eq!(t.new_sequence_num(), Ok(4));

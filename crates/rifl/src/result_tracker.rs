@@ -72,7 +72,15 @@ struct ClientRecord<R> {
 
 impl<R> ClientRecord<R> {
     fn new() -> Self {
-        ClientRecord { ack: 0, max_seen: 0, lease_hint: ClusterTime::ZERO, in_progress: 0, protect: 0, expired: false, slots: Vec::new() }
+        ClientRecord {
+            ack: 0,
+            max_seen: 0,
+            lease_hint: ClusterTime::ZERO,
+            in_progress: 0,
+            protect: 0,
+            expired: false,
+            slots: Vec::new(),
+        }
     }
 
     fn find(&self, seq: u64) -> Result<usize, usize> {
@@ -346,7 +354,12 @@ impl<R: Clone> ResultTracker<R> {
     /// §5.6 cleaner, step 2: drops every record whose lease the service confirmed expired and
     /// that nothing protects or executes. Returns the clients removed.
     pub fn collect_expired(&mut self) -> Vec<u64> {
-        let mut gone: Vec<u64> = self.clients.iter().filter(|(_, r)| r.expired && r.collectable()).map(|(&id, _)| id).collect();
+        let mut gone: Vec<u64> = self
+            .clients
+            .iter()
+            .filter(|(_, r)| r.expired && r.collectable())
+            .map(|(&id, _)| id)
+            .collect();
         gone.sort_unstable();
         for id in &gone {
             self.clients.remove(id);
@@ -376,16 +389,26 @@ impl<R: Clone> ResultTracker<R> {
             }
             let running = r.slots.iter().filter(|(_, s)| s.running()).count();
             if running != r.in_progress as usize {
-                return Err(format!("client {id}: {running} slots in progress, counted {}", r.in_progress));
+                return Err(format!(
+                    "client {id}: {running} slots in progress, counted {}",
+                    r.in_progress
+                ));
             }
             if let Some((seq, _)) = r.slots.iter().find(|(seq, s)| *seq <= r.ack && !s.running()) {
-                return Err(format!("client {id}: completed record {seq} at or below the ack watermark {}", r.ack));
+                return Err(format!(
+                    "client {id}: completed record {seq} at or below the ack watermark {}",
+                    r.ack
+                ));
             }
             if r.slots.iter().any(|(seq, _)| *seq > r.max_seen) {
                 return Err(format!("client {id}: a slot above max_seen {}", r.max_seen));
             }
             if r.slots.len() as u64 > self.window {
-                return Err(format!("client {id}: {} records, more than the window {}", r.slots.len(), self.window));
+                return Err(format!(
+                    "client {id}: {} records, more than the window {}",
+                    r.slots.len(),
+                    self.window
+                ));
             }
         }
         Ok(())
@@ -412,7 +435,11 @@ mod tests {
     }
 
     fn status(alive: bool, expiration: u64, now: u64) -> LeaseStatus {
-        LeaseStatus { lease_id: if alive { C } else { 0 }, expiration: ClusterTime(expiration), cluster_time: ClusterTime(now) }
+        LeaseStatus {
+            lease_id: if alive { C } else { 0 },
+            expiration: ClusterTime(expiration),
+            cluster_time: ClusterTime(now),
+        }
     }
 
     #[test]
@@ -464,7 +491,11 @@ mod tests {
         // expiration 50 is not beyond the RPC's own cluster time 60
         assert_eq!(t.check_duplicate(rpc(1), &lease(50, 60)), Verdict::ValidateLease);
         t.on_lease_status(C, &status(true, 200, 70));
-        assert_eq!(t.check_duplicate(rpc(1), &lease(50, 60)), Verdict::New, "the service renewed it");
+        assert_eq!(
+            t.check_duplicate(rpc(1), &lease(50, 60)),
+            Verdict::New,
+            "the service renewed it"
+        );
         t.record_completion(rpc(1), 1);
         assert_eq!(t.check_duplicate(rpc(2), &lease(50, 250)), Verdict::ValidateLease);
         t.on_lease_status(C, &status(false, 0, 260));
@@ -517,7 +548,11 @@ mod tests {
         assert_eq!(t.check_duplicate(rpc(3), &lease(100, 1)), Verdict::New);
         assert_eq!(t.peek(rpc(3)), Verdict::InProgress);
         assert_eq!(t.peek(rpc(3)), Verdict::InProgress, "and again: nothing changed");
-        assert_eq!(t.completed_records(), vec![(C, 2, vec![(4, 40)])], "the in-progress slot is no record");
+        assert_eq!(
+            t.completed_records(),
+            vec![(C, 2, vec![(4, 40)])],
+            "the in-progress slot is no record"
+        );
         // Replaying the export rebuilds the same answers.
         let mut u = tracker();
         for (c, ack, records) in t.completed_records() {
@@ -526,7 +561,10 @@ mod tests {
                 u.recover_record(RpcId { client_id: c, seq }, ack, r);
             }
         }
-        assert_eq!((u.peek(rpc(2)), u.peek(rpc(4)), u.ack_of(C)), (Verdict::Stale, Verdict::Completed(40), 2));
+        assert_eq!(
+            (u.peek(rpc(2)), u.peek(rpc(4)), u.ack_of(C)),
+            (Verdict::Stale, Verdict::Completed(40), 2)
+        );
     }
 
     /// A model of one client's RPCs against the tracker: whatever the order of arrivals,

@@ -143,9 +143,14 @@ impl LeaseValidator {
         self.expired.retain(|_, &mut at| now.saturating_since(at) < period);
         let observed = self.observed;
         let retry = self.query_retry;
-        let asked_lately = |id: &u64| self.asking.get(id).is_some_and(|&at| now.saturating_since(at) < retry);
-        let mut ids: Vec<u64> =
-            self.hints.iter().filter(|&(id, &exp)| exp <= observed && !asked_lately(id)).map(|(&id, _)| id).collect();
+        let asked_lately =
+            |id: &u64| self.asking.get(id).is_some_and(|&at| now.saturating_since(at) < retry);
+        let mut ids: Vec<u64> = self
+            .hints
+            .iter()
+            .filter(|&(id, &exp)| exp <= observed && !asked_lately(id))
+            .map(|(&id, _)| id)
+            .collect();
         ids.sort_unstable();
         ids
     }
@@ -176,11 +181,15 @@ mod tests {
     }
 
     #[test]
-    fn a_lease_behind_the_observed_clock_is_asked_about_and_expired_only_when_the_service_says_so() {
+    fn a_lease_behind_the_observed_clock_is_asked_about_and_expired_only_when_the_service_says_so()
+    {
         let mut v = LeaseValidator::new(&RiflConfig::simulation(), Duration::from_millis(100));
         assert_eq!(v.check(&lease(1, 10_000, 0)), LeaseCheck::Alive { expiration: ct(10_000) });
         // Another client's envelope moves the clock past client 1's expiration.
-        assert_eq!(v.check(&lease(2, 30_000, 20_000)), LeaseCheck::Alive { expiration: ct(30_000) });
+        assert_eq!(
+            v.check(&lease(2, 30_000, 20_000)),
+            LeaseCheck::Alive { expiration: ct(30_000) }
+        );
         assert_eq!(v.check(&lease(1, 10_000, 0)), LeaseCheck::Ask);
         assert!(v.should_ask(1, at(0)));
         assert!(!v.should_ask(1, at(50)), "one question in flight per client");
@@ -188,14 +197,26 @@ mod tests {
         // The service renewed it meanwhile: alive, and no more questions while the hint holds.
         let renewed = LeaseStatus { lease_id: 1, expiration: ct(40_000), cluster_time: ct(21_000) };
         assert!(!v.on_status(1, &renewed, at(200)));
-        assert_eq!(v.check(&lease(1, 10_000, 0)), LeaseCheck::Alive { expiration: ct(40_000) }, "carries the confirmed expiration on");
+        assert_eq!(
+            v.check(&lease(1, 10_000, 0)),
+            LeaseCheck::Alive { expiration: ct(40_000) },
+            "carries the confirmed expiration on"
+        );
         // Later the service says expired: from then on, ExpiredLease.
-        assert_eq!(v.check(&lease(2, 90_000, 50_000)), LeaseCheck::Alive { expiration: ct(90_000) });
+        assert_eq!(
+            v.check(&lease(2, 90_000, 50_000)),
+            LeaseCheck::Alive { expiration: ct(90_000) }
+        );
         assert_eq!(v.check(&lease(1, 10_000, 0)), LeaseCheck::Ask);
-        let gone = LeaseStatus { lease_id: 0, expiration: ClusterTime::ZERO, cluster_time: ct(51_000) };
+        let gone =
+            LeaseStatus { lease_id: 0, expiration: ClusterTime::ZERO, cluster_time: ct(51_000) };
         assert!(v.on_status(1, &gone, at(300)));
         assert_eq!(v.check(&lease(1, 10_000, 0)), LeaseCheck::Expired);
-        assert_eq!(v.observed_cluster_time(), ct(51_000), "the clock rose to the service's time first");
+        assert_eq!(
+            v.observed_cluster_time(),
+            ct(51_000),
+            "the clock rose to the service's time first"
+        );
     }
 
     #[test]
@@ -212,7 +233,8 @@ mod tests {
         // expired (its Drop became durable).
         assert_eq!(v.cleaner(at(1000)), vec![1]);
         assert!(v.should_ask(1, at(1000)));
-        let gone = LeaseStatus { lease_id: 0, expiration: ClusterTime::ZERO, cluster_time: ct(52_000) };
+        let gone =
+            LeaseStatus { lease_id: 0, expiration: ClusterTime::ZERO, cluster_time: ct(52_000) };
         assert!(v.on_status(1, &gone, at(1010)));
     }
 
@@ -226,12 +248,21 @@ mod tests {
         assert_eq!(v.cleaner(at(1000)), vec![1], "client 2 is alive by the clock");
         assert!(v.should_ask(1, at(1000)));
         assert!(v.cleaner(at(1500)).is_empty());
-        assert_eq!(v.cleaner(at(2000)), vec![1], "unanswered for longer than query_retry: asked again");
-        let gone = LeaseStatus { lease_id: 0, expiration: ClusterTime::ZERO, cluster_time: ct(31_000) };
+        assert_eq!(
+            v.cleaner(at(2000)),
+            vec![1],
+            "unanswered for longer than query_retry: asked again"
+        );
+        let gone =
+            LeaseStatus { lease_id: 0, expiration: ClusterTime::ZERO, cluster_time: ct(31_000) };
         assert!(v.on_status(1, &gone, at(2100)));
         assert_eq!(v.tracked_clients(), 1);
         assert_eq!(v.check(&lease(1, 10_000, 0)), LeaseCheck::Expired);
         v.cleaner(at(3200));
-        assert_eq!(v.check(&lease(1, 10_000, 0)), LeaseCheck::Ask, "forgotten expiry: asked again, never run");
+        assert_eq!(
+            v.check(&lease(1, 10_000, 0)),
+            LeaseCheck::Ask,
+            "forgotten expiry: asked again, never run"
+        );
     }
 }

@@ -22,7 +22,8 @@ use std::collections::{BTreeSet, HashMap};
 use std::time::Duration;
 
 use strata_rifl::{
-    ClientLease, LeaseCanary, LeaseCheck, LeaseCommand, LeaseService, LeaseValidator, Renewal, RiflConfig,
+    ClientLease, LeaseCanary, LeaseCheck, LeaseCommand, LeaseService, LeaseValidator, Renewal,
+    RiflConfig,
 };
 use strata_wire::rifl::ClusterTime;
 use strata_wire::Instant;
@@ -62,7 +63,14 @@ fn ms(v: u64) -> Instant {
 /// Runs one seed; `Err` names the first violated rule.
 fn run(seed: u64, canary: Option<LeaseCanary>, leader_change_per_mille: u64) -> Result<(), String> {
     let mut rng = Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1);
-    let config = RiflConfig { lease_term: Duration::from_secs(2), renew_before: Duration::from_secs(1), danger: Duration::from_millis(200), cleaner_period: Duration::from_millis(200), id_block: 5, ..RiflConfig::default() };
+    let config = RiflConfig {
+        lease_term: Duration::from_secs(2),
+        renew_before: Duration::from_secs(1),
+        danger: Duration::from_millis(200),
+        cleaner_period: Duration::from_millis(200),
+        id_block: 5,
+        ..RiflConfig::default()
+    };
     let mut committed: Vec<LeaseCommand> = Vec::new();
     // Proposed, not committed: (commit time, command).
     let mut pending: Vec<(u64, LeaseCommand)> = Vec::new();
@@ -78,9 +86,15 @@ fn run(seed: u64, canary: Option<LeaseCanary>, leader_change_per_mille: u64) -> 
         svc
     };
     let mut svc = new_leader(&committed, 0);
-    let mut nodes: Vec<LeaseValidator> = (0..NODES).map(|_| LeaseValidator::new(&config, Duration::from_millis(100))).collect();
-    let mut clients: Vec<Client> =
-        (0..CLIENTS).map(|_| Client { lease: ClientLease::new(config.clone()), creating: None, paused_until: 0 }).collect();
+    let mut nodes: Vec<LeaseValidator> =
+        (0..NODES).map(|_| LeaseValidator::new(&config, Duration::from_millis(100))).collect();
+    let mut clients: Vec<Client> = (0..CLIENTS)
+        .map(|_| Client {
+            lease: ClientLease::new(config.clone()),
+            creating: None,
+            paused_until: 0,
+        })
+        .collect();
     let mut granted: HashMap<u64, usize> = HashMap::new();
     let mut last_time = ClusterTime::ZERO;
     // Per node, the clients it was told are expired (their records there may be gone); and
@@ -128,7 +142,10 @@ fn run(seed: u64, canary: Option<LeaseCanary>, leader_change_per_mille: u64) -> 
                 match svc.renew(asked, ms(now)) {
                     Renewal::Granted(g) => {
                         if *granted.entry(g.lease_id).or_insert(ci) != ci {
-                            return Err(format!("step {step}: lease id {} granted to two clients", g.lease_id));
+                            return Err(format!(
+                                "step {step}: lease id {} granted to two clients",
+                                g.lease_id
+                            ));
                         }
                         c.lease.on_grant(ms(now), g);
                         c.creating = None;
@@ -149,7 +166,8 @@ fn run(seed: u64, canary: Option<LeaseCanary>, leader_change_per_mille: u64) -> 
             let v = &mut nodes[node];
             let mut verdict = v.check(&info);
             if verdict == LeaseCheck::Ask {
-                ask(&mut svc, v, id, now, &mut collected[node], &mut expired_anywhere).map_err(|e| format!("step {step}: {e}"))?;
+                ask(&mut svc, v, id, now, &mut collected[node], &mut expired_anywhere)
+                    .map_err(|e| format!("step {step}: {e}"))?;
                 verdict = v.check(&info);
             }
             if let LeaseCheck::Alive { .. } = verdict {
@@ -162,7 +180,8 @@ fn run(seed: u64, canary: Option<LeaseCanary>, leader_change_per_mille: u64) -> 
         for (node, v) in nodes.iter_mut().enumerate() {
             for id in v.cleaner(ms(now)) {
                 if v.should_ask(id, ms(now)) {
-                    ask(&mut svc, v, id, now, &mut collected[node], &mut expired_anywhere).map_err(|e| format!("step {step}: {e}"))?;
+                    ask(&mut svc, v, id, now, &mut collected[node], &mut expired_anywhere)
+                        .map_err(|e| format!("step {step}: {e}"))?;
                 }
             }
         }
@@ -189,7 +208,9 @@ fn ask(
 ) -> Result<(), String> {
     let status = svc.status(id, ms(now)).expect("serving");
     if status.alive() && expired_anywhere.contains(&id) {
-        return Err(format!("the service reports client {id} alive after a node was told it expired"));
+        return Err(format!(
+            "the service reports client {id} alive after a node was told it expired"
+        ));
     }
     if node.on_status(id, &status, ms(now)) {
         collected.insert(id);
@@ -219,20 +240,35 @@ fn leases_hold_inv_9_on_every_seed_with_leader_changes_and_pauses() {
             failures.insert(seed, e);
         }
     }
-    assert!(failures.is_empty(), "{} of {n} seeds fail: {:?}", failures.len(), failures.iter().take(3).collect::<Vec<_>>());
+    assert!(
+        failures.is_empty(),
+        "{} of {n} seeds fail: {:?}",
+        failures.len(),
+        failures.iter().take(3).collect::<Vec<_>>()
+    );
 }
 
 #[test]
 fn canary_an_expiry_reported_before_its_drop_is_durable_is_caught() {
-    let errors: Vec<String> = (0..200).filter_map(|seed| run(seed, Some(LeaseCanary::ExpiredBeforeDrop), 30).err()).collect();
-    println!("expired-before-drop: caught on {} of 200 seeds, e.g. {:?}", errors.len(), errors.first());
+    let errors: Vec<String> = (0..200)
+        .filter_map(|seed| run(seed, Some(LeaseCanary::ExpiredBeforeDrop), 30).err())
+        .collect();
+    println!(
+        "expired-before-drop: caught on {} of 200 seeds, e.g. {:?}",
+        errors.len(),
+        errors.first()
+    );
     assert!(errors.len() >= 5, "caught on {} of 200 seeds", errors.len());
-    assert!(errors.iter().all(|e| e.contains("alive after") || e.contains("whose expiry")), "{errors:?}");
+    assert!(
+        errors.iter().all(|e| e.contains("alive after") || e.contains("whose expiry")),
+        "{errors:?}"
+    );
 }
 
 #[test]
 fn canary_a_leader_clock_restarting_from_zero_is_caught() {
-    let errors: Vec<String> = (0..200).filter_map(|seed| run(seed, Some(LeaseCanary::ClockFromZero), 10).err()).collect();
+    let errors: Vec<String> =
+        (0..200).filter_map(|seed| run(seed, Some(LeaseCanary::ClockFromZero), 10).err()).collect();
     println!("clock-from-zero: caught on {} of 200 seeds, e.g. {:?}", errors.len(), errors.first());
     assert!(errors.len() >= 100, "caught on {} of 200 seeds", errors.len());
 }

@@ -24,7 +24,8 @@ impl NodeClock {
     /// The node's reading at global instant `global`.
     pub fn local(&self, global: Instant) -> Instant {
         let g = i128::from(global.0);
-        let skewed = g + (g * i128::from(self.drift_ppm)).div_euclid(1_000_000) + i128::from(self.offset_ns);
+        let skewed =
+            g + (g * i128::from(self.drift_ppm)).div_euclid(1_000_000) + i128::from(self.offset_ns);
         Instant(skewed.clamp(0, i128::from(u64::MAX)) as u64)
     }
 

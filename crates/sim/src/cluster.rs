@@ -38,8 +38,9 @@ use strata_wire::{AcquireId, Ballot, Carstamp, Instant, NodeId, RmwId};
 use crate::clock::NodeClock;
 use crate::guard::guarded;
 use crate::history::{
-    Acceptance, Anomaly, BarrierSeen, CommitSeen, Creation, DbitSeen, EpochBump, EpochChange, FinalState, History,
-    PromiseSeen, Registration, ReplicaChange, ResetBitSeen, SelfDelinquentSeen, SlowReleaseAck, SlowReleaseSeen, Value,
+    Acceptance, Anomaly, BarrierSeen, CommitSeen, Creation, DbitSeen, EpochBump, EpochChange,
+    FinalState, History, PromiseSeen, Registration, ReplicaChange, ResetBitSeen,
+    SelfDelinquentSeen, SlowReleaseAck, SlowReleaseSeen, Value,
 };
 use crate::knobs::{Fault, Knobs, Streams};
 use crate::net::{NetStats, Network};
@@ -57,17 +58,34 @@ const EVENT_BUDGET: u64 = 20_000_000;
 
 #[derive(Debug)]
 enum Event {
-    Deliver { from: NodeId, to: NodeId, msg: PeerMessage },
+    Deliver {
+        from: NodeId,
+        to: NodeId,
+        msg: PeerMessage,
+    },
     /// The node's armed tick; stale unless it is still the armed one.
-    Timer { node: NodeId },
-    Issue { client: usize },
+    Timer {
+        node: NodeId,
+    },
+    Issue {
+        client: usize,
+    },
     /// Client `client` re-sends operation `op` after an `InProgress` back-off (rifl.md §5.1).
-    Resend { client: usize, op: usize },
+    Resend {
+        client: usize,
+        op: usize,
+    },
     /// The script's operation number `op` is due.
-    Scripted { op: usize },
+    Scripted {
+        op: usize,
+    },
     Fault(Fault),
-    Heal { links: Vec<(NodeId, NodeId)> },
-    Resume { node: NodeId },
+    Heal {
+        links: Vec<(NodeId, NodeId)>,
+    },
+    Resume {
+        node: NodeId,
+    },
     StartLiveness,
     StopClients,
     End,
@@ -85,7 +103,9 @@ enum NodeInput {
 enum NodeState {
     Up,
     /// Inputs wait here, in arrival order, until the node resumes.
-    Paused { inbox: VecDeque<NodeInput> },
+    Paused {
+        inbox: VecDeque<NodeInput>,
+    },
     Crashed,
 }
 
@@ -210,11 +230,14 @@ impl Cluster {
                 cfg.release_timeout_max = Duration::from_micros(knobs.release_timeout_max_us);
                 cfg.backoff_min = Duration::from_micros(knobs.backoff_min_us);
                 cfg.backoff_max = Duration::from_micros(knobs.backoff_max_us);
-                cfg.seed = knobs.seed.rotate_left(17) ^ (u64::from(id.0) + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+                cfg.seed = knobs.seed.rotate_left(17)
+                    ^ (u64::from(id.0) + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15);
                 cfg.planted_bug = knobs.canary.map(|c| c.planted_bug());
                 SimNode {
                     id,
-                    core: Some(RcReplica::new(cfg).expect("dense ids 0..N form a valid replica set")),
+                    core: Some(
+                        RcReplica::new(cfg).expect("dense ids 0..N form a valid replica set"),
+                    ),
                     state: NodeState::Up,
                     clock: knobs.clocks[id.0 as usize],
                     last_local: Instant::ZERO,
@@ -277,7 +300,8 @@ impl Cluster {
                 break;
             }
             if self.stats.events >= EVENT_BUDGET {
-                let what = format!("event budget of {EVENT_BUDGET} exhausted: the run does not quiesce");
+                let what =
+                    format!("event budget of {EVENT_BUDGET} exhausted: the run does not quiesce");
                 self.history.anomalies.push(Anomaly { at: self.now, node: None, what });
                 break;
             }
@@ -301,10 +325,16 @@ impl Cluster {
                 self.flush_workload();
             }
             Event::Scripted { op } => {
-                let s = self.knobs.script.as_ref().expect("scripted events come from a script").ops[op].clone();
-                if let Some((node, input)) =
-                    self.workload.issue_scripted(s.client, s.kind, Bytes::from_static(s.key.as_bytes()), self.now, &mut self.history)
-                {
+                let s = self.knobs.script.as_ref().expect("scripted events come from a script").ops
+                    [op]
+                    .clone();
+                if let Some((node, input)) = self.workload.issue_scripted(
+                    s.client,
+                    s.kind,
+                    Bytes::from_static(s.key.as_bytes()),
+                    self.now,
+                    &mut self.history,
+                ) {
                     self.input(node, NodeInput::Client(input));
                 }
             }
@@ -316,8 +346,11 @@ impl Cluster {
                 // Kite §7 prop 9: every live session must show progress after healing; a
                 // session blocked behind a barrier time-out or a Paxos back-off gets more time.
                 let heal = self.history.heal_at.unwrap_or(self.now);
-                if !self.workload.all_progressed() && self.now.0 < heal.0 + self.knobs.liveness_ns + LIVENESS_CAP_NS {
-                    self.queue.push(self.now + Duration::from_nanos(EXTEND_STEP_NS), Event::StopClients);
+                if !self.workload.all_progressed()
+                    && self.now.0 < heal.0 + self.knobs.liveness_ns + LIVENESS_CAP_NS
+                {
+                    self.queue
+                        .push(self.now + Duration::from_nanos(EXTEND_STEP_NS), Event::StopClients);
                     return;
                 }
                 self.phase = Phase::Drain;
@@ -413,7 +446,9 @@ impl Cluster {
     /// A paused node processes what queued up, in arrival order (Kite §6, wake-up step 3).
     fn resume(&mut self, node: NodeId) {
         let n = &mut self.nodes[node.0 as usize];
-        let NodeState::Paused { inbox } = std::mem::replace(&mut n.state, NodeState::Up) else { return };
+        let NodeState::Paused { inbox } = std::mem::replace(&mut n.state, NodeState::Up) else {
+            return;
+        };
         for input in inbox {
             self.step(node, input);
         }
@@ -432,7 +467,8 @@ impl Cluster {
         for i in 0..self.nodes.len() {
             self.resume(NodeId(i as u32));
         }
-        self.queue.push(self.now + Duration::from_nanos(self.knobs.liveness_ns), Event::StopClients);
+        self.queue
+            .push(self.now + Duration::from_nanos(self.knobs.liveness_ns), Event::StopClients);
     }
 
     /// Hands an input to a node: processed now if it is up, queued if paused, lost if crashed.
@@ -502,11 +538,21 @@ impl Cluster {
                 RcEvent::BarrierPassed { session, key, round, prior, path } => {
                     h.barriers.push(BarrierSeen { seq, at, node, session, key, round, prior, path })
                 }
-                RcEvent::DbitChanged { peer, change } => h.dbits.push(DbitSeen { seq, at, node, peer, change }),
-                RcEvent::SelfDelinquent { change } => h.self_delinquency.push(SelfDelinquentSeen { seq, step, at, node, change }),
-                RcEvent::EpochBumped { acq, epoch } => h.epoch_bumps.push(EpochBump { seq, step, at, node, acq, epoch }),
-                RcEvent::Registered { id, prev } => h.registrations.push(Registration { seq, at, node, id, prev }),
-                RcEvent::Promised { key, slot, ballot } => h.promises.push(PromiseSeen { seq, at, node, key, slot, ballot }),
+                RcEvent::DbitChanged { peer, change } => {
+                    h.dbits.push(DbitSeen { seq, at, node, peer, change })
+                }
+                RcEvent::SelfDelinquent { change } => {
+                    h.self_delinquency.push(SelfDelinquentSeen { seq, step, at, node, change })
+                }
+                RcEvent::EpochBumped { acq, epoch } => {
+                    h.epoch_bumps.push(EpochBump { seq, step, at, node, acq, epoch })
+                }
+                RcEvent::Registered { id, prev } => {
+                    h.registrations.push(Registration { seq, at, node, id, prev })
+                }
+                RcEvent::Promised { key, slot, ballot } => {
+                    h.promises.push(PromiseSeen { seq, at, node, key, slot, ballot })
+                }
             }
         }
     }
@@ -531,31 +577,55 @@ impl Cluster {
             .collect();
         if core.versions().count() < n.held.len() {
             // A key vanished: report it as dropping back to the initial version.
-            let vanished: Vec<Bytes> =
-                n.held.keys().filter(|k| core.versions().all(|(key, _)| key != *k)).cloned().collect();
+            let vanished: Vec<Bytes> = n
+                .held
+                .keys()
+                .filter(|k| core.versions().all(|(key, _)| key != *k))
+                .cloned()
+                .collect();
             changed.extend(vanished.into_iter().map(|k| (k, Held::default())));
         }
         changed.sort_by(|a, b| a.0.cmp(&b.0));
         let epoch = core.stats().machine_epoch;
         if epoch != n.epoch {
             if epoch < n.epoch {
-                let what = format!("machine epoch went back from {} to {epoch} (Kite §7 inv. 11)", n.epoch);
+                let what = format!(
+                    "machine epoch went back from {} to {epoch} (Kite §7 inv. 11)",
+                    n.epoch
+                );
                 self.history.anomalies.push(Anomaly { at: self.now, node: Some(node), what });
             }
             n.epoch = epoch;
             let seq = next_seq(&mut self.seq);
-            self.history.epochs.push(EpochChange { seq, step: self.steps, at: self.now, node, epoch });
+            self.history.epochs.push(EpochChange {
+                seq,
+                step: self.steps,
+                at: self.now,
+                node,
+                epoch,
+            });
         }
         for (key, new) in changed {
             let old = n.held.insert(key.clone(), new.clone()).unwrap_or_default();
             if new.epoch < old.epoch {
-                let what = format!("key {:?} epoch went back from {} to {} (Kite §7 inv. 11)", key, old.epoch, new.epoch);
+                let what = format!(
+                    "key {:?} epoch went back from {} to {} (Kite §7 inv. 11)",
+                    key, old.epoch, new.epoch
+                );
                 self.history.anomalies.push(Anomaly { at: self.now, node: Some(node), what });
             }
             if (&new.value, new.cs, new.lc) != (&old.value, old.cs, old.lc) {
                 let (value, cs, lc) = (new.value.clone(), new.cs, new.lc);
                 let seq = next_seq(&mut self.seq);
-                self.history.replica_changes.push(ReplicaChange { seq, at: self.now, node, key: key.clone(), value, cs, lc });
+                self.history.replica_changes.push(ReplicaChange {
+                    seq,
+                    at: self.now,
+                    node,
+                    key: key.clone(),
+                    value,
+                    cs,
+                    lc,
+                });
             }
             if let Some((ballot, t)) = &new.accepted {
                 if new.accepted != old.accepted || new.lc != old.lc {
@@ -621,20 +691,31 @@ impl Cluster {
                 }
                 self.history.commits.push(seen);
             }
-            PeerMessage::SlowRelease { req, dm } if !self.slow_releases.contains_key(&(from, *req)) => {
+            PeerMessage::SlowRelease { req, dm }
+                if !self.slow_releases.contains_key(&(from, *req)) =>
+            {
                 self.slow_releases.insert((from, *req), self.history.slow_releases.len());
-                let sr = SlowReleaseSeen { seq: next_seq(&mut self.seq), at: self.now, from, req: *req, dm: *dm, acks: Vec::new() };
+                let sr = SlowReleaseSeen {
+                    seq: next_seq(&mut self.seq),
+                    at: self.now,
+                    from,
+                    req: *req,
+                    dm: *dm,
+                    acks: Vec::new(),
+                };
                 self.history.slow_releases.push(sr);
             }
             PeerMessage::SlowReleaseAck { req } => {
                 let Some(&i) = self.slow_releases.get(&(to, *req)) else { return };
                 if self.history.slow_releases[i].acks.iter().all(|a| a.node != from) {
-                    let ack = SlowReleaseAck { seq: next_seq(&mut self.seq), at: self.now, node: from };
+                    let ack =
+                        SlowReleaseAck { seq: next_seq(&mut self.seq), at: self.now, node: from };
                     self.history.slow_releases[i].acks.push(ack);
                 }
             }
             PeerMessage::ResetBit { acq } if self.reset_bits.insert(*acq) => {
-                let reset = ResetBitSeen { seq: next_seq(&mut self.seq), at: self.now, from, acq: *acq };
+                let reset =
+                    ResetBitSeen { seq: next_seq(&mut self.seq), at: self.now, from, acq: *acq };
                 self.history.reset_bits.push(reset);
             }
             _ => {}
@@ -678,7 +759,9 @@ impl Cluster {
         for reply in effects.reply.drain(..) {
             match self.workload.on_reply(self.now, reply, &mut self.history) {
                 Ok(client) => replied.push(client),
-                Err(what) => self.history.anomalies.push(Anomaly { at: self.now, node: Some(node), what }),
+                Err(what) => {
+                    self.history.anomalies.push(Anomaly { at: self.now, node: Some(node), what })
+                }
             }
         }
         // After the replies: an RMW starts only once every earlier request of its session was
@@ -734,7 +817,10 @@ impl Cluster {
             // spin at one instant.
             if !n.stuck_reported {
                 n.stuck_reported = true;
-                let what = format!("poll_timeout still {deadline:?} after a tick at local {:?}", n.last_local);
+                let what = format!(
+                    "poll_timeout still {deadline:?} after a tick at local {:?}",
+                    n.last_local
+                );
                 self.history.anomalies.push(Anomaly { at: now, node: Some(node), what });
             }
             at = now + Duration::from_millis(1);
@@ -752,7 +838,10 @@ impl Cluster {
                 Some(core) => {
                     fin.live.push(n.id);
                     self.stats.add_core(&core.stats());
-                    let held = core.versions().map(|(k, ks)| (k.clone(), (ks.value.clone(), ks.cs))).collect();
+                    let held = core
+                        .versions()
+                        .map(|(k, ks)| (k.clone(), (ks.value.clone(), ks.cs)))
+                        .collect();
                     fin.replicas.insert(n.id, held);
                     fin.pending_writes.insert(n.id, core.stats().pending_writes);
                 }

@@ -59,7 +59,9 @@ mod tests {
         assert_eq!(guarded(|| 3), Ok(3));
         let err = guarded(|| -> u32 { panic!("broken {}", 7) }).unwrap_err();
         assert!(err.starts_with("broken 7 (at ") && err.contains("guard.rs"), "{err}");
-        assert!(guarded(|| -> u8 { panic!("static message") }).unwrap_err().starts_with("static message (at "));
+        assert!(guarded(|| -> u8 { panic!("static message") })
+            .unwrap_err()
+            .starts_with("static message (at "));
         let out_of_bounds = guarded(|| Vec::<u8>::new()[1]).unwrap_err();
         assert!(out_of_bounds.contains("index out of bounds"), "{out_of_bounds}");
     }

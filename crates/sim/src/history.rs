@@ -11,7 +11,9 @@ use std::hash::{Hash, Hasher};
 
 use bytes::Bytes;
 pub use strata_rc::{BarrierPath, DbitChange, SelfDelinquentChange, ValueRound};
-use strata_wire::{AcquireId, Ballot, Carstamp, Instant, Llc, NodeId, Rifl, RmwId, RpcId, SessionId};
+use strata_wire::{
+    AcquireId, Ballot, Carstamp, Instant, Llc, NodeId, Rifl, RmwId, RpcId, SessionId,
+};
 
 /// A key's value: `None` is the absent value (never written, or deleted — `docs/design.md`).
 pub type Value = Option<Bytes>;
@@ -571,7 +573,11 @@ mod tests {
 
     #[test]
     fn kinds_say_what_they_read_and_write() {
-        assert!(OpKind::Read.reads() && OpKind::Read.written_value().is_none() && !OpKind::Read.may_write());
+        assert!(
+            OpKind::Read.reads()
+                && OpKind::Read.written_value().is_none()
+                && !OpKind::Read.may_write()
+        );
         assert_eq!(OpKind::Delete.written_value(), Some(None));
         let w = OpKind::Write { value: Bytes::from_static(b"v") };
         assert_eq!(w.written_value(), Some(Some(Bytes::from_static(b"v"))));
@@ -579,8 +585,14 @@ mod tests {
         let faa = OpKind::Faa { delta: 3 };
         assert!(faa.reads() && faa.may_write() && faa.written_value().is_none());
         let two = Some(Bytes::copy_from_slice(&2u64.to_le_bytes()));
-        assert_eq!(faa.rmw_apply(&two), Some((Some(Bytes::copy_from_slice(&5u64.to_le_bytes())), false)));
-        assert_eq!(faa.rmw_apply(&None), Some((Some(Bytes::copy_from_slice(&3u64.to_le_bytes())), false)));
+        assert_eq!(
+            faa.rmw_apply(&two),
+            Some((Some(Bytes::copy_from_slice(&5u64.to_le_bytes())), false))
+        );
+        assert_eq!(
+            faa.rmw_apply(&None),
+            Some((Some(Bytes::copy_from_slice(&3u64.to_le_bytes())), false))
+        );
         let cas = OpKind::Cas { expected: None, new: Bytes::from_static(b"n"), weak: false };
         assert_eq!(cas.rmw_apply(&None), Some((Some(Bytes::from_static(b"n")), true)));
         assert_eq!(cas.rmw_apply(&two), Some((two.clone(), false)), "a failed CAS keeps the value");
@@ -595,7 +607,15 @@ mod tests {
             order: 0,
             witness: Witness { observed: Some((None, Carstamp::ZERO)), written, swapped: false },
         };
-        let mut op = Op { session: SessionId::default(), pos: 0, node: NodeId(0), kind, key: Bytes::new(), invoke: Instant(1), outcome: done(None) };
+        let mut op = Op {
+            session: SessionId::default(),
+            pos: 0,
+            node: NodeId(0),
+            kind,
+            key: Bytes::new(),
+            invoke: Instant(1),
+            outcome: done(None),
+        };
         assert_eq!(op.class(), OpClass::Relaxed);
         op.outcome = done(Some(Carstamp { llc: Llc::ZERO, pno: 1 }));
         assert_eq!(op.class(), OpClass::Rmw);

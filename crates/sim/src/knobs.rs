@@ -350,7 +350,8 @@ impl Knobs {
         // path); the others may grow to 4 x the drawn value with the ack round trip. No draw:
         // the knobs after this one stay those of the seed.
         let tiny = q.chance(0.25);
-        let release_timeout_us = if tiny { q.range(20, rtt_us.max(21)) } else { rtt_us * q.range(10, 21) };
+        let release_timeout_us =
+            if tiny { q.range(20, rtt_us.max(21)) } else { rtt_us * q.range(10, 21) };
         let release_timeout_max_us = if tiny { release_timeout_us } else { 4 * release_timeout_us };
         let round_retransmit_us = q.range(rtt_us.max(200), 4 * rtt_us.max(200) + 1);
         let backoff_min_us = (2 * rtt_us * q.range(50, 201) / 100).max(50);
@@ -404,7 +405,14 @@ impl Knobs {
             seed,
             nodes,
             clocks: vec![NodeClock::EXACT; nodes as usize],
-            net: NetKnobs { delay_min_us: 100, delay_max_us: 200, loss: 0.0, dup: 0.0, reorder: 0.0, reorder_extra_max_us: 0 },
+            net: NetKnobs {
+                delay_min_us: 100,
+                delay_max_us: 200,
+                loss: 0.0,
+                dup: 0.0,
+                reorder: 0.0,
+                reorder_extra_max_us: 0,
+            },
             retransmit_after_us: 5_000,
             retransmit_max_us: 20_000,
             round_retransmit_us: 1_000,
@@ -483,7 +491,10 @@ impl Knobs {
             let to = NodeId((from.0 + q.range(1, u64::from(self.nodes)) as u32) % self.nodes);
             let heal_ns = at_ns + q.range(40, 81) * rtt_ns;
             let label = format!("one-way cuts [{from}->{to}]");
-            self.faults.push(ScheduledFault { at_ns, fault: Fault::Partition { links: vec![(from, to)], heal_ns, label } });
+            self.faults.push(ScheduledFault {
+                at_ns,
+                fault: Fault::Partition { links: vec![(from, to)], heal_ns, label },
+            });
             at_ns = heal_ns + q.range(5, 30) * rtt_ns;
         }
         self.faults.sort_by_key(|f| f.at_ns);
@@ -586,7 +597,6 @@ impl Knobs {
     pub fn max_crashes(&self) -> u32 {
         (self.nodes - 1) / 2
     }
-
 }
 
 /// Zero with probability `p_zero`, else uniform in `[0, max)`: some seeds get a clean network.
@@ -639,7 +649,8 @@ fn draw_partition(p: &mut Prng, ids: &[NodeId]) -> (Vec<(NodeId, NodeId)>, Strin
             let (mut a, mut b) = (a.to_vec(), b.to_vec());
             a.sort();
             b.sort();
-            let links = a.iter().flat_map(|&x| b.iter().flat_map(move |&y| [(x, y), (y, x)])).collect();
+            let links =
+                a.iter().flat_map(|&x| b.iter().flat_map(move |&y| [(x, y), (y, x)])).collect();
             (links, format!("{} | {}", fmt_nodes(&a), fmt_nodes(&b)))
         }
         _ => {
@@ -651,7 +662,8 @@ fn draw_partition(p: &mut Prng, ids: &[NodeId]) -> (Vec<(NodeId, NodeId)>, Strin
                     }
                 }
             }
-            let label = links.iter().map(|(x, y)| format!("{x}->{y}")).collect::<Vec<_>>().join(" ");
+            let label =
+                links.iter().map(|(x, y)| format!("{x}->{y}")).collect::<Vec<_>>().join(" ");
             (links, format!("one-way cuts [{label}]"))
         }
     }
@@ -734,14 +746,24 @@ impl fmt::Display for Knobs {
         }
         for sf in &self.faults {
             let what = match &sf.fault {
-                Fault::Partition { heal_ns, label, .. } => format!("partition {label} until {}", fmt_ms(*heal_ns)),
-                Fault::Pause { node, resume_ns } => format!("pause {node} until {}", fmt_ms(*resume_ns)),
+                Fault::Partition { heal_ns, label, .. } => {
+                    format!("partition {label} until {}", fmt_ms(*heal_ns))
+                }
+                Fault::Pause { node, resume_ns } => {
+                    format!("pause {node} until {}", fmt_ms(*resume_ns))
+                }
                 Fault::Crash { node } => format!("crash {node}"),
             };
             writeln!(f, "    at {:>11}  {what}", fmt_ms(sf.at_ns))?;
         }
         if let Some(script) = &self.script {
-            writeln!(f, "  script      {} ({} ops){}", script.name, script.ops.len(), script.drop.map_or(String::new(), |d| format!(", losing {d:?}")))?;
+            writeln!(
+                f,
+                "  script      {} ({} ops){}",
+                script.name,
+                script.ops.len(),
+                script.drop.map_or(String::new(), |d| format!(", losing {d:?}"))
+            )?;
         }
         write!(f, "  canary      {}", self.canary.map_or("none", Canary::name))?;
         if let Some(p) = self.canary_profile {
@@ -763,22 +785,38 @@ mod tests {
             assert!((3..=7).contains(&k.nodes));
             assert_eq!(k.clocks.len(), k.nodes as usize);
             assert!(k.net.delay_min_us <= k.net.delay_max_us);
-            let crashes = k.faults.iter().filter(|f| matches!(f.fault, Fault::Crash { .. })).count();
+            let crashes =
+                k.faults.iter().filter(|f| matches!(f.fault, Fault::Crash { .. })).count();
             assert!(crashes as u32 <= k.max_crashes(), "seed {seed}: crashes a majority");
             assert!(k.faults.iter().all(|f| f.at_ns < k.safety_ns));
             assert!(k.faults.windows(2).all(|w| w[0].at_ns <= w[1].at_ns));
             let rtt = k.rtt_us();
-            assert!(k.release_timeout_us >= 10 * rtt || k.release_timeout_us < rtt.max(21), "seed {seed}: T_REL {}", k.release_timeout_us);
+            assert!(
+                k.release_timeout_us >= 10 * rtt || k.release_timeout_us < rtt.max(21),
+                "seed {seed}: T_REL {}",
+                k.release_timeout_us
+            );
             let fixed = k.release_timeout_us < rtt.max(21);
-            assert_eq!(k.release_timeout_max_us, if fixed { k.release_timeout_us } else { 4 * k.release_timeout_us }, "seed {seed}");
+            assert_eq!(
+                k.release_timeout_max_us,
+                if fixed { k.release_timeout_us } else { 4 * k.release_timeout_us },
+                "seed {seed}"
+            );
             let c = Knobs::draw(seed, Some(Canary::SkipSlowRelease));
-            assert_eq!(c.release_timeout_max_us, c.release_timeout_us, "seed {seed}: the canary's tiny T_REL stays fixed");
+            assert_eq!(
+                c.release_timeout_max_us, c.release_timeout_us,
+                "seed {seed}: the canary's tiny T_REL stays fixed"
+            );
             assert!(k.backoff_min_us <= k.backoff_max_us && k.round_retransmit_us > 0);
             // A canary biases the sync knobs but keeps the seed's cluster and network delays.
             let c = Knobs::draw(seed, Some(Canary::AcceptWithoutQuorum));
-            assert_eq!((c.nodes, &c.faults, c.net.delay_max_us), (k.nodes, &k.faults, k.net.delay_max_us));
+            assert_eq!(
+                (c.nodes, &c.faults, c.net.delay_max_us),
+                (k.nodes, &k.faults, k.net.delay_max_us)
+            );
         }
-        let mixes: std::collections::BTreeSet<_> = (0..200).map(|s| Knobs::draw(s, None).workload.mix).collect();
+        let mixes: std::collections::BTreeSet<_> =
+            (0..200).map(|s| Knobs::draw(s, None).workload.mix).collect();
         assert_eq!(mixes.len(), MIXES.len(), "{mixes:?}");
     }
 

@@ -34,7 +34,10 @@ use strata_sim::orca::{log_canary, run_orca, HarnessOptions, Mode};
 use strata_sim::{run_seed, Canary, RunOptions};
 
 #[derive(Parser, Debug)]
-#[command(name = "strata-sim", about = "Deterministic swarm simulation of Strata's rc engine (relaxed, release/acquire and RMW operations) and log engine (ORCA, --engine log), with history checkers")]
+#[command(
+    name = "strata-sim",
+    about = "Deterministic swarm simulation of Strata's rc engine (relaxed, release/acquire and RMW operations) and log engine (ORCA, --engine log), with history checkers"
+)]
 #[command(group(ArgGroup::new("which").required(true).args(["seed", "seeds", "count"])))]
 struct Args {
     /// Run this one seed and print its knobs, summary and first violations.
@@ -103,7 +106,11 @@ fn main() -> ExitCode {
     if args.engine == "log" {
         return main_log(&args);
     }
-    let opts = RunOptions { canary: args.canary, strict_convergence: args.strict_convergence, strict_rifl: args.strict_rifl };
+    let opts = RunOptions {
+        canary: args.canary,
+        strict_convergence: args.strict_convergence,
+        strict_rifl: args.strict_rifl,
+    };
     if let Some(seed) = args.seed {
         let report = run_seed(seed, &opts);
         println!("{}", report.render(args.max_violations));
@@ -150,12 +157,19 @@ fn main_log(args: &Args) -> ExitCode {
     if let Some(seed) = args.seed {
         let report = run_orca(args.mode, seed, &opts);
         if let Some(window) = &args.trace {
-            for (at, what) in report.history.faults.iter().filter(|f| window.contains(&(f.0 .0 / 1_000_000))) {
+            for (at, what) in
+                report.history.faults.iter().filter(|f| window.contains(&(f.0 .0 / 1_000_000)))
+            {
                 println!("{:>10.3}ms fault: {what}", at.0 as f64 / 1e6);
             }
             for s in &report.history.events {
                 let ms = s.at.0 / 1_000_000;
-                let noisy = matches!(s.event, LogEvent::GrantSent { .. } | LogEvent::Applied { .. } | LogEvent::Persisted { .. });
+                let noisy = matches!(
+                    s.event,
+                    LogEvent::GrantSent { .. }
+                        | LogEvent::Applied { .. }
+                        | LogEvent::Persisted { .. }
+                );
                 if window.contains(&ms) && !noisy {
                     println!("{:>10.3}ms {} {:?}", s.at.0 as f64 / 1e6, s.node, s.event);
                 }
@@ -215,18 +229,53 @@ mod tests {
     fn ranges_parse_and_the_cli_is_consistent() {
         assert_eq!(parse_range("3..7"), Ok(3..7));
         assert_eq!(parse_range("3..=7"), Ok(3..8));
-        assert!(parse_range("7..3").is_err() && parse_range("x").is_err() && parse_range("1..").is_err());
+        assert!(
+            parse_range("7..3").is_err()
+                && parse_range("x").is_err()
+                && parse_range("1..").is_err()
+        );
         Args::command().debug_assert();
-        let a = Args::try_parse_from(["strata-sim", "--seed", "9", "--canary", "apply-older-writes"]).unwrap();
+        let a =
+            Args::try_parse_from(["strata-sim", "--seed", "9", "--canary", "apply-older-writes"])
+                .unwrap();
         assert_eq!((a.seed, a.canary), (Some(9), Some(Canary::ApplyOlderWrites)));
-        assert!(Args::try_parse_from(["strata-sim"]).is_err(), "one of --seed/--seeds/--count is required");
+        assert!(
+            Args::try_parse_from(["strata-sim"]).is_err(),
+            "one of --seed/--seeds/--count is required"
+        );
         assert!(Args::try_parse_from(["strata-sim", "--seed", "1", "--canary", "nope"]).is_err());
-        let a = Args::try_parse_from(["strata-sim", "--engine", "log", "--mode", "sync-all", "--count", "3"]).unwrap();
+        let a = Args::try_parse_from([
+            "strata-sim",
+            "--engine",
+            "log",
+            "--mode",
+            "sync-all",
+            "--count",
+            "3",
+        ])
+        .unwrap();
         assert_eq!((a.engine.as_str(), a.mode, a.count), ("log", Mode::SyncAll, Some(3)));
-        assert!(Args::try_parse_from(["strata-sim", "--engine", "log", "--mode", "nope", "--seed", "1"]).is_err());
-        assert!(Args::try_parse_from(["strata-sim", "--log-canary", "skip-durability-check", "--seed", "1"]).is_ok());
+        assert!(Args::try_parse_from([
+            "strata-sim",
+            "--engine",
+            "log",
+            "--mode",
+            "nope",
+            "--seed",
+            "1"
+        ])
+        .is_err());
+        assert!(Args::try_parse_from([
+            "strata-sim",
+            "--log-canary",
+            "skip-durability-check",
+            "--seed",
+            "1"
+        ])
+        .is_ok());
         for c in Canary::ALL {
-            let a = Args::try_parse_from(["strata-sim", "--seed", "1", "--canary", c.name()]).unwrap();
+            let a =
+                Args::try_parse_from(["strata-sim", "--seed", "1", "--canary", c.name()]).unwrap();
             assert_eq!(a.canary, Some(c));
         }
     }

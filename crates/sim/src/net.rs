@@ -148,7 +148,14 @@ mod tests {
     use super::*;
 
     fn knobs(loss: f64, dup: f64) -> NetKnobs {
-        NetKnobs { delay_min_us: 10, delay_max_us: 20, loss, dup, reorder: 0.5, reorder_extra_max_us: 100 }
+        NetKnobs {
+            delay_min_us: 10,
+            delay_max_us: 20,
+            loss,
+            dup,
+            reorder: 0.5,
+            reorder_extra_max_us: 100,
+        }
     }
 
     #[test]

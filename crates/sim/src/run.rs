@@ -90,7 +90,11 @@ impl RunReport {
     pub fn one_line(&self) -> String {
         let h = &self.history;
         let done = h.ops.iter().filter(|o| o.witness().is_some()).count();
-        let verdict = if self.passed() { "ok".to_string() } else { format!("FAIL ({} violations)", self.violations.len()) };
+        let verdict = if self.passed() {
+            "ok".to_string()
+        } else {
+            format!("FAIL ({} violations)", self.violations.len())
+        };
         format!(
             "seed {:>6}: {verdict:<20} {} nodes, {done} ops, {} msgs, {} notes, digest {:016x}",
             self.knobs.seed,
@@ -112,7 +116,8 @@ impl RunReport {
             *kinds.entry(o.kind.name()).or_insert(0) += 1;
         }
         let kinds: Vec<String> = kinds.iter().map(|(k, n)| format!("{n} {k}")).collect();
-        let local_fails = h.ops.iter().filter(|o| o.kind.is_rmw() && o.class() == OpClass::Relaxed).count();
+        let local_fails =
+            h.ops.iter().filter(|o| o.kind.is_rmw() && o.class() == OpClass::Relaxed).count();
         let swapped = h.ops.iter().filter(|o| o.witness().is_some_and(|w| w.swapped)).count();
         let net = &self.stats.net;
         let st = &self.stats;
@@ -137,7 +142,12 @@ impl RunReport {
             st.epoch_bumps,
             st.paxos_nacks
         );
-        let _ = writeln!(s, "  sessions    {} opened; versions created {}", h.sessions.len(), h.creations.len());
+        let _ = writeln!(
+            s,
+            "  sessions    {} opened; versions created {}",
+            h.sessions.len(),
+            h.creations.len()
+        );
         let _ = writeln!(
             s,
             "  messages    {} sent, {} delivered, dropped {} (loss) + {} (cut) + {} (dead node) + {} (script), {} duplicated, {} reordered; {} write re-sends, {} round re-sends",
@@ -160,7 +170,8 @@ impl RunReport {
         if self.passed() {
             let _ = write!(s, "result: ok, no violations");
         } else {
-            let by: Vec<String> = self.violations_by_checker().iter().map(|(c, n)| format!("{c} {n}")).collect();
+            let by: Vec<String> =
+                self.violations_by_checker().iter().map(|(c, n)| format!("{c} {n}")).collect();
             let _ = writeln!(s, "result: {} VIOLATIONS ({})", self.violations.len(), by.join(", "));
             let _ = writeln!(s, "the first {}:", max_violations.min(self.violations.len()));
             for v in self.violations.iter().take(max_violations) {

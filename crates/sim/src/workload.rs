@@ -159,7 +159,8 @@ impl Workload {
     pub fn new(knobs: WorkloadKnobs, nodes: u32, prng: Prng) -> Workload {
         let keys = (0..knobs.keys).map(|k| Bytes::from(format!("k{k}"))).collect();
         let counters = (0..knobs.counters).map(|k| Bytes::from(format!("c{k}"))).collect();
-        let homes: Vec<NodeId> = (0..nodes).flat_map(|n| (0..knobs.sessions_per_node).map(move |_| NodeId(n))).collect();
+        let homes: Vec<NodeId> =
+            (0..nodes).flat_map(|n| (0..knobs.sessions_per_node).map(move |_| NodeId(n))).collect();
         let clients = homes
             .iter()
             .enumerate()
@@ -177,7 +178,8 @@ impl Workload {
                 progressed: false,
             })
             .collect();
-        let conns = homes.iter().enumerate().map(|(client, &node)| Conn::new(client, node)).collect();
+        let conns =
+            homes.iter().enumerate().map(|(client, &node)| Conn::new(client, node)).collect();
         Workload {
             knobs,
             prng,
@@ -218,7 +220,12 @@ impl Workload {
 
     /// Draws client `c`'s next operation, records its invocation, and returns the request and
     /// its node; `None` if the session cannot issue now.
-    pub fn issue(&mut self, c: usize, now: Instant, history: &mut History) -> Option<(NodeId, RcInput)> {
+    pub fn issue(
+        &mut self,
+        c: usize,
+        now: Instant,
+        history: &mut History,
+    ) -> Option<(NodeId, RcInput)> {
         if !self.can_issue(c) || self.scripted {
             return None;
         }
@@ -231,7 +238,14 @@ impl Workload {
     }
 
     /// Client `c` invokes `kind` on `key` now, as a script says.
-    pub fn issue_scripted(&mut self, c: usize, kind: OpKind, key: Bytes, now: Instant, history: &mut History) -> Option<(NodeId, RcInput)> {
+    pub fn issue_scripted(
+        &mut self,
+        c: usize,
+        kind: OpKind,
+        key: Bytes,
+        now: Instant,
+        history: &mut History,
+    ) -> Option<(NodeId, RcInput)> {
         let client = &self.clients[c];
         if client.gone || client.session.is_none() {
             return None;
@@ -239,7 +253,14 @@ impl Workload {
         self.invoke(c, kind, key, now, history)
     }
 
-    fn invoke(&mut self, c: usize, kind: OpKind, key: Bytes, now: Instant, history: &mut History) -> Option<(NodeId, RcInput)> {
+    fn invoke(
+        &mut self,
+        c: usize,
+        kind: OpKind,
+        key: Bytes,
+        now: Instant,
+        history: &mut History,
+    ) -> Option<(NodeId, RcInput)> {
         let client = &mut self.clients[c];
         let session = client.session?;
         // rifl.md §2.2: every mutating request is a linearizable RPC with its own id.
@@ -247,19 +268,38 @@ impl Workload {
         let op = history.ops.len();
         let node = client.node;
         client.outstanding.push_back((op, seq));
-        history.ops.push(Op { session, pos: 0, node, kind, key, invoke: now, outcome: Outcome::Pending });
+        history.ops.push(Op {
+            session,
+            pos: 0,
+            node,
+            kind,
+            key,
+            invoke: now,
+            outcome: Outcome::Pending,
+        });
         Some(self.send(c, op, seq, now, history))
     }
 
     /// Sends (or re-sends) operation `op` of client `c` on its current session.
-    fn send(&mut self, c: usize, op: usize, seq: u64, now: Instant, history: &mut History) -> (NodeId, RcInput) {
+    fn send(
+        &mut self,
+        c: usize,
+        op: usize,
+        seq: u64,
+        now: Instant,
+        history: &mut History,
+    ) -> (NodeId, RcInput) {
         let client = &self.clients[c];
         let route = client.route;
         let session = client.session.expect("sent only on an open session");
         let rifl = (seq > 0).then(|| Rifl {
             rpc: RpcId { client_id: client.client_id, seq },
             first_incomplete: client.tracker.first_incomplete(),
-            lease: LeaseInfo { client_id: client.client_id, expiration: ClusterTime(u64::MAX), timestamp: ClusterTime(now.0) },
+            lease: LeaseInfo {
+                client_id: client.client_id,
+                expiration: ClusterTime(u64::MAX),
+                timestamp: ClusterTime(now.0),
+            },
         });
         let conn = &mut self.conns[route as usize - 1];
         let (corr, pos) = (conn.next_corr, conn.next_pos);
@@ -269,7 +309,16 @@ impl Workload {
         let o = &mut history.ops[op];
         (o.session, o.pos, o.node) = (session, pos, conn.node);
         self.sends.entry(op).or_default().push(history.attempts.len());
-        history.attempts.push(Attempt { op, rifl, session, pos, node: conn.node, sent: now, reply: None, rmw_id: None });
+        history.attempts.push(Attempt {
+            op,
+            rifl,
+            session,
+            pos,
+            node: conn.node,
+            sent: now,
+            reply: None,
+            rmw_id: None,
+        });
         let mut req = ClientRequest::new(corr, request_for(session, &o.kind, &o.key));
         req.rifl = rifl;
         (conn.node, RcInput::Client { route, req })
@@ -277,7 +326,10 @@ impl Workload {
     /// The session's next operation: the next step of its pattern, a new pattern, or one
     /// operation of the seed's mix.
     fn draw(&mut self, c: usize, unique: Bytes) -> (OpKind, Bytes) {
-        if self.clients[c].plan.is_empty() && !self.read_only && self.prng.range(0, 100) < u64::from(self.knobs.pattern_pct) {
+        if self.clients[c].plan.is_empty()
+            && !self.read_only
+            && self.prng.range(0, 100) < u64::from(self.knobs.pattern_pct)
+        {
             self.plan_pattern(c);
         }
         if let Some((step, key)) = self.clients[c].plan.pop_front() {
@@ -340,10 +392,14 @@ impl Workload {
         let k = &self.knobs;
         let p = &mut self.prng;
         let pct = |p: &mut Prng, x: u32| p.range(0, 100) < u64::from(x);
-        let pick = |p: &mut Prng, keys: &[Bytes]| keys[p.range(0, keys.len() as u64) as usize].clone();
+        let pick =
+            |p: &mut Prng, keys: &[Bytes]| keys[p.range(0, keys.len() as u64) as usize].clone();
         // Reads also target the counters when something writes them.
-        let readable: Vec<Bytes> =
-            if k.rmw_pct > 0 { self.keys.iter().chain(&self.counters).cloned().collect() } else { self.keys.clone() };
+        let readable: Vec<Bytes> = if k.rmw_pct > 0 {
+            self.keys.iter().chain(&self.counters).cloned().collect()
+        } else {
+            self.keys.clone()
+        };
         if self.read_only {
             let key = pick(p, &readable);
             return (if pct(p, k.acquire_pct) { OpKind::Acquire } else { OpKind::Read }, key);
@@ -357,7 +413,11 @@ impl Workload {
                 return (OpKind::Faa { delta: p.range(1, 4) }, pick(p, &self.counters));
             }
             let key = pick(p, &self.keys);
-            let expected = if pct(p, 75) { self.clients[c].last_seen.get(&key).cloned().unwrap_or(None) } else { None };
+            let expected = if pct(p, 75) {
+                self.clients[c].last_seen.get(&key).cloned().unwrap_or(None)
+            } else {
+                None
+            };
             return (OpKind::Cas { expected, new: unique, weak: pct(p, k.weak_cas_pct) }, key);
         }
         if pct(p, k.read_pct) {
@@ -402,7 +462,11 @@ impl Workload {
         self.clients[c].issue_scheduled = true;
         // Inside a pattern the session hurries (its steps form one hb chain); between
         // operations it thinks.
-        let max = if self.clients[c].plan.is_empty() { self.knobs.think_max_us } else { self.knobs.think_min_us };
+        let max = if self.clients[c].plan.is_empty() {
+            self.knobs.think_max_us
+        } else {
+            self.knobs.think_min_us
+        };
         let think = self.prng.range(self.knobs.think_min_us, max + 1);
         Some(now + Duration::from_micros(think))
     }
@@ -437,14 +501,20 @@ impl Workload {
         let old = self.clients[c].route as usize - 1;
         if !self.conns[old].abandoned {
             self.conns[old].abandoned = true;
-            if let Some(s) = self.conns[old].session.filter(|_| !self.crashed[self.conns[old].node.0 as usize]) {
+            if let Some(s) =
+                self.conns[old].session.filter(|_| !self.crashed[self.conns[old].node.0 as usize])
+            {
                 history.abandoned.push(s);
             }
         }
         let from = self.conns[old].node;
-        let live: Vec<NodeId> =
-            (0..self.crashed.len()).filter(|&n| !self.crashed[n]).map(|n| NodeId(n as u32)).filter(|&n| n != from).collect();
-        let Some(&node) = live.get(self.retry_prng.range(0, live.len().max(1) as u64) as usize) else {
+        let live: Vec<NodeId> = (0..self.crashed.len())
+            .filter(|&n| !self.crashed[n])
+            .map(|n| NodeId(n as u32))
+            .filter(|&n| n != from)
+            .collect();
+        let Some(&node) = live.get(self.retry_prng.range(0, live.len().max(1) as u64) as usize)
+        else {
             self.clients[c].gone = true; // nowhere to go (never with a live majority)
             return;
         };
@@ -468,7 +538,9 @@ impl Workload {
     /// A back-off after `InProgress` ended: send `op` again on the client's current session,
     /// unless a fail-over already did (its latest send is unanswered) or it is answered.
     pub fn backoff_over(&mut self, c: usize, op: usize, now: Instant, history: &mut History) {
-        let Some(&(_, seq)) = self.clients[c].outstanding.iter().find(|(o, _)| *o == op) else { return };
+        let Some(&(_, seq)) = self.clients[c].outstanding.iter().find(|(o, _)| *o == op) else {
+            return;
+        };
         if self.clients[c].session.is_none() || self.clients[c].gone {
             return;
         }
@@ -489,7 +561,10 @@ impl Workload {
         };
         let attempt = &mut history.attempts[a];
         if !history.ops[attempt.op].kind.is_rmw() || attempt.rmw_id.is_some() {
-            return Err(format!("RMW {id:?} started, but the session's oldest unanswered send is op {}", attempt.op));
+            return Err(format!(
+                "RMW {id:?} started, but the session's oldest unanswered send is op {}",
+                attempt.op
+            ));
         }
         attempt.rmw_id = Some(id);
         Ok(())
@@ -497,7 +572,12 @@ impl Workload {
 
     /// Records a reply. Returns the client it belongs to, or a description of what is wrong
     /// with it (an anomaly: a reply nobody asked for).
-    pub fn on_reply(&mut self, now: Instant, reply: RcReply, history: &mut History) -> Result<usize, String> {
+    pub fn on_reply(
+        &mut self,
+        now: Instant,
+        reply: RcReply,
+        history: &mut History,
+    ) -> Result<usize, String> {
         let RcReply { route, resp } = reply;
         let Some(conn) = (route as usize).checked_sub(1).and_then(|r| self.conns.get_mut(r)) else {
             return Err(format!("reply on unknown connection {route}: {resp:?}"));
@@ -523,7 +603,10 @@ impl Workload {
         // Replies may in principle come out of order; the history keeps the completion order
         // and `check::session::replies_in_session_order` judges it.
         let Some(i) = conn.in_flight.iter().position(|&(corr, _)| corr == resp.corr) else {
-            return Err(format!("reply with unknown corr {} on connection {route}: {:?}", resp.corr, resp.body));
+            return Err(format!(
+                "reply with unknown corr {} on connection {route}: {:?}",
+                resp.corr, resp.body
+            ));
         };
         let (_, a) = conn.in_flight.remove(i).unwrap_or_default();
         let abandoned = conn.abandoned;
@@ -574,8 +657,17 @@ impl Workload {
         // its position in that session's order. Where no version tells, it stays where it was
         // answered.
         if let Some(cs) = op.witness().and_then(|w| w.written).filter(|_| sends.len() > 1) {
-            let created = history.creations.iter().rev().find(|c| c.key == op.key && c.cs == cs).map(|c| c.session);
-            let at = sends.iter().rev().map(|&a| &history.attempts[a]).find(|a| Some(a.session) == created && a.op == i);
+            let created = history
+                .creations
+                .iter()
+                .rev()
+                .find(|c| c.key == op.key && c.cs == cs)
+                .map(|c| c.session);
+            let at = sends
+                .iter()
+                .rev()
+                .map(|&a| &history.attempts[a])
+                .find(|a| Some(a.session) == created && a.op == i);
             if let Some(a) = at {
                 (op.session, op.pos, op.node) = (a.session, a.pos, a.node);
             }
@@ -598,7 +690,16 @@ impl Workload {
 
 impl Conn {
     fn new(client: usize, node: NodeId) -> Conn {
-        Conn { client, node, session: None, opening: None, next_corr: 0, next_pos: 0, in_flight: VecDeque::new(), abandoned: false }
+        Conn {
+            client,
+            node,
+            session: None,
+            opening: None,
+            next_corr: 0,
+            next_pos: 0,
+            in_flight: VecDeque::new(),
+            abandoned: false,
+        }
     }
 }
 
@@ -625,17 +726,23 @@ pub fn outcome_of(kind: &OpKind, resp: Response, at: Instant, order: u64) -> Out
         (OpKind::Read | OpKind::Acquire, Response::Value { value, cs }) => {
             Witness { observed: Some((value, cs)), written: None, swapped: false }
         }
-        (OpKind::Write { .. } | OpKind::Delete | OpKind::Release { .. }, Response::Written { cs }) => {
-            Witness { observed: None, written: Some(cs), swapped: false }
-        }
-        (OpKind::Faa { .. } | OpKind::Cas { .. }, Response::Rmw { observed, observed_cs, written, swapped }) => {
-            Witness { observed: Some((observed, observed_cs)), written, swapped }
-        }
+        (
+            OpKind::Write { .. } | OpKind::Delete | OpKind::Release { .. },
+            Response::Written { cs },
+        ) => Witness { observed: None, written: Some(cs), swapped: false },
+        (
+            OpKind::Faa { .. } | OpKind::Cas { .. },
+            Response::Rmw { observed, observed_cs, written, swapped },
+        ) => Witness { observed: Some((observed, observed_cs)), written, swapped },
         (_, Response::Error { code, message }) => {
             return Outcome::Failed { at, order, error: format!("{code:?}: {message}") }
         }
         (kind, other) => {
-            return Outcome::Failed { at, order, error: format!("unexpected response to a {}: {other:?}", kind.name()) }
+            return Outcome::Failed {
+                at,
+                order,
+                error: format!("unexpected response to a {}: {other:?}", kind.name()),
+            }
         }
     };
     Outcome::Done { at, order, witness }
@@ -696,7 +803,12 @@ mod tests {
             OpKind::Write { .. } | OpKind::Delete => Response::Written { cs: Carstamp::ZERO },
             other => panic!("a relaxed mix drew {other:?}"),
         };
-        w.on_reply(Instant(3), RcReply { route, resp: ClientResponse { corr: req.corr, body } }, &mut h).unwrap();
+        w.on_reply(
+            Instant(3),
+            RcReply { route, resp: ClientResponse { corr: req.corr, body } },
+            &mut h,
+        )
+        .unwrap();
         assert!(matches!(h.ops[0].outcome, Outcome::Done { order: 0, .. }));
         assert_eq!(h.ops[1].outcome, Outcome::Pending);
         let bogus = ClientResponse { corr: 99, body: Response::SessionClosed };
@@ -721,7 +833,10 @@ mod tests {
             if let OpKind::Faa { delta } = kind {
                 assert!(key.starts_with(b"c") && (1..=3).contains(&delta), "FAAs only on counters");
             }
-            if matches!(kind, OpKind::Write { .. } | OpKind::Delete | OpKind::Release { .. } | OpKind::Cas { .. }) {
+            if matches!(
+                kind,
+                OpKind::Write { .. } | OpKind::Delete | OpKind::Release { .. } | OpKind::Cas { .. }
+            ) {
                 assert!(key.starts_with(b"k"), "counters are written only by FAAs");
             }
             if let OpKind::Cas { expected: Some(e), .. } = &kind {
@@ -737,11 +852,22 @@ mod tests {
     fn rmw_and_release_responses_become_witnesses() {
         let cs = Carstamp { llc: strata_wire::Llc { ver: 2, node: NodeId(1) }, pno: 3 };
         let faa = OpKind::Faa { delta: 1 };
-        let resp = Response::Rmw { observed: None, observed_cs: Carstamp::ZERO, written: Some(cs), swapped: false };
+        let resp = Response::Rmw {
+            observed: None,
+            observed_cs: Carstamp::ZERO,
+            written: Some(cs),
+            swapped: false,
+        };
         let Outcome::Done { witness, .. } = outcome_of(&faa, resp, Instant(1), 0) else { panic!() };
-        assert_eq!(witness, Witness { observed: Some((None, Carstamp::ZERO)), written: Some(cs), swapped: false });
+        assert_eq!(
+            witness,
+            Witness { observed: Some((None, Carstamp::ZERO)), written: Some(cs), swapped: false }
+        );
         let rel = OpKind::Release { value: Bytes::from_static(b"r") };
-        assert!(matches!(outcome_of(&rel, Response::Written { cs }, Instant(1), 0), Outcome::Done { .. }));
+        assert!(matches!(
+            outcome_of(&rel, Response::Written { cs }, Instant(1), 0),
+            Outcome::Done { .. }
+        ));
         let wrong = Response::Value { value: None, cs };
         assert!(matches!(outcome_of(&rel, wrong, Instant(1), 0), Outcome::Failed { .. }));
     }

@@ -5,7 +5,9 @@ use std::collections::BTreeMap;
 
 use bytes::Bytes;
 use strata_sim::check::{self, completion, convergence, replica, session, versions, Violation};
-use strata_sim::history::{Anomaly, Creation, FinalState, History, Op, OpKind, Outcome, ReplicaChange, Value, Witness};
+use strata_sim::history::{
+    Anomaly, Creation, FinalState, History, Op, OpKind, Outcome, ReplicaChange, Value, Witness,
+};
 use strata_wire::{Carstamp, Instant, Llc, NodeId, SessionId};
 
 fn sess(node: u32, index: u32) -> SessionId {
@@ -51,7 +53,15 @@ impl Builder {
             Some(witness) => Outcome::Done { at: self.tick(), order, witness },
             None => Outcome::Pending,
         };
-        self.h.ops.push(Op { session: s, pos: p, node: s.node, kind, key: key(k), invoke, outcome });
+        self.h.ops.push(Op {
+            session: s,
+            pos: p,
+            node: s.node,
+            kind,
+            key: key(k),
+            invoke,
+            outcome,
+        });
         self
     }
 
@@ -67,18 +77,39 @@ impl Builder {
 
     fn create(&mut self, s: SessionId, k: &str, v: Value, c: Carstamp) -> &mut Self {
         let at = self.tick();
-        self.h.creations.push(Creation { at, node: s.node, session: s, key: key(k), cs: c, value: v, rmw_id: None });
+        self.h.creations.push(Creation {
+            at,
+            node: s.node,
+            session: s,
+            key: key(k),
+            cs: c,
+            value: v,
+            rmw_id: None,
+        });
         self
     }
 
     fn read(&mut self, s: SessionId, k: &str, v: Value, c: Carstamp) -> &mut Self {
-        self.op(s, OpKind::Read, k, Some(Witness { observed: Some((v, c)), written: None, swapped: false }))
+        self.op(
+            s,
+            OpKind::Read,
+            k,
+            Some(Witness { observed: Some((v, c)), written: None, swapped: false }),
+        )
     }
 
     fn held(&mut self, node: u32, k: &str, v: Value, c: Carstamp) -> &mut Self {
         let at = self.tick();
         let seq = self.h.replica_changes.len() as u64 + 1;
-        self.h.replica_changes.push(ReplicaChange { seq, at, node: NodeId(node), key: key(k), value: v, cs: c, lc: 0 });
+        self.h.replica_changes.push(ReplicaChange {
+            seq,
+            at,
+            node: NodeId(node),
+            key: key(k),
+            value: v,
+            cs: c,
+            lc: 0,
+        });
         self
     }
 
@@ -99,7 +130,10 @@ impl Builder {
 fn assert_flags(found: Vec<Violation>, checker: &str, needle: &str) {
     assert!(!found.is_empty(), "{checker} must flag this history ({needle})");
     assert!(found.iter().all(|v| v.checker == checker), "{found:?}");
-    assert!(found.iter().any(|v| v.detail.contains(needle)), "no violation mentions {needle:?}: {found:?}");
+    assert!(
+        found.iter().any(|v| v.detail.contains(needle)),
+        "no violation mentions {needle:?}: {found:?}"
+    );
 }
 
 #[track_caller]
@@ -167,7 +201,11 @@ fn version_uniqueness_flags_a_write_claiming_anothers_version_or_value() {
     b.create(sess(0, 0), "z", val("real"), cs(1, 0));
     let w = Witness { observed: None, written: Some(cs(1, 0)), swapped: false };
     b.op(sess(0, 0), OpKind::Write { value: Bytes::from_static(b"claimed") }, "z", Some(w));
-    assert_flags(versions::version_uniqueness(&b.h), "version-uniqueness", "was created with \"real\"");
+    assert_flags(
+        versions::version_uniqueness(&b.h),
+        "version-uniqueness",
+        "was created with \"real\"",
+    );
 }
 
 #[test]
@@ -213,11 +251,19 @@ fn session_order_flags_reads_going_backwards_and_writes_not_above_what_was_seen(
     let s = sess(2, 0);
     let mut b = good();
     b.read(s, "x", None, cs(3, 0)).read(s, "x", val("a1"), cs(1, 0));
-    assert_flags(session::session_order(&b.h), "session-order", "observed 1.0.0, older than 3.0.0, which its earlier #0 (read) saw or made");
+    assert_flags(
+        session::session_order(&b.h),
+        "session-order",
+        "observed 1.0.0, older than 3.0.0, which its earlier #0 (read) saw or made",
+    );
     let mut b = good();
     b.read(s, "x", None, cs(3, 0));
     b.write(s, "x", val("stale"), cs(2, 2));
-    assert_flags(session::session_order(&b.h), "session-order", "created 2.2.0, not newer than 3.0.0");
+    assert_flags(
+        session::session_order(&b.h),
+        "session-order",
+        "created 2.2.0, not newer than 3.0.0",
+    );
 }
 
 #[test]
@@ -243,27 +289,47 @@ fn replies_in_session_order_flags_overtaking_and_completion_after_a_lost_op() {
             *order = new;
         }
     }
-    assert_flags(session::replies_in_session_order(&b.h), "reply-order", "completed before the earlier #0");
+    assert_flags(
+        session::replies_in_session_order(&b.h),
+        "reply-order",
+        "completed before the earlier #0",
+    );
     let mut b = good();
     b.op(sess(0, 0), OpKind::Read, "x", None).read(sess(0, 0), "x", None, cs(3, 0));
-    assert_flags(session::replies_in_session_order(&b.h), "reply-order", "the earlier #5 never did");
+    assert_flags(
+        session::replies_in_session_order(&b.h),
+        "reply-order",
+        "the earlier #5 never did",
+    );
 }
 
 #[test]
 fn replica_monotonic_flags_a_replica_going_back_or_changing_a_versions_value() {
     let mut b = good();
     b.held(1, "x", val("a1"), cs(1, 0));
-    assert_flags(replica::replica_monotonic(&b.h), "replica-monotonic", "went back from 3.0.0 to 1.0.0");
+    assert_flags(
+        replica::replica_monotonic(&b.h),
+        "replica-monotonic",
+        "went back from 3.0.0 to 1.0.0",
+    );
     let mut b = good();
     b.held(1, "y", val("b2-changed"), cs(1, 1));
-    assert_flags(replica::replica_monotonic(&b.h), "replica-monotonic", "changed value at version 1.1.0");
+    assert_flags(
+        replica::replica_monotonic(&b.h),
+        "replica-monotonic",
+        "changed value at version 1.1.0",
+    );
 }
 
 #[test]
 fn replica_holds_created_versions_flags_thin_air_state() {
     let mut b = good();
     b.held(1, "x", val("from nowhere"), cs(8, 1));
-    assert_flags(replica::replica_holds_created_versions(&b.h), "replica-thin-air", "never created");
+    assert_flags(
+        replica::replica_holds_created_versions(&b.h),
+        "replica-thin-air",
+        "never created",
+    );
 }
 
 #[test]
@@ -273,7 +339,11 @@ fn convergence_flags_a_replica_missing_a_live_nodes_write() {
     let fresh: Held = &[("x", None, cs(3, 0)), ("y", val("b2"), cs(1, 1))];
     b.finish(&[(0, fresh), (1, stale)], &[]);
     let found = convergence::convergence(&b.h);
-    assert_flags(found.clone(), "convergence", "n1 holds 2.1.0 of key \"x\", below 3.0.0 created by live n0");
+    assert_flags(
+        found.clone(),
+        "convergence",
+        "n1 holds 2.1.0 of key \"x\", below 3.0.0 created by live n0",
+    );
     assert!(found.iter().any(|v| v.detail.contains("disagree")));
 }
 
@@ -296,7 +366,11 @@ fn convergence_excuses_only_a_crashed_nodes_partially_delivered_write() {
     let missed: Held = &[x, ("y", val("b2"), cs(1, 1))];
     b.finish(&[(0, got), (1, missed)], &[2]);
     assert_clean(convergence::convergence(&b.h));
-    assert_flags(convergence::orphaned_divergence(&b.h), "orphaned-divergence", "created by a crashed node");
+    assert_flags(
+        convergence::orphaned_divergence(&b.h),
+        "orphaned-divergence",
+        "created by a crashed node",
+    );
     // The same divergence with n2 alive is a real violation: n2 must re-send until acked.
     let fin = b.h.final_state.as_mut().unwrap();
     fin.crashed.clear();
@@ -310,7 +384,11 @@ fn convergence_excuses_only_a_crashed_nodes_partially_delivered_write() {
 fn completion_flags_lost_and_failed_ops_and_stalled_sessions() {
     let mut b = good();
     b.op(sess(1, 0), OpKind::Read, "x", None);
-    assert_flags(completion::completion(&b.h), "liveness", "never completed although its node is live");
+    assert_flags(
+        completion::completion(&b.h),
+        "liveness",
+        "never completed although its node is live",
+    );
     // A pending op of a crashed node's session is expected (Kite §6: its outcome is unknown).
     let mut b = good();
     b.op(sess(2, 0), OpKind::Read, "x", None);
@@ -346,7 +424,11 @@ fn quiescence_flags_writes_still_pending_when_every_node_lives() {
 #[test]
 fn driver_anomalies_are_violations() {
     let mut b = good();
-    b.h.anomalies.push(Anomaly { at: Instant(5), node: Some(NodeId(1)), what: "check_invariants failed: boom".into() });
+    b.h.anomalies.push(Anomaly {
+        at: Instant(5),
+        node: Some(NodeId(1)),
+        what: "check_invariants failed: boom".into(),
+    });
     assert_flags(check::driver_anomalies(&b.h), "driver", "n1: check_invariants failed: boom");
 }
 
@@ -358,6 +440,8 @@ fn run_checkers_orders_violations_by_time() {
     b.held(1, "x", val("a1"), cs(1, 0));
     let all = check::run_checkers(&b.h, check::CHECKERS);
     assert!(all.len() >= 3);
-    assert!(all.windows(2).all(|w| w[0].at.unwrap_or(Instant::MAX) <= w[1].at.unwrap_or(Instant::MAX)));
+    assert!(all
+        .windows(2)
+        .all(|w| w[0].at.unwrap_or(Instant::MAX) <= w[1].at.unwrap_or(Instant::MAX)));
     assert_eq!(all[0].detail, "early");
 }

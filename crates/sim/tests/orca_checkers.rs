@@ -5,8 +5,9 @@ use bytes::Bytes;
 use strata_log::{LogEntry, LogEvent, LogIndex, LogOp, ReadValue, RpcId};
 use strata_sim::orca::check::{self, OrcaChecker};
 use strata_sim::orca::history::{
-    AdditionRecord, Anomaly, DiRecord, ExecutionRecord, FollowerSample, NodeAtServe, OrcaHistory, Promises, ReadRecord,
-    RemovalRecord, ServeRecord, Stamped, TruncationRecord, VoteCast, WriteOkRecord,
+    AdditionRecord, Anomaly, DiRecord, ExecutionRecord, FollowerSample, NodeAtServe, OrcaHistory,
+    Promises, ReadRecord, RemovalRecord, ServeRecord, Stamped, TruncationRecord, VoteCast,
+    WriteOkRecord,
 };
 use strata_wire::{Instant, NodeId};
 
@@ -34,14 +35,26 @@ fn t(ms: u64) -> Instant {
 fn base() -> OrcaHistory {
     OrcaHistory {
         n: 5,
-        promises: Promises { active_set: true, leased_reads: true, durable_reads: true, sync_writes: false },
+        promises: Promises {
+            active_set: true,
+            leased_reads: true,
+            durable_reads: true,
+            sync_writes: false,
+        },
         h: vec![put(1, 1, "a", "1"), put(1, 2, "b", "1"), put(1, 3, "a", "2")],
         h_leader: Some(NodeId(0)),
         ..OrcaHistory::default()
     }
 }
 
-fn read(key: &str, invoked: u64, completed: u64, u: LogIndex, value: Option<&str>, by: u32) -> ReadRecord {
+fn read(
+    key: &str,
+    invoked: u64,
+    completed: u64,
+    u: LogIndex,
+    value: Option<&str>,
+    by: u32,
+) -> ReadRecord {
     ReadRecord {
         client: 1,
         key: Bytes::copy_from_slice(key.as_bytes()),
@@ -64,7 +77,15 @@ fn ev(ms: u64, node: u32, event: LogEvent) -> Stamped {
 
 /// The sync phase of epoch 1 at n0 with active set {0, 1, 2, 3}.
 fn synced() -> Stamped {
-    ev(1, 0, LogEvent::SyncPhaseDone { epoch: 1, noop: ix(1, 1), active_set: (0..4).map(NodeId).collect() })
+    ev(
+        1,
+        0,
+        LogEvent::SyncPhaseDone {
+            epoch: 1,
+            noop: ix(1, 1),
+            active_set: (0..4).map(NodeId).collect(),
+        },
+    )
 }
 
 /// A read of `a` at (1,3) served by `by`, with nodes `0..holders` holding it on disk.
@@ -100,27 +121,31 @@ fn flags(c: OrcaChecker, h: &OrcaHistory) -> bool {
 fn inv1_monotonic_reads_flags_going_back_across_keys_and_sessions() {
     let mut h = base();
     // r1 reads b at (1,2): its state holds a@(1,1). A later read of a returning ZERO goes back.
-    h.reads = vec![read("b", 0, 5, ix(1, 2), Some("1"), 1), read("a", 6, 7, LogIndex::ZERO, None, 2)];
+    h.reads =
+        vec![read("b", 0, 5, ix(1, 2), Some("1"), 1), read("a", 6, 7, LogIndex::ZERO, None, 2)];
     assert!(flags(check::monotonic_reads, &h));
     assert_eq!(check::monotonic_reads(&h)[0].checker, check::MONOTONIC_READS);
     // Returning a@(1,1) is fine: (1,3) is not in state(r1).
     h.reads[1] = read("a", 6, 7, ix(1, 1), Some("1"), 2);
     assert!(!flags(check::monotonic_reads, &h));
     // Same key: a@(1,3) then a@(1,1).
-    h.reads = vec![read("a", 0, 5, ix(1, 3), Some("2"), 1), read("a", 6, 7, ix(1, 1), Some("1"), 2)];
+    h.reads =
+        vec![read("a", 0, 5, ix(1, 3), Some("2"), 1), read("a", 6, 7, ix(1, 1), Some("1"), 2)];
     assert!(flags(check::monotonic_reads, &h));
     // Concurrent reads (r2 invoked before r1 completed) are not ordered.
     h.reads[1] = read("a", 4, 7, ix(1, 1), Some("1"), 2);
     assert!(!flags(check::monotonic_reads, &h));
     // A read of lost data (not in H) followed by an older version of its key.
-    h.reads = vec![read("a", 0, 5, ix(1, 4), Some("3"), 1), read("a", 6, 7, ix(1, 3), Some("2"), 2)];
+    h.reads =
+        vec![read("a", 0, 5, ix(1, 4), Some("3"), 1), read("a", 6, 7, ix(1, 3), Some("2"), 2)];
     assert!(flags(check::monotonic_reads, &h));
 }
 
 #[test]
 fn inv2_served_exists_flags_wrong_values_and_entries_not_in_h() {
     let mut h = base();
-    h.reads = vec![read("a", 0, 1, ix(1, 3), Some("2"), 0), read("z", 0, 1, LogIndex::ZERO, None, 0)];
+    h.reads =
+        vec![read("a", 0, 1, ix(1, 3), Some("2"), 0), read("z", 0, 1, LogIndex::ZERO, None, 0)];
     assert!(!flags(check::served_exists, &h));
     h.reads.push(read("a", 0, 1, ix(1, 3), Some("x"), 0));
     assert!(flags(check::served_exists, &h));
@@ -132,7 +157,8 @@ fn inv2_served_exists_flags_wrong_values_and_entries_not_in_h() {
     assert_eq!(h.effective(), vec![true, true, true, false]);
     h.reads = vec![read("a", 0, 1, ix(1, 4), Some("2"), 0)];
     assert!(flags(check::served_exists, &h));
-    h.reads = vec![read("a", 0, 1, ix(1, 3), Some("2"), 0), read("a", 2, 3, ix(1, 3), Some("2"), 1)];
+    h.reads =
+        vec![read("a", 0, 1, ix(1, 3), Some("2"), 0), read("a", 2, 3, ix(1, 3), Some("2"), 1)];
     assert!(!flags(check::served_exists, &h) && !flags(check::monotonic_reads, &h));
 }
 
@@ -165,7 +191,9 @@ fn inv4_active_set_reads_flags_non_members_lapsed_leases_and_deposed_leaders() {
     h.serves = vec![s];
     assert!(flags(check::active_set_reads, &h), "expired lease");
     // The leader serves after a candidate of epoch 2 got 3 of 5 votes.
-    h.votes = (2..5).map(|v| VoteCast { at: t(5), pos: 1, voter: NodeId(v), candidate: NodeId(2), epoch: 2 }).collect();
+    h.votes = (2..5)
+        .map(|v| VoteCast { at: t(5), pos: 1, voter: NodeId(v), candidate: NodeId(2), epoch: 2 })
+        .collect();
     h.serves = vec![serve(&h, 2, 0, 5)];
     assert!(flags(check::active_set_reads, &h));
     h.votes.pop();
@@ -175,8 +203,14 @@ fn inv4_active_set_reads_flags_non_members_lapsed_leases_and_deposed_leaders() {
 #[test]
 fn inv5_removal_flags_a_removed_follower_that_serves() {
     let mut h = base();
-    let removal =
-        RemovalRecord { at: t(5), pos: 3, leader: NodeId(0), epoch: 1, node: NodeId(3), still_serving: false };
+    let removal = RemovalRecord {
+        at: t(5),
+        pos: 3,
+        leader: NodeId(0),
+        epoch: 1,
+        node: NodeId(3),
+        still_serving: false,
+    };
     let sample = |pos, serving| FollowerSample {
         at: t(6),
         pos,
@@ -274,8 +308,15 @@ fn inv8_active_set_size_flags_a_set_below_a_majority_or_without_the_leader() {
     assert!(!flags(check::active_set_size, &h));
     h.events.push(ev(3, 0, LogEvent::AsRemoved { epoch: 1, node: NodeId(2), confirmed: true }));
     assert!(flags(check::active_set_size, &h));
-    h.events =
-        vec![ev(1, 4, LogEvent::SyncPhaseDone { epoch: 1, noop: ix(1, 1), active_set: (0..4).map(NodeId).collect() })];
+    h.events = vec![ev(
+        1,
+        4,
+        LogEvent::SyncPhaseDone {
+            epoch: 1,
+            noop: ix(1, 1),
+            active_set: (0..4).map(NodeId).collect(),
+        },
+    )];
     assert!(flags(check::active_set_size, &h), "leader n4 outside its set");
 }
 
@@ -292,7 +333,13 @@ fn inv9_elections_flags_bad_votes_double_votes_and_two_leaders() {
     let leader = |n| ev(2, n, LogEvent::BecameLeader { epoch: 2, noop: ix(2, 1) });
     h.events = vec![leader(1), leader(2)];
     assert!(flags(check::elections, &h));
-    let cast = |candidate| VoteCast { at: t(1), pos: 0, voter: NodeId(1), candidate: NodeId(candidate), epoch: 2 };
+    let cast = |candidate| VoteCast {
+        at: t(1),
+        pos: 0,
+        voter: NodeId(1),
+        candidate: NodeId(candidate),
+        epoch: 2,
+    };
     h.events.clear();
     h.votes = vec![cast(2), cast(2)];
     assert!(!flags(check::elections, &h));
@@ -307,7 +354,12 @@ fn inv10_flags_truncating_served_data_but_not_unserved_suffixes() {
     let mut s = serve(&h, 1, 0, 5);
     s.u = ix(1, 2);
     h.serves = vec![s];
-    h.truncations = vec![TruncationRecord { at: t(20), pos: 2, node: NodeId(4), removed: vec![ix(1, 3), ix(1, 4)] }];
+    h.truncations = vec![TruncationRecord {
+        at: t(20),
+        pos: 2,
+        node: NodeId(4),
+        removed: vec![ix(1, 3), ix(1, 4)],
+    }];
     assert!(!flags(check::no_truncation_of_served, &h));
     h.truncations[0].removed.insert(0, ix(1, 2));
     assert!(flags(check::no_truncation_of_served, &h));
@@ -318,8 +370,13 @@ fn inv10_flags_truncating_served_data_but_not_unserved_suffixes() {
 #[test]
 fn inv11_flags_a_lost_immediate_write() {
     let mut h = base();
-    let acked =
-        |c, immediate| ev(5, 0, LogEvent::WriteAcked { index: ix(1, c), client_id: 1, seq: u64::from(c), immediate });
+    let acked = |c, immediate| {
+        ev(
+            5,
+            0,
+            LogEvent::WriteAcked { index: ix(1, c), client_id: 1, seq: u64::from(c), immediate },
+        )
+    };
     h.events = vec![acked(3, true), acked(4, false)];
     assert!(!flags(check::immediate_durability, &h), "a lost unread async write is allowed (G5)");
     h.events.push(acked(5, true));
@@ -336,8 +393,10 @@ fn inv12_log_order_flags_a_served_entry_applied_off_h() {
     let mut s = serve(&h, 1, 0, 5);
     s.u = ix(1, 3);
     h.serves = vec![s];
-    h.final_applied =
-        vec![(NodeId(1), Some(vec![ix(1, 1), ix(1, 2), ix(1, 3)])), (NodeId(2), Some(vec![ix(1, 1), ix(1, 7)]))];
+    h.final_applied = vec![
+        (NodeId(1), Some(vec![ix(1, 1), ix(1, 2), ix(1, 3)])),
+        (NodeId(2), Some(vec![ix(1, 1), ix(1, 7)])),
+    ];
     assert!(!flags(check::log_order, &h), "a never-served divergent suffix is allowed");
     h.final_applied = vec![(NodeId(1), Some(vec![ix(1, 1), ix(1, 3)]))];
     assert!(flags(check::log_order, &h), "(1,3) applied without (1,2)");
@@ -360,7 +419,11 @@ fn inv14_liveness_and_driver_anomalies_are_reported() {
     let mut h = base();
     assert!(!flags(check::liveness, &h) && !flags(check::driver, &h));
     h.liveness.push(Anomaly { at: t(1), node: None, what: "no leader".into() });
-    h.anomalies.push(Anomaly { at: t(1), node: Some(NodeId(1)), what: "check_invariants failed".into() });
+    h.anomalies.push(Anomaly {
+        at: t(1),
+        node: Some(NodeId(1)),
+        what: "check_invariants failed".into(),
+    });
     assert!(flags(check::liveness, &h) && flags(check::driver, &h));
     assert_eq!(check::check_all(&h).len(), 2);
 }
@@ -369,7 +432,14 @@ fn inv14_liveness_and_driver_anomalies_are_reported() {
 fn rifl1_at_most_once_flags_a_second_execution_of_an_rpc_at_one_node() {
     let mut h = base();
     let rpc = RpcId { client_id: 1, seq: 1 };
-    let exec = |node, c, others: Vec<LogIndex>| ExecutionRecord { at: t(5), pos: 0, node: NodeId(node), index: ix(1, c), rpc, others };
+    let exec = |node, c, others: Vec<LogIndex>| ExecutionRecord {
+        at: t(5),
+        pos: 0,
+        node: NodeId(node),
+        index: ix(1, c),
+        rpc,
+        others,
+    };
     // The same RPC executed at two nodes, or again after its first entry was truncated: fine.
     h.executions = vec![exec(0, 1, vec![]), exec(1, 1, vec![]), exec(1, 4, vec![])];
     assert!(!flags(check::at_most_once, &h));
@@ -380,7 +450,12 @@ fn rifl1_at_most_once_flags_a_second_execution_of_an_rpc_at_one_node() {
 #[test]
 fn rifl2_stable_result_flags_two_indexes_for_one_rpc() {
     let mut h = base();
-    let ok = |seq, c, delivered| WriteOkRecord { at: t(5), rpc: RpcId { client_id: 1, seq }, index: ix(1, c), delivered };
+    let ok = |seq, c, delivered| WriteOkRecord {
+        at: t(5),
+        rpc: RpcId { client_id: 1, seq },
+        index: ix(1, c),
+        delivered,
+    };
     // put(1, c, ..) is client 1's seq c.
     h.write_oks = vec![ok(1, 1, false), ok(1, 1, true), ok(2, 2, true), ok(3, 9, true)];
     assert!(!flags(check::stable_result, &h), "a lost entry (1,9) is not this checker's business");

@@ -6,8 +6,12 @@
 //! quiet). Single-core unit tests of the same rules are in `crates/log/src/core_tests.rs`.
 
 use bytes::Bytes;
-use strata_log::{LogConfig, LogIndex, PlantedBug, Replication, RpcId, WriteAck, WriteError, WriteOp};
-use strata_sim::orca::{run_orca, HarnessOptions, Mode, OrcaCluster, OrcaReport, AT_MOST_ONCE, STABLE_RESULT};
+use strata_log::{
+    LogConfig, LogIndex, PlantedBug, Replication, RpcId, WriteAck, WriteError, WriteOp,
+};
+use strata_sim::orca::{
+    run_orca, HarnessOptions, Mode, OrcaCluster, OrcaReport, AT_MOST_ONCE, STABLE_RESULT,
+};
 
 fn orca() -> LogConfig {
     LogConfig::orca(Replication::Async)
@@ -39,8 +43,13 @@ fn entries_of(c: &OrcaCluster, i: usize, rpc: RpcId) -> usize {
 /// after restarts included).
 fn executed_at(c: &OrcaCluster, i: usize, rpc: RpcId) -> Vec<LogIndex> {
     let me = c.ids[i];
-    let mut idx: Vec<LogIndex> =
-        c.history.executions.iter().filter(|x| x.node == me && x.rpc == rpc).map(|x| x.index).collect();
+    let mut idx: Vec<LogIndex> = c
+        .history
+        .executions
+        .iter()
+        .filter(|x| x.node == me && x.rpc == rpc)
+        .map(|x| x.index)
+        .collect();
     idx.sort_unstable();
     idx.dedup();
     idx
@@ -93,7 +102,11 @@ fn a_retry_appended_twice_across_a_leader_change_executes_once_at_every_replica(
     c.restart(l);
     c.run_ms(500);
     for i in 0..5 {
-        assert_eq!(c.node(i).get(b"k"), (Some(Bytes::from_static(b"b")), b.index), "n{i}: `a` did not run again");
+        assert_eq!(
+            c.node(i).get(b"k"),
+            (Some(Bytes::from_static(b"b")), b.index),
+            "n{i}: `a` did not run again"
+        );
         assert_eq!(entries_of(&c, i, rpc), 2, "n{i}");
         assert_eq!(executed_at(&c, i, rpc), vec![a.index], "n{i}");
     }
@@ -154,10 +167,16 @@ fn caught(r: &OrcaReport) -> bool {
 #[test]
 fn the_no_dedup_canary_is_caught_on_most_seeds_and_the_same_seeds_pass_without_it() {
     for mode in [Mode::Orca, Mode::Strong] {
-        let opts = HarnessOptions { canary: Some(PlantedBug::NoDedup), ..HarnessOptions::default() };
+        let opts =
+            HarnessOptions { canary: Some(PlantedBug::NoDedup), ..HarnessOptions::default() };
         let hits: Vec<u64> = SEEDS.filter(|&s| caught(&run_orca(mode, s, &opts))).collect();
         eprintln!("NoDedup in {mode}: caught in {} of {} seeds", hits.len(), SEEDS.count());
-        assert!(hits.len() * 4 >= SEEDS.count() * 3, "{mode}: only {} of {} seeds caught", hits.len(), SEEDS.count());
+        assert!(
+            hits.len() * 4 >= SEEDS.count() * 3,
+            "{mode}: only {} of {} seeds caught",
+            hits.len(),
+            SEEDS.count()
+        );
         for s in SEEDS {
             let r = run_orca(mode, s, &HarnessOptions::default());
             assert!(r.passed(), "{mode} seed {s} fails without the bug:\n{}", r.render(10));
@@ -168,14 +187,20 @@ fn the_no_dedup_canary_is_caught_on_most_seeds_and_the_same_seeds_pass_without_i
 #[test]
 fn the_apply_time_filter_alone_keeps_every_checker_quiet() {
     // The leader appends every retry; replicas must still execute each RPC once.
-    let opts = HarnessOptions { canary: Some(PlantedBug::SkipLeaderDedup), ..HarnessOptions::default() };
+    let opts =
+        HarnessOptions { canary: Some(PlantedBug::SkipLeaderDedup), ..HarnessOptions::default() };
     let mut appended_twice = 0;
     for mode in [Mode::Orca, Mode::Strong] {
         for s in SEEDS {
             let r = run_orca(mode, s, &opts);
             assert!(r.passed(), "{mode} seed {s}:\n{}", r.render(10));
-            let mut ids: Vec<(u64, u64)> =
-                r.history.h.iter().filter(|e| e.client_id != 0).map(|e| (e.client_id, e.seq)).collect();
+            let mut ids: Vec<(u64, u64)> = r
+                .history
+                .h
+                .iter()
+                .filter(|e| e.client_id != 0)
+                .map(|e| (e.client_id, e.seq))
+                .collect();
             let n = ids.len();
             ids.sort_unstable();
             ids.dedup();
@@ -206,7 +231,9 @@ fn a_freeze_across_a_leader_change_freezes_one_final_state() {
     // write may be lost with its leader, freeze or not: ORCA §5.1).
     let configs = [LogConfig::orca(Replication::SyncRepl), LogConfig::strong_zk()];
     let cases = [(true, 0), (false, 0), (false, 1), (false, 3), (false, 10), (false, 60)];
-    for (cfg, (isolated, crash_after_ms)) in configs.iter().flat_map(|c| cases.iter().map(move |k| (c.clone(), *k))) {
+    for (cfg, (isolated, crash_after_ms)) in
+        configs.iter().flat_map(|c| cases.iter().map(move |k| (c.clone(), *k)))
+    {
         let mut c = OrcaCluster::new(5, cfg);
         let l = c.elect();
         let first_epoch = c.node(l).epoch();
@@ -215,7 +242,8 @@ fn a_freeze_across_a_leader_change_freezes_one_final_state() {
             let t = c.write_as(1 + k % 3, l, &format!("k{}", k % 4), put(&format!("v{k}")), false);
             acked.push((c.write_rpc(t).unwrap(), ok(&mut c, t).index));
         }
-        let inflight: Vec<u64> = (0..3u64).map(|k| c.write_as(10 + k, l, "x", put(&format!("x{k}")), false)).collect();
+        let inflight: Vec<u64> =
+            (0..3u64).map(|k| c.write_as(10 + k, l, "x", put(&format!("x{k}")), false)).collect();
         if isolated {
             c.isolate(l); // its `Freeze` never leaves it
         }
@@ -229,7 +257,12 @@ fn a_freeze_across_a_leader_change_freezes_one_final_state() {
                 c.wait_reply(t);
                 match c.freeze_result(t) {
                     Some(Ok(s)) => Some(s),
-                    Some(Err(WriteError::Unavailable | WriteError::Timeout | WriteError::NotLeader { .. })) | None => {
+                    Some(Err(
+                        WriteError::Unavailable
+                        | WriteError::Timeout
+                        | WriteError::NotLeader { .. },
+                    ))
+                    | None => {
                         c.run_ms(10);
                         None
                     }
@@ -245,7 +278,8 @@ fn a_freeze_across_a_leader_change_freezes_one_final_state() {
         // Acknowledged writes are in the state: a record at their index, or acknowledged.
         let in_state = |rpc: RpcId, index: Option<LogIndex>| {
             snap.clients.iter().find(|r| r.client_id == rpc.client_id).is_some_and(|r| {
-                r.ack >= rpc.seq || r.records.iter().any(|&(s, i)| s == rpc.seq && index.is_none_or(|x| x == i))
+                r.ack >= rpc.seq
+                    || r.records.iter().any(|&(s, i)| s == rpc.seq && index.is_none_or(|x| x == i))
             })
         };
         for &(rpc, index) in &acked {
@@ -257,15 +291,24 @@ fn a_freeze_across_a_leader_change_freezes_one_final_state() {
             c.wait_reply(r);
             match c.write_result(r).expect("answered") {
                 Ok(ack) => {
-                    assert!(ack.index < snap.last_included && in_state(rpc, Some(ack.index)), "{rpc:?} answered {ack:?} outside the state")
+                    assert!(
+                        ack.index < snap.last_included && in_state(rpc, Some(ack.index)),
+                        "{rpc:?} answered {ack:?} outside the state"
+                    )
                 }
                 // Sent on to the new group: there its record answers it if it executed here
                 // (in the log every replica agrees on, before the freeze).
                 e if e == moved => {
                     let executed = c.node(l2).entries().iter().any(|e| {
-                        e.client_id == rpc.client_id && e.seq == rpc.seq && e.index < snap.last_included
+                        e.client_id == rpc.client_id
+                            && e.seq == rpc.seq
+                            && e.index < snap.last_included
                     });
-                    assert_eq!(executed, in_state(rpc, None), "{rpc:?}: executed here iff its record is in the state");
+                    assert_eq!(
+                        executed,
+                        in_state(rpc, None),
+                        "{rpc:?}: executed here iff its record is in the state"
+                    );
                 }
                 e => panic!("in-flight {rpc:?} after the freeze: {e:?}"),
             }
@@ -273,14 +316,21 @@ fn a_freeze_across_a_leader_change_freezes_one_final_state() {
         c.heal();
         c.restart(l);
         c.run_ms(1500);
-        let frozen: Vec<Snapshot> = (0..c.n()).filter_map(|i| c.node(i).frozen_snapshot()).collect();
+        let frozen: Vec<Snapshot> =
+            (0..c.n()).filter_map(|i| c.node(i).frozen_snapshot()).collect();
         assert!(frozen.len() >= 3, "a majority applied the freeze");
-        assert!(frozen.iter().all(|s| *s == snap), "crash after {crash_after_ms} ms: replicas froze different states");
+        assert!(
+            frozen.iter().all(|s| *s == snap),
+            "crash after {crash_after_ms} ms: replicas froze different states"
+        );
         assert!(
             c.history.executions.iter().all(|x| x.index < snap.last_included),
             "a write executed after the freeze"
         );
         assert_clean(&mut c);
     }
-    assert!(survived.contains(&true) && survived.contains(&false), "both cases covered: {survived:?}");
+    assert!(
+        survived.contains(&true) && survived.contains(&false),
+        "both cases covered: {survived:?}"
+    );
 }

@@ -8,8 +8,8 @@ use std::time::Duration;
 use bytes::Bytes;
 use strata_core::{Effects, Node};
 use strata_log::{
-    LogConfig, LogEffects, LogEvent, LogIndex, LogReply, LogRequest, PlantedBug, ReadError, Replication, RevokeReason,
-    Role, StepDownReason, VoteRefusal, WriteOp,
+    LogConfig, LogEffects, LogEvent, LogIndex, LogReply, LogRequest, PlantedBug, ReadError,
+    Replication, RevokeReason, Role, StepDownReason, VoteRefusal, WriteOp,
 };
 use strata_sim::orca::OrcaCluster;
 use strata_wire::rifl::{ClusterTime, LeaseInfo, Rifl, RpcId};
@@ -70,7 +70,9 @@ fn lagging_follower_is_revoked_removed_and_readded_only_after_catching_up() {
     );
     c.run_ms(600);
     assert!(
-        c.count_events(|e| matches!(e, LogEvent::AsRemoved { node, confirmed: false, .. } if *node == fid)) == 1,
+        c.count_events(
+            |e| matches!(e, LogEvent::AsRemoved { node, confirmed: false, .. } if *node == fid)
+        ) == 1,
         "removed rt after its last grant"
     );
     // Reads needing durability proceed without it.
@@ -84,7 +86,9 @@ fn lagging_follower_is_revoked_removed_and_readded_only_after_catching_up() {
     let added: Vec<_> = c
         .events()
         .filter_map(|s| match &s.event {
-            LogEvent::AsAdded { node, persisted, applied, di, .. } if *node == fid => Some((*persisted, *applied, *di)),
+            LogEvent::AsAdded { node, persisted, applied, di, .. } if *node == fid => {
+                Some((*persisted, *applied, *di))
+            }
             _ => None,
         })
         .collect();
@@ -113,7 +117,9 @@ fn slow_disk_member_is_revoked_so_durability_reads_proceed() {
             == 1
     );
     assert!(
-        c.count_events(|e| matches!(e, LogEvent::AsRemoved { node, confirmed: true, .. } if *node == fid)) == 1,
+        c.count_events(
+            |e| matches!(e, LogEvent::AsRemoved { node, confirmed: true, .. } if *node == fid)
+        ) == 1,
         "removed on its revoke ack"
     );
     assert!(!c.node(f).is_serving(c.now));
@@ -134,7 +140,11 @@ fn operator_revoke_removes_a_member_once_it_confirms() {
     let fid = NodeId(f as u32);
     assert!(!c.node(l).active_set().contains(&fid), "not re-added within rt");
     assert_eq!(c.node(l).active_set().len(), 4, "replaced by the caught-up non-member");
-    assert!(c.count_events(|e| matches!(e, LogEvent::AsRemoved { node, confirmed: true, .. } if *node == fid)) == 1);
+    assert!(
+        c.count_events(
+            |e| matches!(e, LogEvent::AsRemoved { node, confirmed: true, .. } if *node == fid)
+        ) == 1
+    );
     assert!(!c.node(f).is_serving(c.now));
     assert_eq!(c.read_now(f, "k"), Err(ReadError::NotInActiveSet));
     assert_clean(&mut c);
@@ -182,8 +192,12 @@ fn removal_never_shrinks_the_set_below_a_majority_and_a_replacement_is_added_fir
     assert!(c.read_result(t).expect("answered").is_ok());
     let set = c.node(l).active_set();
     assert!(set.contains(&NodeId(g as u32)) && !set.contains(&NodeId(f as u32)), "{set:?}");
-    let added = c.events().position(|s| matches!(&s.event, LogEvent::AsAdded { node, .. } if node.0 as usize == g));
-    let removed = c.events().position(|s| matches!(&s.event, LogEvent::AsRemoved { node, .. } if node.0 as usize == f));
+    let added = c
+        .events()
+        .position(|s| matches!(&s.event, LogEvent::AsAdded { node, .. } if node.0 as usize == g));
+    let removed = c
+        .events()
+        .position(|s| matches!(&s.event, LogEvent::AsRemoved { node, .. } if node.0 as usize == f));
     assert!(added.expect("g added") < removed.expect("f removed"), "replacement first");
     assert_clean(&mut c);
 }
@@ -206,7 +220,9 @@ fn deposed_leader_stops_serving_reads_when_its_lease_ends() {
     assert_ne!(new, old);
     let expired_at = c
         .events()
-        .find(|s| s.node.0 as usize == old && matches!(s.event, LogEvent::LeaderLeaseExpired { .. }))
+        .find(|s| {
+            s.node.0 as usize == old && matches!(s.event, LogEvent::LeaderLeaseExpired { .. })
+        })
         .expect("lease expired")
         .at;
     let elected_at = c
@@ -214,8 +230,16 @@ fn deposed_leader_stops_serving_reads_when_its_lease_ends() {
         .find(|s| s.node.0 as usize == new && matches!(s.event, LogEvent::BecameLeader { .. }))
         .expect("elected")
         .at;
-    assert!(expired_at < elected_at, "the old leader stopped serving before a new one existed (§5.8)");
-    assert!(c.count_events(|e| matches!(e, LogEvent::SteppedDown { reason: StepDownReason::LeaseLost, .. })) >= 1);
+    assert!(
+        expired_at < elected_at,
+        "the old leader stopped serving before a new one existed (§5.8)"
+    );
+    assert!(
+        c.count_events(|e| matches!(
+            e,
+            LogEvent::SteppedDown { reason: StepDownReason::LeaseLost, .. }
+        )) >= 1
+    );
     assert_eq!(c.read_now(new, "k").unwrap().value, Some(Bytes::from_static(b"v")));
     assert_clean(&mut c);
 }
@@ -235,7 +259,10 @@ fn candidate_with_a_shorter_log_loses_the_election_in_a_cluster() {
     let new = c.leader().expect("leader");
     assert_ne!(new, behind);
     assert!(
-        c.count_events(|e| matches!(e, LogEvent::VoteRefused { reason: VoteRefusal::LessUpToDate, .. })) >= 1
+        c.count_events(|e| matches!(
+            e,
+            LogEvent::VoteRefused { reason: VoteRefusal::LessUpToDate, .. }
+        )) >= 1
             || c.node(new).epoch() == c.node(behind).epoch()
     );
     assert_eq!(c.node(new).get(b"k").0, Some(Bytes::from_static(b"v1")));
@@ -286,7 +313,11 @@ fn follower_in_the_active_set_serves_a_read_only_once_the_item_is_durable() {
     assert_eq!(c.node(f).stats().reads_forwarded, 1);
     c.run_ms(5);
     let r = c.read_now(f, "k").unwrap();
-    assert_eq!((r.served_by, r.update_index), (NodeId(f as u32), idx), "now durable: served locally");
+    assert_eq!(
+        (r.served_by, r.update_index),
+        (NodeId(f as u32), idx),
+        "now durable: served locally"
+    );
     assert_clean(&mut c);
 }
 
@@ -397,7 +428,10 @@ fn election_elects_one_leader_whose_sync_phase_forms_the_active_set() {
     assert_eq!(c.count_events(|e| matches!(e, LogEvent::SyncPhaseDone { .. })), 1);
     for i in 0..5 {
         if i != l {
-            assert!(c.node(i).is_serving(c.now) == c.node(l).active_set().contains(&NodeId(i as u32)), "n{i}");
+            assert!(
+                c.node(i).is_serving(c.now) == c.node(l).active_set().contains(&NodeId(i as u32)),
+                "n{i}"
+            );
         }
     }
     assert_clean(&mut c);
@@ -415,7 +449,11 @@ fn async_writes_replicate_apply_and_persist_everywhere() {
         assert_eq!(c.node(i).get(b"b"), (Some(Bytes::from_static(b"2")), b), "n{i}");
         assert_eq!(c.node(i).get(b"a").0, None, "n{i}: tombstone");
         assert!(c.node(i).get(b"a").1 > a);
-        assert_eq!(c.node(i).persisted_index(), c.node(l).last_index(), "n{i}: background flush (§5.4)");
+        assert_eq!(
+            c.node(i).persisted_index(),
+            c.node(l).last_index(),
+            "n{i}: background flush (§5.4)"
+        );
     }
     assert!(c.node(l).durable_index() >= b, "DI follows the background flushes");
     assert_clean(&mut c);
@@ -430,7 +468,11 @@ fn duplicate_write_gets_the_recorded_ack() {
         rifl: Rifl {
             rpc: RpcId { client_id: 9, seq: 1 },
             first_incomplete: 1,
-            lease: LeaseInfo { client_id: 9, expiration: ClusterTime(u64::MAX), timestamp: ClusterTime::ZERO },
+            lease: LeaseInfo {
+                client_id: 9,
+                expiration: ClusterTime(u64::MAX),
+                timestamp: ClusterTime::ZERO,
+            },
         },
         key: Bytes::from_static(b"k"),
         op: WriteOp::Put(Bytes::from_static(b"v")),
@@ -666,7 +708,9 @@ fn a_loaded_runtime_that_ticks_late_keeps_its_leader() {
         c.write(l, &format!("k{}", k % 50), "v"); // a write every 2 ms for 4 s
         c.run_ms(2);
     }
-    let lost = c.count_events(|e| matches!(e, LogEvent::SteppedDown { reason: StepDownReason::LeaseLost, .. }));
+    let lost = c.count_events(|e| {
+        matches!(e, LogEvent::SteppedDown { reason: StepDownReason::LeaseLost, .. })
+    });
     assert_eq!(lost, 0, "the leader lost its lease under late ticks");
     assert_eq!(c.leader(), Some(l));
     // With the leader gone, the followers hear nothing but each other: their elections must

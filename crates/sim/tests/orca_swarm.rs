@@ -34,16 +34,22 @@ fn orca_cad_and_strong_modes_have_no_violations_and_the_harness_exercises_the_pr
             assert!(!h.h.is_empty() && h.h_leader.is_some(), "{mode} seed {seed}: no final leader");
             *tally.entry("reads").or_default() += h.reads.len();
             *tally.entry("truncations").or_default() += h.truncations.len();
-            *tally.entry("leaders").or_default() += count(&r, |e| matches!(e, LogEvent::BecameLeader { .. }));
-            *tally.entry("rounds").or_default() += count(&r, |e| matches!(e, LogEvent::DurabilityRound { .. }));
+            *tally.entry("leaders").or_default() +=
+                count(&r, |e| matches!(e, LogEvent::BecameLeader { .. }));
+            *tally.entry("rounds").or_default() +=
+                count(&r, |e| matches!(e, LogEvent::DurabilityRound { .. }));
             *tally.entry("immediate").or_default() +=
                 count(&r, |e| matches!(e, LogEvent::WriteAcked { immediate: true, .. }));
-            *tally.entry("revokes").or_default() += count(&r, |e| matches!(e, LogEvent::AsRevoked { .. }));
+            *tally.entry("revokes").or_default() +=
+                count(&r, |e| matches!(e, LogEvent::AsRevoked { .. }));
             *tally.entry("removals").or_default() += h.removals.len();
             *tally.entry("additions").or_default() += h.additions.len();
-            *tally.entry("token reads").or_default() += h.reads.iter().filter(|r| r.min_index.is_some()).count();
-            *tally.entry("follower serves").or_default() += h.serves.iter().filter(|s| !s.server_was_leader).count();
-            *tally.entry("forwarded").or_default() += h.reads.iter().filter(|r| r.value.served_by != r.asked).count();
+            *tally.entry("token reads").or_default() +=
+                h.reads.iter().filter(|r| r.min_index.is_some()).count();
+            *tally.entry("follower serves").or_default() +=
+                h.serves.iter().filter(|s| !s.server_was_leader).count();
+            *tally.entry("forwarded").or_default() +=
+                h.reads.iter().filter(|r| r.value.served_by != r.asked).count();
             *tally.entry("refused reads").or_default() += r.read_errors.values().sum::<usize>();
         }
         eprintln!("{mode}: {} seeds, {tally:?}", SEEDS.count());
@@ -60,7 +66,9 @@ fn orca_cad_and_strong_modes_have_no_violations_and_the_harness_exercises_the_pr
             at_least("immediate", 20);
         }
         if matches!(mode, Mode::Orca | Mode::OrcaSyncRepl) {
-            for what in ["revokes", "removals", "additions", "follower serves", "forwarded", "token reads"] {
+            for what in
+                ["revokes", "removals", "additions", "follower serves", "forwarded", "token reads"]
+            {
                 at_least(what, 10);
             }
         }
@@ -73,9 +81,15 @@ fn weak_baselines_show_non_monotonic_reads_under_the_same_harness() {
     // and 37% for sync-ZK-all.
     let opts = HarnessOptions::default();
     for mode in [Mode::Weak, Mode::WeakSyncRepl, Mode::SyncAll] {
-        let bad = NEGATIVE_SEEDS.clone().filter(|&s| run_orca(mode, s, &opts).monotonic_violations() > 0).count();
+        let bad = NEGATIVE_SEEDS
+            .clone()
+            .filter(|&s| run_orca(mode, s, &opts).monotonic_violations() > 0)
+            .count();
         eprintln!("{mode}: {bad} of {} runs non-monotonic", NEGATIVE_SEEDS.count());
-        assert!(bad * 4 >= NEGATIVE_SEEDS.count(), "{mode}: only {bad} runs showed a violation of invariant 1");
+        assert!(
+            bad * 4 >= NEGATIVE_SEEDS.count(),
+            "{mode}: only {bad} runs showed a violation of invariant 1"
+        );
     }
 }
 
@@ -97,7 +111,11 @@ fn every_planted_bug_is_caught_by_its_checker_and_the_same_seeds_pass_without_it
             .clone()
             .filter(|&s| run_orca(mode, s, &opts).violations.iter().any(|v| v.checker == checker))
             .collect();
-        eprintln!("{bug:?} in {mode}: {checker} caught it in {} of {} seeds", caught.len(), CANARY_SEEDS.count());
+        eprintln!(
+            "{bug:?} in {mode}: {checker} caught it in {} of {} seeds",
+            caught.len(),
+            CANARY_SEEDS.count()
+        );
         assert!(!caught.is_empty(), "{bug:?} in {mode} not caught by {checker}");
         for &seed in &caught {
             let r = run_orca(mode, seed, &HarnessOptions::default());
@@ -109,9 +127,13 @@ fn every_planted_bug_is_caught_by_its_checker_and_the_same_seeds_pass_without_it
 #[test]
 fn serving_lost_data_is_caught_as_a_non_monotonic_read() {
     // Without the durability check, reads return data a crash of all nodes then loses.
-    let opts = HarnessOptions { canary: Some(PlantedBug::SkipDurabilityCheck), ..HarnessOptions::default() };
-    let caught =
-        (0..40).any(|s| run_orca(Mode::Orca, s, &opts).violations.iter().any(|v| v.checker == MONOTONIC_READS));
+    let opts = HarnessOptions {
+        canary: Some(PlantedBug::SkipDurabilityCheck),
+        ..HarnessOptions::default()
+    };
+    let caught = (0..40).any(|s| {
+        run_orca(Mode::Orca, s, &opts).violations.iter().any(|v| v.checker == MONOTONIC_READS)
+    });
     assert!(caught);
 }
 
@@ -123,10 +145,17 @@ fn a_seed_replays_identically() {
         let b = run_orca(mode, 5, &opts);
         assert_eq!(a.history.events.len(), b.history.events.len());
         let key = |r: &OrcaReport| {
-            r.history.reads.iter().map(|x| (x.completed, x.value.update_index, x.value.served_by)).collect::<Vec<_>>()
+            r.history
+                .reads
+                .iter()
+                .map(|x| (x.completed, x.value.update_index, x.value.served_by))
+                .collect::<Vec<_>>()
         };
         assert_eq!(key(&a), key(&b));
         assert_eq!(a.violations, b.violations);
-        assert_eq!(a.repro(), format!("cargo run -p strata-sim -- --engine log --mode {mode} --seed 5"));
+        assert_eq!(
+            a.repro(),
+            format!("cargo run -p strata-sim -- --engine log --mode {mode} --seed 5")
+        );
     }
 }

@@ -5,15 +5,20 @@
 use bytes::Bytes;
 use strata_sim::check::rifl::{exactly_once, exactly_once_plain};
 use strata_sim::check::Violation;
-use strata_sim::history::{Attempt, AttemptReply, CommitSeen, Creation, History, Op, OpKind, Outcome, Witness};
-use strata_wire::{Carstamp, ClusterTime, Instant, LeaseInfo, Llc, NodeId, Rifl, RmwId, RpcId, SessionId};
+use strata_sim::history::{
+    Attempt, AttemptReply, CommitSeen, Creation, History, Op, OpKind, Outcome, Witness,
+};
+use strata_wire::{
+    Carstamp, ClusterTime, Instant, LeaseInfo, Llc, NodeId, Rifl, RmwId, RpcId, SessionId,
+};
 
 fn sess(node: u32, index: u32) -> SessionId {
     SessionId { node: NodeId(node), index }
 }
 
 fn envelope(seq: u64, first_incomplete: u64) -> Rifl {
-    let lease = LeaseInfo { client_id: 1, expiration: ClusterTime(u64::MAX), timestamp: ClusterTime(0) };
+    let lease =
+        LeaseInfo { client_id: 1, expiration: ClusterTime(u64::MAX), timestamp: ClusterTime(0) };
     Rifl { rpc: RpcId { client_id: 1, seq }, first_incomplete, lease }
 }
 
@@ -34,24 +39,71 @@ fn reply(at: u64, result: Result<Witness, String>, lost: bool) -> Option<Attempt
 }
 
 /// One operation and its sends: `(session, envelope, reply, rmw id)`.
-fn op(h: &mut History, kind: OpKind, key: &str, outcome: Outcome, sends: Vec<(SessionId, Rifl, Option<AttemptReply>, Option<RmwId>)>) -> usize {
+fn op(
+    h: &mut History,
+    kind: OpKind,
+    key: &str,
+    outcome: Outcome,
+    sends: Vec<(SessionId, Rifl, Option<AttemptReply>, Option<RmwId>)>,
+) -> usize {
     let i = h.ops.len();
     let last = sends.last().expect("one send at least").0;
-    h.ops.push(Op { session: last, pos: 0, node: last.node, kind, key: Bytes::copy_from_slice(key.as_bytes()), invoke: Instant(1), outcome });
+    h.ops.push(Op {
+        session: last,
+        pos: 0,
+        node: last.node,
+        kind,
+        key: Bytes::copy_from_slice(key.as_bytes()),
+        invoke: Instant(1),
+        outcome,
+    });
     for (n, (session, e, reply, rmw_id)) in sends.into_iter().enumerate() {
-        h.attempts.push(Attempt { op: i, rifl: Some(e), session, pos: 0, node: session.node, sent: Instant(1 + n as u64), reply, rmw_id });
+        h.attempts.push(Attempt {
+            op: i,
+            rifl: Some(e),
+            session,
+            pos: 0,
+            node: session.node,
+            sent: Instant(1 + n as u64),
+            reply,
+            rmw_id,
+        });
     }
     i
 }
 
-fn create(h: &mut History, s: SessionId, key: &str, cs: Carstamp, value: Option<Bytes>, rmw_id: Option<RmwId>) {
-    h.creations.push(Creation { at: Instant(5), node: s.node, session: s, key: Bytes::copy_from_slice(key.as_bytes()), cs, value, rmw_id });
+fn create(
+    h: &mut History,
+    s: SessionId,
+    key: &str,
+    cs: Carstamp,
+    value: Option<Bytes>,
+    rmw_id: Option<RmwId>,
+) {
+    h.creations.push(Creation {
+        at: Instant(5),
+        node: s.node,
+        session: s,
+        key: Bytes::copy_from_slice(key.as_bytes()),
+        cs,
+        value,
+        rmw_id,
+    });
 }
 
 fn commit(h: &mut History, key: &str, slot: u32, id: RmwId, value: Option<Bytes>) {
     let cs = Carstamp { llc: Llc::ZERO, pno: slot };
     let seq = h.commits.len() as u64;
-    h.commits.push(CommitSeen { seq, at: Instant(5), from: id.session.node, key: Bytes::copy_from_slice(key.as_bytes()), slot, rmw_id: id, value: value.clone(), cs });
+    h.commits.push(CommitSeen {
+        seq,
+        at: Instant(5),
+        from: id.session.node,
+        key: Bytes::copy_from_slice(key.as_bytes()),
+        slot,
+        rmw_id: id,
+        value: value.clone(),
+        cs,
+    });
     create(h, id.session, key, cs, value, Some(id));
 }
 
@@ -71,12 +123,22 @@ fn good() -> History {
     let v = Bytes::from_static(b"n0/s0#0");
     let cs = plain(1, 0);
     create(&mut h, a, "k", cs, Some(v.clone()), None);
-    let sends = vec![(a, envelope(1, 1), reply(5, Ok(written(cs)), true), None), (b, envelope(1, 1), reply(9, Ok(written(cs)), false), None)];
+    let sends = vec![
+        (a, envelope(1, 1), reply(5, Ok(written(cs)), true), None),
+        (b, envelope(1, 1), reply(9, Ok(written(cs)), false), None),
+    ];
     op(&mut h, OpKind::Write { value: v }, "k", done(9, written(cs)), sends);
     let id = RmwId { session: a, seq: 1 };
     commit(&mut h, "c", 1, id, num(3));
-    let w = Witness { observed: Some((None, Carstamp::ZERO)), written: Some(Carstamp { llc: Llc::ZERO, pno: 1 }), swapped: false };
-    let sends = vec![(a, envelope(2, 1), reply(6, Ok(w.clone()), true), Some(id)), (b, envelope(2, 2), reply(10, Ok(w.clone()), false), None)];
+    let w = Witness {
+        observed: Some((None, Carstamp::ZERO)),
+        written: Some(Carstamp { llc: Llc::ZERO, pno: 1 }),
+        swapped: false,
+    };
+    let sends = vec![
+        (a, envelope(2, 1), reply(6, Ok(w.clone()), true), Some(id)),
+        (b, envelope(2, 2), reply(10, Ok(w.clone()), false), None),
+    ];
     op(&mut h, OpKind::Faa { delta: 3 }, "c", done(10, w), sends);
     h
 }
@@ -95,7 +157,11 @@ fn an_faa_executed_by_two_sends_is_flagged_and_its_counter_counts_it_twice() {
     let again = RmwId { session: sess(1, 0), seq: 1 };
     commit(&mut h, "c", 2, again, num(6));
     h.attempts[3].rmw_id = Some(again);
-    let w2 = Witness { observed: Some((num(3), Carstamp { llc: Llc::ZERO, pno: 1 })), written: Some(Carstamp { llc: Llc::ZERO, pno: 2 }), swapped: false };
+    let w2 = Witness {
+        observed: Some((num(3), Carstamp { llc: Llc::ZERO, pno: 1 })),
+        written: Some(Carstamp { llc: Llc::ZERO, pno: 2 }),
+        swapped: false,
+    };
     h.attempts[3].reply = reply(10, Ok(w2.clone()), false);
     h.ops[1].outcome = done(10, w2);
     let found = exactly_once(&h);
@@ -120,7 +186,8 @@ fn a_plain_write_executed_twice_is_flagged_as_plain() {
 fn stale_for_an_unacknowledged_rpc_and_envelopes_outside_the_window_are_flagged() {
     let mut h = good();
     h.attempts[3].reply = reply(10, Err("Stale".into()), false);
-    h.ops[1].outcome = Outcome::Failed { at: Instant(10), order: 10, error: "Stale: acknowledged".into() };
+    h.ops[1].outcome =
+        Outcome::Failed { at: Instant(10), order: 10, error: "Stale: acknowledged".into() };
     flags(exactly_once(&h), "answered Stale by n1 although its client never acknowledged it");
     let mut h = good();
     h.attempts[3].rifl = Some(envelope(2, 3));

@@ -55,10 +55,17 @@ fn kf2_the_acquire_obligation_carries_visibility_through_a_second_release() {
     let report = run_knobs(kf2(None), &RunOptions::default());
     assert!(report.passed(), "{}", failure(&report));
     let h = &report.history;
-    let read = h.ops.iter().find(|o| o.session.node == NodeId(2) && o.kind == OpKind::Read).expect("J's read");
+    let read = h
+        .ops
+        .iter()
+        .find(|o| o.session.node == NodeId(2) && o.kind == OpKind::Read)
+        .expect("J's read");
     let (value, _) = read.witness().and_then(|w| w.observed.clone()).expect("J's read completed");
     assert_eq!(value, Some(b("x1")), "J reads K's x");
-    assert!(report.stats.barriers_slow >= 1 && report.stats.epoch_bumps >= 1, "I's release went slow, J bumped its epoch");
+    assert!(
+        report.stats.barriers_slow >= 1 && report.stats.epoch_bumps >= 1,
+        "I's release went slow, J bumped its epoch"
+    );
     assert!(report.stats.net.dropped_rule > 0);
 }
 
@@ -69,7 +76,8 @@ fn canary_no_acquire_obligation_is_caught_as_transitive_message_passing() {
     assert!(!report.passed(), "the K-F2 gap went unnoticed:{}", failure(&report));
     let hb: Vec<_> = report.violations.iter().filter(|v| v.checker == "hb-visibility").collect();
     assert!(
-        hb.iter().any(|v| v.detail.contains("n2/s0 #1 (read of key \"x\") observed 0.0.0") && v.detail.contains("2 release -> acquire hops")),
+        hb.iter().any(|v| v.detail.contains("n2/s0 #1 (read of key \"x\") observed 0.0.0")
+            && v.detail.contains("2 release -> acquire hops")),
         "{}",
         failure(&report)
     );
@@ -111,10 +119,16 @@ fn message_passing_reaches_a_delinquent_reader_through_the_slow_release() {
 #[test]
 fn canary_skip_slow_release_is_caught_as_message_passing() {
     let c = Some(Canary::SkipSlowRelease);
-    let report = run_knobs(message_passing_with_a_delinquent_reader(c), &RunOptions { canary: c, ..RunOptions::default() });
+    let report = run_knobs(
+        message_passing_with_a_delinquent_reader(c),
+        &RunOptions { canary: c, ..RunOptions::default() },
+    );
     assert!(!report.passed(), "the stale read went unnoticed:{}", failure(&report));
     assert!(
-        report.violations.iter().any(|v| v.checker == "hb-visibility" && v.detail.contains("one release -> acquire")),
+        report
+            .violations
+            .iter()
+            .any(|v| v.checker == "hb-visibility" && v.detail.contains("one release -> acquire")),
         "{}",
         failure(&report)
     );
@@ -148,7 +162,10 @@ fn a_replica_paused_for_400ms_stalls_nobody_and_learns_it_is_delinquent() {
     w.think_max_us = 200;
     k.safety_ns = 550 * MS;
     k.liveness_ns = 50 * MS;
-    k.faults = vec![ScheduledFault { at_ns: pause_at, fault: Fault::Pause { node: PAUSED, resume_ns: resume_at } }];
+    k.faults = vec![ScheduledFault {
+        at_ns: pause_at,
+        fault: Fault::Pause { node: PAUSED, resume_ns: resume_at },
+    }];
     k.drain_ns = k.default_drain_ns();
     let t_rel = k.release_timeout_us * 1_000;
     let rtt = k.rtt_us() * 1_000;
@@ -156,7 +173,11 @@ fn a_replica_paused_for_400ms_stalls_nobody_and_learns_it_is_delinquent() {
     // (a)
     assert!(report.passed(), "{}", failure(&report));
     let h = &report.history;
-    assert!(report.stats.barriers_slow >= 1, "some release timed out on the sleeper:{}", failure(&report));
+    assert!(
+        report.stats.barriers_slow >= 1,
+        "some release timed out on the sleeper:{}",
+        failure(&report)
+    );
 
     // (b) The longest stretch without a completion at each live node, while n2 sleeps.
     let allowed = t_rel + 5 * rtt;
@@ -174,11 +195,25 @@ fn a_replica_paused_for_400ms_stalls_nobody_and_learns_it_is_delinquent() {
         done.push(resume_at);
         done.sort_unstable();
         let gap = done.windows(2).map(|w| w[1] - w[0]).max().unwrap_or(0);
-        assert!(done.len() > 1_000, "{n} completed only {} operations during the pause", done.len() - 2);
-        assert!(gap <= allowed, "{n} completed nothing for {} during the pause (allowed {})", fmt_ms(gap), fmt_ms(allowed));
+        assert!(
+            done.len() > 1_000,
+            "{n} completed only {} operations during the pause",
+            done.len() - 2
+        );
+        assert!(
+            gap <= allowed,
+            "{n} completed nothing for {} during the pause (allowed {})",
+            fmt_ms(gap),
+            fmt_ms(allowed)
+        );
         gaps.push(format!("{n}: {} ops, longest gap {}", done.len() - 2, fmt_ms(gap)));
     }
-    let asleep = h.ops.iter().filter(|o| o.node == PAUSED).filter_map(|o| o.completed_at()).filter(|t| (pause_at + MS..resume_at).contains(&t.0));
+    let asleep = h
+        .ops
+        .iter()
+        .filter(|o| o.node == PAUSED)
+        .filter_map(|o| o.completed_at())
+        .filter(|t| (pause_at + MS..resume_at).contains(&t.0));
     assert_eq!(asleep.count(), 0, "the sleeper completed operations while asleep");
 
     // (c) The first DM-set naming n2 known to a quorum, and n2's first acquire/RMW after it.
@@ -194,11 +229,16 @@ fn a_replica_paused_for_400ms_stalls_nobody_and_learns_it_is_delinquent() {
     let first = h
         .ops
         .iter()
-        .filter(|o| o.node == PAUSED && o.invoke >= known && matches!(o.class(), OpClass::Acquire | OpClass::Rmw))
+        .filter(|o| {
+            o.node == PAUSED
+                && o.invoke >= known
+                && matches!(o.class(), OpClass::Acquire | OpClass::Rmw)
+        })
         .filter_map(|o| o.completed_at().map(|t| (t, o)))
         .min_by_key(|(t, _)| *t)
         .expect("n2 completed an acquire or RMW after waking");
-    let bumped = h.epochs.iter().any(|e| e.node == PAUSED && e.at.0 >= resume_at && e.at <= first.0);
+    let bumped =
+        h.epochs.iter().any(|e| e.node == PAUSED && e.at.0 >= resume_at && e.at <= first.0);
     eprintln!(
         "paused n2 for 400ms: {}; DM-set at a quorum at {}, n2's first acquire/RMW after it done at {}; {} slow barriers",
         gaps.join("; "),

@@ -27,14 +27,19 @@ fn swarm_of_40_seeds_has_no_violations_and_exercises_every_fault() {
     let mut node_counts = BTreeSet::new();
     let mut mixes = BTreeSet::new();
     let mut kinds: BTreeMap<&str, usize> = BTreeMap::new();
-    let (mut swapped, mut local_fails, mut commits, mut slow, mut bumps, mut slow_path, mut nacks) = (0, 0, 0, 0, 0, 0, 0);
+    let (mut swapped, mut local_fails, mut commits, mut slow, mut bumps, mut slow_path, mut nacks) =
+        (0, 0, 0, 0, 0, 0, 0);
     let mut state = StateRecords::default();
     for seed in SWARM_SEEDS {
         let report = run_seed(seed, &opts);
         assert!(report.passed(), "seed {seed} failed:{}", failure(&report));
         let h = &report.history;
         let done = h.ops.iter().filter(|o| matches!(o.outcome, Outcome::Done { .. })).count();
-        assert!(done > 0 && h.heal_at.is_some() && h.final_state.is_some(), "seed {seed} did nothing:{}", failure(&report));
+        assert!(
+            done > 0 && h.heal_at.is_some() && h.final_state.is_some(),
+            "seed {seed} did nothing:{}",
+            failure(&report)
+        );
         completed += done;
         sent += report.stats.net.sent;
         dropped += report.stats.net.dropped_loss + report.stats.net.dropped_cut;
@@ -65,15 +70,28 @@ fn swarm_of_40_seeds_has_no_violations_and_exercises_every_fault() {
     assert_eq!(faults.into_iter().collect::<Vec<_>>(), ["crash", "partition", "pause"]);
     assert_eq!(node_counts.into_iter().collect::<Vec<_>>(), [3, 4, 5, 6, 7]);
     assert!(completed > 10_000 && sent > 10_000, "{completed} ops, {sent} messages");
-    assert!(dropped > 0 && duplicated > 0 && resent > 0, "dropped {dropped}, duplicated {duplicated}, re-sent {resent}");
+    assert!(
+        dropped > 0 && duplicated > 0 && resent > 0,
+        "dropped {dropped}, duplicated {duplicated}, re-sent {resent}"
+    );
     // Every operation kind completes, and the sync machinery is exercised: Paxos contention,
     // barriers that go slow, epochs bumped by delinquent replicas, slow-path accesses.
     for kind in ["read", "write", "delete", "release", "acquire", "faa", "cas", "weak-cas"] {
-        assert!(kinds.get(kind).is_some_and(|&n| n >= 20), "only {:?} completed {kind}s: {kinds:?}", kinds.get(kind));
+        assert!(
+            kinds.get(kind).is_some_and(|&n| n >= 20),
+            "only {:?} completed {kind}s: {kinds:?}",
+            kinds.get(kind)
+        );
     }
     assert!(mixes.len() >= 4, "sync mixes drawn: {mixes:?}");
-    assert!(swapped > 0 && local_fails > 0 && commits > 100, "{swapped} swaps, {local_fails} local weak-CAS failures, {commits} commits");
-    assert!(slow > 0 && bumps > 0 && slow_path > 0 && nacks > 0, "{slow} slow barriers, {bumps} epoch bumps, {slow_path} slow-path accesses, {nacks} nacks");
+    assert!(
+        swapped > 0 && local_fails > 0 && commits > 100,
+        "{swapped} swaps, {local_fails} local weak-CAS failures, {commits} commits"
+    );
+    assert!(
+        slow > 0 && bumps > 0 && slow_path > 0 && nacks > 0,
+        "{slow} slow barriers, {bumps} epoch bumps, {slow_path} slow-path accesses, {nacks} nacks"
+    );
     state.assert_exercised();
     eprintln!(
         "{} seeds, {completed} ops ({kinds:?}), {sent} messages, {commits} commits, {slow} slow barriers, {bumps} epoch bumps, in {:.1?}",
@@ -107,14 +125,25 @@ impl StateRecords {
             }
         }
         self.resets += h.dbits.iter().filter(|d| matches!(d.change, DbitChange::Up { .. })).count();
-        self.self_cleared += h.self_delinquency.iter().filter(|s| matches!(s.change, SelfDelinquentChange::Cleared { .. })).count();
+        self.self_cleared += h
+            .self_delinquency
+            .iter()
+            .filter(|s| matches!(s.change, SelfDelinquentChange::Cleared { .. }))
+            .count();
         self.registrations += h.registrations.len();
         self.promises += h.promises.len();
     }
 
     fn assert_exercised(&self) {
         let s = self;
-        let all = [s.fast_barriers, s.slow_barriers, s.resets, s.self_cleared, s.registrations, s.promises];
+        let all = [
+            s.fast_barriers,
+            s.slow_barriers,
+            s.resets,
+            s.self_cleared,
+            s.registrations,
+            s.promises,
+        ];
         assert!(all.iter().all(|&n| n > 0), "a state invariant was never exercised: {s:?}");
     }
 }
@@ -128,16 +157,24 @@ fn canary_apply_older_writes_is_caught_on_most_seeds() {
         let report = run_seed(seed, &opts);
         if !report.passed() {
             caught += 1;
-            assert!(report.render(3).contains(&format!("cargo run -p strata-sim -- --seed {seed} --canary apply-older-writes")));
+            assert!(report.render(3).contains(&format!(
+                "cargo run -p strata-sim -- --seed {seed} --canary apply-older-writes"
+            )));
         }
         checkers.extend(report.violations_by_checker().into_keys());
     }
     let total = CANARY_SEEDS.count();
-    assert!(caught * 10 >= total * 9, "the planted bug was caught on only {caught} of {total} seeds");
+    assert!(
+        caught * 10 >= total * 9,
+        "the planted bug was caught on only {caught} of {total} seeds"
+    );
     // Older writes replacing newer ones must be seen by the per-replica (G1), session (G2) and
     // convergence checkers, and by the core's own invariants, not only by one of them.
     for expected in ["replica-monotonic", "session-order", "convergence", "driver"] {
-        assert!(checkers.contains(expected), "{expected} never fired under the canary; fired: {checkers:?}");
+        assert!(
+            checkers.contains(expected),
+            "{expected} never fired under the canary; fired: {checkers:?}"
+        );
     }
 }
 
@@ -176,8 +213,13 @@ fn canary_accept_without_quorum_is_caught_by_the_paxos_and_rmw_checkers() {
     let (caught, checkers) = canary_catches(Canary::AcceptWithoutQuorum, CANARY_SEEDS);
     let total = CANARY_SEEDS.count();
     assert!(caught * 10 >= total * 9, "caught on only {caught} of {total} seeds");
-    for expected in ["paxos-quorum", "paxos-agreement", "rmw-atomicity", "faa-counter", "version-uniqueness"] {
-        assert!(checkers.contains(expected), "{expected} never fired under the canary; fired: {checkers:?}");
+    for expected in
+        ["paxos-quorum", "paxos-agreement", "rmw-atomicity", "faa-counter", "version-uniqueness"]
+    {
+        assert!(
+            checkers.contains(expected),
+            "{expected} never fired under the canary; fired: {checkers:?}"
+        );
     }
     eprintln!("accept-without-quorum caught on {caught} of {total} seeds by {checkers:?}");
 }
@@ -191,9 +233,14 @@ fn canary_accept_without_quorum_is_caught_by_the_paxos_and_rmw_checkers() {
 #[test]
 fn canary_no_acquire_obligation_is_caught_by_a_random_seed_too() {
     let seed = NO_ACQUIRE_OBLIGATION_SEED;
-    let report = run_seed(seed, &RunOptions { canary: Some(Canary::NoAcquireObligation), ..RunOptions::default() });
+    let report = run_seed(
+        seed,
+        &RunOptions { canary: Some(Canary::NoAcquireObligation), ..RunOptions::default() },
+    );
     assert!(
-        report.violations.iter().any(|v| v.checker == "hb-visibility" && v.detail.contains("transitive message passing")),
+        report.violations.iter().any(
+            |v| v.checker == "hb-visibility" && v.detail.contains("transitive message passing")
+        ),
         "seed {seed} no longer catches the K-F2 gap:{}",
         failure(&report)
     );
@@ -211,8 +258,15 @@ fn caught_by_its_checker(canary: Canary, checker: &str, needle: &str) {
     let opts = RunOptions { canary: Some(canary), ..RunOptions::default() };
     let seed = CANARY_SEEDS
         .clone()
-        .find(|&seed| run_seed(seed, &opts).violations.iter().any(|v| v.checker == checker && v.detail.contains(needle)))
-        .unwrap_or_else(|| panic!("{checker} did not catch {} on any of seeds {CANARY_SEEDS:?}", canary.name()));
+        .find(|&seed| {
+            run_seed(seed, &opts)
+                .violations
+                .iter()
+                .any(|v| v.checker == checker && v.detail.contains(needle))
+        })
+        .unwrap_or_else(|| {
+            panic!("{checker} did not catch {} on any of seeds {CANARY_SEEDS:?}", canary.name())
+        });
     let fixed = run_seed(seed, &RunOptions::default());
     assert!(fixed.passed(), "{}", failure(&fixed));
     eprintln!("{} caught by {checker} on seed {seed}", canary.name());
@@ -233,7 +287,11 @@ fn canary_reset_without_owner_is_caught_by_reset_safety() {
 /// Inv. 16: `self_delinquent` consumed without an epoch increment.
 #[test]
 fn canary_clear_self_delinquent_without_bump_is_caught_by_the_self_delinquency_checker() {
-    caught_by_its_checker(Canary::ClearSelfDelinquentWithoutBump, "self-delinquency", "without incrementing");
+    caught_by_its_checker(
+        Canary::ClearSelfDelinquentWithoutBump,
+        "self-delinquency",
+        "without incrementing",
+    );
 }
 
 /// Inv. 17: a received `COMMIT` that advances `lc` without registering its RMW.
@@ -260,7 +318,12 @@ fn the_first_ack_of_a_slot_may_come_before_a_quorum_registered_the_previous_one(
 
 #[test]
 fn a_seed_replays_identically() {
-    for (seed, canary) in [(11, None), (23, None), (5, Some(Canary::ApplyOlderWrites)), (7, Some(Canary::AcceptWithoutQuorum))] {
+    for (seed, canary) in [
+        (11, None),
+        (23, None),
+        (5, Some(Canary::ApplyOlderWrites)),
+        (7, Some(Canary::AcceptWithoutQuorum)),
+    ] {
         let opts = RunOptions { canary, ..RunOptions::default() };
         let (a, b) = (run_seed(seed, &opts), run_seed(seed, &opts));
         assert_eq!(a.digest, b.digest, "seed {seed} is not deterministic");
@@ -269,14 +332,20 @@ fn a_seed_replays_identically() {
         assert_eq!(a.violations, b.violations);
         assert_eq!(a.render(10), b.render(10));
     }
-    assert_ne!(run_seed(11, &RunOptions::default()).digest, run_seed(12, &RunOptions::default()).digest);
+    assert_ne!(
+        run_seed(11, &RunOptions::default()).digest,
+        run_seed(12, &RunOptions::default()).digest
+    );
 }
 
 #[test]
 fn the_report_prints_every_knob_and_the_summary() {
     let report = run_seed(7, &RunOptions::default());
     let text = report.render(10);
-    for field in ["seed 7", "nodes", "clocks", "network", "rc core", "T_REL", "workload", "sync mix", "phases", "canary", "summary", "ops", "sync ", "messages", "digest"] {
+    for field in [
+        "seed 7", "nodes", "clocks", "network", "rc core", "T_REL", "workload", "sync mix",
+        "phases", "canary", "summary", "ops", "sync ", "messages", "digest",
+    ] {
         assert!(text.contains(field), "report lacks {field:?}:\n{text}");
     }
     assert!(text.ends_with("result: ok, no violations"), "{text}");

@@ -145,10 +145,7 @@ fn check_recovered(
     after: &Durable,
     exact: bool,
 ) -> Result<Model, String> {
-    let snapshot = recovered
-        .snapshot
-        .as_ref()
-        .map(|snapshot| snapshot.last_included);
+    let snapshot = recovered.snapshot.as_ref().map(|snapshot| snapshot.last_included);
     let end = recovered.last_record();
     let low = before.records.len().min(after.records.len()) as u64;
     let candidates: &[&Durable] = if exact { &[after] } else { &[before, after] };
@@ -180,10 +177,7 @@ fn check_recovered(
                     candidate.records.len()
                 );
             }
-            ensure!(
-                end >= low,
-                "recovered up to {end}: flushed records up to {low} are lost"
-            );
+            ensure!(end >= low, "recovered up to {end}: flushed records up to {low} are lost");
             ensure!(
                 end <= candidate.records.len() as u64,
                 "recovered up to {end}: beyond the {} records that could be on disk",
@@ -266,11 +260,7 @@ impl Harness {
     fn check_positions(&mut self) -> Result<(), String> {
         let (last, persisted, snapshot) = {
             let wal = self.wal();
-            (
-                wal.last_record(),
-                wal.persisted_record(),
-                wal.snapshot_last_included(),
-            )
+            (wal.last_record(), wal.persisted_record(), wal.snapshot_last_included())
         };
         ensure!(
             last == self.model.last_record(),
@@ -293,15 +283,10 @@ impl Harness {
     fn append(&mut self, len: usize) -> Result<(), String> {
         let record = payload(self.serial, len);
         self.serial += 1;
-        let number = self
-            .wal()
-            .append(&record)
-            .map_err(|error| format!("append failed: {error}"))?;
+        let number =
+            self.wal().append(&record).map_err(|error| format!("append failed: {error}"))?;
         self.model.records.push(record);
-        ensure!(
-            number == self.model.last_record(),
-            "append returned {number}"
-        );
+        ensure!(number == self.model.last_record(), "append returned {number}");
         Ok(())
     }
 
@@ -399,10 +384,7 @@ impl Harness {
         if let Some(tail) = &recovered.report.torn_tail {
             ensure!(torn.is_some(), "a clean crash left a torn tail: {tail:?}");
             self.stats.torn_tails += 1;
-            let len = self
-                .disk
-                .live_contents(&tail.segment)
-                .map(|bytes| bytes.len() as u64);
+            let len = self.disk.live_contents(&tail.segment).map(|bytes| bytes.len() as u64);
             // Cut, or removed (cut down to records the snapshot includes, or to nothing).
             let removed = recovered.report.removed_files.contains(&tail.segment);
             ensure!(
@@ -468,11 +450,7 @@ impl Harness {
                     let durable = self.model.durable();
                     self.crash_and_check(*torn, *open_power, &durable, &durable, true)?;
                 }
-                Op::CutPower {
-                    after_ops,
-                    torn,
-                    during,
-                } => {
+                Op::CutPower { after_ops, torn, during } => {
                     self.disk.fail_after(*after_ops);
                     self.disk_op(during, Some(*torn))?;
                 }
@@ -483,15 +461,10 @@ impl Harness {
         for len in [0, 5, 50] {
             self.append(len)?;
         }
-        let persisted = self
-            .wal()
-            .flush()
-            .map_err(|error| format!("flush after recovery: {error}"))?;
+        let persisted =
+            self.wal().flush().map_err(|error| format!("flush after recovery: {error}"))?;
         self.model.flush();
-        ensure!(
-            persisted == self.model.durable_end,
-            "flush returned {persisted}"
-        );
+        ensure!(persisted == self.model.durable_end, "flush returned {persisted}");
         self.check_positions()?;
         let durable = self.model.durable();
         self.crash_and_check(None, None, &durable, &durable, true)
@@ -505,10 +478,7 @@ fn run(config: WalConfig, ops: &[Op], planted: Option<PlantedBug>) -> Result<Run
 }
 
 fn config(segment_bytes: u64) -> WalConfig {
-    WalConfig {
-        segment_bytes,
-        ..WalConfig::default()
-    }
+    WalConfig { segment_bytes, ..WalConfig::default() }
 }
 
 fn disk_op_strategy() -> impl Strategy<Value = Op> {
@@ -563,24 +533,15 @@ fn scripted_ops() -> Vec<Op> {
         Op::Flush,
         Op::Append(vec![5; 12]),
         Op::Flush,
-        Op::Crash {
-            torn: None,
-            open_power: None,
-        },
+        Op::Crash { torn: None, open_power: None },
         Op::Append(vec![7; 4]),
         Op::Flush,
         Op::Truncate { back: 9 },
-        Op::Crash {
-            torn: Some(7),
-            open_power: None,
-        },
+        Op::Crash { torn: Some(7), open_power: None },
         Op::Snapshot { back: 3, ahead: 0 },
         Op::Append(vec![3; 6]),
         Op::Flush,
-        Op::Crash {
-            torn: Some(9),
-            open_power: Some(1),
-        },
+        Op::Crash { torn: Some(9), open_power: Some(1) },
     ]
 }
 
@@ -594,16 +555,8 @@ fn scripted_run_passes() {
 /// Canary: a flush that never syncs its segment loses acknowledged records in a crash.
 #[test]
 fn planted_missing_file_sync_is_caught() {
-    let error = run(
-        config(1 << 20),
-        &scripted_ops(),
-        Some(PlantedBug::SkipFileSync),
-    )
-    .unwrap_err();
-    assert!(
-        error.contains("lost") || error.contains("matches no allowed state"),
-        "{error}"
-    );
+    let error = run(config(1 << 20), &scripted_ops(), Some(PlantedBug::SkipFileSync)).unwrap_err();
+    assert!(error.contains("lost") || error.contains("matches no allowed state"), "{error}");
 }
 
 /// Canary: a segment created (or removed) without a directory sync loses its name in a crash:
@@ -611,12 +564,8 @@ fn planted_missing_file_sync_is_caught() {
 #[test]
 fn planted_missing_dir_sync_is_caught() {
     for segment_bytes in [24, 64] {
-        let error = run(
-            config(segment_bytes),
-            &scripted_ops(),
-            Some(PlantedBug::SkipDirSync),
-        )
-        .unwrap_err();
+        let error =
+            run(config(segment_bytes), &scripted_ops(), Some(PlantedBug::SkipDirSync)).unwrap_err();
         assert!(error.contains("matches no allowed state"), "{error}");
     }
 }
@@ -633,11 +582,7 @@ fn power_cuts_inside_operations_reach_torn_tails() {
                 Op::Append(vec![30; 5]),
                 Op::Flush,
                 Op::Append(vec![30; 5]),
-                Op::CutPower {
-                    after_ops,
-                    torn: Some(seed),
-                    during: Box::new(Op::Flush),
-                },
+                Op::CutPower { after_ops, torn: Some(seed), during: Box::new(Op::Flush) },
             ];
             let stats =
                 run(config(100), &ops, None).unwrap_or_else(|why| panic!("seed {seed}: {why}"));
@@ -669,12 +614,8 @@ fn payloads(count: u64, len: usize) -> Vec<Vec<u8>> {
 }
 
 fn segment_names(disk: &SimBackend) -> Vec<String> {
-    let mut names: Vec<String> = disk
-        .list()
-        .unwrap()
-        .into_iter()
-        .filter(|name| name.starts_with("wal-"))
-        .collect();
+    let mut names: Vec<String> =
+        disk.list().unwrap().into_iter().filter(|name| name.starts_with("wal-")).collect();
     names.sort();
     names
 }
@@ -740,20 +681,14 @@ fn rotation_fills_segments_exactly_and_gives_an_oversized_record_its_own() {
             "wal-00000000000000000007.log"
         ]
     );
-    assert_eq!(
-        disk.live_contents(&names[0]).unwrap().len() as u64,
-        3 * RECORD_BYTES
-    );
+    assert_eq!(disk.live_contents(&names[0]).unwrap().len() as u64, 3 * RECORD_BYTES);
     // A record larger than a segment goes alone into a fresh one; the next starts another.
     wal.append(&payload(100, 500)).unwrap();
     wal.append(&payload(101, 20)).unwrap();
     wal.flush().unwrap();
     assert_eq!(
         segment_names(&disk)[3..],
-        [
-            "wal-00000000000000000008.log",
-            "wal-00000000000000000009.log"
-        ]
+        ["wal-00000000000000000008.log", "wal-00000000000000000009.log"]
     );
     drop(wal);
     disk.crash();
@@ -797,10 +732,7 @@ fn torn_tail_is_cut_durably_reported_and_the_log_continues() {
         (tail.segment.as_str(), tail.offset, tail.dropped_bytes),
         (name.as_str(), 5 * RECORD_BYTES, 20)
     );
-    assert_eq!(
-        disk.live_contents(&name).unwrap().len() as u64,
-        5 * RECORD_BYTES
-    );
+    assert_eq!(disk.live_contents(&name).unwrap().len() as u64, 5 * RECORD_BYTES);
     assert_eq!(wal.append(b"six").unwrap(), 6);
     wal.flush().unwrap();
     drop(wal);
@@ -850,11 +782,7 @@ fn damage_inside_the_last_flush_is_a_torn_flush() {
         let (mut wal, recovered) = Wal::open(disk.clone(), config(1 << 20)).unwrap();
         assert_eq!(recovered.records, payloads(4, 20), "{damage}");
         let tail = recovered.report.torn_tail.unwrap();
-        assert_eq!(
-            (tail.offset, tail.dropped_bytes),
-            (record_5, 4 * RECORD_BYTES),
-            "{damage}"
-        );
+        assert_eq!((tail.offset, tail.dropped_bytes), (record_5, 4 * RECORD_BYTES), "{damage}");
         assert_eq!(wal.append(b"five").unwrap(), 5);
     }
 }
@@ -865,24 +793,16 @@ fn assert_open_fails_with_corrupt_record(
     segment: &str,
     offset: u64,
 ) {
-    let before: Vec<_> = segment_names(disk)
-        .iter()
-        .map(|name| disk.live_contents(name))
-        .collect();
+    let before: Vec<_> = segment_names(disk).iter().map(|name| disk.live_contents(name)).collect();
     for _ in 0..2 {
         match Wal::open(disk.clone(), config.clone()) {
-            Err(OpenError::CorruptRecord {
-                segment: bad,
-                offset: at,
-            }) => {
+            Err(OpenError::CorruptRecord { segment: bad, offset: at }) => {
                 assert_eq!((bad.as_str(), at), (segment, offset));
             }
             other => panic!("expected CorruptRecord, got {other:?}"),
         }
-        let after: Vec<_> = segment_names(disk)
-            .iter()
-            .map(|name| disk.live_contents(name))
-            .collect();
+        let after: Vec<_> =
+            segment_names(disk).iter().map(|name| disk.live_contents(name)).collect();
         assert_eq!(before, after, "a failed open must not cut anything");
     }
 }
@@ -894,13 +814,8 @@ fn corrupt_payload_in_the_middle_of_the_log_fails_open() {
     let name = segment_names(&disk).remove(0);
     flip(&disk, &name, 7 * RECORD_BYTES + 20, 0x10);
     assert_open_fails_with_corrupt_record(&disk, config(1 << 20), &name, 7 * RECORD_BYTES);
-    let message = Wal::open(disk.clone(), config(1 << 20))
-        .unwrap_err()
-        .to_string();
-    assert!(
-        message.contains(&name) && message.contains("acknowledged"),
-        "{message}"
-    );
+    let message = Wal::open(disk.clone(), config(1 << 20)).unwrap_err().to_string();
+    assert!(message.contains(&name) && message.contains("acknowledged"), "{message}");
 }
 
 /// A flipped length makes a middle record look like one running past the end of the file —
@@ -919,11 +834,7 @@ fn corrupt_length_in_the_middle_of_the_log_fails_open() {
 #[test]
 fn corrupt_last_record_of_an_earlier_segment_fails_open() {
     let disk = SimBackend::new();
-    drop(write_log(
-        &disk,
-        config(4 * RECORD_BYTES),
-        &payloads(12, 20),
-    ));
+    drop(write_log(&disk, config(4 * RECORD_BYTES), &payloads(12, 20)));
     let names = segment_names(&disk);
     assert_eq!(names.len(), 3);
     flip(&disk, &names[1], 3 * RECORD_BYTES + 9, 0x02);
@@ -935,15 +846,8 @@ fn corrupt_last_record_of_an_earlier_segment_fails_open() {
     );
     // Cut short instead of flipped: the same.
     let disk = SimBackend::new();
-    drop(write_log(
-        &disk,
-        config(4 * RECORD_BYTES),
-        &payloads(12, 20),
-    ));
-    disk.open(&names[0])
-        .unwrap()
-        .set_len(4 * RECORD_BYTES - 3)
-        .unwrap();
+    drop(write_log(&disk, config(4 * RECORD_BYTES), &payloads(12, 20)));
+    disk.open(&names[0]).unwrap().set_len(4 * RECORD_BYTES - 3).unwrap();
     assert_open_fails_with_corrupt_record(
         &disk,
         config(4 * RECORD_BYTES),
@@ -955,27 +859,19 @@ fn corrupt_last_record_of_an_earlier_segment_fails_open() {
 #[test]
 fn missing_segment_and_corrupt_snapshot_fail_open() {
     let disk = SimBackend::new();
-    drop(write_log(
-        &disk,
-        config(4 * RECORD_BYTES),
-        &payloads(12, 20),
-    ));
+    drop(write_log(&disk, config(4 * RECORD_BYTES), &payloads(12, 20)));
     let names = segment_names(&disk);
     disk.remove(&names[1]).unwrap();
     match Wal::open(disk.clone(), config(4 * RECORD_BYTES)) {
-        Err(OpenError::SegmentOutOfSequence {
-            segment,
-            expected_first_record: 5,
-        }) => assert_eq!(segment, names[2]),
+        Err(OpenError::SegmentOutOfSequence { segment, expected_first_record: 5 }) => {
+            assert_eq!(segment, names[2])
+        }
         other => panic!("expected SegmentOutOfSequence, got {other:?}"),
     }
     disk.remove(&names[0]).unwrap();
     assert!(matches!(
         Wal::open(disk.clone(), config(4 * RECORD_BYTES)),
-        Err(OpenError::MissingRecordsAfterSnapshot {
-            snapshot_last_included: 0,
-            first_record: 9
-        })
+        Err(OpenError::MissingRecordsAfterSnapshot { snapshot_last_included: 0, first_record: 9 })
     ));
 
     let disk = SimBackend::new();
@@ -999,10 +895,7 @@ fn truncation_across_segments_survives_a_crash_and_appends_continue() {
     assert_eq!((wal.last_record(), wal.persisted_record()), (4, 4));
     assert_eq!(
         segment_names(&disk),
-        [
-            "wal-00000000000000000001.log",
-            "wal-00000000000000000004.log"
-        ]
+        ["wal-00000000000000000001.log", "wal-00000000000000000004.log"]
     );
     assert_eq!(wal.append(b"new five").unwrap(), 5);
     wal.flush().unwrap();
@@ -1022,19 +915,10 @@ fn snapshot_compacts_covered_segments_and_one_beyond_the_log_supersedes_it() {
     // Segments 1-3 and 4-6 are covered; 7-9 still holds record 8 and 9.
     assert_eq!(
         segment_names(&disk),
-        [
-            "wal-00000000000000000007.log",
-            "wal-00000000000000000010.log"
-        ]
+        ["wal-00000000000000000007.log", "wal-00000000000000000010.log"]
     );
-    assert!(matches!(
-        wal.truncate_after(6),
-        Err(TruncateError::BelowSnapshot { .. })
-    ));
-    assert!(matches!(
-        wal.install_snapshot(7, b"again"),
-        Err(SnapshotError::Stale { .. })
-    ));
+    assert!(matches!(wal.truncate_after(6), Err(TruncateError::BelowSnapshot { .. })));
+    assert!(matches!(wal.install_snapshot(7, b"again"), Err(SnapshotError::Stale { .. })));
     wal.append(b"pending").unwrap();
     wal.install_snapshot(20, b"leader's state").unwrap();
     assert_eq!((wal.last_record(), wal.persisted_record()), (20, 20));
@@ -1050,14 +934,7 @@ fn snapshot_compacts_covered_segments_and_one_beyond_the_log_supersedes_it() {
         (21, vec![b"twenty-one".to_vec()])
     );
     assert_eq!(wal.snapshot_last_included(), Some(20));
-    assert_eq!(
-        disk.list()
-            .unwrap()
-            .iter()
-            .filter(|name| name.starts_with("snap-"))
-            .count(),
-        1
-    );
+    assert_eq!(disk.list().unwrap().iter().filter(|name| name.starts_with("snap-")).count(), 1);
 }
 
 /// Every prefix of a snapshot install's disk operations, crashed with tearing, recovers either
@@ -1107,10 +984,7 @@ fn a_crash_at_every_step_of_a_truncation_recovers_a_prefix() {
             disk.crash_torn(seed);
             let (_, recovered) = Wal::open(disk.clone(), config(3 * RECORD_BYTES)).unwrap();
             let kept = recovered.records.len();
-            assert!(
-                (2..=10).contains(&kept),
-                "ops {ops} seed {seed}: {kept} records"
-            );
+            assert!((2..=10).contains(&kept), "ops {ops} seed {seed}: {kept} records");
             assert_eq!(recovered.records, records[..kept], "ops {ops} seed {seed}");
             if truncated {
                 assert_eq!(kept, 2, "ops {ops} seed {seed}");

@@ -49,9 +49,7 @@ impl<B: StorageBackend> MetaStore<B> {
     /// old or the new one is stored, so the caller must not act on the new one.
     pub fn store(&mut self, blob: &[u8]) -> Result<(), MetaStoreError> {
         if blob.len() > MAX_META_BYTES {
-            return Err(MetaStoreError::TooLarge {
-                blob_bytes: blob.len(),
-            });
+            return Err(MetaStoreError::TooLarge { blob_bytes: blob.len() });
         }
         replace_file_atomically(&self.backend, META_NAME, &record::encode(blob))?;
         Ok(())
@@ -71,10 +69,7 @@ mod tests {
         meta.store(b"epoch 1").unwrap();
         meta.store(b"epoch 2, voted for 3").unwrap();
         disk.crash();
-        assert_eq!(
-            MetaStore::new(disk.clone()).load().unwrap().unwrap(),
-            b"epoch 2, voted for 3"
-        );
+        assert_eq!(MetaStore::new(disk.clone()).load().unwrap().unwrap(), b"epoch 2, voted for 3");
     }
 
     #[test]
@@ -89,10 +84,7 @@ mod tests {
                 let stored = meta.store(b"new").is_ok();
                 disk.crash_torn(seed);
                 let loaded = MetaStore::new(disk.clone()).load().unwrap().unwrap();
-                assert!(
-                    loaded == b"old" || loaded == b"new",
-                    "ops {ops} seed {seed}"
-                );
+                assert!(loaded == b"old" || loaded == b"new", "ops {ops} seed {seed}");
                 if stored {
                     assert_eq!(loaded, b"new", "a completed store is durable");
                 }

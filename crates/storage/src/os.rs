@@ -33,10 +33,7 @@ impl OsBackend {
                 File::open(parent)?.sync_all()?;
             }
         }
-        Ok(Self {
-            dir,
-            sync_delay: Duration::ZERO,
-        })
+        Ok(Self { dir, sync_delay: Duration::ZERO })
     }
 
     /// Sleeps `delay` after every file and directory sync (ORCA §9.6 fsync-latency injector).
@@ -60,14 +57,8 @@ impl StorageBackend for OsBackend {
     type File = OsFile;
 
     fn open(&self, name: &str) -> io::Result<OsFile> {
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .open(self.path(name)?)?;
-        Ok(OsFile {
-            file,
-            sync_delay: self.sync_delay,
-        })
+        let file = OpenOptions::new().read(true).write(true).open(self.path(name)?)?;
+        Ok(OsFile { file, sync_delay: self.sync_delay })
     }
 
     fn create(&self, name: &str) -> io::Result<OsFile> {
@@ -77,10 +68,7 @@ impl StorageBackend for OsBackend {
             .create(true)
             .truncate(true)
             .open(self.path(name)?)?;
-        Ok(OsFile {
-            file,
-            sync_delay: self.sync_delay,
-        })
+        Ok(OsFile { file, sync_delay: self.sync_delay })
     }
 
     fn list(&self) -> io::Result<Vec<String>> {
@@ -91,10 +79,7 @@ impl StorageBackend for OsBackend {
                 continue;
             }
             let name = entry.file_name().into_string().map_err(|name| {
-                io::Error::new(
-                    io::ErrorKind::InvalidData,
-                    format!("non-UTF-8 file name {name:?}"),
-                )
+                io::Error::new(io::ErrorKind::InvalidData, format!("non-UTF-8 file name {name:?}"))
             })?;
             names.push(name);
         }

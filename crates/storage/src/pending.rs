@@ -75,9 +75,7 @@ impl Pending {
 
     /// Where record `index`'s data starts (or the end of all data, for `index == len`).
     fn start(&self, index: usize) -> usize {
-        index
-            .checked_sub(1)
-            .map_or(0, |previous| self.ends[previous])
+        index.checked_sub(1).map_or(0, |previous| self.ends[previous])
     }
 }
 

@@ -38,9 +38,7 @@ pub(crate) fn encode_parts_into(out: &mut Vec<u8>, parts: &[&[u8]]) {
     let length_bytes = length.to_le_bytes();
     let crc = parts
         .iter()
-        .fold(crc32c::crc32c(&length_bytes), |crc, part| {
-            crc32c::crc32c_append(crc, part)
-        });
+        .fold(crc32c::crc32c(&length_bytes), |crc, part| crc32c::crc32c_append(crc, part));
     out.reserve(HEADER_BYTES + payload_bytes);
     out.extend_from_slice(&length_bytes);
     out.extend_from_slice(&crc.to_le_bytes());

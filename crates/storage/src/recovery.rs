@@ -84,10 +84,7 @@ pub(crate) struct Layout {
 
 /// Runs the recovery rules of the module documentation.
 pub(crate) fn recover<B: StorageBackend>(backend: &B) -> Result<(Layout, Recovered), OpenError> {
-    let mut cleanup = Cleanup {
-        backend,
-        removed: Vec::new(),
-    };
+    let mut cleanup = Cleanup { backend, removed: Vec::new() };
     let mut segment_firsts = Vec::new();
     let mut snapshots = Vec::new();
     for name in backend.list()? {
@@ -103,24 +100,19 @@ pub(crate) fn recover<B: StorageBackend>(backend: &B) -> Result<(Layout, Recover
     snapshots.sort_unstable();
 
     let snapshot = match snapshots.pop() {
-        Some(last_included) => Some(read_snapshot(backend, last_included)?.ok_or_else(|| {
-            OpenError::CorruptSnapshot {
-                name: snapshot_name(last_included),
-            }
-        })?),
+        Some(last_included) => Some(
+            read_snapshot(backend, last_included)?
+                .ok_or_else(|| OpenError::CorruptSnapshot { name: snapshot_name(last_included) })?,
+        ),
         None => None,
     };
     for older in snapshots {
         cleanup.remove(snapshot_name(older))?;
     }
-    let snapshot_last_included = snapshot
-        .as_ref()
-        .map_or(0, |snapshot| snapshot.last_included);
+    let snapshot_last_included = snapshot.as_ref().map_or(0, |snapshot| snapshot.last_included);
 
-    let covered = segment_firsts
-        .windows(2)
-        .take_while(|pair| pair[1] <= snapshot_last_included + 1)
-        .count();
+    let covered =
+        segment_firsts.windows(2).take_while(|pair| pair[1] <= snapshot_last_included + 1).count();
     for &first in &segment_firsts[..covered] {
         cleanup.remove(segment_name(first))?;
     }
@@ -146,10 +138,7 @@ pub(crate) fn recover<B: StorageBackend>(backend: &B) -> Result<(Layout, Recover
         snapshot,
         first_record: snapshot_last_included + 1,
         records: log.records_after_snapshot,
-        report: RecoveryReport {
-            torn_tail: log.torn_tail,
-            removed_files: cleanup.removed,
-        },
+        report: RecoveryReport { torn_tail: log.torn_tail, removed_files: cleanup.removed },
     };
     Ok((layout, recovered))
 }
@@ -213,14 +202,10 @@ fn read_segments<B: StorageBackend>(
         }
         for (number, payload) in (first_record..).zip(&scan.records) {
             if number > snapshot_last_included {
-                log.records_after_snapshot
-                    .push(bytes[payload.clone()].to_vec());
+                log.records_after_snapshot.push(bytes[payload.clone()].to_vec());
             }
         }
-        log.segments.push(Segment {
-            first_record,
-            bytes: scan.valid_bytes as u64,
-        });
+        log.segments.push(Segment { first_record, bytes: scan.valid_bytes as u64 });
         next_record = first_record + scan.records.len() as u64;
     }
     log.last_record = next_record - 1;
@@ -229,9 +214,7 @@ fn read_segments<B: StorageBackend>(
 
 /// The last record of `segments[i]` (one before its first if it is empty).
 pub(crate) fn last_record_of(segments: &[Segment], i: usize, log_last_record: u64) -> u64 {
-    segments
-        .get(i + 1)
-        .map_or(log_last_record, |next| next.first_record - 1)
+    segments.get(i + 1).map_or(log_last_record, |next| next.first_record - 1)
 }
 
 /// Removes files and remembers their names for the report.

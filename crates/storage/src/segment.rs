@@ -37,10 +37,7 @@ pub(crate) fn frame_bytes(data_bytes: usize) -> u64 {
 /// Appends the frame of log record `number`, written by the flush whose first record is
 /// `flush_first`.
 pub(crate) fn encode_log_record(out: &mut Vec<u8>, number: u64, flush_first: u64, data: &[u8]) {
-    record::encode_parts_into(
-        out,
-        &[&number.to_le_bytes(), &flush_first.to_le_bytes(), data],
-    );
+    record::encode_parts_into(out, &[&number.to_le_bytes(), &flush_first.to_le_bytes(), data]);
 }
 
 /// A segment on disk, as the WAL tracks it.
@@ -140,19 +137,11 @@ impl SegmentScan {
                         offset,
                         torn_flush: only_same_flush_after(bytes, offset, expected),
                     };
-                    return Self {
-                        records,
-                        valid_bytes: offset,
-                        damage: Some(damage),
-                    };
+                    return Self { records, valid_bytes: offset, damage: Some(damage) };
                 }
             }
         }
-        Self {
-            records,
-            valid_bytes: offset,
-            damage: None,
-        }
+        Self { records, valid_bytes: offset, damage: None }
     }
 }
 
@@ -210,26 +199,16 @@ mod tests {
         for (name, first) in names.iter().zip([1, 9, 10, 99, 100, u64::MAX]) {
             assert_eq!(parse_segment_name(name), Some(first));
         }
-        for bad in [
-            "wal-1.log",
-            "wal-0000000000000000000x.log",
-            "snap-00000000000000000001.log",
-        ] {
+        for bad in ["wal-1.log", "wal-0000000000000000000x.log", "snap-00000000000000000001.log"] {
             assert_eq!(parse_segment_name(bad), None, "{bad}");
         }
-        assert_eq!(
-            parse_segment_name(&format!("{}.tmp", segment_name(1))),
-            None
-        );
+        assert_eq!(parse_segment_name(&format!("{}.tmp", segment_name(1))), None);
     }
 
     #[test]
     fn clean_segment() {
         let bytes = segment(&[&[b"one", b""], &[b"three"]]);
-        assert_eq!(
-            bytes.len() as u64,
-            frame_bytes(3) + frame_bytes(0) + frame_bytes(5)
-        );
+        assert_eq!(bytes.len() as u64, frame_bytes(3) + frame_bytes(0) + frame_bytes(5));
         let scan = SegmentScan::scan(&bytes, 1);
         let payloads: Vec<&[u8]> = scan.records.iter().map(|r| &bytes[r.clone()]).collect();
         assert_eq!(payloads, [&b"one"[..], b"", b"three"]);
@@ -243,13 +222,7 @@ mod tests {
         // The same bytes read as a segment starting at record 5: its first record is not 5.
         let scan = SegmentScan::scan(&bytes, 5);
         assert_eq!(scan.records.len(), 0);
-        assert_eq!(
-            scan.damage,
-            Some(Damage {
-                offset: 0,
-                torn_flush: false
-            })
-        );
+        assert_eq!(scan.damage, Some(Damage { offset: 0, torn_flush: false }));
     }
 
     #[test]
@@ -259,13 +232,7 @@ mod tests {
         for cut in first_end + 1..whole.len() {
             let scan = SegmentScan::scan(&whole[..cut], 1);
             assert_eq!(scan.records.len(), 1);
-            assert_eq!(
-                scan.damage,
-                Some(Damage {
-                    offset: first_end,
-                    torn_flush: true
-                })
-            );
+            assert_eq!(scan.damage, Some(Damage { offset: first_end, torn_flush: true }));
         }
         let mut zero_filled = whole[..first_end + 5].to_vec();
         zero_filled.resize(whole.len() + 100, 0);
@@ -283,14 +250,7 @@ mod tests {
             let mut zeroed = bytes.clone();
             zeroed[byte] = !zeroed[byte];
             let damage = SegmentScan::scan(&zeroed, 1).damage.expect("caught");
-            assert_eq!(
-                damage,
-                Damage {
-                    offset: second_start,
-                    torn_flush: true
-                },
-                "byte {byte}"
-            );
+            assert_eq!(damage, Damage { offset: second_start, torn_flush: true }, "byte {byte}");
         }
     }
 

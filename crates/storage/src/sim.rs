@@ -85,9 +85,7 @@ impl SimBackend {
     }
 
     fn disk(&self) -> MutexGuard<'_, Disk> {
-        self.disk
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+        self.disk.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 }
 
@@ -99,11 +97,7 @@ impl StorageBackend for SimBackend {
         let disk = self.disk();
         disk.check_power()?;
         let inode = *disk.dir.live.get(name).ok_or_else(|| not_found(name))?;
-        Ok(SimFile {
-            disk: Arc::clone(&self.disk),
-            inode,
-            generation: disk.generation,
-        })
+        Ok(SimFile { disk: Arc::clone(&self.disk), inode, generation: disk.generation })
     }
 
     fn create(&self, name: &str) -> io::Result<SimFile> {
@@ -114,11 +108,7 @@ impl StorageBackend for SimBackend {
         disk.next_inode += 1;
         disk.files.insert(inode, Journaled::default());
         disk.dir.apply(DirOp::Link(name.to_owned(), inode));
-        Ok(SimFile {
-            disk: Arc::clone(&self.disk),
-            inode,
-            generation: disk.generation,
-        })
+        Ok(SimFile { disk: Arc::clone(&self.disk), inode, generation: disk.generation })
     }
 
     fn list(&self) -> io::Result<Vec<String>> {
@@ -146,8 +136,7 @@ impl StorageBackend for SimBackend {
         if !disk.dir.live.contains_key(from) {
             return Err(not_found(from));
         }
-        disk.dir
-            .apply(DirOp::Rename(from.to_owned(), to.to_owned()));
+        disk.dir.apply(DirOp::Rename(from.to_owned(), to.to_owned()));
         Ok(())
     }
 
@@ -177,10 +166,7 @@ impl SimFile {
         mutates: bool,
         f: impl FnOnce(&mut Journaled<Vec<u8>, FileOp>, &mut SimStats) -> io::Result<T>,
     ) -> io::Result<T> {
-        let mut disk = self
-            .disk
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let mut disk = self.disk.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
         if disk.generation != self.generation {
             return Err(io::Error::other("stale handle: the disk crashed"));
         }
@@ -190,12 +176,7 @@ impl SimFile {
             disk.check_power()?;
         }
         let Disk { files, stats, .. } = &mut *disk;
-        f(
-            files
-                .get_mut(&self.inode)
-                .expect("an open handle keeps its inode"),
-            stats,
-        )
+        f(files.get_mut(&self.inode).expect("an open handle keeps its inode"), stats)
     }
 }
 
@@ -219,10 +200,7 @@ impl StorageFile for SimFile {
     fn write_at(&mut self, offset: u64, data: &[u8]) -> io::Result<()> {
         self.with_file(true, |file, stats| {
             stats.writes += 1;
-            file.apply(FileOp::Write {
-                offset: to_usize(offset)?,
-                data: data.to_vec(),
-            });
+            file.apply(FileOp::Write { offset: to_usize(offset)?, data: data.to_vec() });
             Ok(())
         })
     }
@@ -263,10 +241,7 @@ impl Disk {
         let mut inodes: Vec<u64> = self.files.keys().copied().collect();
         inodes.sort_unstable();
         for inode in inodes {
-            self.files
-                .get_mut(&inode)
-                .expect("listed")
-                .crash(tear.as_deref_mut());
+            self.files.get_mut(&inode).expect("listed").crash(tear.as_deref_mut());
         }
         self.generation += 1;
         self.power = Power::On;
@@ -282,11 +257,7 @@ impl Disk {
     fn spend_power(&mut self) -> io::Result<()> {
         self.check_power()?;
         if let Power::OnFor(ops) = self.power {
-            self.power = if ops == 0 {
-                Power::Off
-            } else {
-                Power::OnFor(ops - 1)
-            };
+            self.power = if ops == 0 { Power::Off } else { Power::OnFor(ops - 1) };
             self.check_power()?;
         }
         Ok(())
@@ -312,11 +283,7 @@ struct Journaled<S, Op> {
 
 impl<S: Default, Op> Default for Journaled<S, Op> {
     fn default() -> Self {
-        Self {
-            durable: S::default(),
-            live: S::default(),
-            unsynced: Vec::new(),
-        }
+        Self { durable: S::default(), live: S::default(), unsynced: Vec::new() }
     }
 }
 
@@ -386,11 +353,7 @@ impl Operation<Vec<u8>> for FileOp {
             FileOp::SetLen(len) => bytes.resize(*len, 0),
             FileOp::Scattered { pieces, min_len } => {
                 for (offset, data) in pieces {
-                    FileOp::Write {
-                        offset: *offset,
-                        data: data.clone(),
-                    }
-                    .apply_to(bytes);
+                    FileOp::Write { offset: *offset, data: data.clone() }.apply_to(bytes);
                 }
                 if bytes.len() < *min_len {
                     bytes.resize(*min_len, 0);
@@ -411,10 +374,7 @@ impl Operation<Vec<u8>> for FileOp {
             if size_reached_disk {
                 torn.resize(data.len(), 0);
             }
-            return Some(FileOp::Write {
-                offset: *offset,
-                data: torn,
-            });
+            return Some(FileOp::Write { offset: *offset, data: torn });
         }
         // Sectors in any order: each independently reached the disk or did not.
         let pieces = data
@@ -423,11 +383,7 @@ impl Operation<Vec<u8>> for FileOp {
             .filter(|_| rng.below(2) == 0)
             .map(|(i, sector)| (offset + i * TORN_SECTOR_BYTES, sector.to_vec()))
             .collect();
-        let min_len = if size_reached_disk {
-            offset + data.len()
-        } else {
-            0
-        };
+        let min_len = if size_reached_disk { offset + data.len() } else { 0 };
         Some(FileOp::Scattered { pieces, min_len })
     }
 }
@@ -545,10 +501,7 @@ mod tests {
 
             let after = disk.live_contents("f").unwrap();
             let full = b"durable.first.second.";
-            assert!(
-                after.len() <= full.len() && after.starts_with(b"durable."),
-                "seed {seed}"
-            );
+            assert!(after.len() <= full.len() && after.starts_with(b"durable."), "seed {seed}");
             // Every byte is either what was written there or a zero of a torn write.
             for (i, byte) in after.iter().enumerate() {
                 assert!(*byte == full[i] || *byte == 0, "seed {seed}: {after:?}");
@@ -573,10 +526,7 @@ mod tests {
             let first_missing = after.iter().position(|&byte| byte == 0);
             first_missing.is_some_and(|at| after[at..].iter().any(|&byte| byte != 0))
         });
-        assert!(
-            out_of_order,
-            "some seed persists a later sector without an earlier one"
-        );
+        assert!(out_of_order, "some seed persists a later sector without an earlier one");
     }
 
     #[test]
@@ -605,10 +555,7 @@ mod tests {
         let disk = SimBackend::new();
         let file = write_file(&disk, "f", b"abc");
         let mut buf = [0; 4];
-        assert_eq!(
-            file.read_at(0, &mut buf).unwrap_err().kind(),
-            io::ErrorKind::UnexpectedEof
-        );
+        assert_eq!(file.read_at(0, &mut buf).unwrap_err().kind(), io::ErrorKind::UnexpectedEof);
         assert_eq!(file.read_all().unwrap(), b"abc");
     }
 }

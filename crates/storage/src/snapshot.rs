@@ -47,11 +47,7 @@ pub(crate) fn write_snapshot<B: StorageBackend>(
     let mut payload = Vec::with_capacity(8 + data.len());
     payload.extend_from_slice(&last_included.to_le_bytes());
     payload.extend_from_slice(data);
-    replace_file_atomically(
-        backend,
-        &snapshot_name(last_included),
-        &record::encode(&payload),
-    )
+    replace_file_atomically(backend, &snapshot_name(last_included), &record::encode(&payload))
 }
 
 /// Reads the snapshot file for `last_included`: `Ok(None)` if it is damaged.
@@ -69,10 +65,7 @@ pub(crate) fn read_snapshot<B: StorageBackend>(
     if u64::from_le_bytes(*number) != last_included {
         return Ok(None);
     }
-    Ok(Some(Snapshot {
-        last_included,
-        data: data.to_vec(),
-    }))
+    Ok(Some(Snapshot { last_included, data: data.to_vec() }))
 }
 
 #[cfg(test)]
@@ -87,13 +80,7 @@ mod tests {
         assert_eq!(disk.list().unwrap(), [snapshot_name(42)]);
         assert_eq!(parse_snapshot_name(&snapshot_name(42)), Some(42));
         let snapshot = read_snapshot(&disk, 42).unwrap().unwrap();
-        assert_eq!(
-            snapshot,
-            Snapshot {
-                last_included: 42,
-                data: b"state".to_vec()
-            }
-        );
+        assert_eq!(snapshot, Snapshot { last_included: 42, data: b"state".to_vec() });
     }
 
     #[test]

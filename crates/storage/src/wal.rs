@@ -42,10 +42,7 @@ pub struct WalConfig {
 
 impl Default for WalConfig {
     fn default() -> Self {
-        Self {
-            segment_bytes: 64 << 20,
-            max_record_bytes: 16 << 20,
-        }
+        Self { segment_bytes: 64 << 20, max_record_bytes: 16 << 20 }
     }
 }
 
@@ -57,9 +54,7 @@ impl WalConfig {
         if self.max_record_bytes
             > crate::record::MAX_PAYLOAD_BYTES - crate::segment::RECORD_META_BYTES
         {
-            return Err(OpenError::InvalidConfig(
-                "max_record_bytes must fit in a u32 length",
-            ));
+            return Err(OpenError::InvalidConfig("max_record_bytes must fit in a u32 length"));
         }
         Ok(())
     }
@@ -162,8 +157,7 @@ impl<B: StorageBackend> Wal<B> {
             });
         }
         if record >= self.log_end {
-            self.pending
-                .truncate(self.pending.len().min((record - self.log_end) as usize));
+            self.pending.truncate(self.pending.len().min((record - self.log_end) as usize));
             return Ok(());
         }
         self.pending.clear();
@@ -198,9 +192,7 @@ impl<B: StorageBackend> Wal<B> {
             });
         }
         if data.len() > MAX_SNAPSHOT_BYTES {
-            return Err(SnapshotError::TooLarge {
-                data_bytes: data.len(),
-            });
+            return Err(SnapshotError::TooLarge { data_bytes: data.len() });
         }
         let result = self.install_snapshot_and_compact(last_included, data);
         self.poison_on_error(result)?;
@@ -231,10 +223,7 @@ impl<B: StorageBackend> Wal<B> {
         let mut next = 0;
         while next < self.pending.len() {
             if self.must_start_segment(self.pending.frames_bytes(next..next + 1)) {
-                let segment = Segment {
-                    first_record: flush_first + next as u64,
-                    bytes: 0,
-                };
+                let segment = Segment { first_record: flush_first + next as u64, bytes: 0 };
                 self.tail = Some(self.backend.create(&segment.name())?);
                 self.segments.push(segment);
                 created_segment = true;
@@ -247,12 +236,7 @@ impl<B: StorageBackend> Wal<B> {
                 end += 1;
             }
             frames.clear();
-            self.pending.encode(
-                next..end,
-                flush_first + next as u64,
-                flush_first,
-                &mut frames,
-            );
+            self.pending.encode(next..end, flush_first + next as u64, flush_first, &mut frames);
             let skip_sync = self.planted(PlantedBug::SkipFileSync);
             let file = Self::tail_file(&self.backend, &mut self.tail, &self.segments)?;
             // One write and one sync per segment: group commit (ORCA §5.4). The segment is
@@ -287,11 +271,7 @@ impl<B: StorageBackend> Wal<B> {
         self.tail = None;
         // Newest first, each removal durable before the next: a crash in between leaves a
         // prefix of the old log, never a gap (covered by `crash_tests`).
-        while let Some(last) = self
-            .segments
-            .last()
-            .filter(|last| last.first_record > record)
-        {
+        while let Some(last) = self.segments.last().filter(|last| last.first_record > record) {
             self.backend.remove(&last.name())?;
             self.sync_dir()?;
             self.segments.pop();
@@ -397,10 +377,7 @@ impl<B: StorageBackend> Wal<B> {
             self.segments
         );
         if let Some(first) = self.segments.first() {
-            assert!(
-                first.first_record <= self.log_end + 1,
-                "segments end at log_end"
-            );
+            assert!(first.first_record <= self.log_end + 1, "segments end at log_end");
         }
         assert!(self.persisted_record() <= self.last_record());
     }

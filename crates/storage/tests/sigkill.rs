@@ -39,10 +39,7 @@ fn unflushed_payload(i: u64) -> Vec<u8> {
 }
 
 fn config(segment_bytes: u64) -> WalConfig {
-    WalConfig {
-        segment_bytes,
-        ..WalConfig::default()
-    }
+    WalConfig { segment_bytes, ..WalConfig::default() }
 }
 
 fn main() {
@@ -73,16 +70,11 @@ fn main() {
 
 fn child(spec: &str) {
     let fields: Vec<&str> = spec.split('|').collect();
-    let [dir, flushed, unflushed, segment_bytes] = fields[..] else {
-        panic!("bad spec {spec:?}")
-    };
+    let [dir, flushed, unflushed, segment_bytes] = fields[..] else { panic!("bad spec {spec:?}") };
     let flushed: u64 = flushed.parse().unwrap();
     let unflushed: u64 = unflushed.parse().unwrap();
-    let (mut wal, recovered) = Wal::open(
-        OsBackend::open(dir).unwrap(),
-        config(segment_bytes.parse().unwrap()),
-    )
-    .unwrap();
+    let (mut wal, recovered) =
+        Wal::open(OsBackend::open(dir).unwrap(), config(segment_bytes.parse().unwrap())).unwrap();
     assert!(recovered.records.is_empty() && recovered.snapshot.is_none());
     for i in 0..flushed {
         wal.append(&flushed_payload(i)).unwrap();
@@ -119,10 +111,7 @@ impl Drop for KillOnDrop {
 fn parent(flushed: u64, unflushed: u64, segment_bytes: u64) {
     let dir = tempfile::tempdir().unwrap();
     let wal_dir = dir.path().join("wal");
-    let spec = format!(
-        "{}|{flushed}|{unflushed}|{segment_bytes}",
-        wal_dir.display()
-    );
+    let spec = format!("{}|{flushed}|{unflushed}|{segment_bytes}", wal_dir.display());
     let child = Command::new(std::env::current_exe().unwrap())
         .env(CHILD_ENV, spec)
         .stdin(Stdio::null())
@@ -134,24 +123,14 @@ fn parent(flushed: u64, unflushed: u64, segment_bytes: u64) {
     let child = guard.0.as_mut().unwrap();
 
     let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    assert_eq!(
-        line.trim_end(),
-        format!("ready {}", flushed + unflushed),
-        "child said {line:?}"
-    );
+    BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
+    assert_eq!(line.trim_end(), format!("ready {}", flushed + unflushed), "child said {line:?}");
 
     // SAFETY: `kill` has no memory-safety preconditions; the pid is our own unreaped child.
     let rc = unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGKILL) };
     assert_eq!(rc, 0, "kill failed: {}", std::io::Error::last_os_error());
     let status = guard.0.take().unwrap().wait().unwrap();
-    assert_eq!(
-        status.signal(),
-        Some(libc::SIGKILL),
-        "child status {status:?}"
-    );
+    assert_eq!(status.signal(), Some(libc::SIGKILL), "child status {status:?}");
 
     // The unflushed records never reached the OS: no file holds a byte of them.
     let mut segments = 0;
@@ -159,9 +138,7 @@ fn parent(flushed: u64, unflushed: u64, segment_bytes: u64) {
         let path = entry.unwrap().path();
         let bytes = fs::read(&path).unwrap();
         assert!(
-            !bytes
-                .windows(UNFLUSHED_MARKER.len())
-                .any(|window| window == UNFLUSHED_MARKER),
+            !bytes.windows(UNFLUSHED_MARKER.len()).any(|window| window == UNFLUSHED_MARKER),
             "{} holds unflushed data",
             path.display()
         );
@@ -181,10 +158,7 @@ fn parent(flushed: u64, unflushed: u64, segment_bytes: u64) {
     assert_eq!(recovered.records, expected);
     assert_eq!(recovered.first_record, 1);
     assert_eq!(recovered.report, Default::default(), "a kill tears nothing");
-    assert_eq!(
-        (wal.last_record(), wal.persisted_record()),
-        (flushed, flushed)
-    );
+    assert_eq!((wal.last_record(), wal.persisted_record()), (flushed, flushed));
 
     // The log continues where the flushed records end.
     assert_eq!(wal.append(b"after restart").unwrap(), flushed + 1);

@@ -7,8 +7,8 @@
 use bytes::{BufMut, Bytes, BytesMut};
 
 use crate::codec::{
-    get_value, put_bool, put_bytes, put_extension_each, put_option, put_seq, put_value, Decode, DecodeError, Encode,
-    Reader,
+    get_value, put_bool, put_bytes, put_extension_each, put_option, put_seq, put_value, Decode,
+    DecodeError, Encode, Reader,
 };
 use crate::ids::{Carstamp, NodeId, SessionId};
 use crate::log::{LogIndex, ShardMove, Snapshot};
@@ -86,58 +86,114 @@ impl ClientRequest {
 pub enum Request {
     /// Open a session at the node the connection reaches; the node allocates its id.
     OpenSession,
-    CloseSession { session: SessionId },
+    CloseSession {
+        session: SessionId,
+    },
     /// Relaxed read (Kite §5.2): served from the local replica.
-    Get { session: SessionId, key: Bytes },
+    Get {
+        session: SessionId,
+        key: Bytes,
+    },
     /// Relaxed write (Kite §5.3): applied locally, broadcast, acknowledged at once.
-    Put { session: SessionId, key: Bytes, value: Bytes },
+    Put {
+        session: SessionId,
+        key: Bytes,
+        value: Bytes,
+    },
     /// Relaxed delete: a relaxed write of the absent value (a tombstone version).
-    Delete { session: SessionId, key: Bytes },
+    Delete {
+        session: SessionId,
+        key: Bytes,
+    },
     /// Release-write (Kite §5.4): every earlier access of the session is visible before it.
-    Release { session: SessionId, key: Bytes, value: Bytes },
+    Release {
+        session: SessionId,
+        key: Bytes,
+        value: Bytes,
+    },
     /// Acquire-read (Kite §5.5): every later access of the session sees what preceded the
     /// release it reads from.
-    Acquire { session: SessionId, key: Bytes },
+    Acquire {
+        session: SessionId,
+        key: Bytes,
+    },
     /// Fetch-and-add (Kite §2.2): the value as a little-endian u64 (first 8 bytes,
     /// zero-extended) plus `delta`, wrapping. Answered with `Rmw`.
-    Faa { session: SessionId, key: Bytes, delta: u64 },
+    Faa {
+        session: SessionId,
+        key: Bytes,
+        delta: u64,
+    },
     /// Compare-and-swap (Kite §2.2): installs `new` iff the value equals `expected` (`None`:
     /// absent). `weak`: may fail at once when the local replica differs. Answered with `Rmw`.
-    Cas { session: SessionId, key: Bytes, expected: Option<Bytes>, new: Bytes, weak: bool },
+    Cas {
+        session: SessionId,
+        key: Bytes,
+        expected: Option<Bytes>,
+        new: Bytes,
+        weak: bool,
+    },
     /// Node and transport counters, for `strata status`.
     Status,
     /// Admin: set the fault layer of this node's outbound links (`None` = every peer).
-    SetFault { peer: Option<NodeId>, fault: LinkFault },
+    SetFault {
+        peer: Option<NodeId>,
+        fault: LinkFault,
+    },
     /// ORCA §2.1/§4.1 `WriteReq` on a log table. The node routes it to the shard
     /// [`shard_of`]`(key)`; only that shard's leader accepts it (`LogRejected(NotLeader)`
     /// otherwise). It must carry RIFL's envelope (`ClientRequest::rifl`): a retry with the same
     /// RPC id is answered with the first outcome from the completion record in the log.
-    LogWrite { table: String, key: Bytes, op: LogWriteOp, immediate: bool },
+    LogWrite {
+        table: String,
+        key: Bytes,
+        op: LogWriteOp,
+        immediate: bool,
+    },
     /// ORCA §2.1/§4.1 `ReadReq` on a log table; `min_index` is the session token of §2.3.
-    LogRead { table: String, key: Bytes, min_index: Option<LogIndex> },
+    LogRead {
+        table: String,
+        key: Bytes,
+        min_index: Option<LogIndex>,
+    },
     /// Admin: add a table to this node's catalog (idempotent for an identical definition).
-    CreateTable { def: TableDef },
+    CreateTable {
+        def: TableDef,
+    },
     /// The node's table catalog.
     ListTables,
     /// rifl.md §4.2 `RenewLease`: renew lease `lease_id`, or create one (`0`, or an id whose
     /// lease expired: the answer then names a new id). Served by the leader of the lease
     /// service's log table; any other node answers `LogRejected(NotLeader { hint })`.
-    RenewLease { lease_id: u64 },
+    RenewLease {
+        lease_id: u64,
+    },
     /// rifl.md §4.2 `GetLeaseInfo`: whether `lease_id` is alive (answer `lease_id` 0 if not),
     /// with the service's cluster time. For operators and tests; nodes ask each other over
     /// their peer links.
-    LeaseInfo { lease_id: u64 },
+    LeaseInfo {
+        lease_id: u64,
+    },
     /// Admin, the first step of a shard move (rifl.md §5.7 steps 1-2): the shard's leader
     /// appends a `Freeze` entry naming `replicas` (the next generation) and, once it is
     /// committed, durable and applied, answers `ShardFrozen` with the final state.
     /// Idempotent for the same `replicas` (an interrupted move is resumed by sending it
     /// again); `NotLeader` at another replica, `Moved` at a node without the shard.
-    FreezeShard { table: String, shard: u32, replicas: Vec<NodeId> },
+    FreezeShard {
+        table: String,
+        shard: u32,
+        replicas: Vec<NodeId>,
+    },
     /// Admin, the second step (§5.7 steps 3-4), sent to every node: the shard now lives at
     /// `placement`. A node of `placement.replicas` gets `snapshot` (the frozen state), writes
     /// it as the first entry of the new group's log and starts serving it; every other node
     /// stops its replica of the old group and records where the shard went. Idempotent.
-    AdoptShard { table: String, shard: u32, placement: ShardMove, snapshot: Option<Snapshot> },
+    AdoptShard {
+        table: String,
+        shard: u32,
+        placement: ShardMove,
+        snapshot: Option<Snapshot>,
+    },
 }
 
 /// What a log-table write does to its key.
@@ -275,34 +331,63 @@ pub struct ClientResponse {
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Response {
-    SessionOpened { session: SessionId },
+    SessionOpened {
+        session: SessionId,
+    },
     SessionClosed,
     /// Result of a read: the value (`None` if absent) and the version it belongs to.
-    Value { value: Option<Bytes>, cs: Carstamp },
+    Value {
+        value: Option<Bytes>,
+        cs: Carstamp,
+    },
     /// Result of a write or delete: the version it created.
-    Written { cs: Carstamp },
+    Written {
+        cs: Carstamp,
+    },
     /// Result of an RMW: the value it observed (and its version), the version it created
     /// (`None` for a weak CAS that failed locally), and for a CAS whether it swapped.
-    Rmw { observed: Option<Bytes>, observed_cs: Carstamp, written: Option<Carstamp>, swapped: bool },
+    Rmw {
+        observed: Option<Bytes>,
+        observed_cs: Carstamp,
+        written: Option<Carstamp>,
+        swapped: bool,
+    },
     Status(NodeStatus),
     FaultSet,
-    Error { code: ErrorCode, message: String },
+    Error {
+        code: ErrorCode,
+        message: String,
+    },
     /// ORCA §2.1 `WriteAck`: the index of the write's log entry.
-    LogWritten { index: LogIndex },
+    LogWritten {
+        index: LogIndex,
+    },
     /// ORCA §2.1 `ReadResult`.
-    LogValue { value: Option<Bytes>, update_index: LogIndex, served_by: NodeId, epoch: u32 },
+    LogValue {
+        value: Option<Bytes>,
+        update_index: LogIndex,
+        served_by: NodeId,
+        epoch: u32,
+    },
     LogRejected(LogFailure),
     /// `created`: false if an identical definition already existed.
-    TableCreated { created: bool },
+    TableCreated {
+        created: bool,
+    },
     Tables(Vec<TableDef>),
     /// The lease service's answer to `RenewLease` / `LeaseInfo`.
     Lease(LeaseStatus),
     /// `FreezeShard` is done: where the shard goes and its final state, records and
     /// watermarks included (`None`: the shard already lives at `placement`, nothing to
     /// install; the move only has to be announced to nodes that missed it).
-    ShardFrozen { placement: ShardMove, snapshot: Option<Snapshot> },
+    ShardFrozen {
+        placement: ShardMove,
+        snapshot: Option<Snapshot>,
+    },
     /// `AdoptShard` is done (`started`: this node now serves the new group).
-    ShardAdopted { started: bool },
+    ShardAdopted {
+        started: bool,
+    },
 }
 
 /// The role of a shard replica, as reported by `Status`.
@@ -464,7 +549,12 @@ impl Encode for LinkFault {
 }
 impl Decode for LinkFault {
     fn decode(r: &mut Reader) -> Result<Self, DecodeError> {
-        let fault = LinkFault { delay_us: r.u64()?, jitter_us: r.u64()?, loss_ppm: r.u32()?, partitioned: r.bool()? };
+        let fault = LinkFault {
+            delay_us: r.u64()?,
+            jitter_us: r.u64()?,
+            loss_ppm: r.u32()?,
+            partitioned: r.bool()?,
+        };
         if fault.loss_ppm > 1_000_000 {
             return Err(DecodeError::Invalid { what: "loss_ppm", value: fault.loss_ppm as u64 });
         }
@@ -501,7 +591,9 @@ impl Encode for ClientRequest {
         put_option(out, &self.rifl, |o, e| e.encode(o));
         match &self.body {
             Request::OpenSession | Request::Status | Request::ListTables => {}
-            Request::RenewLease { lease_id } | Request::LeaseInfo { lease_id } => out.put_u64_le(*lease_id),
+            Request::RenewLease { lease_id } | Request::LeaseInfo { lease_id } => {
+                out.put_u64_le(*lease_id)
+            }
             Request::LogWrite { table, key, op, immediate } => {
                 put_bytes(out, table.as_bytes());
                 put_bytes(out, key);
@@ -524,7 +616,9 @@ impl Encode for ClientRequest {
                 put_table_extension(out, std::slice::from_ref(def));
             }
             Request::CloseSession { session } => session.encode(out),
-            Request::Get { session, key } | Request::Delete { session, key } | Request::Acquire { session, key } => {
+            Request::Get { session, key }
+            | Request::Delete { session, key }
+            | Request::Acquire { session, key } => {
                 session.encode(out);
                 put_bytes(out, key);
             }
@@ -574,11 +668,19 @@ impl Decode for ClientRequest {
             OPEN_SESSION => Request::OpenSession,
             CLOSE_SESSION => Request::CloseSession { session: SessionId::decode(r)? },
             GET => Request::Get { session: SessionId::decode(r)?, key: r.bytes()? },
-            PUT => Request::Put { session: SessionId::decode(r)?, key: r.bytes()?, value: r.bytes()? },
+            PUT => {
+                Request::Put { session: SessionId::decode(r)?, key: r.bytes()?, value: r.bytes()? }
+            }
             DELETE => Request::Delete { session: SessionId::decode(r)?, key: r.bytes()? },
-            RELEASE => Request::Release { session: SessionId::decode(r)?, key: r.bytes()?, value: r.bytes()? },
+            RELEASE => Request::Release {
+                session: SessionId::decode(r)?,
+                key: r.bytes()?,
+                value: r.bytes()?,
+            },
             ACQUIRE => Request::Acquire { session: SessionId::decode(r)?, key: r.bytes()? },
-            FAA => Request::Faa { session: SessionId::decode(r)?, key: r.bytes()?, delta: r.u64()? },
+            FAA => {
+                Request::Faa { session: SessionId::decode(r)?, key: r.bytes()?, delta: r.u64()? }
+            }
             CAS => Request::Cas {
                 session: SessionId::decode(r)?,
                 key: r.bytes()?,
@@ -587,18 +689,26 @@ impl Decode for ClientRequest {
                 weak: r.bool()?,
             },
             STATUS => Request::Status,
-            SET_FAULT => Request::SetFault { peer: r.option(NodeId::decode)?, fault: LinkFault::decode(r)? },
+            SET_FAULT => {
+                Request::SetFault { peer: r.option(NodeId::decode)?, fault: LinkFault::decode(r)? }
+            }
             LOG_WRITE => Request::LogWrite {
                 table: r.string()?,
                 key: r.bytes()?,
                 op: match r.u8()? {
                     0 => LogWriteOp::Put(r.bytes()?),
                     1 => LogWriteOp::Delete,
-                    v => return Err(DecodeError::Invalid { what: "log write op", value: v as u64 }),
+                    v => {
+                        return Err(DecodeError::Invalid { what: "log write op", value: v as u64 })
+                    }
                 },
                 immediate: r.bool()?,
             },
-            LOG_READ => Request::LogRead { table: r.string()?, key: r.bytes()?, min_index: r.option(LogIndex::decode)? },
+            LOG_READ => Request::LogRead {
+                table: r.string()?,
+                key: r.bytes()?,
+                min_index: r.option(LogIndex::decode)?,
+            },
             CREATE_TABLE => {
                 let mut def = TableDef::decode(r)?;
                 get_table_extension(r, std::slice::from_mut(&mut def))?;
@@ -607,7 +717,11 @@ impl Decode for ClientRequest {
             LIST_TABLES => Request::ListTables,
             RENEW_LEASE => Request::RenewLease { lease_id: r.u64()? },
             LEASE_INFO => Request::LeaseInfo { lease_id: r.u64()? },
-            FREEZE_SHARD => Request::FreezeShard { table: r.string()?, shard: r.u32()?, replicas: r.seq(NodeId::decode)? },
+            FREEZE_SHARD => Request::FreezeShard {
+                table: r.string()?,
+                shard: r.u32()?,
+                replicas: r.seq(NodeId::decode)?,
+            },
             ADOPT_SHARD => Request::AdoptShard {
                 table: r.string()?,
                 shard: r.u32()?,
@@ -798,7 +912,10 @@ impl Decode for ClientResponse {
             LOG_REJECTED => Response::LogRejected(LogFailure::decode(r)?),
             TABLE_CREATED => Response::TableCreated { created: r.bool()? },
             LEASE => Response::Lease(LeaseStatus::decode(r)?),
-            SHARD_FROZEN => Response::ShardFrozen { placement: ShardMove::decode(r)?, snapshot: r.option(Snapshot::decode)? },
+            SHARD_FROZEN => Response::ShardFrozen {
+                placement: ShardMove::decode(r)?,
+                snapshot: r.option(Snapshot::decode)?,
+            },
             SHARD_ADOPTED => Response::ShardAdopted { started: r.bool()? },
             TABLES => {
                 let mut defs = r.seq(TableDef::decode)?;
@@ -818,14 +935,20 @@ fn enum_code<T: Copy + PartialEq>(all: &[(T, u8)], v: T) -> u8 {
     all.iter().find(|(x, _)| *x == v).map(|(_, c)| *c).expect("every variant has a code")
 }
 fn enum_from<T: Copy>(all: &[(T, u8)], c: u8, what: &'static str) -> Result<T, DecodeError> {
-    all.iter().find(|(_, x)| *x == c).map(|(v, _)| *v).ok_or(DecodeError::Invalid { what, value: c as u64 })
+    all.iter()
+        .find(|(_, x)| *x == c)
+        .map(|(v, _)| *v)
+        .ok_or(DecodeError::Invalid { what, value: c as u64 })
 }
 const ENGINES: [(TableEngine, u8); 1] = [(TableEngine::Log, 1)];
 const DURABILITIES: [(TableDurability, u8); 3] =
     [(TableDurability::Sync, 1), (TableDurability::Async, 2), (TableDurability::Cad, 3)];
-const REPLICATIONS: [(TableReplication, u8); 2] = [(TableReplication::Async, 1), (TableReplication::Sync, 2)];
-const READS: [(TableReads, u8); 3] = [(TableReads::Leader, 1), (TableReads::ActiveSet, 2), (TableReads::Any, 3)];
-const ROLES: [(ShardRole, u8); 3] = [(ShardRole::Follower, 0), (ShardRole::Candidate, 1), (ShardRole::Leader, 2)];
+const REPLICATIONS: [(TableReplication, u8); 2] =
+    [(TableReplication::Async, 1), (TableReplication::Sync, 2)];
+const READS: [(TableReads, u8); 3] =
+    [(TableReads::Leader, 1), (TableReads::ActiveSet, 2), (TableReads::Any, 3)];
+const ROLES: [(ShardRole, u8); 3] =
+    [(ShardRole::Follower, 0), (ShardRole::Candidate, 1), (ShardRole::Leader, 2)];
 const TIMERS: [(TableTimers, u8); 2] = [(TableTimers::Default, 1), (TableTimers::Geo, 2)];
 
 /// The fields of the first version; see `Decode for TableDef`.

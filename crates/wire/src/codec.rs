@@ -191,11 +191,16 @@ impl Reader {
 
     pub fn string(&mut self) -> Result<String, DecodeError> {
         let b = self.bytes()?;
-        String::from_utf8(b.to_vec())
-            .map_err(|e| DecodeError::Invalid { what: "utf-8 string", value: e.utf8_error().valid_up_to() as u64 })
+        String::from_utf8(b.to_vec()).map_err(|e| DecodeError::Invalid {
+            what: "utf-8 string",
+            value: e.utf8_error().valid_up_to() as u64,
+        })
     }
 
-    pub fn option<T>(&mut self, f: impl FnOnce(&mut Reader) -> Result<T, DecodeError>) -> Result<Option<T>, DecodeError> {
+    pub fn option<T>(
+        &mut self,
+        f: impl FnOnce(&mut Reader) -> Result<T, DecodeError>,
+    ) -> Result<Option<T>, DecodeError> {
         if self.bool()? {
             Ok(Some(f(self)?))
         } else {
@@ -205,7 +210,10 @@ impl Reader {
 
     /// A `u32`-count-prefixed sequence. The count is bounded by the bytes left (every element
     /// takes at least one byte), so a hostile count cannot make us allocate.
-    pub fn seq<T>(&mut self, mut f: impl FnMut(&mut Reader) -> Result<T, DecodeError>) -> Result<Vec<T>, DecodeError> {
+    pub fn seq<T>(
+        &mut self,
+        mut f: impl FnMut(&mut Reader) -> Result<T, DecodeError>,
+    ) -> Result<Vec<T>, DecodeError> {
         let n = self.u32()? as usize;
         self.need(n)?;
         let mut v = Vec::with_capacity(n);

@@ -15,7 +15,10 @@ pub mod peer;
 pub mod rifl;
 pub mod time;
 
-pub use codec::{decode_frame, decode_message, encode_frame, Decode, DecodeError, Encode, FrameError, Limits, Reader};
+pub use codec::{
+    decode_frame, decode_message, encode_frame, Decode, DecodeError, Encode, FrameError, Limits,
+    Reader,
+};
 pub use ids::{AcquireId, Ballot, Carstamp, ClusterId, Llc, NodeId, RmwId, SessionId};
 pub use rifl::{ClusterTime, LeaseInfo, LeaseStatus, Rifl, RpcId, WINDOW};
 pub use time::Instant;

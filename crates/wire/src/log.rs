@@ -9,7 +9,10 @@
 use bytes::{BufMut, Bytes, BytesMut};
 use thiserror::Error;
 
-use crate::codec::{get_value, put_bool, put_bytes, put_option, put_seq, put_value, Decode, DecodeError, Encode, Reader};
+use crate::codec::{
+    get_value, put_bool, put_bytes, put_option, put_seq, put_value, Decode, DecodeError, Encode,
+    Reader,
+};
 use crate::ids::NodeId;
 
 pub mod log_tag {
@@ -229,8 +232,14 @@ pub enum LogMessage {
     ForwardRead(ForwardRead),
     ReadRelay(ReadRelay),
     /// `last_index`: the candidate's last log entry (memory), for vote rule (d).
-    RequestVote { epoch: u32, last_index: LogIndex },
-    VoteResp { epoch: u32, granted: bool },
+    RequestVote {
+        epoch: u32,
+        last_index: LogIndex,
+    },
+    VoteResp {
+        epoch: u32,
+        granted: bool,
+    },
 }
 
 impl LogMessage {
@@ -311,7 +320,15 @@ impl Decode for LogEntry {
             op_tag::INSTALL => LogOp::Install(Box::new(Snapshot::decode(r)?)),
             v => return Err(DecodeError::Invalid { what: "log op", value: v as u64 }),
         };
-        Ok(LogEntry { index, key, op, client_id: r.u64()?, seq: r.u64()?, ack: r.u64()?, immediate: r.bool()? })
+        Ok(LogEntry {
+            index,
+            key,
+            op,
+            client_id: r.u64()?,
+            seq: r.u64()?,
+            ack: r.u64()?,
+            immediate: r.bool()?,
+        })
     }
 }
 
@@ -372,7 +389,11 @@ impl Encode for Grant {
 }
 impl Decode for Grant {
     fn decode(r: &mut Reader) -> Result<Self, DecodeError> {
-        Ok(Grant { member: r.bool()?, echo_ts: r.option(|r| r.u64())?, revoke_echo: r.option(|r| r.u64())? })
+        Ok(Grant {
+            member: r.bool()?,
+            echo_ts: r.option(|r| r.u64())?,
+            revoke_echo: r.option(|r| r.u64())?,
+        })
     }
 }
 
@@ -518,8 +539,14 @@ impl Decode for LogMessage {
                 key: r.bytes()?,
                 min_index: r.option(LogIndex::decode)?,
             }),
-            READ_RELAY => LogMessage::ReadRelay(ReadRelay { epoch: r.u32()?, fwd_id: r.u64()?, result: get_read_result(r)? }),
-            REQUEST_VOTE => LogMessage::RequestVote { epoch: r.u32()?, last_index: LogIndex::decode(r)? },
+            READ_RELAY => LogMessage::ReadRelay(ReadRelay {
+                epoch: r.u32()?,
+                fwd_id: r.u64()?,
+                result: get_read_result(r)?,
+            }),
+            REQUEST_VOTE => {
+                LogMessage::RequestVote { epoch: r.u32()?, last_index: LogIndex::decode(r)? }
+            }
             VOTE_RESP => LogMessage::VoteResp { epoch: r.u32()?, granted: r.bool()? },
             tag => return Err(DecodeError::UnknownTag { tag }),
         })

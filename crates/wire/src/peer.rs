@@ -7,10 +7,13 @@
 
 use bytes::{BufMut, Bytes, BytesMut};
 
-use crate::codec::{get_value, put_bool, put_bytes, put_option, put_seq, put_value, Decode, DecodeError, Encode, Reader};
+use crate::codec::{
+    get_value, put_bool, put_bytes, put_option, put_seq, put_value, Decode, DecodeError, Encode,
+    Reader,
+};
 use crate::ids::{AcquireId, Ballot, Carstamp, Llc, NodeId, RmwId};
-use crate::rifl::{LeaseStatus, RpcId};
 use crate::log::LogMessage;
+use crate::rifl::{LeaseStatus, RpcId};
 
 pub mod peer_tag {
     pub const HELLO: u8 = 0x80;
@@ -44,42 +47,79 @@ pub mod peer_tag {
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum PeerMessage {
-    Hello { from: NodeId },
+    Hello {
+        from: NodeId,
+    },
     Write(Write),
     WriteAck(WriteAck),
     /// Kite §4 msg 2: the first round of a release or slow relaxed write.
-    ReadTs { req: u64, key: Bytes },
+    ReadTs {
+        req: u64,
+        key: Bytes,
+    },
     /// `records`: the key's RIFL completion records, so a retried release finds an earlier
     /// attempt that reached any replica of the round's quorum (rifl.md R-D23).
-    ReadTsReply { req: u64, key: Bytes, cs: Carstamp, records: KeyRecords },
+    ReadTsReply {
+        req: u64,
+        key: Bytes,
+        cs: Carstamp,
+        records: KeyRecords,
+    },
     Read(Read),
     ReadReply(ReadReply),
     /// Kite §4 msg 4: the DM-set of a barrier that timed out (bit `i` = node `i`).
-    SlowRelease { req: u64, dm: u64 },
-    SlowReleaseAck { req: u64 },
+    SlowRelease {
+        req: u64,
+        dm: u64,
+    },
+    SlowReleaseAck {
+        req: u64,
+    },
     /// Kite §4 msg 5: the acquire `acq` bumped its node's epoch; clear the bit it observed.
-    ResetBit { acq: AcquireId },
+    ResetBit {
+        acq: AcquireId,
+    },
     Propose(Propose),
     ProposeReply(PaxosReply),
     Accept(Accept),
     AcceptReply(PaxosReply),
     Commit(Commit),
     /// Echoes the committed version, so it credits the sender's pending record (§5.1.7).
-    CommitAck { req: u64, key: Bytes, cs: Carstamp },
+    CommitAck {
+        req: u64,
+        key: Bytes,
+        cs: Carstamp,
+    },
     /// A message between the replicas of one log-table shard (ORCA §4.2). `table` is the
     /// table's id (`client::table_id`): the same on every node. `generation` names the
     /// shard's replica group (0 at creation, +1 per move, rifl.md §5.7): a message of another
     /// generation is dropped, so a retired group can never disturb its successor.
-    Shard { table: u32, shard: u32, generation: u32, msg: LogMessage },
+    Shard {
+        table: u32,
+        shard: u32,
+        generation: u32,
+        msg: LogMessage,
+    },
     /// rifl.md §5.5.3 / §5.6: "is `client_id`'s lease alive?", to the lease service's leader.
-    LeaseQuery { client_id: u64 },
+    LeaseQuery {
+        client_id: u64,
+    },
     /// The service's answer about `client_id` (`status.lease_id` 0: expired or unknown).
-    LeaseAnswer { client_id: u64, status: LeaseStatus },
+    LeaseAnswer {
+        client_id: u64,
+        status: LeaseStatus,
+    },
     /// A client's `RenewLease { lease_id }` forwarded to the service's leader; `req` is the
     /// forwarding node's own number for it.
-    LeaseRenew { req: u64, lease_id: u64 },
+    LeaseRenew {
+        req: u64,
+        lease_id: u64,
+    },
     /// The grant for forwarded renewal `req` (`None`: this node does not serve the service).
-    LeaseRenewed { req: u64, grant: Option<LeaseStatus> },
+    LeaseRenewed {
+        req: u64,
+        grant: Option<LeaseStatus>,
+    },
 }
 
 /// Kite §4 message 1: install `value` at version `cs` of `key` (if newer than the replica's).
@@ -218,14 +258,24 @@ pub struct Accept {
 pub enum PaxosOutcome {
     Ack,
     /// Propose only: the acceptor already accepted `tuple` at `ballot` for this slot.
-    AlreadyAccepted { ballot: Ballot, tuple: Tuple },
-    Nack { promised: Ballot },
+    AlreadyAccepted {
+        ballot: Ballot,
+        tuple: Tuple,
+    },
+    Nack {
+        promised: Ballot,
+    },
     /// The RMW is already committed (it is in the acceptor's registry).
     RmwCommitted,
     /// The slot is already decided here: `lc` is the acceptor's last committed slot.
-    SlotTooSmall { lc: u32, lc_rmw: Option<RmwId> },
+    SlotTooSmall {
+        lc: u32,
+        lc_rmw: Option<RmwId>,
+    },
     /// The acceptor lags: it has not learned slot `slot - 1` yet.
-    SlotTooHigh { lc: u32 },
+    SlotTooHigh {
+        lc: u32,
+    },
 }
 
 /// Reply to `Propose` or `Accept`.
@@ -318,11 +368,13 @@ impl Encode for KeyRecords {
 }
 impl Decode for KeyRecords {
     fn decode(r: &mut Reader) -> Result<Self, DecodeError> {
-        Ok(r
-            .option(|r| {
-                Ok(KeyRecords { floors: r.seq(|r| Ok((r.u64()?, r.u64()?)))?, done: r.seq(Completion::decode)? })
-            })?
-            .unwrap_or_default())
+        Ok(r.option(|r| {
+            Ok(KeyRecords {
+                floors: r.seq(|r| Ok((r.u64()?, r.u64()?)))?,
+                done: r.seq(Completion::decode)?,
+            })
+        })?
+        .unwrap_or_default())
     }
 }
 
@@ -405,10 +457,15 @@ impl Decode for PaxosOutcome {
         use outcome_tag::*;
         Ok(match r.u8()? {
             ACK => PaxosOutcome::Ack,
-            ALREADY_ACCEPTED => PaxosOutcome::AlreadyAccepted { ballot: Ballot::decode(r)?, tuple: Tuple::decode(r)? },
+            ALREADY_ACCEPTED => PaxosOutcome::AlreadyAccepted {
+                ballot: Ballot::decode(r)?,
+                tuple: Tuple::decode(r)?,
+            },
             NACK => PaxosOutcome::Nack { promised: Ballot::decode(r)? },
             RMW_COMMITTED => PaxosOutcome::RmwCommitted,
-            SLOT_TOO_SMALL => PaxosOutcome::SlotTooSmall { lc: r.u32()?, lc_rmw: r.option(RmwId::decode)? },
+            SLOT_TOO_SMALL => {
+                PaxosOutcome::SlotTooSmall { lc: r.u32()?, lc_rmw: r.option(RmwId::decode)? }
+            }
             SLOT_TOO_HIGH => PaxosOutcome::SlotTooHigh { lc: r.u32()? },
             v => return Err(DecodeError::Invalid { what: "paxos outcome", value: v as u64 }),
         })
@@ -645,12 +702,23 @@ impl Decode for PeerMessage {
                 cs: Carstamp::decode(r)?,
                 records: KeyRecords::decode(r)?,
             }),
-            COMMIT_ACK => PeerMessage::CommitAck { req: r.u64()?, key: r.bytes()?, cs: Carstamp::decode(r)? },
-            SHARD => PeerMessage::Shard { table: r.u32()?, shard: r.u32()?, generation: r.u32()?, msg: LogMessage::decode(r)? },
+            COMMIT_ACK => {
+                PeerMessage::CommitAck { req: r.u64()?, key: r.bytes()?, cs: Carstamp::decode(r)? }
+            }
+            SHARD => PeerMessage::Shard {
+                table: r.u32()?,
+                shard: r.u32()?,
+                generation: r.u32()?,
+                msg: LogMessage::decode(r)?,
+            },
             LEASE_QUERY => PeerMessage::LeaseQuery { client_id: r.u64()? },
-            LEASE_ANSWER => PeerMessage::LeaseAnswer { client_id: r.u64()?, status: LeaseStatus::decode(r)? },
+            LEASE_ANSWER => {
+                PeerMessage::LeaseAnswer { client_id: r.u64()?, status: LeaseStatus::decode(r)? }
+            }
             LEASE_RENEW => PeerMessage::LeaseRenew { req: r.u64()?, lease_id: r.u64()? },
-            LEASE_RENEWED => PeerMessage::LeaseRenewed { req: r.u64()?, grant: r.option(LeaseStatus::decode)? },
+            LEASE_RENEWED => {
+                PeerMessage::LeaseRenewed { req: r.u64()?, grant: r.option(LeaseStatus::decode)? }
+            }
             tag => return Err(DecodeError::UnknownTag { tag }),
         })
     }

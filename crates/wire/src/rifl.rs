@@ -92,7 +92,11 @@ impl Encode for LeaseStatus {
 }
 impl Decode for LeaseStatus {
     fn decode(r: &mut Reader) -> Result<Self, DecodeError> {
-        Ok(LeaseStatus { lease_id: r.u64()?, expiration: ClusterTime::decode(r)?, cluster_time: ClusterTime::decode(r)? })
+        Ok(LeaseStatus {
+            lease_id: r.u64()?,
+            expiration: ClusterTime::decode(r)?,
+            cluster_time: ClusterTime::decode(r)?,
+        })
     }
 }
 
@@ -157,7 +161,11 @@ impl Encode for LeaseInfo {
 }
 impl Decode for LeaseInfo {
     fn decode(r: &mut Reader) -> Result<Self, DecodeError> {
-        Ok(LeaseInfo { client_id: r.u64()?, expiration: ClusterTime::decode(r)?, timestamp: ClusterTime::decode(r)? })
+        Ok(LeaseInfo {
+            client_id: r.u64()?,
+            expiration: ClusterTime::decode(r)?,
+            timestamp: ClusterTime::decode(r)?,
+        })
     }
 }
 
@@ -176,7 +184,11 @@ impl Decode for Rifl {
         let first_incomplete = r.u64()?;
         let expiration = ClusterTime::decode(r)?;
         let timestamp = ClusterTime::decode(r)?;
-        Ok(Rifl { rpc, first_incomplete, lease: LeaseInfo { client_id: rpc.client_id, expiration, timestamp } })
+        Ok(Rifl {
+            rpc,
+            first_incomplete,
+            lease: LeaseInfo { client_id: rpc.client_id, expiration, timestamp },
+        })
     }
 }
 
@@ -189,7 +201,11 @@ mod tests {
         Rifl {
             rpc: RpcId { client_id: 7, seq },
             first_incomplete,
-            lease: LeaseInfo { client_id: 7, expiration: ClusterTime(10), timestamp: ClusterTime(3) },
+            lease: LeaseInfo {
+                client_id: 7,
+                expiration: ClusterTime(10),
+                timestamp: ClusterTime(3),
+            },
         }
     }
 
@@ -208,7 +224,10 @@ mod tests {
     fn check_enforces_the_window_and_the_ids() {
         assert!(envelope(1, 1).check().is_ok());
         assert!(envelope(512, 1).check().is_ok());
-        assert!(envelope(513, 1).check().is_err(), "seq = first_incomplete + 512 is out of the window");
+        assert!(
+            envelope(513, 1).check().is_err(),
+            "seq = first_incomplete + 512 is out of the window"
+        );
         assert!(envelope(5, 6).check().is_err(), "first_incomplete above seq");
         assert!(envelope(5, 0).check().is_err());
         assert!(envelope(0, 0).check().is_err());

@@ -7,9 +7,12 @@ use bytes::{Bytes, BytesMut};
 use common::{nodes, shard_move, snapshot};
 use proptest::prelude::*;
 use strata_wire::log::{
-    AppendAck, AppendEntries, ForwardRead, Grant, LogEntry, LogIndex, LogMessage, LogOp, ReadError, ReadRelay, ReadValue,
+    AppendAck, AppendEntries, ForwardRead, Grant, LogEntry, LogIndex, LogMessage, LogOp, ReadError,
+    ReadRelay, ReadValue,
 };
-use strata_wire::{decode_frame, decode_message, encode_frame, ClusterId, DecodeError, NodeId, Reader};
+use strata_wire::{
+    decode_frame, decode_message, encode_frame, ClusterId, DecodeError, NodeId, Reader,
+};
 
 const CLUSTER: ClusterId = ClusterId(0x10c);
 const MAX_FRAME: usize = 1 << 20;
@@ -31,8 +34,17 @@ fn entry() -> impl Strategy<Value = LogEntry> {
         shard_move().prop_map(LogOp::Freeze),
         snapshot().prop_map(|s| LogOp::Install(Box::new(s))),
     ];
-    (index(), bytes(), op, any::<u64>(), any::<u64>(), any::<u64>(), any::<bool>())
-        .prop_map(|(index, key, op, client_id, seq, ack, immediate)| LogEntry { index, key, op, client_id, seq, ack, immediate })
+    (index(), bytes(), op, any::<u64>(), any::<u64>(), any::<u64>(), any::<bool>()).prop_map(
+        |(index, key, op, client_id, seq, ack, immediate)| LogEntry {
+            index,
+            key,
+            op,
+            client_id,
+            seq,
+            ack,
+            immediate,
+        },
+    )
 }
 
 fn grant() -> impl Strategy<Value = Grant> {
@@ -42,9 +54,16 @@ fn grant() -> impl Strategy<Value = Grant> {
 
 fn read_result() -> impl Strategy<Value = Result<ReadValue, ReadError>> {
     prop_oneof![
-        (proptest::option::of(bytes()), index(), any::<u32>(), any::<u32>())
-            .prop_map(|(value, update_index, n, epoch)| Ok(ReadValue { value, update_index, served_by: NodeId(n), epoch })),
-        proptest::option::of(any::<u32>().prop_map(NodeId)).prop_map(|hint| Err(ReadError::NotLeader { hint })),
+        (proptest::option::of(bytes()), index(), any::<u32>(), any::<u32>()).prop_map(
+            |(value, update_index, n, epoch)| Ok(ReadValue {
+                value,
+                update_index,
+                served_by: NodeId(n),
+                epoch
+            })
+        ),
+        proptest::option::of(any::<u32>().prop_map(NodeId))
+            .prop_map(|hint| Err(ReadError::NotLeader { hint })),
         Just(Err(ReadError::NotInActiveSet)),
         Just(Err(ReadError::Timeout)),
         Just(Err(ReadError::Unavailable)),
@@ -62,19 +81,29 @@ fn append_entries() -> impl Strategy<Value = LogMessage> {
         any::<u64>(),
         grant(),
     )
-        .prop_map(|(epoch, prev_index, entries, (commit_index, durable_index, flush_upto), round_id, hb_round, grant)| {
-            LogMessage::AppendEntries(AppendEntries {
+        .prop_map(
+            |(
                 epoch,
                 prev_index,
                 entries,
-                commit_index,
-                durable_index,
-                flush_upto,
+                (commit_index, durable_index, flush_upto),
                 round_id,
                 hb_round,
                 grant,
-            })
-        })
+            )| {
+                LogMessage::AppendEntries(AppendEntries {
+                    epoch,
+                    prev_index,
+                    entries,
+                    commit_index,
+                    durable_index,
+                    flush_upto,
+                    round_id,
+                    hb_round,
+                    grant,
+                })
+            },
+        )
 }
 
 fn append_ack() -> impl Strategy<Value = LogMessage> {
@@ -89,7 +118,16 @@ fn append_ack() -> impl Strategy<Value = LogMessage> {
         proptest::option::of(any::<u64>()),
     )
         .prop_map(
-            |(epoch, success, (last_index, match_index, persisted_index, applied_index), hb_round, round_id, f_ts, serving, revoke_ack)| {
+            |(
+                epoch,
+                success,
+                (last_index, match_index, persisted_index, applied_index),
+                hb_round,
+                round_id,
+                f_ts,
+                serving,
+                revoke_ack,
+            )| {
                 LogMessage::AppendAck(AppendAck {
                     epoch,
                     success,
@@ -111,12 +149,21 @@ fn log_message() -> impl Strategy<Value = LogMessage> {
     prop_oneof![
         append_entries(),
         append_ack(),
-        (any::<u32>(), any::<u64>(), bytes(), proptest::option::of(index()))
-            .prop_map(|(epoch, fwd_id, key, min_index)| LogMessage::ForwardRead(ForwardRead { epoch, fwd_id, key, min_index })),
-        (any::<u32>(), any::<u64>(), read_result())
-            .prop_map(|(epoch, fwd_id, result)| LogMessage::ReadRelay(ReadRelay { epoch, fwd_id, result })),
-        (any::<u32>(), index()).prop_map(|(epoch, last_index)| LogMessage::RequestVote { epoch, last_index }),
-        (any::<u32>(), any::<bool>()).prop_map(|(epoch, granted)| LogMessage::VoteResp { epoch, granted }),
+        (any::<u32>(), any::<u64>(), bytes(), proptest::option::of(index())).prop_map(
+            |(epoch, fwd_id, key, min_index)| LogMessage::ForwardRead(ForwardRead {
+                epoch,
+                fwd_id,
+                key,
+                min_index
+            })
+        ),
+        (any::<u32>(), any::<u64>(), read_result()).prop_map(|(epoch, fwd_id, result)| {
+            LogMessage::ReadRelay(ReadRelay { epoch, fwd_id, result })
+        }),
+        (any::<u32>(), index())
+            .prop_map(|(epoch, last_index)| LogMessage::RequestVote { epoch, last_index }),
+        (any::<u32>(), any::<bool>())
+            .prop_map(|(epoch, granted)| LogMessage::VoteResp { epoch, granted }),
     ]
 }
 
@@ -158,5 +205,8 @@ fn tags_are_the_documented_ones_and_index_orders_by_epoch_first() {
     assert!(LogIndex::new(2, 1) > LogIndex::new(1, 900));
     assert!(LogIndex::new(2, 2) > LogIndex::new(2, 1));
     let mut r = Reader::new(Bytes::from_static(&[0x9f]));
-    assert_eq!(<LogMessage as strata_wire::Decode>::decode(&mut r), Err(DecodeError::UnknownTag { tag: 0x9f }));
+    assert_eq!(
+        <LogMessage as strata_wire::Decode>::decode(&mut r),
+        Err(DecodeError::UnknownTag { tag: 0x9f })
+    );
 }

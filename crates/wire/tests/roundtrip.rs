@@ -3,13 +3,16 @@
 
 use bytes::{Bytes, BytesMut};
 use proptest::prelude::*;
-use strata_wire::client::{ClientRequest, ClientResponse, ErrorCode, LinkFault, NodeStatus, PeerStatus, Request, Response};
+use strata_wire::client::{
+    ClientRequest, ClientResponse, ErrorCode, LinkFault, NodeStatus, PeerStatus, Request, Response,
+};
 use strata_wire::peer::{
-    Accept, Commit, Completion, KeyRecords, PaxosOutcome, PaxosReply, PeerMessage, Propose, RcResult, Read, ReadReply, Tuple, Version, Write, WriteAck,
+    Accept, Commit, Completion, KeyRecords, PaxosOutcome, PaxosReply, PeerMessage, Propose,
+    RcResult, Read, ReadReply, Tuple, Version, Write, WriteAck,
 };
 use strata_wire::{
-    decode_frame, decode_message, encode_frame, AcquireId, Ballot, Carstamp, ClusterId, ClusterTime, FrameError, LeaseInfo, Llc, NodeId, Rifl, RmwId,
-    RpcId, SessionId,
+    decode_frame, decode_message, encode_frame, AcquireId, Ballot, Carstamp, ClusterId,
+    ClusterTime, FrameError, LeaseInfo, Llc, NodeId, Rifl, RmwId, RpcId, SessionId,
 };
 
 const CLUSTER: ClusterId = ClusterId(0x5eed);
@@ -24,35 +27,57 @@ fn session() -> impl Strategy<Value = SessionId> {
 }
 
 fn carstamp() -> impl Strategy<Value = Carstamp> {
-    (any::<u64>(), any::<u32>(), any::<u32>()).prop_map(|(v, n, p)| Carstamp { llc: Llc { ver: v, node: NodeId(n) }, pno: p })
+    (any::<u64>(), any::<u32>(), any::<u32>())
+        .prop_map(|(v, n, p)| Carstamp { llc: Llc { ver: v, node: NodeId(n) }, pno: p })
 }
 
 fn fault() -> impl Strategy<Value = LinkFault> {
-    (any::<u64>(), any::<u64>(), 0..=1_000_000u32, any::<bool>())
-        .prop_map(|(d, j, l, p)| LinkFault { delay_us: d, jitter_us: j, loss_ppm: l, partitioned: p })
+    (any::<u64>(), any::<u64>(), 0..=1_000_000u32, any::<bool>()).prop_map(|(d, j, l, p)| {
+        LinkFault { delay_us: d, jitter_us: j, loss_ppm: l, partitioned: p }
+    })
 }
 
 /// RIFL's envelope, valid or not: the codec carries any values (`Rifl::check` judges them).
 fn rifl() -> impl Strategy<Value = Rifl> {
-    (any::<u64>(), any::<u64>(), any::<u64>(), any::<u64>(), any::<u64>()).prop_map(|(client_id, seq, fi, exp, ts)| Rifl {
-        rpc: RpcId { client_id, seq },
-        first_incomplete: fi,
-        lease: LeaseInfo { client_id, expiration: ClusterTime(exp), timestamp: ClusterTime(ts) },
-    })
+    (any::<u64>(), any::<u64>(), any::<u64>(), any::<u64>(), any::<u64>()).prop_map(
+        |(client_id, seq, fi, exp, ts)| Rifl {
+            rpc: RpcId { client_id, seq },
+            first_incomplete: fi,
+            lease: LeaseInfo {
+                client_id,
+                expiration: ClusterTime(exp),
+                timestamp: ClusterTime(ts),
+            },
+        },
+    )
 }
 
 fn completion() -> impl Strategy<Value = Completion> {
     let result = prop_oneof![
         carstamp().prop_map(|cs| RcResult::Written { cs }),
-        (proptest::option::of(bytes()), carstamp(), proptest::option::of(carstamp()), any::<bool>())
-            .prop_map(|(observed, observed_cs, written, swapped)| RcResult::Rmw { observed, observed_cs, written, swapped }),
+        (
+            proptest::option::of(bytes()),
+            carstamp(),
+            proptest::option::of(carstamp()),
+            any::<bool>()
+        )
+            .prop_map(|(observed, observed_cs, written, swapped)| RcResult::Rmw {
+                observed,
+                observed_cs,
+                written,
+                swapped
+            }),
     ];
-    (any::<u64>(), any::<u64>(), any::<u64>(), result)
-        .prop_map(|(client_id, seq, ack, result)| Completion { rpc: RpcId { client_id, seq }, ack, result })
+    (any::<u64>(), any::<u64>(), any::<u64>(), result).prop_map(|(client_id, seq, ack, result)| {
+        Completion { rpc: RpcId { client_id, seq }, ack, result }
+    })
 }
 
 fn records() -> impl Strategy<Value = KeyRecords> {
-    (prop::collection::vec((any::<u64>(), any::<u64>()), 0..3), prop::collection::vec(completion(), 0..3))
+    (
+        prop::collection::vec((any::<u64>(), any::<u64>()), 0..3),
+        prop::collection::vec(completion(), 0..3),
+    )
         .prop_map(|(floors, done)| KeyRecords { floors, done })
 }
 
@@ -61,55 +86,92 @@ fn request() -> impl Strategy<Value = ClientRequest> {
         Just(Request::OpenSession),
         session().prop_map(|session| Request::CloseSession { session }),
         (session(), bytes()).prop_map(|(session, key)| Request::Get { session, key }),
-        (session(), bytes(), bytes()).prop_map(|(session, key, value)| Request::Put { session, key, value }),
+        (session(), bytes(), bytes()).prop_map(|(session, key, value)| Request::Put {
+            session,
+            key,
+            value
+        }),
         (session(), bytes()).prop_map(|(session, key)| Request::Delete { session, key }),
-        (session(), bytes(), bytes()).prop_map(|(session, key, value)| Request::Release { session, key, value }),
+        (session(), bytes(), bytes()).prop_map(|(session, key, value)| Request::Release {
+            session,
+            key,
+            value
+        }),
         (session(), bytes()).prop_map(|(session, key)| Request::Acquire { session, key }),
-        (session(), bytes(), any::<u64>()).prop_map(|(session, key, delta)| Request::Faa { session, key, delta }),
-        (session(), bytes(), proptest::option::of(bytes()), bytes(), any::<bool>())
-            .prop_map(|(session, key, expected, new, weak)| Request::Cas { session, key, expected, new, weak }),
+        (session(), bytes(), any::<u64>()).prop_map(|(session, key, delta)| Request::Faa {
+            session,
+            key,
+            delta
+        }),
+        (session(), bytes(), proptest::option::of(bytes()), bytes(), any::<bool>()).prop_map(
+            |(session, key, expected, new, weak)| Request::Cas {
+                session,
+                key,
+                expected,
+                new,
+                weak
+            }
+        ),
         Just(Request::Status),
-        (proptest::option::of(any::<u32>().prop_map(NodeId)), fault()).prop_map(|(peer, fault)| Request::SetFault { peer, fault }),
+        (proptest::option::of(any::<u32>().prop_map(NodeId)), fault())
+            .prop_map(|(peer, fault)| Request::SetFault { peer, fault }),
     ];
-    (any::<u64>(), proptest::option::of(rifl()), body).prop_map(|(corr, rifl, body)| ClientRequest { corr, rifl, body })
+    (any::<u64>(), proptest::option::of(rifl()), body)
+        .prop_map(|(corr, rifl, body)| ClientRequest { corr, rifl, body })
 }
 
 fn response() -> impl Strategy<Value = ClientResponse> {
-    let peer = (any::<u32>(), "[a-z0-9.:]{0,20}", any::<bool>(), fault(), any::<u64>(), any::<u64>()).prop_map(
-        |(n, addr, connected, fault, messages_sent, messages_dropped_by_fault)| PeerStatus {
+    let peer =
+        (any::<u32>(), "[a-z0-9.:]{0,20}", any::<bool>(), fault(), any::<u64>(), any::<u64>())
+            .prop_map(|(n, addr, connected, fault, messages_sent, messages_dropped_by_fault)| {
+                PeerStatus {
+                    node: NodeId(n),
+                    addr,
+                    connected,
+                    fault,
+                    messages_sent,
+                    messages_dropped_by_fault,
+                }
+            });
+    let status = (any::<[u64; 10]>(), any::<u32>(), prop::collection::vec(peer, 0..4)).prop_map(
+        |(c, n, peers)| NodeStatus {
             node: NodeId(n),
-            addr,
-            connected,
-            fault,
-            messages_sent,
-            messages_dropped_by_fault,
+            uptime_ms: c[0],
+            keys: c[1],
+            sessions: c[2],
+            pending_writes: c[3],
+            bad_client_frames: c[4],
+            bad_peer_frames: c[5],
+            machine_epoch: c[6],
+            barriers_fast: c[7],
+            barriers_slow: c[8],
+            slow_path_accesses: c[9],
+            peers,
+            shards: Vec::new(),
         },
     );
-    let status = (any::<[u64; 10]>(), any::<u32>(), prop::collection::vec(peer, 0..4)).prop_map(|(c, n, peers)| NodeStatus {
-        node: NodeId(n),
-        uptime_ms: c[0],
-        keys: c[1],
-        sessions: c[2],
-        pending_writes: c[3],
-        bad_client_frames: c[4],
-        bad_peer_frames: c[5],
-        machine_epoch: c[6],
-        barriers_fast: c[7],
-        barriers_slow: c[8],
-        slow_path_accesses: c[9],
-        peers,
-        shards: Vec::new(),
-    });
     let body = prop_oneof![
         session().prop_map(|session| Response::SessionOpened { session }),
         Just(Response::SessionClosed),
-        (proptest::option::of(bytes()), carstamp()).prop_map(|(value, cs)| Response::Value { value, cs }),
+        (proptest::option::of(bytes()), carstamp())
+            .prop_map(|(value, cs)| Response::Value { value, cs }),
         carstamp().prop_map(|cs| Response::Written { cs }),
-        (proptest::option::of(bytes()), carstamp(), proptest::option::of(carstamp()), any::<bool>())
-            .prop_map(|(observed, observed_cs, written, swapped)| Response::Rmw { observed, observed_cs, written, swapped }),
+        (
+            proptest::option::of(bytes()),
+            carstamp(),
+            proptest::option::of(carstamp()),
+            any::<bool>()
+        )
+            .prop_map(|(observed, observed_cs, written, swapped)| Response::Rmw {
+                observed,
+                observed_cs,
+                written,
+                swapped
+            }),
         status.prop_map(Response::Status),
         Just(Response::FaultSet),
-        (1..=14u16, ".{0,30}").prop_map(|(c, message)| Response::Error { code: ErrorCode::from_u16(c), message }),
+        (1..=14u16, ".{0,30}")
+            .prop_map(|(c, message)| Response::Error { code: ErrorCode::from_u16(c), message }),
     ];
     (any::<u64>(), body).prop_map(|(corr, body)| ClientResponse { corr, body })
 }
@@ -118,28 +180,57 @@ fn peer_message() -> impl Strategy<Value = PeerMessage> {
     let id = || (session(), any::<u64>());
     prop_oneof![
         any::<u32>().prop_map(|n| PeerMessage::Hello { from: NodeId(n) }),
-        (any::<u64>(), bytes(), proptest::option::of(bytes()), carstamp(), proptest::option::of(id()), proptest::option::of(id()), records())
-            .prop_map(|(req, key, value, cs, rmw, acq, records)| PeerMessage::Write(Write {
+        (
+            any::<u64>(),
+            bytes(),
+            proptest::option::of(bytes()),
+            carstamp(),
+            proptest::option::of(id()),
+            proptest::option::of(id()),
+            records()
+        )
+            .prop_map(|(req, key, value, cs, rmw, acq, records)| PeerMessage::Write(
+                Write {
+                    req,
+                    key,
+                    value,
+                    cs,
+                    rmw_id: rmw.map(|(session, seq)| RmwId { session, seq }),
+                    acq: acq.map(|(session, seq)| AcquireId { session, seq }),
+                    records,
+                }
+            )),
+        (any::<u64>(), bytes(), carstamp(), any::<bool>()).prop_map(
+            |(req, key, cs, delinquent)| PeerMessage::WriteAck(WriteAck {
                 req,
                 key,
-                value,
                 cs,
-                rmw_id: rmw.map(|(session, seq)| RmwId { session, seq }),
-                acq: acq.map(|(session, seq)| AcquireId { session, seq }),
-                records,
-            })),
-        (any::<u64>(), bytes(), carstamp(), any::<bool>())
-            .prop_map(|(req, key, cs, delinquent)| PeerMessage::WriteAck(WriteAck { req, key, cs, delinquent })),
+                delinquent
+            })
+        ),
         kite_message(),
         any::<u64>().prop_map(|client_id| PeerMessage::LeaseQuery { client_id }),
-        (any::<u64>(), any::<u64>(), any::<u64>(), any::<u64>()).prop_map(|(client_id, lease_id, e, t)| PeerMessage::LeaseAnswer {
-            client_id,
-            status: strata_wire::LeaseStatus { lease_id, expiration: strata_wire::ClusterTime(e), cluster_time: strata_wire::ClusterTime(t) },
-        }),
-        (any::<u64>(), any::<u64>()).prop_map(|(req, lease_id)| PeerMessage::LeaseRenew { req, lease_id }),
-        (any::<u64>(), proptest::option::of((any::<u64>(), any::<u64>()))).prop_map(|(req, g)| PeerMessage::LeaseRenewed {
-            req,
-            grant: g.map(|(lease_id, e)| strata_wire::LeaseStatus { lease_id, expiration: strata_wire::ClusterTime(e), cluster_time: strata_wire::ClusterTime(e / 2) }),
+        (any::<u64>(), any::<u64>(), any::<u64>(), any::<u64>()).prop_map(
+            |(client_id, lease_id, e, t)| PeerMessage::LeaseAnswer {
+                client_id,
+                status: strata_wire::LeaseStatus {
+                    lease_id,
+                    expiration: strata_wire::ClusterTime(e),
+                    cluster_time: strata_wire::ClusterTime(t)
+                },
+            }
+        ),
+        (any::<u64>(), any::<u64>())
+            .prop_map(|(req, lease_id)| PeerMessage::LeaseRenew { req, lease_id }),
+        (any::<u64>(), proptest::option::of((any::<u64>(), any::<u64>()))).prop_map(|(req, g)| {
+            PeerMessage::LeaseRenewed {
+                req,
+                grant: g.map(|(lease_id, e)| strata_wire::LeaseStatus {
+                    lease_id,
+                    expiration: strata_wire::ClusterTime(e),
+                    cluster_time: strata_wire::ClusterTime(e / 2),
+                }),
+            }
         }),
     ]
 }
@@ -169,14 +260,23 @@ fn tuple() -> impl Strategy<Value = Tuple> {
 fn paxos_reply() -> impl Strategy<Value = PaxosReply> {
     let outcome = prop_oneof![
         Just(PaxosOutcome::Ack),
-        (ballot(), tuple()).prop_map(|(ballot, tuple)| PaxosOutcome::AlreadyAccepted { ballot, tuple }),
+        (ballot(), tuple())
+            .prop_map(|(ballot, tuple)| PaxosOutcome::AlreadyAccepted { ballot, tuple }),
         ballot().prop_map(|promised| PaxosOutcome::Nack { promised }),
         Just(PaxosOutcome::RmwCommitted),
-        (any::<u32>(), proptest::option::of(rmw_id())).prop_map(|(lc, lc_rmw)| PaxosOutcome::SlotTooSmall { lc, lc_rmw }),
+        (any::<u32>(), proptest::option::of(rmw_id()))
+            .prop_map(|(lc, lc_rmw)| PaxosOutcome::SlotTooSmall { lc, lc_rmw }),
         any::<u32>().prop_map(|lc| PaxosOutcome::SlotTooHigh { lc }),
     ];
-    (any::<u64>(), bytes(), outcome, proptest::option::of(version()), any::<bool>())
-        .prop_map(|(req, key, outcome, current, delinquent)| PaxosReply { req, key, outcome, current, delinquent })
+    (any::<u64>(), bytes(), outcome, proptest::option::of(version()), any::<bool>()).prop_map(
+        |(req, key, outcome, current, delinquent)| PaxosReply {
+            req,
+            key,
+            outcome,
+            current,
+            delinquent,
+        },
+    )
 }
 
 /// The synchronisation messages of Kite §4 (ABD rounds, barriers, per-key Paxos).
@@ -185,24 +285,60 @@ fn kite_message() -> impl Strategy<Value = PeerMessage> {
         (any::<u64>(), bytes()).prop_map(|(req, key)| PeerMessage::ReadTs { req, key }),
         (any::<u64>(), bytes(), carstamp(), records())
             .prop_map(|(req, key, cs, records)| PeerMessage::ReadTsReply { req, key, cs, records }),
-        (any::<u64>(), bytes(), carstamp(), proptest::option::of(acq_id()))
-            .prop_map(|(req, key, known_cs, acq)| PeerMessage::Read(Read { req, key, known_cs, acq })),
+        (any::<u64>(), bytes(), carstamp(), proptest::option::of(acq_id())).prop_map(
+            |(req, key, known_cs, acq)| PeerMessage::Read(Read { req, key, known_cs, acq })
+        ),
         (any::<u64>(), bytes(), carstamp(), proptest::option::of(version()), any::<bool>())
-            .prop_map(|(req, key, cs, newer, delinquent)| PeerMessage::ReadReply(ReadReply { req, key, cs, newer, delinquent })),
+            .prop_map(|(req, key, cs, newer, delinquent)| PeerMessage::ReadReply(ReadReply {
+                req,
+                key,
+                cs,
+                newer,
+                delinquent
+            })),
         (any::<u64>(), any::<u64>()).prop_map(|(req, dm)| PeerMessage::SlowRelease { req, dm }),
         any::<u64>().prop_map(|req| PeerMessage::SlowReleaseAck { req }),
         acq_id().prop_map(|acq| PeerMessage::ResetBit { acq }),
         (any::<u64>(), bytes(), any::<u32>(), ballot(), rmw_id(), carstamp(), acq_id()).prop_map(
-            |(req, key, slot, ballot, rmw_id, known_cs, acq)| PeerMessage::Propose(Propose { req, key, slot, ballot, rmw_id, known_cs, acq })
+            |(req, key, slot, ballot, rmw_id, known_cs, acq)| PeerMessage::Propose(Propose {
+                req,
+                key,
+                slot,
+                ballot,
+                rmw_id,
+                known_cs,
+                acq
+            })
         ),
         paxos_reply().prop_map(PeerMessage::ProposeReply),
-        (any::<u64>(), bytes(), any::<u32>(), ballot(), tuple(), acq_id())
-            .prop_map(|(req, key, slot, ballot, tuple, acq)| PeerMessage::Accept(Accept { req, key, slot, ballot, tuple, acq })),
-        paxos_reply().prop_map(PeerMessage::AcceptReply),
-        (any::<u64>(), bytes(), any::<u32>(), rmw_id(), proptest::option::of(bytes()), carstamp(), records()).prop_map(
-            |(req, key, slot, rmw_id, value, cs, records)| PeerMessage::Commit(Commit { req, key, slot, rmw_id, value, cs, records })
+        (any::<u64>(), bytes(), any::<u32>(), ballot(), tuple(), acq_id()).prop_map(
+            |(req, key, slot, ballot, tuple, acq)| PeerMessage::Accept(Accept {
+                req,
+                key,
+                slot,
+                ballot,
+                tuple,
+                acq
+            })
         ),
-        (any::<u64>(), bytes(), carstamp()).prop_map(|(req, key, cs)| PeerMessage::CommitAck { req, key, cs }),
+        paxos_reply().prop_map(PeerMessage::AcceptReply),
+        (
+            any::<u64>(),
+            bytes(),
+            any::<u32>(),
+            rmw_id(),
+            proptest::option::of(bytes()),
+            carstamp(),
+            records()
+        )
+            .prop_map(|(req, key, slot, rmw_id, value, cs, records)| PeerMessage::Commit(
+                Commit { req, key, slot, rmw_id, value, cs, records }
+            )),
+        (any::<u64>(), bytes(), carstamp()).prop_map(|(req, key, cs)| PeerMessage::CommitAck {
+            req,
+            key,
+            cs
+        }),
     ]
 }
 
@@ -288,17 +424,26 @@ fn wrong_cluster_is_reported_and_the_frame_consumed() {
     assert_eq!(err, FrameError::WrongCluster { expected: CLUSTER, got: ClusterId(7) });
     assert!(!err.is_fatal());
     let next = decode_frame(&mut buf, CLUSTER, MAX_FRAME).unwrap().unwrap();
-    assert_eq!(decode_message::<PeerMessage>(next).unwrap(), PeerMessage::Hello { from: NodeId(2) });
+    assert_eq!(
+        decode_message::<PeerMessage>(next).unwrap(),
+        PeerMessage::Hello { from: NodeId(2) }
+    );
 }
 
 #[test]
 fn unknown_tags_and_trailing_bytes_are_errors() {
     use strata_wire::DecodeError;
-    assert_eq!(decode_message::<PeerMessage>(Bytes::from_static(&[0x7e])), Err(DecodeError::UnknownTag { tag: 0x7e }));
+    assert_eq!(
+        decode_message::<PeerMessage>(Bytes::from_static(&[0x7e])),
+        Err(DecodeError::UnknownTag { tag: 0x7e })
+    );
     let mut buf = BytesMut::new();
     strata_wire::Encode::encode(&PeerMessage::Hello { from: NodeId(1) }, &mut buf);
     buf.extend_from_slice(b"x");
-    assert_eq!(decode_message::<PeerMessage>(buf.freeze()), Err(DecodeError::Trailing { trailing: 1 }));
+    assert_eq!(
+        decode_message::<PeerMessage>(buf.freeze()),
+        Err(DecodeError::Trailing { trailing: 1 })
+    );
 }
 
 #[test]
@@ -306,8 +451,14 @@ fn hostile_sequence_count_does_not_allocate() {
     // A status response claiming 4 billion shards in a tiny frame must fail fast. The shards'
     // count is followed by the (empty) read-counter extension's count, the last 4 bytes.
     let mut buf = BytesMut::new();
-    strata_wire::Encode::encode(&ClientResponse { corr: 1, body: Response::Status(NodeStatus::default()) }, &mut buf);
+    strata_wire::Encode::encode(
+        &ClientResponse { corr: 1, body: Response::Status(NodeStatus::default()) },
+        &mut buf,
+    );
     let n = buf.len();
     buf[n - 8..n - 4].copy_from_slice(&u32::MAX.to_le_bytes());
-    assert!(matches!(decode_message::<ClientResponse>(buf.freeze()), Err(strata_wire::DecodeError::Truncated { .. })));
+    assert!(matches!(
+        decode_message::<ClientResponse>(buf.freeze()),
+        Err(strata_wire::DecodeError::Truncated { .. })
+    ));
 }

@@ -46,11 +46,8 @@ fn table_def() -> impl Strategy<Value = TableDef> {
         Just(TableDurability::Cad)
     ];
     let replication = prop_oneof![Just(TableReplication::Sync), Just(TableReplication::Async)];
-    let reads = prop_oneof![
-        Just(TableReads::Leader),
-        Just(TableReads::ActiveSet),
-        Just(TableReads::Any)
-    ];
+    let reads =
+        prop_oneof![Just(TableReads::Leader), Just(TableReads::ActiveSet), Just(TableReads::Any)];
     let timers = prop_oneof![Just(TableTimers::Default), Just(TableTimers::Geo)];
     (name(), durability, replication, reads, any::<u32>(), timers).prop_map(
         |(name, durability, replication, reads, shards, timers)| TableDef {
@@ -68,33 +65,22 @@ fn table_def() -> impl Strategy<Value = TableDef> {
 fn request() -> impl Strategy<Value = ClientRequest> {
     let op = prop_oneof![bytes().prop_map(LogWriteOp::Put), Just(LogWriteOp::Delete)];
     let body = prop_oneof![
-        (
-            name(),
-            bytes(),
-            op,
-            any::<bool>()
-        )
-            .prop_map(|(table, key, op, immediate)| Request::LogWrite {
-                table,
-                key,
-                op,
-                immediate
-            }),
-        (name(), bytes(), proptest::option::of(index())).prop_map(|(table, key, min_index)| {
-            Request::LogRead {
-                table,
-                key,
-                min_index,
-            }
+        (name(), bytes(), op, any::<bool>()).prop_map(|(table, key, op, immediate)| {
+            Request::LogWrite { table, key, op, immediate }
         }),
+        (name(), bytes(), proptest::option::of(index()))
+            .prop_map(|(table, key, min_index)| { Request::LogRead { table, key, min_index } }),
         table_def().prop_map(|def| Request::CreateTable { def }),
         Just(Request::ListTables),
         any::<u64>().prop_map(|lease_id| Request::RenewLease { lease_id }),
         any::<u64>().prop_map(|lease_id| Request::LeaseInfo { lease_id }),
-        (name(), any::<u32>(), prop::collection::vec(node(), 0..4)).prop_map(|(table, shard, replicas)| Request::FreezeShard { table, shard, replicas }),
-        (name(), any::<u32>(), shard_move(), proptest::option::of(snapshot())).prop_map(|(table, shard, placement, snapshot)| {
-            Request::AdoptShard { table, shard, placement, snapshot }
-        }),
+        (name(), any::<u32>(), prop::collection::vec(node(), 0..4))
+            .prop_map(|(table, shard, replicas)| Request::FreezeShard { table, shard, replicas }),
+        (name(), any::<u32>(), shard_move(), proptest::option::of(snapshot())).prop_map(
+            |(table, shard, placement, snapshot)| {
+                Request::AdoptShard { table, shard, placement, snapshot }
+            }
+        ),
     ];
     (any::<u64>(), body).prop_map(|(corr, body)| ClientRequest::new(corr, body))
 }
@@ -111,11 +97,8 @@ fn failure() -> impl Strategy<Value = LogFailure> {
 }
 
 fn shard_status() -> impl Strategy<Value = ShardStatus> {
-    let role = prop_oneof![
-        Just(ShardRole::Follower),
-        Just(ShardRole::Candidate),
-        Just(ShardRole::Leader)
-    ];
+    let role =
+        prop_oneof![Just(ShardRole::Follower), Just(ShardRole::Candidate), Just(ShardRole::Leader)];
     (
         name(),
         any::<u32>(),
@@ -127,8 +110,8 @@ fn shard_status() -> impl Strategy<Value = ShardStatus> {
         any::<bool>(),
         any::<[u64; 2]>(),
     )
-        .prop_map(
-            |(table, shard, role, leader, epoch, ix, active_set, serving, reads)| ShardStatus {
+        .prop_map(|(table, shard, role, leader, epoch, ix, active_set, serving, reads)| {
+            ShardStatus {
                 table,
                 shard,
                 role,
@@ -142,8 +125,8 @@ fn shard_status() -> impl Strategy<Value = ShardStatus> {
                 serving,
                 reads_served: reads[0],
                 reads_made_durable: reads[1],
-            },
-        )
+            }
+        })
 }
 
 fn response() -> impl Strategy<Value = ClientResponse> {
@@ -160,17 +143,18 @@ fn response() -> impl Strategy<Value = ClientResponse> {
         failure().prop_map(Response::LogRejected),
         any::<bool>().prop_map(|created| Response::TableCreated { created }),
         prop::collection::vec(table_def(), 0..3).prop_map(Response::Tables),
-        (shard_move(), proptest::option::of(snapshot())).prop_map(|(placement, snapshot)| Response::ShardFrozen { placement, snapshot }),
+        (shard_move(), proptest::option::of(snapshot()))
+            .prop_map(|(placement, snapshot)| Response::ShardFrozen { placement, snapshot }),
         any::<bool>().prop_map(|started| Response::ShardAdopted { started }),
         (any::<u64>(), any::<u64>(), any::<u64>()).prop_map(|(lease_id, e, t)| Response::Lease(
-            strata_wire::LeaseStatus { lease_id, expiration: strata_wire::ClusterTime(e), cluster_time: strata_wire::ClusterTime(t) }
-        )),
-        prop::collection::vec(shard_status(), 0..3).prop_map(|shards| Response::Status(
-            NodeStatus {
-                shards,
-                ..NodeStatus::default()
+            strata_wire::LeaseStatus {
+                lease_id,
+                expiration: strata_wire::ClusterTime(e),
+                cluster_time: strata_wire::ClusterTime(t)
             }
         )),
+        prop::collection::vec(shard_status(), 0..3)
+            .prop_map(|shards| Response::Status(NodeStatus { shards, ..NodeStatus::default() })),
     ];
     (any::<u64>(), body).prop_map(|(corr, body)| ClientResponse { corr, body })
 }
@@ -178,9 +162,7 @@ fn response() -> impl Strategy<Value = ClientResponse> {
 fn round_trip<M: Encode + strata_wire::Decode + PartialEq + std::fmt::Debug>(msg: M) {
     let mut buf = BytesMut::new();
     encode_frame(&mut buf, CLUSTER, &msg);
-    let payload = decode_frame(&mut buf, CLUSTER, MAX_FRAME)
-        .unwrap()
-        .expect("a whole frame");
+    let payload = decode_frame(&mut buf, CLUSTER, MAX_FRAME).unwrap().expect("a whole frame");
     assert!(buf.is_empty());
     assert_eq!(decode_message::<M>(payload).unwrap(), msg);
 }
@@ -234,17 +216,11 @@ fn tags_are_the_documented_constants() {
         table: 1,
         shard: 2,
         generation: 0,
-        msg: LogMessage::VoteResp {
-            epoch: 3,
-            granted: false,
-        },
+        msg: LogMessage::VoteResp { epoch: 3, granted: false },
     }
     .encode(&mut b);
     assert_eq!(b[0], 0xa0);
-    assert_eq!(
-        b[13], 0x95,
-        "the log message keeps its own tag after table, shard and generation"
-    );
+    assert_eq!(b[13], 0x95, "the log message keeps its own tag after table, shard and generation");
 }
 
 /// A one-shard cad table named `t`.
@@ -268,16 +244,7 @@ fn bad_enum_codes_are_rejected() {
     // tag (1) + corr (8) + no RIFL envelope (1) + name (4 + 1), then the engine code.
     b[15] = 9;
     let e = decode_message::<ClientRequest>(b.freeze()).unwrap_err();
-    assert!(
-        matches!(
-            e,
-            DecodeError::Invalid {
-                what: "table engine",
-                value: 9
-            }
-        ),
-        "{e:?}"
-    );
+    assert!(matches!(e, DecodeError::Invalid { what: "table engine", value: 9 }), "{e:?}");
 }
 
 #[test]
@@ -301,11 +268,7 @@ fn crc32c_of(data: &[u8]) -> u32 {
     for &byte in data {
         crc ^= u32::from(byte);
         for _ in 0..8 {
-            crc = if crc & 1 != 0 {
-                (crc >> 1) ^ 0x82f6_3b78
-            } else {
-                crc >> 1
-            };
+            crc = if crc & 1 != 0 { (crc >> 1) ^ 0x82f6_3b78 } else { crc >> 1 };
         }
     }
     !crc
@@ -350,7 +313,10 @@ proptest! {
 #[test]
 fn an_extension_must_match_its_sequence() {
     let shard = ShardStatus { table: "t".into(), ..ShardStatus::default() };
-    let msg = ClientResponse { corr: 3, body: Response::Status(NodeStatus { shards: vec![shard], ..NodeStatus::default() }) };
+    let msg = ClientResponse {
+        corr: 3,
+        body: Response::Status(NodeStatus { shards: vec![shard], ..NodeStatus::default() }),
+    };
     let mut b = BytesMut::new();
     msg.encode(&mut b);
     // The extension's count (one shard) sits 16 bytes before the end; claim two.
@@ -360,7 +326,12 @@ fn an_extension_must_match_its_sequence() {
     assert!(matches!(e, DecodeError::Invalid { what: "extension count", value: 2 }), "{e:?}");
     // An unknown timer code is refused like any bad enum code.
     let mut b = BytesMut::new();
-    ClientRequest { corr: 4, rifl: None, body: Request::CreateTable { def: cad_table(TableTimers::Geo) } }.encode(&mut b);
+    ClientRequest {
+        corr: 4,
+        rifl: None,
+        body: Request::CreateTable { def: cad_table(TableTimers::Geo) },
+    }
+    .encode(&mut b);
     let last = b.len() - 1;
     b[last] = 9;
     let e = decode_message::<ClientRequest>(b.freeze()).unwrap_err();

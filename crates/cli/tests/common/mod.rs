@@ -15,7 +15,8 @@ use std::time::{Duration, Instant};
 pub const STRATA: &str = env!("CARGO_BIN_EXE_strata");
 
 pub fn temp_dir(tag: &str) -> PathBuf {
-    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().subsec_nanos();
+    let nanos =
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().subsec_nanos();
     let dir = std::env::temp_dir().join(format!("strata-cli-{tag}-{}-{nanos}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     dir
@@ -26,8 +27,9 @@ pub fn temp_dir(tag: &str) -> PathBuf {
 /// (32768-60999): the tests' own client connections and proxies bind ephemeral ports, which
 /// could otherwise take a node's port between this probe and the node's bind.
 pub fn free_base_port(nodes: u16) -> u16 {
-    let mut seed = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().subsec_nanos()
-        ^ std::process::id().rotate_left(16);
+    let mut seed =
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().subsec_nanos()
+            ^ std::process::id().rotate_left(16);
     for _ in 0..500 {
         // xorshift: a different range per attempt, per process and per call.
         seed ^= seed << 13;
@@ -76,7 +78,13 @@ impl Up {
     fn try_start(nodes: u16, extra: &[&str]) -> Option<Up> {
         let data_dir = temp_dir("up");
         let base = free_base_port(nodes);
-        let mut args: Vec<String> = vec!["up".into(), "--nodes".into(), nodes.to_string(), "--base-port".into(), base.to_string()];
+        let mut args: Vec<String> = vec![
+            "up".into(),
+            "--nodes".into(),
+            nodes.to_string(),
+            "--base-port".into(),
+            base.to_string(),
+        ];
         args.extend(extra.iter().map(|a| a.to_string()));
         Up::spawn(data_dir, args)
     }
@@ -97,7 +105,8 @@ impl Up {
             }
         }
         let data_dir = self.data_dir.clone();
-        let mut restarted = Up::spawn(data_dir, self.args.clone()).expect("`strata up` restarts on its data directory");
+        let mut restarted = Up::spawn(data_dir, self.args.clone())
+            .expect("`strata up` restarts on its data directory");
         std::mem::swap(self, &mut restarted);
         restarted.pids.clear(); // the old processes are dead; dropping it kills nothing
         restarted.data_dir = std::env::temp_dir().join("strata-cli-nothing-to-remove");
@@ -124,15 +133,23 @@ impl Up {
         let mut up = Up { child, data_dir, endpoints: Vec::new(), pids: Vec::new(), stdout, args };
         let line = up.try_wait_for_line("endpoints: ", Duration::from_secs(30))?;
         up.endpoints = line["endpoints: ".len()..].split(',').map(|a| a.parse().unwrap()).collect();
-        let file: serde_json::Value =
-            serde_json::from_str(&std::fs::read_to_string(up.data_dir.join("cluster.json")).unwrap()).unwrap();
-        up.pids = file["nodes"].as_array().unwrap().iter().map(|n| n["pid"].as_i64().unwrap() as i32).collect();
+        let file: serde_json::Value = serde_json::from_str(
+            &std::fs::read_to_string(up.data_dir.join("cluster.json")).unwrap(),
+        )
+        .unwrap();
+        up.pids = file["nodes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|n| n["pid"].as_i64().unwrap() as i32)
+            .collect();
         Some(up)
     }
 
     pub fn wait_for_line(&self, prefix: &str, within: Duration) -> String {
-        self.try_wait_for_line(prefix, within)
-            .unwrap_or_else(|| panic!("`strata up` printed no line starting with {prefix:?} within {within:?}"))
+        self.try_wait_for_line(prefix, within).unwrap_or_else(|| {
+            panic!("`strata up` printed no line starting with {prefix:?} within {within:?}")
+        })
     }
 
     /// The first line starting with `prefix`; `None` if `strata up` exited or `within` passed.
@@ -197,7 +214,9 @@ pub fn strata_in(data_dir: &Path, args: &[&str]) -> Output {
 pub fn alive(pid: i32) -> bool {
     match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
         // The state is the first field after the parenthesised command name.
-        Ok(stat) => stat.rsplit_once(')').is_some_and(|(_, rest)| !rest.trim_start().starts_with('Z')),
+        Ok(stat) => {
+            stat.rsplit_once(')').is_some_and(|(_, rest)| !rest.trim_start().starts_with('Z'))
+        }
         Err(_) => false,
     }
 }

@@ -54,7 +54,9 @@ impl Proxy {
         let upstream = async {
             let mut buf = vec![0u8; 64 << 10];
             while let Ok(n @ 1..) = cr.read(&mut buf).await {
-                if self.partitioned.load(Ordering::Relaxed) || nw.write_all(&buf[..n]).await.is_err() {
+                if self.partitioned.load(Ordering::Relaxed)
+                    || nw.write_all(&buf[..n]).await.is_err()
+                {
                     break;
                 }
             }
@@ -63,7 +65,8 @@ impl Proxy {
             let mut buf = vec![0u8; 64 << 10];
             while let Ok(n @ 1..) = nr.read(&mut buf).await {
                 let count = self.replies.fetch_add(1, Ordering::Relaxed) + 1;
-                let lose = self.partitioned.load(Ordering::Relaxed) || self.lose_replies.load(Ordering::Relaxed);
+                let lose = self.partitioned.load(Ordering::Relaxed)
+                    || self.lose_replies.load(Ordering::Relaxed);
                 if lose || count.is_multiple_of(self.drop_every) {
                     self.dropped.fetch_add(1, Ordering::Relaxed);
                     break; // the node answered; the client never hears it

@@ -47,19 +47,30 @@ fn invalid(message: String) -> Response {
 impl Tables {
     /// Checks a move's target: `(table id, the shard's placement now)` or the error to answer.
     #[allow(clippy::result_large_err)] // built once per admin request
-    fn check_move(&self, table: &str, shard: u32, replicas: &[NodeId]) -> Result<(u32, ShardMove), Response> {
+    fn check_move(
+        &self,
+        table: &str,
+        shard: u32,
+        replicas: &[NodeId],
+    ) -> Result<(u32, ShardMove), Response> {
         let t = self
             .tables
             .get(table)
             .ok_or_else(|| invalid(format!("no table named {table:?} on this node")))?;
         if table.starts_with(SYSTEM_PREFIX) {
-            return Err(invalid(format!("table {table:?} is a system table; its shards do not move")));
+            return Err(invalid(format!(
+                "table {table:?} is a system table; its shards do not move"
+            )));
         }
         if shard >= t.def.shards {
-            return Err(invalid(format!("table {table} has shards 0 to {}, not {shard}", t.def.shards - 1)));
+            return Err(invalid(format!(
+                "table {table} has shards 0 to {}, not {shard}",
+                t.def.shards - 1
+            )));
         }
         let distinct: BTreeSet<NodeId> = replicas.iter().copied().collect();
-        let unknown: Vec<String> = replicas.iter().filter(|n| !self.replicas.contains(n)).map(|n| n.to_string()).collect();
+        let unknown: Vec<String> =
+            replicas.iter().filter(|n| !self.replicas.contains(n)).map(|n| n.to_string()).collect();
         if replicas.is_empty() || distinct.len() != replicas.len() || !unknown.is_empty() {
             let all: Vec<String> = self.replicas.iter().map(|n| n.to_string()).collect();
             return Err(invalid(format!(
@@ -67,7 +78,8 @@ impl Tables {
                 all.join(", ")
             )));
         }
-        log_config(&t.def, replicas.len()).map_err(|e| invalid(format!("table {table} on {} node(s): {e}", replicas.len())))?;
+        log_config(&t.def, replicas.len())
+            .map_err(|e| invalid(format!("table {table} on {} node(s): {e}", replicas.len())))?;
         Ok((t.id, t.placement(shard, &self.replicas)))
     }
 
@@ -84,14 +96,18 @@ impl Tables {
         out: &mut Outbox,
     ) {
         replicas.sort();
-        let reply = |out: &mut Outbox, body| out.replies.push((route, ClientResponse { corr, body }));
+        let reply =
+            |out: &mut Outbox, body| out.replies.push((route, ClientResponse { corr, body }));
         let (id, now_at) = match self.check_move(table, shard, &replicas) {
             Ok(x) => x,
             Err(body) => return reply(out, body),
         };
         let key = (id, shard);
         let Some(s) = self.shards.get_mut(&key) else {
-            return reply(out, Response::LogRejected(LogFailure::Moved { replicas: now_at.replicas }));
+            return reply(
+                out,
+                Response::LogRejected(LogFailure::Moved { replicas: now_at.replicas }),
+            );
         };
         // Already there (a move run again after it finished): nothing to freeze or install.
         if now_at.replicas == replicas && s.replica.moved_to().is_none() {
@@ -143,14 +159,20 @@ impl Tables {
         if let Some(snapshot) = snapshot.filter(|_| member) {
             let dir = self.shard_dir(table, shard, placement.generation);
             if let Err(e) = write_moved_in(&dir, snapshot) {
-                return Response::Error { code: ErrorCode::Other(100), message: format!("cannot write {}: {e}", dir.display()) };
+                return Response::Error {
+                    code: ErrorCode::Other(100),
+                    message: format!("cannot write {}: {e}", dir.display()),
+                };
             }
         }
         // 2. The catalog: from here on, a restart runs the new generation.
         let mut entry = t.catalogued();
         entry.moved.insert(shard, placement.clone());
         if let Err(e) = self.save_catalog_with(Some(&entry)) {
-            return Response::Error { code: ErrorCode::Other(100), message: format!("cannot save the catalog: {e}") };
+            return Response::Error {
+                code: ErrorCode::Other(100),
+                message: format!("cannot save the catalog: {e}"),
+            };
         }
         self.tables.get_mut(table).expect("checked").moved.insert(shard, placement.clone());
         // 3. Retire the old replica: its waiting requests go to the new group.
@@ -160,7 +182,9 @@ impl Tables {
                 let _ = thread.join();
             }
             for (_, (route, corr)) in old.waiting.drain() {
-                let body = Response::LogRejected(LogFailure::Moved { replicas: placement.replicas.clone() });
+                let body = Response::LogRejected(LogFailure::Moved {
+                    replicas: placement.replicas.clone(),
+                });
                 out.replies.push((route, ClientResponse { corr, body }));
             }
             let dir = self.shard_dir(table, shard, old.generation);
@@ -193,7 +217,8 @@ fn write_moved_in(dir: &std::path::Path, snapshot: Snapshot) -> Result<(), Strin
         Err(e) => return Err(e.to_string()),
     }
     let backend = OsBackend::open(dir).map_err(|e| e.to_string())?;
-    let (mut store, _) = ShardStore::open(backend.clone(), backend, WalConfig::default()).map_err(|e| e.to_string())?;
+    let (mut store, _) = ShardStore::open(backend.clone(), backend, WalConfig::default())
+        .map_err(|e| e.to_string())?;
     let state = RecoveredState::moved_in(snapshot);
     let batch = vec![
         (1, Persist::HardState(state.hard_state)),

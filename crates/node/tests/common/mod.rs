@@ -8,8 +8,12 @@ use std::time::{Duration, Instant};
 
 use bytes::{BufMut, Bytes, BytesMut};
 use strata_node::RunningNode;
-use strata_wire::client::{ClientRequest, ClientResponse, ErrorCode, LinkFault, NodeStatus, Request, Response};
-use strata_wire::{decode_frame, decode_message, encode_frame, Carstamp, ClusterId, Encode, NodeId, SessionId};
+use strata_wire::client::{
+    ClientRequest, ClientResponse, ErrorCode, LinkFault, NodeStatus, Request, Response,
+};
+use strata_wire::{
+    decode_frame, decode_message, encode_frame, Carstamp, ClusterId, Encode, NodeId, SessionId,
+};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
@@ -85,8 +89,13 @@ impl Conn {
     pub async fn recv(&mut self) -> Option<ClientResponse> {
         let read = async {
             loop {
-                if let Some(payload) = decode_frame(&mut self.buf, self.cluster, 64 << 20).expect("node sent a bad frame") {
-                    return Some(decode_message::<ClientResponse>(payload).expect("node sent an undecodable response"));
+                if let Some(payload) = decode_frame(&mut self.buf, self.cluster, 64 << 20)
+                    .expect("node sent a bad frame")
+                {
+                    return Some(
+                        decode_message::<ClientResponse>(payload)
+                            .expect("node sent an undecodable response"),
+                    );
                 }
                 match self.stream.read_buf(&mut self.buf).await {
                     Ok(0) | Err(_) => return None,

@@ -22,20 +22,28 @@ pub fn barrier_invariant(h: &History) -> Vec<Violation> {
         return Vec::new();
     }
     let held = Holdings::new(h);
-    let slow: HashMap<(NodeId, u64), &SlowReleaseSeen> = h.slow_releases.iter().map(|sr| ((sr.from, sr.req), sr)).collect();
+    let slow: HashMap<(NodeId, u64), &SlowReleaseSeen> =
+        h.slow_releases.iter().map(|sr| ((sr.from, sr.req), sr)).collect();
     let mut out = Vec::new();
     for b in &h.barriers {
         let problems = match b.path {
             BarrierPath::Fast => fast_problems(h, &held, b),
             BarrierPath::Slow { req, .. } => match slow.get(&(b.node, req)) {
                 Some(sr) => slow_problems(h, &held, b, sr),
-                None => vec![format!("passed by SLOW_RELEASE round {req}, which never left the node")],
+                None => {
+                    vec![format!("passed by SLOW_RELEASE round {req}, which never left the node")]
+                }
             },
         };
         out.extend(problems.into_iter().map(|p| Violation {
             checker: "barrier",
             at: Some(b.at),
-            detail: format!("{}'s {} on {} let its value out, but {p}", b.session, round_name(b.round), fmt_key(&b.key)),
+            detail: format!(
+                "{}'s {} on {} let its value out, but {p}",
+                b.session,
+                round_name(b.round),
+                fmt_key(&b.key)
+            ),
         }));
     }
     out
@@ -48,7 +56,11 @@ fn fast_problems(h: &History, held: &Holdings, b: &BarrierSeen) -> Vec<String> {
         .filter_map(|(key, cs)| {
             let missing = held.lacking(h, key, *cs, b.seq);
             (!missing.is_empty()).then(|| {
-                format!("its barrier passed fast while {} did not hold {cs} of {}", fmt_nodes(&missing), fmt_key(key))
+                format!(
+                    "its barrier passed fast while {} did not hold {cs} of {}",
+                    fmt_nodes(&missing),
+                    fmt_key(key)
+                )
             })
         })
         .collect()
@@ -57,7 +69,12 @@ fn fast_problems(h: &History, held: &Holdings, b: &BarrierSeen) -> Vec<String> {
 /// B4: when the `SLOW_RELEASE` left, every prior write was held by a quorum (B4.a, K-F1) and
 /// every node that did not hold it was in the DM-set (B4.b); a quorum — the sender and `Q - 1`
 /// ackers — knew the DM-set before the value left (B4.d).
-fn slow_problems(h: &History, held: &Holdings, b: &BarrierSeen, sr: &SlowReleaseSeen) -> Vec<String> {
+fn slow_problems(
+    h: &History,
+    held: &Holdings,
+    b: &BarrierSeen,
+    sr: &SlowReleaseSeen,
+) -> Vec<String> {
     let q = h.quorum();
     let mut problems = Vec::new();
     for (key, cs) in &b.prior {

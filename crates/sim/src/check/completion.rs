@@ -11,7 +11,8 @@ use crate::history::{History, Outcome};
 
 pub fn completion(h: &History) -> Vec<Violation> {
     let mut out = Vec::new();
-    let live: Option<BTreeSet<NodeId>> = h.final_state.as_ref().map(|f| f.live.iter().copied().collect());
+    let live: Option<BTreeSet<NodeId>> =
+        h.final_state.as_ref().map(|f| f.live.iter().copied().collect());
     for op in &h.ops {
         let problem = match &op.outcome {
             // The workload only sends valid requests: any error is a failure of the node.
@@ -24,18 +25,28 @@ pub fn completion(h: &History) -> Vec<Violation> {
         out.push(Violation {
             checker: "liveness",
             at: op.completed_at().or(Some(op.invoke)),
-            detail: format!("{} #{} ({} of {}) {problem}", op.session, op.pos, op.kind.name(), fmt_key(&op.key)),
+            detail: format!(
+                "{} #{} ({} of {}) {problem}",
+                op.session,
+                op.pos,
+                op.kind.name(),
+                fmt_key(&op.key)
+            ),
         });
     }
     let (Some(heal), Some(live)) = (h.heal_at, live) else { return out };
     // A session its client gave up (a lost reply, rifl.md §5.1) owes nothing.
     for s in h.sessions.iter().filter(|s| live.contains(&s.node) && !h.abandoned.contains(s)) {
-        let progressed = h.ops.iter().any(|op| op.session == *s && op.invoke >= heal && op.witness().is_some());
+        let progressed =
+            h.ops.iter().any(|op| op.session == *s && op.invoke >= heal && op.witness().is_some());
         if !progressed {
             out.push(Violation {
                 checker: "liveness",
                 at: None,
-                detail: format!("session {s} on live {} completed no operation after healing", s.node),
+                detail: format!(
+                    "session {s} on live {} completed no operation after healing",
+                    s.node
+                ),
             });
         }
     }
@@ -46,7 +57,9 @@ pub fn completion(h: &History) -> Vec<Violation> {
 /// no node crashed, the drained network must leave no pending write behind. (A crashed peer
 /// never acknowledges, so its writes' records rightly stay; this check then says nothing.)
 pub fn quiescence(h: &History) -> Vec<Violation> {
-    let Some(fin) = h.final_state.as_ref().filter(|f| f.crashed.is_empty()) else { return Vec::new() };
+    let Some(fin) = h.final_state.as_ref().filter(|f| f.crashed.is_empty()) else {
+        return Vec::new();
+    };
     fin.pending_writes
         .iter()
         .filter(|(_, &n)| n > 0)

@@ -38,7 +38,8 @@ impl KeySurvey<'_> {
     }
 
     fn describe(&self) -> String {
-        let held: Vec<String> = self.held.iter().map(|(n, v, cs)| format!("{n} {cs} {}", fmt_value(v))).collect();
+        let held: Vec<String> =
+            self.held.iter().map(|(n, v, cs)| format!("{n} {cs} {}", fmt_value(v))).collect();
         format!("live replicas of {} disagree: {}", fmt_key(&self.key), held.join("; "))
     }
 }
@@ -51,13 +52,21 @@ fn survey(h: &History) -> Vec<KeySurvey<'_>> {
     keys.extend(fin.replicas.values().flat_map(|r| r.keys().cloned()));
     keys.into_iter()
         .map(|key| {
-            let required =
-                h.creations.iter().filter(|c| c.key == key && live.contains(&c.node)).max_by_key(|c| c.cs);
+            let required = h
+                .creations
+                .iter()
+                .filter(|c| c.key == key && live.contains(&c.node))
+                .max_by_key(|c| c.cs);
             let held: Vec<(NodeId, Value, Carstamp)> = fin
                 .live
                 .iter()
                 .map(|n| {
-                    let (v, cs) = fin.replicas.get(n).and_then(|r| r.get(&key)).cloned().unwrap_or((None, Carstamp::ZERO));
+                    let (v, cs) = fin
+                        .replicas
+                        .get(n)
+                        .and_then(|r| r.get(&key))
+                        .cloned()
+                        .unwrap_or((None, Carstamp::ZERO));
                     (*n, v, cs)
                 })
                 .collect();

@@ -7,7 +7,9 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use strata_wire::{AcquireId, NodeId, SessionId};
 
 use super::Violation;
-use crate::history::{DbitChange, DbitSeen, EpochBump, History, ResetBitSeen, SelfDelinquentChange};
+use crate::history::{
+    DbitChange, DbitSeen, EpochBump, History, ResetBitSeen, SelfDelinquentChange,
+};
 
 /// Kite §7 inv. 15 (reset safety): a `dbit[m]` goes from `Down`/`Transient` to `Up` only
 /// through a `RESET_BIT { acq }` from `m` whose `acq` is a recorded owner of the bit (§5.7.5:
@@ -35,7 +37,12 @@ pub fn reset_safety(h: &History) -> Vec<Violation> {
                 out.extend(problem.map(|p| Violation {
                     checker: "reset-safety",
                     at: Some(d.at),
-                    detail: format!("{} set dbit[{}] back to up for acquire {}, but {p}", d.node, d.peer, fmt_acq(*acq)),
+                    detail: format!(
+                        "{} set dbit[{}] back to up for acquire {}, but {p}",
+                        d.node,
+                        d.peer,
+                        fmt_acq(*acq)
+                    ),
                 }));
             }
         }
@@ -61,20 +68,29 @@ impl<'h> ResetEvidence<'h> {
     }
 
     /// Why the reset `d` by acquire `acq` of a bit with `owners` (`None`: up) was unsafe, if it was.
-    fn why_unsafe(&self, d: &DbitSeen, acq: AcquireId, owners: Option<&BTreeMap<SessionId, u64>>) -> Option<String> {
+    fn why_unsafe(
+        &self,
+        d: &DbitSeen,
+        acq: AcquireId,
+        owners: Option<&BTreeMap<SessionId, u64>>,
+    ) -> Option<String> {
         let Some(owners) = owners else { return Some("the bit was already up".into()) };
         if owners.get(&acq.session) != Some(&acq.seq) {
             return Some(if owners.is_empty() {
                 "the bit was down: no acquire had observed it since the last DM-set naming the peer (§5.7.5)".into()
             } else {
-                let owners: Vec<String> = owners.iter().map(|(&session, &seq)| fmt_acq(AcquireId { session, seq })).collect();
+                let owners: Vec<String> = owners
+                    .iter()
+                    .map(|(&session, &seq)| fmt_acq(AcquireId { session, seq }))
+                    .collect();
                 format!("it is not a recorded owner (owners [{}]; §5.7.5)", owners.join(", "))
             });
         }
         if acq.session.node != d.peer {
             return Some(format!("the acquire is not {}'s", d.peer));
         }
-        let Some(reset) = self.resets.get(&acq).filter(|r| r.from == d.peer && r.seq < d.seq) else {
+        let Some(reset) = self.resets.get(&acq).filter(|r| r.from == d.peer && r.seq < d.seq)
+        else {
             return Some(format!("{} never sent that RESET_BIT", d.peer));
         };
         match self.bumps.get(&acq) {

@@ -120,7 +120,8 @@ pub fn hb_visibility(h: &History) -> Vec<Violation> {
                 // sw: an acquire or RMW that returned a release's or RMW's version.
                 let mut source = None;
                 if matches!(class, OpClass::Acquire | OpClass::Rmw) {
-                    if let Some(w) = obs.and_then(|c| idx.writer_of(&op.key, c)).filter(|&w| w != i) {
+                    if let Some(w) = obs.and_then(|c| idx.writer_of(&op.key, c)).filter(|&w| w != i)
+                    {
                         if matches!(h.ops[w].class(), OpClass::Release | OpClass::Rmw) {
                             match published.get(&w) {
                                 Some(p) => source = Some(p),

@@ -77,7 +77,8 @@ impl<'h> Index<'h> {
                 rmw_op.insert(RmwId { session: *s, seq }, i);
             }
         }
-        let mut wr: Vec<Option<Carstamp>> = h.ops.iter().map(|op| op.witness().and_then(|w| w.written)).collect();
+        let mut wr: Vec<Option<Carstamp>> =
+            h.ops.iter().map(|op| op.witness().and_then(|w| w.written)).collect();
         let mut writer = HashMap::new();
         for (i, op) in h.ops.iter().enumerate() {
             if let Some(cs) = wr[i] {
@@ -89,7 +90,9 @@ impl<'h> Index<'h> {
                 continue;
             }
             let found = match c.rmw_id {
-                Some(id) => rmw_op.get(&id).copied().filter(|&i| h.ops[i].key == c.key && wr[i].is_none()),
+                Some(id) => {
+                    rmw_op.get(&id).copied().filter(|&i| h.ops[i].key == c.key && wr[i].is_none())
+                }
                 None => attempted.get(&c.session).and_then(|ops| {
                     ops.iter().copied().find(|&i| {
                         let op = &h.ops[i];
@@ -97,7 +100,10 @@ impl<'h> Index<'h> {
                             Some(v) => c.cs.pno == 0 && v == c.value,
                             None => op.kind.is_rmw() && c.cs.pno > 0,
                         };
-                        op.key == c.key && matches!(op.outcome, Outcome::Pending) && wr[i].is_none() && shape
+                        op.key == c.key
+                            && matches!(op.outcome, Outcome::Pending)
+                            && wr[i].is_none()
+                            && shape
                     })
                 }),
             };

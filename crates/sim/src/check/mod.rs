@@ -126,7 +126,9 @@ impl<'h> Created<'h> {
     /// value — or `None` if it is one. `ZERO` is the initial, absent version (`docs/design.md`).
     pub(crate) fn thin_air(&self, key: &[u8], value: &Value, cs: Carstamp) -> Option<String> {
         if cs == Carstamp::ZERO {
-            return value.as_ref().map(|_| format!("value {} at the initial version {cs}", fmt_value(value)));
+            return value
+                .as_ref()
+                .map(|_| format!("value {} at the initial version {cs}", fmt_value(value)));
         }
         match self.get(key, cs) {
             None => Some(format!("version {cs} of {} was never created", fmt_key(key))),

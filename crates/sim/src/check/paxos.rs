@@ -90,7 +90,12 @@ pub fn paxos_quorum(h: &History) -> Vec<Violation> {
     type ByBallot = BTreeMap<Ballot, Vec<(u64, NodeId)>>;
     let mut accepted: HashMap<SlotTuple<'_>, ByBallot> = HashMap::new();
     for a in &h.acceptances {
-        accepted.entry((&a.key, a.slot, (a.rmw_id, a.base, &a.value))).or_default().entry(a.ballot).or_default().push((a.seq, a.node));
+        accepted
+            .entry((&a.key, a.slot, (a.rmw_id, a.base, &a.value)))
+            .or_default()
+            .entry(a.ballot)
+            .or_default()
+            .push((a.seq, a.node));
     }
     let mut done: BTreeSet<(&Bytes, u32)> = BTreeSet::new();
     let mut out = Vec::new();
@@ -105,7 +110,8 @@ pub fn paxos_quorum(h: &History) -> Vec<Violation> {
                 by_ballot
                     .iter()
                     .map(|(b, nodes)| {
-                        let before: BTreeSet<NodeId> = nodes.iter().filter(|(seq, _)| *seq < c.seq).map(|(_, n)| *n).collect();
+                        let before: BTreeSet<NodeId> =
+                            nodes.iter().filter(|(seq, _)| *seq < c.seq).map(|(_, n)| *n).collect();
                         (before.len(), *b)
                     })
                     .max()

@@ -21,7 +21,10 @@ pub fn registry_monotonic(h: &History) -> Vec<Violation> {
             out.push(Violation {
                 checker: "registry",
                 at: Some(r.at),
-                detail: format!("{}'s rmw_registry[{}] went from {} to {} (last seen {prev})", r.node, r.id.session, r.prev, r.id.seq),
+                detail: format!(
+                    "{}'s rmw_registry[{}] went from {} to {} (last seen {prev})",
+                    r.node, r.id.session, r.prev, r.id.seq
+                ),
             });
         }
     }
@@ -52,7 +55,11 @@ pub fn registry_quorum(h: &History) -> Vec<Violation> {
 }
 
 /// (a): an acceptor acks slot `t + 1` only with slot `t`'s RMW registered.
-fn unregistered_acks(registered: &Registered, decided: &Decided, promises: &[PromiseSeen]) -> Vec<Violation> {
+fn unregistered_acks(
+    registered: &Registered,
+    decided: &Decided,
+    promises: &[PromiseSeen],
+) -> Vec<Violation> {
     let unregistered = promises.iter().filter_map(|p| {
         let x = decided.before(&p.key, p.slot)?;
         (!registered.at(x, p.node, p.seq)).then_some((p, x))
@@ -74,7 +81,11 @@ fn unregistered_acks(registered: &Registered, decided: &Decided, promises: &[Pro
 }
 
 /// (b): slot `t + 1` is decided only once a quorum has slot `t`'s RMW registered.
-fn decisions_before_a_quorum_registered(h: &History, registered: &Registered, decided: &Decided) -> Vec<Violation> {
+fn decisions_before_a_quorum_registered(
+    h: &History,
+    registered: &Registered,
+    decided: &Decided,
+) -> Vec<Violation> {
     let q = h.quorum();
     let short = decided.first_commit.iter().filter_map(|(&(key, slot), c)| {
         let x = decided.before(key, slot)?;

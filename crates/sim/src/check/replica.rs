@@ -18,7 +18,12 @@ pub fn replica_monotonic(h: &History) -> Vec<Violation> {
             let problem = if ch.cs < prev.cs {
                 Some(format!("went back from {} to {}", prev.cs, ch.cs))
             } else if ch.cs == prev.cs && ch.value != prev.value {
-                Some(format!("changed value at version {} from {} to {}", ch.cs, fmt_value(&prev.value), fmt_value(&ch.value)))
+                Some(format!(
+                    "changed value at version {} from {} to {}",
+                    ch.cs,
+                    fmt_value(&prev.value),
+                    fmt_value(&ch.value)
+                ))
             } else {
                 None
             };
@@ -72,9 +77,16 @@ pub fn replica_commit_floor(h: &History) -> Vec<Violation> {
             None
         } else {
             match slot_version.get(&(&ch.key, ch.lc)) {
-                None => Some(format!("knows slot {} decided, but no node ever committed it", ch.lc)),
-                Some((_, at)) if *at > ch.at => Some(format!("knows slot {} decided before anyone committed it", ch.lc)),
-                Some((v, _)) if ch.cs < *v => Some(format!("holds {} below {}, the version of its last committed slot {}", ch.cs, v, ch.lc)),
+                None => {
+                    Some(format!("knows slot {} decided, but no node ever committed it", ch.lc))
+                }
+                Some((_, at)) if *at > ch.at => {
+                    Some(format!("knows slot {} decided before anyone committed it", ch.lc))
+                }
+                Some((v, _)) if ch.cs < *v => Some(format!(
+                    "holds {} below {}, the version of its last committed slot {}",
+                    ch.cs, v, ch.lc
+                )),
                 Some(_) => None,
             }
         };

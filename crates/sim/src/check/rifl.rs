@@ -56,7 +56,15 @@ fn check(h: &History, rmw: bool) -> Vec<Violation> {
     for a in &h.attempts {
         let Some(e) = a.rifl else { continue };
         if let Err(why) = if rmw { e.check() } else { Ok(()) } {
-            fail(Some(a.sent), format!("{} sent {} with first_incomplete {}: {why} (inv. 8)", describe(h, a.op), e.rpc, e.first_incomplete));
+            fail(
+                Some(a.sent),
+                format!(
+                    "{} sent {} with first_incomplete {}: {why} (inv. 8)",
+                    describe(h, a.op),
+                    e.rpc,
+                    e.first_incomplete
+                ),
+            );
         }
         by_rpc.entry(e.rpc).or_default().push(a);
     }
@@ -69,11 +77,16 @@ fn check(h: &History, rmw: bool) -> Vec<Violation> {
         }
         if ops.len() > 1 {
             let names: Vec<String> = ops.iter().map(|&i| describe(h, i)).collect();
-            fail(Some(sends[0].sent), format!("rpc {rpc} names {} operations: {}", ops.len(), names.join(", ")));
+            fail(
+                Some(sends[0].sent),
+                format!("rpc {rpc} names {} operations: {}", ops.len(), names.join(", ")),
+            );
         }
         // Inv. 2: one result, whoever answered. A weak CAS that failed locally is a relaxed
         // read (Kite §5.6 M0): no effect, no record, a retry reads again.
-        let local_fail = |w: &crate::history::Witness| matches!(h.ops[sends[0].op].kind, OpKind::Cas { weak: true, .. }) && w.written.is_none();
+        let local_fail = |w: &crate::history::Witness| {
+            matches!(h.ops[sends[0].op].kind, OpKind::Cas { weak: true, .. }) && w.written.is_none()
+        };
         let oks: Vec<(&Attempt, _)> = sends
             .iter()
             .filter_map(|a| a.reply.as_ref().and_then(|r| r.result.as_ref().ok()).map(|w| (*a, w)))
@@ -96,7 +109,11 @@ fn check(h: &History, rmw: bool) -> Vec<Violation> {
         }
         // Inv. 5: Stale only once the client had its final answer.
         for a in sends.iter().filter(|_| rmw) {
-            let Some(r) = a.reply.as_ref().filter(|r| r.result.as_ref().is_err_and(|e| e == "Stale")) else { continue };
+            let Some(r) =
+                a.reply.as_ref().filter(|r| r.result.as_ref().is_err_and(|e| e == "Stale"))
+            else {
+                continue;
+            };
             let acked = matches!(h.ops[a.op].outcome, Outcome::Done { at, .. } if at < r.at);
             if !acked {
                 fail(Some(r.at), format!("rpc {rpc} ({}) was answered Stale by {} although its client never acknowledged it (inv. 5)", describe(h, a.op), a.node));
@@ -121,7 +138,11 @@ fn check(h: &History, rmw: bool) -> Vec<Violation> {
                 let live: BTreeSet<usize> = h
                     .attempts
                     .iter()
-                    .filter(|a| a.session == c.session && a.sent <= c.at && a.reply.as_ref().is_none_or(|r| r.at >= c.at))
+                    .filter(|a| {
+                        a.session == c.session
+                            && a.sent <= c.at
+                            && a.reply.as_ref().is_none_or(|r| r.at >= c.at)
+                    })
                     .map(|a| a.op)
                     .filter(|&i| h.ops[i].key == c.key && h.ops[i].kind == OpKind::Delete)
                     .collect();
@@ -154,17 +175,29 @@ fn check(h: &History, rmw: bool) -> Vec<Violation> {
             let op = &h.ops[i];
             fail(
                 op.completed_at().or(Some(op.invoke)),
-                format!("rpc {} ({}, sent {sends} times) took effect {} times: {} (inv. 1)", rpc_of[&i], describe(h, i), e.len(), what.join(", ")),
+                format!(
+                    "rpc {} ({}, sent {sends} times) took effect {} times: {} (inv. 1)",
+                    rpc_of[&i],
+                    describe(h, i),
+                    e.len(),
+                    what.join(", ")
+                ),
             );
         }
     }
     // Inv. 1 on counters: the newest value counts every FAA that took effect, once.
-    let mut counters: BTreeSet<&[u8]> = h.ops.iter().filter(|o| matches!(o.kind, OpKind::Faa { .. })).map(|o| &o.key[..]).collect();
+    let mut counters: BTreeSet<&[u8]> =
+        h.ops.iter().filter(|o| matches!(o.kind, OpKind::Faa { .. })).map(|o| &o.key[..]).collect();
     for op in h.ops.iter().filter(|o| o.kind.may_write() && !matches!(o.kind, OpKind::Faa { .. })) {
         counters.remove(&op.key[..]);
     }
     // Only counters every increment of which was a linearizable RPC.
-    for (i, op) in h.ops.iter().enumerate().filter(|(i, o)| matches!(o.kind, OpKind::Faa { .. }) && !rpc_of.contains_key(i)) {
+    for (i, op) in h
+        .ops
+        .iter()
+        .enumerate()
+        .filter(|(i, o)| matches!(o.kind, OpKind::Faa { .. }) && !rpc_of.contains_key(i))
+    {
         let _ = i;
         counters.remove(&op.key[..]);
     }
@@ -172,7 +205,9 @@ fn check(h: &History, rmw: bool) -> Vec<Violation> {
         let top = h.creations.iter().filter(|c| c.key == key).max_by_key(|c| c.cs);
         let fin = top.map_or(0, |c| value_as_u64(&c.value));
         let (mut sum, mut took, mut missing) = (0u64, 0usize, Vec::new());
-        for (i, op) in h.ops.iter().enumerate().filter(|(i, o)| o.key == key && rpc_of.contains_key(i)) {
+        for (i, op) in
+            h.ops.iter().enumerate().filter(|(i, o)| o.key == key && rpc_of.contains_key(i))
+        {
             let OpKind::Faa { delta } = op.kind else { continue };
             if effects.get(&i).is_some_and(|e| !e.is_empty()) {
                 sum = sum.wrapping_add(delta);
@@ -185,7 +220,14 @@ fn check(h: &History, rmw: bool) -> Vec<Violation> {
             fail(None, format!("counter {} ends at {fin}, but the {took} FAAs that took effect add {sum}, each counted once (inv. 1)", fmt_key(key)));
         }
         if !missing.is_empty() {
-            fail(None, format!("counter {}: acknowledged {} never took effect", fmt_key(key), missing.join(", ")));
+            fail(
+                None,
+                format!(
+                    "counter {}: acknowledged {} never took effect",
+                    fmt_key(key),
+                    missing.join(", ")
+                ),
+            );
         }
     }
     out

@@ -55,7 +55,9 @@ pub fn rmw_atomicity(h: &History) -> Vec<Violation> {
         let w = op.witness();
         if op.class() == OpClass::Relaxed {
             let w = w.expect("only a completed weak CAS is relaxed");
-            let (OpKind::Cas { expected, .. }, Some((seen, _))) = (&op.kind, &w.observed) else { continue };
+            let (OpKind::Cas { expected, .. }, Some((seen, _))) = (&op.kind, &w.observed) else {
+                continue;
+            };
             if w.swapped || seen == expected {
                 complain(
                     "weak-cas",
@@ -72,11 +74,16 @@ pub fn rmw_atomicity(h: &History) -> Vec<Violation> {
         }
         let Some(wr) = idx.wr[i] else { continue }; // no version: nothing to check
         if wr.pno == 0 {
-            complain("rmw-atomicity", i, format!("created {wr}, a plain version (an RMW's has pno >= 1)"));
+            complain(
+                "rmw-atomicity",
+                i,
+                format!("created {wr}, a plain version (an RMW's has pno >= 1)"),
+            );
             continue;
         }
         let vk = vks.get(&op.key[..]);
-        let Some(created) = vk.and_then(|l| l.iter().find(|(c, _)| *c == wr)).map(|(_, c)| *c) else {
+        let Some(created) = vk.and_then(|l| l.iter().find(|(c, _)| *c == wr)).map(|(_, c)| *c)
+        else {
             continue; // version_uniqueness reports a version nobody created
         };
         let (pred, pred_value) = predecessor(vk, wr);
@@ -86,8 +93,13 @@ pub fn rmw_atomicity(h: &History) -> Vec<Violation> {
             None => (pred, pred_value.clone()),
         };
         if obs != pred {
-            let between = if obs < pred { format!(", but {pred} lies between them") } else { String::new() };
-            complain("rmw-atomicity", i, format!("observed {obs} and created {wr}{between}: not the immediate predecessor"));
+            let between =
+                if obs < pred { format!(", but {pred} lies between them") } else { String::new() };
+            complain(
+                "rmw-atomicity",
+                i,
+                format!("observed {obs} and created {wr}{between}: not the immediate predecessor"),
+            );
             continue;
         }
         let (value, swapped) = op.kind.rmw_apply(&obs_value).expect("an RMW kind");
@@ -104,7 +116,11 @@ pub fn rmw_atomicity(h: &History) -> Vec<Violation> {
             );
         }
         if let Some(w) = w.filter(|w| w.swapped != swapped) {
-            complain("rmw-atomicity", i, format!("reported swapped={} over {}", w.swapped, fmt_value(&obs_value)));
+            complain(
+                "rmw-atomicity",
+                i,
+                format!("reported swapped={} over {}", w.swapped, fmt_value(&obs_value)),
+            );
         }
     }
     out
@@ -118,7 +134,8 @@ pub fn faa_counters(h: &History) -> Vec<Violation> {
     let idx = Index::new(h);
     let vks = versions(h);
     let mut out = Vec::new();
-    let mut keys: BTreeSet<&Bytes> = h.ops.iter().filter(|o| matches!(o.kind, OpKind::Faa { .. })).map(|o| &o.key).collect();
+    let mut keys: BTreeSet<&Bytes> =
+        h.ops.iter().filter(|o| matches!(o.kind, OpKind::Faa { .. })).map(|o| &o.key).collect();
     // Only keys no other kind writes (the workload's counters).
     for op in &h.ops {
         if op.kind.may_write() && !matches!(op.kind, OpKind::Faa { .. }) {
@@ -126,13 +143,27 @@ pub fn faa_counters(h: &History) -> Vec<Violation> {
         }
     }
     for key in keys {
-        let mut fail = |at, detail: String| out.push(Violation { checker: "faa-counter", at, detail });
+        let mut fail =
+            |at, detail: String| out.push(Violation { checker: "faa-counter", at, detail });
         // Distinct old values.
         let mut olds: HashMap<u64, usize> = HashMap::new();
-        for (i, op) in h.ops.iter().enumerate().filter(|(_, o)| o.key == *key && matches!(o.kind, OpKind::Faa { .. })) {
+        for (i, op) in h
+            .ops
+            .iter()
+            .enumerate()
+            .filter(|(_, o)| o.key == *key && matches!(o.kind, OpKind::Faa { .. }))
+        {
             let Some((v, _)) = op.witness().and_then(|w| w.observed.as_ref()) else { continue };
             if let Some(j) = olds.insert(value_as_u64(v), i) {
-                fail(op.completed_at(), format!("{} and {} both returned old value {}", describe(h, j), describe(h, i), value_as_u64(v)));
+                fail(
+                    op.completed_at(),
+                    format!(
+                        "{} and {} both returned old value {}",
+                        describe(h, j),
+                        describe(h, i),
+                        value_as_u64(v)
+                    ),
+                );
             }
         }
         // Decided slots, from the real commits.
@@ -149,7 +180,8 @@ pub fn faa_counters(h: &History) -> Vec<Violation> {
                 _ => fail(None, format!("slot {slot} of counter {} was decided for {id:?}, which is no FAA of the history", fmt_key(key))),
             }
         }
-        let top = vks.get(&key[..]).and_then(|l| l.last()).map(|(cs, c)| (*cs, value_as_u64(&c.value)));
+        let top =
+            vks.get(&key[..]).and_then(|l| l.last()).map(|(cs, c)| (*cs, value_as_u64(&c.value)));
         let (top_cs, fin) = top.unwrap_or((Carstamp::ZERO, 0));
         if fin != sum {
             fail(
@@ -163,7 +195,10 @@ pub fn faa_counters(h: &History) -> Vec<Violation> {
         }
         let mut acked: u64 = 0;
         for (i, op) in h.ops.iter().enumerate().filter(|(_, o)| o.key == *key) {
-            let (OpKind::Faa { delta }, Outcome::Done { witness, .. }) = (&op.kind, &op.outcome) else { continue };
+            let (OpKind::Faa { delta }, Outcome::Done { witness, .. }) = (&op.kind, &op.outcome)
+            else {
+                continue;
+            };
             if witness.written.is_none() {
                 continue;
             }
@@ -171,11 +206,24 @@ pub fn faa_counters(h: &History) -> Vec<Violation> {
             let ids = idx.rmw_of.get(&i).map_or(&[][..], Vec::as_slice);
             let n: usize = ids.iter().filter_map(|id| slots_of.get(id)).map(BTreeSet::len).sum();
             if n != 1 {
-                fail(op.completed_at(), format!("acknowledged {} was decided in {n} slots of {}", describe(h, i), fmt_key(key)));
+                fail(
+                    op.completed_at(),
+                    format!(
+                        "acknowledged {} was decided in {n} slots of {}",
+                        describe(h, i),
+                        fmt_key(key)
+                    ),
+                );
             }
         }
         if fin < acked {
-            fail(None, format!("counter {} ends at {fin}, below the {acked} its acknowledged FAAs add", fmt_key(key)));
+            fail(
+                None,
+                format!(
+                    "counter {} ends at {fin}, below the {acked} its acknowledged FAAs add",
+                    fmt_key(key)
+                ),
+            );
         }
     }
     out

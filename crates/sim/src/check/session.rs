@@ -49,8 +49,12 @@ pub fn session_order(h: &History) -> Vec<Violation> {
                     })
                 };
                 match (&w.observed, w.written) {
-                    (Some((_, obs)), _) if *obs < f => complain(format!("observed {obs}, older than {f}")),
-                    (_, Some(wr)) if wr <= f => complain(format!("created {wr}, not newer than {f}")),
+                    (Some((_, obs)), _) if *obs < f => {
+                        complain(format!("observed {obs}, older than {f}"))
+                    }
+                    (_, Some(wr)) if wr <= f => {
+                        complain(format!("created {wr}, not newer than {f}"))
+                    }
                     _ => {}
                 }
             }
@@ -85,7 +89,8 @@ pub fn replies_in_session_order(h: &History) -> Vec<Violation> {
             let problem = if let Some(p) = pending {
                 Some(format!("completed although the earlier #{} never did", p.pos))
             } else {
-                last.filter(|(o, _)| order < *o).map(|(_, e)| format!("completed before the earlier #{}", e.pos))
+                last.filter(|(o, _)| order < *o)
+                    .map(|(_, e)| format!("completed before the earlier #{}", e.pos))
             };
             if let Some(problem) = problem {
                 out.push(Violation {

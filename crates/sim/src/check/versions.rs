@@ -35,14 +35,25 @@ pub fn version_uniqueness(h: &History) -> Vec<Violation> {
             out.push(Violation {
                 checker: "version-uniqueness",
                 at: Some(c.at),
-                detail: format!("plain write by {} on {} created {}, not stamped ((ver >= 1, {}), 0)", c.node, fmt_key(&c.key), c.cs, c.node),
+                detail: format!(
+                    "plain write by {} on {} created {}, not stamped ((ver >= 1, {}), 0)",
+                    c.node,
+                    fmt_key(&c.key),
+                    c.cs,
+                    c.node
+                ),
             });
         }
         if c.cs.pno > 0 && c.rmw_id.is_none() {
             out.push(Violation {
                 checker: "version-uniqueness",
                 at: Some(c.at),
-                detail: format!("RMW version {} of {} reported by {}, but no COMMIT ever carried it", c.cs, fmt_key(&c.key), c.session),
+                detail: format!(
+                    "RMW version {} of {} reported by {}, but no COMMIT ever carried it",
+                    c.cs,
+                    fmt_key(&c.key),
+                    c.session
+                ),
             });
         }
     }
@@ -57,29 +68,44 @@ pub fn version_uniqueness(h: &History) -> Vec<Violation> {
             out.push(Violation {
                 checker: "version-uniqueness",
                 at: op.completed_at(),
-                detail: format!("{} #{} ({} of {}) completed without reporting the version it created", op.session, op.pos, op.kind.name(), fmt_key(&op.key)),
+                detail: format!(
+                    "{} #{} ({} of {}) completed without reporting the version it created",
+                    op.session,
+                    op.pos,
+                    op.kind.name(),
+                    fmt_key(&op.key)
+                ),
             });
             continue;
         };
         let expected = op.expected_written();
         let problem = match created.get(&op.key, cs) {
             None => Some(format!("no creation event for {cs}")),
-            Some(c) if !idx.sent_in(i, c.session) => Some(format!("{cs} was created by {}", c.session)),
+            Some(c) if !idx.sent_in(i, c.session) => {
+                Some(format!("{cs} was created by {}", c.session))
+            }
             Some(c) if expected.as_ref().is_some_and(|e| *e != c.value) => Some(format!(
                 "{cs} was created with {}, not {}",
                 fmt_value(&c.value),
                 fmt_value(expected.as_ref().expect("checked"))
             )),
-            Some(c) if c.rmw_id.is_some_and(|id| idx.rmw_op.get(&id) != Some(&i)) => {
-                Some(format!("{cs} was committed for {:?}, another operation", c.rmw_id.expect("checked")))
-            }
+            Some(c) if c.rmw_id.is_some_and(|id| idx.rmw_op.get(&id) != Some(&i)) => Some(format!(
+                "{cs} was committed for {:?}, another operation",
+                c.rmw_id.expect("checked")
+            )),
             Some(_) => None,
         };
         if let Some(problem) = problem {
             out.push(Violation {
                 checker: "version-uniqueness",
                 at: op.completed_at(),
-                detail: format!("{} #{} ({} of {}) reported {cs}, but {problem}", op.session, op.pos, op.kind.name(), fmt_key(&op.key)),
+                detail: format!(
+                    "{} #{} ({} of {}) reported {cs}, but {problem}",
+                    op.session,
+                    op.pos,
+                    op.kind.name(),
+                    fmt_key(&op.key)
+                ),
             });
         }
     }
@@ -101,10 +127,15 @@ pub fn no_thin_air(h: &History) -> Vec<Violation> {
             out.push(Violation {
                 checker: "no-thin-air",
                 at: op.completed_at(),
-                detail: format!("{} #{} ({} of {}): {problem}", op.session, op.pos, op.kind.name(), fmt_key(&op.key)),
+                detail: format!(
+                    "{} #{} ({} of {}): {problem}",
+                    op.session,
+                    op.pos,
+                    op.kind.name(),
+                    fmt_key(&op.key)
+                ),
             });
         }
     }
     out
 }
-

@@ -108,7 +108,9 @@ pub fn monotonic_reads(h: &OrcaHistory) -> Vec<Violation> {
         let u2 = r2.value.update_index;
         let p2 = h.pos(u2);
         if let Some((p1, i1)) = prefix[before] {
-            let newest = writes.get(&r2.key[..]).and_then(|ws| ws[..ws.partition_point(|&w| w <= p1)].last().copied());
+            let newest = writes
+                .get(&r2.key[..])
+                .and_then(|ws| ws[..ws.partition_point(|&w| w <= p1)].last().copied());
             if let Some(w) = newest {
                 let older = match p2 {
                     Some(p2) => p2 < w,
@@ -184,9 +186,9 @@ pub fn served_exists(h: &OrcaHistory) -> Vec<Violation> {
         }
         let bad = match h.entry(u) {
             None => Some("an entry that is not in H (lost)".to_string()),
-            Some(_) if !effective[h.pos(u).expect("in H")] => {
-                Some("a duplicate entry of an RPC (or a stale one), which changes nothing".to_string())
-            }
+            Some(_) if !effective[h.pos(u).expect("in H")] => Some(
+                "a duplicate entry of an RPC (or a stale one), which changes nothing".to_string(),
+            ),
             Some(e) => {
                 let expected = match &e.op {
                     LogOp::Put(v) => Some(Some(v.clone())),
@@ -204,7 +206,12 @@ pub fn served_exists(h: &OrcaHistory) -> Vec<Violation> {
             out.push(v(
                 "orca-2-served-exists",
                 r.completed,
-                format!("read of {} by {} returned {:?} at {u}: {why}", key(&r.key), r.value.served_by, got),
+                format!(
+                    "read of {} by {} returned {:?} at {u}: {why}",
+                    key(&r.key),
+                    r.value.served_by,
+                    got
+                ),
             ));
         }
     }
@@ -230,7 +237,9 @@ impl AsTimeline {
             let list = by_epoch.entry(epoch).or_default();
             let mut set = list.last().map(|l| l.2.clone()).unwrap_or_default();
             match &s.event {
-                LogEvent::SyncPhaseDone { active_set, .. } => set = active_set.iter().copied().collect(),
+                LogEvent::SyncPhaseDone { active_set, .. } => {
+                    set = active_set.iter().copied().collect()
+                }
                 LogEvent::AsAdded { node, .. } => {
                     set.insert(*node);
                 }
@@ -273,7 +282,12 @@ pub fn durable_at_serve(h: &OrcaHistory) -> Vec<Violation> {
             out.push(v(
                 "orca-3-durable-at-serve",
                 s.at,
-                format!("{} served {} at {} durable on only {holders} nodes", s.served_by, key(&s.key), s.u),
+                format!(
+                    "{} served {} at {} durable on only {holders} nodes",
+                    s.served_by,
+                    key(&s.key),
+                    s.u
+                ),
             ));
         }
         if active_set {
@@ -333,11 +347,19 @@ pub fn active_set_reads(h: &OrcaHistory) -> Vec<Violation> {
                 out.push(v(
                     name,
                     s.at,
-                    format!("leader {} served {} without a valid leader lease", s.served_by, key(&s.key)),
+                    format!(
+                        "leader {} served {} without a valid leader lease",
+                        s.served_by,
+                        key(&s.key)
+                    ),
                 ));
             }
         } else if !active_set {
-            out.push(v(name, s.at, format!("follower {} served {} under leader-only reads", s.served_by, key(&s.key))));
+            out.push(v(
+                name,
+                s.at,
+                format!("follower {} served {} under leader-only reads", s.served_by, key(&s.key)),
+            ));
         } else {
             match timeline.at(s.epoch, s.pos) {
                 Some(set) if set.contains(&s.served_by) => {}
@@ -357,7 +379,11 @@ pub fn active_set_reads(h: &OrcaHistory) -> Vec<Violation> {
                 out.push(v(
                     name,
                     s.at,
-                    format!("{} served a read of {} with an expired lease", s.served_by, key(&s.key)),
+                    format!(
+                        "{} served a read of {} with an expired lease",
+                        s.served_by,
+                        key(&s.key)
+                    ),
                 ));
             }
         }
@@ -388,7 +414,10 @@ pub fn removal_after_mark_out(h: &OrcaHistory) -> Vec<Violation> {
             out.push(v(
                 name,
                 r.at,
-                format!("{} removed from the active set of epoch {} while still serving", r.node, r.epoch),
+                format!(
+                    "{} removed from the active set of epoch {} while still serving",
+                    r.node, r.epoch
+                ),
             ));
         }
         let readded = h
@@ -398,15 +427,18 @@ pub fn removal_after_mark_out(h: &OrcaHistory) -> Vec<Violation> {
             .map(|a| a.pos)
             .min()
             .unwrap_or(usize::MAX);
-        if let Some(s) = h
-            .followers
-            .iter()
-            .find(|s| s.node == r.node && s.epoch == r.epoch && s.serving && s.pos > r.pos && s.pos < readded)
-        {
+        if let Some(s) = h.followers.iter().find(|s| {
+            s.node == r.node && s.epoch == r.epoch && s.serving && s.pos > r.pos && s.pos < readded
+        }) {
             out.push(v(
                 name,
                 s.at,
-                format!("{} serving again in epoch {} after its removal at {}", r.node, r.epoch, fmt_t(r.at)),
+                format!(
+                    "{} serving again in epoch {} after its removal at {}",
+                    r.node,
+                    r.epoch,
+                    fmt_t(r.at)
+                ),
             ));
         }
     }
@@ -448,7 +480,11 @@ pub fn di_sanity(h: &OrcaHistory) -> Vec<Violation> {
         }
         last.insert(d.epoch, d.di);
         if d.holders.len() < h.majority() {
-            out.push(v(name, d.at, format!("DI {} of {} persisted on only {:?}", d.di, d.leader, d.holders)));
+            out.push(v(
+                name,
+                d.at,
+                format!("DI {} of {} persisted on only {:?}", d.di, d.leader, d.holders),
+            ));
         }
         if h.promises.active_set {
             for (m, holds, applied) in &d.members {
@@ -456,7 +492,10 @@ pub fn di_sanity(h: &OrcaHistory) -> Vec<Violation> {
                     out.push(v(
                         name,
                         d.at,
-                        format!("DI {} above member {m} (persisted: {holds}, applied {applied:?})", d.di),
+                        format!(
+                            "DI {} above member {m} (persisted: {holds}, applied {applied:?})",
+                            d.di
+                        ),
                     ));
                 }
             }
@@ -476,11 +515,18 @@ pub fn di_sanity(h: &OrcaHistory) -> Vec<Violation> {
             out.push(v(
                 name,
                 s.at,
-                format!("{}: DI_F {} above the leader's DI {:?} of epoch {}", s.node, s.di_f, leader_di, s.epoch),
+                format!(
+                    "{}: DI_F {} above the leader's DI {:?} of epoch {}",
+                    s.node, s.di_f, leader_di, s.epoch
+                ),
             ));
         }
         if h.promises.active_set && s.serving && s.applied < s.di_f {
-            out.push(v(name, s.at, format!("{} serving with applied {} below DI_F {}", s.node, s.applied, s.di_f)));
+            out.push(v(
+                name,
+                s.at,
+                format!("{} serving with applied {} below DI_F {}", s.node, s.applied, s.di_f),
+            ));
         }
     }
     out
@@ -518,11 +564,16 @@ pub fn elections(h: &OrcaHistory) -> Vec<Violation> {
     let mut leaders: BTreeMap<u32, BTreeSet<NodeId>> = BTreeMap::new();
     for s in &h.events {
         match &s.event {
-            LogEvent::VoteGranted { candidate, candidate_last, own_last, .. } if candidate_last < own_last => {
+            LogEvent::VoteGranted { candidate, candidate_last, own_last, .. }
+                if candidate_last < own_last =>
+            {
                 out.push(v(
                     name,
                     s.at,
-                    format!("{} voted for {candidate} (last {candidate_last}) with own last {own_last}", s.node),
+                    format!(
+                        "{} voted for {candidate} (last {candidate_last}) with own last {own_last}",
+                        s.node
+                    ),
                 ));
             }
             LogEvent::BecameLeader { epoch, .. } => {
@@ -543,7 +594,10 @@ pub fn elections(h: &OrcaHistory) -> Vec<Violation> {
             out.push(v(
                 name,
                 c.at,
-                format!("{} voted twice in epoch {} (a candidate votes for itself): {set:?}", c.voter, c.epoch),
+                format!(
+                    "{} voted twice in epoch {} (a candidate votes for itself): {set:?}",
+                    c.voter, c.epoch
+                ),
             ));
         }
     }
@@ -553,7 +607,8 @@ pub fn elections(h: &OrcaHistory) -> Vec<Violation> {
 /// §7.10: no node truncates an entry of `H` at or before the position in `H` of the largest
 /// update-index served so far.
 pub fn no_truncation_of_served(h: &OrcaHistory) -> Vec<Violation> {
-    let mut serves: Vec<(usize, usize)> = h.serves.iter().filter_map(|s| Some((s.pos, h.pos(s.u)?))).collect();
+    let mut serves: Vec<(usize, usize)> =
+        h.serves.iter().filter_map(|s| Some((s.pos, h.pos(s.u)?))).collect();
     serves.sort_unstable();
     let mut out = Vec::new();
     for t in &h.truncations {
@@ -563,7 +618,10 @@ pub fn no_truncation_of_served(h: &OrcaHistory) -> Vec<Violation> {
             out.push(v(
                 "orca-10-no-truncation-of-served",
                 t.at,
-                format!("{} truncated {x} of H, at or before the served {}", t.node, h.h[limit].index),
+                format!(
+                    "{} truncated {x} of H, at or before the served {}",
+                    t.node, h.h[limit].index
+                ),
             ));
         }
     }
@@ -649,8 +707,10 @@ pub fn at_most_once(h: &OrcaHistory) -> Vec<Violation> {
         .iter()
         .filter(|x| !x.others.is_empty())
         .map(|x| {
-            let detail =
-                format!("{} executed {} at {} while {:?} of the same RPC was in effect", x.node, x.rpc, x.index, x.others);
+            let detail = format!(
+                "{} executed {} at {} while {:?} of the same RPC was in effect",
+                x.node, x.rpc, x.index, x.others
+            );
             v(AT_MOST_ONCE, x.at, detail)
         })
         .collect()
@@ -665,7 +725,10 @@ pub fn stable_result(h: &OrcaHistory) -> Vec<Violation> {
     for ok in &h.write_oks {
         let Some(e) = h.entry(ok.index) else { continue };
         if e.client_id != ok.rpc.client_id || e.seq != ok.rpc.seq {
-            let detail = format!("Ok for {} names {}, an entry of c{}#{}", ok.rpc, ok.index, e.client_id, e.seq);
+            let detail = format!(
+                "Ok for {} names {}, an entry of c{}#{}",
+                ok.rpc, ok.index, e.client_id, e.seq
+            );
             out.push(v(STABLE_RESULT, ok.at, detail));
             continue;
         }

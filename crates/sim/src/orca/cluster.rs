@@ -14,15 +14,17 @@ use std::time::Duration;
 use bytes::Bytes;
 use strata_core::{Effects, Node, Prng};
 use strata_log::{
-    HardState, LogConfig, LogEffects, LogEntry, LogEvent, LogIndex, LogMessage, LogReplica, LogReply, LogRequest,
-    Persist, ReadError, ReadValue, RecoveredState, Role, Snapshot, WriteAck, WriteError, WriteOp,
+    HardState, LogConfig, LogEffects, LogEntry, LogEvent, LogIndex, LogMessage, LogReplica,
+    LogReply, LogRequest, Persist, ReadError, ReadValue, RecoveredState, Role, Snapshot, WriteAck,
+    WriteError, WriteOp,
 };
 use strata_wire::rifl::{ClusterTime, LeaseInfo, Rifl, RpcId};
 use strata_wire::{Instant, NodeId};
 
 use super::history::{
-    AdditionRecord, Anomaly, DiRecord, ExecutionRecord, FollowerSample, NodeAtServe, OrcaHistory, Promises, ReadRecord,
-    RemovalRecord, ServeRecord, Stamped, TruncationRecord, VoteCast, WriteOkRecord,
+    AdditionRecord, Anomaly, DiRecord, ExecutionRecord, FollowerSample, NodeAtServe, OrcaHistory,
+    Promises, ReadRecord, RemovalRecord, ServeRecord, Stamped, TruncationRecord, VoteCast,
+    WriteOkRecord,
 };
 use crate::clock::NodeClock;
 use crate::guard::guarded;
@@ -98,7 +100,14 @@ struct Invocation {
 /// Network behaviour of a cluster: the simulator's knobs. The default is a fixed 500 µs
 /// one-way delay without loss, duplication or reordering (scenario tests).
 pub fn quiet_net() -> NetKnobs {
-    NetKnobs { delay_min_us: 500, delay_max_us: 500, loss: 0.0, dup: 0.0, reorder: 0.0, reorder_extra_max_us: 0 }
+    NetKnobs {
+        delay_min_us: 500,
+        delay_max_us: 500,
+        loss: 0.0,
+        dup: 0.0,
+        reorder: 0.0,
+        reorder_extra_max_us: 0,
+    }
 }
 
 pub struct OrcaCluster {
@@ -146,7 +155,10 @@ impl OrcaCluster {
         let now = Instant::from_millis(1);
         let nodes = (0..n)
             .map(|i| SimNode {
-                replica: Some(LogReplica::new(cfg.clone(), ids[i], &ids, now, 1000 + i as u64).expect("valid config")),
+                replica: Some(
+                    LogReplica::new(cfg.clone(), ids[i], &ids, now, 1000 + i as u64)
+                        .expect("valid config"),
+                ),
                 disk: SimDisk::default(),
                 incarnation: 0,
                 held: Vec::new(),
@@ -189,12 +201,21 @@ impl OrcaCluster {
     /// Gives every node a clock offset drawn from `[0, max)` and a rate error within `±ppm`,
     /// and starts its core afresh at its own reading. Call it before running anything.
     pub fn skew_clocks(&mut self, rng: &mut Prng, max: Duration, ppm: i64) {
-        assert!(self.history.events.is_empty() && self.queue.is_empty(), "skew clocks before the run");
+        assert!(
+            self.history.events.is_empty() && self.queue.is_empty(),
+            "skew clocks before the run"
+        );
         for i in 0..self.n() {
             let c = &mut self.clocks[i];
             c.offset_ns = rng.range(0, max.as_nanos() as u64);
             c.drift_ppm = rng.range(0, 2 * ppm as u64 + 1) as i64 - ppm;
-            let r = LogReplica::new(self.cfg.clone(), self.ids[i], &self.ids, self.local(i), 1000 + i as u64);
+            let r = LogReplica::new(
+                self.cfg.clone(),
+                self.ids[i],
+                &self.ids,
+                self.local(i),
+                1000 + i as u64,
+            );
             self.nodes[i].replica = Some(r.expect("valid config"));
         }
     }
@@ -219,7 +240,9 @@ impl OrcaCluster {
         match self.late_ticks[i] {
             Some((seen, at)) if seen == d => Some(at),
             _ => {
-                let at = d + Duration::from_nanos(self.tick_rng.range(0, self.tick_lateness.as_nanos() as u64 + 1));
+                let at = d + Duration::from_nanos(
+                    self.tick_rng.range(0, self.tick_lateness.as_nanos() as u64 + 1),
+                );
                 self.late_ticks[i] = Some((d, at));
                 Some(at)
             }
@@ -263,7 +286,12 @@ impl OrcaCluster {
         };
         if let Some((candidate, epoch)) = cast {
             let voter = self.ids[from];
-            if !self.history.votes.iter().any(|v| v.voter == voter && v.candidate == candidate && v.epoch == epoch) {
+            if !self
+                .history
+                .votes
+                .iter()
+                .any(|v| v.voter == voter && v.candidate == candidate && v.epoch == epoch)
+            {
                 let pos = self.history.events.len();
                 self.history.votes.push(VoteCast { at: self.now, pos, voter, candidate, epoch });
             }
@@ -301,7 +329,11 @@ impl OrcaCluster {
             if let Err(panic) = guarded(|| r.check_invariants()) {
                 self.nodes[i].invariants_failed = true;
                 let what = format!("check_invariants failed: {panic}");
-                self.history.anomalies.push(Anomaly { at: self.now, node: Some(self.ids[i]), what });
+                self.history.anomalies.push(Anomaly {
+                    at: self.now,
+                    node: Some(self.ids[i]),
+                    what,
+                });
             }
         }
         for (to, msg) in out.send {
@@ -317,7 +349,10 @@ impl OrcaCluster {
                     self.nodes[i].stalled.push(token);
                 } else {
                     let incarnation = self.nodes[i].incarnation;
-                    self.schedule(self.now + self.disk_latency, Ev::DiskDone { node: i, incarnation, token });
+                    self.schedule(
+                        self.now + self.disk_latency,
+                        Ev::DiskDone { node: i, incarnation, token },
+                    );
                 }
             }
         }
@@ -342,7 +377,12 @@ impl OrcaCluster {
                 node.executed.retain(|x, _| x <= after);
                 if !removed.is_empty() {
                     let pos = self.history.events.len();
-                    self.history.truncations.push(TruncationRecord { at: self.now, pos, node: self.ids[i], removed });
+                    self.history.truncations.push(TruncationRecord {
+                        at: self.now,
+                        pos,
+                        node: self.ids[i],
+                        removed,
+                    });
                 }
             }
             Persist::HardState(_) | Persist::Sync => {}
@@ -358,7 +398,10 @@ impl OrcaCluster {
             match p {
                 Persist::Append(es) => {
                     for e in es {
-                        assert!(node.disk.durable.last().is_none_or(|l| l.index < e.index), "disk appends in order");
+                        assert!(
+                            node.disk.durable.last().is_none_or(|l| l.index < e.index),
+                            "disk appends in order"
+                        );
                         node.disk.durable.push(e);
                     }
                 }
@@ -393,7 +436,8 @@ impl OrcaCluster {
                 self.input(to, |r, now| r.on_message(now, from_id, msg));
             }
             Ev::DiskDone { node, incarnation, token } => {
-                if self.nodes[node].incarnation == incarnation && self.nodes[node].replica.is_some() {
+                if self.nodes[node].incarnation == incarnation && self.nodes[node].replica.is_some()
+                {
                     self.disk_done(node, token);
                 }
             }
@@ -429,7 +473,11 @@ impl OrcaCluster {
                         if spins > 10_000 {
                             // A timer that never advances would stall the simulation.
                             let what = "poll_timeout does not advance after on_tick".to_string();
-                            self.history.anomalies.push(Anomaly { at: self.now, node: Some(self.ids[i]), what });
+                            self.history.anomalies.push(Anomaly {
+                                at: self.now,
+                                node: Some(self.ids[i]),
+                                what,
+                            });
                             self.crash(i);
                             continue;
                         }
@@ -468,7 +516,11 @@ impl OrcaCluster {
         self.history.faults.push((self.now, format!("restart n{i}")));
         let now = self.local(i);
         let node = &mut self.nodes[i];
-        let state = RecoveredState { hard_state: node.disk.hard, snapshot: None, entries: node.disk.durable.clone() };
+        let state = RecoveredState {
+            hard_state: node.disk.hard,
+            snapshot: None,
+            entries: node.disk.durable.clone(),
+        };
         node.shadow = node.disk.durable.clone();
         node.applied = node.shadow.iter().map(|e| e.index).collect();
         let seed = 1000 + i as u64 + 7919 * node.incarnation;
@@ -476,7 +528,11 @@ impl OrcaCluster {
             Ok(r) => node.replica = Some(r),
             Err(e) => {
                 let what = format!("restart from disk refused: {e}");
-                self.history.anomalies.push(Anomaly { at: self.now, node: Some(self.ids[i]), what });
+                self.history.anomalies.push(Anomaly {
+                    at: self.now,
+                    node: Some(self.ids[i]),
+                    what,
+                });
                 return;
             }
         }
@@ -531,7 +587,10 @@ impl OrcaCluster {
         let tokens = std::mem::take(&mut node.stalled);
         let incarnation = node.incarnation;
         for token in tokens {
-            self.schedule(self.now + self.disk_latency, Ev::DiskDone { node: i, incarnation, token });
+            self.schedule(
+                self.now + self.disk_latency,
+                Ev::DiskDone { node: i, incarnation, token },
+            );
         }
     }
 
@@ -543,7 +602,14 @@ impl OrcaCluster {
     }
 
     /// A write by `client` at node `i`, with the client's next `seq`; returns the reply token.
-    pub fn write_as(&mut self, client: u64, i: usize, key: &str, op: WriteOp, immediate: bool) -> u64 {
+    pub fn write_as(
+        &mut self,
+        client: u64,
+        i: usize,
+        key: &str,
+        op: WriteOp,
+        immediate: bool,
+    ) -> u64 {
         let c = self.clients.entry(client).or_default();
         c.next_seq += 1;
         c.unanswered.insert(c.next_seq);
@@ -577,15 +643,22 @@ impl OrcaCluster {
     fn send_write(&mut self, i: usize, w: WriteInvocation) -> u64 {
         let token = self.token();
         let rpc = w.rpc;
-        let first_incomplete = self.clients[&rpc.client_id].unanswered.first().copied().unwrap_or(rpc.seq);
+        let first_incomplete =
+            self.clients[&rpc.client_id].unanswered.first().copied().unwrap_or(rpc.seq);
         let rifl = Rifl {
             rpc,
             first_incomplete,
-            lease: LeaseInfo { client_id: rpc.client_id, expiration: ClusterTime(u64::MAX), timestamp: ClusterTime::ZERO },
+            lease: LeaseInfo {
+                client_id: rpc.client_id,
+                expiration: ClusterTime(u64::MAX),
+                timestamp: ClusterTime::ZERO,
+            },
         };
         let (key, op, immediate) = (w.key.clone(), w.op.clone(), w.immediate);
         self.writes.insert(token, w);
-        self.input(i, |r, now| r.on_client_request(now, LogRequest::Write { token, rifl, key, op, immediate }));
+        self.input(i, |r, now| {
+            r.on_client_request(now, LogRequest::Write { token, rifl, key, op, immediate })
+        });
         token
     }
 
@@ -598,11 +671,22 @@ impl OrcaCluster {
     }
 
     /// A read by `client` at node `i`; returns the reply token.
-    pub fn read_as(&mut self, client: u64, i: usize, key: &str, min_index: Option<LogIndex>) -> u64 {
+    pub fn read_as(
+        &mut self,
+        client: u64,
+        i: usize,
+        key: &str,
+        min_index: Option<LogIndex>,
+    ) -> u64 {
         let token = self.token();
         let key = Bytes::copy_from_slice(key.as_bytes());
-        self.invoked.insert(token, Invocation { client, node: i, key: key.clone(), min_index, at: self.now });
-        self.input(i, |r, now| r.on_client_request(now, LogRequest::Read { token, key, min_index }));
+        self.invoked.insert(
+            token,
+            Invocation { client, node: i, key: key.clone(), min_index, at: self.now },
+        );
+        self.input(i, |r, now| {
+            r.on_client_request(now, LogRequest::Read { token, key, min_index })
+        });
         token
     }
 
@@ -670,7 +754,9 @@ impl OrcaCluster {
     /// The ready leader (synced, under lease) of the highest epoch, if any.
     pub fn leader(&self) -> Option<usize> {
         (0..self.n())
-            .filter(|&i| self.nodes[i].replica.as_ref().is_some_and(|r| r.is_ready_leader(self.local(i))))
+            .filter(|&i| {
+                self.nodes[i].replica.as_ref().is_some_and(|r| r.is_ready_leader(self.local(i)))
+            })
             .max_by_key(|&i| self.node(i).epoch())
     }
 
@@ -716,22 +802,37 @@ impl OrcaCluster {
                 let last = node.applied.last().copied().unwrap_or(LogIndex::ZERO);
                 let from = node.shadow.partition_point(|e| e.index <= last);
                 let to = node.shadow.partition_point(|e| e.index <= *upto);
-                let newly: Vec<LogIndex> = node.shadow[from..to.max(from)].iter().map(|e| e.index).collect();
+                let newly: Vec<LogIndex> =
+                    node.shadow[from..to.max(from)].iter().map(|e| e.index).collect();
                 node.applied.extend(newly);
             }
-            LogEvent::ReadServed { key, value, update_index, served_by, epoch, min_index, applied } => {
+            LogEvent::ReadServed {
+                key,
+                value,
+                update_index,
+                served_by,
+                epoch,
+                min_index,
+                applied,
+            } => {
                 let server = served_by.0 as usize;
-                let (was_leader, valid) = match self.nodes.get(server).and_then(|n| n.replica.as_ref()) {
-                    Some(r) if r.role() == Role::Leader => (true, r.is_ready_leader(self.local(server))),
-                    Some(r) => (false, r.is_serving(self.local(server))),
-                    None => (false, false),
-                };
+                let (was_leader, valid) =
+                    match self.nodes.get(server).and_then(|n| n.replica.as_ref()) {
+                        Some(r) if r.role() == Role::Leader => {
+                            (true, r.is_ready_leader(self.local(server)))
+                        }
+                        Some(r) => (false, r.is_serving(self.local(server))),
+                        None => (false, false),
+                    };
                 let nodes = (0..self.n())
                     .map(|j| NodeAtServe {
                         node: self.ids[j],
                         up: self.is_up(j),
                         disk_entry: self.nodes[j].disk.entry(*update_index).cloned(),
-                        applied: self.nodes[j].replica.as_ref().map_or(LogIndex::ZERO, |r| r.applied_index()),
+                        applied: self.nodes[j]
+                            .replica
+                            .as_ref()
+                            .map_or(LogIndex::ZERO, |r| r.applied_index()),
                     })
                     .collect();
                 self.history.serves.push(ServeRecord {
@@ -752,13 +853,26 @@ impl OrcaCluster {
             LogEvent::Executed { index, client_id, seq } => {
                 let rpc = RpcId { client_id: *client_id, seq: *seq };
                 let node = &mut self.nodes[i];
-                let others = node.executed.iter().filter(|(x, r)| **r == rpc && *x != index).map(|(x, _)| *x).collect();
+                let others = node
+                    .executed
+                    .iter()
+                    .filter(|(x, r)| **r == rpc && *x != index)
+                    .map(|(x, _)| *x)
+                    .collect();
                 node.executed.insert(*index, rpc);
-                self.history.executions.push(ExecutionRecord { at, pos, node: me, index: *index, rpc, others });
+                self.history.executions.push(ExecutionRecord {
+                    at,
+                    pos,
+                    node: me,
+                    index: *index,
+                    rpc,
+                    others,
+                });
             }
             LogEvent::AsRemoved { epoch, node, .. } => {
                 let f = node.0 as usize;
-                let still_serving = self.nodes[f].replica.as_ref().is_some_and(|r| r.is_serving(self.local(f)));
+                let still_serving =
+                    self.nodes[f].replica.as_ref().is_some_and(|r| r.is_serving(self.local(f)));
                 self.history.removals.push(RemovalRecord {
                     at,
                     pos,
@@ -771,7 +885,8 @@ impl OrcaCluster {
             LogEvent::AsAdded { epoch, node, persisted, applied, di } => {
                 let f = node.0 as usize;
                 let want = self.leader_entry(i, *di);
-                let disk_has_di = *di == LogIndex::ZERO || self.nodes[f].disk.entry(*di) == want.as_ref();
+                let disk_has_di =
+                    *di == LogIndex::ZERO || self.nodes[f].disk.entry(*di) == want.as_ref();
                 self.history.additions.push(AdditionRecord {
                     at,
                     pos,
@@ -796,7 +911,15 @@ impl OrcaCluster {
                         (m, holds(j), self.nodes[j].replica.as_ref().map(|r| r.applied_index()))
                     })
                     .collect();
-                self.history.dis.push(DiRecord { at, pos, leader: me, epoch: *epoch, di: *di, holders, members });
+                self.history.dis.push(DiRecord {
+                    at,
+                    pos,
+                    leader: me,
+                    epoch: *epoch,
+                    di: *di,
+                    holders,
+                    members,
+                });
             }
             _ => {}
         }
@@ -817,7 +940,8 @@ impl OrcaCluster {
             self.nodes[i].sample = None;
             return;
         }
-        let (epoch, di_f, applied, serving) = (r.epoch(), r.durable_index(), r.applied_index(), r.is_serving(local));
+        let (epoch, di_f, applied, serving) =
+            (r.epoch(), r.durable_index(), r.applied_index(), r.is_serving(local));
         let s = Some((epoch, di_f, serving, applied >= di_f));
         if self.nodes[i].sample != s {
             self.nodes[i].sample = s;
@@ -841,13 +965,20 @@ impl OrcaCluster {
             let lost = self.write_reply_loss > 0.0 && self.loss_rng.chance(self.write_reply_loss);
             if let Ok(ack) = result {
                 let at = self.now;
-                self.history.write_oks.push(WriteOkRecord { at, rpc, index: ack.index, delivered: !lost });
+                self.history.write_oks.push(WriteOkRecord {
+                    at,
+                    rpc,
+                    index: ack.index,
+                    delivered: !lost,
+                });
             }
             if lost {
                 return;
             }
-            let retryable =
-                matches!(result, Err(WriteError::NotLeader { .. } | WriteError::Unavailable | WriteError::Timeout));
+            let retryable = matches!(
+                result,
+                Err(WriteError::NotLeader { .. } | WriteError::Unavailable | WriteError::Timeout)
+            );
             if !retryable {
                 if let Some(c) = self.clients.get_mut(&rpc.client_id) {
                     c.unanswered.remove(&rpc.seq);
@@ -874,10 +1005,12 @@ impl OrcaCluster {
     /// Ends the run: records every node's applied sequence and takes `H` from `leader`'s log
     /// (or, without a leader, from the longest log of a live node).
     pub fn finish(&mut self, leader: Option<usize>) {
-        self.history.final_applied =
-            (0..self.n()).map(|i| (self.ids[i], self.is_up(i).then(|| self.nodes[i].applied.clone()))).collect();
-        let source =
-            leader.or_else(|| (0..self.n()).filter(|&i| self.is_up(i)).max_by_key(|&i| self.node(i).last_index()));
+        self.history.final_applied = (0..self.n())
+            .map(|i| (self.ids[i], self.is_up(i).then(|| self.nodes[i].applied.clone())))
+            .collect();
+        let source = leader.or_else(|| {
+            (0..self.n()).filter(|&i| self.is_up(i)).max_by_key(|&i| self.node(i).last_index())
+        });
         if let Some(s) = source {
             self.history.h = self.node(s).entries().to_vec();
         }

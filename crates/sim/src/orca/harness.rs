@@ -267,7 +267,10 @@ fn finish(c: &mut OrcaCluster, down: &mut Vec<usize>, sent: &[u64]) {
         }
         match c.write_answer(rpc) {
             Some(Ok(_)) => {}
-            None => fail(c, format!("write {rpc} not answered after healing: last {:?}", c.write_result(t))),
+            None => fail(
+                c,
+                format!("write {rpc} not answered after healing: last {:?}", c.write_result(t)),
+            ),
             Some(other) => fail(c, format!("write {rpc} ended with {other:?}, not Ok")),
         }
     }
@@ -293,7 +296,10 @@ fn finish(c: &mut OrcaCluster, down: &mut Vec<usize>, sent: &[u64]) {
                 c.run_ms(10);
             }
             if !matches!(last, Some(Ok(_))) {
-                fail(c, format!("reads at active-set member {m} kept failing for 500 ms: {last:?}"));
+                fail(
+                    c,
+                    format!("reads at active-set member {m} kept failing for 500 ms: {last:?}"),
+                );
             }
         }
     }
@@ -324,7 +330,10 @@ impl OrcaReport {
     }
 
     pub fn repro(&self) -> String {
-        let mut cmd = format!("cargo run -p strata-sim -- --engine log --mode {} --seed {}", self.mode, self.seed);
+        let mut cmd = format!(
+            "cargo run -p strata-sim -- --engine log --mode {} --seed {}",
+            self.mode, self.seed
+        );
         if self.opts.states != HarnessOptions::default().states {
             cmd += &format!(" --states {}", self.opts.states);
         }
@@ -342,7 +351,11 @@ impl OrcaReport {
         let verdict = if self.passed() {
             "ok".to_string()
         } else {
-            format!("FAIL ({} violations, {} of inv. 1)", self.violations.len(), self.monotonic_violations())
+            format!(
+                "FAIL ({} violations, {} of inv. 1)",
+                self.violations.len(),
+                self.monotonic_violations()
+            )
         };
         format!(
             "{} seed {:>6}: {verdict:<32} {} reads, {} serves, {} leaders, {} truncations",
@@ -357,7 +370,10 @@ impl OrcaReport {
 
     pub fn render(&self, max_violations: usize) -> String {
         let h = &self.history;
-        let mut s = format!("log engine, mode {}, seed {}, {} states\n", self.mode, self.seed, self.opts.states);
+        let mut s = format!(
+            "log engine, mode {}, seed {}, {} states\n",
+            self.mode, self.seed, self.opts.states
+        );
         if let Some(b) = self.opts.canary {
             let _ = writeln!(s, "  canary      {b:?}");
         }
@@ -390,7 +406,8 @@ impl OrcaReport {
         if self.passed() {
             let _ = write!(s, "result: ok, no violations");
         } else {
-            let by: Vec<String> = self.violations_by_checker().iter().map(|(c, n)| format!("{c} {n}")).collect();
+            let by: Vec<String> =
+                self.violations_by_checker().iter().map(|(c, n)| format!("{c} {n}")).collect();
             let _ = writeln!(s, "result: {} VIOLATIONS ({})", self.violations.len(), by.join(", "));
             for v in self.violations.iter().take(max_violations) {
                 let _ = writeln!(s, "  {v}");

@@ -43,8 +43,15 @@ pub enum Mode {
 }
 
 impl Mode {
-    pub const ALL: [Mode; 7] =
-        [Mode::Orca, Mode::OrcaSyncRepl, Mode::Cad, Mode::Strong, Mode::Weak, Mode::WeakSyncRepl, Mode::SyncAll];
+    pub const ALL: [Mode; 7] = [
+        Mode::Orca,
+        Mode::OrcaSyncRepl,
+        Mode::Cad,
+        Mode::Strong,
+        Mode::Weak,
+        Mode::WeakSyncRepl,
+        Mode::SyncAll,
+    ];
 
     pub fn name(self) -> &'static str {
         match self {

@@ -28,6 +28,16 @@ pub fn snapshot() -> impl Strategy<Value = Snapshot> {
     let item = (bytes(), proptest::option::of(bytes()), index());
     let client = (any::<u64>(), any::<u64>(), prop::collection::vec((any::<u64>(), index()), 0..3))
         .prop_map(|(client_id, ack, records)| ClientRecords { client_id, ack, records });
-    (index(), prop::collection::vec(item, 0..3), prop::collection::vec(client, 0..3), prop::collection::vec(any::<u64>(), 0..3))
-        .prop_map(|(last_included, items, clients, expired)| Snapshot { last_included, items, clients, expired })
+    (
+        index(),
+        prop::collection::vec(item, 0..3),
+        prop::collection::vec(client, 0..3),
+        prop::collection::vec(any::<u64>(), 0..3),
+    )
+        .prop_map(|(last_included, items, clients, expired)| Snapshot {
+            last_included,
+            items,
+            clients,
+            expired,
+        })
 }
