@@ -94,6 +94,7 @@ async fn faa_counters_end_at_the_acknowledged_increments_through_lost_replies_a_
     }
     pa.partitioned.store(true, Ordering::Relaxed);
     // SAFETY: a node process of this test's cluster.
+    // SAFETY: kill(2) on a pid this test started; no memory is touched.
     unsafe { libc::kill(up.pids[1], libc::SIGKILL) };
     tokio::time::sleep(Duration::from_millis(600)).await;
     pa.partitioned.store(false, Ordering::Relaxed);
@@ -257,8 +258,10 @@ async fn a_client_process_paused_past_its_lease_resumes_under_a_new_lease_exactl
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     // SAFETY: the client process this test started.
+    // SAFETY: kill(2) on a pid this test started; no memory is touched.
     unsafe { libc::kill(pid, libc::SIGSTOP) };
     tokio::time::sleep(Duration::from_millis(TERM_MS * 5 / 2)).await;
+    // SAFETY: kill(2) on a pid this test started; no memory is touched.
     unsafe { libc::kill(pid, libc::SIGCONT) };
     let out = tokio::task::spawn_blocking(move || child.wait_with_output().unwrap()).await.unwrap();
     stop.store(true, Ordering::Relaxed);

@@ -83,6 +83,7 @@ async fn relaxed_ops_survive_sigkill_and_sigstop_and_live_replicas_converge() {
     drop(n2);
     // SIGKILL node 2: nodes 0 and 1 keep serving relaxed operations.
     // SAFETY: a node process of this test's cluster.
+    // SAFETY: kill(2) on a pid this test started; no memory is touched.
     unsafe { libc::kill(up.pids[2], libc::SIGKILL) };
     eventually("node 2 to die", Duration::from_secs(5), || !alive(up.pids[2]));
     let mut s2 = sessions.pop().unwrap();
@@ -95,6 +96,7 @@ async fn relaxed_ops_survive_sigkill_and_sigstop_and_live_replicas_converge() {
     let (s0, s1) = sessions.split_at_mut(1);
     let (s0, s1) = (&mut s0[0], &mut s1[0]);
     // SAFETY: as above.
+    // SAFETY: kill(2) on a pid this test started; no memory is touched.
     unsafe { libc::kill(up.pids[1], libc::SIGSTOP) };
     let paused_at = Instant::now();
     let queued_at_paused = s1.submit(Op::put("written-to-paused", "late")).unwrap();
@@ -103,6 +105,7 @@ async fn relaxed_ops_survive_sigkill_and_sigstop_and_live_replicas_converge() {
         during_pause += churn(s0, "pause0", 10, &mut written).await;
     }
     s0.put("written-during-pause", "fresh").await.unwrap();
+    // SAFETY: kill(2) on a pid this test started; no memory is touched.
     unsafe { libc::kill(up.pids[1], libc::SIGCONT) };
     assert!(
         during_pause >= 10,
@@ -197,16 +200,19 @@ async fn producer_consumer_has_no_violation_through_a_400ms_sigstop() {
         released_while_paused += u32::from(paused_at.is_some());
         if round == ROUNDS / 3 {
             // SAFETY: a node process of this test's cluster (consumer 1's node).
+            // SAFETY: kill(2) on a pid this test started; no memory is touched.
             unsafe { libc::kill(up.pids[2], libc::SIGSTOP) };
             paused_at = Some(Instant::now());
         }
         if paused_at.is_some_and(|t| t.elapsed() >= Duration::from_millis(400)) {
+            // SAFETY: kill(2) on a pid this test started; no memory is touched.
             unsafe { libc::kill(up.pids[2], libc::SIGCONT) };
             paused_at = None;
         }
     }
     if let Some(paused_at) = paused_at {
         tokio::time::sleep(Duration::from_millis(400).saturating_sub(paused_at.elapsed())).await;
+        // SAFETY: kill(2) on a pid this test started; no memory is touched.
         unsafe { libc::kill(up.pids[2], libc::SIGCONT) };
     }
     done.store(true, std::sync::atomic::Ordering::SeqCst);

@@ -355,8 +355,10 @@ async fn an_interrupted_move_is_finished_by_running_it_again() {
     }
     // A node that does not answer: the move is refused before anything freezes.
     // SAFETY: a node process this test started (resumed right after).
+    // SAFETY: kill(2) on a pid this test started; no memory is touched.
     unsafe { libc::kill(up.pids[0], libc::SIGSTOP) };
     let refused = up.strata(&["shard", "move", "resumed", "0", "--to", "1,2,3", "--timeout", "2"]);
+    // SAFETY: kill(2) on a pid this test started; no memory is touched.
     unsafe { libc::kill(up.pids[0], libc::SIGCONT) };
     assert!(
         !refused.status.success() && stderr(&refused).contains("needs every node up"),

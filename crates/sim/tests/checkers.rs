@@ -113,7 +113,7 @@ impl Builder {
         self
     }
 
-    fn finish(&mut self, live: &[(u32, Held)], crashed: &[u32]) -> &mut Self {
+    fn finish(&mut self, live: &[(u32, Held<'_>)], crashed: &[u32]) -> &mut Self {
         let mut fin = FinalState::default();
         for (n, keys) in live {
             fin.live.push(NodeId(*n));
@@ -335,8 +335,8 @@ fn replica_holds_created_versions_flags_thin_air_state() {
 #[test]
 fn convergence_flags_a_replica_missing_a_live_nodes_write() {
     let mut b = good();
-    let stale: Held = &[("x", val("b1"), cs(2, 1)), ("y", val("b2"), cs(1, 1))];
-    let fresh: Held = &[("x", None, cs(3, 0)), ("y", val("b2"), cs(1, 1))];
+    let stale: Held<'_> = &[("x", val("b1"), cs(2, 1)), ("y", val("b2"), cs(1, 1))];
+    let fresh: Held<'_> = &[("x", None, cs(3, 0)), ("y", val("b2"), cs(1, 1))];
     b.finish(&[(0, fresh), (1, stale)], &[]);
     let found = convergence::convergence(&b.h);
     assert_flags(
@@ -350,8 +350,8 @@ fn convergence_flags_a_replica_missing_a_live_nodes_write() {
 #[test]
 fn convergence_flags_a_key_missing_at_one_replica() {
     let mut b = good();
-    let both: Held = &[("x", None, cs(3, 0)), ("y", val("b2"), cs(1, 1))];
-    let only_x: Held = &[("x", None, cs(3, 0))];
+    let both: Held<'_> = &[("x", None, cs(3, 0)), ("y", val("b2"), cs(1, 1))];
+    let only_x: Held<'_> = &[("x", None, cs(3, 0))];
     b.finish(&[(0, both), (1, only_x)], &[]);
     assert_flags(convergence::convergence(&b.h), "convergence", "n1 holds 0.0.0 of key \"y\"");
 }
@@ -362,8 +362,8 @@ fn convergence_excuses_only_a_crashed_nodes_partially_delivered_write() {
     let mut b = good();
     b.write(sess(2, 0), "y", val("c"), cs(5, 2));
     let x = ("x", None, cs(3, 0));
-    let got: Held = &[x.clone(), ("y", val("c"), cs(5, 2))];
-    let missed: Held = &[x, ("y", val("b2"), cs(1, 1))];
+    let got: Held<'_> = &[x.clone(), ("y", val("c"), cs(5, 2))];
+    let missed: Held<'_> = &[x, ("y", val("b2"), cs(1, 1))];
     b.finish(&[(0, got), (1, missed)], &[2]);
     assert_clean(convergence::convergence(&b.h));
     assert_flags(

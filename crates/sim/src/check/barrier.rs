@@ -50,7 +50,7 @@ pub fn barrier_invariant(h: &History) -> Vec<Violation> {
 }
 
 /// B3: every prior write is held by every node when the value leaves.
-fn fast_problems(h: &History, held: &Holdings, b: &BarrierSeen) -> Vec<String> {
+fn fast_problems(h: &History, held: &Holdings<'_>, b: &BarrierSeen) -> Vec<String> {
     b.prior
         .iter()
         .filter_map(|(key, cs)| {
@@ -71,7 +71,7 @@ fn fast_problems(h: &History, held: &Holdings, b: &BarrierSeen) -> Vec<String> {
 /// ackers — knew the DM-set before the value left (B4.d).
 fn slow_problems(
     h: &History,
-    held: &Holdings,
+    held: &Holdings<'_>,
     b: &BarrierSeen,
     sr: &SlowReleaseSeen,
 ) -> Vec<String> {

@@ -57,7 +57,7 @@ pub fn registry_quorum(h: &History) -> Vec<Violation> {
 /// (a): an acceptor acks slot `t + 1` only with slot `t`'s RMW registered.
 fn unregistered_acks(
     registered: &Registered,
-    decided: &Decided,
+    decided: &Decided<'_>,
     promises: &[PromiseSeen],
 ) -> Vec<Violation> {
     let unregistered = promises.iter().filter_map(|p| {
@@ -84,7 +84,7 @@ fn unregistered_acks(
 fn decisions_before_a_quorum_registered(
     h: &History,
     registered: &Registered,
-    decided: &Decided,
+    decided: &Decided<'_>,
 ) -> Vec<Violation> {
     let q = h.quorum();
     let short = decided.first_commit.iter().filter_map(|(&(key, slot), c)| {

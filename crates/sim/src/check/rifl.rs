@@ -72,7 +72,7 @@ fn check(h: &History, rmw: bool) -> Vec<Violation> {
     for (rpc, sends) in &by_rpc {
         let ops: BTreeSet<usize> = sends.iter().map(|a| a.op).collect();
         rpc_of.insert(sends[0].op, *rpc);
-        if !judged(sends[0].op) && !(rmw && ops.len() > 1) {
+        if !(judged(sends[0].op) || rmw && ops.len() > 1) {
             continue;
         }
         if ops.len() > 1 {
