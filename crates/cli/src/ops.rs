@@ -11,7 +11,7 @@ use strata_client::{
     Client, ClientError, ClientOptions, ClusterId, LinkFault, NodeId, NodeStatus, ShardRole,
     ShardStatus, TableDef, TableDurability, TableEngine, TableReads, TableReplication, WriteOpts,
 };
-use strata_node::tables::{
+use strata_host::catalog::{
     check_table_def, describe, durability_name, reads_name, replication_name, timers_name,
 };
 use strata_wire::client::TableTimers;

@@ -16,6 +16,9 @@ pub use timeout::{DeadlineQueue, Timeout};
 
 use strata_wire::{Instant, NodeId};
 
+/// Opaque number by which a driver routes replies back to a client connection.
+pub type Route = u64;
+
 /// A protocol core. Drivers call one `on_*` input at a time, then drain [`Node::poll_effects`]
 /// and re-arm a single timer at [`Node::poll_timeout`].
 pub trait Node {

@@ -20,7 +20,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
-use strata_rc::Route;
+use strata_core::Route;
 use strata_wire::client::{
     peek_request_header, request_tag, ClientRequest, ClientResponse, ErrorCode, Response,
 };

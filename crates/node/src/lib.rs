@@ -1,15 +1,15 @@
-//! `strata-node`: the server runtime. A thin tokio pump around the sans-IO rc core
-//! (`DESIGN.md`, "The sans-IO contract"): sockets, timers and logs live here; every protocol
-//! decision lives in `strata-rc`.
+//! `strata-node`: the server runtime. A thin tokio pump around the sans-IO host core
+//! (`DESIGN.md`, "The sans-IO contract"): sockets, disks, timers and one clock live here; every
+//! decision that changes protocol state lives in `strata-host` and the engines it composes.
 //!
 //! Tasks of a running node:
 //!
-//! * the **core task** (`driver`) owns the [`strata_rc::RcReplica`] and the clock origin; it
-//!   takes inputs from one channel, drains effects, routes replies and peer messages, and sleeps
-//!   until the next input or `poll_timeout()`. It also pumps every log-table shard replica
-//!   ([`tables`]: catalog, one `strata_log::LogReplica` per shard, their disk completions);
-//! * per log-table shard a **disk thread** executing the shard's `Persist` records over its
-//!   WAL with group commit (`strata-logstore`);
+//! * the **core task** (`driver`) owns the [`strata_host::Host`] and the clock; it takes inputs
+//!   from one channel, hands them to the host, executes its effects in one place (peer
+//!   messages, replies, link faults, storage requests), and sleeps until the next input or
+//!   `poll_timeout()`;
+//! * per log-table shard replica a **disk thread** executing the replica's `Persist` records
+//!   over its WAL with group commit (`strata-logstore`, [`storage`]);
 //! * per client connection a reader and a writer (`client`);
 //! * per peer an outbound sender with the fault layer (`transport`, [`fault`]), and a reader
 //!   per inbound peer connection;
@@ -22,9 +22,8 @@ mod client;
 pub mod config;
 mod driver;
 pub mod fault;
-pub mod leases;
 mod shared;
-pub mod tables;
+mod storage;
 pub mod testing;
 mod transport;
 
@@ -33,13 +32,13 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use strata_rc::{RcConfig, RcReplica};
+use strata_host::{Host, HostConfig};
+use strata_rc::RcConfig;
 use strata_wire::{ClusterId, Limits, NodeId};
 use thiserror::Error;
 use tokio::net::TcpListener;
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
-use tokio::time::Instant as TokioInstant;
 use tracing::{error, info, warn};
 
 pub use config::{ConfigError, LogFormat, NodeArgs, NodeConfig, PeerConfig};
@@ -65,9 +64,9 @@ pub enum StartError {
     /// The data directory could not be created.
     #[error("cannot create data directory {path}: {source}")]
     DataDir { path: PathBuf, source: std::io::Error },
-    /// The protocol core refused the replica set.
-    #[error("invalid replica set: {0}")]
-    Core(#[from] strata_rc::ConfigError),
+    /// The host core refused its configuration or the stored catalog.
+    #[error(transparent)]
+    Host(#[from] strata_host::HostError),
     /// The table catalog or a shard's log could not be loaded (the message names the file).
     #[error("cannot load the log tables: {0}")]
     Tables(String),
@@ -152,11 +151,11 @@ async fn start_on(
         max_value_bytes: cfg.max_value_bytes,
         ..Limits::default()
     };
-    let core = RcReplica::new(rc)?;
     let (disk_tx, disk_rx) = mpsc::unbounded_channel();
-    let replicas: Vec<NodeId> = cfg.replica_ids().into_iter().map(NodeId).collect();
-    let tables = tables::Tables::open(node, replicas, &cfg.data_dir, incarnation, disk_tx)
-        .map_err(StartError::Tables)?;
+    let disks = storage::Disks::new(&cfg.data_dir, disk_tx);
+    let catalog = disks.load_catalog().map_err(StartError::Tables)?;
+    let rifl = strata_host::rifl_config(Duration::from_millis(cfg.lease_term_ms));
+    let host = Host::new(HostConfig { rc, rifl, seed: incarnation }, &catalog)?;
 
     let wire = WireSettings {
         node,
@@ -171,16 +170,9 @@ async fn start_on(
         cfg.peers.iter().map(|p| Arc::new(PeerLink::new(NodeId(p.id), p.addr))).collect();
     let peer_ids = Arc::new(links.iter().map(|l| l.id).collect::<Vec<_>>());
 
-    let leases =
-        leases::Leases::new(node, leases::rifl_config(Duration::from_millis(cfg.lease_term_ms)));
-    let driver = driver::Driver::new(
-        core,
-        TokioInstant::now(),
-        links.clone(),
-        counters.clone(),
-        tables,
-        leases,
-    );
+    let driver =
+        driver::Driver::start(host, storage::Clock::new(), links.clone(), counters.clone(), disks)
+            .map_err(StartError::Tables)?;
     let core_task = tokio::spawn(driver.run(core_rx, disk_rx, stop_rx.clone()));
     for link in &links {
         tasks.spawn(transport::run_sender(link.clone(), wire));

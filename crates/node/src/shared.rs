@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::Duration;
 
-use strata_rc::Route;
+use strata_core::Route;
 use strata_wire::client::{ClientRequest, ClientResponse};
 use strata_wire::peer::PeerMessage;
 use strata_wire::{ClusterId, NodeId};

@@ -6,8 +6,7 @@ use strata_wire::{AcquireId, Ballot, Carstamp, NodeId, RmwId, SessionId};
 
 use crate::node_set::NodeSet;
 
-/// Opaque number by which the driver routes replies back to a client connection.
-pub type Route = u64;
+pub use strata_core::Route;
 
 /// An input from a client connection.
 #[derive(Clone, Debug)]

@@ -28,14 +28,13 @@
 //! here, by client, and the question goes to the `__leases` leader as a peer message, or is
 //! answered in place if this node serves), or expired on the service's word (`ExpiredLease`).
 //! An answer "expired" also makes the node collect the client's completion records (§5.6):
-//! the driver hands those ids to the rc engine.
+//! the host hands those ids to the rc engine and the shards.
 
 use std::collections::{HashMap, VecDeque};
 use std::time::Duration;
 
 use bytes::Bytes;
 use strata_log::{WriteAck, WriteError, WriteOp};
-use strata_rc::Route;
 use strata_rifl::{
     DurableLeases, LeaseCheck, LeaseCommand, LeaseService, LeaseValidator, Renewal, RequestTracker,
     RiflConfig, WINDOW,
@@ -46,10 +45,13 @@ use strata_wire::client::{
 use strata_wire::peer::PeerMessage;
 use strata_wire::rifl::{ClusterTime, LeaseInfo, LeaseStatus, Rifl, RpcId};
 use strata_wire::{Instant, NodeId};
-use tokio::time::Instant as TokioInstant;
 use tracing::{info, warn};
 
-use crate::tables::{Outbox, Tables, LEASE_TABLE};
+use strata_core::Route;
+
+use crate::catalog::LEASE_TABLE;
+use crate::effects::HostEffects;
+use crate::shards::Shards;
 
 /// The service's own RIFL client id in epoch `e` of `__leases`, start `k` of the service in
 /// that epoch, is `SERVICE_CLIENT - (e << 20) - k` (module docs).
@@ -73,7 +75,7 @@ pub fn rifl_config(term: Duration) -> RiflConfig {
 }
 
 /// Whether `req` is a linearizable RPC whose lease the node checks.
-pub(crate) fn is_linearizable(req: &Request) -> bool {
+pub fn is_linearizable(req: &Request) -> bool {
     matches!(
         req,
         Request::Put { .. }
@@ -103,15 +105,15 @@ enum Waiter {
 
 impl Waiter {
     /// The grant, or `None`: not granted here (the client tries again, at the leader).
-    fn answer(self, grant: Option<LeaseStatus>, out: &mut Outbox) {
+    fn answer(self, grant: Option<LeaseStatus>, out: &mut HostEffects) {
         match self {
             Waiter::Client(route, corr) => {
                 let body =
                     grant.map_or(Response::LogRejected(LogFailure::Unavailable), Response::Lease);
-                out.replies.push((route, ClientResponse { corr, body }));
+                out.reply.push((route, ClientResponse { corr, body }));
             }
             Waiter::Peer(node, req) => {
-                out.peers.push((node, PeerMessage::LeaseRenewed { req, grant }))
+                out.send.push((node, PeerMessage::LeaseRenewed { req, grant }))
             }
         }
     }
@@ -178,8 +180,8 @@ impl Leases {
         now: Instant,
         route: Route,
         mut req: ClientRequest,
-        tables: &Tables,
-        out: &mut Outbox,
+        shards: &Shards,
+        out: &mut HostEffects,
     ) -> Option<ClientRequest> {
         let Some(env) = req.rifl.as_mut().filter(|e| e.check().is_ok()) else {
             return Some(req); // no envelope, or a bad one: the engine answers it
@@ -195,12 +197,12 @@ impl Leases {
                     code: ErrorCode::ExpiredLease,
                     message: format!("{}: the client's lease expired (confirmed by the lease service); outcome of its unfinished requests unknown", env.rpc),
                 };
-                out.replies.push((route, ClientResponse { corr: req.corr, body }));
+                out.reply.push((route, ClientResponse { corr: req.corr, body }));
                 None
             }
             LeaseCheck::Ask => {
                 self.held.entry(client).or_default().push((route, req));
-                self.ask(now, client, tables, out);
+                self.ask(now, client, shards, out);
                 None
             }
         }
@@ -208,7 +210,7 @@ impl Leases {
 
     /// Sends a question about `client` to the service (or answers it here) unless one is in
     /// flight.
-    fn ask(&mut self, now: Instant, client: u64, tables: &Tables, out: &mut Outbox) {
+    fn ask(&mut self, now: Instant, client: u64, shards: &Shards, out: &mut HostEffects) {
         if !self.validator.should_ask(client, now) {
             return;
         }
@@ -219,9 +221,9 @@ impl Leases {
             }
             return;
         }
-        match tables.leader_of(LEASE_TABLE) {
+        match shards.leader_of(LEASE_TABLE) {
             Some(leader) if leader != self.me => {
-                out.peers.push((leader, PeerMessage::LeaseQuery { client_id: client }))
+                out.send.push((leader, PeerMessage::LeaseQuery { client_id: client }))
             }
             _ => {} // no leader known: asked again after QUERY_RETRY
         }
@@ -246,12 +248,12 @@ impl Leases {
 
     /// A peer's question: answered if this node serves the service (else the peer asks
     /// again, by then at the new leader).
-    pub fn on_query(&mut self, now: Instant, from: NodeId, client: u64, out: &mut Outbox) {
+    pub fn on_query(&mut self, now: Instant, from: NodeId, client: u64, out: &mut HostEffects) {
         if self.term.is_none() {
             return;
         }
         if let Some(status) = self.service.status(client, now) {
-            out.peers.push((from, PeerMessage::LeaseAnswer { client_id: client, status }));
+            out.send.push((from, PeerMessage::LeaseAnswer { client_id: client, status }));
         }
     }
 
@@ -263,24 +265,23 @@ impl Leases {
     #[allow(clippy::too_many_arguments)]
     pub fn on_request(
         &mut self,
-        at: TokioInstant,
         now: Instant,
         route: Route,
         corr: u64,
         body: &Request,
-        tables: &mut Tables,
-        out: &mut Outbox,
+        shards: &mut Shards,
+        out: &mut HostEffects,
     ) {
         match *body {
             Request::RenewLease { lease_id } => {
                 if self.term.is_some() {
-                    return self.renew(at, now, lease_id, Waiter::Client(route, corr), tables, out);
+                    return self.renew(now, lease_id, Waiter::Client(route, corr), shards, out);
                 }
-                match tables.leader_of(LEASE_TABLE).filter(|&n| n != self.me) {
+                match shards.leader_of(LEASE_TABLE).filter(|&n| n != self.me) {
                     Some(leader) => {
                         self.next_forward += 1;
                         self.forwarded.insert(self.next_forward, (route, corr, now));
-                        out.peers.push((
+                        out.send.push((
                             leader,
                             PeerMessage::LeaseRenew { req: self.next_forward, lease_id },
                         ));
@@ -293,10 +294,10 @@ impl Leases {
                 let body = match self.service.status(lease_id, now) {
                     Some(status) => Response::Lease(status),
                     None => Response::LogRejected(LogFailure::NotLeader {
-                        hint: tables.leader_of(LEASE_TABLE).filter(|&n| n != self.me),
+                        hint: shards.leader_of(LEASE_TABLE).filter(|&n| n != self.me),
                     }),
                 };
-                out.replies.push((route, ClientResponse { corr, body }));
+                out.reply.push((route, ClientResponse { corr, body }));
             }
             _ => unreachable!("only lease requests come here"),
         }
@@ -306,22 +307,21 @@ impl Leases {
     #[allow(clippy::too_many_arguments)]
     pub fn on_forwarded(
         &mut self,
-        at: TokioInstant,
         now: Instant,
         from: NodeId,
         req: u64,
         lease_id: u64,
-        tables: &mut Tables,
-        out: &mut Outbox,
+        shards: &mut Shards,
+        out: &mut HostEffects,
     ) {
         if self.term.is_none() {
-            return out.peers.push((from, PeerMessage::LeaseRenewed { req, grant: None }));
+            return out.send.push((from, PeerMessage::LeaseRenewed { req, grant: None }));
         }
-        self.renew(at, now, lease_id, Waiter::Peer(from, req), tables, out);
+        self.renew(now, lease_id, Waiter::Peer(from, req), shards, out);
     }
 
     /// The leader's grant for a renewal this node forwarded.
-    pub fn on_renewed(&mut self, req: u64, grant: Option<LeaseStatus>, out: &mut Outbox) {
+    pub fn on_renewed(&mut self, req: u64, grant: Option<LeaseStatus>, out: &mut HostEffects) {
         if let Some((route, corr, _)) = self.forwarded.remove(&req) {
             Waiter::Client(route, corr).answer(grant, out);
         }
@@ -330,19 +330,18 @@ impl Leases {
     /// §5.5.2 `RenewLease` at the serving node.
     fn renew(
         &mut self,
-        at: TokioInstant,
         now: Instant,
         lease_id: u64,
         waiter: Waiter,
-        tables: &mut Tables,
-        out: &mut Outbox,
+        shards: &mut Shards,
+        out: &mut HostEffects,
     ) {
         match self.service.renew(lease_id, now) {
             Renewal::Granted(g) => waiter.answer(Some(g), out),
             Renewal::Persist { id, commands } => {
                 self.creating.entry(id).or_default().push(waiter);
                 for cmd in commands {
-                    self.propose(at, cmd, tables, out);
+                    self.propose(now, cmd, shards, out);
                 }
             }
             Renewal::NotServing => waiter.answer(None, out),
@@ -353,16 +352,16 @@ impl Leases {
     /// is full (a burst of new clients): it goes out as answers come back, in order.
     fn propose(
         &mut self,
-        at: TokioInstant,
+        now: Instant,
         cmd: LeaseCommand,
-        tables: &mut Tables,
-        out: &mut Outbox,
+        shards: &mut Shards,
+        out: &mut HostEffects,
     ) {
         let Some(term) = self.term.as_mut() else { return }; // stopped meanwhile
         if !term.queued.is_empty() {
             return term.queued.push_back(cmd);
         }
-        if let Err(cmd) = self.send(at, cmd, tables, out) {
+        if let Err(cmd) = self.send(now, cmd, shards, out) {
             if let Some(term) = self.term.as_mut() {
                 term.queued.push_back(cmd);
             }
@@ -370,9 +369,9 @@ impl Leases {
     }
 
     /// Sends queued commands while the window has room.
-    fn send_queued(&mut self, at: TokioInstant, tables: &mut Tables, out: &mut Outbox) {
+    fn send_queued(&mut self, now: Instant, shards: &mut Shards, out: &mut HostEffects) {
         while let Some(cmd) = self.term.as_mut().and_then(|t| t.queued.pop_front()) {
-            if let Err(cmd) = self.send(at, cmd, tables, out) {
+            if let Err(cmd) = self.send(now, cmd, shards, out) {
                 if let Some(term) = self.term.as_mut() {
                     term.queued.push_front(cmd);
                 }
@@ -384,10 +383,10 @@ impl Leases {
     /// One write of the service, if the window has room (else the command comes back).
     fn send(
         &mut self,
-        at: TokioInstant,
+        now: Instant,
         cmd: LeaseCommand,
-        tables: &mut Tables,
-        out: &mut Outbox,
+        shards: &mut Shards,
+        out: &mut HostEffects,
     ) -> Result<(), LeaseCommand> {
         let Some(term) = self.term.as_mut() else { return Ok(()) }; // stopped: dropped
         let Ok(seq) = term.tracker.new_sequence_num() else { return Err(cmd) };
@@ -402,7 +401,7 @@ impl Leases {
             },
         };
         let (key, op) = command_write(&cmd);
-        let token = tables.write_internal(at, LEASE_TABLE, rifl, key, op, out);
+        let token = shards.write_internal(now, LEASE_TABLE, rifl, key, op, out);
         self.proposed.insert(token, (seq, cmd));
         Ok(())
     }
@@ -410,12 +409,11 @@ impl Leases {
     /// The log's answer to one of the service's writes.
     pub fn on_written(
         &mut self,
-        at: TokioInstant,
         now: Instant,
         token: u64,
         result: Result<WriteAck, WriteError>,
-        tables: &mut Tables,
-        out: &mut Outbox,
+        shards: &mut Shards,
+        out: &mut HostEffects,
     ) {
         let Some((seq, cmd)) = self.proposed.remove(&token) else { return };
         if let Some(t) = self.term.as_mut() {
@@ -437,10 +435,10 @@ impl Leases {
                 waiter.answer(grant, out);
             }
         }
-        self.send_queued(at, tables, out);
+        self.send_queued(now, shards, out);
     }
 
-    fn stop(&mut self, out: &mut Outbox) {
+    fn stop(&mut self, out: &mut HostEffects) {
         self.term = None;
         self.service.step_down();
         self.proposed.clear();
@@ -451,9 +449,9 @@ impl Leases {
 
     /// Periodic work: follow the `__leases` leadership, run the service's clock and cleaner,
     /// the node's cleaner (§5.6), and ask again about held clients.
-    pub fn tick(&mut self, at: TokioInstant, now: Instant, tables: &mut Tables, out: &mut Outbox) {
+    pub fn tick(&mut self, now: Instant, shards: &mut Shards, out: &mut HostEffects) {
         self.next_tick = now + QUERY_RETRY;
-        let leads = tables.leads(at, LEASE_TABLE);
+        let leads = shards.leads(now, LEASE_TABLE);
         match (&self.term, leads) {
             (Some(t), Some(e)) if t.epoch == e => {}
             (None, None) => {}
@@ -463,12 +461,10 @@ impl Leases {
                     self.stop(out);
                 }
                 if let Some(epoch) = leads {
-                    let started = std::time::Instant::now();
                     let mut durable = DurableState::default();
-                    tables.scan(LEASE_TABLE, |k, v| durable.add(k, v));
+                    shards.scan(LEASE_TABLE, |k, v| durable.add(k, v));
                     let durable = durable.build();
-                    let took_ms = started.elapsed().as_millis() as u64;
-                    info!(epoch, leases = durable.ids.len(), safe_time = %durable.safe_time, took_ms, "lease service: serving at the __leases leader");
+                    info!(epoch, leases = durable.ids.len(), safe_time = %durable.safe_time, "lease service: serving at the __leases leader");
                     self.service = LeaseService::restore(self.config.clone(), durable);
                     self.service.become_leader(now);
                     let k = if self.starts.0 == epoch { self.starts.1 + 1 } else { 0 };
@@ -485,11 +481,11 @@ impl Leases {
         }
         if self.term.is_some() {
             for cmd in self.service.tick(now) {
-                self.propose(at, cmd, tables, out);
+                self.propose(now, cmd, shards, out);
             }
         }
         for client in self.validator.cleaner(now) {
-            self.ask(now, client, tables, out);
+            self.ask(now, client, shards, out);
         }
         // A forwarded renewal unanswered for a while (leader gone): the client tries again.
         let stale: Vec<u64> = self
@@ -503,7 +499,7 @@ impl Leases {
         }
         let held: Vec<u64> = self.held.keys().copied().collect();
         for client in held {
-            self.ask(now, client, tables, out);
+            self.ask(now, client, shards, out);
         }
     }
 

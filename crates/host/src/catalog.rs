@@ -1,0 +1,327 @@
+//! The table catalog as data (no files: the runtime stores the bytes [`encode`] makes and hands
+//! [`decode`] what it read back).
+//!
+//! # Catalog [DECISION]
+//!
+//! `strata table create` sends the definition to every node; each node's host core records it
+//! and asks its runtime to store the whole catalog durably (`Storage::Catalog`: a temporary file,
+//! fsynced, renamed, directory fsynced, in `strata-node`) before it starts the table's shards.
+//! Creation is idempotent for an identical definition and refused for a conflicting one. A
+//! replicated catalog is future work.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+use strata_log::{DurabilityMode, LogConfig, ReadPolicy, Replication};
+use strata_wire::client::{
+    TableDef, TableDurability, TableEngine, TableReads, TableReplication, TableTimers,
+};
+use strata_wire::log::ShardMove;
+use strata_wire::NodeId;
+
+/// The most shards a table may have (each is a replica, a WAL and a thread on every node).
+pub const MAX_SHARDS: u32 = 64;
+/// The longest table name (it names a directory).
+pub const MAX_TABLE_NAME: usize = 64;
+/// Names of system tables start with this; users cannot create such tables.
+pub const SYSTEM_PREFIX: &str = "__";
+/// The log table holding RIFL's lease service (rifl.md R-D1: its durable state replicated by
+/// the store's own consensus; the service runs at the table's leader). Every node has it from
+/// its first start; it is not in the catalog file.
+pub const LEASE_TABLE: &str = "__leases";
+
+/// The lease table's definition: one shard, every command fsynced at a majority before the
+/// service acts on it (§5.5.2: "after the write is durable"), reads at the leader.
+pub fn lease_table_def() -> TableDef {
+    TableDef {
+        name: LEASE_TABLE.to_string(),
+        engine: TableEngine::Log,
+        durability: TableDurability::Sync,
+        replication: TableReplication::Sync,
+        reads: TableReads::Leader,
+        shards: 1,
+        timers: TableTimers::Default,
+    }
+}
+
+/// The log engine's configuration for a table on a cluster of `n` nodes, or the core's own
+/// [`strata_log::ConfigError`] when the combination is invalid (e.g. active-set reads without
+/// CAD).
+pub fn log_config(def: &TableDef, n: usize) -> Result<LogConfig, strata_log::ConfigError> {
+    let durability = match (def.durability, def.replication) {
+        (TableDurability::Sync, _) => DurabilityMode::Sync,
+        (TableDurability::Async, TableReplication::Async) => DurabilityMode::Async,
+        (TableDurability::Async, TableReplication::Sync) => DurabilityMode::SyncRepl,
+        (TableDurability::Cad, TableReplication::Async) => DurabilityMode::Cad(Replication::Async),
+        (TableDurability::Cad, TableReplication::Sync) => {
+            DurabilityMode::Cad(Replication::SyncRepl)
+        }
+    };
+    let reads = match def.reads {
+        TableReads::Leader => ReadPolicy::Leader,
+        TableReads::ActiveSet => ReadPolicy::ActiveSet,
+        TableReads::Any => ReadPolicy::Any,
+    };
+    let cfg = LogConfig::with(durability, reads);
+    let cfg = match def.timers {
+        TableTimers::Default => cfg,
+        // §3.4 geo preset, for a WAN RTT of about 35 ms (§8.3 E4, scripts/bench-geo.sh).
+        TableTimers::Geo => cfg.geo(),
+    };
+    cfg.validate(n)?;
+    Ok(cfg)
+}
+
+/// Checks a definition before it enters a catalog; the message says what is wrong.
+pub fn check_table_def(def: &TableDef, n: usize) -> Result<LogConfig, String> {
+    let name_ok = !def.name.is_empty()
+        && def.name.len() <= MAX_TABLE_NAME
+        && def.name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+        && !def.name.starts_with('-');
+    if !name_ok {
+        return Err(format!(
+            "invalid table name {:?}: use 1-{MAX_TABLE_NAME} letters, digits, '_' or '-'",
+            def.name
+        ));
+    }
+    if def.name.starts_with(SYSTEM_PREFIX) {
+        return Err(format!(
+            "invalid table name {:?}: names starting with {SYSTEM_PREFIX:?} are reserved for system tables",
+            def.name
+        ));
+    }
+    if def.shards == 0 || def.shards > MAX_SHARDS {
+        return Err(format!("a table has 1 to {MAX_SHARDS} shards, not {}", def.shards));
+    }
+    log_config(def, n).map_err(|e| e.to_string())
+}
+
+// ---- the catalog's stored form ----
+
+#[derive(Serialize, Deserialize)]
+struct CatalogFile {
+    tables: Vec<CatalogEntry>,
+}
+
+#[derive(Serialize, Deserialize)]
+struct CatalogEntry {
+    name: String,
+    engine: String,
+    durability: String,
+    replication: String,
+    reads: String,
+    shards: u32,
+    /// Absent from catalogs written before timer presets existed.
+    #[serde(default = "default_timers_name")]
+    timers: String,
+    /// Shards that moved (rifl.md §5.7): their generation and replicas. A shard not listed
+    /// is in generation 0 on every node. Absent from catalogs written before shard moves.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    moved: Vec<MovedShard>,
+}
+
+#[derive(Serialize, Deserialize)]
+struct MovedShard {
+    shard: u32,
+    generation: u32,
+    replicas: Vec<u32>,
+}
+
+/// A catalogued table: its definition and where its moved shards live.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Catalogued {
+    pub def: TableDef,
+    /// Shards that moved, by shard; the others are in generation 0 on every node.
+    pub moved: BTreeMap<u32, ShardMove>,
+}
+
+fn default_timers_name() -> String {
+    timers_name(TableTimers::Default).into()
+}
+
+pub fn durability_name(d: TableDurability) -> &'static str {
+    match d {
+        TableDurability::Sync => "sync",
+        TableDurability::Async => "async",
+        TableDurability::Cad => "cad",
+    }
+}
+pub fn replication_name(r: TableReplication) -> &'static str {
+    match r {
+        TableReplication::Sync => "sync",
+        TableReplication::Async => "async",
+    }
+}
+pub fn reads_name(r: TableReads) -> &'static str {
+    match r {
+        TableReads::Leader => "leader",
+        TableReads::ActiveSet => "active-set",
+        TableReads::Any => "any",
+    }
+}
+pub fn timers_name(t: TableTimers) -> &'static str {
+    match t {
+        TableTimers::Default => "default",
+        TableTimers::Geo => "geo",
+    }
+}
+
+impl CatalogEntry {
+    fn from_table(t: &Catalogued) -> CatalogEntry {
+        CatalogEntry {
+            moved: t
+                .moved
+                .iter()
+                .map(|(&shard, m)| MovedShard {
+                    shard,
+                    generation: m.generation,
+                    replicas: m.replicas.iter().map(|n| n.0).collect(),
+                })
+                .collect(),
+            ..CatalogEntry::from_def(&t.def)
+        }
+    }
+
+    fn from_def(d: &TableDef) -> CatalogEntry {
+        CatalogEntry {
+            moved: Vec::new(),
+            name: d.name.clone(),
+            engine: "log".into(),
+            durability: durability_name(d.durability).into(),
+            replication: replication_name(d.replication).into(),
+            reads: reads_name(d.reads).into(),
+            shards: d.shards,
+            timers: timers_name(d.timers).into(),
+        }
+    }
+
+    fn to_def(&self) -> Result<TableDef, String> {
+        let bad = |what: &str, v: &str| format!("table {}: unknown {what} {v:?}", self.name);
+        Ok(TableDef {
+            name: self.name.clone(),
+            engine: match self.engine.as_str() {
+                "log" => TableEngine::Log,
+                v => return Err(bad("engine", v)),
+            },
+            durability: match self.durability.as_str() {
+                "sync" => TableDurability::Sync,
+                "async" => TableDurability::Async,
+                "cad" => TableDurability::Cad,
+                v => return Err(bad("durability", v)),
+            },
+            replication: match self.replication.as_str() {
+                "sync" => TableReplication::Sync,
+                "async" => TableReplication::Async,
+                v => return Err(bad("replication", v)),
+            },
+            reads: match self.reads.as_str() {
+                "leader" => TableReads::Leader,
+                "active-set" => TableReads::ActiveSet,
+                "any" => TableReads::Any,
+                v => return Err(bad("reads", v)),
+            },
+            shards: self.shards,
+            timers: match self.timers.as_str() {
+                "default" => TableTimers::Default,
+                "geo" => TableTimers::Geo,
+                v => return Err(bad("timers", v)),
+            },
+        })
+    }
+}
+
+/// Reads a stored catalog (empty bytes: no catalog yet). The message names what is wrong.
+pub fn decode(bytes: &[u8]) -> Result<Vec<Catalogued>, String> {
+    if bytes.is_empty() {
+        return Ok(Vec::new());
+    }
+    let file: CatalogFile = serde_json::from_slice(bytes).map_err(|e| format!("corrupt: {e}"))?;
+    file.tables
+        .iter()
+        .map(|e| {
+            let moved = e
+                .moved
+                .iter()
+                .map(|m| {
+                    let replicas = m.replicas.iter().copied().map(NodeId).collect();
+                    (m.shard, ShardMove { generation: m.generation, replicas })
+                })
+                .collect();
+            Ok(Catalogued { def: e.to_def()?, moved })
+        })
+        .collect()
+}
+
+/// The stored form of a catalog (pretty JSON, so an operator can read it).
+pub fn encode<'a>(tables: impl IntoIterator<Item = &'a Catalogued>) -> Vec<u8> {
+    let file = CatalogFile { tables: tables.into_iter().map(CatalogEntry::from_table).collect() };
+    serde_json::to_vec_pretty(&file).expect("a catalog serializes")
+}
+
+/// A definition in words, for messages: `engine log, durability cad, replication async,
+/// reads active-set, timers default, 1 shard(s)`.
+pub fn describe(d: &TableDef) -> String {
+    format!(
+        "engine log, durability {}, replication {}, reads {}, timers {}, {} shard(s)",
+        durability_name(d.durability),
+        replication_name(d.replication),
+        reads_name(d.reads),
+        timers_name(d.timers),
+        d.shards
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    pub(crate) fn def(timers: TableTimers) -> TableDef {
+        TableDef {
+            name: "t".into(),
+            engine: TableEngine::Log,
+            durability: TableDurability::Cad,
+            replication: TableReplication::Async,
+            reads: TableReads::ActiveSet,
+            shards: 2,
+            timers,
+        }
+    }
+
+    #[test]
+    fn the_catalog_keeps_timer_presets_and_moved_shards_and_reads_older_catalogs() {
+        let moved = BTreeMap::from([(
+            1,
+            ShardMove { generation: 2, replicas: vec![NodeId(1), NodeId(3)] },
+        )]);
+        let tables = vec![
+            Catalogued { def: def(TableTimers::Geo), moved },
+            Catalogued {
+                def: TableDef { name: "d".into(), ..def(TableTimers::Default) },
+                moved: BTreeMap::new(),
+            },
+        ];
+        assert_eq!(decode(&encode(&tables)).unwrap(), tables);
+        // A catalog written before timer presets and shard moves existed has no `timers` and
+        // no `moved`: the default preset, every shard in generation 0.
+        let old = r#"{"tables":[{"name":"t","engine":"log","durability":"cad","replication":"async","reads":"active-set","shards":2}]}"#;
+        let defaults = Catalogued { def: def(TableTimers::Default), moved: BTreeMap::new() };
+        assert_eq!(decode(old.as_bytes()).unwrap(), vec![defaults]);
+        assert_eq!(decode(b"").unwrap(), vec![]);
+        assert!(decode(b"{").unwrap_err().starts_with("corrupt"));
+    }
+
+    #[test]
+    fn the_geo_preset_sets_the_geo_timers() {
+        let geo = log_config(&def(TableTimers::Geo), 5).unwrap();
+        let lan = log_config(&def(TableTimers::Default), 5).unwrap();
+        assert_eq!(
+            (geo.heartbeat, geo.mark_out_timeout, geo.removal_timeout),
+            (Duration::from_millis(25), Duration::from_millis(150), Duration::from_millis(750)),
+            "ORCA §3.4 geo preset"
+        );
+        assert_eq!(lan.mark_out_timeout, Duration::from_millis(100));
+        assert!(describe(&def(TableTimers::Geo)).contains("timers geo"));
+    }
+}

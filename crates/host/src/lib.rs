@@ -1,0 +1,540 @@
+//! `strata-host`: the host core, one sans-IO state machine per server process (`DESIGN.md`,
+//! "The sans-IO contract"). It composes everything a Strata node decides:
+//!
+//! * the rc replica (Kite, `strata-rc`), which owns the default keyspace;
+//! * the log tables ([`shards`]): the catalog as data ([`catalog`]) and one `LogReplica` per
+//!   shard replica the node hosts, their persist records and held messages;
+//! * RIFL's lease check and, at the `__leases` leader, the lease service ([`leases`]);
+//! * shard moves ([`moves`]): freeze at the leader, adopt everywhere, as storage steps.
+//!
+//! Time arrives as `now` (one clock for every part), randomness as a seed in [`HostConfig`],
+//! and everything the host wants done leaves as [`HostEffects`]: peer messages, client replies,
+//! storage requests tagged by their owner ([`Storage`]: a shard's log records, opening and
+//! closing a shard's storage, the catalog) and transport faults. Storage requests are answered
+//! by inputs (`on_shard_opened`, `on_shard_persisted`, `on_catalog_saved`). The server runtime
+//! (`strata-node`) and the simulator (`strata-sim`) both drive this type, each executing its
+//! effects in one place, so the node-level code the simulator tests is the code that runs.
+
+pub mod catalog;
+mod effects;
+pub mod leases;
+mod moves;
+mod shards;
+
+use std::time::Duration;
+
+use strata_core::{Node, Route};
+use strata_log::RecoveredState;
+use strata_rc::{RcConfig, RcEffects, RcInput, RcReplica, RcStats};
+use strata_rifl::RiflConfig;
+use strata_wire::client::{
+    ClientRequest, ClientResponse, ErrorCode, Request, Response, ShardStatus,
+};
+use strata_wire::peer::PeerMessage;
+use strata_wire::{Instant, NodeId};
+use tracing::{error, info};
+
+pub use effects::{HostEffects, ShardId, ShardKey, Storage};
+
+use catalog::{describe, lease_table_def, Catalogued};
+use leases::{is_linearizable, Leases, Released};
+use moves::Adoption;
+use shards::{Opening, Shards};
+
+/// What a host is configured with.
+#[derive(Clone, Debug)]
+pub struct HostConfig {
+    /// The rc replica's configuration; its `node` and `replicas` are this node and every node
+    /// of the cluster (log-table shards start on all of them).
+    pub rc: RcConfig,
+    pub rifl: RiflConfig,
+    /// Seeds every shard replica (mixed with the shard's id and generation).
+    pub seed: u64,
+}
+
+/// Why a host could not be built. Each variant says what to fix.
+#[derive(Debug, thiserror::Error)]
+pub enum HostError {
+    /// The rc replica refused its configuration (the replica set).
+    #[error("invalid replica set: {0}")]
+    Rc(#[from] strata_rc::ConfigError),
+    /// The stored catalog does not decode or holds an invalid table (restore it from a
+    /// replica, or remove the table's entry).
+    #[error("catalog: {0}")]
+    Catalog(String),
+}
+
+/// A catalog change waiting for its `Storage::Catalog` (one at a time: each save carries the
+/// whole catalog, so two in flight could undo each other).
+enum Change {
+    Create { def: strata_wire::client::TableDef, route: Route, corr: u64 },
+    Adopt(Adoption),
+}
+
+/// The host core (crate docs).
+pub struct Host {
+    me: NodeId,
+    rc: RcReplica,
+    rc_effects: RcEffects,
+    shards: Shards,
+    leases: Leases,
+    out: HostEffects,
+    /// The catalog change under way, and its save's token once asked for.
+    change: Option<(Option<u64>, Change)>,
+    next_catalog_token: u64,
+}
+
+impl Host {
+    /// A host from its configuration and the stored catalog (`b""` when there is none). Its
+    /// first effects open the storage of every shard replica it hosts: the runtime answers
+    /// each with [`Host::on_shard_opened`] before the host serves those shards.
+    pub fn new(cfg: HostConfig, stored_catalog: &[u8]) -> Result<Host, HostError> {
+        let me = cfg.rc.node;
+        let nodes = cfg.rc.replicas.clone();
+        let rc = RcReplica::new(cfg.rc).map_err(HostError::Rc)?;
+        let catalog = catalog::decode(stored_catalog).map_err(HostError::Catalog)?;
+        let mut shards = Shards::new(me, nodes, cfg.seed);
+        let mut out = HostEffects::default();
+        shards.start_table(
+            Catalogued { def: lease_table_def(), moved: Default::default() },
+            &mut out,
+        );
+        for table in catalog {
+            catalog::check_table_def(&table.def, shards.nodes.len()).map_err(HostError::Catalog)?;
+            shards.start_table(table, &mut out);
+        }
+        Ok(Host {
+            me,
+            rc,
+            rc_effects: RcEffects::default(),
+            shards,
+            leases: Leases::new(me, cfg.rifl),
+            out,
+            change: None,
+            next_catalog_token: 0,
+        })
+    }
+
+    pub fn id(&self) -> NodeId {
+        self.me
+    }
+
+    // ---- inputs ----
+
+    /// A decoded client request on connection `route`. `Status` is the runtime's (it owns the
+    /// transport counters): it asks [`Host::status`] for the protocol part.
+    pub fn on_client_request(&mut self, now: Instant, route: Route, req: ClientRequest) {
+        self.request(now, route, req);
+        self.settle(now);
+    }
+
+    /// Connection `route` is gone: its rc sessions close (Kite §6, client crash).
+    pub fn on_disconnected(&mut self, now: Instant, route: Route) {
+        self.rc.on_client_request(now, RcInput::Disconnected { route });
+    }
+
+    pub fn on_peer_message(&mut self, now: Instant, from: NodeId, msg: PeerMessage) {
+        match msg {
+            PeerMessage::Shard { table, shard, generation, msg } => {
+                let id = ShardId { table, shard, generation };
+                self.shards.on_peer(now, from, id, msg, &mut self.out)
+            }
+            PeerMessage::LeaseQuery { client_id } => {
+                self.leases.on_query(now, from, client_id, &mut self.out)
+            }
+            PeerMessage::LeaseRenew { req, lease_id } => {
+                self.leases.on_forwarded(now, from, req, lease_id, &mut self.shards, &mut self.out)
+            }
+            PeerMessage::LeaseRenewed { req, grant } => {
+                self.leases.on_renewed(req, grant, &mut self.out)
+            }
+            PeerMessage::LeaseAnswer { client_id, status } => {
+                let released = self.leases.on_answer(now, client_id, &status);
+                self.release(now, released);
+            }
+            msg => self.rc.on_message(now, from, msg),
+        }
+        self.settle(now);
+    }
+
+    /// Runs whatever is due at `now` (a tick with nothing due does nothing).
+    pub fn on_tick(&mut self, now: Instant) {
+        if self.rc.poll_timeout().is_some_and(|t| t <= now) {
+            self.rc.on_tick(now);
+        }
+        self.shards.tick(now, &mut self.out);
+        if self.leases.deadline() <= now {
+            self.leases.tick(now, &mut self.shards, &mut self.out);
+        }
+        self.settle(now);
+    }
+
+    /// The answer to `Storage::Open`. `Err` is returned too (with the shard named), so a
+    /// runtime can refuse to start when a shard's storage cannot be read.
+    pub fn on_shard_opened(
+        &mut self,
+        now: Instant,
+        id: ShardId,
+        result: Result<RecoveredState, String>,
+    ) -> Result<(), String> {
+        let Some((opened, why)) = self.shards.opening.remove(&id.key()) else {
+            return Ok(()); // not asked for
+        };
+        assert_eq!(opened, id, "the runtime answers the open it was asked for");
+        let table = self.table_name(id);
+        let result = result.map_err(|e| format!("table {table} shard {}: {e}", id.shard));
+        let outcome = match why {
+            Opening::Start { placement } => match result {
+                Ok(state) => self.shards.start_replica(now, id, &placement, state),
+                Err(e) => Err(e),
+            },
+            Opening::Adopt => self.adopt_opened(id, result),
+        };
+        if let Err(e) = &outcome {
+            error!(error = %e, "a shard replica could not start; it serves nothing until the node restarts");
+        }
+        self.settle(now);
+        outcome
+    }
+
+    /// The answer to `Storage::Log`: every record of `id` with a token `<= upto` is durable.
+    pub fn on_shard_persisted(&mut self, now: Instant, id: ShardId, upto: u64) {
+        self.shards.on_persisted(now, id, upto, &mut self.out);
+        self.settle(now);
+    }
+
+    /// `Storage::Log` failed for `id`: the replica stops (its storage is poisoned).
+    pub fn on_shard_failed(&mut self, id: ShardId, error: &str) {
+        self.shards.on_failed(id, error);
+    }
+
+    /// The answer to `Storage::Catalog { token, .. }`.
+    pub fn on_catalog_saved(&mut self, now: Instant, token: u64, result: Result<(), String>) {
+        let Some((Some(t), _)) = &self.change else { return };
+        if *t != token {
+            return;
+        }
+        let (_, change) = self.change.take().expect("checked");
+        let saved = result.map_err(|e| Response::Error {
+            code: ErrorCode::Other(100),
+            message: format!("cannot save the catalog: {e}"),
+        });
+        match change {
+            Change::Create { def, route, corr } => {
+                let body = saved.map_or_else(
+                    |e| e,
+                    |()| {
+                        info!(table = %def.name, definition = %describe(&def), "table created");
+                        let new = Catalogued { def, moved: Default::default() };
+                        self.shards.start_table(new, &mut self.out);
+                        Response::TableCreated { created: true }
+                    },
+                );
+                self.out.reply.push((route, ClientResponse { corr, body }));
+            }
+            Change::Adopt(a) => {
+                let (route, corr) = (a.route, a.corr);
+                let body = match saved {
+                    Ok(()) => self.shards.finish_adopt(now, a, &mut self.out),
+                    Err(e) => {
+                        self.discard_adoption(&a);
+                        e
+                    }
+                };
+                self.out.reply.push((route, ClientResponse { corr, body }));
+            }
+        }
+        self.settle(now);
+    }
+
+    // ---- outputs ----
+
+    /// The next instant at which `on_tick` has work to do.
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        [self.rc.poll_timeout(), self.shards.deadline(), Some(self.leases.deadline())]
+            .into_iter()
+            .flatten()
+            .min()
+    }
+
+    /// Moves every pending effect into `out` (appending).
+    pub fn poll_effects(&mut self, out: &mut HostEffects) {
+        self.drain_rc();
+        self.out.move_into(out);
+    }
+
+    /// The protocol part of `Status`; the runtime adds its transport counters.
+    pub fn status(&self, now: Instant) -> (RcStats, Vec<ShardStatus>, u64) {
+        (self.rc.stats(), self.shards.status(now), self.shards.unroutable_messages)
+    }
+
+    /// Asserts every part's invariants: run after every input in the simulator, sampled in
+    /// a debug server (the rc check walks every key).
+    pub fn check_invariants(&self) {
+        self.rc.check_invariants();
+        self.shards.check_invariants();
+        if let Some((_, Change::Adopt(a))) = &self.change {
+            assert_eq!(
+                a.member,
+                a.placement.replicas.contains(&self.me),
+                "an adoption knows whether this node is in the new group"
+            );
+        }
+    }
+
+    // ---- routing ----
+
+    fn request(&mut self, now: Instant, route: Route, req: ClientRequest) {
+        // rifl.md §5.5.3: every linearizable RPC's lease is checked before an engine sees it.
+        let req = if req.rifl.is_some() && is_linearizable(&req.body) {
+            match self.leases.admit(now, route, req, &self.shards, &mut self.out) {
+                Some(req) => req,
+                None => return,
+            }
+        } else {
+            req
+        };
+        let ClientRequest { corr, rifl, body } = req;
+        if !is_rc_request(&body) {
+            // A node-level reply goes after the replies the rc engine produced before it.
+            self.drain_rc();
+        }
+        let reply =
+            |out: &mut HostEffects, body| out.reply.push((route, ClientResponse { corr, body }));
+        match body {
+            Request::SetFault { peer, fault } => {
+                let body = self.set_fault(peer, fault);
+                reply(&mut self.out, body)
+            }
+            // Log tables: routed to the shard replicas.
+            Request::LogWrite { table, key, op, immediate } => {
+                // Without RIFL's envelope the write is refused as `BadEnvelope`.
+                self.shards.on_write(
+                    now,
+                    route,
+                    corr,
+                    &table,
+                    key,
+                    op,
+                    rifl,
+                    immediate,
+                    &mut self.out,
+                )
+            }
+            Request::LogRead { table, key, min_index } => {
+                self.shards.on_read(now, route, corr, &table, key, min_index, &mut self.out)
+            }
+            Request::CreateTable { def } => self.create_table(route, corr, def),
+            Request::RenewLease { .. } | Request::LeaseInfo { .. } => {
+                self.leases.on_request(now, route, corr, &body, &mut self.shards, &mut self.out)
+            }
+            Request::FreezeShard { table, shard, replicas } => {
+                self.shards.freeze(now, route, corr, &table, shard, replicas, &mut self.out)
+            }
+            Request::AdoptShard { table, shard, placement, snapshot } => {
+                if let Some(busy) = self.busy() {
+                    return reply(&mut self.out, busy);
+                }
+                match self.shards.adopt(
+                    route,
+                    corr,
+                    &table,
+                    shard,
+                    placement,
+                    snapshot,
+                    &mut self.out,
+                ) {
+                    Ok(body) => reply(&mut self.out, body),
+                    Err(adoption) => {
+                        let member = adoption.member;
+                        self.change = Some((None, Change::Adopt(adoption)));
+                        if !member {
+                            self.save_catalog();
+                        }
+                    }
+                }
+            }
+            Request::ListTables => reply(&mut self.out, Response::Tables(self.shards.list())),
+            body => {
+                let req = ClientRequest { corr, rifl, body };
+                self.rc.on_client_request(now, RcInput::Client { route, req })
+            }
+        }
+    }
+
+    /// The refusal while another catalog change is under way.
+    fn busy(&self) -> Option<Response> {
+        self.change.as_ref().map(|_| Response::Error {
+            code: ErrorCode::Other(100),
+            message: "another table change is in progress on this node; try again".into(),
+        })
+    }
+
+    fn create_table(&mut self, route: Route, corr: u64, def: strata_wire::client::TableDef) {
+        let body = match self.shards.check_create(&def) {
+            Err(message) => Response::Error { code: ErrorCode::InvalidArgument, message },
+            Ok(Some(done)) => done,
+            Ok(None) => match self.busy() {
+                Some(busy) => busy,
+                None => {
+                    self.change = Some((None, Change::Create { def, route, corr }));
+                    return self.save_catalog();
+                }
+            },
+        };
+        self.out.reply.push((route, ClientResponse { corr, body }));
+    }
+
+    /// Asks for the catalog with the pending change to be stored.
+    fn save_catalog(&mut self) {
+        let Some((token, change)) = &mut self.change else { return };
+        let entry = match change {
+            Change::Create { def, .. } => {
+                Catalogued { def: def.clone(), moved: Default::default() }
+            }
+            Change::Adopt(a) => {
+                let t = &self.shards.tables[&a.table];
+                let mut entry = t.catalogued();
+                entry.moved.insert(a.new.shard, a.placement.clone());
+                entry
+            }
+        };
+        self.next_catalog_token += 1;
+        *token = Some(self.next_catalog_token);
+        let bytes = catalog::encode(&self.shards.catalog_with(Some(&entry)));
+        self.out.storage.push(Storage::Catalog { token: self.next_catalog_token, bytes });
+    }
+
+    /// A new replica's storage opened for an adoption (moves, step 2.1): save the catalog.
+    fn adopt_opened(
+        &mut self,
+        id: ShardId,
+        result: Result<RecoveredState, String>,
+    ) -> Result<(), String> {
+        let Some((None, Change::Adopt(a))) = &mut self.change else {
+            return Err(format!("shard {id:?} opened for an adoption that is not under way"));
+        };
+        match result {
+            Ok(state) => {
+                a.state = Some(state);
+                self.save_catalog();
+                Ok(())
+            }
+            Err(e) => {
+                let Some((_, Change::Adopt(a))) = self.change.take() else { unreachable!() };
+                self.discard_adoption(&a);
+                let body = Response::Error { code: ErrorCode::Other(100), message: e.clone() };
+                self.out.reply.push((a.route, ClientResponse { corr: a.corr, body }));
+                Err(e)
+            }
+        }
+    }
+
+    /// An adoption failed before the catalog named it: close the new replica's storage.
+    fn discard_adoption(&mut self, a: &Adoption) {
+        if a.member {
+            self.out.storage.push(Storage::Close {
+                shard: a.new,
+                table: a.table.clone(),
+                remove: false,
+            });
+        }
+    }
+
+    fn table_name(&self, id: ShardId) -> String {
+        self.shards
+            .tables
+            .values()
+            .find(|t| t.id == id.table)
+            .map_or_else(|| format!("#{}", id.table), |t| t.def.name.clone())
+    }
+
+    fn set_fault(
+        &mut self,
+        peer: Option<NodeId>,
+        fault: strata_wire::client::LinkFault,
+    ) -> Response {
+        if let Some(p) = peer.filter(|p| *p == self.me || !self.shards.nodes.contains(p)) {
+            let known: Vec<String> = self
+                .shards
+                .nodes
+                .iter()
+                .filter(|n| **n != self.me)
+                .map(|n| n.to_string())
+                .collect();
+            return Response::Error {
+                code: ErrorCode::InvalidArgument,
+                message: format!("{p} is not a peer of {} (peers: {})", self.me, known.join(", ")),
+            };
+        }
+        info!(peer = ?peer.map(|p| p.0), ?fault, "link fault set");
+        self.out.fault.push((peer, fault));
+        Response::FaultSet
+    }
+
+    // ---- internal hand-offs ----
+
+    /// Runs what one part's step produced for another until nothing is left: the log's answers
+    /// to the lease service's writes, and the service's answers to this node's own questions.
+    fn settle(&mut self, now: Instant) {
+        loop {
+            let written = std::mem::take(&mut self.shards.internal);
+            let answers = self.leases.take_local();
+            if written.is_empty() && answers.is_empty() {
+                return;
+            }
+            for (token, result) in written {
+                self.leases.on_written(now, token, result, &mut self.shards, &mut self.out);
+            }
+            for (client, status) in answers {
+                let released = self.leases.on_answer(now, client, &status);
+                self.release(now, released);
+            }
+        }
+    }
+
+    /// After an answer about a lease: collect expired clients' records, run held RPCs again.
+    fn release(&mut self, now: Instant, released: Released) {
+        self.rc.forget_clients(&released.expired);
+        self.shards.expire_clients(now, &released.expired, &mut self.out);
+        for (route, req) in released.requests {
+            self.request(now, route, req);
+        }
+    }
+
+    /// Moves the rc replica's effects into the host's, so replies keep their order.
+    fn drain_rc(&mut self) {
+        self.rc.poll_effects(&mut self.rc_effects);
+        let fx = &mut self.rc_effects;
+        // The rc engine keeps no durable state (Kite §6).
+        assert!(
+            fx.persist.is_empty() && fx.send_after_persist.is_empty(),
+            "the rc engine asked to persist, but it has no storage path"
+        );
+        self.out.send.append(&mut fx.send);
+        self.out.reply.extend(fx.reply.drain(..).map(|r| (r.route, r.resp)));
+        fx.event.clear();
+    }
+}
+
+/// Whether the rc engine answers `req` (the default keyspace and its sessions).
+fn is_rc_request(req: &Request) -> bool {
+    !matches!(
+        req,
+        Request::SetFault { .. }
+            | Request::LogWrite { .. }
+            | Request::LogRead { .. }
+            | Request::CreateTable { .. }
+            | Request::RenewLease { .. }
+            | Request::LeaseInfo { .. }
+            | Request::FreezeShard { .. }
+            | Request::AdoptShard { .. }
+            | Request::ListTables
+    )
+}
+
+/// RIFL's parameters for a cluster whose leases last `term` (re-exported for the runtime's
+/// configuration).
+pub fn rifl_config(term: Duration) -> RiflConfig {
+    leases::rifl_config(term)
+}

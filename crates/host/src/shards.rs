@@ -1,0 +1,696 @@
+//! The log tables of one node: the catalog in memory and one [`LogReplica`] per shard replica
+//! this node hosts (generation 0 of every shard lives on every node; a moved shard only on its
+//! placement's replicas, rifl.md §5.7).
+//!
+//! Every shard is pumped by the host, not by a task of its own: the cores are cheap state
+//! machines and the expensive part, `fdatasync`, runs wherever the runtime executes
+//! [`Storage::Log`] (a disk thread per shard in `strata-node`, so a flush never blocks the
+//! host). A shard's `send_after_persist` messages are held here until the runtime reports their
+//! token durable (ORCA §3.1: a vote leaves only after the vote is stored).
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+use bytes::Bytes;
+use strata_core::{Node, Route};
+use strata_log::{
+    LogEffects, LogEvent, LogReplica, LogReply, LogRequest, ReadError, RecoveredState, Role,
+    WriteAck, WriteError, WriteOp,
+};
+use strata_wire::client::{
+    shard_of, ClientResponse, ErrorCode, LogFailure, LogWriteOp, Response, ShardRole, ShardStatus,
+    TableDef,
+};
+use strata_wire::log::{LogIndex, LogMessage, ShardMove};
+use strata_wire::peer::PeerMessage;
+use strata_wire::{Instant, NodeId, Rifl};
+use tracing::{debug, error, info, warn};
+
+use crate::catalog::{check_table_def, describe, log_config, Catalogued, SYSTEM_PREFIX};
+use crate::effects::{HostEffects, ShardId, ShardKey, Storage};
+
+/// A running shard replica.
+pub(crate) struct Shard {
+    pub table: String,
+    pub id: ShardId,
+    pub replica: LogReplica,
+    effects: LogEffects,
+    /// `send_after_persist` messages waiting for their token.
+    held: Vec<(u64, NodeId, LogMessage)>,
+    /// Client requests waiting for the core's reply: token -> (connection, corr).
+    pub waiting: HashMap<u64, (Route, u64)>,
+    /// The storage failed: the replica persists nothing more and makes no progress.
+    failed: bool,
+}
+
+/// A catalogued table.
+pub(crate) struct TableEntry {
+    pub def: TableDef,
+    pub id: u32,
+    /// Shards that moved (rifl.md §5.7); the others are in generation 0 on every node.
+    pub moved: BTreeMap<u32, ShardMove>,
+}
+
+impl TableEntry {
+    /// Where `shard` lives: its moved placement, else generation 0 on every node.
+    pub fn placement(&self, shard: u32, all: &[NodeId]) -> ShardMove {
+        self.moved
+            .get(&shard)
+            .cloned()
+            .unwrap_or_else(|| ShardMove { generation: 0, replicas: all.to_vec() })
+    }
+
+    pub fn catalogued(&self) -> Catalogued {
+        Catalogued { def: self.def.clone(), moved: self.moved.clone() }
+    }
+}
+
+/// Why a shard's storage is being opened, and what to do once it is.
+pub(crate) enum Opening {
+    /// Start the replica from what was read back (at start-up, or a new table).
+    Start { placement: ShardMove },
+    /// A shard move adopted here (`moves`): the catalog is saved next.
+    Adopt,
+}
+
+/// Every log table of this node (module docs).
+pub(crate) struct Shards {
+    pub me: NodeId,
+    /// Every node of the cluster, sorted.
+    pub nodes: Vec<NodeId>,
+    seed: u64,
+    pub tables: BTreeMap<String, TableEntry>,
+    pub shards: BTreeMap<ShardKey, Shard>,
+    /// Replicas whose storage is being opened.
+    pub opening: BTreeMap<ShardKey, (ShardId, Opening)>,
+    next_token: u64,
+    /// Shard messages for a table, shard or generation this node does not have.
+    pub unroutable_messages: u64,
+    /// Tokens of the node's own writes (their replies go to `internal`).
+    internal_tokens: BTreeSet<u64>,
+    /// Replies to the node's own writes ([`Shards::write_internal`]), by token.
+    pub internal: Vec<(u64, Result<WriteAck, WriteError>)>,
+}
+
+impl Shards {
+    pub fn new(me: NodeId, mut nodes: Vec<NodeId>, seed: u64) -> Shards {
+        nodes.sort();
+        Shards {
+            me,
+            nodes,
+            seed,
+            tables: BTreeMap::new(),
+            shards: BTreeMap::new(),
+            opening: BTreeMap::new(),
+            next_token: 1,
+            unroutable_messages: 0,
+            internal_tokens: BTreeSet::new(),
+            internal: Vec::new(),
+        }
+    }
+
+    /// Records `table` and opens the replicas this node hosts of each of its shards.
+    pub fn start_table(&mut self, table: Catalogued, out: &mut HostEffects) {
+        let id = table.def.id();
+        let entry = TableEntry { id, def: table.def, moved: table.moved };
+        for shard in 0..entry.def.shards {
+            let placement = entry.placement(shard, &self.nodes);
+            if placement.replicas.contains(&self.me) {
+                let sid = ShardId { table: id, shard, generation: placement.generation };
+                self.open(sid, &entry.def.name, None, Opening::Start { placement }, out);
+            }
+        }
+        self.tables.insert(entry.def.name.clone(), entry);
+    }
+
+    pub fn open(
+        &mut self,
+        id: ShardId,
+        table: &str,
+        install: Option<Box<strata_wire::log::Snapshot>>,
+        why: Opening,
+        out: &mut HostEffects,
+    ) {
+        self.opening.insert(id.key(), (id, why));
+        out.storage.push(Storage::Open { shard: id, table: table.to_string(), install });
+    }
+
+    /// Starts a replica from the state its storage gave back.
+    pub fn start_replica(
+        &mut self,
+        now: Instant,
+        id: ShardId,
+        placement: &ShardMove,
+        state: RecoveredState,
+    ) -> Result<(), String> {
+        let def = self
+            .tables
+            .values()
+            .find(|t| t.id == id.table)
+            .map(|t| t.def.clone())
+            .ok_or_else(|| format!("shard {id:?} of no catalogued table"))?;
+        let cfg = log_config(&def, placement.replicas.len())
+            .map_err(|e| format!("table {} shard {}: {e}", def.name, id.shard))?;
+        info!(
+            table = %def.name,
+            shard = id.shard,
+            generation = id.generation,
+            entries = state.entries.len(),
+            epoch = state.hard_state.epoch,
+            last = %state.entries.last().map_or(LogIndex::ZERO, |e| e.index),
+            "shard replica started from its storage"
+        );
+        let seed = self.seed
+            ^ (u64::from(id.table) << 32)
+            ^ u64::from(id.shard)
+            ^ (u64::from(id.generation) << 16);
+        let replica = LogReplica::recover(cfg, self.me, &placement.replicas, state, now, seed)
+            .map_err(|e| format!("table {} shard {}: {e}", def.name, id.shard))?;
+        self.shards.insert(
+            id.key(),
+            Shard {
+                table: def.name,
+                id,
+                replica,
+                effects: Default::default(),
+                held: Vec::new(),
+                waiting: HashMap::new(),
+                failed: false,
+            },
+        );
+        Ok(())
+    }
+
+    /// Checks a new definition: `Ok(None)` to create it, `Ok(Some(reply))` when it exists
+    /// already (an identical definition is harmless), `Err` when it is refused.
+    pub fn check_create(&self, def: &TableDef) -> Result<Option<Response>, String> {
+        check_table_def(def, self.nodes.len())?;
+        if let Some(t) = self.tables.get(&def.name) {
+            return if t.def == *def {
+                Ok(Some(Response::TableCreated { created: false }))
+            } else {
+                Err(format!(
+                    "table {} already exists with another definition ({})",
+                    def.name,
+                    describe(&t.def)
+                ))
+            };
+        }
+        if let Some(t) = self.tables.values().find(|t| t.id == def.id()) {
+            return Err(format!(
+                "table name {} collides with table {} (same id); pick another name",
+                def.name, t.def.name
+            ));
+        }
+        Ok(None)
+    }
+
+    /// The catalog as it is now, with `change` added (or replacing the table of its name).
+    pub fn catalog_with(&self, change: Option<&Catalogued>) -> Vec<Catalogued> {
+        let mut tables: Vec<Catalogued> = self
+            .tables
+            .values()
+            .filter(|t| !t.def.name.starts_with(SYSTEM_PREFIX))
+            .filter(|t| change.is_none_or(|x| x.def.name != t.def.name))
+            .map(TableEntry::catalogued)
+            .collect();
+        tables.extend(change.cloned());
+        tables
+    }
+
+    pub fn list(&self) -> Vec<TableDef> {
+        self.tables
+            .values()
+            .map(|t| t.def.clone())
+            .filter(|d| !d.name.starts_with(SYSTEM_PREFIX))
+            .collect()
+    }
+
+    #[allow(clippy::result_large_err)] // built once per unknown-table request
+    fn shard_key(&self, table: &str, key: &[u8]) -> Result<ShardKey, Response> {
+        match self.tables.get(table) {
+            Some(t) => Ok((t.id, shard_of(key, t.def.shards))),
+            None => Err(Response::Error {
+                code: ErrorCode::InvalidArgument,
+                message: format!(
+                    "no table named {table:?} on this node (create it with `strata table create`)"
+                ),
+            }),
+        }
+    }
+
+    /// A client's `LogWrite`; the reply comes through `out` (now or later).
+    #[allow(clippy::too_many_arguments)]
+    pub fn on_write(
+        &mut self,
+        now: Instant,
+        route: Route,
+        corr: u64,
+        table: &str,
+        key: Bytes,
+        op: LogWriteOp,
+        rifl: Option<Rifl>,
+        immediate: bool,
+        out: &mut HostEffects,
+    ) {
+        // A log write is a linearizable RPC (rifl.md §4.1): without RIFL's envelope it cannot
+        // be made exactly-once, so it is refused as `BadEnvelope` (not retried by clients).
+        let Some(rifl) = rifl else {
+            let body = Response::Error {
+                code: ErrorCode::BadEnvelope,
+                message: "a log write needs RIFL's envelope (rpc id, first_incomplete, lease)"
+                    .to_string(),
+            };
+            return out.reply.push((route, ClientResponse { corr, body }));
+        };
+        if table.starts_with(SYSTEM_PREFIX) {
+            let body = Response::Error {
+                code: ErrorCode::InvalidArgument,
+                message: format!("table {table:?} is a system table: only the node writes it"),
+            };
+            return out.reply.push((route, ClientResponse { corr, body }));
+        }
+        let sk = match self.shard_key(table, &key) {
+            Ok(k) => k,
+            Err(body) => return out.reply.push((route, ClientResponse { corr, body })),
+        };
+        let token = self.take_token();
+        let op = match op {
+            LogWriteOp::Put(v) => WriteOp::Put(v),
+            LogWriteOp::Delete => WriteOp::Delete,
+        };
+        let req = LogRequest::Write { token, rifl, key, op, immediate };
+        self.request(now, sk, route, corr, req, out);
+    }
+
+    /// A client's `LogRead`; the reply comes through `out` (now or later).
+    #[allow(clippy::too_many_arguments)]
+    pub fn on_read(
+        &mut self,
+        now: Instant,
+        route: Route,
+        corr: u64,
+        table: &str,
+        key: Bytes,
+        min_index: Option<LogIndex>,
+        out: &mut HostEffects,
+    ) {
+        let sk = match self.shard_key(table, &key) {
+            Ok(k) => k,
+            Err(body) => return out.reply.push((route, ClientResponse { corr, body })),
+        };
+        let token = self.take_token();
+        self.request(now, sk, route, corr, LogRequest::Read { token, key, min_index }, out);
+    }
+
+    pub fn take_token(&mut self) -> u64 {
+        self.next_token += 1;
+        self.next_token
+    }
+
+    pub fn request(
+        &mut self,
+        now: Instant,
+        sk: ShardKey,
+        route: Route,
+        corr: u64,
+        req: LogRequest,
+        out: &mut HostEffects,
+    ) {
+        let Some(s) = self.shards.get_mut(&sk) else {
+            let body = if self.opening.contains_key(&sk) {
+                // Its storage is being opened (a new table, an adopted move): retry shortly.
+                Response::LogRejected(LogFailure::Unavailable)
+            } else {
+                // rifl.md §5.7 step 4 (`UnknownOwner`): the shard lives elsewhere.
+                Response::LogRejected(LogFailure::Moved {
+                    replicas: self.placement_of(sk).replicas,
+                })
+            };
+            return out.reply.push((route, ClientResponse { corr, body }));
+        };
+        s.waiting.insert(req.token(), (route, corr));
+        s.replica.on_client_request(now, req);
+        self.drain(sk, out);
+    }
+
+    /// Where the shard `sk` lives, by this node's catalog.
+    pub fn placement_of(&self, sk: ShardKey) -> ShardMove {
+        let t = self
+            .tables
+            .values()
+            .find(|t| t.id == sk.0)
+            .expect("a shard key names a catalogued table");
+        t.placement(sk.1, &self.nodes)
+    }
+
+    pub fn on_peer(
+        &mut self,
+        now: Instant,
+        from: NodeId,
+        id: ShardId,
+        msg: LogMessage,
+        out: &mut HostEffects,
+    ) {
+        // A message of another generation of the shard (a retired group, or a new one this
+        // node has not adopted yet) must not reach this replica (rifl.md §5.7).
+        let Some(s) = self.shards.get_mut(&id.key()).filter(|s| s.id == id) else {
+            self.unroutable_messages += 1;
+            debug!(?id, from = %from, "shard message for a table, shard or generation this node does not have; dropped");
+            return;
+        };
+        s.replica.on_message(now, from, msg);
+        self.drain(id.key(), out);
+    }
+
+    /// The runtime made every record of `id` with a token `<= upto` durable.
+    pub fn on_persisted(&mut self, now: Instant, id: ShardId, upto: u64, out: &mut HostEffects) {
+        let Some(s) = self.shards.get_mut(&id.key()).filter(|s| s.id == id) else {
+            return; // a retired replica's last report
+        };
+        s.replica.on_persisted(now, upto);
+        let mut ready = Vec::new();
+        s.held.retain(|(t, to, msg)| {
+            let due = *t <= upto;
+            if due {
+                ready.push((*to, msg.clone()));
+            }
+            !due
+        });
+        for (to, msg) in ready {
+            out.send.push((to, shard_message(id, msg)));
+        }
+        self.drain(id.key(), out);
+    }
+
+    /// The runtime's storage of `id` failed: the replica stops persisting.
+    pub fn on_failed(&mut self, id: ShardId, error: &str) {
+        if let Some(s) = self.shards.get_mut(&id.key()).filter(|s| s.id == id) {
+            error!(table = %s.table, shard = id.shard, %error, "shard storage failed; the shard stops making progress (restart the node)");
+            s.failed = true;
+        }
+    }
+
+    /// The earliest deadline of any shard.
+    pub fn deadline(&self) -> Option<Instant> {
+        self.shards.values().filter_map(|s| s.replica.poll_timeout()).min()
+    }
+
+    /// Ticks every shard whose deadline has passed.
+    pub fn tick(&mut self, now: Instant, out: &mut HostEffects) {
+        let due: Vec<ShardKey> = self
+            .shards
+            .iter()
+            .filter(|(_, s)| s.replica.poll_timeout().is_some_and(|t| t <= now))
+            .map(|(k, _)| *k)
+            .collect();
+        for k in due {
+            self.shards.get_mut(&k).expect("listed").replica.on_tick(now);
+            self.drain(k, out);
+        }
+    }
+
+    /// Executes a shard's effects: messages out (or held for their persist token), persist
+    /// records to storage, replies to their connections (or to `internal`).
+    pub fn drain(&mut self, key: ShardKey, out: &mut HostEffects) {
+        let s = self.shards.get_mut(&key).expect("shard exists");
+        s.replica.poll_effects(&mut s.effects);
+        let id = s.id;
+        let fx = &mut s.effects;
+        for (to, msg) in fx.send.drain(..) {
+            out.send.push((to, shard_message(id, msg)));
+        }
+        s.held.append(&mut fx.send_after_persist);
+        if !fx.persist.is_empty() && !s.failed {
+            out.storage.push(Storage::Log { shard: id, records: fx.persist.drain(..).collect() });
+        }
+        fx.persist.clear();
+        for reply in fx.reply.drain(..) {
+            if self.internal_tokens.remove(&reply.token()) {
+                if let LogReply::Write { token, result } = reply {
+                    self.internal.push((token, result));
+                }
+                continue;
+            }
+            let Some((route, corr)) = s.waiting.remove(&reply.token()) else {
+                continue;
+            };
+            let body = match reply {
+                LogReply::Frozen { result: Ok(snapshot), .. } => Response::ShardFrozen {
+                    placement: s
+                        .replica
+                        .moved_to()
+                        .cloned()
+                        .expect("a frozen shard knows where it goes"),
+                    snapshot: Some(snapshot),
+                },
+                // The leader refused: a `Freeze` to other nodes came first.
+                LogReply::Frozen { result: Err(WriteError::Moved { replicas }), .. } => {
+                    let ids: Vec<String> = replicas.iter().map(|n| n.0.to_string()).collect();
+                    Response::Error {
+                        code: ErrorCode::InvalidArgument,
+                        message: format!(
+                            "table {} shard {} is already moving to nodes {}: finish that move first (`strata shard move {} {} --to {}`)",
+                            s.table, id.shard, ids.join(","), s.table, id.shard, ids.join(",")
+                        ),
+                    }
+                }
+                reply => reply_body(reply),
+            };
+            out.reply.push((route, ClientResponse { corr, body }));
+        }
+        for ev in fx.event.drain(..) {
+            log_event(&s.table, id.shard, &ev);
+        }
+    }
+
+    fn system_shard(&self, table: &str) -> Option<&Shard> {
+        self.shards.get(&(self.tables.get(table)?.id, 0))
+    }
+
+    /// Whether this node leads `table`'s shard 0, has applied every committed entry and
+    /// holds its leader lease (so its applied state is the table's and it may write).
+    pub fn leads(&self, now: Instant, table: &str) -> Option<u32> {
+        let s = self.system_shard(table)?;
+        (!s.failed && s.replica.is_ready_leader(now)).then(|| s.replica.epoch())
+    }
+
+    /// The leader `table`'s shard 0 knows of (itself if it leads).
+    pub fn leader_of(&self, table: &str) -> Option<NodeId> {
+        let r = &self.system_shard(table)?.replica;
+        if r.role() == Role::Leader {
+            Some(self.me)
+        } else {
+            r.leader_hint()
+        }
+    }
+
+    /// Visits every live key and value of `table`'s shard 0, as applied here.
+    pub fn scan(&self, table: &str, f: impl FnMut(&[u8], &[u8])) {
+        if let Some(s) = self.system_shard(table) {
+            s.replica.for_each_item(f);
+        }
+    }
+
+    /// The node's own write to `table`'s shard 0 (a system table); the reply comes back in
+    /// `internal` with the returned token.
+    pub fn write_internal(
+        &mut self,
+        now: Instant,
+        table: &str,
+        rifl: Rifl,
+        key: Bytes,
+        op: WriteOp,
+        out: &mut HostEffects,
+    ) -> u64 {
+        let token = self.take_token();
+        let Some(sk) = self.tables.get(table).map(|t| (t.id, 0)) else {
+            self.internal.push((token, Err(WriteError::Invalid("no such system table"))));
+            return token;
+        };
+        let Some(s) = self.shards.get_mut(&sk) else {
+            self.internal.push((token, Err(WriteError::Unavailable)));
+            return token;
+        };
+        self.internal_tokens.insert(token);
+        s.replica
+            .on_client_request(now, LogRequest::Write { token, rifl, key, op, immediate: false });
+        self.drain(sk, out);
+        token
+    }
+
+    /// rifl.md §5.6: the lease service confirmed these clients expired. Every shard this node
+    /// leads appends an `Expire` entry for those it holds records of.
+    pub fn expire_clients(&mut self, now: Instant, clients: &[u64], out: &mut HostEffects) {
+        if clients.is_empty() {
+            return;
+        }
+        let led: Vec<ShardKey> = self
+            .shards
+            .iter()
+            .filter(|(_, s)| s.replica.role() == Role::Leader)
+            .map(|(k, _)| *k)
+            .collect();
+        for k in led {
+            let s = self.shards.get_mut(&k).expect("listed");
+            if s.replica.expire_clients(now, clients) {
+                info!(table = %s.table, shard = k.1, clients = clients.len(), "collecting the records of clients whose lease expired");
+                self.drain(k, out);
+            }
+        }
+    }
+
+    pub fn status(&self, now: Instant) -> Vec<ShardStatus> {
+        self.shards
+            .values()
+            .map(|s| {
+                let r = &s.replica;
+                let role = match r.role() {
+                    Role::Follower => ShardRole::Follower,
+                    Role::Candidate => ShardRole::Candidate,
+                    Role::Leader => ShardRole::Leader,
+                };
+                let leader = if r.role() == Role::Leader { Some(self.me) } else { r.leader_hint() };
+                ShardStatus {
+                    table: s.table.clone(),
+                    shard: s.id.shard,
+                    role,
+                    leader,
+                    epoch: r.epoch(),
+                    last_index: r.last_index(),
+                    persisted_index: r.persisted_index(),
+                    applied_index: r.applied_index(),
+                    durable_index: r.durable_index(),
+                    active_set: r.active_set(),
+                    serving: !s.failed && (r.is_ready_leader(now) || r.is_serving(now)),
+                    reads_served: r.stats().reads_served,
+                    reads_made_durable: r.stats().reads_made_durable,
+                }
+            })
+            .collect()
+    }
+
+    /// Every running replica's invariants, and the catalog's: a hosted replica is of its
+    /// shard's current generation and this node is in its placement.
+    pub fn check_invariants(&self) {
+        for (key, s) in &self.shards {
+            s.replica.check_invariants();
+            assert_eq!(s.id.key(), *key, "a shard is filed under its own key");
+            let placement = self.placement_of(*key);
+            assert_eq!(
+                (s.id.generation, placement.replicas.contains(&self.me)),
+                (placement.generation, true),
+                "{}/{}: a hosted replica is of the catalogued generation and placement",
+                s.table,
+                key.1
+            );
+        }
+    }
+}
+
+fn shard_message(id: ShardId, msg: LogMessage) -> PeerMessage {
+    PeerMessage::Shard { table: id.table, shard: id.shard, generation: id.generation, msg }
+}
+
+pub(crate) fn reply_body(reply: LogReply) -> Response {
+    match reply {
+        LogReply::Write { result: Ok(ack), .. } => Response::LogWritten { index: ack.index },
+        LogReply::Write { result: Err(e), .. } => write_error_body(e),
+        LogReply::Read { result: Ok(v), .. } => Response::LogValue {
+            value: v.value,
+            update_index: v.update_index,
+            served_by: v.served_by,
+            epoch: v.epoch,
+        },
+        LogReply::Read { result: Err(e), .. } => Response::LogRejected(match e {
+            ReadError::NotLeader { hint } => LogFailure::NotLeader { hint },
+            ReadError::NotInActiveSet => LogFailure::NotInActiveSet,
+            ReadError::Timeout => LogFailure::Timeout,
+            ReadError::Unavailable => LogFailure::Unavailable,
+            ReadError::Moved { replicas } => LogFailure::Moved { replicas },
+        }),
+        LogReply::Frozen { result: Err(e), .. } => write_error_body(e),
+        // Answered in `drain`, which knows the placement the snapshot goes to.
+        LogReply::Frozen { result: Ok(_), .. } => {
+            unreachable!("a freeze is answered by the move code")
+        }
+    }
+}
+
+/// RIFL's verdicts are `Response::Error`s a client must not retry (rifl.md §5.3 S3, S4): a
+/// broken envelope is `BadEnvelope` (not `LogRejected(Invalid)`, so a client can tell a RIFL
+/// protocol error from a bad key); the rest are the engine's retryable or invalid refusals.
+fn write_error_body(e: WriteError) -> Response {
+    Response::LogRejected(match e {
+        WriteError::Stale => {
+            return Response::Error {
+                code: ErrorCode::Stale,
+                message:
+                    "the client had acknowledged this write (seq at or below its first_incomplete)"
+                        .to_string(),
+            }
+        }
+        WriteError::BadEnvelope(m) => {
+            return Response::Error { code: ErrorCode::BadEnvelope, message: m.to_string() }
+        }
+        WriteError::ExpiredLease => {
+            return Response::Error {
+                code: ErrorCode::ExpiredLease,
+                message: "the client's lease expired and its records in this shard were collected; outcome of its unfinished writes unknown".to_string(),
+            }
+        }
+        WriteError::NotLeader { hint } => LogFailure::NotLeader { hint },
+        WriteError::Unavailable => LogFailure::Unavailable,
+        WriteError::Timeout => LogFailure::Timeout,
+        WriteError::Invalid(m) => LogFailure::Invalid(m.to_string()),
+        WriteError::Moved { replicas } => LogFailure::Moved { replicas },
+    })
+}
+
+/// The audit events worth a log line; the rest (per read, per grant) would flood it.
+fn log_event(table: &str, shard: u32, ev: &LogEvent) {
+    match ev {
+        LogEvent::BecameLeader { epoch, noop } => {
+            info!(table, shard, epoch, noop = %noop, "became leader")
+        }
+        LogEvent::SyncPhaseDone { epoch, active_set, .. } => {
+            let set: Vec<String> = active_set.iter().map(|n| n.to_string()).collect();
+            info!(table, shard, epoch, active_set = %set.join(","), "leader ready (sync phase done)")
+        }
+        LogEvent::LeaderLeaseExpired { epoch, followers } => {
+            warn!(table, shard, epoch, %followers, "leader lease lapsed: no majority acked a recent heartbeat round")
+        }
+        LogEvent::SteppedDown { epoch, reason } => {
+            info!(table, shard, epoch, ?reason, "stepped down")
+        }
+        LogEvent::ElectionStarted { epoch, last_index } => {
+            debug!(table, shard, epoch, last = %last_index, "election started")
+        }
+        LogEvent::Truncated { after, removed_upto } => {
+            info!(table, shard, after = %after, removed_upto = %removed_upto, "truncated a divergent log suffix")
+        }
+        LogEvent::AsAdded { node, .. } => debug!(table, shard, node = %node, "active set: added"),
+        LogEvent::AsRemoved { node, .. } => {
+            info!(table, shard, node = %node, "active set: removed")
+        }
+        _ => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rifl_verdicts_are_final_errors_and_the_rest_stay_retryable_refusals() {
+        let code = |e| match reply_body(LogReply::Write { token: 1, result: Err(e) }) {
+            Response::Error { code, .. } => Some(code),
+            _ => None,
+        };
+        assert_eq!(code(WriteError::Stale), Some(ErrorCode::Stale));
+        assert_eq!(code(WriteError::BadEnvelope("seq 0")), Some(ErrorCode::BadEnvelope));
+        assert!(matches!(
+            reply_body(LogReply::Write { token: 1, result: Err(WriteError::Unavailable) }),
+            Response::LogRejected(LogFailure::Unavailable)
+        ));
+    }
+}
