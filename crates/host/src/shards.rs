@@ -8,7 +8,7 @@
 //! host). A shard's `send_after_persist` messages are held here until the runtime reports their
 //! token durable (ORCA §3.1: a vote leaves only after the vote is stored).
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
 
 use bytes::Bytes;
 use strata_core::{Node, Route};
@@ -37,7 +37,7 @@ pub(crate) struct Shard {
     /// `send_after_persist` messages waiting for their token.
     held: Vec<(u64, NodeId, LogMessage)>,
     /// Client requests waiting for the core's reply: token -> (connection, corr).
-    pub waiting: HashMap<u64, (Route, u64)>,
+    pub waiting: BTreeMap<u64, (Route, u64)>,
     /// The storage failed: the replica persists nothing more and makes no progress.
     failed: bool,
 }
@@ -163,8 +163,13 @@ impl Shards {
             ^ (u64::from(id.table) << 32)
             ^ u64::from(id.shard)
             ^ (u64::from(id.generation) << 16);
-        let replica = LogReplica::recover(cfg, self.me, &placement.replicas, state, now, seed)
+        let empty = state.entries.is_empty();
+        let mut replica = LogReplica::recover(cfg, self.me, &placement.replicas, state, now, seed)
             .map_err(|e| format!("table {} shard {}: {e}", def.name, id.shard))?;
+        if id.generation > 0 && empty {
+            // A moved-in replica without the moved state waits for it (LogReplica::await_install).
+            replica.await_install();
+        }
         self.shards.insert(
             id.key(),
             Shard {
@@ -173,7 +178,7 @@ impl Shards {
                 replica,
                 effects: Default::default(),
                 held: Vec::new(),
-                waiting: HashMap::new(),
+                waiting: BTreeMap::new(),
                 failed: false,
             },
         );

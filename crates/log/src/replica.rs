@@ -210,6 +210,9 @@ pub struct LogReplica {
     /// A new group's designated first candidate (`start_new_group`) that has not yet heard
     /// from a leader nor become one: its election timeout is short.
     pub(crate) fresh_group: bool,
+    /// A new group's replica that adopted the move without its state (`await_install`): it
+    /// does not stand for election while its log is empty.
+    pub(crate) awaiting_install: bool,
     pub(crate) prng: Prng,
     pub(crate) stats: LogStats,
     pub(crate) effects: LogEffects,
@@ -302,6 +305,7 @@ impl LogReplica {
             fwd: FollowerReads::default(),
             now,
             fresh_group: false,
+            awaiting_install: false,
             prng,
             stats: LogStats::default(),
             effects,
@@ -428,6 +432,17 @@ impl LogReplica {
         }
     }
 
+    /// rifl.md §5.7 step 3 [FIX]: this replica of a moved shard's new group adopted the move
+    /// without the frozen state (an interrupted move run again, whose freeze answered "already
+    /// there"), so its log is empty. It must not stand for election until the group's first
+    /// entry (`Install`, identical at every replica that installed it) reaches it by
+    /// replication: two such empty replicas are a majority of three and could otherwise elect
+    /// one of themselves and serve an empty shard. It still votes, for a candidate whose log
+    /// holds the entry. Test: `host_sim` seeds 1360 and 1387 (`strata-sim`).
+    pub fn await_install(&mut self) {
+        self.awaiting_install = self.log.last_index() == LogIndex::ZERO;
+    }
+
     pub(crate) fn reset_election_deadline(&mut self, now: Instant) {
         let timeout = if self.fresh_group {
             let tenth = (self.cfg.election_timeout_min.as_nanos() as u64 / 10).max(1);
@@ -513,7 +528,11 @@ impl LogReplica {
             Role::Leader => self.heartbeat_if_due(now),
             Role::Follower | Role::Candidate => {
                 if now >= self.election_deadline {
-                    self.start_election(now);
+                    if self.awaiting_install && self.log.last_index() == LogIndex::ZERO {
+                        self.reset_election_deadline(now);
+                    } else {
+                        self.start_election(now);
+                    }
                 }
             }
         }
