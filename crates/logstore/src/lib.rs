@@ -122,6 +122,31 @@ impl<B: StorageBackend> ShardStore<B> {
         Ok((store, Opened { state, report: recovered.report }))
     }
 
+    /// Writes a moved-in shard's first log entry into an empty store (rifl.md §5.7 step 3,
+    /// `RecoveredState::moved_in`), fsynced. The caller gives it a fresh directory: the
+    /// runtime removes the old one first, the simulator starts a new disk.
+    pub fn install_moved_in(
+        wal_backend: B,
+        meta_backend: B,
+        config: WalConfig,
+        snapshot: strata_log::Snapshot,
+    ) -> Result<(), StoreError> {
+        let (mut store, opened) = ShardStore::open(wal_backend, meta_backend, config)?;
+        assert!(
+            opened.state.entries.is_empty(),
+            "a moved-in shard is installed into an empty store"
+        );
+        let state = RecoveredState::moved_in(snapshot);
+        let batch = vec![
+            (1, Persist::HardState(state.hard_state)),
+            (2, Persist::Append(state.entries)),
+            (3, Persist::Sync),
+        ];
+        let done = store.execute(batch)?;
+        assert_eq!(done, Some(3), "a batch ending in Sync is durable when execute returns");
+        Ok(())
+    }
+
     /// Executes a batch of records in token order (module docs, group commit). Returns the
     /// token to report with `on_persisted`: the highest `Sync`/`HardState` token of the batch,
     /// once everything up to it is durable; `None` if the batch holds neither (its appends stay

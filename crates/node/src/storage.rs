@@ -191,18 +191,8 @@ fn write_moved_in(dir: &Path, snapshot: Snapshot) -> Result<(), String> {
         Err(e) => return Err(e.to_string()),
     }
     let backend = OsBackend::open(dir).map_err(|e| e.to_string())?;
-    let (mut store, _) = ShardStore::open(backend.clone(), backend, WalConfig::default())
-        .map_err(|e| e.to_string())?;
-    let state = RecoveredState::moved_in(snapshot);
-    let batch = vec![
-        (1, Persist::HardState(state.hard_state)),
-        (2, Persist::Append(state.entries)),
-        (3, Persist::Sync),
-    ];
-    match store.execute(batch).map_err(|e| e.to_string())? {
-        Some(3) => Ok(()),
-        other => Err(format!("the store did not confirm the install (token {other:?})")),
-    }
+    ShardStore::install_moved_in(backend.clone(), backend, WalConfig::default(), snapshot)
+        .map_err(|e| e.to_string())
 }
 
 /// A shard's disk thread: executes batches in order, coalescing whatever queued during the
