@@ -30,7 +30,7 @@
 //! An answer "expired" also makes the node collect the client's completion records (§5.6):
 //! the host hands those ids to the rc engine and the shards.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeMap, VecDeque};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -137,13 +137,13 @@ pub(crate) struct Leases {
     term: Option<Term>,
     validator: LeaseValidator,
     /// RPCs waiting for an answer about their client's lease.
-    held: HashMap<u64, Vec<(Route, ClientRequest)>>,
+    held: BTreeMap<u64, Vec<(Route, ClientRequest)>>,
     /// Commands proposed to `__leases`, by write token, with their seq.
-    proposed: HashMap<u64, (u64, LeaseCommand)>,
+    proposed: BTreeMap<u64, (u64, LeaseCommand)>,
     /// Renewals waiting for their new lease's `Create` to be durable: lease id -> requesters.
-    creating: HashMap<u64, Vec<Waiter>>,
+    creating: BTreeMap<u64, Vec<Waiter>>,
     /// Renewals this node forwarded to the service's leader: number -> client, and when.
-    forwarded: HashMap<u64, (Route, u64, Instant)>,
+    forwarded: BTreeMap<u64, (Route, u64, Instant)>,
     next_forward: u64,
     /// Answers of the service at this node to this node's own questions.
     local_answers: Vec<(u64, LeaseStatus)>,
@@ -160,10 +160,10 @@ impl Leases {
             validator: LeaseValidator::new(&config, QUERY_RETRY),
             config,
             term: None,
-            held: HashMap::new(),
-            proposed: HashMap::new(),
-            creating: HashMap::new(),
-            forwarded: HashMap::new(),
+            held: BTreeMap::new(),
+            proposed: BTreeMap::new(),
+            creating: BTreeMap::new(),
+            forwarded: BTreeMap::new(),
             next_forward: 0,
             local_answers: Vec::new(),
             next_tick: Instant::ZERO,
@@ -442,7 +442,7 @@ impl Leases {
         self.term = None;
         self.service.step_down();
         self.proposed.clear();
-        for waiter in self.creating.drain().flat_map(|(_, w)| w) {
+        for waiter in std::mem::take(&mut self.creating).into_values().flatten() {
             waiter.answer(None, out);
         }
     }
@@ -581,7 +581,7 @@ mod tests {
             LeaseCommand::SafeTime { t: ClusterTime(7_000_000_000) },
         ];
         // A KV with the writes applied in order (deletes remove the key).
-        let mut kv: HashMap<Bytes, Bytes> = HashMap::new();
+        let mut kv: BTreeMap<Bytes, Bytes> = BTreeMap::new();
         let mut expected = DurableLeases::default();
         for c in &cmds {
             expected.apply(c);

@@ -268,6 +268,13 @@ impl Host {
         (self.rc.stats(), self.shards.status(now), self.shards.unroutable_messages)
     }
 
+    /// Read-only access to this node's replica of `table`'s `shard`, for the simulator's
+    /// checkers and for tests.
+    pub fn shard_replica(&self, table: &str, shard: u32) -> Option<&strata_log::LogReplica> {
+        let id = self.shards.tables.get(table)?.id;
+        self.shards.shards.get(&(id, shard)).map(|s| &s.replica)
+    }
+
     /// Asserts every part's invariants: run after every input in the simulator, sampled in
     /// a debug server (the rc check walks every key).
     pub fn check_invariants(&self) {

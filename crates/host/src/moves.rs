@@ -200,7 +200,7 @@ impl Shards {
             .moved
             .insert(key.1, a.placement.clone());
         if let Some(mut old) = self.shards.remove(&key) {
-            for (_, (route, corr)) in old.waiting.drain() {
+            for (route, corr) in std::mem::take(&mut old.waiting).into_values() {
                 let body = Response::LogRejected(LogFailure::Moved {
                     replicas: a.placement.replicas.clone(),
                 });

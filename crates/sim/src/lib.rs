@@ -9,13 +9,16 @@
 //!   operations (or a script);
 //! * [`history`]: what a run records; [`check`]: the checkers over it;
 //! * [`run`]: one seed end to end, with its report;
-//! * [`orca`]: the same for the log engine (ORCA): driver, history, §7 checkers, harness.
+//! * [`orca`]: the same for the log engine (ORCA): driver, history, §7 checkers, harness;
+//! * [`host`]: the whole server (`strata-host`: rc, log shards, leases, moves, catalog) under
+//!   seeded faults, with `strata-logstore` over `SimBackend` as its disks.
 
 pub mod check;
 pub mod clock;
 pub mod cluster;
 mod guard;
 pub mod history;
+pub mod host;
 pub mod knobs;
 pub mod net;
 pub mod orca;

@@ -10,7 +10,13 @@
 //! cargo run -p strata-sim -- --engine log --mode orca --seed 7
 //! cargo run -p strata-sim -- --engine log --mode weak --count 500
 //! cargo run -p strata-sim -- --engine log --mode orca --count 50 --log-canary skip-durability-check
+//! cargo run -p strata-sim -- --engine host --seed 7
+//! cargo run -p strata-sim -- --engine host --count 200
 //! ```
+//!
+//! `--engine host` runs the whole server (`strata_sim::host`: `strata-host` cores with their
+//! log shards, lease service, shard moves and catalog over simulated disks) under the seed's
+//! crashes, loss, a lease-expiring pause and a shard move, and checks what the clients saw.
 //!
 //! `--engine log` runs the ORCA fault-injection harness of orca.md §7 (`strata_sim::orca`) in
 //! one `--mode`: `orca`, `orca-sync-repl`, `cad`, `strong`, `weak`, `weak-sync-repl`,
@@ -63,8 +69,9 @@ struct Args {
     /// (a gap of the rc engine, shown as a note otherwise) as a violation.
     #[arg(long)]
     strict_rifl: bool,
-    /// Which engine to simulate: `rc` (Kite, the default) or `log` (ORCA).
-    #[arg(long, default_value = "rc", value_parser = ["rc", "log"])]
+    /// Which engine to simulate: `rc` (Kite, the default), `log` (ORCA) or `host` (the whole
+    /// server: log shards, leases, shard moves, catalog).
+    #[arg(long, default_value = "rc", value_parser = ["rc", "log", "host"])]
     engine: String,
     /// Log engine: the configuration (orca, orca-sync-repl, cad, strong, weak, weak-sync-repl,
     /// sync-all).
@@ -103,8 +110,10 @@ fn parse_range(s: &str) -> Result<Range<u64>, String> {
 
 fn main() -> ExitCode {
     let args = Args::parse();
-    if args.engine == "log" {
-        return main_log(&args);
+    match args.engine.as_str() {
+        "log" => return main_log(&args),
+        "host" => return main_host(&args),
+        _ => {}
     }
     let opts = RunOptions {
         canary: args.canary,
@@ -139,6 +148,55 @@ fn main() -> ExitCode {
     println!(
         "{} of {total} seeds failed, {notes} notes, in {:.1}s",
         failed.len(),
+        started.elapsed().as_secs_f64()
+    );
+    for repro in &failed {
+        println!("  reproduce: {repro}");
+    }
+    if failed.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
+}
+
+/// `--engine host`: one whole-server run, or a sweep.
+fn main_host(args: &Args) -> ExitCode {
+    use strata_sim::host::{run_host, HostKnobs};
+    let seeds = match (args.seed, &args.seeds, args.count) {
+        (Some(s), _, _) => s..s + 1,
+        (None, Some(r), _) => r.clone(),
+        (None, None, Some(count)) => args.start..args.start.saturating_add(count),
+        (None, None, None) => unreachable!("clap requires one of --seed, --seeds, --count"),
+    };
+    let started = Instant::now();
+    let mut failed = Vec::new();
+    for seed in seeds.clone() {
+        let knobs = HostKnobs::from_seed(seed);
+        let r = run_host(&knobs);
+        println!(
+            "seed {seed}: {} — {} nodes, {:?}, {} crash(es), {} write(s), {} renewal(s), {} Expire entr(ies), {} move(s){}",
+            if r.ok() { "ok" } else { "FAILED" },
+            knobs.nodes,
+            knobs.durability,
+            r.crashes,
+            r.log.writes.len(),
+            r.renewals,
+            r.expire_entries,
+            r.log.moves.len(),
+            if knobs.moves[0].interrupt_until.is_some() { " (interrupted, run again)" } else { "" },
+        );
+        for v in r.violations.iter().take(args.max_violations) {
+            println!("  {v}");
+        }
+        if !r.ok() {
+            failed.push(r.repro());
+        }
+    }
+    println!(
+        "{} of {} seeds failed, in {:.1}s",
+        failed.len(),
+        seeds.end - seeds.start,
         started.elapsed().as_secs_f64()
     );
     for repro in &failed {
