@@ -51,6 +51,7 @@ mod durability;
 pub mod etcd;
 pub mod keys;
 pub mod lease;
+pub mod plot;
 pub mod relay;
 pub mod report;
 pub mod resp;
