@@ -212,11 +212,11 @@ fn block_on<F: std::future::Future<Output = Result<i32, Failure>>>(f: F) -> Resu
 
 /// `strata bench`: endpoints from the flags, or (for Strata) from the running local cluster.
 fn bench(mut args: strata_bench::BenchArgs, data_dir: &std::path::Path) -> Result<i32, Failure> {
-    let endpoints = match (&args.endpoints, args.target) {
+    let endpoints = match (&args.conn.endpoints, args.conn.target) {
         (Some(e), _) => e.clone(),
         (None, strata_bench::Target::Strata) => {
             let file = cluster_file::ClusterFile::read(data_dir)?;
-            args.cluster_id = args.cluster_id.or(Some(file.cluster_id));
+            args.conn.cluster_id = args.conn.cluster_id.or(Some(file.cluster_id));
             file.endpoints()
         }
         (None, _) => Vec::new(), // the target's default (Redis: 127.0.0.1:6379)
