@@ -186,7 +186,9 @@ impl Axis {
                 lo = lo.min(0.0);
             }
             let step = nice_step(((hi - lo).abs()).max(f64::MIN_POSITIVE) / 5.0);
-            hi = (hi / step).ceil() * step + if from_zero { 0.0 } else { step * 0.25 };
+            // Headroom above the highest value, for the legend.
+            let top = hi + (hi - lo).abs() * 0.12;
+            hi = (top / step).ceil() * step + if from_zero { 0.0 } else { step * 0.25 };
             if !from_zero {
                 lo -= step * 0.25;
             }
@@ -303,21 +305,20 @@ fn draw_panel<DB: DrawingBackend>(
             (a, c)
         }
         Kind::Lines => {
-            let a = Axis::new(p.x_log, &p.x, None, None, false);
-            let a = if p.x_log {
-                // Room around the first and last points on a log axis.
-                let xs: Vec<f64> = p.x.iter().filter(|v| **v > 0.0).map(|v| v.log10()).collect();
-                let (l, h) = xs
-                    .iter()
-                    .fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), v| (a.min(*v), b.max(*v)));
-                let pad = ((h - l) * 0.05).max(0.05);
-                if xs.is_empty() {
-                    a
-                } else {
-                    Axis { log: true, lo: l - pad, hi: h + pad }
-                }
+            // The x axis spans the points with a little room on each side (no headroom).
+            let xs: Vec<f64> =
+                p.x.iter()
+                    .filter(|v| v.is_finite() && (!p.x_log || **v > 0.0))
+                    .map(|v| if p.x_log { v.log10() } else { *v })
+                    .collect();
+            let (l, h) = xs
+                .iter()
+                .fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), v| (a.min(*v), b.max(*v)));
+            let a = if xs.is_empty() {
+                Axis { log: p.x_log, lo: 0.0, hi: 1.0 }
             } else {
-                a
+                let pad = if h > l { (h - l) * if p.x_log { 0.05 } else { 0.02 } } else { 0.5 };
+                Axis { log: p.x_log, lo: l - pad, hi: h + pad }
             };
             let c = if p.categories.len() == p.x.len() && !p.x.is_empty() {
                 Ticked { lo: a.lo, hi: a.hi, ticks: p.x.iter().map(|v| a.to(*v)).collect() }
@@ -424,11 +425,33 @@ fn draw_panel<DB: DrawingBackend>(
             .label_font((FONT, 13))
             .background_style(WHITE.mix(0.85))
             .border_style(BLACK)
-            .position(SeriesLabelPosition::UpperRight)
+            .position(legend_position(p, &y))
             .draw()
             .map_err(|x| e(&x))?;
     }
     Ok(())
+}
+
+/// The upper corner whose side of the panel has the lower data: the legend covers less there.
+fn legend_position(p: &Panel, y: &Axis) -> SeriesLabelPosition {
+    let n = p.series.iter().map(|s| s.values.len()).max().unwrap_or(0);
+    let third = n.div_ceil(3).max(1);
+    let top = |range: std::ops::Range<usize>| {
+        p.series
+            .iter()
+            .flat_map(|s| {
+                let r = range.start.min(s.values.len())..range.end.min(s.values.len());
+                s.values[r.clone()].iter().chain(s.marks.get(r).unwrap_or(&[]))
+            })
+            .flatten()
+            .map(|v| y.to(*v))
+            .fold(f64::NEG_INFINITY, f64::max)
+    };
+    if top(0..third) < top(n.saturating_sub(third)..n) {
+        SeriesLabelPosition::UpperLeft
+    } else {
+        SeriesLabelPosition::UpperRight
+    }
 }
 
 /// 1, 2 or 5 times a power of ten, at least `raw`.
@@ -483,8 +506,10 @@ mod tests {
         assert_eq!((log.lo, log.hi), (0.0, 3.0));
         let t: Vec<String> = log.ticks().iter().map(|v| log.label(*v)).collect();
         assert_eq!(t, ["1", "10", "100", "1000"]);
-        let lin = Axis::new(false, &[0.0, 9.0], None, None, true);
+        let lin = Axis::new(false, &[0.0, 8.0], None, None, true);
         assert_eq!((lin.lo, lin.hi), (0.0, 10.0));
+        let lin = Axis::new(false, &[0.0, 9.0], None, None, true);
+        assert_eq!((lin.lo, lin.hi), (0.0, 12.0), "headroom over the highest bar");
     }
 
     #[test]
