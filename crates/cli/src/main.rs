@@ -113,11 +113,12 @@ enum Command {
     /// Closed-loop load generator against the local cluster (default), any Strata endpoints, or
     /// a Redis server (`--target redis`); see docs/benchmarks.md.
     Bench {
-        #[command(flatten)]
-        args: strata_bench::BenchArgs,
         /// Data directory of the `strata up` cluster (for its endpoints when none are given).
+        // Before the flattened groups, whose help headings would otherwise take it in.
         #[arg(long, env = "STRATA_DATA_DIR", default_value = "strata-data")]
         data_dir: std::path::PathBuf,
+        #[command(flatten)]
+        args: strata_bench::BenchArgs,
     },
     /// Show every node's state: keys, sessions, pending writes, peers, faults.
     Status {
