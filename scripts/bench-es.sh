@@ -34,7 +34,6 @@ RATIOS=${RATIOS:-"1 5 20 50 100"}
 BASE_PORT=${BASE_PORT:-7400}
 REDIS_PORT=${REDIS_PORT:-6399}
 RESULTS=${RESULTS:-${CARGO_TARGET_DIR:-$ROOT/target}/bench-results/es-$(date +%Y%m%d-%H%M%S)}
-BIN=${CARGO_TARGET_DIR:-$ROOT/target}/release
 QUIET_WAIT=${QUIET_WAIT:-60}
 QUIET_BUDGET=${QUIET_BUDGET:-600}
 NODES=3
@@ -44,33 +43,13 @@ TAG=bench-es
 . "$ROOT/scripts/bench-lib.sh"
 mkdir -p "$RESULTS"
 
-# ---- (a) build ------------------------------------------------------------------------------
-log "building release binaries"
-cargo build --release -q -p strata -p strata-node
-"$BIN/strata" bench --help >/dev/null 2>&1 || die "'$BIN/strata bench' does not work"
-BENCH=("$BIN/strata" bench)
+# ---- (a) build; redis ---------------------------------------------------------------------------
+build_strata
+ensure_commands redis-server=redis-server redis-benchmark=redis-tools
 
-# ---- (b) redis ------------------------------------------------------------------------------
-if ! command -v redis-server >/dev/null || ! command -v redis-benchmark >/dev/null; then
-    log "installing redis-server and redis-tools"
-    apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server redis-tools >/dev/null
-fi
-command -v python3 >/dev/null || die "python3 is needed to summarize the JSON results"
-
-# ---- (c) a 3-node Strata cluster --------------------------------------------------------------
+# ---- (b) a 3-node Strata cluster and redis-server -------------------------------------------------
 start_strata
-UP_PID=${PIDS[-1]}
-# The node processes are the supervisor's children; their CPU time is what we account.
-mapfile -t STRATA_PIDS < <(pgrep -P "$UP_PID")
-[ "${#STRATA_PIDS[@]}" = "$NODES" ] || die "expected $NODES node processes under strata up, found ${#STRATA_PIDS[@]}"
-
-# ---- (d) redis-server -------------------------------------------------------------------------
-redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --save '' --appendonly no --daemonize no \
-    >"$RESULTS/redis-server.log" 2>&1 &
-PIDS+=($!)
-REDIS_PID=$!
-wait_port 127.0.0.1 "$REDIS_PORT" 20 || die "redis-server did not start (see $RESULTS/redis-server.log)"
+start_redis
 
 # ---- machine and settings ---------------------------------------------------------------------
 {
@@ -101,10 +80,8 @@ for depth in 1 "$DEPTH"; do
                 busy_before=$(machine_busy_seconds)
                 start_ns=$(date +%s%N)
                 # `time` reports the load generator's own CPU (TIMEFORMAT: user system).
-                { TIMEFORMAT='%U %S'; time "${BENCH[@]}" --target "$target" --endpoints "$ep" "${common[@]}" \
-                    --pipeline "$depth" --write-ratio "$ratio" --seed "$run" --label "$name" \
-                    --json "$RESULTS/$name.json" >"$RESULTS/$name.txt" 2>&1; } 2>"$WORK/time" \
-                    || { cat "$RESULTS/$name.txt" >&2; die "$name failed"; }
+                { TIMEFORMAT='%U %S'; time bench_run "$name" --target "$target" --endpoints "$ep" "${common[@]}" \
+                    --pipeline "$depth" --write-ratio "$ratio" --seed "$run"; } 2>"$WORK/time"
                 wall=$(( ($(date +%s%N) - start_ns) / 1000000 ))
                 after=$(cpu_seconds "${servers[@]}")
                 busy_after=$(machine_busy_seconds)
@@ -133,71 +110,5 @@ for p in 1 "$DEPTH"; do
 done
 
 # ---- (g) the table ----------------------------------------------------------------------------
-python3 - "$RESULTS" "$RUNS" "$DEPTH" "$RATIOS" <<'EOF' | tee "$RESULTS/summary.md"
-import csv, json, statistics, sys
-from pathlib import Path
-
-results, runs, depth, ratios = Path(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4].split()
-
-def load(target, ratio, p):
-    out = []
-    for r in range(1, runs + 1):
-        f = results / f"{target}-w{ratio}-p{p}-r{r}.json"
-        if f.exists():
-            out.append(json.loads(f.read_text()))
-    return out
-
-def med(reports, get):
-    return statistics.median(get(x) for x in reports) if reports else float("nan")
-
-print(f"Medians of {runs} runs each; latencies in µs (p50 / p99 over all operations).\n")
-print("| writes % | pipeline | Strata ops/s | Redis ops/s | Strata/Redis | Strata p50 / p99 | Redis p50 / p99 | errors |")
-print("|---:|---:|---:|---:|---:|---:|---:|---:|")
-for p in ["1", depth]:
-    for ratio in ratios:
-        s, r = load("strata", ratio, p), load("redis", ratio, p)
-        st, rt = med(s, lambda x: x["throughput_ops_s"]), med(r, lambda x: x["throughput_ops_s"])
-        lat = lambda rep: f'{med(rep, lambda x: x["latency_us"]["all"]["p50_us"]):.0f} / {med(rep, lambda x: x["latency_us"]["all"]["p99_us"]):.0f}'
-        errors = sum(x["errors"] for x in s + r)
-        print(f"| {ratio} | {p} | {st:,.0f} | {rt:,.0f} | {st / rt:.2f} | {lat(s)} | {lat(r)} | {errors} |")
-
-print("\nCPU during a whole run (connect, preload, warmup and the measured window), median cores busy")
-print("on average: the servers (Strata: the 3 node processes together; Redis: redis-server) and the")
-print("load generator. The machine has 2.\n")
-print("| writes % | pipeline | Strata servers | Strata bench | Redis server | Redis bench | other load (max) |")
-print("|---:|---:|---:|---:|---:|---:|---:|")
-def cores(target, ratio, p, field):
-    xs = []
-    for r in range(1, runs + 1):
-        f = results / f"{target}-w{ratio}-p{p}-r{r}.cpu.json"
-        if f.exists():
-            c = json.loads(f.read_text())
-            xs.append(c[field] / c["wall_s"])
-    return f"{statistics.median(xs):.2f}" if xs else "?"
-def other_max(ratio, p):
-    xs = []
-    for target in ("strata", "redis"):
-        for r in range(1, runs + 1):
-            f = results / f"{target}-w{ratio}-p{p}-r{r}.cpu.json"
-            if f.exists():
-                c = json.loads(f.read_text())
-                xs.append(c["other_cpu_s"] / c["wall_s"])
-    return f"{max(xs):.2f}" if xs else "?"
-for p in ["1", depth]:
-    for ratio in ratios:
-        print(f"| {ratio} | {p} | {cores('strata', ratio, p, 'server_cpu_s')} | {cores('strata', ratio, p, 'bench_cpu_s')} "
-              f"| {cores('redis', ratio, p, 'server_cpu_s')} | {cores('redis', ratio, p, 'bench_cpu_s')} | {other_max(ratio, p)} |")
-print("\nother load: cores busy with processes that are neither the servers nor the load generator")
-print("(the largest over the runs of that row); above ~0.1 the row was measured on a busy machine.")
-
-print("\nredis-benchmark (its own client and connections; requests per second, latency in ms):\n")
-print("| test | -P | rps | p50 ms | p99 ms |")
-print("|---|---:|---:|---:|---:|")
-for p in ["1", depth]:
-    f = results / f"redis-benchmark-P{p}.csv"
-    if not f.exists():
-        continue
-    for row in csv.DictReader(f.read_text().splitlines()):
-        print(f'| {row["test"]} | {p} | {float(row["rps"]):,.0f} | {row.get("p50_latency_ms", "?")} | {row.get("p99_latency_ms", "?")} |')
-EOF
+summarize es "$RESULTS" "$RUNS" "$DEPTH" "$RATIOS"
 log "results in $RESULTS"

@@ -41,7 +41,6 @@ VALUE_SIZE=${VALUE_SIZE:-32}
 RATIOS=${RATIOS:-"5 50"}
 ETCD_DISK=${ETCD_DISK:-0}
 RESULTS=${RESULTS:-${CARGO_TARGET_DIR:-$ROOT/target}/bench-results/etcd-$(date +%Y%m%d-%H%M%S)}
-BIN=${CARGO_TARGET_DIR:-$ROOT/target}/release
 NODES=3
 
 TAG=bench-etcd
@@ -51,14 +50,9 @@ mkdir -p "$RESULTS"
 
 # ---- install and build -----------------------------------------------------------------------
 ensure_commands etcd=etcd-server etcdctl=etcd-client protoc=protobuf-compiler
-command -v python3 >/dev/null || die "python3 is needed to summarize the JSON results"
-log "building release binaries (strata with the etcd target)"
-cargo build --release -q -p strata-node
-cargo build --release -q -p strata --features etcd
-BENCH=("$BIN/strata" bench)
+build_strata --features etcd # the etcd target of `strata bench`
 
 # ---- the two clusters -------------------------------------------------------------------------
-BASE_PORT=${BASE_PORT:-$(free_base_port 7600 200 9800 "$NODES" 100)} || die "no free base port for strata"
 start_strata
 
 if [ "$ETCD_DISK" = 1 ]; then ETCD_DIR="$WORK/etcd"; else ETCD_DIR=$(mktemp -d /dev/shm/strata-bench-etcd.XXXXXX); fi
@@ -80,8 +74,7 @@ run_one() {
     shift 3
     log "($n/$total) $name"
     wait_quiet
-    "${BENCH[@]}" --target "$target" --endpoints "$endpoints" "${common[@]}" "$@" --label "$name" \
-        --json "$RESULTS/$name.json" >"$RESULTS/$name.txt" 2>&1 || { cat "$RESULTS/$name.txt" >&2; die "$name failed"; }
+    bench_run "$name" --target "$target" --endpoints "$endpoints" "${common[@]}" "$@"
 }
 
 total=$(( RUNS * ($(wc -w <<<"$RATIOS") * 4 + 2) ))
@@ -103,32 +96,5 @@ for run in $(seq 1 "$RUNS"); do
 done
 
 # ---- tables ------------------------------------------------------------------------------------
-python3 - "$RESULTS" "$RUNS" "$RATIOS" <<'PY' | tee "$RESULTS/summary.md"
-import json, statistics, sys
-from pathlib import Path
-results, runs, ratios = Path(sys.argv[1]), int(sys.argv[2]), sys.argv[3].split()
-def reps(name):
-    return [json.loads(f.read_text()) for r in range(1, runs + 1) if (f := results / f"{name}-r{r}.json").exists()]
-def med(xs): return statistics.median(xs) if xs else float("nan")
-def tput(name): return med([x["throughput_ops_s"] for x in reps(name)])
-def lat(name, cls="all"):
-    xs = reps(name)
-    return f'{med([x["latency_us"][cls]["p50_us"] for x in xs]):.0f} / {med([x["latency_us"][cls]["p99_us"] for x in xs]):.0f}'
-def errors(name): return sum(x["errors"] for x in reps(name))
-print(f"ops/s, median of {runs} runs; p50 / p99 latency of all operations in µs.\n")
-print("| workload | etcd ops/s | Strata ops/s | Strata/etcd | etcd p50 / p99 | Strata p50 / p99 | errors (etcd, Strata) |")
-print("|---|---:|---:|---:|---:|---:|---:|")
-for ratio in ratios:
-    e, s = f"etcd-abd-w{ratio}", f"strata-abd-w{ratio}"
-    print(f"| {ratio}% writes: etcd put/get vs Strata release/acquire | {tput(e):,.0f} | {tput(s):,.0f} | {tput(s)/tput(e):.2f} | {lat(e)} | {lat(s)} | {errors(e)}, {errors(s)} |")
-e, s = "etcd-cas", "strata-cas"
-print(f"| CAS only: etcd txn compare-and-put vs Strata strong CAS | {tput(e):,.0f} | {tput(s):,.0f} | {tput(s)/tput(e):.2f} | {lat(e)} | {lat(s)} | {errors(e)}, {errors(s)} |")
-print("\nWhat choosing a weaker consistency buys on Strata at the same load (same runs):\n")
-print("| writes % | Strata relaxed (es) ops/s | Strata Kite mix ops/s | Strata ABD ops/s | relaxed/etcd | Kite mix/etcd |")
-print("|---:|---:|---:|---:|---:|---:|")
-for ratio in ratios:
-    e = tput(f"etcd-abd-w{ratio}")
-    es, kite, abd = tput(f"strata-es-w{ratio}"), tput(f"strata-kite-w{ratio}"), tput(f"strata-abd-w{ratio}")
-    print(f"| {ratio} | {es:,.0f} | {kite:,.0f} | {abd:,.0f} | {es/e:.2f} | {kite/e:.2f} |")
-PY
+summarize etcd "$RESULTS" "$RUNS" "$RATIOS"
 log "results in $RESULTS"

@@ -30,8 +30,7 @@
 # across the WAN for the clients near F), KEY_SIZE (16), VALUE_SIZE (32), WAN_MS (17.5),
 # LOCAL_MS (1), DCS ("0 0 1 1 2": the data centre of node 0, 1, ...; its length is the number of
 # nodes), CONFIGS ("orca weak strong"), BASE_PORT (first free from 7600), RESULTS, PLOT
-# ($RESULTS/geo-latency.png, drawn with matplotlib, installed with pip if missing),
-# CARGO_TARGET_DIR; QUIET_CORES, QUIET_WAIT, QUIET_BUDGET (scripts/bench-lib.sh); KEEP_LOGS=1
+# ($RESULTS/geo-latency.png, drawn by strata-plot), CARGO_TARGET_DIR; QUIET_CORES, QUIET_WAIT, QUIET_BUDGET (scripts/bench-lib.sh); KEEP_LOGS=1
 # keeps the nodes' logs in $RESULTS/node-logs.
 set -euo pipefail
 
@@ -52,7 +51,6 @@ CONFIGS=${CONFIGS:-"orca weak strong"}
 read -r -a DC <<<"$DCS"
 NODES=${#DC[@]}
 RESULTS=${RESULTS:-${CARGO_TARGET_DIR:-$ROOT/target}/bench-results/geo-$(date +%Y%m%d-%H%M%S)}
-BIN=${CARGO_TARGET_DIR:-$ROOT/target}/release
 CASES="read-leader read-follower write-leader write-follower"
 
 TAG=bench-geo
@@ -60,31 +58,19 @@ TAG=bench-geo
 . "$ROOT/scripts/bench-lib.sh"
 mkdir -p "$RESULTS"
 
-command -v python3 >/dev/null || die "python3 is needed to read the status and summarize the results"
 build_and_start_strata
 
 # ---- the WAN: a delay on both directions of every link between two data centres ----------------
 for i in $(seq 0 $((NODES - 1))); do
     for j in $(seq 0 $((NODES - 1))); do
         [ "${DC[$i]}" = "${DC[$j]}" ] && continue
-        "$BIN/strata" fault --node "$i" --peer "$j" --delay-ms "$WAN_MS" --data-dir "$STRATA_DATA" >>"$RESULTS/faults.log" 2>&1 ||
+        strata_cli fault --node "$i" --peer "$j" --delay-ms "$WAN_MS" >>"$RESULTS/faults.log" 2>&1 ||
             { cat "$RESULTS/faults.log" >&2; die "cannot set the delay of link $i -> $j"; }
     done
 done
 
 # The node leading table $1 (its only shard); waits through an election.
-leader_of() {
-    for _ in $(seq 100); do
-        "$BIN/strata" status --json --data-dir "$STRATA_DATA" 2>/dev/null | python3 -c '
-import json, sys
-led = [n["node"] for n in json.load(sys.stdin) for s in n.get("shards", []) if s["table"] == sys.argv[1] and s["role"] == "leader"]
-if not led:
-    sys.exit(1)
-print(led[0])' "$1" && return 0
-        sleep 0.2
-    done
-    die "table $1 has no leader"
-}
+leader_of() { table_leader "$1" || die "table $1 has no leader"; }
 
 # Waits (at most 30 s) until the leaders of every table stayed the same for 2 s: a new table's
 # first elections can run into each other over the WAN.
@@ -165,48 +151,8 @@ for run in $(seq 1 "$RUNS"); do
         done
     done
 done
-"$BIN/strata" status --json --data-dir "$STRATA_DATA" >"$RESULTS/status-after.json" 2>/dev/null || true
+strata_cli status --json >"$RESULTS/status-after.json" 2>/dev/null || true
 
-python3 - "$RESULTS" "$CONFIGS" "$CASES" <<'EOF' | tee "$RESULTS/summary.md"
-import glob, json, os, statistics, sys
-results, configs, cases = sys.argv[1], sys.argv[2].split(), sys.argv[3].split()
-RATIOS = [("strong", "orca"), ("strong", "weak"), ("orca", "weak")]
-def cell(cfg, case):
-    runs = [json.load(open(f)) for f in glob.glob(os.path.join(results, f"{cfg}-{case}-r*.json"))]
-    if not runs:
-        return None
-    # A run that completed nothing in its window (a leader change) has no latency.
-    lat = [l for r in runs if (l := r["latency_us"]["all"])["count"] > 0]
-    med = lambda k: statistics.median(l[k] for l in lat) if lat else None
-    changed = len(glob.glob(os.path.join(results, f"{cfg}-{case}-r*.leader-changed")))
-    return {"p50": med("p50_us"), "p99": med("p99_us"), "errors": sum(r["errors"] for r in runs), "n": len(runs),
-            "changed": changed}
-cells = {(c, k): cell(c, k) for c in configs for k in cases}
-n = max((v["n"] for v in cells.values() if v), default=0)
-ms = lambda us: "-" if us is None else f"{us / 1000:.1f}"
-print(f"Latency in ms, p50 / p99 (median of {n} runs); clients near the leader or near a follower in another data centre.\n")
-print("| case | " + " | ".join(configs) + " | errors |")
-print("|---|" + "---:|" * (len(configs) + 1))
-for k in cases:
-    row = [f"{ms(v['p50'])} / {ms(v['p99'])}{' (!)' * (v['changed'] > 0)}" if (v := cells[(c, k)]) else "-" for c in configs]
-    errors = sum(cells[(c, k)]["errors"] for c in configs if cells[(c, k)])
-    print(f"| {k} | " + " | ".join(row) + f" | {errors} |")
-if any(v and v["changed"] for v in cells.values()):
-    print("\n(!): the leader changed during a run of this cell (placement.txt): rerun on a quieter machine.")
-ratios = [(a, b) for a, b in RATIOS if a in configs and b in configs]
-if ratios:
-    print("\nRatios of the p50 latencies (paper: strong/orca ≈ 14 for read-follower and write-leader, ≈ 2 for write-follower):\n")
-    print("| case | " + " | ".join(f"{a}/{b}" for a, b in ratios) + " |")
-    print("|---|" + "---:|" * len(ratios))
-    for k in cases:
-        p50 = lambda c: (cells[(c, k)] or {}).get("p50")
-        r = [f"{p50(a) / p50(b):.1f}" if p50(a) and p50(b) else "-" for a, b in ratios]
-        print(f"| {k} | " + " | ".join(r) + " |")
-EOF
+summarize geo "$RESULTS" "$CONFIGS" "$CASES"
 log "results in $RESULTS"
-PLOT=${PLOT:-$RESULTS/geo-latency.png}
-if python3 -c 'import matplotlib' 2>/dev/null || pip install -q matplotlib >/dev/null 2>&1; then
-    python3 "$ROOT/scripts/plot-geo.py" "$RESULTS" "$RUNS" "$CONFIGS" "$CASES" "$PLOT" >&2
-else
-    log "matplotlib is not available (pip install matplotlib): no plot"
-fi
+plot_chart geo "${PLOT:-$RESULTS/geo-latency.png}" "$RESULTS" "$CONFIGS" "$CASES" "$WAN_MS"

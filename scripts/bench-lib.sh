@@ -1,5 +1,11 @@
-# Shared by the benchmark scripts (sourced, not run): logging, cleanup of every process a
-# script started, port helpers, CPU accounting and the idle-machine gate.
+# Shared by the benchmark scripts (sourced, not run): the one place that builds, starts and
+# stops Strata clusters and the peers (redis-server, etcd, ZooKeeper), waits for them, runs
+# `strata bench`, summarizes and plots. Also: logging, cleanup of every process a script
+# started, port helpers, CPU accounting and the idle-machine gate.
+#
+# Summaries and charts: the Python package scripts/benchlib (stdlib only; `benchpy`), whose
+# benchlib/summary.py is the one place medians and ratios are computed. Charts are JSON specs
+# drawn by `strata-plot` (crates/bench/src/plot.rs, the same code as `strata bench --timeline`).
 #
 # The sourcing script sets, before sourcing: TAG (its log prefix), and optionally
 # QUIET_CORES, QUIET_WAIT, QUIET_BUDGET (see wait_quiet). After sourcing it may append pids to
@@ -10,16 +16,49 @@
 log() { printf '[%s] %s\n' "$TAG" "$*" >&2; }
 die() { log "error: $*"; exit 1; }
 
+# Runs CMD... every 0.1 s until it succeeds, for at most SECONDS; fails if it never did.
+# Usage: wait_for SECONDS CMD...
+wait_for() {
+    local deadline=$((SECONDS + $1))
+    shift
+    until "$@"; do
+        [ "$SECONDS" -lt "$deadline" ] || return 1
+        sleep 0.1
+    done
+}
+
+# Stops the given processes: SIGCONT (a paused one must see the signal) and SIGTERM, then
+# SIGKILL after 5 s. Usage: stop_pids PID...
+stop_pids() {
+    local pid
+    for pid in "$@"; do kill -CONT "$pid" 2>/dev/null || true; kill -TERM "$pid" 2>/dev/null || true; done
+    for pid in "$@"; do
+        wait_for 5 eval "! kill -0 $pid 2>/dev/null" || true
+        kill -KILL "$pid" 2>/dev/null || true
+    done
+}
+
+# Forgets PID in PIDS (it was stopped by hand). Usage: forget_pid PID
+forget_pid() {
+    local keep=() p
+    for p in "${PIDS[@]}"; do [ "$p" = "$1" ] || keep+=("$p"); done
+    PIDS=("${keep[@]}")
+}
+
+ROOT=${ROOT:-$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)}
+BIN=${BIN:-${CARGO_TARGET_DIR:-$ROOT/target}/release}
+
+# The benchlib Python package: `benchpy table NAME ARGS...`, `benchpy chart NAME ARGS...`,
+# `benchpy cluster QUESTION ARGS...` (scripts/benchlib/__main__.py).
+benchpy() { PYTHONPATH="$ROOT/scripts${PYTHONPATH:+:$PYTHONPATH}" python3 -m benchlib "$@"; }
+command -v python3 >/dev/null || die "python3 is needed to summarize the JSON results"
+
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/strata-$TAG.XXXXXX")
 PIDS=()
 CLEANUP_DIRS=("$WORK")
 cleanup() {
     local rc=$?
-    for pid in "${PIDS[@]}"; do kill -CONT "$pid" 2>/dev/null || true; kill -TERM "$pid" 2>/dev/null || true; done
-    for pid in "${PIDS[@]}"; do
-        for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-        kill -KILL "$pid" 2>/dev/null || true
-    done
+    stop_pids "${PIDS[@]}"
     # A failed run (or any, with KEEP_LOGS=1) keeps the nodes' logs next to its results.
     if { [ "$rc" -ne 0 ] || [ -n "${KEEP_LOGS:-}" ]; } && [ -n "${RESULTS:-}" ] && [ -d "$WORK/strata" ]; then
         mkdir -p "$RESULTS/node-logs"
@@ -32,14 +71,9 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-port_free() { ! (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
-wait_port() { # host port seconds
-    local deadline=$((SECONDS + $3))
-    until (exec 3<>"/dev/tcp/$1/$2") 2>/dev/null; do
-        [ "$SECONDS" -lt "$deadline" ] || return 1
-        sleep 0.1
-    done
-}
+port_open() { (exec 3<>"/dev/tcp/$1/$2") 2>/dev/null; }
+port_free() { ! port_open 127.0.0.1 "$1"; }
+wait_port() { wait_for "$3" port_open "$1" "$2"; } # host port seconds
 # The first base port from FROM (step STEP, up to TO) whose COUNT ports, and the COUNT ports
 # OFFSET above them, are all free. Usage: free_base_port FROM STEP TO COUNT OFFSET
 free_base_port() {
@@ -102,32 +136,72 @@ describe_machine() {
     echo "loadavg at start: $(cat /proc/loadavg)"
 }
 
-# Builds the release `strata` and `strata-node` (extra cargo flags may follow, e.g. --features
-# zookeeper), picks BASE_PORT unless it is set, and starts the cluster (start_strata).
-build_and_start_strata() {
+# Builds the release `strata` and `strata-node` and `strata-plot`; extra cargo flags for
+# `strata` may follow (e.g. --features zookeeper). CARGO_BUILD_JOBS limits the build's jobs.
+build_strata() {
     log "building release binaries"
     cargo build --release -q -p strata-node
+    cargo build --release -q -p strata-bench --bin strata-plot
     cargo build --release -q -p strata "$@"
-    BASE_PORT=${BASE_PORT:-$(free_base_port 7600 200 9800 "$NODES" 100)} || die "no free base port found"
+    "$BIN/strata" bench --help >/dev/null 2>&1 || die "'$BIN/strata bench' does not work"
+}
+
+# build_strata, then picks BASE_PORT unless it is set and starts the cluster (start_strata).
+build_and_start_strata() {
+    build_strata "$@"
     start_strata
 }
 
-# Starts `strata up` with NODES nodes on BASE_PORT in $WORK/strata and waits until every node
-# listens; sets ENDPOINTS (comma-separated client addresses) and STRATA_DATA.
+# Starts `strata up` with NODES nodes on BASE_PORT (the first free from 7600 unless set) in
+# $WORK/strata and waits until every node listens; sets ENDPOINTS (comma-separated client
+# addresses), STRATA_DATA, STRATA_UP_PID (the supervisor) and STRATA_PIDS (the nodes).
 start_strata() {
+    BASE_PORT=${BASE_PORT:-$(free_base_port 7600 200 9800 "$NODES" 100)} || die "no free base port found"
     STRATA_DATA="$WORK/strata"
     log "starting: strata up --nodes $NODES --base-port $BASE_PORT"
     "$BIN/strata" up --nodes "$NODES" --data-dir "$STRATA_DATA" --base-port "$BASE_PORT" >"$RESULTS/strata-up.log" 2>&1 &
-    PIDS+=($!)
+    STRATA_UP_PID=$!
+    PIDS+=("$STRATA_UP_PID")
     ENDPOINTS=""
     local i
     for i in $(seq 0 $((NODES - 1))); do
         ENDPOINTS+="${ENDPOINTS:+,}127.0.0.1:$((BASE_PORT + i))"
         wait_port 127.0.0.1 $((BASE_PORT + i)) 20 || die "strata node $i did not start (see $RESULTS/strata-up.log)"
     done
-    for _ in $(seq 50); do [ -f "$STRATA_DATA/cluster.json" ] && return 0; sleep 0.1; done
-    die "strata up wrote no cluster.json (see $RESULTS/strata-up.log)"
+    wait_for 5 test -f "$STRATA_DATA/cluster.json" || die "strata up wrote no cluster.json (see $RESULTS/strata-up.log)"
+    # The node processes are the supervisor's children: their CPU time is the servers'.
+    mapfile -t STRATA_PIDS < <(pgrep -P "$STRATA_UP_PID")
+    [ "${#STRATA_PIDS[@]}" = "$NODES" ] || die "expected $NODES node processes under strata up, found ${#STRATA_PIDS[@]}"
 }
+
+# Stops the cluster start_strata started and forgets its data.
+stop_strata() {
+    stop_pids "$STRATA_UP_PID"
+    forget_pid "$STRATA_UP_PID"
+    rm -rf "$STRATA_DATA"
+}
+
+# `strata CMD ARGS...` against the cluster of start_strata.
+strata_cli() { "$BIN/strata" "$@" --data-dir "$STRATA_DATA"; }
+
+# The pid of a node of the running cluster, by index or client address. Usage: node_pid NODE
+node_pid() { benchpy cluster pid "$STRATA_DATA/cluster.json" "$1"; }
+
+# Resident memory (KiB) of every node of the running cluster, space-separated.
+node_rss_kib() { benchpy cluster rss "$STRATA_DATA/cluster.json"; }
+
+# The node (index) leading SHARD (default: any shard) of TABLE, waiting up to 20 s through an election.
+# Usage: table_leader TABLE [SHARD]
+table_leader() { wait_for 20 status_says leader "$@"; }
+
+# The client address of the node leading (a shard of) TABLE, waiting like table_leader.
+table_leader_addr() { wait_for 20 status_says leader-addr "$1"; }
+
+# One question to `strata status --json` (scripts/benchlib/cluster.py).
+status_says() { strata_cli status --json 2>/dev/null | benchpy cluster "$@"; }
+
+# Whether every table named has a leader. Usage: tables_led TABLE...
+tables_led() { status_says led "$@"; }
 
 # `strata table create` flags of a log-table configuration (ORCA §1.3, §8.2), by name:
 #   sync    writes acknowledged once fsynced on a majority (group commit), reads at the leader
@@ -161,27 +235,59 @@ create_log_tables() {
             >>"$RESULTS/tables.log" 2>&1 || { cat "$RESULTS/tables.log" >&2; die "cannot create table l-$cfg"; }
         tables+="${tables:+ }l-$cfg"
     done
-    for _ in $(seq 150); do
-        "$BIN/strata" status --json --data-dir "$STRATA_DATA" 2>/dev/null | python3 -c '
-import json, sys
-led = {s["table"] for n in json.load(sys.stdin) for s in n.get("shards", []) if s.get("role") == "leader"}
-sys.exit(0 if set(sys.argv[1].split()) <= led else 1)' "$tables" && return 0
-        sleep 0.2
-    done
-    die "not every table of [$tables] has a leader (see $RESULTS/strata-up.log)"
+    # shellcheck disable=SC2086 # the table names are words
+    wait_for 30 tables_led $tables || die "not every table of [$tables] has a leader (see $RESULTS/strata-up.log)"
+}
+
+# One `strata bench` run: the flags that follow, labelled NAME, the report in $RESULTS/NAME.json
+# and its text in $RESULTS/NAME.txt; stops the script if it fails. Usage: bench_run NAME FLAGS...
+bench_run() {
+    local name=$1
+    shift
+    "$BIN/strata" bench "$@" --label "$name" --json "$RESULTS/$name.json" >"$RESULTS/$name.txt" 2>&1 ||
+        { cat "$RESULTS/$name.txt" >&2; die "$name failed"; }
 }
 
 # One `strata bench` run on a log table, one request at a time per session, with the sourcing
 # script's SESSIONS, KEYS, KEY_SIZE, VALUE_SIZE, DURATION and WARMUP and the flags that follow
-# (endpoints, workload, clients); the report goes to $RESULTS/NAME.json and NAME.txt.
-# Usage: bench_table NAME TABLE SEED FLAGS...
+# (endpoints, workload, clients). Usage: bench_table NAME TABLE SEED FLAGS...
 bench_table() {
     local name=$1 table=$2 seed=$3
     shift 3
-    "$BIN/strata" bench --table "$table" "$@" --sessions "$SESSIONS" --pipeline 1 --keys "$KEYS" \
-        --key-size "$KEY_SIZE" --value-size "$VALUE_SIZE" --duration "$DURATION" --warmup "$WARMUP" --seed "$seed" \
-        --quiet --label "$name" --json "$RESULTS/$name.json" >"$RESULTS/$name.txt" 2>&1 ||
-        { cat "$RESULTS/$name.txt" >&2; die "$name failed"; }
+    bench_run "$name" --table "$table" "$@" --sessions "$SESSIONS" --pipeline 1 --keys "$KEYS" \
+        --key-size "$KEY_SIZE" --value-size "$VALUE_SIZE" --duration "$DURATION" --warmup "$WARMUP" --seed "$seed" --quiet
+}
+
+# The markdown summary of a script's results: printed and written to $RESULTS/summary.md.
+# Usage: summarize NAME ARGS... (scripts/benchlib/tables.py)
+summarize() { benchpy table "$@" | tee "$RESULTS/summary.md"; }
+
+# Draws chart NAME of the results (scripts/benchlib/charts.py) to OUT.png with strata-plot; the
+# spec is kept next to it as OUT.json. Usage: plot_chart NAME OUT.png ARGS...
+plot_chart() {
+    local name=$1 out=$2
+    shift 2
+    benchpy chart "$name" "$@" >"${out%.png}.json" && "$BIN/strata-plot" "${out%.png}.json" "$out" ||
+        log "warning: chart $name not drawn (spec: ${out%.png}.json)"
+}
+
+# Pauses process PID (SIGSTOP) AT seconds from now for MS milliseconds (SIGCONT), in the
+# background; the pause's start and end (seconds since the call) go to FILE.
+# Usage: pause_process_later PID AT MS FILE
+pause_process_later() {
+    local pid=$1 at=$2 ms=$3 file=$4
+    (
+        t=$(date +%s.%N)
+        sleep "$at"
+        t0=$(date +%s.%N)
+        kill -STOP "$pid"
+        sleep "$(awk -v ms="$ms" 'BEGIN { print ms / 1000 }')"
+        kill -CONT "$pid"
+        t1=$(date +%s.%N)
+        awk -v t="$t" -v a="$t0" -v b="$t1" 'BEGIN { printf "stopped at +%.3fs after launch, continued at +%.3fs (%.0f ms)\n", a - t, b - t, (b - a) * 1000 }'
+    ) >"$file" &
+    PAUSER_PID=$!
+    PIDS+=("$PAUSER_PID")
 }
 
 # Starts a 3-member etcd cluster (NODES members) on loopback from ETCD_PORT (first free from
@@ -206,11 +312,103 @@ start_etcd() {
     for i in $(seq 0 $((NODES - 1))); do
         wait_port 127.0.0.1 $((ETCD_PORT + i)) 20 || die "etcd member $i did not start (see $RESULTS/etcd-e$i.log)"
     done
-    for _ in $(seq 100); do
-        ETCDCTL_API=3 etcdctl --endpoints "$ETCD_ENDPOINTS" endpoint health >/dev/null 2>&1 && return 0
-        sleep 0.2
+    wait_for 20 etcd_healthy || die "etcd is not healthy (see $RESULTS/etcd-e*.log)"
+}
+etcd_healthy() { ETCDCTL_API=3 etcdctl --endpoints "$ETCD_ENDPOINTS" endpoint health >/dev/null 2>&1; }
+
+# Starts redis-server on 127.0.0.1:REDIS_PORT without persistence and waits until it listens;
+# sets REDIS_PID. Stopped on exit with the script's other processes.
+start_redis() {
+    redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --save '' --appendonly no --daemonize no \
+        >"$RESULTS/redis-server.log" 2>&1 &
+    REDIS_PID=$!
+    PIDS+=("$REDIS_PID")
+    wait_port 127.0.0.1 "$REDIS_PORT" 20 || die "redis-server did not start (see $RESULTS/redis-server.log)"
+}
+
+# ZooKeeper 3.8 from the Debian package, started directly with java (no systemd). NODES members:
+# member i has client port ZK_PORT+i, quorum port ZK_PORT+100+i, election port ZK_PORT+103+i
+# (ZK_PORT: the first free from 12181 unless set). ZK_HEAP (256m) per member; data on tmpfs, or
+# under $WORK with ZK_DISK=1. Sets ZK_ENDPOINTS, ZK_CP and ZK_VERSION.
+setup_zk() {
+    command -v java >/dev/null || die "java is needed to run ZooKeeper (apt-get install default-jre-headless)"
+    [ -f /usr/share/java/zookeeper.jar ] || apt_install zookeeper
+    # zookeeper.jar's manifest lists its dependencies' jars (Debian's /usr/share/java);
+    # slf4j-simple sends ZooKeeper's log (warnings and above) to the member's log file.
+    ZK_CP=/usr/share/java/zookeeper.jar
+    [ -f /usr/share/java/slf4j-simple.jar ] && ZK_CP+=:/usr/share/java/slf4j-simple.jar
+    ZK_VERSION=$(dpkg-query -W -f='${Version}' zookeeper 2>/dev/null || echo unknown)
+    ZK_HEAP=${ZK_HEAP:-256m}
+    ZK_PORT=${ZK_PORT:-$(free_base_port 12181 10 12481 $((2 * NODES)) 100)} || die "no free ports for zookeeper"
+    ZK_ENDPOINTS=""
+    local i
+    for i in $(seq 0 $((NODES - 1))); do ZK_ENDPOINTS+="${ZK_ENDPOINTS:+,}127.0.0.1:$((ZK_PORT + i))"; done
+    ZK_PIDS=()
+}
+
+# Whether member $1 (0-based) is serving, as leader or follower (the `srvr` four-letter word).
+zk_mode() {
+    { exec 3<>"/dev/tcp/127.0.0.1/$((ZK_PORT + $1))" && printf srvr >&3 && timeout 2 cat <&3; } 2>/dev/null |
+        sed -n 's/^Mode: //p'
+}
+zk_has_quorum() {
+    local i
+    ZK_MODES=$(for i in $(seq 0 $((NODES - 1))); do zk_mode "$i"; done | sort | tr '\n' ' ')
+    [ "$ZK_MODES" = "follower follower leader " ]
+}
+
+# Starts a fresh ensemble (setup_zk first) with forceSync=$1; waits until it has a leader and
+# two followers. Logs in $RESULTS/zk-<sync>-z<i>.log.
+start_zk() {
+    local sync=$1 dir i m cfg
+    if [ "${ZK_DISK:-0}" = 1 ]; then dir="$WORK/zk-$sync"; else dir=$(mktemp -d /dev/shm/strata-bench-zk.XXXXXX); fi
+    CLEANUP_DIRS+=("$dir")
+    ZK_DIR=$dir
+    for i in $(seq 0 $((NODES - 1))); do
+        mkdir -p "$dir/z$i"
+        echo $((i + 1)) >"$dir/z$i/myid"
+        cfg="$dir/z$i.cfg"
+        {
+            echo "tickTime=500"
+            echo "initLimit=20"
+            echo "syncLimit=10"
+            echo "dataDir=$dir/z$i"
+            echo "clientPortAddress=127.0.0.1"
+            echo "clientPort=$((ZK_PORT + i))"
+            echo "maxClientCnxns=0"
+            echo "admin.enableServer=false"
+            echo "4lw.commands.whitelist=srvr,ruok"
+            echo "autopurge.purgeInterval=0"
+            for m in $(seq 0 $((NODES - 1))); do
+                echo "server.$((m + 1))=127.0.0.1:$((ZK_PORT + 100 + m)):$((ZK_PORT + 103 + m))"
+            done
+        } >"$cfg"
+        java -Xms"$ZK_HEAP" -Xmx"$ZK_HEAP" -Dzookeeper.forceSync="$sync" -Dorg.slf4j.simpleLogger.defaultLogLevel=warn \
+            -cp "$ZK_CP" org.apache.zookeeper.server.quorum.QuorumPeerMain "$cfg" >"$RESULTS/zk-$sync-z$i.log" 2>&1 &
+        ZK_PIDS+=($!)
+        PIDS+=($!)
     done
-    die "etcd is not healthy (see $RESULTS/etcd-e*.log)"
+    for i in $(seq 0 $((NODES - 1))); do
+        wait_port 127.0.0.1 $((ZK_PORT + i)) 30 || die "zookeeper member $i did not start (see $RESULTS/zk-$sync-z$i.log)"
+    done
+    wait_for 30 zk_has_quorum || die "zookeeper has no quorum (modes: $ZK_MODES; see $RESULTS/zk-$sync-z*.log)"
+    log "zookeeper (forceSync=$sync) up: $ZK_MODES"
+}
+
+# Stops the ensemble start_zk started and removes its data.
+stop_zk() {
+    local pid
+    stop_pids "${ZK_PIDS[@]}"
+    for pid in "${ZK_PIDS[@]}"; do forget_pid "$pid"; done
+    ZK_PIDS=()
+    rm -rf "$ZK_DIR"
+}
+
+# Installs Debian packages with apt-get. Usage: apt_install PACKAGE...
+apt_install() {
+    log "installing $*"
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@" >/dev/null
 }
 
 # Installs with apt-get the Debian package of every command that is missing. Arguments are
@@ -218,8 +416,5 @@ start_etcd() {
 ensure_commands() {
     local need=() pair
     for pair in "$@"; do command -v "${pair%%=*}" >/dev/null || need+=("${pair#*=}"); done
-    [ "${#need[@]}" -eq 0 ] && return 0
-    log "installing ${need[*]}"
-    apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
+    [ "${#need[@]}" -eq 0 ] || apt_install "${need[@]}"
 }

@@ -209,8 +209,39 @@ impl Mix {
 /// `strata bench`: a closed-loop load generator. Every session keeps `--pipeline` requests
 /// outstanding; each request's latency is measured from submit to completion and recorded in
 /// HDR histograms. Before measuring, every key is written once, so reads hit.
-#[derive(clap::Args, Debug, Clone, PartialEq, Serialize, Deserialize)]
+///
+/// The flags come in groups, one struct each (flattened: the command line is flat, and so is
+/// the report's JSON `args`): what to connect to ([`ConnArgs`]), what each session runs
+/// ([`WorkloadArgs`]), which operations synchronize ([`SyncArgs`]), how long and from which
+/// seed ([`RunArgs`]), what is written ([`OutputArgs`]) and RIFL's exactly-once and lease
+/// options ([`RiflArgs`]). Each group checks its own flags; [`BenchArgs::validate`] then checks
+/// the groups against each other.
+#[derive(clap::Args, Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct BenchArgs {
+    #[command(flatten)]
+    #[serde(flatten)]
+    pub conn: ConnArgs,
+    #[command(flatten)]
+    #[serde(flatten)]
+    pub workload: WorkloadArgs,
+    #[command(flatten)]
+    #[serde(flatten)]
+    pub sync: SyncArgs,
+    #[command(flatten)]
+    #[serde(flatten)]
+    pub run: RunArgs,
+    #[command(flatten)]
+    #[serde(flatten)]
+    pub output: OutputArgs,
+    #[command(flatten)]
+    #[serde(flatten)]
+    pub rifl: RiflArgs,
+}
+
+/// What to load and how: the target, its endpoints, the connections and sessions.
+#[derive(clap::Args, Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[command(next_help_heading = "Target and connections")]
+pub struct ConnArgs {
     /// What to load: a Strata cluster, a Redis server, an etcd cluster or a ZooKeeper ensemble.
     #[arg(long, value_enum, default_value_t = Target::Strata)]
     pub target: Target,
@@ -234,6 +265,44 @@ pub struct BenchArgs {
     #[arg(long, value_name = "D", default_value_t = 1)]
     pub pipeline: usize,
 
+    /// Strata only: load the log table NAME (ORCA; `strata table create`) instead of the
+    /// default keyspace. Writes go to the key's shard leader; a session reads at the node its
+    /// client connected to, which serves them or forwards them (leader-only tables: at the
+    /// leader). One request at a time per session (`--pipeline 1`); reads and writes only.
+    #[arg(long, value_name = "NAME")]
+    pub table: Option<String>,
+
+    /// Emulated one-way delay, milliseconds, between the clients and each endpoint, in
+    /// `--endpoints` order (one value: every endpoint). An in-process relay per endpoint holds
+    /// every byte this long in each direction, which places the clients near some nodes and a
+    /// WAN away from others (ORCA §8.3 E4, scripts/bench-geo.sh). Status samples skip it.
+    #[arg(long, value_name = "MS,...", value_delimiter = ',')]
+    pub client_delay_ms: Option<Vec<f64>>,
+
+    /// Strata cluster id the nodes expect (decimal); default: the local cluster's (CLI), else 1.
+    #[arg(long, value_name = "ID")]
+    pub cluster_id: Option<u64>,
+}
+
+impl Default for ConnArgs {
+    fn default() -> Self {
+        ConnArgs {
+            target: Target::Strata,
+            endpoints: None,
+            clients: 4,
+            sessions: 4,
+            pipeline: 1,
+            table: None,
+            client_delay_ms: None,
+            cluster_id: None,
+        }
+    }
+}
+
+/// What each session runs: the keys, the values and the read/write mix.
+#[derive(clap::Args, Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[command(next_help_heading = "Workload")]
+pub struct WorkloadArgs {
     /// Number of distinct keys.
     #[arg(long, value_name = "N", default_value_t = 100_000)]
     pub keys: u64,
@@ -267,20 +336,144 @@ pub struct BenchArgs {
     #[arg(long, value_enum, value_name = "W|A|B|C|D|F", ignore_case = true)]
     pub ycsb: Option<Ycsb>,
 
-    /// Strata only: load the log table NAME (ORCA; `strata table create`) instead of the
-    /// default keyspace. Writes go to the key's shard leader; a session reads at the node its
-    /// client connected to, which serves them or forwards them (leader-only tables: at the
-    /// leader). One request at a time per session (`--pipeline 1`); reads and writes only.
-    #[arg(long, value_name = "NAME")]
-    pub table: Option<String>,
+    /// What each session runs: kv operations, or push-then-pop pairs on random data
+    /// structures (ts: Treiber stacks, msq: Michael-Scott queues, hml: Harris-Michael lists;
+    /// Strata only, `--duration` only).
+    #[arg(long = "workload", value_enum, default_value_t = WorkloadKind::Kv)]
+    #[serde(rename = "workload")]
+    pub kind: WorkloadKind,
 
-    /// Emulated one-way delay, milliseconds, between the clients and each endpoint, in
-    /// `--endpoints` order (one value: every endpoint). An in-process relay per endpoint holds
-    /// every byte this long in each direction, which places the clients near some nodes and a
-    /// WAN away from others (ORCA §8.3 E4, scripts/bench-geo.sh). Status samples skip it.
-    #[arg(long, value_name = "MS,...", value_delimiter = ',')]
-    pub client_delay_ms: Option<Vec<f64>>,
+    /// Data-structure workloads: number of structures.
+    #[arg(long, value_name = "N", default_value_t = 1000)]
+    pub structures: usize,
 
+    /// Data-structure workloads: fields per object (4 or 32, of 32 bytes each).
+    #[arg(long, value_name = "N", default_value_t = 4)]
+    pub fields: usize,
+}
+
+impl Default for WorkloadArgs {
+    fn default() -> Self {
+        WorkloadArgs {
+            keys: 100_000,
+            key_size: 16,
+            value_size: 64,
+            dist: None,
+            zipf_theta: 0.99,
+            write_ratio: None,
+            ycsb: None,
+            kind: WorkloadKind::Kv,
+            structures: 1000,
+            fields: 4,
+        }
+    }
+}
+
+/// Which operations synchronize (Kite §8 B1): releases, acquires and read-modify-writes.
+#[derive(clap::Args, Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[command(next_help_heading = "Synchronising operations (Kite)")]
+pub struct SyncArgs {
+    /// Preset operation mix (Kite §8 B1): es (all relaxed), abd (acquires + releases), paxos
+    /// (acquires + RMWs), kite (5% of writes releases, 5% of reads acquires). The
+    /// `--*-pct` flags below override the preset's values. Strata only, except es.
+    #[arg(long, value_enum, default_value_t = Mode::Es)]
+    pub mode: Mode,
+
+    /// Percentage of writes that are releases (0-100); default: the `--mode`'s (es: 0).
+    #[arg(long, value_name = "PERCENT")]
+    pub release_pct: Option<f64>,
+
+    /// Percentage of reads that are acquires (0-100); default: the `--mode`'s (es: 0).
+    #[arg(long, value_name = "PERCENT")]
+    pub acquire_pct: Option<f64>,
+
+    /// Percentage of writes that are read-modify-writes (0-100; with `--release-pct` at most
+    /// 100 together); default: the `--mode`'s (es: 0).
+    #[arg(long, value_name = "PERCENT")]
+    pub rmw_pct: Option<f64>,
+
+    /// The read-modify-write `--rmw-pct` issues.
+    #[arg(long, value_enum, default_value_t = RmwKind::Faa)]
+    pub rmw: RmwKind,
+}
+
+impl Default for SyncArgs {
+    fn default() -> Self {
+        SyncArgs {
+            mode: Mode::Es,
+            release_pct: None,
+            acquire_pct: None,
+            rmw_pct: None,
+            rmw: RmwKind::Faa,
+        }
+    }
+}
+
+/// How long the load runs, and from which seed.
+#[derive(clap::Args, Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[command(next_help_heading = "Load shape")]
+pub struct RunArgs {
+    /// Measure for this many seconds (after the warmup).
+    #[arg(long, value_name = "SECS", default_value_t = 10.0, conflicts_with = "ops")]
+    pub duration: f64,
+
+    /// Measure exactly this many operations instead of a duration.
+    #[arg(long, value_name = "N")]
+    pub ops: Option<u64>,
+
+    /// Run the load this many seconds before measuring (not recorded).
+    #[arg(long, value_name = "SECS", default_value_t = 1.0)]
+    pub warmup: f64,
+
+    /// Seed of the key and operation choices (each session derives its own stream).
+    #[arg(long, value_name = "N", default_value_t = 1)]
+    pub seed: u64,
+}
+
+impl Default for RunArgs {
+    fn default() -> Self {
+        RunArgs { duration: 10.0, ops: None, warmup: 1.0, seed: 1 }
+    }
+}
+
+/// What the run writes besides the report on stdout.
+#[derive(clap::Args, Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[command(next_help_heading = "Output")]
+pub struct OutputArgs {
+    /// Also write the report as JSON to FILE.
+    #[arg(long, value_name = "FILE")]
+    pub json: Option<PathBuf>,
+
+    /// No live progress on stderr.
+    #[arg(long)]
+    pub quiet: bool,
+
+    /// A name for this run, copied into the report.
+    #[arg(long, value_name = "TEXT")]
+    pub label: Option<String>,
+
+    /// Per-node throughput timeline (Kite fig. 11): completions per node (the endpoint a
+    /// session's connection goes to) in `--timeline-bucket-ms` buckets over the window, written
+    /// as CSV to FILE (`t_ms,node0,...,total`, ops/s) and as a plot to FILE with `.png`.
+    /// Requests that time out then count as errors and their session keeps waiting.
+    #[arg(long, value_name = "FILE")]
+    pub timeline: Option<PathBuf>,
+
+    /// Bucket width of `--timeline`, milliseconds.
+    #[arg(long, value_name = "MS", default_value_t = 10)]
+    pub timeline_bucket_ms: u64,
+}
+
+impl Default for OutputArgs {
+    fn default() -> Self {
+        OutputArgs { json: None, quiet: false, label: None, timeline: None, timeline_bucket_ms: 10 }
+    }
+}
+
+/// Exactly-once (RIFL) options: turning it off, many simulated clients, the lease service.
+#[derive(clap::Args, Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[command(next_help_heading = "Exactly-once and leases (RIFL)")]
+pub struct RiflArgs {
     /// Strata only: send requests without RIFL's envelope (at-least-once, no completion
     /// records), to measure what exactly-once costs side by side (scripts/bench-rifl.sh).
     #[arg(long)]
@@ -305,135 +498,26 @@ pub struct BenchArgs {
     #[arg(long)]
     #[serde(default)]
     pub lease_creations: bool,
-
-    /// Measure for this many seconds (after the warmup).
-    #[arg(long, value_name = "SECS", default_value_t = 10.0, conflicts_with = "ops")]
-    pub duration: f64,
-
-    /// Measure exactly this many operations instead of a duration.
-    #[arg(long, value_name = "N")]
-    pub ops: Option<u64>,
-
-    /// Run the load this many seconds before measuring (not recorded).
-    #[arg(long, value_name = "SECS", default_value_t = 1.0)]
-    pub warmup: f64,
-
-    /// Seed of the key and operation choices (each session derives its own stream).
-    #[arg(long, value_name = "N", default_value_t = 1)]
-    pub seed: u64,
-
-    /// Also write the report as JSON to FILE.
-    #[arg(long, value_name = "FILE")]
-    pub json: Option<PathBuf>,
-
-    /// No live progress on stderr.
-    #[arg(long)]
-    pub quiet: bool,
-
-    /// A name for this run, copied into the report.
-    #[arg(long, value_name = "TEXT")]
-    pub label: Option<String>,
-
-    /// Strata cluster id the nodes expect (decimal); default: the local cluster's (CLI), else 1.
-    #[arg(long, value_name = "ID")]
-    pub cluster_id: Option<u64>,
-
-    /// Preset operation mix (Kite §8 B1): es (all relaxed), abd (acquires + releases), paxos
-    /// (acquires + RMWs), kite (5% of writes releases, 5% of reads acquires). The
-    /// `--*-pct` flags below override the preset's values. Strata only, except es.
-    #[arg(long, value_enum, default_value_t = Mode::Es)]
-    pub mode: Mode,
-
-    /// Percentage of writes that are releases (0-100); default: the `--mode`'s (es: 0).
-    #[arg(long, value_name = "PERCENT")]
-    pub release_pct: Option<f64>,
-
-    /// Percentage of reads that are acquires (0-100); default: the `--mode`'s (es: 0).
-    #[arg(long, value_name = "PERCENT")]
-    pub acquire_pct: Option<f64>,
-
-    /// Percentage of writes that are read-modify-writes (0-100; with `--release-pct` at most
-    /// 100 together); default: the `--mode`'s (es: 0).
-    #[arg(long, value_name = "PERCENT")]
-    pub rmw_pct: Option<f64>,
-
-    /// The read-modify-write `--rmw-pct` issues.
-    #[arg(long, value_enum, default_value_t = RmwKind::Faa)]
-    pub rmw: RmwKind,
-
-    /// Per-node throughput timeline (Kite fig. 11): completions per node (the endpoint a
-    /// session's connection goes to) in `--timeline-bucket-ms` buckets over the window, written
-    /// as CSV to FILE (`t_ms,node0,...,total`, ops/s) and as a plot to FILE with `.png`.
-    /// Requests that time out then count as errors and their session keeps waiting.
-    #[arg(long, value_name = "FILE")]
-    pub timeline: Option<PathBuf>,
-
-    /// Bucket width of `--timeline`, milliseconds.
-    #[arg(long, value_name = "MS", default_value_t = 10)]
-    pub timeline_bucket_ms: u64,
-
-    /// What each session runs: kv operations, or push-then-pop pairs on random data
-    /// structures (ts: Treiber stacks, msq: Michael-Scott queues, hml: Harris-Michael lists;
-    /// Strata only, `--duration` only).
-    #[arg(long, value_enum, default_value_t = WorkloadKind::Kv)]
-    pub workload: WorkloadKind,
-
-    /// Data-structure workloads: number of structures.
-    #[arg(long, value_name = "N", default_value_t = 1000)]
-    pub structures: usize,
-
-    /// Data-structure workloads: fields per object (4 or 32, of 32 bytes each).
-    #[arg(long, value_name = "N", default_value_t = 4)]
-    pub fields: usize,
 }
 
-impl Default for BenchArgs {
-    fn default() -> Self {
-        BenchArgs {
-            target: Target::Strata,
-            endpoints: None,
-            clients: 4,
-            sessions: 4,
-            pipeline: 1,
-            keys: 100_000,
-            key_size: 16,
-            value_size: 64,
-            dist: None,
-            zipf_theta: 0.99,
-            write_ratio: None,
-            ycsb: None,
-            table: None,
-            client_delay_ms: None,
-            no_exactly_once: false,
-            virtual_clients: None,
-            lease_renewals: false,
-            lease_creations: false,
-            duration: 10.0,
-            ops: None,
-            warmup: 1.0,
-            seed: 1,
-            json: None,
-            quiet: false,
-            label: None,
-            cluster_id: None,
-            mode: Mode::Es,
-            release_pct: None,
-            acquire_pct: None,
-            rmw_pct: None,
-            rmw: RmwKind::Faa,
-            timeline: None,
-            timeline_bucket_ms: 10,
-            workload: WorkloadKind::Kv,
-            structures: 1000,
-            fields: 4,
+type Checked = Result<(), BenchError>;
+
+fn bad(m: String) -> Checked {
+    Err(BenchError::InvalidArgs(m))
+}
+
+fn check_pct(flag: &str, v: Option<f64>) -> Checked {
+    match v {
+        Some(v) if !(0.0..=100.0).contains(&v) => {
+            bad(format!("{flag} {v} is not a percentage in 0-100"))
         }
+        _ => Ok(()),
     }
 }
 
-impl BenchArgs {
-    /// Checks the settings against each other; the message says which flag to change.
-    pub fn validate(&self) -> Result<(), BenchError> {
-        let bad = |m: String| Err(BenchError::InvalidArgs(m));
+impl ConnArgs {
+    /// The connection flags on their own.
+    pub fn validate(&self) -> Checked {
         if self.clients == 0 || self.sessions == 0 || self.pipeline == 0 {
             return bad("--clients, --sessions and --pipeline must be at least 1".into());
         }
@@ -443,103 +527,15 @@ impl BenchArgs {
                 self.pipeline
             ));
         }
-        if self.keys == 0 {
-            return bad("--keys must be at least 1".into());
-        }
-        let min = min_key_size(self.keys);
-        if self.key_size < min {
-            return bad(format!(
-                "--key-size {} cannot hold {} keys: use at least {min}",
-                self.key_size, self.keys
-            ));
-        }
-        if let Some(w) = self.write_ratio {
-            if !(0.0..=100.0).contains(&w) {
-                return bad(format!("--write-ratio {w} is not a percentage in 0-100"));
+        if let Some(d) = &self.client_delay_ms {
+            if d.is_empty() || d.iter().any(|ms| !ms.is_finite() || *ms < 0.0) {
+                return bad(format!(
+                    "--client-delay-ms {d:?}: give one or more delays of 0 ms or more"
+                ));
             }
-        }
-        if self.dist() != Distribution::Uniform && !(self.zipf_theta > 0.0 && self.zipf_theta < 1.0)
-        {
-            return bad(format!(
-                "--zipf-theta {} must be strictly between 0 and 1",
-                self.zipf_theta
-            ));
-        }
-        if self.ops.is_none() && !(self.duration > 0.0 && self.duration.is_finite()) {
-            return bad(format!(
-                "--duration {} must be a positive number of seconds",
-                self.duration
-            ));
-        }
-        if self.target == Target::Strata
-            && !self.no_exactly_once
-            && self.pipeline > strata_wire::WINDOW as usize
-        {
-            return bad(format!(
-                "--pipeline {} exceeds the {} exactly-once writes a session may have unanswered (RIFL's window): lower it, or add --no-exactly-once",
-                self.pipeline,
-                strata_wire::WINDOW
-            ));
-        }
-        if let Some(v) = self.virtual_clients {
-            if v == 0
-                || self.pipeline != 1
-                || self.target != Target::Strata
-                || self.table.is_some()
-                || self.no_exactly_once
-            {
-                return bad("--virtual-clients N needs N >= 1, --pipeline 1, the Strata target, no --table and exactly-once on".into());
-            }
-        }
-        if self.lease_renewals || self.lease_creations {
-            if self.target != Target::Strata
-                || self.ops.is_some()
-                || self.table.is_some()
-                || self.virtual_clients.is_some()
-                || self.ycsb.is_some()
-                || self.timeline.is_some()
-                || self.workload != WorkloadKind::Kv
-                || self.mix().has_sync()
-            {
-                return bad("--lease-renewals and --lease-creations load the lease service alone: --target strata, a --duration, no --ops, --table, --virtual-clients, --ycsb, --timeline, --workload or --mode other than es".into());
-            }
-            if self.lease_renewals && self.lease_creations {
-                return bad("--lease-renewals and --lease-creations: choose one".into());
-            }
-        }
-        if self.ops == Some(0) {
-            return bad("--ops must be at least 1".into());
-        }
-        if !(self.warmup >= 0.0 && self.warmup.is_finite()) {
-            return bad(format!("--warmup {} must be zero or more seconds", self.warmup));
-        }
-        for (flag, v) in [
-            ("--release-pct", self.release_pct),
-            ("--acquire-pct", self.acquire_pct),
-            ("--rmw-pct", self.rmw_pct),
-        ] {
-            if let Some(v) = v {
-                if !(0.0..=100.0).contains(&v) {
-                    return bad(format!("{flag} {v} is not a percentage in 0-100"));
-                }
-            }
-        }
-        let mix = self.mix();
-        if mix.release_pct + mix.rmw_pct > 100.0 {
-            return bad(format!(
-                "--release-pct {} plus --rmw-pct {} exceed 100% of the writes",
-                mix.release_pct, mix.rmw_pct
-            ));
-        }
-        if self.target == Target::Redis && mix.has_sync() {
-            return bad(format!(
-                "--target redis has no releases, acquires or RMWs: use --mode es and no --release-pct, --acquire-pct or --rmw-pct (mode {:?}, releases {}%, acquires {}%, RMWs {}%)",
-                self.mode, mix.release_pct, mix.acquire_pct, mix.rmw_pct
-            ));
         }
         if let Some(name) = &self.table {
-            if self.target != Target::Strata || mix.has_sync() || self.workload != WorkloadKind::Kv
-            {
+            if self.target != Target::Strata {
                 return bad(format!(
                     "--table {name}: log tables take plain reads and writes from --target strata (no --mode other than es, no --*-pct, no --workload)"
                 ));
@@ -550,116 +546,7 @@ impl BenchArgs {
                 ));
             }
         }
-        if let Some(d) = &self.client_delay_ms {
-            if d.is_empty() || d.iter().any(|ms| !ms.is_finite() || *ms < 0.0) {
-                return bad(format!(
-                    "--client-delay-ms {d:?}: give one or more delays of 0 ms or more"
-                ));
-            }
-        }
-        if self.target == Target::Zookeeper && mix.has_sync() {
-            return bad(format!(
-                "--target zookeeper runs relaxed reads, updates, inserts and RMWs (--ycsb): use --mode es and no --release-pct, --acquire-pct or --rmw-pct (mode {:?})",
-                self.mode
-            ));
-        }
-        if self.ycsb.is_some() {
-            if mix.has_sync() {
-                return bad(format!(
-                    "--ycsb runs relaxed reads, updates, inserts and read-modify-writes: it does not combine with --mode {:?} or --release-pct, --acquire-pct, --rmw-pct",
-                    self.mode
-                ));
-            }
-            if self.workload != WorkloadKind::Kv {
-                return bad("--ycsb needs --workload kv".into());
-            }
-        }
-        if self.ycsb_mix().is_some_and(|m| m.insert_pct > 0.0) {
-            // Inserts write keys past --keys: leave room for ten times as many.
-            let need = min_key_size(self.keys.saturating_mul(10));
-            if self.key_size < need {
-                return bad(format!(
-                    "--key-size {} leaves no room for inserted keys after {} keys: use at least {need}",
-                    self.key_size, self.keys
-                ));
-            }
-        }
-        if self.target == Target::Etcd && mix.rmw_pct > 0.0 && mix.rmw == RmwKind::Faa {
-            return bad(
-                "--target etcd has no fetch-and-add: use --rmw cas (a compare-and-put transaction)"
-                    .into(),
-            );
-        }
-        if self.timeline.is_some() {
-            if self.ops.is_some() {
-                return bad("--timeline needs a --duration window, not --ops".into());
-            }
-            if self.timeline_bucket_ms == 0 {
-                return bad("--timeline-bucket-ms must be at least 1".into());
-            }
-        }
-        if self.workload != WorkloadKind::Kv {
-            if self.target != Target::Strata {
-                return bad(format!(
-                    "--workload ts|msq|hml needs --target strata, not {}",
-                    self.target
-                ));
-            }
-            if self.ops.is_some() {
-                return bad("--workload ts|msq|hml runs for a --duration, not --ops".into());
-            }
-            if self.timeline.is_some() {
-                return bad("--timeline works with --workload kv only".into());
-            }
-            if self.structures == 0 {
-                return bad("--structures must be at least 1".into());
-            }
-            if self.fields != 4 && self.fields != 32 {
-                return bad(format!("--fields {} must be 4 or 32", self.fields));
-            }
-        }
         Ok(())
-    }
-
-    /// The operation mix: the `--mode` preset, overridden by any `--*-pct` flag given.
-    pub fn mix(&self) -> Mix {
-        let (acquire, release, rmw) = match self.mode {
-            Mode::Es => (0.0, 0.0, 0.0),
-            Mode::Abd => (100.0, 100.0, 0.0),
-            Mode::Paxos => (100.0, 0.0, 100.0),
-            Mode::Kite => (5.0, 5.0, 0.0),
-        };
-        Mix {
-            acquire_pct: self.acquire_pct.unwrap_or(acquire),
-            release_pct: self.release_pct.unwrap_or(release),
-            rmw_pct: self.rmw_pct.unwrap_or(rmw),
-            rmw: self.rmw,
-        }
-    }
-
-    /// Percentage of operations that are writes: `--write-ratio`, else the `--ycsb` preset's
-    /// non-read share, else 5.
-    pub fn write_ratio(&self) -> f64 {
-        self.write_ratio.unwrap_or_else(|| self.ycsb.map_or(5.0, |y| y.preset().0))
-    }
-
-    /// The key distribution: `--dist`, else the `--ycsb` preset's, else uniform.
-    pub fn dist(&self) -> Distribution {
-        self.dist.unwrap_or_else(|| self.ycsb.map_or(Distribution::Uniform, |y| y.distribution()))
-    }
-
-    /// With `--ycsb`: the operation mix, the preset's with `--write-ratio` as its non-read
-    /// share (of the preset's kind: updates, inserts or RMWs).
-    pub fn ycsb_mix(&self) -> Option<YcsbMix> {
-        let y = self.ycsb?;
-        let w = self.write_ratio();
-        let mut m = YcsbMix { read_pct: 100.0 - w, ..YcsbMix::default() };
-        match y.preset().1 {
-            YcsbWrite::Update => m.update_pct = w,
-            YcsbWrite::Insert => m.insert_pct = w,
-            YcsbWrite::Rmw => m.rmw_pct = w,
-        }
-        Some(m)
     }
 
     /// The endpoints to use when the caller has none: `--endpoints`, else Redis' or etcd's
@@ -690,6 +577,308 @@ impl BenchArgs {
     /// Sessions across all connections.
     pub fn total_sessions(&self) -> usize {
         self.clients * self.sessions
+    }
+}
+
+impl WorkloadArgs {
+    /// The workload flags on their own.
+    pub fn validate(&self) -> Checked {
+        if self.keys == 0 {
+            return bad("--keys must be at least 1".into());
+        }
+        let min = min_key_size(self.keys);
+        if self.key_size < min {
+            return bad(format!(
+                "--key-size {} cannot hold {} keys: use at least {min}",
+                self.key_size, self.keys
+            ));
+        }
+        check_pct("--write-ratio", self.write_ratio)?;
+        if self.dist() != Distribution::Uniform && !(self.zipf_theta > 0.0 && self.zipf_theta < 1.0)
+        {
+            return bad(format!(
+                "--zipf-theta {} must be strictly between 0 and 1",
+                self.zipf_theta
+            ));
+        }
+        if self.ycsb.is_some() && self.kind != WorkloadKind::Kv {
+            return bad("--ycsb needs --workload kv".into());
+        }
+        if self.ycsb_mix().is_some_and(|m| m.insert_pct > 0.0) {
+            // Inserts write keys past --keys: leave room for ten times as many.
+            let need = min_key_size(self.keys.saturating_mul(10));
+            if self.key_size < need {
+                return bad(format!(
+                    "--key-size {} leaves no room for inserted keys after {} keys: use at least {need}",
+                    self.key_size, self.keys
+                ));
+            }
+        }
+        if self.kind != WorkloadKind::Kv {
+            if self.structures == 0 {
+                return bad("--structures must be at least 1".into());
+            }
+            if self.fields != 4 && self.fields != 32 {
+                return bad(format!("--fields {} must be 4 or 32", self.fields));
+            }
+        }
+        Ok(())
+    }
+
+    /// Percentage of operations that are writes: `--write-ratio`, else the `--ycsb` preset's
+    /// non-read share, else 5.
+    pub fn write_ratio(&self) -> f64 {
+        self.write_ratio.unwrap_or_else(|| self.ycsb.map_or(5.0, |y| y.preset().0))
+    }
+
+    /// The key distribution: `--dist`, else the `--ycsb` preset's, else uniform.
+    pub fn dist(&self) -> Distribution {
+        self.dist.unwrap_or_else(|| self.ycsb.map_or(Distribution::Uniform, |y| y.distribution()))
+    }
+
+    /// With `--ycsb`: the operation mix, the preset's with `--write-ratio` as its non-read
+    /// share (of the preset's kind: updates, inserts or RMWs).
+    pub fn ycsb_mix(&self) -> Option<YcsbMix> {
+        let y = self.ycsb?;
+        let w = self.write_ratio();
+        let mut m = YcsbMix { read_pct: 100.0 - w, ..YcsbMix::default() };
+        match y.preset().1 {
+            YcsbWrite::Update => m.update_pct = w,
+            YcsbWrite::Insert => m.insert_pct = w,
+            YcsbWrite::Rmw => m.rmw_pct = w,
+        }
+        Some(m)
+    }
+}
+
+impl SyncArgs {
+    /// The synchronising-operation flags on their own.
+    pub fn validate(&self) -> Checked {
+        check_pct("--release-pct", self.release_pct)?;
+        check_pct("--acquire-pct", self.acquire_pct)?;
+        check_pct("--rmw-pct", self.rmw_pct)?;
+        let mix = self.mix();
+        if mix.release_pct + mix.rmw_pct > 100.0 {
+            return bad(format!(
+                "--release-pct {} plus --rmw-pct {} exceed 100% of the writes",
+                mix.release_pct, mix.rmw_pct
+            ));
+        }
+        Ok(())
+    }
+
+    /// The operation mix: the `--mode` preset, overridden by any `--*-pct` flag given.
+    pub fn mix(&self) -> Mix {
+        let (acquire, release, rmw) = match self.mode {
+            Mode::Es => (0.0, 0.0, 0.0),
+            Mode::Abd => (100.0, 100.0, 0.0),
+            Mode::Paxos => (100.0, 0.0, 100.0),
+            Mode::Kite => (5.0, 5.0, 0.0),
+        };
+        Mix {
+            acquire_pct: self.acquire_pct.unwrap_or(acquire),
+            release_pct: self.release_pct.unwrap_or(release),
+            rmw_pct: self.rmw_pct.unwrap_or(rmw),
+            rmw: self.rmw,
+        }
+    }
+}
+
+impl RunArgs {
+    /// The load-shape flags on their own.
+    pub fn validate(&self) -> Checked {
+        if self.ops.is_none() && !(self.duration > 0.0 && self.duration.is_finite()) {
+            return bad(format!(
+                "--duration {} must be a positive number of seconds",
+                self.duration
+            ));
+        }
+        if self.ops == Some(0) {
+            return bad("--ops must be at least 1".into());
+        }
+        if !(self.warmup >= 0.0 && self.warmup.is_finite()) {
+            return bad(format!("--warmup {} must be zero or more seconds", self.warmup));
+        }
+        Ok(())
+    }
+}
+
+impl OutputArgs {
+    /// The output flags on their own.
+    pub fn validate(&self) -> Checked {
+        if self.timeline.is_some() && self.timeline_bucket_ms == 0 {
+            return bad("--timeline-bucket-ms must be at least 1".into());
+        }
+        Ok(())
+    }
+}
+
+impl RiflArgs {
+    /// The RIFL flags on their own.
+    pub fn validate(&self) -> Checked {
+        if self.lease_renewals && self.lease_creations {
+            return bad("--lease-renewals and --lease-creations: choose one".into());
+        }
+        if self.virtual_clients == Some(0)
+            || (self.virtual_clients.is_some() && self.no_exactly_once)
+        {
+            return bad(VIRTUAL_CLIENTS.into());
+        }
+        Ok(())
+    }
+
+    /// Whether the run loads the lease service instead of the keyspace.
+    pub fn leases(&self) -> bool {
+        self.lease_renewals || self.lease_creations
+    }
+}
+
+const VIRTUAL_CLIENTS: &str =
+    "--virtual-clients N needs N >= 1, --pipeline 1, the Strata target, no --table and exactly-once on";
+
+impl BenchArgs {
+    /// Checks the settings: each group's own flags, then the groups against each other. The
+    /// message says which flag to change.
+    pub fn validate(&self) -> Checked {
+        self.conn.validate()?;
+        self.workload.validate()?;
+        self.sync.validate()?;
+        self.run.validate()?;
+        self.output.validate()?;
+        self.rifl.validate()?;
+        self.check_target()?;
+        self.check_rifl()?;
+        self.check_workload()?;
+        self.check_timeline()
+    }
+
+    /// What the target can run: which mixes, workloads and tables.
+    fn check_target(&self) -> Checked {
+        let (target, mix) = (self.conn.target, self.mix());
+        if target == Target::Redis && mix.has_sync() {
+            return bad(format!(
+                "--target redis has no releases, acquires or RMWs: use --mode es and no --release-pct, --acquire-pct or --rmw-pct (mode {:?}, releases {}%, acquires {}%, RMWs {}%)",
+                self.sync.mode, mix.release_pct, mix.acquire_pct, mix.rmw_pct
+            ));
+        }
+        if let Some(name) = &self.conn.table {
+            if mix.has_sync() || self.workload.kind != WorkloadKind::Kv {
+                return bad(format!(
+                    "--table {name}: log tables take plain reads and writes from --target strata (no --mode other than es, no --*-pct, no --workload)"
+                ));
+            }
+        }
+        if target == Target::Zookeeper && mix.has_sync() {
+            return bad(format!(
+                "--target zookeeper runs relaxed reads, updates, inserts and RMWs (--ycsb): use --mode es and no --release-pct, --acquire-pct or --rmw-pct (mode {:?})",
+                self.sync.mode
+            ));
+        }
+        if target == Target::Etcd && mix.rmw_pct > 0.0 && mix.rmw == RmwKind::Faa {
+            return bad(
+                "--target etcd has no fetch-and-add: use --rmw cas (a compare-and-put transaction)"
+                    .into(),
+            );
+        }
+        if self.workload.kind != WorkloadKind::Kv && target != Target::Strata {
+            return bad(format!("--workload ts|msq|hml needs --target strata, not {target}"));
+        }
+        Ok(())
+    }
+
+    /// Exactly-once, virtual clients and the lease service against the rest.
+    fn check_rifl(&self) -> Checked {
+        let (conn, rifl) = (&self.conn, &self.rifl);
+        if conn.target == Target::Strata
+            && !rifl.no_exactly_once
+            && conn.pipeline > strata_wire::WINDOW as usize
+        {
+            return bad(format!(
+                "--pipeline {} exceeds the {} exactly-once writes a session may have unanswered (RIFL's window): lower it, or add --no-exactly-once",
+                conn.pipeline,
+                strata_wire::WINDOW
+            ));
+        }
+        if rifl.virtual_clients.is_some()
+            && (conn.pipeline != 1 || conn.target != Target::Strata || conn.table.is_some())
+        {
+            return bad(VIRTUAL_CLIENTS.into());
+        }
+        if rifl.leases()
+            && (conn.target != Target::Strata
+                || self.run.ops.is_some()
+                || conn.table.is_some()
+                || rifl.virtual_clients.is_some()
+                || self.workload.ycsb.is_some()
+                || self.output.timeline.is_some()
+                || self.workload.kind != WorkloadKind::Kv
+                || self.mix().has_sync())
+        {
+            return bad("--lease-renewals and --lease-creations load the lease service alone: --target strata, a --duration, no --ops, --table, --virtual-clients, --ycsb, --timeline, --workload or --mode other than es".into());
+        }
+        Ok(())
+    }
+
+    /// The workload against the mix and the load shape.
+    fn check_workload(&self) -> Checked {
+        if self.workload.ycsb.is_some() && self.mix().has_sync() {
+            return bad(format!(
+                "--ycsb runs relaxed reads, updates, inserts and read-modify-writes: it does not combine with --mode {:?} or --release-pct, --acquire-pct, --rmw-pct",
+                self.sync.mode
+            ));
+        }
+        if self.workload.kind != WorkloadKind::Kv {
+            if self.run.ops.is_some() {
+                return bad("--workload ts|msq|hml runs for a --duration, not --ops".into());
+            }
+            if self.output.timeline.is_some() {
+                return bad("--timeline works with --workload kv only".into());
+            }
+        }
+        Ok(())
+    }
+
+    /// The timeline needs a window to divide into buckets.
+    fn check_timeline(&self) -> Checked {
+        if self.output.timeline.is_some() && self.run.ops.is_some() {
+            return bad("--timeline needs a --duration window, not --ops".into());
+        }
+        Ok(())
+    }
+
+    /// The operation mix: the `--mode` preset, overridden by any `--*-pct` flag given.
+    pub fn mix(&self) -> Mix {
+        self.sync.mix()
+    }
+
+    /// Percentage of operations that are writes (see [`WorkloadArgs::write_ratio`]).
+    pub fn write_ratio(&self) -> f64 {
+        self.workload.write_ratio()
+    }
+
+    /// The key distribution (see [`WorkloadArgs::dist`]).
+    pub fn dist(&self) -> Distribution {
+        self.workload.dist()
+    }
+
+    /// The YCSB operation mix, with `--ycsb` (see [`WorkloadArgs::ycsb_mix`]).
+    pub fn ycsb_mix(&self) -> Option<YcsbMix> {
+        self.workload.ycsb_mix()
+    }
+
+    /// The endpoints to use when the caller has none (see [`ConnArgs::default_endpoints`]).
+    pub fn default_endpoints(&self) -> Vec<SocketAddr> {
+        self.conn.default_endpoints()
+    }
+
+    /// `--client-delay-ms` per endpoint (see [`ConnArgs::client_delays_ms`]).
+    pub fn client_delays_ms(&self, n: usize) -> Result<Vec<f64>, BenchError> {
+        self.conn.client_delays_ms(n)
+    }
+
+    /// Sessions across all connections.
+    pub fn total_sessions(&self) -> usize {
+        self.conn.total_sessions()
     }
 }
 
@@ -725,11 +914,11 @@ mod tests {
         ])
         .unwrap();
         let b = cli.bench;
-        assert_eq!(b.target, Target::Redis);
-        assert_eq!(b.endpoints.as_ref().unwrap().len(), 2);
+        assert_eq!(b.conn.target, Target::Redis);
+        assert_eq!(b.conn.endpoints.as_ref().unwrap().len(), 2);
         assert_eq!(b.write_ratio(), 2.5);
-        assert_eq!(b.ops, Some(1000));
-        assert_eq!(b.pipeline, 16);
+        assert_eq!(b.run.ops, Some(1000));
+        assert_eq!(b.conn.pipeline, 16);
         b.validate().unwrap();
         assert!(
             Cli::try_parse_from(["bench", "--ops", "5", "--duration", "3"]).is_err(),
@@ -737,12 +926,96 @@ mod tests {
         );
         assert!(Cli::try_parse_from(["bench", "--target", "memcached"]).is_err());
         let cli = Cli::try_parse_from(["bench", "--lease-renewals", "--pipeline", "16"]).unwrap();
-        assert!(cli.bench.lease_renewals && !cli.bench.lease_creations);
+        assert!(cli.bench.rifl.lease_renewals && !cli.bench.rifl.lease_creations);
         cli.bench.validate().unwrap();
         assert!(
             Cli::try_parse_from(["bench", "--lease-renewals", "--lease-creations"]).is_err(),
             "one or the other"
         );
+    }
+
+    #[test]
+    fn every_flag_keeps_its_name_and_the_json_stays_flat() {
+        use clap::CommandFactory;
+        let cmd = Cli::command();
+        let mut flags: Vec<String> =
+            cmd.get_arguments().filter_map(|a| a.get_long().map(str::to_string)).collect();
+        flags.sort();
+        let mut want = [
+            "acquire-pct",
+            "client-delay-ms",
+            "clients",
+            "cluster-id",
+            "dist",
+            "duration",
+            "endpoints",
+            "fields",
+            "json",
+            "key-size",
+            "keys",
+            "label",
+            "lease-creations",
+            "lease-renewals",
+            "mode",
+            "no-exactly-once",
+            "ops",
+            "pipeline",
+            "quiet",
+            "release-pct",
+            "rmw",
+            "rmw-pct",
+            "seed",
+            "sessions",
+            "structures",
+            "table",
+            "target",
+            "timeline",
+            "timeline-bucket-ms",
+            "value-size",
+            "virtual-clients",
+            "warmup",
+            "workload",
+            "write-ratio",
+            "ycsb",
+            "zipf-theta",
+        ];
+        want.sort();
+        assert_eq!(flags, want);
+        // The report's `args` keeps one flat object with the old field names.
+        let json = serde_json::to_value(BenchArgs::default()).unwrap();
+        let obj = json.as_object().unwrap();
+        assert_eq!(obj.len(), want.len());
+        assert_eq!(obj["workload"], "kv");
+        assert_eq!(obj["clients"], 4);
+        let back: BenchArgs = serde_json::from_value(json).unwrap();
+        assert_eq!(back, BenchArgs::default());
+    }
+
+    #[test]
+    fn each_group_checks_its_own_flags() {
+        let conn = ConnArgs { pipeline: 0, ..ConnArgs::default() };
+        assert!(conn.validate().unwrap_err().to_string().contains("--pipeline"));
+        let w = WorkloadArgs { keys: 0, ..WorkloadArgs::default() };
+        assert!(w.validate().unwrap_err().to_string().contains("--keys"));
+        let s = SyncArgs { rmw_pct: Some(101.0), ..SyncArgs::default() };
+        assert!(s.validate().unwrap_err().to_string().contains("--rmw-pct"));
+        let r = RunArgs { warmup: -1.0, ..RunArgs::default() };
+        assert!(r.validate().unwrap_err().to_string().contains("--warmup"));
+        let o = OutputArgs {
+            timeline: Some("t.csv".into()),
+            timeline_bucket_ms: 0,
+            ..OutputArgs::default()
+        };
+        assert!(o.validate().unwrap_err().to_string().contains("--timeline-bucket-ms"));
+        let l = RiflArgs { virtual_clients: Some(0), ..RiflArgs::default() };
+        assert!(l.validate().unwrap_err().to_string().contains("--virtual-clients"));
+        // A group's flags may be fine alone and wrong together with another's.
+        let mut a = BenchArgs::default();
+        a.conn.target = Target::Redis;
+        a.sync.mode = Mode::Abd;
+        a.conn.validate().unwrap();
+        a.sync.validate().unwrap();
+        assert!(a.validate().unwrap_err().to_string().contains("--target redis"));
     }
 
     #[test]
@@ -753,52 +1026,52 @@ mod tests {
             let e = a.validate().unwrap_err().to_string();
             assert!(e.contains(flag), "{e}");
         };
-        check(|a| a.write_ratio = Some(101.0), "--write-ratio");
-        check(|a| a.key_size = 3, "--key-size");
-        check(|a| a.pipeline = 0, "--pipeline");
+        check(|a| a.workload.write_ratio = Some(101.0), "--write-ratio");
+        check(|a| a.workload.key_size = 3, "--key-size");
+        check(|a| a.conn.pipeline = 0, "--pipeline");
         check(
             |a| {
-                a.dist = Some(Distribution::Zipfian);
-                a.zipf_theta = 1.0
+                a.workload.dist = Some(Distribution::Zipfian);
+                a.workload.zipf_theta = 1.0
             },
             "--zipf-theta",
         );
-        check(|a| a.duration = 0.0, "--duration");
-        check(|a| a.client_delay_ms = Some(vec![-1.0]), "--client-delay-ms");
-        check(|a| a.release_pct = Some(120.0), "--release-pct");
-        check(|a| a.acquire_pct = Some(-1.0), "--acquire-pct");
+        check(|a| a.run.duration = 0.0, "--duration");
+        check(|a| a.conn.client_delay_ms = Some(vec![-1.0]), "--client-delay-ms");
+        check(|a| a.sync.release_pct = Some(120.0), "--release-pct");
+        check(|a| a.sync.acquire_pct = Some(-1.0), "--acquire-pct");
         check(
             |a| {
-                a.release_pct = Some(60.0);
-                a.rmw_pct = Some(50.0)
+                a.sync.release_pct = Some(60.0);
+                a.sync.rmw_pct = Some(50.0)
             },
             "--rmw-pct",
         );
         check(
             |a| {
-                a.timeline = Some("t.csv".into());
-                a.ops = Some(10)
+                a.output.timeline = Some("t.csv".into());
+                a.run.ops = Some(10)
             },
             "--timeline",
         );
         check(
             |a| {
-                a.workload = WorkloadKind::Ts;
-                a.fields = 8
+                a.workload.kind = WorkloadKind::Ts;
+                a.workload.fields = 8
             },
             "--fields",
         );
         check(
             |a| {
-                a.lease_renewals = true;
-                a.target = Target::Redis
+                a.rifl.lease_renewals = true;
+                a.conn.target = Target::Redis
             },
             "--lease-renewals",
         );
         check(
             |a| {
-                a.lease_creations = true;
-                a.mode = Mode::Abd
+                a.rifl.lease_creations = true;
+                a.sync.mode = Mode::Abd
             },
             "--lease-creations",
         );
@@ -833,24 +1106,36 @@ mod tests {
     #[test]
     fn redis_refuses_sync_modes_and_ds_workloads() {
         for mode in [Mode::Abd, Mode::Paxos, Mode::Kite] {
-            let a = BenchArgs { target: Target::Redis, mode, ..BenchArgs::default() };
+            let a = BenchArgs {
+                conn: ConnArgs { target: Target::Redis, ..ConnArgs::default() },
+                sync: SyncArgs { mode, ..SyncArgs::default() },
+                ..BenchArgs::default()
+            };
             let e = a.validate().unwrap_err();
             assert!(
                 matches!(e, BenchError::InvalidArgs(_)) && e.to_string().contains("redis"),
                 "{e}"
             );
         }
-        let a = BenchArgs { target: Target::Redis, acquire_pct: Some(1.0), ..BenchArgs::default() };
-        assert!(matches!(a.validate(), Err(BenchError::InvalidArgs(_))));
         let a = BenchArgs {
-            target: Target::Redis,
-            workload: WorkloadKind::Msq,
+            conn: ConnArgs { target: Target::Redis, ..ConnArgs::default() },
+            sync: SyncArgs { acquire_pct: Some(1.0), ..SyncArgs::default() },
             ..BenchArgs::default()
         };
         assert!(matches!(a.validate(), Err(BenchError::InvalidArgs(_))));
-        BenchArgs { target: Target::Redis, mode: Mode::Es, ..BenchArgs::default() }
-            .validate()
-            .unwrap();
+        let a = BenchArgs {
+            conn: ConnArgs { target: Target::Redis, ..ConnArgs::default() },
+            workload: WorkloadArgs { kind: WorkloadKind::Msq, ..WorkloadArgs::default() },
+            ..BenchArgs::default()
+        };
+        assert!(matches!(a.validate(), Err(BenchError::InvalidArgs(_))));
+        BenchArgs {
+            conn: ConnArgs { target: Target::Redis, ..ConnArgs::default() },
+            sync: SyncArgs { mode: Mode::Es, ..SyncArgs::default() },
+            ..BenchArgs::default()
+        }
+        .validate()
+        .unwrap();
     }
 
     #[test]
@@ -859,41 +1144,62 @@ mod tests {
         assert_eq!(cli.bench.client_delays_ms(3).unwrap(), vec![1.0, 18.5, 18.5]);
         let e = cli.bench.client_delays_ms(2).unwrap_err();
         assert!(e.to_string().contains("--client-delay-ms has 3 values for 2 endpoints"), "{e}");
-        let one = BenchArgs { client_delay_ms: Some(vec![2.0]), ..BenchArgs::default() };
+        let one = BenchArgs {
+            conn: ConnArgs { client_delay_ms: Some(vec![2.0]), ..ConnArgs::default() },
+            ..BenchArgs::default()
+        };
         assert_eq!(one.client_delays_ms(2).unwrap(), vec![2.0, 2.0]);
         assert_eq!(BenchArgs::default().client_delays_ms(2).unwrap(), vec![0.0, 0.0]);
     }
 
     #[test]
     fn redis_defaults_to_the_usual_port() {
-        let a = BenchArgs { target: Target::Redis, ..BenchArgs::default() };
+        let a = BenchArgs {
+            conn: ConnArgs { target: Target::Redis, ..ConnArgs::default() },
+            ..BenchArgs::default()
+        };
         assert_eq!(a.default_endpoints(), vec!["127.0.0.1:6379".parse::<SocketAddr>().unwrap()]);
         assert!(BenchArgs::default().default_endpoints().is_empty());
-        let a = BenchArgs { target: Target::Etcd, ..BenchArgs::default() };
+        let a = BenchArgs {
+            conn: ConnArgs { target: Target::Etcd, ..ConnArgs::default() },
+            ..BenchArgs::default()
+        };
         assert_eq!(a.default_endpoints(), vec!["127.0.0.1:2379".parse::<SocketAddr>().unwrap()]);
     }
 
     #[test]
     fn etcd_takes_linearizable_mixes_and_cas_but_refuses_faa_and_ds_workloads() {
         for mode in [Mode::Es, Mode::Abd, Mode::Kite] {
-            BenchArgs { target: Target::Etcd, mode, ..BenchArgs::default() }.validate().unwrap();
+            BenchArgs {
+                conn: ConnArgs { target: Target::Etcd, ..ConnArgs::default() },
+                sync: SyncArgs { mode, ..SyncArgs::default() },
+                ..BenchArgs::default()
+            }
+            .validate()
+            .unwrap();
         }
         BenchArgs {
-            target: Target::Etcd,
-            mode: Mode::Paxos,
-            rmw: RmwKind::Cas,
+            conn: ConnArgs { target: Target::Etcd, ..ConnArgs::default() },
+            sync: SyncArgs { mode: Mode::Paxos, rmw: RmwKind::Cas, ..SyncArgs::default() },
             ..BenchArgs::default()
         }
         .validate()
         .unwrap();
-        let e = BenchArgs { target: Target::Etcd, mode: Mode::Paxos, ..BenchArgs::default() }
-            .validate()
-            .unwrap_err();
+        let e = BenchArgs {
+            conn: ConnArgs { target: Target::Etcd, ..ConnArgs::default() },
+            sync: SyncArgs { mode: Mode::Paxos, ..SyncArgs::default() },
+            ..BenchArgs::default()
+        }
+        .validate()
+        .unwrap_err();
         assert!(e.to_string().contains("fetch-and-add"), "{e}");
-        let e =
-            BenchArgs { target: Target::Etcd, workload: WorkloadKind::Ts, ..BenchArgs::default() }
-                .validate()
-                .unwrap_err();
+        let e = BenchArgs {
+            conn: ConnArgs { target: Target::Etcd, ..ConnArgs::default() },
+            workload: WorkloadArgs { kind: WorkloadKind::Ts, ..WorkloadArgs::default() },
+            ..BenchArgs::default()
+        }
+        .validate()
+        .unwrap_err();
         assert!(e.to_string().contains("etcd"), "{e}");
     }
 
@@ -906,7 +1212,7 @@ mod tests {
         };
         let d = args(&[]).unwrap();
         assert_eq!(
-            (d.ycsb, d.ycsb_mix(), d.dist(), d.write_ratio()),
+            (d.workload.ycsb, d.ycsb_mix(), d.dist(), d.write_ratio()),
             (None, None, Distribution::Uniform, 5.0)
         );
         for (flag, y, w, kind, dist) in [
@@ -918,8 +1224,12 @@ mod tests {
             ("f", Ycsb::F, 50.0, YcsbWrite::Rmw, Distribution::Zipfian),
         ] {
             let a = args(&["--ycsb", flag]).unwrap();
-            assert_eq!(a.ycsb, Some(y));
-            assert_eq!((a.write_ratio(), a.dist(), a.zipf_theta), (w, dist, 0.99), "{flag}");
+            assert_eq!(a.workload.ycsb, Some(y));
+            assert_eq!(
+                (a.write_ratio(), a.dist(), a.workload.zipf_theta),
+                (w, dist, 0.99),
+                "{flag}"
+            );
             assert_eq!(y.preset().1, kind);
             let m = a.ycsb_mix().unwrap();
             assert_eq!(m.read_pct + m.update_pct + m.insert_pct + m.rmw_pct, 100.0);
@@ -933,7 +1243,7 @@ mod tests {
             (80.0, 20.0, 0.0, Distribution::Uniform)
         );
         let a = args(&["--ycsb", "a", "--zipf-theta", "0.5", "--dist", "latest"]).unwrap();
-        assert_eq!((a.dist(), a.zipf_theta), (Distribution::Latest, 0.5));
+        assert_eq!((a.dist(), a.workload.zipf_theta), (Distribution::Latest, 0.5));
         assert!(args(&["--ycsb", "e"]).is_err(), "E needs range scans");
         // YCSB is relaxed operations only, and inserts need room in the key size.
         let e = args(&["--ycsb", "a", "--mode", "abd"]).unwrap().validate().unwrap_err();
@@ -949,14 +1259,16 @@ mod tests {
 
     #[test]
     fn zookeeper_takes_relaxed_mixes_only_and_defaults_to_2181() {
-        let a = BenchArgs { target: Target::Zookeeper, ..BenchArgs::default() };
+        let a = BenchArgs {
+            conn: ConnArgs { target: Target::Zookeeper, ..ConnArgs::default() },
+            ..BenchArgs::default()
+        };
         a.validate().unwrap();
         assert_eq!(a.default_endpoints(), vec!["127.0.0.1:2181".parse::<SocketAddr>().unwrap()]);
         for mode in [Mode::Abd, Mode::Paxos, Mode::Kite] {
             let e = BenchArgs {
-                target: Target::Zookeeper,
-                mode,
-                rmw: RmwKind::Cas,
+                conn: ConnArgs { target: Target::Zookeeper, ..ConnArgs::default() },
+                sync: SyncArgs { mode, rmw: RmwKind::Cas, ..SyncArgs::default() },
                 ..BenchArgs::default()
             }
             .validate()
@@ -964,8 +1276,8 @@ mod tests {
             assert!(e.to_string().contains("zookeeper"), "{e}");
         }
         let e = BenchArgs {
-            target: Target::Zookeeper,
-            workload: WorkloadKind::Hml,
+            conn: ConnArgs { target: Target::Zookeeper, ..ConnArgs::default() },
+            workload: WorkloadArgs { kind: WorkloadKind::Hml, ..WorkloadArgs::default() },
             ..BenchArgs::default()
         }
         .validate()

@@ -19,28 +19,28 @@ pub(crate) async fn run(
     sessions: Vec<BenchSession>,
     endpoints: Vec<SocketAddr>,
 ) -> Result<BenchReport, BenchError> {
-    let kind = match args.workload {
+    let kind = match args.workload.kind {
         WorkloadKind::Ts => DsKind::Stack,
         WorkloadKind::Msq => DsKind::Queue,
         WorkloadKind::Hml => DsKind::List,
         WorkloadKind::Kv => unreachable!("kv runs in lib.rs"),
     };
-    let layout = if args.fields == 32 { Layout::THIRTY_TWO } else { Layout::FOUR };
+    let layout = if args.workload.fields == 32 { Layout::THIRTY_TWO } else { Layout::FOUR };
     // One root per kind and layout, so objects of another shape from an earlier run never meet.
-    let root = format!("bench-{}-{}", kind.short(), args.fields);
+    let root = format!("bench-{}-{}", kind.short(), args.workload.fields);
     let w = Arc::new(
-        Workload::new(kind, &root, args.structures, layout)
+        Workload::new(kind, &root, args.workload.structures, layout)
             .map_err(|e| BenchError::InvalidArgs(e.to_string()))?,
     );
     let started = Instant::now();
-    let measure_start = started + Duration::from_secs_f64(args.warmup);
-    let end = measure_start + Duration::from_secs_f64(args.duration);
+    let measure_start = started + Duration::from_secs_f64(args.run.warmup);
+    let end = measure_start + Duration::from_secs_f64(args.run.duration);
     let mut tasks = Vec::new();
     for (i, s) in sessions.into_iter().enumerate() {
         let mut s = s
             .into_strata()
             .ok_or_else(|| BenchError::InvalidArgs("--workload needs --target strata".into()))?;
-        let (w, root, seed) = (w.clone(), root.clone(), session_seed(args.seed, i));
+        let (w, root, seed) = (w.clone(), root.clone(), session_seed(args.run.seed, i));
         tasks.push(tokio::spawn(async move {
             let mut cx = Ctx::new(&mut s, &root).await?;
             run_workload(&w, &mut s, &mut cx, seed ^ 0xA5A5, &Budget::until(measure_start)).await?;
@@ -67,12 +67,12 @@ pub(crate) async fn run(
         }
     }
     // Pairs are checked against the deadline between pairs: the window ends with the last one.
-    let duration_s = (last - measure_start).as_secs_f64().max(args.duration);
+    let duration_s = (last - measure_start).as_secs_f64().max(args.run.duration);
     let requests = stats.requests();
     let per_s = |n: u64| if duration_s > 0.0 { n as f64 / duration_s } else { 0.0 };
     Ok(BenchReport {
-        label: args.label.clone(),
-        target: args.target,
+        label: args.output.label.clone(),
+        target: args.conn.target,
         endpoints,
         args: args.clone(),
         duration_s,
@@ -90,8 +90,8 @@ pub(crate) async fn run(
         timeline_files: Vec::new(),
         ds: Some(DsReport {
             kind: kind.short().to_string(),
-            fields: args.fields,
-            structures: args.structures,
+            fields: args.workload.fields,
+            structures: args.workload.structures,
             pairs,
             pairs_s: per_s(pairs),
             structure_ops: 2 * pairs,

@@ -306,41 +306,40 @@ pub(crate) async fn run(
     connect_to: &[SocketAddr],
     cluster: ClusterId,
 ) -> Result<BenchReport, BenchError> {
-    let creations = args.lease_creations;
-    let mut prepared = Vec::with_capacity(args.clients);
-    for i in 0..args.clients {
+    let creations = args.rifl.lease_creations;
+    let mut prepared = Vec::with_capacity(args.conn.clients);
+    for i in 0..args.conn.clients {
         let (home, addr) = (i % endpoints.len(), endpoints[i % endpoints.len()]);
-        let connect_err = |message| BenchError::Connect { target: args.target, addr, message };
+        let connect_err = |message| BenchError::Connect { target: args.conn.target, addr, message };
         let mut c = LeaseConn::connect(connect_to[home], cluster).await.map_err(connect_err)?;
-        let sessions = args.sessions;
+        let sessions = args.conn.sessions;
         prepared.push(tokio::spawn(async move {
             let (ids, rejected) =
                 if creations { (vec![0; sessions], 0) } else { c.create_leases(sessions).await? };
             Ok::<_, String>((c, ids, rejected))
         }));
     }
-    let mut conns = Vec::with_capacity(args.clients);
+    let mut conns = Vec::with_capacity(args.conn.clients);
     let mut rejected = 0;
     for (i, t) in prepared.into_iter().enumerate() {
         let addr = endpoints[i % endpoints.len()];
-        let (c, ids, r) = t
-            .await
-            .map_err(|e| e.to_string())
-            .and_then(|r| r)
-            .map_err(|message| BenchError::Connect { target: args.target, addr, message })?;
+        let (c, ids, r) =
+            t.await.map_err(|e| e.to_string()).and_then(|r| r).map_err(|message| {
+                BenchError::Connect { target: args.conn.target, addr, message }
+            })?;
         rejected += r;
         conns.push((c, ids));
     }
     let leases = if creations { 0 } else { args.total_sessions() as u64 };
 
     let started = Instant::now();
-    let measure_start = started + Duration::from_secs_f64(args.warmup);
+    let measure_start = started + Duration::from_secs_f64(args.run.warmup);
     let w = Arc::new(Window {
         measure_start,
-        end: measure_start + Duration::from_secs_f64(args.duration),
+        end: measure_start + Duration::from_secs_f64(args.run.duration),
         completed: AtomicU64::new(0),
     });
-    let progress = (!args.quiet).then(|| {
+    let progress = (!args.output.quiet).then(|| {
         let w = w.clone();
         tokio::spawn(async move {
             let mut tick = tokio::time::interval(Duration::from_secs(1));
@@ -365,7 +364,7 @@ pub(crate) async fn run(
     });
     let tasks: Vec<_> = conns
         .into_iter()
-        .map(|(c, ids)| tokio::spawn(drive(c, ids, creations, args.pipeline, w.clone())))
+        .map(|(c, ids)| tokio::spawn(drive(c, ids, creations, args.conn.pipeline, w.clone())))
         .collect();
     let mut all = new_histogram();
     let (mut errors, mut error_samples, mut new_ids) = (0, Vec::<String>::new(), 0);
@@ -394,14 +393,14 @@ pub(crate) async fn run(
     }
     let leader = service_leader(&endpoints, cluster).await;
     let forwarded_clients =
-        (0..args.clients).filter(|i| Some(endpoints[i % endpoints.len()]) != leader).count();
+        (0..args.conn.clients).filter(|i| Some(endpoints[i % endpoints.len()]) != leader).count();
 
-    let duration_s = args.duration;
+    let duration_s = args.run.duration;
     let ops = all.len();
     let summary = LatencySummary::from_histogram(&all);
     Ok(BenchReport {
-        label: args.label.clone(),
-        target: args.target,
+        label: args.output.label.clone(),
+        target: args.conn.target,
         endpoints,
         args: args.clone(),
         duration_s,

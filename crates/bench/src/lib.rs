@@ -2,8 +2,12 @@
 //!
 //! ```no_run
 //! # async fn demo() -> Result<(), strata_bench::BenchError> {
-//! use strata_bench::{BenchArgs, Target};
-//! let args = BenchArgs { target: Target::Redis, duration: 5.0, pipeline: 16, ..BenchArgs::default() };
+//! use strata_bench::{BenchArgs, ConnArgs, RunArgs, Target};
+//! let args = BenchArgs {
+//!     conn: ConnArgs { target: Target::Redis, pipeline: 16, ..ConnArgs::default() },
+//!     run: RunArgs { duration: 5.0, ..RunArgs::default() },
+//!     ..BenchArgs::default()
+//! };
 //! let report = strata_bench::run(&args, args.default_endpoints()).await?;
 //! println!("{report}");
 //! # Ok(()) }
@@ -51,6 +55,7 @@ mod durability;
 pub mod etcd;
 pub mod keys;
 pub mod lease;
+pub mod plot;
 pub mod relay;
 pub mod report;
 pub mod resp;
@@ -72,8 +77,8 @@ use rand::{Rng, SeedableRng};
 use thiserror::Error;
 
 pub use args::{
-    BenchArgs, Distribution, Mix, Mode, RmwKind, Target, WorkloadKind, Ycsb, YcsbMix, YcsbWrite,
-    DEFAULT_REDIS_ENDPOINT,
+    BenchArgs, ConnArgs, Distribution, Mix, Mode, OutputArgs, RiflArgs, RmwKind, RunArgs, SyncArgs,
+    Target, WorkloadArgs, WorkloadKind, Ycsb, YcsbMix, YcsbWrite, DEFAULT_REDIS_ENDPOINT,
 };
 pub use lease::LeaseReport;
 pub use report::{
@@ -151,40 +156,44 @@ pub async fn run(args: &BenchArgs, endpoints: Vec<SocketAddr>) -> Result<BenchRe
     // The sessions connect through the relays (the endpoints themselves without a delay).
     let relays = relay::start(&endpoints, &args.client_delays_ms(endpoints.len())?)
         .map_err(BenchError::Relay)?;
-    if args.lease_renewals || args.lease_creations {
-        let cluster = strata_client::ClusterId(args.cluster_id.unwrap_or(DEFAULT_CLUSTER_ID));
+    if args.rifl.lease_renewals || args.rifl.lease_creations {
+        let cluster = strata_client::ClusterId(args.conn.cluster_id.unwrap_or(DEFAULT_CLUSTER_ID));
         let report = lease::run(args, endpoints, &relays.addrs, cluster).await?;
         write_json(args, &report)?;
         return Ok(report);
     }
-    let mut conns = Vec::with_capacity(args.clients);
+    let mut conns = Vec::with_capacity(args.conn.clients);
     // ZooKeeper: this run's znodes go under a root of their own (see `zookeeper.rs`).
-    let run_id = format!("{:x}-{}", unix_ms_at(Instant::now()), args.seed);
-    let cluster_id = args.cluster_id.unwrap_or(DEFAULT_CLUSTER_ID);
-    for i in 0..args.clients {
+    let run_id = format!("{:x}-{}", unix_ms_at(Instant::now()), args.run.seed);
+    let cluster_id = args.conn.cluster_id.unwrap_or(DEFAULT_CLUSTER_ID);
+    for i in 0..args.conn.clients {
         let home = i % endpoints.len();
         let addr = endpoints[home];
-        let conn = match &args.table {
+        let conn = match &args.conn.table {
             Some(table) => Connection::connect_table(&relays.addrs, home, cluster_id, table).await,
             None => {
                 Connection::connect(
-                    args.target,
+                    args.conn.target,
                     relays.addrs[home],
                     cluster_id,
                     &run_id,
-                    !args.no_exactly_once,
+                    !args.rifl.no_exactly_once,
                 )
                 .await
             }
         }
-        .map_err(|message| BenchError::Connect { target: args.target, addr, message })?;
+        .map_err(|message| BenchError::Connect {
+            target: args.conn.target,
+            addr,
+            message,
+        })?;
         conns.push((addr, conn));
     }
     let mut sessions = Vec::with_capacity(args.total_sessions());
     for (addr, conn) in &conns {
-        for _ in 0..args.sessions {
+        for _ in 0..args.conn.sessions {
             let s = conn.open_session().await.map_err(|message| BenchError::Connect {
-                target: args.target,
+                target: args.conn.target,
                 addr: *addr,
                 message,
             })?;
@@ -192,10 +201,10 @@ pub async fn run(args: &BenchArgs, endpoints: Vec<SocketAddr>) -> Result<BenchRe
         }
     }
 
-    if let Some(clients) = args.virtual_clients {
+    if let Some(clients) = args.rifl.virtual_clients {
         // Ids of this run's simulated clients: fresh, so that no node holds acknowledgements of
         // an earlier run's clients under the same ids.
-        let first = unix_ms_at(Instant::now()).wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ args.seed;
+        let first = unix_ms_at(Instant::now()).wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ args.run.seed;
         let total = sessions.len();
         sessions = sessions
             .into_iter()
@@ -209,7 +218,7 @@ pub async fn run(args: &BenchArgs, endpoints: Vec<SocketAddr>) -> Result<BenchRe
             .collect();
     }
 
-    if args.workload != WorkloadKind::Kv {
+    if args.workload.kind != WorkloadKind::Kv {
         let report = ds::run(args, sessions, endpoints).await;
         drop(conns);
         let report = report?;
@@ -217,15 +226,15 @@ pub async fn run(args: &BenchArgs, endpoints: Vec<SocketAddr>) -> Result<BenchRe
         return Ok(report);
     }
 
-    let value = make_value(args.value_size, args.seed);
+    let value = make_value(args.workload.value_size, args.run.seed);
     let preload_started = Instant::now();
     let sessions = preload(sessions, args, &value).await?;
     let preload_s = preload_started.elapsed().as_secs_f64();
 
     let nodes_of: Vec<usize> =
-        (0..sessions.len()).map(|j| (j / args.sessions) % endpoints.len()).collect();
-    let measure_start = Instant::now() + Duration::from_secs_f64(args.warmup);
-    let probe = args.table.as_ref().map(|table| {
+        (0..sessions.len()).map(|j| (j / args.conn.sessions) % endpoints.len()).collect();
+    let measure_start = Instant::now() + Duration::from_secs_f64(args.run.warmup);
+    let probe = args.conn.table.as_ref().map(|table| {
         durability::Probe::start(endpoints.clone(), cluster_id, table.clone(), measure_start.into())
     });
     let (stats, window_end, inserted) = measure(sessions, args, value, measure_start).await;
@@ -277,16 +286,16 @@ pub async fn run(args: &BenchArgs, endpoints: Vec<SocketAddr>) -> Result<BenchRe
     let mut all = read.clone();
     all.add(&write).expect("same bounds");
     let ops = all.len();
-    let timeline_files = match &args.timeline {
+    let timeline_files = match &args.output.timeline {
         Some(path) => {
-            timeline::write(path, &per_node, args.timeline_bucket_ms, &timeline_title(args))?
+            timeline::write(path, &per_node, args.output.timeline_bucket_ms, &timeline_title(args))?
         }
         None => Vec::new(),
     };
     let cl = |i: usize| LatencySummary::from_histogram(&classes[i]);
     let report = BenchReport {
-        label: args.label.clone(),
-        target: args.target,
+        label: args.output.label.clone(),
+        target: args.conn.target,
         endpoints,
         args: args.clone(),
         duration_s,
@@ -310,7 +319,7 @@ pub async fn run(args: &BenchArgs, endpoints: Vec<SocketAddr>) -> Result<BenchRe
             release: cl(RELEASE),
             rmw: cl(RMW),
         },
-        ycsb: args.ycsb.zip(args.ycsb_mix()).map(|(workload, mix)| YcsbReport {
+        ycsb: args.workload.ycsb.zip(args.ycsb_mix()).map(|(workload, mix)| YcsbReport {
             workload,
             mix,
             distribution: args.dist(),
@@ -324,7 +333,7 @@ pub async fn run(args: &BenchArgs, endpoints: Vec<SocketAddr>) -> Result<BenchRe
         ds: None,
         read_durability,
         lease: None,
-        preloaded_keys: args.keys,
+        preloaded_keys: args.workload.keys,
         preload_s,
         started_at_unix_ms: unix_ms_at(measure_start),
         tool_version: env!("CARGO_PKG_VERSION").to_string(),
@@ -334,7 +343,7 @@ pub async fn run(args: &BenchArgs, endpoints: Vec<SocketAddr>) -> Result<BenchRe
 }
 
 fn write_json(args: &BenchArgs, report: &BenchReport) -> Result<(), BenchError> {
-    if let Some(path) = &args.json {
+    if let Some(path) = &args.output.json {
         let text = serde_json::to_string_pretty(report).expect("a report serializes");
         std::fs::write(path, text + "\n")
             .map_err(|source| BenchError::WriteJson { path: path.clone(), source })?;
@@ -344,15 +353,15 @@ fn write_json(args: &BenchArgs, report: &BenchReport) -> Result<(), BenchError> 
 
 fn timeline_title(args: &BenchArgs) -> String {
     let mix = args.mix();
-    let mut t = match args.ycsb {
+    let mut t = match args.workload.ycsb {
         Some(y) => format!("YCSB {y}, {}% writes", args.write_ratio()),
-        None => format!("{:?} mode, {}% writes", args.mode, args.write_ratio()),
+        None => format!("{:?} mode, {}% writes", args.sync.mode, args.write_ratio()),
     };
     if mix.has_sync() {
         t +=
             &format!(" ({}% rel, {}% acq, {}% rmw)", mix.release_pct, mix.acquire_pct, mix.rmw_pct);
     }
-    t + &format!(", {} ms buckets", args.timeline_bucket_ms)
+    t + &format!(", {} ms buckets", args.output.timeline_bucket_ms)
 }
 
 fn new_histogram() -> Histogram<u64> {
@@ -386,9 +395,9 @@ async fn preload(
 ) -> Result<Vec<BenchSession>, BenchError> {
     let n = sessions.len() as u64;
     let done = Arc::new(AtomicU64::new(0));
-    let progress = (!args.quiet).then(|| {
+    let progress = (!args.output.quiet).then(|| {
         let done = done.clone();
-        let total = args.keys;
+        let total = args.workload.keys;
         tokio::spawn(async move {
             let mut tick = tokio::time::interval(Duration::from_secs(1));
             tick.tick().await;
@@ -401,8 +410,8 @@ async fn preload(
     });
     let mut tasks = Vec::new();
     for (i, mut s) in sessions.into_iter().enumerate() {
-        let (lo, hi) = (args.keys * i as u64 / n, args.keys * (i as u64 + 1) / n);
-        let (key_size, value, done) = (args.key_size, value.clone(), done.clone());
+        let (lo, hi) = (args.workload.keys * i as u64 / n, args.workload.keys * (i as u64 + 1) / n);
+        let (key_size, value, done) = (args.workload.key_size, value.clone(), done.clone());
         tasks.push(tokio::spawn(async move {
             let mut next = lo;
             let mut outstanding = 0usize;
@@ -443,8 +452,8 @@ async fn preload(
     match failure {
         Some(e) => Err(BenchError::Preload(e)),
         None => {
-            if !args.quiet {
-                eprintln!("preload: {} keys written", args.keys);
+            if !args.output.quiet {
+                eprintln!("preload: {} keys written", args.workload.keys);
             }
             Ok(out)
         }
@@ -518,51 +527,59 @@ async fn measure(
     measure_start: Instant,
 ) -> (Vec<SessionStats>, Option<Instant>, u64) {
     let chooser = match args.dist() {
-        Distribution::Uniform => KeyChooser::Uniform { n: args.keys },
-        Distribution::Zipfian => KeyChooser::Zipfian(Zipfian::new(args.keys, args.zipf_theta)),
-        Distribution::Latest => KeyChooser::Latest(Latest::new(args.keys, args.zipf_theta)),
+        Distribution::Uniform => KeyChooser::Uniform { n: args.workload.keys },
+        Distribution::Zipfian => {
+            KeyChooser::Zipfian(Zipfian::new(args.workload.keys, args.workload.zipf_theta))
+        }
+        Distribution::Latest => {
+            KeyChooser::Latest(Latest::new(args.workload.keys, args.workload.zipf_theta))
+        }
     };
     let started = Instant::now();
-    let end = match args.ops {
+    let end = match args.run.ops {
         Some(_) => None,
-        None => Some(measure_start + Duration::from_secs_f64(args.duration)),
+        None => Some(measure_start + Duration::from_secs_f64(args.run.duration)),
     };
     let shared = Arc::new(Shared {
         measure_start,
         end,
-        tickets: args.ops.map(AtomicU64::new),
+        tickets: args.run.ops.map(AtomicU64::new),
         chooser,
-        key_size: args.key_size,
+        key_size: args.workload.key_size,
         value,
         write_ratio: args.write_ratio(),
         mix: args.mix(),
         ycsb: args.ycsb_mix(),
-        inserts: InsertCounter::new(args.keys),
-        pipeline: args.pipeline,
-        bucket: args.timeline.as_ref().map(|_| {
-            let w = Duration::from_millis(args.timeline_bucket_ms);
-            (w, (args.duration * 1000.0 / args.timeline_bucket_ms as f64).ceil() as usize)
+        inserts: InsertCounter::new(args.workload.keys),
+        pipeline: args.conn.pipeline,
+        bucket: args.output.timeline.as_ref().map(|_| {
+            let w = Duration::from_millis(args.output.timeline_bucket_ms);
+            (
+                w,
+                (args.run.duration * 1000.0 / args.output.timeline_bucket_ms as f64).ceil()
+                    as usize,
+            )
         }),
-        keep_waiting: args.timeline.is_some() && args.target == Target::Strata,
+        keep_waiting: args.output.timeline.is_some() && args.conn.target == Target::Strata,
         completed: AtomicU64::new(0),
         measured: AtomicU64::new(0),
         failed_sessions: AtomicU64::new(0),
     });
     let n = sessions.len();
     // Per-session histograms of the current second, for the progress line.
-    let intervals: Vec<Arc<Mutex<Histogram<u64>>>> = if args.quiet {
+    let intervals: Vec<Arc<Mutex<Histogram<u64>>>> = if args.output.quiet {
         Vec::new()
     } else {
         (0..n).map(|_| Arc::new(Mutex::new(new_histogram()))).collect()
     };
     let finished = Arc::new(AtomicBool::new(false));
-    let progress = (!args.quiet).then(|| {
+    let progress = (!args.output.quiet).then(|| {
         tokio::spawn(progress_loop(shared.clone(), intervals.clone(), finished.clone(), started))
     });
 
     let mut tasks = Vec::with_capacity(n);
     for (i, s) in sessions.into_iter().enumerate() {
-        let rng = StdRng::seed_from_u64(session_seed(args.seed, i));
+        let rng = StdRng::seed_from_u64(session_seed(args.run.seed, i));
         tasks.push(tokio::spawn(drive(s, shared.clone(), rng, intervals.get(i).cloned())));
     }
     let mut stats = Vec::with_capacity(n);
@@ -580,7 +597,7 @@ async fn measure(
     if let Some(p) = progress {
         p.abort();
     }
-    let inserted = shared.inserts.acknowledged() - args.keys;
+    let inserted = shared.inserts.acknowledged() - args.workload.keys;
     (stats, end, inserted)
 }
 
@@ -903,7 +920,10 @@ mod tests {
         ];
         let total = 200_000u64;
         for (y, expected) in cases {
-            let args = BenchArgs { ycsb: Some(y), ..BenchArgs::default() };
+            let args = BenchArgs {
+                workload: WorkloadArgs { ycsb: Some(y), ..WorkloadArgs::default() },
+                ..BenchArgs::default()
+            };
             let m = args.ycsb_mix().unwrap();
             assert_eq!([m.read_pct, m.update_pct, m.insert_pct, m.rmw_pct], expected, "{y}");
             let mut rng = StdRng::seed_from_u64(42);

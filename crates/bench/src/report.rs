@@ -218,7 +218,7 @@ impl fmt::Display for BenchReport {
         let a = &self.args;
         let dist = match a.dist() {
             Distribution::Uniform => "uniform".to_string(),
-            d => format!("{d} θ={}", a.zipf_theta),
+            d => format!("{d} θ={}", a.workload.zipf_theta),
         };
         if let Some(l) = &self.label {
             writeln!(f, "{l}")?;
@@ -231,12 +231,12 @@ impl fmt::Display for BenchReport {
             "{} @ {}: {} clients × {} sessions × pipeline {}; {} keys ({dist}), {} B keys, {} B values, {}% writes",
             self.target,
             self.endpoints.iter().map(|e| e.to_string()).collect::<Vec<_>>().join(","),
-            a.clients,
-            a.sessions,
-            a.pipeline,
-            a.keys,
-            a.key_size,
-            a.value_size,
+            a.conn.clients,
+            a.conn.sessions,
+            a.conn.pipeline,
+            a.workload.keys,
+            a.workload.key_size,
+            a.workload.value_size,
             a.write_ratio()
         )?;
         if let Some(d) = &self.ds {
@@ -259,7 +259,7 @@ impl fmt::Display for BenchReport {
             writeln!(
                 f,
                 "mode {:?}: {}% of reads acquires, {}% of writes releases, {}% of writes RMWs ({:?})",
-                a.mode, self.mix.acquire_pct, self.mix.release_pct, self.mix.rmw_pct, self.mix.rmw
+                a.sync.mode, self.mix.acquire_pct, self.mix.release_pct, self.mix.rmw_pct, self.mix.rmw
             )?;
         }
         if let Some(y) = &self.ycsb {
@@ -334,16 +334,16 @@ impl BenchReport {
             self.target,
             self.endpoints.iter().map(|e| e.to_string()).collect::<Vec<_>>().join(","),
             l.kind,
-            a.clients,
-            a.sessions,
-            a.pipeline
+            a.conn.clients,
+            a.conn.sessions,
+            a.conn.pipeline
         )?;
         let leader =
             l.service_leader.map_or("not among the endpoints".to_string(), |e| e.to_string());
         writeln!(
             f,
             "__leases leader {leader}; {} of {} clients forwarded; {} leases held; {} rejected (retried); {} new ids",
-            l.forwarded_clients, a.clients, l.leases, l.rejected, l.new_ids
+            l.forwarded_clients, a.conn.clients, l.leases, l.rejected, l.new_ids
         )?;
         writeln!(
             f,

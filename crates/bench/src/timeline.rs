@@ -1,16 +1,10 @@
 //! `--timeline`: completions per node over the measured window (Kite fig. 11), as CSV and as a
-//! PNG line chart.
-//!
-//! The chart is drawn with `plotters`' bitmap backend. The workspace builds plotters without
-//! a font engine (no `ttf`/`ab_glyph` feature, whose text drawing would otherwise panic), so
-//! the title, tick labels and legend are drawn here with a built-in 3×5 pixel font (upper
-//! case, digits and a little punctuation).
+//! PNG line chart, drawn through the benchmarks' one plotting path ([`crate::plot`]).
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
-use plotters::prelude::*;
-
+use crate::plot::{self, Chart, Kind, Panel, Series};
 use crate::BenchError;
 
 /// Writes the timeline. `per_node[i][b]`: completions at node `i` in bucket `b` (buckets of
@@ -65,12 +59,34 @@ pub fn csv(rows: &[(u64, Vec<f64>)], nodes: usize) -> String {
     out
 }
 
-const W: u32 = 1100;
-const H: u32 = 560;
-const LEFT: i32 = 110;
-const RIGHT: i32 = W as i32 - 30;
-const TOP: i32 = 60;
-const BOTTOM: i32 = H as i32 - 70;
+/// The chart of the timeline: one line per node, then the total (black), each point at its
+/// bucket's middle.
+pub fn chart(rows: &[(u64, Vec<f64>)], nodes: usize, bucket_ms: u64, title: &str) -> Chart {
+    let x = rows.iter().map(|(t, _)| *t as f64 + bucket_ms as f64 / 2.0).collect();
+    let series = (0..=nodes)
+        .map(|i| Series {
+            label: if i == nodes { "total".into() } else { format!("node {i}") },
+            values: rows.iter().map(|(_, v)| v.get(i).copied()).collect(),
+            color: (i == nodes).then_some([0, 0, 0]),
+            ..Series::default()
+        })
+        .collect();
+    Chart {
+        title: None,
+        width: 1100,
+        height: 560,
+        panels: vec![Panel {
+            kind: Kind::Lines,
+            title: format!("Per-node throughput: {title}"),
+            x_label: "time in the measured window (ms)".into(),
+            y_label: "ops/s".into(),
+            x,
+            y_min: Some(0.0),
+            series,
+            ..Panel::default()
+        }],
+    }
+}
 
 fn plot(
     png: &Path,
@@ -79,194 +95,7 @@ fn plot(
     bucket_ms: u64,
     title: &str,
 ) -> Result<(), String> {
-    let e = |e: &dyn std::fmt::Display| e.to_string();
-    let root = BitMapBackend::new(png, (W, H)).into_drawing_area();
-    root.fill(&WHITE).map_err(|x| e(&x))?;
-    let t_max = (rows.len() as u64 * bucket_ms).max(1) as f64;
-    let y_top = rows.iter().flat_map(|(_, v)| v.iter().copied()).fold(0.0f64, f64::max);
-    let y_step = nice_step(y_top.max(1.0) / 5.0);
-    let y_max = (y_top / y_step).ceil().max(1.0) * y_step;
-    let px = |t: f64| LEFT + ((t / t_max) * (RIGHT - LEFT) as f64).round() as i32;
-    let py = |y: f64| BOTTOM - ((y / y_max) * (BOTTOM - TOP) as f64).round() as i32;
-    let grey = RGBColor(220, 220, 220);
-
-    // Grid and tick labels.
-    let mut y = 0.0;
-    while y <= y_max + y_step / 2.0 {
-        let p = py(y);
-        root.draw(&PathElement::new(vec![(LEFT, p), (RIGHT, p)], grey)).map_err(|x| e(&x))?;
-        let label = si(y);
-        text(&root, LEFT - 8 - width(&label, 2), p - 5, &label, 2, &BLACK)?;
-        y += y_step;
-    }
-    let x_step = nice_step(t_max / 10.0);
-    let mut t = 0.0;
-    while t <= t_max + 1e-9 {
-        let p = px(t);
-        root.draw(&PathElement::new(vec![(p, TOP), (p, BOTTOM)], grey)).map_err(|x| e(&x))?;
-        let label = format!("{t:.0}");
-        text(&root, p - width(&label, 2) / 2, BOTTOM + 8, &label, 2, &BLACK)?;
-        t += x_step;
-    }
-    root.draw(&PathElement::new(
-        vec![(LEFT, TOP), (LEFT, BOTTOM), (RIGHT, BOTTOM)],
-        BLACK.stroke_width(2),
-    ))
-    .map_err(|x| e(&x))?;
-    text(&root, LEFT, 20, &format!("PER-NODE THROUGHPUT: {title}"), 3, &BLACK)?;
-    text(&root, LEFT - 100, TOP - 22, "OPS/S", 2, &BLACK)?;
-    let xl = "TIME IN THE MEASURED WINDOW (MS)";
-    text(&root, (LEFT + RIGHT) / 2 - width(xl, 2) / 2, BOTTOM + 34, xl, 2, &BLACK)?;
-
-    // One line per node, then the total (thicker, black), each point at its bucket's middle.
-    let colors = [
-        RGBColor(220, 50, 47),
-        RGBColor(38, 139, 210),
-        RGBColor(133, 153, 0),
-        RGBColor(211, 54, 130),
-        RGBColor(181, 137, 0),
-    ];
-    let mut legend = Vec::new();
-    for i in 0..=nodes {
-        let (style, name) = if i == nodes {
-            (BLACK.stroke_width(2), "TOTAL".to_string())
-        } else {
-            (colors[i % colors.len()].stroke_width(2), format!("NODE {i}"))
-        };
-        let pts: Vec<(i32, i32)> =
-            rows.iter().map(|(t, v)| (px(*t as f64 + bucket_ms as f64 / 2.0), py(v[i]))).collect();
-        root.draw(&PathElement::new(pts, style)).map_err(|x| e(&x))?;
-        legend.push((style, name));
-    }
-    // Legend, top right.
-    let lx = RIGHT - 150;
-    let mut ly = TOP + 10;
-    root.draw(&Rectangle::new(
-        [(lx - 10, ly - 8), (RIGHT - 8, ly + 20 * legend.len() as i32 - 4)],
-        WHITE.filled(),
-    ))
-    .map_err(|x| e(&x))?;
-    root.draw(&Rectangle::new(
-        [(lx - 10, ly - 8), (RIGHT - 8, ly + 20 * legend.len() as i32 - 4)],
-        BLACK,
-    ))
-    .map_err(|x| e(&x))?;
-    for (style, name) in legend {
-        root.draw(&PathElement::new(vec![(lx, ly + 5), (lx + 30, ly + 5)], style))
-            .map_err(|x| e(&x))?;
-        text(&root, lx + 40, ly, &name, 2, &BLACK)?;
-        ly += 20;
-    }
-    root.present().map_err(|x| e(&x))?;
-    Ok(())
-}
-
-/// 1, 2 or 5 times a power of ten, at least `raw`.
-fn nice_step(raw: f64) -> f64 {
-    let p = 10f64.powf(raw.log10().floor());
-    [1.0, 2.0, 5.0, 10.0].into_iter().map(|m| m * p).find(|s| *s >= raw).unwrap_or(10.0 * p)
-}
-
-/// `1234567` → `1.2M`, `45000` → `45K`.
-fn si(v: f64) -> String {
-    if v >= 1e6 {
-        format!("{}M", trim(v / 1e6))
-    } else if v >= 1e3 {
-        format!("{}K", trim(v / 1e3))
-    } else {
-        format!("{v:.0}")
-    }
-}
-
-fn trim(x: f64) -> String {
-    let s = format!("{x:.1}");
-    s.strip_suffix(".0").map(str::to_string).unwrap_or(s)
-}
-
-fn width(s: &str, scale: i32) -> i32 {
-    s.chars().count() as i32 * 4 * scale
-}
-
-fn text<DB: DrawingBackend>(
-    area: &DrawingArea<DB, plotters::coord::Shift>,
-    x: i32,
-    y: i32,
-    s: &str,
-    scale: i32,
-    color: &RGBColor,
-) -> Result<(), String> {
-    for (i, c) in s.chars().enumerate() {
-        let rows = glyph(c.to_ascii_uppercase());
-        let cx = x + i as i32 * 4 * scale;
-        for (r, bits) in rows.iter().enumerate() {
-            for (col, b) in bits.bytes().enumerate() {
-                if b == b'1' {
-                    let (x0, y0) = (cx + col as i32 * scale, y + r as i32 * scale);
-                    area.draw(&Rectangle::new(
-                        [(x0, y0), (x0 + scale - 1, y0 + scale - 1)],
-                        color.filled(),
-                    ))
-                    .map_err(|e| e.to_string())?;
-                }
-            }
-        }
-    }
-    Ok(())
-}
-
-/// A 3×5 pixel font; unknown characters draw as a small box.
-fn glyph(c: char) -> [&'static str; 5] {
-    match c {
-        '0' => ["111", "101", "101", "101", "111"],
-        '1' => ["010", "110", "010", "010", "111"],
-        '2' => ["111", "001", "111", "100", "111"],
-        '3' => ["111", "001", "111", "001", "111"],
-        '4' => ["101", "101", "111", "001", "001"],
-        '5' => ["111", "100", "111", "001", "111"],
-        '6' => ["111", "100", "111", "101", "111"],
-        '7' => ["111", "001", "001", "001", "001"],
-        '8' => ["111", "101", "111", "101", "111"],
-        '9' => ["111", "101", "111", "001", "111"],
-        'A' => ["010", "101", "111", "101", "101"],
-        'B' => ["110", "101", "110", "101", "110"],
-        'C' => ["011", "100", "100", "100", "011"],
-        'D' => ["110", "101", "101", "101", "110"],
-        'E' => ["111", "100", "110", "100", "111"],
-        'F' => ["111", "100", "110", "100", "100"],
-        'G' => ["011", "100", "101", "101", "011"],
-        'H' => ["101", "101", "111", "101", "101"],
-        'I' => ["111", "010", "010", "010", "111"],
-        'J' => ["001", "001", "001", "101", "010"],
-        'K' => ["101", "101", "110", "101", "101"],
-        'L' => ["100", "100", "100", "100", "111"],
-        'M' => ["101", "111", "111", "101", "101"],
-        'N' => ["110", "101", "101", "101", "101"],
-        'O' => ["010", "101", "101", "101", "010"],
-        'P' => ["110", "101", "110", "100", "100"],
-        'Q' => ["010", "101", "101", "110", "011"],
-        'R' => ["110", "101", "110", "101", "101"],
-        'S' => ["011", "100", "010", "001", "110"],
-        'T' => ["111", "010", "010", "010", "010"],
-        'U' => ["101", "101", "101", "101", "111"],
-        'V' => ["101", "101", "101", "101", "010"],
-        'W' => ["101", "101", "111", "111", "101"],
-        'X' => ["101", "101", "010", "101", "101"],
-        'Y' => ["101", "101", "010", "010", "010"],
-        'Z' => ["111", "001", "010", "100", "111"],
-        ' ' => ["000", "000", "000", "000", "000"],
-        '.' => ["000", "000", "000", "000", "010"],
-        ',' => ["000", "000", "000", "010", "100"],
-        '-' => ["000", "000", "111", "000", "000"],
-        '(' => ["001", "010", "010", "010", "001"],
-        ')' => ["100", "010", "010", "010", "100"],
-        '%' => ["101", "001", "010", "100", "101"],
-        '/' => ["001", "001", "010", "100", "100"],
-        ':' => ["000", "010", "000", "010", "000"],
-        '_' => ["000", "000", "000", "000", "111"],
-        '=' => ["000", "111", "000", "111", "000"],
-        '+' => ["000", "010", "111", "010", "000"],
-        _ => ["111", "101", "101", "101", "111"],
-    }
+    plot::draw(&chart(rows, nodes, bucket_ms, title), png)
 }
 
 #[cfg(test)]
@@ -301,11 +130,14 @@ mod tests {
     }
 
     #[test]
-    fn nice_steps() {
-        assert_eq!(nice_step(0.7), 1.0);
-        assert_eq!(nice_step(130.0), 200.0);
-        assert_eq!(nice_step(4500.0), 5000.0);
-        assert_eq!(si(1_500_000.0), "1.5M");
-        assert_eq!(si(40_000.0), "40K");
+    fn the_chart_has_a_line_per_node_and_a_black_total() {
+        let rows = rates(&[vec![1, 2], vec![3]], 10);
+        let c = chart(&rows, 2, 10, "t");
+        let p = &c.panels[0];
+        assert_eq!(p.x, vec![5.0, 15.0]);
+        let labels: Vec<&str> = p.series.iter().map(|s| s.label.as_str()).collect();
+        assert_eq!(labels, ["node 0", "node 1", "total"]);
+        assert_eq!(p.series[2].values, vec![Some(400.0), Some(200.0)]);
+        assert_eq!(p.series[2].color, Some([0, 0, 0]));
     }
 }

@@ -280,8 +280,11 @@ mod tests {
     #[tokio::test]
     async fn run_reports_the_missing_feature_as_a_connect_error() {
         let args = crate::BenchArgs {
-            target: crate::Target::Zookeeper,
-            quiet: true,
+            conn: crate::ConnArgs {
+                target: crate::Target::Zookeeper,
+                ..crate::ConnArgs::default()
+            },
+            output: crate::OutputArgs { quiet: true, ..crate::OutputArgs::default() },
             ..crate::BenchArgs::default()
         };
         let e = crate::run(&args, Vec::new()).await.unwrap_err();
@@ -312,13 +315,18 @@ mod tests {
         let endpoints: Vec<SocketAddr> = eps.split(',').map(|e| e.parse().unwrap()).collect();
         for y in [crate::Ycsb::D, crate::Ycsb::F] {
             let args = crate::BenchArgs {
-                target: crate::Target::Zookeeper,
-                ycsb: Some(y),
-                clients: 3,
-                keys: 300,
-                duration: 0.5,
-                warmup: 0.1,
-                quiet: true,
+                conn: crate::ConnArgs {
+                    target: crate::Target::Zookeeper,
+                    clients: 3,
+                    ..crate::ConnArgs::default()
+                },
+                workload: crate::WorkloadArgs {
+                    ycsb: Some(y),
+                    keys: 300,
+                    ..crate::WorkloadArgs::default()
+                },
+                run: crate::RunArgs { duration: 0.5, warmup: 0.1, ..crate::RunArgs::default() },
+                output: crate::OutputArgs { quiet: true, ..crate::OutputArgs::default() },
                 ..crate::BenchArgs::default()
             };
             let r = crate::run(&args, endpoints.clone()).await.unwrap();

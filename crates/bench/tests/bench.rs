@@ -8,7 +8,10 @@ use std::sync::{Arc, Mutex};
 
 use bytes::{Buf, Bytes, BytesMut};
 use strata_bench::resp::{self, Reply};
-use strata_bench::{BenchArgs, BenchReport, Distribution, Target};
+use strata_bench::{
+    BenchArgs, BenchReport, ConnArgs, Distribution, OutputArgs, RiflArgs, RunArgs, SyncArgs,
+    Target, WorkloadArgs,
+};
 use strata_client::{
     Client, ClientOptions, TableDef, TableDurability, TableEngine, TableReads, TableReplication,
     TableTimers,
@@ -22,20 +25,22 @@ fn bind() -> std::net::TcpListener {
 
 fn short_run(target: Target, json: std::path::PathBuf) -> BenchArgs {
     BenchArgs {
-        target,
-        clients: 3,
-        sessions: 2,
-        pipeline: 4,
-        keys: 2_000,
-        key_size: 12,
-        value_size: 32,
-        dist: Some(Distribution::Zipfian),
-        write_ratio: Some(20.0),
-        duration: 1.0,
-        warmup: 0.2,
-        json: Some(json),
-        quiet: true,
-        label: Some(format!("{target} e2e test")),
+        conn: ConnArgs { target, clients: 3, sessions: 2, pipeline: 4, ..ConnArgs::default() },
+        workload: WorkloadArgs {
+            keys: 2_000,
+            key_size: 12,
+            value_size: 32,
+            dist: Some(Distribution::Zipfian),
+            write_ratio: Some(20.0),
+            ..WorkloadArgs::default()
+        },
+        run: RunArgs { duration: 1.0, warmup: 0.2, ..RunArgs::default() },
+        output: OutputArgs {
+            json: Some(json),
+            quiet: true,
+            label: Some(format!("{target} e2e test")),
+            ..OutputArgs::default()
+        },
         ..BenchArgs::default()
     }
 }
@@ -70,7 +75,11 @@ async fn a_short_run_against_a_three_node_cluster() {
     check_report(&report, &json);
     assert_eq!(report.endpoints, endpoints);
     // Ops mode: exactly that many operations are measured.
-    let args = BenchArgs { ops: Some(3_000), json: None, ..args };
+    let args = BenchArgs {
+        run: RunArgs { ops: Some(3_000), ..args.run },
+        output: OutputArgs { json: None, ..args.output },
+        ..args
+    };
     let report = strata_bench::run(&args, endpoints).await.unwrap();
     assert_eq!((report.ops, report.errors), (3_000, 0), "{report}");
     let _ = std::fs::remove_file(json);
@@ -141,7 +150,8 @@ async fn a_short_run_against_a_resp_server() {
     let addr = mini_redis().await;
     let json =
         std::env::temp_dir().join(format!("strata-bench-e2e-redis-{}.json", std::process::id()));
-    let args = BenchArgs { endpoints: Some(vec![addr]), ..short_run(Target::Redis, json.clone()) };
+    let mut args = short_run(Target::Redis, json.clone());
+    args.conn.endpoints = Some(vec![addr]);
     let report = strata_bench::run(&args, Vec::new()).await.unwrap();
     check_report(&report, &json);
     assert_eq!(report.read_misses, 0, "every key was preloaded into the one map");
@@ -152,7 +162,10 @@ async fn a_short_run_against_a_resp_server() {
 #[tokio::test]
 async fn nothing_listening_is_a_connect_error() {
     let addr = bind().local_addr().unwrap(); // bound then dropped: nobody listens
-    let args = BenchArgs { quiet: true, ..BenchArgs::default() };
+    let args = BenchArgs {
+        output: OutputArgs { quiet: true, ..OutputArgs::default() },
+        ..BenchArgs::default()
+    };
     let err = strata_bench::run(&args, vec![addr]).await.unwrap_err();
     assert!(matches!(err, strata_bench::BenchError::Connect { .. }), "{err}");
     let err = strata_bench::run(&args, vec![]).await.unwrap_err();
@@ -167,20 +180,24 @@ async fn sync_modes_timeline_and_ds_workloads_against_a_three_node_cluster() {
     let dir = std::env::temp_dir().join(format!("strata-bench-modes-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let base = BenchArgs {
-        clients: 3,
-        sessions: 1,
-        pipeline: 4,
-        keys: 500,
-        key_size: 12,
-        value_size: 32,
-        write_ratio: Some(50.0),
-        duration: 0.5,
-        warmup: 0.1,
-        quiet: true,
+        conn: ConnArgs { clients: 3, sessions: 1, pipeline: 4, ..ConnArgs::default() },
+        workload: WorkloadArgs {
+            keys: 500,
+            key_size: 12,
+            value_size: 32,
+            write_ratio: Some(50.0),
+            ..WorkloadArgs::default()
+        },
+        run: RunArgs { duration: 0.5, warmup: 0.1, ..RunArgs::default() },
+        output: OutputArgs { quiet: true, ..OutputArgs::default() },
         ..BenchArgs::default()
     };
     // ABD: every read an acquire, every write a release; with a timeline.
-    let args = BenchArgs { mode: Mode::Abd, timeline: Some(dir.join("t.csv")), ..base.clone() };
+    let args = BenchArgs {
+        sync: SyncArgs { mode: Mode::Abd, ..base.sync.clone() },
+        output: OutputArgs { timeline: Some(dir.join("t.csv")), ..base.output.clone() },
+        ..base.clone()
+    };
     let r = strata_bench::run(&args, endpoints.clone()).await.unwrap();
     assert_eq!(r.errors, 0, "{r}");
     let c = &r.class_latency_us;
@@ -193,13 +210,20 @@ async fn sync_modes_timeline_and_ds_workloads_against_a_three_node_cluster() {
     assert_eq!(csv.lines().count(), 1 + 50, "0.5 s in 10 ms buckets");
     assert!(dir.join("t.png").exists());
     // Paxos with CAS: acquires and RMWs only.
-    let args = BenchArgs { mode: Mode::Paxos, rmw: RmwKind::Cas, ..base.clone() };
+    let args = BenchArgs {
+        sync: SyncArgs { mode: Mode::Paxos, rmw: RmwKind::Cas, ..base.sync.clone() },
+        ..base.clone()
+    };
     let r = strata_bench::run(&args, endpoints.clone()).await.unwrap();
     assert_eq!(r.errors, 0, "{r}");
     assert!(r.class_latency_us.rmw.count > 0 && r.class_latency_us.acquire.count > 0, "{r}");
     assert_eq!(r.class_latency_us.relaxed_write.count + r.class_latency_us.release.count, 0);
     // Kite 5%: mostly relaxed, some of each sync class, FAA RMWs on top.
-    let args = BenchArgs { mode: Mode::Kite, rmw_pct: Some(5.0), duration: 1.0, ..base.clone() };
+    let args = BenchArgs {
+        sync: SyncArgs { mode: Mode::Kite, rmw_pct: Some(5.0), ..base.sync.clone() },
+        run: RunArgs { duration: 1.0, ..base.run.clone() },
+        ..base.clone()
+    };
     let r = strata_bench::run(&args, endpoints.clone()).await.unwrap();
     assert_eq!(r.errors, 0, "{r}");
     let c = &r.class_latency_us;
@@ -210,7 +234,11 @@ async fn sync_modes_timeline_and_ds_workloads_against_a_three_node_cluster() {
     );
     // A data-structure workload.
     for workload in [WorkloadKind::Ts, WorkloadKind::Hml] {
-        let args = BenchArgs { workload, structures: 20, duration: 0.5, ..base.clone() };
+        let args = BenchArgs {
+            workload: WorkloadArgs { kind: workload, structures: 20, ..base.workload.clone() },
+            run: RunArgs { duration: 0.5, ..base.run.clone() },
+            ..base.clone()
+        };
         let r = strata_bench::run(&args, endpoints.clone()).await.unwrap();
         assert_eq!(r.errors, 0, "{r}");
         let d = r.ds.as_ref().unwrap();
@@ -233,22 +261,27 @@ async fn ycsb_workloads_against_a_three_node_cluster() {
     let nodes = local_cluster(3).await;
     let endpoints: Vec<SocketAddr> = nodes.iter().map(|n| n.client_addr()).collect();
     let base = BenchArgs {
-        clients: 3,
-        sessions: 2,
-        pipeline: 2,
-        keys: 500,
-        key_size: 12,
-        value_size: 32,
-        duration: 0.5,
-        warmup: 0.1,
-        quiet: true,
+        conn: ConnArgs { clients: 3, sessions: 2, pipeline: 2, ..ConnArgs::default() },
+        workload: WorkloadArgs {
+            keys: 500,
+            key_size: 12,
+            value_size: 32,
+            ..WorkloadArgs::default()
+        },
+        run: RunArgs { duration: 0.5, warmup: 0.1, ..RunArgs::default() },
+        output: OutputArgs { quiet: true, ..OutputArgs::default() },
         ..BenchArgs::default()
     };
     // D: reads and inserts; the inserted keys are read back (latest), so nothing misses.
-    let r =
-        strata_bench::run(&BenchArgs { ycsb: Some(Ycsb::D), ..base.clone() }, endpoints.clone())
-            .await
-            .unwrap();
+    let r = strata_bench::run(
+        &BenchArgs {
+            workload: WorkloadArgs { ycsb: Some(Ycsb::D), ..base.workload.clone() },
+            ..base.clone()
+        },
+        endpoints.clone(),
+    )
+    .await
+    .unwrap();
     assert_eq!(r.errors, 0, "{r}");
     let y = r.ycsb.as_ref().expect("a YCSB report");
     assert!(y.read.count > 0 && y.insert.count > 0 && y.inserted_keys >= y.insert.count, "{r}");
@@ -262,7 +295,11 @@ async fn ycsb_workloads_against_a_three_node_cluster() {
     assert!(table.contains("YCSB D") && table.contains("insert"), "{table}");
     // F: an RMW is one operation (its read and write are not counted apart), slower than a read.
     let r = strata_bench::run(
-        &BenchArgs { ycsb: Some(Ycsb::F), ops: Some(2_000), ..base.clone() },
+        &BenchArgs {
+            workload: WorkloadArgs { ycsb: Some(Ycsb::F), ..base.workload.clone() },
+            run: RunArgs { ops: Some(2_000), ..base.run.clone() },
+            ..base.clone()
+        },
         endpoints.clone(),
     )
     .await
@@ -319,17 +356,22 @@ async fn a_short_run_against_a_log_table() {
     let endpoints: Vec<SocketAddr> = nodes.iter().map(|n| n.client_addr()).collect();
     create_table(&endpoints, "bench", TableDurability::Cad, TableReads::ActiveSet).await;
     let args = BenchArgs {
-        table: Some("bench".into()),
-        clients: 3,
-        sessions: 2,
-        pipeline: 1,
-        keys: 300,
-        key_size: 12,
-        value_size: 32,
-        write_ratio: Some(20.0),
-        duration: 1.0,
-        warmup: 0.2,
-        quiet: true,
+        conn: ConnArgs {
+            table: Some("bench".into()),
+            clients: 3,
+            sessions: 2,
+            pipeline: 1,
+            ..ConnArgs::default()
+        },
+        workload: WorkloadArgs {
+            keys: 300,
+            key_size: 12,
+            value_size: 32,
+            write_ratio: Some(20.0),
+            ..WorkloadArgs::default()
+        },
+        run: RunArgs { duration: 1.0, warmup: 0.2, ..RunArgs::default() },
+        output: OutputArgs { quiet: true, ..OutputArgs::default() },
         ..BenchArgs::default()
     };
     let r = strata_bench::run(&args, endpoints.clone()).await.unwrap();
@@ -340,23 +382,32 @@ async fn a_short_run_against_a_log_table() {
     assert_eq!(r.read_misses, 0, "{r}");
     read_durability_pct(&r);
     // A pipelined run is refused with the flag to change.
-    let err = strata_bench::run(&BenchArgs { pipeline: 4, ..args.clone() }, endpoints.clone())
-        .await
-        .unwrap_err();
+    let err = strata_bench::run(
+        &BenchArgs { conn: ConnArgs { pipeline: 4, ..args.conn.clone() }, ..args.clone() },
+        endpoints.clone(),
+    )
+    .await
+    .unwrap_err();
     assert!(err.to_string().contains("--pipeline 1"), "{err}");
 
     // CAD with leader reads and a write-heavy mix on a few hot keys: reads keep finding the
     // newest write not yet durable at the leader, so some of them trigger durability (ORCA
     // §5.5.1); a sync table never needs to (every applied entry is durable).
     let hot = BenchArgs {
-        keys: 50,
-        write_ratio: Some(80.0),
-        dist: Some(Distribution::Zipfian),
+        workload: WorkloadArgs {
+            keys: 50,
+            write_ratio: Some(80.0),
+            dist: Some(Distribution::Zipfian),
+            ..args.workload.clone()
+        },
         ..args.clone()
     };
     create_table(&endpoints, "cad", TableDurability::Cad, TableReads::Leader).await;
     let r = strata_bench::run(
-        &BenchArgs { table: Some("cad".into()), ..hot.clone() },
+        &BenchArgs {
+            conn: ConnArgs { table: Some("cad".into()), ..hot.conn.clone() },
+            ..hot.clone()
+        },
         endpoints.clone(),
     )
     .await
@@ -365,7 +416,10 @@ async fn a_short_run_against_a_log_table() {
     assert!(read_durability_pct(&r) > 0.0, "{r}");
     create_table(&endpoints, "sync", TableDurability::Sync, TableReads::Leader).await;
     let r = strata_bench::run(
-        &BenchArgs { table: Some("sync".into()), ..hot.clone() },
+        &BenchArgs {
+            conn: ConnArgs { table: Some("sync".into()), ..hot.conn.clone() },
+            ..hot.clone()
+        },
         endpoints.clone(),
     )
     .await
@@ -374,10 +428,17 @@ async fn a_short_run_against_a_log_table() {
     assert_eq!(read_durability_pct(&r), 0.0, "{r}");
 
     // --client-delay-ms: every request crosses a relay holding it 5 ms each way.
-    let far = BenchArgs { client_delay_ms: Some(vec![5.0]), duration: 0.5, ..hot };
-    let r = strata_bench::run(&BenchArgs { table: Some("cad".into()), ..far }, endpoints.clone())
-        .await
-        .unwrap();
+    let far = BenchArgs {
+        conn: ConnArgs { client_delay_ms: Some(vec![5.0]), ..hot.conn },
+        run: RunArgs { duration: 0.5, ..hot.run },
+        ..hot
+    };
+    let r = strata_bench::run(
+        &BenchArgs { conn: ConnArgs { table: Some("cad".into()), ..far.conn }, ..far },
+        endpoints.clone(),
+    )
+    .await
+    .unwrap();
     assert_eq!(r.errors, 0, "{r}");
     assert!(r.latency_us.all.min_us >= 10_000.0, "two 5 ms legs: {r}");
     assert_eq!(r.endpoints, endpoints, "the report names the nodes, not the relays");
@@ -392,14 +453,10 @@ async fn lease_renewals_and_creations_against_a_three_node_cluster() {
     let endpoints: Vec<SocketAddr> = nodes.iter().map(|n| n.client_addr()).collect();
     let json = std::env::temp_dir().join(format!("strata-bench-lease-{}.json", std::process::id()));
     let args = BenchArgs {
-        lease_renewals: true,
-        clients: 3,
-        sessions: 2,
-        pipeline: 4,
-        duration: 0.5,
-        warmup: 0.2,
-        quiet: true,
-        json: Some(json.clone()),
+        rifl: RiflArgs { lease_renewals: true, ..RiflArgs::default() },
+        conn: ConnArgs { clients: 3, sessions: 2, pipeline: 4, ..ConnArgs::default() },
+        run: RunArgs { duration: 0.5, warmup: 0.2, ..RunArgs::default() },
+        output: OutputArgs { quiet: true, json: Some(json.clone()), ..OutputArgs::default() },
         ..BenchArgs::default()
     };
     // Round-robin over the nodes: the two that do not lead `__leases` forward to the one that
@@ -417,13 +474,22 @@ async fn lease_renewals_and_creations_against_a_three_node_cluster() {
         serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
     assert_eq!(parsed, r, "the JSON report parses back to the same report");
     // Creations at the leader: every request writes a log entry.
-    let args = BenchArgs { lease_renewals: false, lease_creations: true, json: None, ..args };
+    let args = BenchArgs {
+        rifl: RiflArgs { lease_renewals: false, lease_creations: true, ..args.rifl },
+        output: OutputArgs { json: None, ..args.output },
+        ..args
+    };
     let r = strata_bench::run(&args, vec![leader]).await.unwrap();
     assert_eq!(r.errors, 0, "{r}");
     let l = r.lease.as_ref().unwrap();
     assert!(r.ops > 0 && l.kind == "creations" && l.forwarded_clients == 0, "{r}");
     // Lease runs take no key-value mix.
-    let err = strata_bench::run(&BenchArgs { ops: Some(10), ..args }, endpoints).await.unwrap_err();
+    let err = strata_bench::run(
+        &BenchArgs { run: RunArgs { ops: Some(10), ..args.run }, ..args },
+        endpoints,
+    )
+    .await
+    .unwrap_err();
     assert!(err.to_string().contains("--lease-renewals"), "{err}");
     let _ = std::fs::remove_file(json);
     for n in nodes {

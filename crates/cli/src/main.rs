@@ -113,11 +113,12 @@ enum Command {
     /// Closed-loop load generator against the local cluster (default), any Strata endpoints, or
     /// a Redis server (`--target redis`); see docs/benchmarks.md.
     Bench {
-        #[command(flatten)]
-        args: strata_bench::BenchArgs,
         /// Data directory of the `strata up` cluster (for its endpoints when none are given).
+        // Before the flattened groups, whose help headings would otherwise take it in.
         #[arg(long, env = "STRATA_DATA_DIR", default_value = "strata-data")]
         data_dir: std::path::PathBuf,
+        #[command(flatten)]
+        args: strata_bench::BenchArgs,
     },
     /// Show every node's state: keys, sessions, pending writes, peers, faults.
     Status {
@@ -212,11 +213,11 @@ fn block_on<F: std::future::Future<Output = Result<i32, Failure>>>(f: F) -> Resu
 
 /// `strata bench`: endpoints from the flags, or (for Strata) from the running local cluster.
 fn bench(mut args: strata_bench::BenchArgs, data_dir: &std::path::Path) -> Result<i32, Failure> {
-    let endpoints = match (&args.endpoints, args.target) {
+    let endpoints = match (&args.conn.endpoints, args.conn.target) {
         (Some(e), _) => e.clone(),
         (None, strata_bench::Target::Strata) => {
             let file = cluster_file::ClusterFile::read(data_dir)?;
-            args.cluster_id = args.cluster_id.or(Some(file.cluster_id));
+            args.conn.cluster_id = args.conn.cluster_id.or(Some(file.cluster_id));
             file.endpoints()
         }
         (None, _) => Vec::new(), // the target's default (Redis: 127.0.0.1:6379)
