@@ -44,6 +44,10 @@ pub struct UpArgs {
     /// requests end as "outcome unknown".
     #[arg(long, value_name = "MS")]
     pub lease_term_ms: Option<u64>,
+    /// Service-rate limit of every log-table shard leader, requests per second (default:
+    /// unlimited): for benchmarks that must show hot spots on a small machine.
+    #[arg(long, value_name = "PER_S")]
+    pub shard_rate_limit: Option<u32>,
 }
 
 struct Supervised {
@@ -201,6 +205,9 @@ fn spawn(exe: &Path, args: &UpArgs, me: &NodeEntry, plan: &[NodeEntry]) -> std::
     }
     if let Some(ms) = args.lease_term_ms {
         cmd.args(["--lease-term-ms", &ms.to_string()]);
+    }
+    if let Some(r) = args.shard_rate_limit {
+        cmd.args(["--shard-rate-limit", &r.to_string()]);
     }
     cmd.stdin(Stdio::null()).stdout(log.try_clone()?).stderr(log).process_group(0);
     // SAFETY: prctl is async-signal-safe; it only asks the kernel to SIGTERM the child when

@@ -19,6 +19,7 @@ pub mod catalog;
 mod effects;
 pub mod leases;
 mod moves;
+mod rate;
 mod shards;
 
 use std::time::Duration;
@@ -50,6 +51,10 @@ pub struct HostConfig {
     pub rifl: RiflConfig,
     /// Seeds every shard replica (mixed with the shard's id and generation).
     pub seed: u64,
+    /// An optional service-rate limit, in requests per second, for each shard this node
+    /// leads (a token bucket; `None`: unlimited). For benchmarks that must show hot spots on a
+    /// small machine.
+    pub shard_rate_limit: Option<u32>,
 }
 
 /// Why a host could not be built. Each variant says what to fix.
@@ -93,7 +98,7 @@ impl Host {
         let nodes = cfg.rc.replicas.clone();
         let rc = RcReplica::new(cfg.rc).map_err(HostError::Rc)?;
         let catalog = catalog::decode(stored_catalog).map_err(HostError::Catalog)?;
-        let mut shards = Shards::new(me, nodes, cfg.seed);
+        let mut shards = Shards::new(me, nodes, cfg.seed, cfg.shard_rate_limit);
         let mut out = HostEffects::default();
         shards.start_table(
             Catalogued { def: lease_table_def(), moved: Default::default() },

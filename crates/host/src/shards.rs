@@ -27,6 +27,7 @@ use tracing::{debug, error, info, warn};
 
 use crate::catalog::{check_table_def, describe, log_config, Catalogued, SYSTEM_PREFIX};
 use crate::effects::{HostEffects, ShardId, ShardKey, Storage};
+use crate::rate::{Admission, Queued, RateLimit};
 
 /// A running shard replica.
 pub(crate) struct Shard {
@@ -89,10 +90,12 @@ pub(crate) struct Shards {
     internal_tokens: BTreeSet<u64>,
     /// Replies to the node's own writes ([`Shards::write_internal`]), by token.
     pub internal: Vec<(u64, Result<WriteAck, WriteError>)>,
+    /// The optional service-rate limit of the shards this node leads (`rate`).
+    rate: Option<RateLimit>,
 }
 
 impl Shards {
-    pub fn new(me: NodeId, mut nodes: Vec<NodeId>, seed: u64) -> Shards {
+    pub fn new(me: NodeId, mut nodes: Vec<NodeId>, seed: u64, rate_limit: Option<u32>) -> Shards {
         nodes.sort();
         Shards {
             me,
@@ -105,6 +108,7 @@ impl Shards {
             unroutable_messages: 0,
             internal_tokens: BTreeSet::new(),
             internal: Vec::new(),
+            rate: rate_limit.map(RateLimit::new),
         }
     }
 
@@ -333,8 +337,30 @@ impl Shards {
             };
             return out.reply.push((route, ClientResponse { corr, body }));
         };
-        s.waiting.insert(req.token(), (route, corr));
-        s.replica.on_client_request(now, req);
+        // The service-rate limit applies to the shards this node leads (module `rate`).
+        if let Some(rate) = self.rate.as_mut().filter(|_| s.replica.role() == Role::Leader) {
+            match rate.admit(now, sk, Queued { route, corr, req }) {
+                Admission::Now(q) => return self.dispatch(now, sk, q, out),
+                Admission::Queued => return,
+                Admission::Full(q) => {
+                    let body = Response::LogRejected(LogFailure::Unavailable);
+                    return out.reply.push((q.route, ClientResponse { corr: q.corr, body }));
+                }
+            }
+        }
+        self.dispatch(now, sk, Queued { route, corr, req }, out);
+    }
+
+    /// Hands a client request to its shard replica (or answers where the shard went).
+    fn dispatch(&mut self, now: Instant, sk: ShardKey, q: Queued, out: &mut HostEffects) {
+        let Some(s) = self.shards.get_mut(&sk) else {
+            let body = Response::LogRejected(LogFailure::Moved {
+                replicas: self.placement_of(sk).replicas,
+            });
+            return out.reply.push((q.route, ClientResponse { corr: q.corr, body }));
+        };
+        s.waiting.insert(q.req.token(), (q.route, q.corr));
+        s.replica.on_client_request(now, q.req);
         self.drain(sk, out);
     }
 
@@ -395,13 +421,19 @@ impl Shards {
         }
     }
 
-    /// The earliest deadline of any shard.
+    /// The earliest deadline of any shard (or of a request waiting for the rate limit).
     pub fn deadline(&self) -> Option<Instant> {
-        self.shards.values().filter_map(|s| s.replica.poll_timeout()).min()
+        let rate = self.rate.as_ref().and_then(RateLimit::deadline);
+        self.shards.values().filter_map(|s| s.replica.poll_timeout()).chain(rate).min()
     }
 
-    /// Ticks every shard whose deadline has passed.
+    /// Ticks every shard whose deadline has passed, and serves the requests whose rate-limit
+    /// token has come.
     pub fn tick(&mut self, now: Instant, out: &mut HostEffects) {
+        let released = self.rate.as_mut().map(|r| r.release(now)).unwrap_or_default();
+        for (sk, q) in released {
+            self.dispatch(now, sk, q, out);
+        }
         let due: Vec<ShardKey> = self
             .shards
             .iter()

@@ -86,6 +86,11 @@ pub struct NodeConfig {
     /// serves it, milliseconds. Every node of a cluster should use the same value.
     #[serde(default = "default_lease_term_ms")]
     pub lease_term_ms: u64,
+    /// An optional service-rate limit for every log-table shard this node leads, in requests
+    /// per second (a token bucket with a burst of a tenth of a second; requests over it wait
+    /// in order). Unset: unlimited. For benchmarks that must show hot spots on a small machine.
+    #[serde(default)]
+    pub shard_rate_limit: Option<u32>,
     /// Largest frame accepted from a client or peer, header included.
     #[serde(default = "default_max_frame_bytes")]
     pub max_frame_bytes: usize,
@@ -233,6 +238,7 @@ impl Default for NodeConfig {
             release_timeout_ms: DEFAULT_RELEASE_TIMEOUT_MS,
             release_timeout_max_ms: DEFAULT_RELEASE_TIMEOUT_MAX_MS,
             lease_term_ms: DEFAULT_LEASE_TERM_MS,
+            shard_rate_limit: None,
             max_frame_bytes: DEFAULT_MAX_FRAME_BYTES,
             max_value_bytes: DEFAULT_MAX_VALUE_BYTES,
             log_format: LogFormat::Text,
@@ -338,6 +344,13 @@ impl NodeConfig {
                 ),
             });
         }
+        if self.shard_rate_limit == Some(0) {
+            return Err(ConfigError::Invalid {
+                what: "shard_rate_limit",
+                why: "0 requests per second would serve nothing; leave it unset for no limit"
+                    .into(),
+            });
+        }
         if self.max_value_bytes == 0
             || self.max_value_bytes.saturating_add(FRAME_SLACK_BYTES) > self.max_frame_bytes
         {
@@ -391,6 +404,10 @@ pub struct NodeArgs {
     /// renewed for this long loses it, and its unfinished requests end as "outcome unknown".
     #[arg(long, value_name = "MS")]
     pub lease_term_ms: Option<u64>,
+    /// Service-rate limit of every log-table shard this node leads, requests per second
+    /// (default: unlimited).
+    #[arg(long, value_name = "PER_S")]
+    pub shard_rate_limit: Option<u32>,
 }
 
 /// A config file in which every setting is optional, so that flags can supply the rest.
@@ -408,6 +425,7 @@ struct PartialConfig {
     release_timeout_ms: Option<u64>,
     release_timeout_max_ms: Option<u64>,
     lease_term_ms: Option<u64>,
+    shard_rate_limit: Option<u32>,
     max_frame_bytes: Option<usize>,
     max_value_bytes: Option<usize>,
     log_format: Option<LogFormat>,
@@ -474,6 +492,7 @@ impl NodeArgs {
                 .lease_term_ms
                 .or(file.lease_term_ms)
                 .unwrap_or(DEFAULT_LEASE_TERM_MS),
+            shard_rate_limit: self.shard_rate_limit.or(file.shard_rate_limit),
             max_frame_bytes: file.max_frame_bytes.unwrap_or(DEFAULT_MAX_FRAME_BYTES),
             max_value_bytes: file.max_value_bytes.unwrap_or(DEFAULT_MAX_VALUE_BYTES),
             log_format: self.log_format.or(file.log_format).unwrap_or_default(),

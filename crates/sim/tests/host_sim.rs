@@ -119,3 +119,36 @@ fn host_sim_an_interrupted_move_run_again_keeps_the_frozen_state() {
         assert!(r.log.frozen.iter().any(|(_, _, s)| !s.items.is_empty()), "seed {seed} moved data");
     }
 }
+
+/// The optional service-rate limit per shard leader (`shard_rate_limit`): with 20 writes/s per
+/// leader, one shard's writes are acknowledged no faster than that (after the burst), and
+/// without it the same run is several times faster.
+#[test]
+fn host_sim_a_rate_limited_shard_leader_serves_at_its_rate() {
+    let span = |limit: Option<u32>| {
+        let knobs = HostKnobs {
+            crashes: vec![],
+            pause_at_ms: None,
+            moves: vec![],
+            shards: 1,
+            writes_each: 30,
+            shard_rate_limit: limit,
+            ..HostKnobs::from_seed(3)
+        };
+        let r = run_host(&knobs);
+        assert!(r.ok(), "{:#?}", r.violations);
+        let mut acks: Vec<u64> =
+            r.log.writes.iter().filter_map(|w| w.answered_at).map(|t| t.0).collect();
+        acks.sort_unstable();
+        assert_eq!(acks.len(), 90, "every write answered");
+        std::time::Duration::from_nanos(acks[acks.len() - 1] - acks[0])
+    };
+    let limited = span(Some(20));
+    let free = span(None);
+    // 90 writes at 20/s after a burst of 2: at least (90 - 2) / 20 s = 4.4 s.
+    assert!(limited.as_secs_f64() >= 4.3, "limited run too fast: {limited:?}");
+    assert!(
+        free.as_secs_f64() * 2.0 < limited.as_secs_f64(),
+        "free {free:?} vs limited {limited:?}"
+    );
+}

@@ -246,6 +246,7 @@ mod tests {
             answers,
             first_sent: strata_wire::Instant::ZERO,
             attempts: 1,
+            answered_at: None,
         };
         let at = LogIndex::new(1, 5);
         let log = ClientLog { writes: vec![w(vec![Outcome::Acked(at)])], ..ClientLog::default() };

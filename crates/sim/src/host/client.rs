@@ -53,6 +53,8 @@ pub struct WriteRecord {
     /// When it was first sent, and how many times.
     pub first_sent: Instant,
     pub attempts: u32,
+    /// When its first answer came back.
+    pub answered_at: Option<Instant>,
 }
 
 /// Everything the clients saw.
@@ -301,6 +303,7 @@ impl Clients {
                     answers: Vec::new(),
                     first_sent: now,
                     attempts: 0,
+                    answered_at: None,
                 });
                 let record = self.log.writes.len() - 1;
                 self.writers[i].pending = Some(Pending {
@@ -398,6 +401,7 @@ impl Clients {
         match outcome {
             Some(o) => {
                 self.log.writes[record].answers.push(o);
+                self.log.writes[record].answered_at.get_or_insert(now);
                 w.tracker.rpc_completed(seq);
                 w.pending = None;
             }

@@ -97,6 +97,8 @@ pub struct HostCluster {
     prng: Prng,
     pub disk_latency: Duration,
     pub lease_term: Duration,
+    /// Every host's `shard_rate_limit` (set before nodes restart to take effect).
+    pub shard_rate_limit: Option<u32>,
     effects: HostEffects,
     /// Replies for clients, taken by the client driver.
     pub(crate) client_inbox: Vec<(usize, ClientResponse)>,
@@ -107,7 +109,13 @@ pub struct HostCluster {
 }
 
 impl HostCluster {
-    pub fn new(n: usize, net: HostNet, lease_term: Duration, seed: u64) -> HostCluster {
+    pub fn new(
+        n: usize,
+        net: HostNet,
+        lease_term: Duration,
+        seed: u64,
+        shard_rate_limit: Option<u32>,
+    ) -> HostCluster {
         let mut prng = Prng::new(seed);
         let ids: Vec<NodeId> = (0..n as u32).map(NodeId).collect();
         let nodes = (0..n)
@@ -133,6 +141,7 @@ impl HostCluster {
             prng,
             disk_latency: Duration::from_micros(500),
             lease_term,
+            shard_rate_limit,
             effects: HostEffects::default(),
             client_inbox: Vec::new(),
             client_wakes: Vec::new(),
@@ -158,6 +167,7 @@ impl HostCluster {
             rc,
             rifl: strata_host::rifl_config(self.lease_term),
             seed: self.prng.next_u64(),
+            shard_rate_limit: self.shard_rate_limit,
         }
     }
 

@@ -53,6 +53,8 @@ pub struct HostKnobs {
     /// The safety phase's length; the liveness phase follows.
     pub safety_ms: u64,
     pub plant: Option<MovePlant>,
+    /// Every host's service-rate limit per shard leader (requests/s).
+    pub shard_rate_limit: Option<u32>,
 }
 
 fn at_ms(ms: u64) -> Instant {
@@ -120,6 +122,7 @@ impl HostKnobs {
             }],
             safety_ms,
             plant: None,
+            shard_rate_limit: None,
         }
     }
 
@@ -168,7 +171,13 @@ impl HostReport {
 
 /// Runs one seed end to end (module docs).
 pub fn run_host(knobs: &HostKnobs) -> HostReport {
-    let mut c = HostCluster::new(knobs.nodes, knobs.net.clone(), knobs.lease_term, knobs.seed);
+    let mut c = HostCluster::new(
+        knobs.nodes,
+        knobs.net.clone(),
+        knobs.lease_term,
+        knobs.seed,
+        knobs.shard_rate_limit,
+    );
     let mut clients =
         Clients::new(&mut c, knobs.table(), knobs.writers, knobs.writes_each, knobs.moves.clone());
     clients.operator.plant = knobs.plant;
