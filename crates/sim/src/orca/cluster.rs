@@ -1,6 +1,7 @@
 //! The ORCA driver: N [`LogReplica`] cores on the simulator's lossy, duplicating, reordering,
-//! partitionable [`Network`], each with a skewed, drifting [`NodeClock`] and a simulated disk
-//! that loses every record not yet synced on a crash (orca.md §9.6). It executes the cores'
+//! partitionable [`Network`], each with a skewed, drifting [`NodeClock`] and the server's own
+//! log store (`strata-logstore` over a `SimBackend`) that loses every record not yet synced on
+//! a crash (orca.md §9.6). It executes the cores'
 //! effects exactly as `strata-node` must: persist records in token order, `send_after_persist`
 //! only after its token is durable, one timer per node. Every input runs under
 //! [`guarded`](crate::guard::guarded) and is followed by `check_invariants`.
@@ -18,6 +19,8 @@ use strata_log::{
     LogReply, LogRequest, Persist, ReadError, ReadValue, RecoveredState, Role, Snapshot, WriteAck,
     WriteError, WriteOp,
 };
+use strata_logstore::ShardStore;
+use strata_storage::{SimBackend, WalConfig};
 use strata_wire::rifl::{ClusterTime, LeaseInfo, Rifl, RpcId};
 use strata_wire::{Instant, NodeId};
 
@@ -35,18 +38,98 @@ enum Ev {
     DiskDone { node: usize, incarnation: u64, token: u64 },
 }
 
-/// One node's disk: what survives a crash, and the records not yet covered by a sync.
-#[derive(Default)]
+/// One node's disk: the server's own persistence adapter, a `strata-logstore` [`ShardStore`]
+/// over a [`SimBackend`] that loses every unsynced write on a crash (orca.md §9.6). Records
+/// wait in `pending` for the disk's latency, then run through the store like a disk thread's
+/// batch; `durable` is the index of what the store has synced, kept for the checkers'
+/// look-ups, and every restart checks that the store's recovery reads back exactly that.
 pub struct SimDisk {
+    backend: SimBackend,
+    /// Open while the node is up.
+    store: Option<ShardStore<SimBackend>>,
     pub durable: Vec<LogEntry>,
     pub hard: HardState,
     pending: Vec<(u64, Persist)>,
+}
+
+impl Default for SimDisk {
+    fn default() -> Self {
+        let backend = SimBackend::new();
+        let (store, _) = ShardStore::open(backend.clone(), backend.clone(), WalConfig::default())
+            .expect("an empty simulated disk opens");
+        SimDisk {
+            backend,
+            store: Some(store),
+            durable: Vec::new(),
+            hard: HardState::default(),
+            pending: Vec::new(),
+        }
+    }
 }
 
 impl SimDisk {
     /// The fsynced entry at index `u`.
     pub fn entry(&self, u: LogIndex) -> Option<&LogEntry> {
         self.durable.binary_search_by_key(&u, |e| e.index).ok().map(|i| &self.durable[i])
+    }
+
+    /// Makes every pending record with a token `<= token` durable through the store.
+    fn complete(&mut self, token: u64) {
+        let (done, rest): (Vec<_>, Vec<_>) =
+            std::mem::take(&mut self.pending).into_iter().partition(|(t, _)| *t <= token);
+        self.pending = rest;
+        if done.is_empty() {
+            return; // an earlier completion covered it
+        }
+        for (_, p) in &done {
+            match p {
+                Persist::Append(es) => {
+                    for e in es {
+                        assert!(
+                            self.durable.last().is_none_or(|l| l.index < e.index),
+                            "disk appends in order"
+                        );
+                        self.durable.push(e.clone());
+                    }
+                }
+                Persist::Truncate { after } => self.durable.retain(|e| e.index <= *after),
+                Persist::HardState(h) => self.hard = *h,
+                Persist::Sync => {}
+            }
+        }
+        let store = self.store.as_mut().expect("a running node's disk is open");
+        let synced = store.execute(done).expect("the simulated disk does not fail");
+        assert!(
+            synced.is_some_and(|t| t <= token),
+            "a completed batch holds its barrier: {synced:?}"
+        );
+    }
+
+    /// Power failure: the unsynced records are lost, the store closes.
+    fn crash(&mut self) {
+        self.pending.clear();
+        self.store = None;
+        self.backend.crash();
+    }
+
+    /// Reopens the store after a crash: what its recovery reads back, which must be exactly the
+    /// synced records (`Err` says how it differs).
+    fn reopen(&mut self) -> Result<RecoveredState, String> {
+        let (store, opened) =
+            ShardStore::open(self.backend.clone(), self.backend.clone(), WalConfig::default())
+                .map_err(|e| format!("the log store does not reopen: {e}"))?;
+        self.store = Some(store);
+        let state = opened.state;
+        if state.entries != self.durable || state.hard_state != self.hard {
+            return Err(format!(
+                "the log store recovered {} entries and {:?}, but {} entries and {:?} were synced",
+                state.entries.len(),
+                state.hard_state,
+                self.durable.len(),
+                self.hard
+            ));
+        }
+        Ok(state)
     }
 }
 
@@ -391,25 +474,7 @@ impl OrcaCluster {
 
     fn disk_done(&mut self, i: usize, token: u64) {
         let node = &mut self.nodes[i];
-        let (done, rest): (Vec<_>, Vec<_>) =
-            std::mem::take(&mut node.disk.pending).into_iter().partition(|(t, _)| *t <= token);
-        node.disk.pending = rest;
-        for (_, p) in done {
-            match p {
-                Persist::Append(es) => {
-                    for e in es {
-                        assert!(
-                            node.disk.durable.last().is_none_or(|l| l.index < e.index),
-                            "disk appends in order"
-                        );
-                        node.disk.durable.push(e);
-                    }
-                }
-                Persist::Truncate { after } => node.disk.durable.retain(|e| e.index <= after),
-                Persist::HardState(h) => node.disk.hard = h,
-                Persist::Sync => {}
-            }
-        }
+        node.disk.complete(token);
         let (ready, held): (Vec<_>, Vec<_>) =
             std::mem::take(&mut node.held).into_iter().partition(|(t, _, _)| *t <= token);
         node.held = held;
@@ -501,7 +566,7 @@ impl OrcaCluster {
         let node = &mut self.nodes[i];
         node.replica = None;
         node.incarnation += 1;
-        node.disk.pending.clear();
+        node.disk.crash();
         node.held.clear();
         node.stalled.clear();
         node.executed.clear();
@@ -516,10 +581,16 @@ impl OrcaCluster {
         self.history.faults.push((self.now, format!("restart n{i}")));
         let now = self.local(i);
         let node = &mut self.nodes[i];
-        let state = RecoveredState {
-            hard_state: node.disk.hard,
-            snapshot: None,
-            entries: node.disk.durable.clone(),
+        let state = match node.disk.reopen() {
+            Ok(state) => state,
+            Err(what) => {
+                self.history.anomalies.push(Anomaly {
+                    at: self.now,
+                    node: Some(self.ids[i]),
+                    what,
+                });
+                return;
+            }
         };
         node.shadow = node.disk.durable.clone();
         node.applied = node.shadow.iter().map(|e| e.index).collect();
