@@ -4,13 +4,15 @@
 #
 #   scripts/bench-es.sh                      # everything, ~15 minutes on 2 cores
 #   RUNS=1 DURATION=2 RATIOS="5 50" scripts/bench-es.sh   # a quick look
+#   BASELINE=3bd5ef2 RUNS=3 DURATION=3 RATIOS="5 50" scripts/bench-es.sh   # after/before a change
 #
 # Knobs (environment): RUNS (5), DURATION (5 s), WARMUP (1 s), CLIENTS (4), SESSIONS (4),
 # DEPTH (16: the pipelined setting; pipeline 1 is always run too), KEYS (100000),
 # KEY_SIZE (16), VALUE_SIZE (64), RATIOS ("1 5 20 50 100"), BASE_PORT (7400),
 # REDIS_PORT (6399), RESULTS (results directory), CARGO_TARGET_DIR; QUIET_CORES (0.1),
 # QUIET_WAIT (60 s), QUIET_BUDGET (600 s): how idle the machine must be before each run, and how
-# long to wait for it (see wait_quiet).
+# long to wait for it (see wait_quiet). BASELINE=REV or BASELINE_BIN=DIR: run an older build's
+# cluster beside this one instead of Redis, and print after/before ratios (scripts/bench-lib.sh).
 #
 # It builds release binaries, installs redis-server/redis-tools with apt-get if missing,
 # starts a 3-node Strata cluster and a Redis server, runs every configuration RUNS times
@@ -43,20 +45,22 @@ TAG=bench-es
 . "$ROOT/scripts/bench-lib.sh"
 mkdir -p "$RESULTS"
 
-# ---- (a) build; redis ---------------------------------------------------------------------------
+# ---- (a) build; redis (or the baseline) -----------------------------------------------------------
 build_strata
-ensure_commands redis-server=redis-server redis-benchmark=redis-tools
+build_baseline
+if [ -n "${BASELINE_BIN:-}" ]; then TARGETS="strata baseline"; else TARGETS="strata redis"; fi
+[ "$TARGETS" = "strata redis" ] && ensure_commands redis-server=redis-server redis-benchmark=redis-tools
 
-# ---- (b) a 3-node Strata cluster and redis-server -------------------------------------------------
+# ---- (b) a 3-node Strata cluster and redis-server (or the baseline's cluster) ---------------------
 start_strata
-start_redis
+if [ -n "${BASELINE_BIN:-}" ]; then start_baseline; else start_redis; fi
 
 # ---- machine and settings ---------------------------------------------------------------------
 {
     describe_machine
     echo "memory: $(awk '/MemTotal/ {printf "%.1f GiB", $2/1048576}' /proc/meminfo)"
     echo "kernel: $(uname -r)"
-    echo "redis: $(redis-server --version)"
+    if [ -n "${BASELINE_BIN:-}" ]; then echo "baseline: $BASELINE_BIN ${BASELINE:-}"; else echo "redis: $(redis-server --version)"; fi
     echo "driver: $BIN/strata bench"
     echo "settings: clients=$CLIENTS sessions=$SESSIONS depth=1,$DEPTH keys=$KEYS key_size=$KEY_SIZE value_size=$VALUE_SIZE duration=${DURATION}s warmup=${WARMUP}s runs=$RUNS ratios=[$RATIOS]"
 } | tee "$RESULTS/machine.txt" >&2
@@ -64,23 +68,26 @@ start_redis
 # ---- (e) the runs -----------------------------------------------------------------------------
 common=(--clients "$CLIENTS" --sessions "$SESSIONS" --keys "$KEYS" --key-size "$KEY_SIZE"
     --value-size "$VALUE_SIZE" --dist uniform --duration "$DURATION" --warmup "$WARMUP" --quiet)
-total=$((2 * $(wc -w <<<"$RATIOS") * RUNS * 2))
+total=$((2 * $(wc -w <<<"$RATIOS") * RUNS * $(wc -w <<<"$TARGETS")))
 n=0
 for depth in 1 "$DEPTH"; do
     for ratio in $RATIOS; do
         for run in $(seq 1 "$RUNS"); do
-            for target in strata redis; do
+            for target in $TARGETS; do
                 n=$((n + 1))
-                if [ "$target" = strata ]; then ep=$ENDPOINTS; else ep=127.0.0.1:$REDIS_PORT; fi
                 name="$target-w$ratio-p$depth-r$run"
-                if [ "$target" = strata ]; then servers=("${STRATA_PIDS[@]}"); else servers=("$REDIS_PID"); fi
+                case $target in
+                    strata) ep=$ENDPOINTS servers=("${STRATA_PIDS[@]}") kind=strata ;;
+                    baseline) ep=$BASELINE_ENDPOINTS servers=("${BASELINE_PIDS[@]}") kind=strata ;;
+                    redis) ep=127.0.0.1:$REDIS_PORT servers=("$REDIS_PID") kind=redis ;;
+                esac
                 log "($n/$total) $name"
                 wait_quiet
                 before=$(cpu_seconds "${servers[@]}")
                 busy_before=$(machine_busy_seconds)
                 start_ns=$(date +%s%N)
                 # `time` reports the load generator's own CPU (TIMEFORMAT: user system).
-                { TIMEFORMAT='%U %S'; time bench_run "$name" --target "$target" --endpoints "$ep" "${common[@]}" \
+                { TIMEFORMAT='%U %S'; time bench_run "$name" --target "$kind" --endpoints "$ep" "${common[@]}" \
                     --pipeline "$depth" --write-ratio "$ratio" --seed "$run"; } 2>"$WORK/time"
                 wall=$(( ($(date +%s%N) - start_ns) / 1000000 ))
                 after=$(cpu_seconds "${servers[@]}")
@@ -99,6 +106,13 @@ for depth in 1 "$DEPTH"; do
         done
     done
 done
+
+# ---- (g) the table ----------------------------------------------------------------------------
+if [ -n "${BASELINE_BIN:-}" ]; then
+    summarize ab "$RESULTS"
+    log "results in $RESULTS"
+    exit 0
+fi
 
 # redis-benchmark for reference: the same connection count and key space, its own client.
 conns=$((CLIENTS * SESSIONS))

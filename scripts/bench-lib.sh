@@ -155,23 +155,75 @@ build_and_start_strata() {
 # Starts `strata up` with NODES nodes on BASE_PORT (the first free from 7600 unless set) in
 # $WORK/strata and waits until every node listens; sets ENDPOINTS (comma-separated client
 # addresses), STRATA_DATA, STRATA_UP_PID (the supervisor) and STRATA_PIDS (the nodes).
+# `start_strata NAME` uses $WORK/NAME and $RESULTS/NAME-up.log instead (a second cluster).
 start_strata() {
+    local name=${1:-strata}
     BASE_PORT=${BASE_PORT:-$(free_base_port 7600 200 9800 "$NODES" 100)} || die "no free base port found"
-    STRATA_DATA="$WORK/strata"
-    log "starting: strata up --nodes $NODES --base-port $BASE_PORT"
-    "$BIN/strata" up --nodes "$NODES" --data-dir "$STRATA_DATA" --base-port "$BASE_PORT" >"$RESULTS/strata-up.log" 2>&1 &
+    STRATA_DATA="$WORK/$name"
+    log "starting: $BIN/strata up --nodes $NODES --base-port $BASE_PORT"
+    "$BIN/strata" up --nodes "$NODES" --data-dir "$STRATA_DATA" --base-port "$BASE_PORT" >"$RESULTS/$name-up.log" 2>&1 &
     STRATA_UP_PID=$!
     PIDS+=("$STRATA_UP_PID")
     ENDPOINTS=""
     local i
     for i in $(seq 0 $((NODES - 1))); do
         ENDPOINTS+="${ENDPOINTS:+,}127.0.0.1:$((BASE_PORT + i))"
-        wait_port 127.0.0.1 $((BASE_PORT + i)) 20 || die "strata node $i did not start (see $RESULTS/strata-up.log)"
+        wait_port 127.0.0.1 $((BASE_PORT + i)) 20 || die "strata node $i did not start (see $RESULTS/$name-up.log)"
     done
-    wait_for 5 test -f "$STRATA_DATA/cluster.json" || die "strata up wrote no cluster.json (see $RESULTS/strata-up.log)"
+    wait_for 5 test -f "$STRATA_DATA/cluster.json" || die "strata up wrote no cluster.json (see $RESULTS/$name-up.log)"
     # The node processes are the supervisor's children: their CPU time is the servers'.
     mapfile -t STRATA_PIDS < <(pgrep -P "$STRATA_UP_PID")
     [ "${#STRATA_PIDS[@]}" = "$NODES" ] || die "expected $NODES node processes under strata up, found ${#STRATA_PIDS[@]}"
+}
+
+# ---- before/after: a baseline build beside this one ---------------------------------------------
+# With BASELINE=REV (a git revision) or BASELINE_BIN=DIR (a directory holding an older build's
+# `strata` and `strata-node`), a script also starts a second cluster from that build and runs
+# every configuration against both, interleaved, with this build's `strata bench` as the one
+# load generator; `summarize ab` prints after/before ratios. BASELINE=REV builds REV once into
+# target/baseline/ (a git worktree and its own target directory, reused by later runs).
+
+# Sets BASELINE_BIN from BASELINE (building it if needed); does nothing without either.
+build_baseline() {
+    [ -n "${BASELINE_BIN:-}" ] && { [ -x "$BASELINE_BIN/strata" ] || die "no strata binary in BASELINE_BIN=$BASELINE_BIN"; return 0; }
+    [ -n "${BASELINE:-}" ] || return 0
+    local rev dir
+    rev=$(git -C "$ROOT" rev-parse --short "$BASELINE^{commit}") || die "BASELINE=$BASELINE is not a revision"
+    dir="$ROOT/target/baseline/src-$rev"
+    if [ ! -d "$dir" ]; then
+        log "checking out the baseline $rev into $dir"
+        git -C "$ROOT" worktree add --detach -f "$dir" "$rev" >/dev/null 2>&1 || die "cannot check out $rev"
+    fi
+    log "building the baseline $rev (release; once)"
+    (cd "$dir" && CARGO_TARGET_DIR="$ROOT/target/baseline/target-$rev" cargo build --release -q -p strata -p strata-node) ||
+        die "cannot build the baseline $rev"
+    BASELINE_BIN="$ROOT/target/baseline/target-$rev/release"
+}
+
+# Starts the baseline's cluster (start_strata with BASELINE_BIN, on the next free base port);
+# sets BASELINE_ENDPOINTS, BASELINE_DATA and BASELINE_PIDS, and leaves this build's cluster
+# variables as they were.
+start_baseline() {
+    local saved=("$BIN" "${BASE_PORT:-}" "${ENDPOINTS:-}" "${STRATA_DATA:-}" "${STRATA_UP_PID:-}")
+    local saved_pids=("${STRATA_PIDS[@]}")
+    BIN=$BASELINE_BIN
+    BASE_PORT=$(free_base_port $((${BASE_PORT:-7400} + 2 * NODES + 200)) 200 9800 "$NODES" 100) || die "no free base port for the baseline"
+    start_strata baseline
+    BASELINE_ENDPOINTS=$ENDPOINTS BASELINE_DATA=$STRATA_DATA BASELINE_PIDS=("${STRATA_PIDS[@]}")
+    BIN=${saved[0]} BASE_PORT=${saved[1]} ENDPOINTS=${saved[2]} STRATA_DATA=${saved[3]} STRATA_UP_PID=${saved[4]}
+    STRATA_PIDS=("${saved_pids[@]}")
+}
+
+# Runs CMD... with the cluster variables (BIN, ENDPOINTS, STRATA_DATA, STRATA_PIDS) pointing at
+# the baseline's cluster, e.g. `with_baseline create_log_tables "$CONFIGS"`.
+with_baseline() {
+    local saved=("$BIN" "$ENDPOINTS" "$STRATA_DATA")
+    local saved_pids=("${STRATA_PIDS[@]}")
+    BIN=$BASELINE_BIN ENDPOINTS=$BASELINE_ENDPOINTS STRATA_DATA=$BASELINE_DATA STRATA_PIDS=("${BASELINE_PIDS[@]}")
+    "$@"
+    local rc=$?
+    BIN=${saved[0]} ENDPOINTS=${saved[1]} STRATA_DATA=${saved[2]} STRATA_PIDS=("${saved_pids[@]}")
+    return $rc
 }
 
 # Stops the cluster start_strata started and forgets its data.

@@ -18,6 +18,8 @@
 #
 #   scripts/bench-log.sh                                  # ~10 minutes on 2 cores
 #   RUNS=1 DURATION=1 WORKLOADS="W A" scripts/bench-log.sh   # a quick look
+#   BASELINE=3bd5ef2 RUNS=3 DURATION=2 WORKLOADS="W A" CONFIGS="sync cad" scripts/bench-log.sh
+#                                                         # after/before a change, side by side
 #
 # Knobs (environment): RUNS (3), DURATION (3 s), WARMUP (0.5 s), CLIENTS (4), SESSIONS (4)
 # (one request at a time per session: log tables take --pipeline 1), KEYS (10000), KEY_SIZE (16),
@@ -26,7 +28,9 @@
 # replicates synchronously and persists lazily, the paper's other async baseline), BASE_PORT (first free from 7600),
 # RESULTS, PLOT ($RESULTS/log-ycsb.png: throughput and durability share, drawn by strata-plot),
 # CARGO_TARGET_DIR; QUIET_CORES, QUIET_WAIT, QUIET_BUDGET
-# (scripts/bench-lib.sh); KEEP_LOGS=1 keeps the nodes' logs in $RESULTS/node-logs.
+# (scripts/bench-lib.sh); KEEP_LOGS=1 keeps the nodes' logs in $RESULTS/node-logs;
+# BASELINE=REV or BASELINE_BIN=DIR: run an older build's cluster beside this one, every run on
+# both, and print after/before ratios (scripts/bench-lib.sh).
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -53,6 +57,11 @@ mkdir -p "$RESULTS"
 
 build_and_start_strata
 create_log_tables "$CONFIGS"
+build_baseline
+if [ -n "${BASELINE_BIN:-}" ]; then
+    start_baseline
+    with_baseline create_log_tables "$CONFIGS"
+fi
 
 {
     describe_machine
@@ -70,11 +79,21 @@ for run in $(seq 1 "$RUNS"); do
             log "($n/$total) $name"
             wait_quiet
             bench_table "$name" "l-$cfg" "$run" --endpoints "$ENDPOINTS" --ycsb "$w" --clients "$CLIENTS"
+            if [ -n "${BASELINE_BIN:-}" ]; then
+                log "($n/$total) baseline-$name"
+                wait_quiet
+                bench_table "baseline-$name" "l-$cfg" "$run" --endpoints "$BASELINE_ENDPOINTS" --ycsb "$w" --clients "$CLIENTS"
+            fi
         done
     done
 done
 strata_cli status --json >"$RESULTS/status-after.json" 2>/dev/null || true
 
+if [ -n "${BASELINE_BIN:-}" ]; then
+    summarize ab "$RESULTS"
+    log "results in $RESULTS"
+    exit 0
+fi
 summarize log "$RESULTS" "$CONFIGS" "$WORKLOADS"
 log "results in $RESULTS"
 plot_chart log "${PLOT:-$RESULTS/log-ycsb.png}" "$RESULTS" "$CONFIGS" "$WORKLOADS"

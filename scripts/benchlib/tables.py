@@ -393,3 +393,30 @@ def rifl_leases(results, lruns):
 
 
 TABLES = {"es": es, "log": log, "etcd": etcd, "zk": zk, "geo": geo, "kite": kite, "move": move, "rifl": rifl}
+
+
+def ab(results):
+    """BASELINE=... runs of any script: every configuration `X` with runs `X-rN` of this build
+    and `baseline-X-rN` of the baseline, interleaved in one run: after/before ratios."""
+    results = Path(results)
+    pat = re.compile(r"(.+)-r\d+\.json$")
+    names = sorted({m.group(1) for f in results.iterdir() if (m := pat.fullmatch(f.name))})
+    # The baseline's runs are `baseline-X` beside `X` (bench-log.sh) or beside `strata-X`
+    # (bench-es.sh, whose names start with the target).
+    partner = lambda n: f"baseline-{n.removeprefix('strata-')}" if n.startswith("strata-") else f"baseline-{n}"
+    configs = [n for n in names if not n.startswith("baseline-") and partner(n) in names]
+    print("This build (after) beside the baseline (before), interleaved in one run: ops/s medians,")
+    print("the ratio of the medians, and the median and lowest of the per-run ratios (run i of one")
+    print("beside run i of the other); p50 latency in µs.\n")
+    print("| configuration | runs | after ops/s | before ops/s | after/before | per-run median | per-run min | after p50 | before p50 | errors |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for c in configs:
+        a, b = runs(results, c), runs(results, partner(c))
+        pairs = [(x["throughput_ops_s"], y["throughput_ops_s"]) for x, y in zip(a, b)]
+        per_run = [ratio(x, y) for x, y in pairs]
+        lowest = min((r for r in per_run if r is not None), default=None)
+        print(f"| {c} | {len(pairs)} | {fmt(throughput(a))} | {fmt(throughput(b))} | "
+              f"{fmt(ratio(throughput(a), throughput(b)), '.3f')} | {fmt(median_ratio(pairs), '.3f')} | "
+              f"{fmt(lowest, '.3f')} | {fmt(latency(a, 'p50'), '.0f')} | {fmt(latency(b, 'p50'), '.0f')} | "
+              f"{errors(a + b)} |")
+TABLES["ab"] = ab
