@@ -5,7 +5,9 @@
 //! * the log tables ([`shards`]): the catalog as data ([`catalog`]) and one `LogReplica` per
 //!   shard replica the node hosts, their persist records and held messages;
 //! * RIFL's lease check and, at the `__leases` leader, the lease service ([`leases`]);
-//! * shard moves ([`moves`]): freeze at the leader, adopt everywhere, as storage steps.
+//! * shard moves ([`moves`]): freeze at the leader, adopt everywhere, as storage steps;
+//! * the courier ([`courier`]): node-level messages addressed to "the leader of (table,
+//!   shard)", redirected and retried until that node handles them.
 //!
 //! Time arrives as `now` (one clock for every part), randomness as a seed in [`HostConfig`],
 //! and everything the host wants done leaves as [`HostEffects`]: peer messages, client replies,
@@ -16,6 +18,7 @@
 //! effects in one place, so the node-level code the simulator tests is the code that runs.
 
 pub mod catalog;
+pub mod courier;
 mod effects;
 pub mod leases;
 mod moves;
@@ -38,6 +41,7 @@ use tracing::{error, info};
 pub use effects::{HostEffects, ShardId, ShardKey, Storage};
 
 use catalog::{describe, lease_table_def, Catalogued};
+use courier::{Courier, Delivered, MailError};
 use leases::{is_linearizable, Leases, Released};
 use moves::Adoption;
 use shards::{Opening, Shards};
@@ -83,6 +87,8 @@ pub struct Host {
     rc_effects: RcEffects,
     shards: Shards,
     leases: Leases,
+    /// Node-level messages to shard leaders (`courier`).
+    courier: Courier,
     out: HostEffects,
     /// The catalog change under way, and its save's token once asked for.
     change: Option<(Option<u64>, Change)>,
@@ -114,6 +120,7 @@ impl Host {
             rc_effects: RcEffects::default(),
             shards,
             leases: Leases::new(me, cfg.rifl),
+            courier: Courier::default(),
             out,
             change: None,
             next_catalog_token: 0,
@@ -157,6 +164,13 @@ impl Host {
                 let released = self.leases.on_answer(now, client_id, &status);
                 self.release(now, released);
             }
+            PeerMessage::ToLeader { id, table, shard, service, body } => {
+                let answer = courier::serve(now, &self.shards, (table, shard), service, &body);
+                self.out.send.push((from, PeerMessage::LeaderAnswer { id, answer }));
+            }
+            PeerMessage::LeaderAnswer { id, answer } => {
+                self.courier.on_answer(now, id, answer, &self.shards, &mut self.out)
+            }
             msg => self.rc.on_message(now, from, msg),
         }
         self.settle(now);
@@ -171,7 +185,31 @@ impl Host {
         if self.leases.deadline() <= now {
             self.leases.tick(now, &mut self.shards, &mut self.out);
         }
+        if self.courier.deadline().is_some_and(|t| t <= now) {
+            self.courier.tick(now, &self.shards, &mut self.out);
+        }
         self.settle(now);
+    }
+
+    /// Sends `body` to `service` at whichever node leads `table`'s `shard` (`courier`): the
+    /// message's id, whose outcome [`Host::take_mail_results`] gives later.
+    pub fn send_to_leader(
+        &mut self,
+        now: Instant,
+        table: &str,
+        shard: u32,
+        service: u16,
+        body: bytes::Bytes,
+    ) -> Result<u64, MailError> {
+        let sk = self.shards.shard_key_of(table, shard).ok_or(MailError::NoSuchShard)?;
+        let id = self.courier.send(now, sk, service, body, &self.shards, &mut self.out);
+        self.settle(now);
+        Ok(id)
+    }
+
+    /// The outcomes of messages sent with [`Host::send_to_leader`], by id, since the last call.
+    pub fn take_mail_results(&mut self) -> Vec<(u64, Result<Delivered, MailError>)> {
+        std::mem::take(&mut self.courier.results)
     }
 
     /// The answer to `Storage::Open`. `Err` is returned too (with the shard named), so a
@@ -256,10 +294,15 @@ impl Host {
 
     /// The next instant at which `on_tick` has work to do.
     pub fn poll_timeout(&self) -> Option<Instant> {
-        [self.rc.poll_timeout(), self.shards.deadline(), Some(self.leases.deadline())]
-            .into_iter()
-            .flatten()
-            .min()
+        [
+            self.rc.poll_timeout(),
+            self.shards.deadline(),
+            Some(self.leases.deadline()),
+            self.courier.deadline(),
+        ]
+        .into_iter()
+        .flatten()
+        .min()
     }
 
     /// Moves every pending effect into `out` (appending).

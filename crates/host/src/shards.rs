@@ -507,18 +507,39 @@ impl Shards {
     /// Whether this node leads `table`'s shard 0, has applied every committed entry and
     /// holds its leader lease (so its applied state is the table's and it may write).
     pub fn leads(&self, now: Instant, table: &str) -> Option<u32> {
-        let s = self.system_shard(table)?;
-        (!s.failed && s.replica.is_ready_leader(now)).then(|| s.replica.epoch())
+        self.leads_shard(now, (self.tables.get(table)?.id, 0))
     }
 
     /// The leader `table`'s shard 0 knows of (itself if it leads).
     pub fn leader_of(&self, table: &str) -> Option<NodeId> {
-        let r = &self.system_shard(table)?.replica;
+        self.leader_hint((self.tables.get(table)?.id, 0))
+    }
+
+    /// Whether this node's replica of `sk` is the ready leader (synced, every committed entry
+    /// applied, leader lease held): its epoch.
+    pub fn leads_shard(&self, now: Instant, sk: ShardKey) -> Option<u32> {
+        let s = self.shards.get(&sk)?;
+        (!s.failed && s.replica.is_ready_leader(now)).then(|| s.replica.epoch())
+    }
+
+    /// The leader this node's replica of `sk` knows of (itself if it leads).
+    pub fn leader_hint(&self, sk: ShardKey) -> Option<NodeId> {
+        let r = &self.shards.get(&sk)?.replica;
         if r.role() == Role::Leader {
             Some(self.me)
         } else {
             r.leader_hint()
         }
+    }
+
+    /// The shard `shard` of the table `name`, if the catalog has them.
+    pub fn shard_key_of(&self, name: &str, shard: u32) -> Option<ShardKey> {
+        self.tables.get(name).filter(|t| shard < t.def.shards).map(|t| (t.id, shard))
+    }
+
+    /// Whether the catalog has the table with id `table` and it has `shard`.
+    pub fn knows(&self, sk: ShardKey) -> bool {
+        self.tables.values().any(|t| t.id == sk.0 && sk.1 < t.def.shards)
     }
 
     /// Visits every live key and value of `table`'s shard 0, as applied here.

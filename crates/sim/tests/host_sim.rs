@@ -152,3 +152,21 @@ fn host_sim_a_rate_limited_shard_leader_serves_at_its_rate() {
         "free {free:?} vs limited {limited:?}"
     );
 }
+
+/// The courier (`strata_host::courier`): node-level messages addressed to "the leader of
+/// (table, shard)" reach it across crashes, leader changes, lost messages and shard moves; at
+/// most one node answers as a shard's leader per epoch; nearly all are delivered.
+#[test]
+fn host_sim_node_level_messages_reach_the_shard_leader_under_faults_and_moves() {
+    let (mut sent, mut delivered) = (0, 0);
+    for seed in 1..=12 {
+        let knobs = HostKnobs { mail_every_ms: Some(100), ..HostKnobs::from_seed(seed) };
+        let r = run_host(&knobs);
+        assert!(r.ok(), "seed {seed}: {:#?}", r.violations);
+        sent += r.log.mails.len();
+        delivered += r.log.mails.iter().filter(|m| matches!(m.outcome, Some(Ok(_)))).count();
+    }
+    eprintln!("courier: {delivered} of {sent} messages delivered over 12 seeds");
+    assert!(sent > 1000, "messages sent: {sent}");
+    assert!(delivered * 100 >= sent * 90, "delivered {delivered} of {sent}");
+}

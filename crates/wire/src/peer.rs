@@ -43,6 +43,10 @@ pub mod peer_tag {
     /// forwarded to it, and the grant on the way back.
     pub const LEASE_RENEW: u8 = 0xa3;
     pub const LEASE_RENEWED: u8 = 0xa4;
+    /// A node-level message for the leader of (table, shard), and its answer (the host's
+    /// courier: `strata_host::courier`).
+    pub const TO_LEADER: u8 = 0xa5;
+    pub const LEADER_ANSWER: u8 = 0xa6;
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -120,6 +124,72 @@ pub enum PeerMessage {
         req: u64,
         grant: Option<LeaseStatus>,
     },
+    /// A node-level message for whichever node leads `(table, shard)`: `id` is the sender's
+    /// number for it, `service` the node-level core that handles it (`strata_host::courier`),
+    /// `body` that service's own encoding.
+    ToLeader {
+        id: u64,
+        table: u32,
+        shard: u32,
+        service: u16,
+        body: Bytes,
+    },
+    /// The answer to `ToLeader` `id`.
+    LeaderAnswer {
+        id: u64,
+        answer: LeaderAnswer,
+    },
+}
+
+/// What became of a `ToLeader` message at the node it reached.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum LeaderAnswer {
+    /// Handled by `by`, the shard's ready leader in `epoch`: the service's reply.
+    Delivered { by: NodeId, epoch: u32, body: Bytes },
+    /// This node does not lead the shard: try `hint` (or another replica).
+    NotLeader { hint: Option<NodeId> },
+    /// The shard lives on these nodes now (rifl.md §5.7).
+    Moved { replicas: Vec<NodeId> },
+    /// No such table, shard or service here: final.
+    Unknown,
+}
+
+impl Encode for LeaderAnswer {
+    fn encode(&self, out: &mut BytesMut) {
+        match self {
+            LeaderAnswer::Delivered { by, epoch, body } => {
+                out.put_u8(0);
+                by.encode(out);
+                out.put_u32_le(*epoch);
+                put_bytes(out, body);
+            }
+            LeaderAnswer::NotLeader { hint } => {
+                out.put_u8(1);
+                put_option(out, hint, |o, n| n.encode(o));
+            }
+            LeaderAnswer::Moved { replicas } => {
+                out.put_u8(2);
+                put_seq(out, replicas, |o, n| n.encode(o));
+            }
+            LeaderAnswer::Unknown => out.put_u8(3),
+        }
+    }
+}
+
+impl Decode for LeaderAnswer {
+    fn decode(r: &mut Reader) -> Result<Self, DecodeError> {
+        Ok(match r.u8()? {
+            0 => LeaderAnswer::Delivered {
+                by: NodeId::decode(r)?,
+                epoch: r.u32()?,
+                body: r.bytes()?,
+            },
+            1 => LeaderAnswer::NotLeader { hint: r.option(NodeId::decode)? },
+            2 => LeaderAnswer::Moved { replicas: r.seq(NodeId::decode)? },
+            3 => LeaderAnswer::Unknown,
+            tag => return Err(DecodeError::UnknownTag { tag }),
+        })
+    }
 }
 
 /// Kite §4 message 1: install `value` at version `cs` of `key` (if newer than the replica's).
@@ -627,6 +697,19 @@ impl Encode for PeerMessage {
                 out.put_u64_le(*req);
                 put_option(out, grant, |o, g| g.encode(o));
             }
+            PeerMessage::ToLeader { id, table, shard, service, body } => {
+                out.put_u8(TO_LEADER);
+                out.put_u64_le(*id);
+                out.put_u32_le(*table);
+                out.put_u32_le(*shard);
+                out.put_u16_le(*service);
+                put_bytes(out, body);
+            }
+            PeerMessage::LeaderAnswer { id, answer } => {
+                out.put_u8(LEADER_ANSWER);
+                out.put_u64_le(*id);
+                answer.encode(out);
+            }
         }
     }
 }
@@ -718,6 +801,16 @@ impl Decode for PeerMessage {
             LEASE_RENEW => PeerMessage::LeaseRenew { req: r.u64()?, lease_id: r.u64()? },
             LEASE_RENEWED => {
                 PeerMessage::LeaseRenewed { req: r.u64()?, grant: r.option(LeaseStatus::decode)? }
+            }
+            TO_LEADER => PeerMessage::ToLeader {
+                id: r.u64()?,
+                table: r.u32()?,
+                shard: r.u32()?,
+                service: r.u16()?,
+                body: r.bytes()?,
+            },
+            LEADER_ANSWER => {
+                PeerMessage::LeaderAnswer { id: r.u64()?, answer: LeaderAnswer::decode(r)? }
             }
             tag => return Err(DecodeError::UnknownTag { tag }),
         })

@@ -222,6 +222,17 @@ fn peer_message() -> impl Strategy<Value = PeerMessage> {
         ),
         (any::<u64>(), any::<u64>())
             .prop_map(|(req, lease_id)| PeerMessage::LeaseRenew { req, lease_id }),
+        (any::<u64>(), any::<u32>(), any::<u32>(), any::<u16>(), bytes()).prop_map(
+            |(id, table, shard, service, body)| PeerMessage::ToLeader {
+                id,
+                table,
+                shard,
+                service,
+                body
+            }
+        ),
+        (any::<u64>(), leader_answer())
+            .prop_map(|(id, answer)| PeerMessage::LeaderAnswer { id, answer }),
         (any::<u64>(), proptest::option::of((any::<u64>(), any::<u64>()))).prop_map(|(req, g)| {
             PeerMessage::LeaseRenewed {
                 req,
@@ -232,6 +243,19 @@ fn peer_message() -> impl Strategy<Value = PeerMessage> {
                 }),
             }
         }),
+    ]
+}
+
+fn leader_answer() -> impl Strategy<Value = strata_wire::peer::LeaderAnswer> {
+    use strata_wire::peer::LeaderAnswer;
+    prop_oneof![
+        (any::<u32>(), any::<u32>(), bytes())
+            .prop_map(|(by, epoch, body)| LeaderAnswer::Delivered { by: NodeId(by), epoch, body }),
+        proptest::option::of(any::<u32>())
+            .prop_map(|h| LeaderAnswer::NotLeader { hint: h.map(NodeId) }),
+        proptest::collection::vec(any::<u32>(), 0..5)
+            .prop_map(|r| LeaderAnswer::Moved { replicas: r.into_iter().map(NodeId).collect() }),
+        Just(LeaderAnswer::Unknown),
     ]
 }
 

@@ -139,6 +139,40 @@ pub fn moved_items_not_executed_again(table: &str, shard: usize, s: &FinalShard)
     v
 }
 
+/// The courier (`strata_host::courier`): a delivered message was handled by the shard's leader —
+/// at most one node answers as the leader of a shard in one epoch (ORCA §3.1: one leader per
+/// epoch) — and answered with its own body; every message of a sender still running at the end
+/// has an outcome (`alive(node, incarnation)`).
+pub fn mail_reached_the_leader(log: &ClientLog, alive: impl Fn(usize, u64) -> bool) -> Vec<String> {
+    let mut v = Vec::new();
+    let mut leaders: BTreeMap<(u32, u32), strata_wire::NodeId> = BTreeMap::new();
+    for m in &log.mails {
+        match &m.outcome {
+            Some(Ok(d)) => {
+                if d.body != m.body {
+                    v.push(format!(
+                        "message {} of n{} came back with {:?}, not {:?}",
+                        m.id, m.from, d.body, m.body
+                    ));
+                }
+                if let Some(other) = leaders.insert((m.shard, d.epoch), d.by).filter(|o| *o != d.by)
+                {
+                    v.push(format!(
+                        "both {other} and {} answered as the leader of shard {} in epoch {}",
+                        d.by, m.shard, d.epoch
+                    ));
+                }
+            }
+            Some(Err(_)) => {}
+            None if alive(m.from, m.incarnation) => {
+                v.push(format!("message {} of n{} never got an outcome", m.id, m.from));
+            }
+            None => {}
+        }
+    }
+    v
+}
+
 /// rifl.md §7 inv. 9 over one shard's final log (module docs): an entry of a client that an
 /// earlier `Expire` (or the installed state) named must not be the one that set its key.
 pub fn no_execution_after_expiry(table: &str, shard: usize, s: &FinalShard) -> Vec<String> {
@@ -233,6 +267,42 @@ mod tests {
         s.log.push(entry(i(2), 5, 1, put("v"), "k"));
         s.items.insert(Bytes::from("k"), (Some(Bytes::from("v")), i(2)));
         assert_eq!(moved_items_not_executed_again("t", 0, &s).len(), 1);
+    }
+
+    #[test]
+    fn two_leaders_in_one_epoch_and_a_wrong_echo_are_flagged() {
+        use super::super::client::MailRecord;
+        use strata_host::courier::Delivered;
+        use strata_wire::NodeId;
+        let mail = |id, by: u32, epoch, body: &str| MailRecord {
+            from: 0,
+            incarnation: 1,
+            id,
+            shard: 0,
+            body: Bytes::from(format!("m{id}")),
+            outcome: Some(Ok(Delivered {
+                by: NodeId(by),
+                epoch,
+                body: Bytes::from(body.to_string()),
+            })),
+        };
+        let good = ClientLog {
+            mails: vec![mail(1, 1, 3, "m1"), mail(2, 1, 3, "m2"), mail(3, 2, 4, "m3")],
+            ..ClientLog::default()
+        };
+        assert!(mail_reached_the_leader(&good, |_, _| true).is_empty());
+        let two = ClientLog {
+            mails: vec![mail(1, 1, 3, "m1"), mail(2, 2, 3, "m2")],
+            ..ClientLog::default()
+        };
+        assert_eq!(mail_reached_the_leader(&two, |_, _| true).len(), 1, "two leaders in epoch 3");
+        let wrong = ClientLog { mails: vec![mail(1, 1, 3, "m9")], ..ClientLog::default() };
+        assert_eq!(mail_reached_the_leader(&wrong, |_, _| true).len(), 1);
+        let mut lost = mail(4, 1, 3, "m4");
+        lost.outcome = None;
+        let pending = ClientLog { mails: vec![lost], ..ClientLog::default() };
+        assert_eq!(mail_reached_the_leader(&pending, |_, _| true).len(), 1, "no outcome");
+        assert!(mail_reached_the_leader(&pending, |_, _| false).is_empty(), "its sender crashed");
     }
 
     #[test]

@@ -22,7 +22,7 @@ use strata_wire::log::{LogIndex, ShardMove, Snapshot};
 use strata_wire::rifl::{Rifl, RpcId};
 use strata_wire::{Instant, NodeId};
 
-use super::cluster::HostCluster;
+use super::cluster::{HostCluster, MailOutcome};
 
 /// A write is retried when unanswered for this long.
 const RETRY_AFTER: Duration = Duration::from_millis(250);
@@ -70,6 +70,20 @@ pub struct ClientLog {
     pub frozen: Vec<(String, u32, Snapshot)>,
     /// Tables the operator created (answered `TableCreated` at every node).
     pub tables_created: u32,
+    /// Node-level messages the mailer sent to shard leaders (`strata_host::courier`).
+    pub mails: Vec<MailRecord>,
+}
+
+/// One node-level echo message: who sent it (node and incarnation: a crash loses the sender's
+/// pending messages), to which shard, and what came back.
+#[derive(Clone, Debug)]
+pub struct MailRecord {
+    pub from: usize,
+    pub incarnation: u64,
+    pub id: u64,
+    pub shard: u32,
+    pub body: Bytes,
+    pub outcome: Option<MailOutcome>,
 }
 
 struct Pending {
@@ -141,6 +155,8 @@ pub struct Operator {
 pub struct Clients {
     pub writers: Vec<Writer>,
     pub operator: Operator,
+    /// Every this often, each node that is up sends an echo message to a shard's leader.
+    pub mail_every: Option<Duration>,
     pub log: ClientLog,
     next_corr: u64,
     /// Every client request in flight: corr -> client index.
@@ -181,12 +197,14 @@ impl Clients {
             sent: None,
             plant: None,
         };
-        for i in 0..=writers.len() {
+        // The writers, the operator, the mailer.
+        for i in 0..=writers.len() + 1 {
             c.wake_client_at(i, c.now);
         }
         Clients {
             writers,
             operator,
+            mail_every: None,
             log: ClientLog::default(),
             next_corr: 0,
             corrs: BTreeMap::new(),
@@ -240,11 +258,59 @@ impl Clients {
             for client in std::mem::take(&mut c.client_wakes) {
                 self.wake(c, client);
             }
+            self.collect_mail(c);
         }
         c.now = c.now.max(until);
     }
 
+    /// The mailer's turn (module docs): every node that is up sends one echo message.
+    fn mail(&mut self, c: &mut HostCluster) {
+        let Some(every) = self.mail_every else { return };
+        if self.log.tables_created == 0 {
+            return c.wake_client_at(self.writers.len() + 1, c.now + every);
+        }
+        let table = self.operator.def.name.clone();
+        let shards = self.operator.def.shards;
+        for i in 0..c.nodes.len() {
+            let shard = (self.log.mails.len() as u32) % shards;
+            let body = Bytes::from(format!("m{}", self.log.mails.len()));
+            if let Some((id, incarnation)) = c.mail(i, &table, shard, body.clone()) {
+                self.log.mails.push(MailRecord {
+                    from: i,
+                    incarnation,
+                    id,
+                    shard,
+                    body,
+                    outcome: None,
+                });
+            }
+        }
+        c.wake_client_at(self.writers.len() + 1, c.now + every);
+    }
+
+    fn collect_mail(&mut self, c: &mut HostCluster) {
+        if self.log.mails.is_empty() {
+            return;
+        }
+        for i in 0..c.nodes.len() {
+            for (id, incarnation, outcome) in c.take_mail_results(i) {
+                if let Some(m) = self
+                    .log
+                    .mails
+                    .iter_mut()
+                    .rev()
+                    .find(|m| m.from == i && m.id == id && m.incarnation == incarnation)
+                {
+                    m.outcome = Some(outcome);
+                }
+            }
+        }
+    }
+
     fn wake(&mut self, c: &mut HostCluster, client: usize) {
+        if client == self.writers.len() + 1 {
+            return self.mail(c); // the mailer re-arms itself
+        }
         if client == self.operator.index {
             self.operator_wake(c);
         } else {

@@ -22,6 +22,9 @@ use strata_wire::{Instant, NodeId};
 
 use crate::guard::guarded;
 
+/// What became of a node-level message (`strata_host::courier`).
+pub type MailOutcome = Result<strata_host::courier::Delivered, strata_host::courier::MailError>;
+
 /// What the network between nodes does.
 #[derive(Clone, Debug)]
 pub struct HostNet {
@@ -404,6 +407,35 @@ impl HostCluster {
     pub fn run_until(&mut self, until: Instant) {
         while self.step(until) {}
         self.now = self.now.max(until);
+    }
+
+    /// Node `i` sends an echo message to the leader of `table`'s `shard` (the host's courier):
+    /// its id and the node's incarnation, or `None` when the node is down.
+    pub fn mail(
+        &mut self,
+        i: usize,
+        table: &str,
+        shard: u32,
+        body: bytes::Bytes,
+    ) -> Option<(u64, u64)> {
+        let now = self.node_now(i);
+        let host = self.nodes[i].host.as_mut()?;
+        let id = host
+            .send_to_leader(now, table, shard, strata_host::courier::SERVICE_ECHO, body)
+            .ok()?;
+        self.execute(i);
+        Some((id, self.nodes[i].incarnation))
+    }
+
+    /// The outcomes of node `i`'s messages since the last call, with its incarnation.
+    pub fn take_mail_results(&mut self, i: usize) -> Vec<(u64, u64, MailOutcome)> {
+        let incarnation = self.nodes[i].incarnation;
+        let Some(host) = self.nodes[i].host.as_mut() else { return Vec::new() };
+        host.take_mail_results().into_iter().map(|(id, r)| (id, incarnation, r)).collect()
+    }
+
+    pub fn incarnation(&self, i: usize) -> u64 {
+        self.nodes[i].incarnation
     }
 
     /// Node `i`'s shard replicas on disk right now (table, shard, generation).

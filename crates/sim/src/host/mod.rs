@@ -55,6 +55,10 @@ pub struct HostKnobs {
     pub plant: Option<MovePlant>,
     /// Every host's service-rate limit per shard leader (requests/s).
     pub shard_rate_limit: Option<u32>,
+    /// Every this many ms, each node that is up sends a node-level echo message to a shard's
+    /// leader (`strata_host::courier`); off by default (it would change every seed's network
+    /// draws).
+    pub mail_every_ms: Option<u64>,
 }
 
 fn at_ms(ms: u64) -> Instant {
@@ -123,6 +127,7 @@ impl HostKnobs {
             safety_ms,
             plant: None,
             shard_rate_limit: None,
+            mail_every_ms: None,
         }
     }
 
@@ -181,6 +186,7 @@ pub fn run_host(knobs: &HostKnobs) -> HostReport {
     let mut clients =
         Clients::new(&mut c, knobs.table(), knobs.writers, knobs.writes_each, knobs.moves.clone());
     clients.operator.plant = knobs.plant;
+    clients.mail_every = knobs.mail_every_ms.map(Duration::from_millis);
 
     // Safety phase: faults as drawn, in time order.
     let mut faults: Vec<(u64, usize, bool)> = Vec::new();
@@ -225,8 +231,14 @@ pub fn run_host(knobs: &HostKnobs) -> HostReport {
         t += 500;
         clients.run(&mut c, at_ms(t));
     }
-    // Let replication and durability settle before reading the final state.
-    clients.run(&mut c, at_ms(t + 2_000));
+    // Let replication and durability settle before reading the final state; the mailer stops,
+    // and every message it sent gets its outcome (delivered, or timed out).
+    let settle_ms = if clients.mail_every.take().is_some() {
+        strata_host::courier::MAIL_TIMEOUT.as_millis() as u64 + 500
+    } else {
+        2_000
+    };
+    clients.run(&mut c, at_ms(t + settle_ms));
 
     let mut violations = Vec::new();
     if !clients.done() {
@@ -241,6 +253,9 @@ pub fn run_host(knobs: &HostKnobs) -> HostReport {
         }
     }
     violations.extend(c.open_failures.iter().cloned());
+    violations.extend(check::mail_reached_the_leader(&clients.log, |i, inc| {
+        c.is_up(i) && c.incarnation(i) == inc
+    }));
     let tables = final_tables(&c, &knobs.table());
     if knobs.durability == TableDurability::Sync {
         violations.extend(check::acked_writes_survive(&clients.log, &tables));
