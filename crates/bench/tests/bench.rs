@@ -335,6 +335,7 @@ async fn create_table(
             reads,
             shards: 2,
             timers: TableTimers::Default,
+            leaders: Vec::new(),
         };
         c.create_table(def).await.unwrap();
     }

@@ -74,6 +74,7 @@ impl TableConfig {
             reads: self.reads,
             shards: 1,
             timers: Default::default(),
+            leaders: Vec::new(),
         }
     }
 

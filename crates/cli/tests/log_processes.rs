@@ -194,6 +194,26 @@ fn log_tables_through_the_cli_survive_sigkill_of_every_node() {
     let created = ok(&nodes.strata(&["table", "create", "g", "--timers", "geo"]));
     assert!(created.contains("timers geo"), "{created}");
 
+    // A table whose shard prefers node 2 as its leader: node 2 leads it once elected.
+    let created = ok(&nodes.strata(&["table", "create", "p", "--leaders", "2"]));
+    assert!(created.contains("preferred leaders 2"), "{created}");
+    let leader_of_p = || -> Option<u64> {
+        let status: serde_json::Value =
+            serde_json::from_str(&ok(&nodes.strata(&["status", "--json"]))).ok()?;
+        status
+            .as_array()?
+            .iter()
+            .flat_map(|n| n["shards"].as_array().into_iter().flatten())
+            .find_map(|s| {
+                (s["table"] == "p" && s["role"] == "leader").then(|| s["leader"].as_u64()).flatten()
+            })
+    };
+    let waited = std::time::Instant::now();
+    while leader_of_p().is_none() && waited.elapsed() < std::time::Duration::from_secs(10) {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    assert_eq!(leader_of_p(), Some(2), "the preferred node leads table p");
+
     // SIGKILL every node, restart them all: the acknowledged sync write and the immediate
     // write are still there (the catalog too).
     nodes.kill_all();
@@ -206,6 +226,7 @@ fn log_tables_through_the_cli_survive_sigkill_of_every_node() {
     assert_eq!(ok(&nodes.strata(&["get", "--table", "t", "k"])), "v2\n");
     let list = ok(&nodes.strata(&["table", "list"]));
     assert!(list.lines().any(|l| l.starts_with('g') && l.contains("geo")), "{list}");
+    assert!(list.lines().any(|l| l.starts_with('p') && l.trim_end().ends_with(" 2")), "{list}");
     ok(&nodes.strata(&["put", "--table", "g", "gk", "gv"]));
     assert_eq!(ok(&nodes.strata(&["get", "--table", "g", "gk"])), "gv\n");
 }

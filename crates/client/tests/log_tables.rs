@@ -23,6 +23,7 @@ fn cad_table(name: &str, shards: u32) -> TableDef {
         reads: TableReads::ActiveSet,
         shards,
         timers: TableTimers::Default,
+        leaders: Vec::new(),
     }
 }
 

@@ -41,6 +41,7 @@ pub fn lease_table_def() -> TableDef {
         reads: TableReads::Leader,
         shards: 1,
         timers: TableTimers::Default,
+        leaders: Vec::new(),
     }
 }
 
@@ -93,6 +94,13 @@ pub fn check_table_def(def: &TableDef, n: usize) -> Result<LogConfig, String> {
     if def.shards == 0 || def.shards > MAX_SHARDS {
         return Err(format!("a table has 1 to {MAX_SHARDS} shards, not {}", def.shards));
     }
+    if def.leaders.len() > def.shards as usize {
+        return Err(format!(
+            "{} preferred leaders for {} shard(s): give at most one per shard",
+            def.leaders.len(),
+            def.shards
+        ));
+    }
     log_config(def, n).map_err(|e| e.to_string())
 }
 
@@ -114,6 +122,9 @@ struct CatalogEntry {
     /// Absent from catalogs written before timer presets existed.
     #[serde(default = "default_timers_name")]
     timers: String,
+    /// Preferred shard leaders (node ids). Absent from catalogs written before them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    leaders: Vec<u32>,
     /// Shards that moved (rifl.md §5.7): their generation and replicas. A shard not listed
     /// is in generation 0 on every node. Absent from catalogs written before shard moves.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -192,6 +203,7 @@ impl CatalogEntry {
             reads: reads_name(d.reads).into(),
             shards: d.shards,
             timers: timers_name(d.timers).into(),
+            leaders: d.leaders.iter().map(|n| n.0).collect(),
         }
     }
 
@@ -226,6 +238,7 @@ impl CatalogEntry {
                 "geo" => TableTimers::Geo,
                 v => return Err(bad("timers", v)),
             },
+            leaders: self.leaders.iter().copied().map(NodeId).collect(),
         })
     }
 }
@@ -261,14 +274,25 @@ pub fn encode<'a>(tables: impl IntoIterator<Item = &'a Catalogued>) -> Vec<u8> {
 /// A definition in words, for messages: `engine log, durability cad, replication async,
 /// reads active-set, timers default, 1 shard(s)`.
 pub fn describe(d: &TableDef) -> String {
+    let leaders = if d.leaders.is_empty() {
+        String::new()
+    } else {
+        let ids: Vec<String> = d.leaders.iter().map(|n| n.0.to_string()).collect();
+        format!(", preferred leaders {}", ids.join(","))
+    };
     format!(
-        "engine log, durability {}, replication {}, reads {}, timers {}, {} shard(s)",
+        "engine log, durability {}, replication {}, reads {}, timers {}, {} shard(s){leaders}",
         durability_name(d.durability),
         replication_name(d.replication),
         reads_name(d.reads),
         timers_name(d.timers),
         d.shards
     )
+}
+
+/// The preferred leader of `shard` of `def` (its `leaders`, round-robin over the shards).
+pub fn preferred_leader(def: &TableDef, shard: u32) -> Option<NodeId> {
+    (!def.leaders.is_empty()).then(|| def.leaders[shard as usize % def.leaders.len()])
 }
 
 #[cfg(test)]
@@ -286,6 +310,7 @@ mod tests {
             reads: TableReads::ActiveSet,
             shards: 2,
             timers,
+            leaders: Vec::new(),
         }
     }
 
@@ -296,7 +321,10 @@ mod tests {
             ShardMove { generation: 2, replicas: vec![NodeId(1), NodeId(3)] },
         )]);
         let tables = vec![
-            Catalogued { def: def(TableTimers::Geo), moved },
+            Catalogued {
+                def: TableDef { leaders: vec![NodeId(2), NodeId(0)], ..def(TableTimers::Geo) },
+                moved,
+            },
             Catalogued {
                 def: TableDef { name: "d".into(), ..def(TableTimers::Default) },
                 moved: BTreeMap::new(),

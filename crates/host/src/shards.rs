@@ -25,7 +25,9 @@ use strata_wire::peer::PeerMessage;
 use strata_wire::{Instant, NodeId, Rifl};
 use tracing::{debug, error, info, warn};
 
-use crate::catalog::{check_table_def, describe, log_config, Catalogued, SYSTEM_PREFIX};
+use crate::catalog::{
+    check_table_def, describe, log_config, preferred_leader, Catalogued, SYSTEM_PREFIX,
+};
 use crate::effects::{HostEffects, ShardId, ShardKey, Storage};
 use crate::rate::{Admission, Queued, RateLimit};
 
@@ -174,6 +176,11 @@ impl Shards {
             // A moved-in replica without the moved state waits for it (LogReplica::await_install).
             replica.await_install();
         }
+        if let Some(leader) =
+            preferred_leader(&def, id.shard).filter(|l| placement.replicas.contains(l))
+        {
+            replica.prefer_leader(now, leader);
+        }
         self.shards.insert(
             id.key(),
             Shard {
@@ -193,6 +200,13 @@ impl Shards {
     /// already (an identical definition is harmless), `Err` when it is refused.
     pub fn check_create(&self, def: &TableDef) -> Result<Option<Response>, String> {
         check_table_def(def, self.nodes.len())?;
+        if let Some(n) = def.leaders.iter().find(|n| !self.nodes.contains(n)) {
+            let all: Vec<String> = self.nodes.iter().map(|n| n.to_string()).collect();
+            return Err(format!(
+                "preferred leader {n} is not a node of the cluster ({})",
+                all.join(", ")
+            ));
+        }
         if let Some(t) = self.tables.get(&def.name) {
             return if t.def == *def {
                 Ok(Some(Response::TableCreated { created: false }))

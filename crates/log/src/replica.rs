@@ -213,6 +213,9 @@ pub struct LogReplica {
     /// A new group's replica that adopted the move without its state (`await_install`): it
     /// does not stand for election while its log is empty.
     pub(crate) awaiting_install: bool,
+    /// The shard has a preferred leader (`prefer_leader`): `Some(true)` at it, `Some(false)` at
+    /// the other replicas.
+    pub(crate) preferred: Option<bool>,
     pub(crate) prng: Prng,
     pub(crate) stats: LogStats,
     pub(crate) effects: LogEffects,
@@ -306,6 +309,7 @@ impl LogReplica {
             now,
             fresh_group: false,
             awaiting_install: false,
+            preferred: None,
             prng,
             stats: LogStats::default(),
             effects,
@@ -443,12 +447,31 @@ impl LogReplica {
         self.awaiting_install = self.log.last_index() == LogIndex::ZERO;
     }
 
+    /// The shard's preferred leader is `leader` (a table's `leaders`, issue #16): it draws its
+    /// election timeouts from `[ET_min, 9/8 ET_min)` and every other replica from
+    /// `[9/8 ET_min, 2 ET_min)`, so whenever the shard has no leader — after the table's
+    /// creation, after a failover — the preferred replica stands first and, if it is up and
+    /// its log is up to date, wins. No one stands sooner than ET_min after leader contact
+    /// (orca §5.9 rule 0): a healthy leader is never disturbed, and leadership does not move
+    /// back by itself once the preferred node returns.
+    pub fn prefer_leader(&mut self, now: Instant, leader: NodeId) {
+        self.preferred = Some(leader == self.id);
+        if !self.fresh_group {
+            self.reset_election_deadline(now);
+        }
+    }
+
     pub(crate) fn reset_election_deadline(&mut self, now: Instant) {
+        let min = self.cfg.election_timeout_min.as_nanos() as u64;
         let timeout = if self.fresh_group {
-            let tenth = (self.cfg.election_timeout_min.as_nanos() as u64 / 10).max(1);
+            let tenth = (min / 10).max(1);
             Duration::from_nanos(self.prng.range(tenth / 2, tenth))
         } else {
-            random_election_timeout(&self.cfg, &mut self.prng)
+            match self.preferred {
+                Some(true) => Duration::from_nanos(self.prng.range(min, min + min / 8)),
+                Some(false) => Duration::from_nanos(self.prng.range(min + min / 8, 2 * min)),
+                None => random_election_timeout(&self.cfg, &mut self.prng),
+            }
         };
         self.election_deadline = now + timeout;
     }

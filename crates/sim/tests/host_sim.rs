@@ -170,3 +170,31 @@ fn host_sim_node_level_messages_reach_the_shard_leader_under_faults_and_moves() 
     assert!(sent > 1000, "messages sent: {sent}");
     assert!(delivered * 100 >= sent * 90, "delivered {delivered} of {sent}");
 }
+
+/// Preferred shard leaders (`strata table create --leaders`): the preferred replica of each
+/// shard stands first in its elections, so it leads once the table is created and the cluster
+/// has settled; without a preference the leaders fall where the elections put them.
+#[test]
+fn host_sim_preferred_leaders_lead_their_shards() {
+    let mut placed = 0;
+    let mut by_chance = 0;
+    let seeds = 1..=10;
+    for seed in seeds.clone() {
+        let base = HostKnobs::from_seed(seed);
+        let n = base.nodes as u32;
+        let want = [strata_wire::NodeId(n - 1), strata_wire::NodeId(n - 2)];
+        let quiet = HostKnobs { crashes: vec![], pause_at_ms: None, moves: vec![], ..base };
+        let r = run_host(&HostKnobs { preferred_leaders: want.to_vec(), ..quiet.clone() });
+        assert!(r.ok(), "seed {seed}: {:#?}", r.violations);
+        let matches = |leaders: &[Option<usize>]| {
+            leaders.iter().zip(want).all(|(l, w)| *l == Some(w.0 as usize))
+        };
+        placed += usize::from(matches(&r.final_leaders));
+        by_chance += usize::from(matches(&run_host(&quiet).final_leaders));
+    }
+    eprintln!(
+        "preferred leaders: placed in {placed} of 10 runs, {by_chance} of 10 without a preference"
+    );
+    assert!(placed >= 9, "the preferred nodes led both shards in {placed} of 10 runs");
+    assert!(by_chance < placed, "without a preference: {by_chance} of 10 by chance");
+}

@@ -260,6 +260,9 @@ pub struct TableDef {
     pub shards: u32,
     /// Encoded as a trailing extension of `CreateTable` and `Tables` (absent: `Default`).
     pub timers: TableTimers,
+    /// Preferred leaders: shard `i`'s is `leaders[i % len]`, which stands first in its
+    /// elections (empty: no preference). Extension 2 of `CreateTable` and `Tables`.
+    pub leaders: Vec<NodeId>,
 }
 
 impl TableDef {
@@ -974,17 +977,24 @@ impl Decode for TableDef {
             reads: enum_from(&READS, r.u8()?, "table reads")?,
             shards: r.u32()?,
             timers: TableTimers::Default,
+            leaders: Vec::new(),
         })
     }
 }
 
-/// Extension 1 of the messages carrying table definitions: each one's timer preset.
+/// The extensions of the messages carrying table definitions: 1, each one's timer preset;
+/// 2, each one's preferred leaders.
 fn put_table_extension(out: &mut BytesMut, defs: &[TableDef]) {
     put_extension_each(out, defs, |o, d| o.put_u8(enum_code(&TIMERS, d.timers)));
+    put_extension_each(out, defs, |o, d| put_seq(o, &d.leaders, |o, n| n.encode(o)));
 }
 fn get_table_extension(r: &mut Reader, defs: &mut [TableDef]) -> Result<(), DecodeError> {
     r.extension_each(defs, |r, d| {
         d.timers = enum_from(&TIMERS, r.u8()?, "table timers")?;
+        Ok(())
+    })?;
+    r.extension_each(defs, |r, d| {
+        d.leaders = r.seq(NodeId::decode)?;
         Ok(())
     })
 }

@@ -49,8 +49,9 @@ fn table_def() -> impl Strategy<Value = TableDef> {
     let reads =
         prop_oneof![Just(TableReads::Leader), Just(TableReads::ActiveSet), Just(TableReads::Any)];
     let timers = prop_oneof![Just(TableTimers::Default), Just(TableTimers::Geo)];
-    (name(), durability, replication, reads, any::<u32>(), timers).prop_map(
-        |(name, durability, replication, reads, shards, timers)| TableDef {
+    let leaders = prop::collection::vec(any::<u32>().prop_map(NodeId), 0..4);
+    (name(), durability, replication, reads, any::<u32>(), timers, leaders).prop_map(
+        |(name, durability, replication, reads, shards, timers, leaders)| TableDef {
             name,
             engine: TableEngine::Log,
             durability,
@@ -58,6 +59,7 @@ fn table_def() -> impl Strategy<Value = TableDef> {
             reads,
             shards,
             timers,
+            leaders,
         },
     )
 }
@@ -181,13 +183,19 @@ proptest! {
     }
 
     /// Truncated payloads are errors, never panics — except a `CreateTable` cut exactly before
-    /// its trailing extension, which is a valid first-version request.
+    /// one of its trailing extensions, which is a valid request of an older version.
     #[test]
     fn truncated_requests_are_rejected(msg in request(), cut in 0usize..64) {
         let mut b = BytesMut::new();
         msg.encode(&mut b);
-        let first_version = matches!(msg.body, Request::CreateTable { .. }) && cut + 5 == b.len();
-        if cut < b.len() && !first_version {
+        let older_version = match &msg.body {
+            Request::CreateTable { def } => {
+                let ext2 = 8 + 4 * def.leaders.len();
+                cut + ext2 == b.len() || cut + ext2 + 5 == b.len()
+            }
+            _ => false,
+        };
+        if cut < b.len() && !older_version {
             prop_assert!(decode_message::<ClientRequest>(Bytes::copy_from_slice(&b[..cut])).is_err());
         }
     }
@@ -233,6 +241,7 @@ fn cad_table(timers: TableTimers) -> TableDef {
         reads: TableReads::ActiveSet,
         shards: 1,
         timers,
+        leaders: vec![],
     }
 }
 
@@ -296,17 +305,28 @@ proptest! {
         prop_assert_eq!(s.shards, expected);
     }
 
-    /// Table definitions from an older client or node (no timer preset) decode as `Default`.
+    /// Table definitions from an older client or node decode: without both extensions (no
+    /// timer preset, no preferred leaders) as `Default` and none, without the second (no
+    /// preferred leaders) with their timers and no leaders.
     #[test]
-    fn table_defs_without_timers_decode(defs in prop::collection::vec(table_def(), 1..3)) {
-        let default = |d: TableDef| TableDef { timers: TableTimers::Default, ..d };
-        // The extension: a u32 count, then one byte per definition.
+    fn table_defs_from_before_the_extensions_decode(defs in prop::collection::vec(table_def(), 1..3)) {
+        let no_leaders = |d: TableDef| TableDef { leaders: vec![], ..d };
+        let oldest = |d: TableDef| TableDef { timers: TableTimers::Default, ..no_leaders(d) };
+        // Extension 1: a u32 count, then one byte per definition; extension 2: a u32 count,
+        // then per definition a u32 count and 4 bytes per leader.
+        let ext2 = |ds: &[TableDef]| 4 + ds.iter().map(|d| 4 + 4 * d.leaders.len()).sum::<usize>();
         let create = ClientRequest { corr: 1, rifl: None, body: Request::CreateTable { def: defs[0].clone() } };
-        let body = decode_message::<ClientRequest>(without_extension(&create, 5)).unwrap().body;
-        prop_assert_eq!(body, Request::CreateTable { def: default(defs[0].clone()) });
+        let one = &defs[..1];
+        let body = decode_message::<ClientRequest>(without_extension(&create, ext2(one))).unwrap().body;
+        prop_assert_eq!(body, Request::CreateTable { def: no_leaders(defs[0].clone()) });
+        let body = decode_message::<ClientRequest>(without_extension(&create, ext2(one) + 5)).unwrap().body;
+        prop_assert_eq!(body, Request::CreateTable { def: oldest(defs[0].clone()) });
         let list = ClientResponse { corr: 2, body: Response::Tables(defs.clone()) };
-        let body = decode_message::<ClientResponse>(without_extension(&list, 4 + defs.len())).unwrap().body;
-        prop_assert_eq!(body, Response::Tables(defs.into_iter().map(default).collect()));
+        let body = decode_message::<ClientResponse>(without_extension(&list, ext2(&defs))).unwrap().body;
+        prop_assert_eq!(body, Response::Tables(defs.iter().cloned().map(no_leaders).collect()));
+        let cut = ext2(&defs) + 4 + defs.len();
+        let body = decode_message::<ClientResponse>(without_extension(&list, cut)).unwrap().body;
+        prop_assert_eq!(body, Response::Tables(defs.into_iter().map(oldest).collect()));
     }
 }
 
@@ -332,8 +352,9 @@ fn an_extension_must_match_its_sequence() {
         body: Request::CreateTable { def: cad_table(TableTimers::Geo) },
     }
     .encode(&mut b);
-    let last = b.len() - 1;
-    b[last] = 9;
+    // The timer byte precedes extension 2 (a count and one empty leader list: 8 bytes).
+    let timer = b.len() - 9;
+    b[timer] = 9;
     let e = decode_message::<ClientRequest>(b.freeze()).unwrap_err();
     assert!(matches!(e, DecodeError::Invalid { what: "table timers", value: 9 }), "{e:?}");
 }

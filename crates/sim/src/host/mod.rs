@@ -55,6 +55,8 @@ pub struct HostKnobs {
     pub plant: Option<MovePlant>,
     /// Every host's service-rate limit per shard leader (requests/s).
     pub shard_rate_limit: Option<u32>,
+    /// The table's preferred shard leaders (`TableDef::leaders`); none by default.
+    pub preferred_leaders: Vec<NodeId>,
     /// Every this many ms, each node that is up sends a node-level echo message to a shard's
     /// leader (`strata_host::courier`); off by default (it would change every seed's network
     /// draws).
@@ -128,6 +130,7 @@ impl HostKnobs {
             plant: None,
             shard_rate_limit: None,
             mail_every_ms: None,
+            preferred_leaders: Vec::new(),
         }
     }
 
@@ -145,6 +148,7 @@ impl HostKnobs {
             reads,
             shards: self.shards,
             timers: TableTimers::Default,
+            leaders: self.preferred_leaders.clone(),
         }
     }
 }
@@ -162,6 +166,8 @@ pub struct HostReport {
     pub crashes: usize,
     /// Writes acknowledged by a moved shard's old group (below the new group's first index).
     pub acked_before_move: usize,
+    /// Each shard's leader at the end (the node whose replica leads in the highest epoch).
+    pub final_leaders: Vec<Option<usize>>,
 }
 
 impl HostReport {
@@ -293,7 +299,19 @@ pub fn run_host(knobs: &HostKnobs) -> HostReport {
             shard.log.first().is_some_and(|e| matches!(e.op, LogOp::Install(_)) && *at < e.index)
         })
         .count();
+    let final_leaders = (0..knobs.shards)
+        .map(|shard| {
+            (0..c.nodes.len())
+                .filter_map(|i| {
+                    let r = c.nodes[i].host.as_ref()?.shard_replica("t", shard)?;
+                    (r.role() == strata_log::Role::Leader).then(|| (r.epoch(), i))
+                })
+                .max()
+                .map(|(_, i)| i)
+        })
+        .collect();
     HostReport {
+        final_leaders,
         acked_before_move,
         seed: knobs.seed,
         violations,
