@@ -9,7 +9,12 @@ use strata_rifl::RequestTracker;
 use strata_wire::client::{LinkFault, NodeStatus, Request, Response, TableDef};
 use strata_wire::{ClusterId, LeaseInfo, NodeId, Rifl, RpcId, SessionId, WINDOW};
 
-use crate::conn::{Conn, ConnHandle};
+use tokio::sync::broadcast;
+
+use crate::conn::{Conn, ConnHandle, Push};
+
+/// Pushes a slow subscriber may fall behind by before it misses the oldest ones.
+const PUSH_BACKLOG: usize = 256;
 use crate::error::ClientError;
 use crate::lease::LeaseKeeper;
 use crate::session::{unexpected, Session};
@@ -64,6 +69,8 @@ pub(crate) struct Shared {
     pub(crate) endpoints: Vec<SocketAddr>,
     pub(crate) opts: ClientOptions,
     conn: Mutex<Option<Arc<ConnHandle>>>,
+    /// The nodes' pushes on the sessions' connection (`Client::subscribe_pushes`).
+    pushes: broadcast::Sender<Push>,
     /// Where the next connection attempt starts in `endpoints`.
     cursor: AtomicUsize,
 }
@@ -126,6 +133,14 @@ impl Client {
         };
         client.shared.connection().await?;
         Ok(client)
+    }
+
+    /// The messages nodes send on their own (`Response::Push`) on this client's sessions'
+    /// connection: for now `push_topic::NODE_STOPPING` (the node is shutting down: the client
+    /// reconnects elsewhere on its next request); cache invalidations and watches will use
+    /// the same channel. Subscribe before the event: pushes are not kept.
+    pub fn subscribe_pushes(&self) -> broadcast::Receiver<Push> {
+        self.shared.pushes.subscribe()
     }
 
     /// Connects to exactly this node.
@@ -222,7 +237,8 @@ impl Client {
 
 impl Shared {
     fn new(endpoints: Vec<SocketAddr>, opts: ClientOptions, cursor: usize) -> Shared {
-        Shared { endpoints, opts, conn: Mutex::new(None), cursor: AtomicUsize::new(cursor) }
+        let (pushes, _) = broadcast::channel(PUSH_BACKLOG);
+        Shared { endpoints, opts, conn: Mutex::new(None), pushes, cursor: AtomicUsize::new(cursor) }
     }
 
     /// The current connection, or a new one to the first reachable endpoint — starting with
@@ -239,7 +255,10 @@ impl Shared {
         let mut last = String::new();
         for i in 0..n {
             let addr = self.endpoints[(start + i) % n];
-            match Conn::open(addr, self.opts.cluster, self.opts.connect_timeout).await {
+            let pushes = Some(self.pushes.clone());
+            match Conn::open_with_pushes(addr, self.opts.cluster, self.opts.connect_timeout, pushes)
+                .await
+            {
                 Ok(conn) => {
                     self.cursor.store((start + i) % n, Ordering::Relaxed);
                     let mut slot = self.conn.lock().unwrap_or_else(|e| e.into_inner());

@@ -12,14 +12,14 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use bytes::BytesMut;
-use strata_wire::client::{ClientRequest, ClientResponse, Request, Response};
+use strata_wire::client::{ClientRequest, ClientResponse, Request, Response, PUSH_CORR};
 use strata_wire::{
     decode_frame, decode_message, encode_frame, ClusterId, FrameError, Limits, Rifl,
 };
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::TcpStream;
-use tokio::sync::{oneshot, Notify};
+use tokio::sync::{broadcast, oneshot, Notify};
 use tracing::debug;
 
 use crate::error::ClientError;
@@ -48,6 +48,17 @@ pub(crate) struct Conn {
     pub cluster: ClusterId,
     state: Mutex<ConnState>,
     wake_writer: Notify,
+    /// Where the node's pushes go (`Response::Push`): the client's subscribers, if any.
+    pushes: Option<broadcast::Sender<Push>>,
+}
+
+/// A message a node sent on its own (`Response::Push`): `topic` says what it is
+/// (`strata_wire::client::push_topic`), `node` is the connection's address.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Push {
+    pub node: SocketAddr,
+    pub topic: u32,
+    pub body: bytes::Bytes,
 }
 
 struct ConnState {
@@ -85,6 +96,16 @@ impl Conn {
         cluster: ClusterId,
         connect_timeout: Duration,
     ) -> std::io::Result<Arc<ConnHandle>> {
+        Self::open_with_pushes(addr, cluster, connect_timeout, None).await
+    }
+
+    /// [`Conn::open`], handing the node's pushes to `pushes`.
+    pub async fn open_with_pushes(
+        addr: SocketAddr,
+        cluster: ClusterId,
+        connect_timeout: Duration,
+        pushes: Option<broadcast::Sender<Push>>,
+    ) -> std::io::Result<Arc<ConnHandle>> {
         let stream = tokio::time::timeout(connect_timeout, TcpStream::connect(addr))
             .await
             .map_err(|_| {
@@ -106,6 +127,7 @@ impl Conn {
                 closing: false,
             }),
             wake_writer: Notify::new(),
+            pushes,
         });
         tokio::spawn(run_writer(conn.clone(), wr));
         tokio::spawn(run_reader(conn.clone(), rd));
@@ -194,6 +216,14 @@ impl Conn {
     }
 
     fn complete(&self, resp: ClientResponse) {
+        if let (PUSH_CORR, Response::Push { topic, body }) = (resp.corr, &resp.body) {
+            debug!(node = %self.addr, topic, "push from the node");
+            if let Some(p) = &self.pushes {
+                // No subscriber is fine: a push is a hint, never an answer someone waits for.
+                let _ = p.send(Push { node: self.addr, topic: *topic, body: body.clone() });
+            }
+            return;
+        }
         let tx = self.lock().pending.remove(&resp.corr);
         match tx {
             Some(tx) => {

@@ -37,11 +37,12 @@ mod shard_move;
 mod table;
 
 pub use client::{Client, ClientOptions};
+pub use conn::Push;
 pub use error::ClientError;
 pub use session::{Op, Outcome, ReqId, RmwOutcome, Session, Versioned};
 pub use shard_move::{MovePlant, MoveReport, MovedState};
 pub use strata_wire::client::{
-    LinkFault, LogFailure, NodeStatus, PeerStatus, ShardRole, ShardStatus, TableDef,
+    push_topic, LinkFault, LogFailure, NodeStatus, PeerStatus, ShardRole, ShardStatus, TableDef,
     TableDurability, TableEngine, TableReads, TableReplication, TableTimers,
 };
 pub use strata_wire::log::{LogIndex, ShardMove};

@@ -248,3 +248,31 @@ async fn release_acquire_faa_and_cas_through_the_client() {
     let weak = sb.cas("lock", Some(Bytes::from_static(b"zzz")), "b", true).await.unwrap();
     assert!(!weak.swapped && weak.written.is_none());
 }
+
+/// A node that shuts down gracefully tells its clients first with a push
+/// (`push_topic::NODE_STOPPING`, correlation number 0), which `Client::subscribe_pushes`
+/// delivers; the data stays served by the rest of the cluster.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stopping_node_pushes_a_notice_to_its_clients() {
+    let mut nodes = cluster(3).await;
+    let first = nodes[0].client_addr();
+    let endpoints: Vec<SocketAddr> = nodes.iter().map(|n| n.client_addr()).collect();
+    let client = Client::connect_node(first, opts()).await.unwrap();
+    let mut pushes = client.subscribe_pushes();
+    let mut s = client.open_session().await.unwrap();
+    s.put("k", "v").await.unwrap();
+    nodes.remove(0).shutdown().await;
+    let push = tokio::time::timeout(Duration::from_secs(5), pushes.recv())
+        .await
+        .expect("a push before the connection closed")
+        .expect("the channel is open");
+    assert_eq!(push.node, first);
+    assert_eq!(push.topic, strata_client::push_topic::NODE_STOPPING);
+    assert_eq!(push.body.as_ref(), 0u32.to_le_bytes(), "the node names itself");
+    // The rest of the cluster still serves a client that knows it.
+    let other = Client::connect(&endpoints[1..], opts()).await.unwrap();
+    assert_eq!(
+        other.open_session().await.unwrap().get("k").await.unwrap().value.as_deref(),
+        Some(&b"v"[..])
+    );
+}

@@ -9,7 +9,9 @@ use std::time::Duration;
 
 use strata_core::Route;
 use strata_host::{Host, HostEffects, Storage};
-use strata_wire::client::{ClientRequest, ClientResponse, NodeStatus, Request, Response};
+use strata_wire::client::{
+    push_topic, ClientRequest, ClientResponse, NodeStatus, Request, Response, PUSH_CORR,
+};
 use tokio::sync::{mpsc, watch};
 use tokio::time::Instant as TokioInstant;
 use tracing::{debug, warn};
@@ -37,6 +39,9 @@ pub(crate) struct Driver {
     counters: Arc<Counters>,
     disks: Disks,
     inputs: u64,
+    /// Set when the node stops (`notify_stopping`), and the connections told so.
+    stopping: watch::Receiver<bool>,
+    notified: std::collections::BTreeSet<Route>,
 }
 
 impl Driver {
@@ -48,6 +53,7 @@ impl Driver {
         links: Vec<Arc<PeerLink>>,
         counters: Arc<Counters>,
         disks: Disks,
+        stopping: watch::Receiver<bool>,
     ) -> Result<Driver, String> {
         let touched = vec![false; links.len()];
         let mut d = Driver {
@@ -60,6 +66,8 @@ impl Driver {
             counters,
             disks,
             inputs: 0,
+            stopping,
+            notified: Default::default(),
         };
         d.execute_checked(TokioInstant::now())?;
         Ok(d)
@@ -126,6 +134,9 @@ impl Driver {
             self.handle(at, input);
         }
         self.execute(at);
+        for route in self.routes.keys().copied().collect::<Vec<_>>() {
+            self.notify_stopping(route);
+        }
         for link in &self.links {
             link.close();
         }
@@ -153,6 +164,11 @@ impl Driver {
                 self.routes.insert(route, tx);
             }
             CoreInput::Disconnected { route } => {
+                if *self.stopping.borrow() {
+                    // The reader stopped because the node is stopping: its writer still
+                    // delivers the notice before it closes.
+                    self.notify_stopping(route);
+                }
                 self.routes.remove(&route);
                 self.host.on_disconnected(now, route);
             }
@@ -210,6 +226,20 @@ impl Driver {
             slow_path_accesses: s.slow_path_accesses,
             peers: self.links.iter().map(|l| l.status()).collect(),
         }
+    }
+
+    /// Tells a client the node is shutting down (a push, `push_topic::NODE_STOPPING`): its
+    /// library can move to another node before the connection drops. Sent once per connection,
+    /// when its reader stops or at the end of the shutdown, whichever comes first.
+    fn notify_stopping(&mut self, route: Route) {
+        if !self.notified.insert(route) {
+            return;
+        }
+        let body = Response::Push {
+            topic: push_topic::NODE_STOPPING,
+            body: bytes::Bytes::copy_from_slice(&self.host.id().0.to_le_bytes()),
+        };
+        self.send_to(route, WriterMsg::Resp(ClientResponse { corr: PUSH_CORR, body }));
     }
 
     fn send_to(&self, route: Route, msg: WriterMsg) {

@@ -172,9 +172,15 @@ async fn start_on(
         cfg.peers.iter().map(|p| Arc::new(PeerLink::new(NodeId(p.id), p.addr))).collect();
     let peer_ids = Arc::new(links.iter().map(|l| l.id).collect::<Vec<_>>());
 
-    let driver =
-        driver::Driver::start(host, storage::Clock::new(), links.clone(), counters.clone(), disks)
-            .map_err(StartError::Tables)?;
+    let driver = driver::Driver::start(
+        host,
+        storage::Clock::new(),
+        links.clone(),
+        counters.clone(),
+        disks,
+        stop_rx.clone(),
+    )
+    .map_err(StartError::Tables)?;
     let core_task = tokio::spawn(driver.run(core_rx, disk_rx, stop_rx.clone()));
     for link in &links {
         tasks.spawn(transport::run_sender(link.clone(), wire));

@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use strata_node::StartError;
+use strata_wire::client::{push_topic, Response, PUSH_CORR};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_nodes_converge_on_a_write() {
@@ -65,6 +66,16 @@ async fn shutdown_closes_client_connections_and_frees_the_ports() {
     let mut s = Session::open(client_addr).await;
     s.put("k", b"v").await;
     node.shutdown().await;
+    // First a notice (a push: correlation number 0), then the close.
+    let notice = s.conn.recv().await.expect("a notice before the close");
+    assert_eq!(notice.corr, PUSH_CORR);
+    assert_eq!(
+        notice.body,
+        Response::Push {
+            topic: push_topic::NODE_STOPPING,
+            body: bytes::Bytes::from_static(&[0; 4])
+        }
+    );
     assert!(s.conn.closed_by_node().await, "an open client connection is closed at shutdown");
     // The listeners are gone: the same addresses can be bound again.
     let _c = std::net::TcpListener::bind(client_addr).expect("client port released");

@@ -61,6 +61,8 @@ pub mod response_tag {
     pub const FAULT_SET: u8 = 0x61;
     pub const TABLE_CREATED: u8 = 0x62;
     pub const TABLES: u8 = 0x63;
+    /// A node-initiated message (`Response::Push`), with correlation number 0.
+    pub const PUSH: u8 = 0x64;
     pub const ERROR: u8 = 0x7f;
 }
 
@@ -391,6 +393,23 @@ pub enum Response {
     ShardAdopted {
         started: bool,
     },
+    /// A message the node sends on its own, not an answer: it travels with correlation
+    /// number [`PUSH_CORR`] (no request uses it). `topic` says what it is ([`push_topic`]);
+    /// a client ignores topics it does not know.
+    Push {
+        topic: u32,
+        body: Bytes,
+    },
+}
+
+/// The correlation number of a [`Response::Push`]: clients number their requests from 1.
+pub const PUSH_CORR: u64 = 0;
+
+/// What a [`Response::Push`] is about.
+pub mod push_topic {
+    /// The node is shutting down gracefully and will close this connection: go elsewhere.
+    /// The body is the node's id (u32, little-endian).
+    pub const NODE_STOPPING: u32 = 1;
 }
 
 /// The role of a shard replica, as reported by `Status`.
@@ -841,6 +860,7 @@ impl Encode for ClientResponse {
             Response::Lease(_) => LEASE,
             Response::ShardFrozen { .. } => SHARD_FROZEN,
             Response::ShardAdopted { .. } => SHARD_ADOPTED,
+            Response::Push { .. } => PUSH,
         };
         out.put_u8(tag);
         out.put_u64_le(self.corr);
@@ -881,6 +901,10 @@ impl Encode for ClientResponse {
             Response::Tables(defs) => {
                 put_seq(out, defs, |o, d| d.encode(o));
                 put_table_extension(out, defs);
+            }
+            Response::Push { topic, body } => {
+                out.put_u32_le(*topic);
+                put_bytes(out, body);
             }
         }
     }
@@ -925,6 +949,7 @@ impl Decode for ClientResponse {
                 get_table_extension(r, &mut defs)?;
                 Response::Tables(defs)
             }
+            PUSH => Response::Push { topic: r.u32()?, body: r.bytes()? },
             tag => return Err(DecodeError::UnknownTag { tag }),
         };
         Ok(ClientResponse { corr, body })

@@ -148,6 +148,8 @@ fn response() -> impl Strategy<Value = ClientResponse> {
         (shard_move(), proptest::option::of(snapshot()))
             .prop_map(|(placement, snapshot)| Response::ShardFrozen { placement, snapshot }),
         any::<bool>().prop_map(|started| Response::ShardAdopted { started }),
+        (any::<u32>(), prop::collection::vec(any::<u8>(), 0..16))
+            .prop_map(|(topic, body)| Response::Push { topic, body: Bytes::from(body) }),
         (any::<u64>(), any::<u64>(), any::<u64>()).prop_map(|(lease_id, e, t)| Response::Lease(
             strata_wire::LeaseStatus {
                 lease_id,
