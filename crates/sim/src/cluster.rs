@@ -234,7 +234,7 @@ impl Cluster {
                 cfg.backoff_max = Duration::from_micros(knobs.backoff_max_us);
                 cfg.seed = knobs.seed.rotate_left(17)
                     ^ (u64::from(id.0) + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15);
-                cfg.planted_bug = knobs.canary.map(|c| c.planted_bug());
+                cfg.planted_bug = knobs.canary;
                 SimNode {
                     id,
                     core: Some(

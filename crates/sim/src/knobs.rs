@@ -4,10 +4,8 @@
 //! ([`Streams`]), so adding a draw in one place does not reshuffle the others.
 
 use std::fmt;
-use std::str::FromStr;
 
 use strata_core::Prng;
-use strata_rc::PlantedBug;
 use strata_wire::peer::PeerMessage;
 use strata_wire::NodeId;
 
@@ -29,90 +27,11 @@ impl Streams {
     }
 }
 
-/// A planted bug in the cores, to prove the checkers can fail (`DESIGN.md`: every checker has a
-/// canary). A canary may also bias the knobs of a seed towards the conditions its bug needs
+/// A planted bug in the rc core, to prove the checkers can fail (`DESIGN.md`: every checker has
+/// a canary): the core's own list (`strata_rc::PlantedBug`, with its names for `--canary`). A
+/// canary may also bias the knobs of a seed towards the conditions its bug needs
 /// ([`Knobs::draw`]; the report shows the result).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Canary {
-    /// `strata_rc::PlantedBug::ApplyOlderWrites`: a replica applies any received write, even
-    /// an older one (breaks G1, G2 and convergence).
-    ApplyOlderWrites,
-    /// `SkipSlowRelease`: a barrier that timed out proceeds without publishing its DM-set, so
-    /// a replica that missed a write is never told (breaks G3, hb-visibility).
-    SkipSlowRelease,
-    /// `AcceptWithoutQuorum`: Paxos decides on the proposer's own accept (breaks G4, G5 and
-    /// Paxos agreement).
-    AcceptWithoutQuorum,
-    /// `NoAcquireObligation`: acquires register no K-F2 obligation (breaks the transitive
-    /// message-passing instance of G3, Kite §9 K-F2).
-    NoAcquireObligation,
-    /// `SlowReleaseBeforeQuorum`: a timed-out barrier publishes its DM-set before every prior
-    /// write reached a quorum (K-F1 off; breaks Kite §7 inv. 14).
-    SlowReleaseBeforeQuorum,
-    /// `ResetWithoutOwner`: a `RESET_BIT` sets the bit up whoever owns it (breaks inv. 15).
-    ResetWithoutOwner,
-    /// `ClearSelfDelinquentWithoutBump`: `self_delinquent` is consumed without an epoch
-    /// increment (breaks inv. 16).
-    ClearSelfDelinquentWithoutBump,
-    /// `CommitWithoutRegistering`: a received `COMMIT` advances `lc` without registering its
-    /// RMW (breaks inv. 17).
-    CommitWithoutRegistering,
-    /// `IgnoreCompletionRecords`: a retry of a linearizable RPC executes again (breaks RIFL's
-    /// at-most-once and stable results, rifl.md R-G1, R-G2).
-    IgnoreCompletionRecords,
-}
-
-impl Canary {
-    pub const ALL: [Canary; 9] = [
-        Canary::ApplyOlderWrites,
-        Canary::SkipSlowRelease,
-        Canary::AcceptWithoutQuorum,
-        Canary::NoAcquireObligation,
-        Canary::SlowReleaseBeforeQuorum,
-        Canary::ResetWithoutOwner,
-        Canary::ClearSelfDelinquentWithoutBump,
-        Canary::CommitWithoutRegistering,
-        Canary::IgnoreCompletionRecords,
-    ];
-
-    pub fn name(self) -> &'static str {
-        match self {
-            Canary::ApplyOlderWrites => "apply-older-writes",
-            Canary::SkipSlowRelease => "skip-slow-release",
-            Canary::AcceptWithoutQuorum => "accept-without-quorum",
-            Canary::NoAcquireObligation => "no-acquire-obligation",
-            Canary::SlowReleaseBeforeQuorum => "slow-release-before-quorum",
-            Canary::ResetWithoutOwner => "reset-without-owner",
-            Canary::ClearSelfDelinquentWithoutBump => "clear-self-delinquent-without-bump",
-            Canary::CommitWithoutRegistering => "commit-without-registering",
-            Canary::IgnoreCompletionRecords => "ignore-completion-records",
-        }
-    }
-
-    pub fn planted_bug(self) -> PlantedBug {
-        match self {
-            Canary::ApplyOlderWrites => PlantedBug::ApplyOlderWrites,
-            Canary::SkipSlowRelease => PlantedBug::SkipSlowRelease,
-            Canary::AcceptWithoutQuorum => PlantedBug::AcceptWithoutQuorum,
-            Canary::NoAcquireObligation => PlantedBug::NoAcquireObligation,
-            Canary::SlowReleaseBeforeQuorum => PlantedBug::SlowReleaseBeforeQuorum,
-            Canary::ResetWithoutOwner => PlantedBug::ResetWithoutOwner,
-            Canary::ClearSelfDelinquentWithoutBump => PlantedBug::ClearSelfDelinquentWithoutBump,
-            Canary::CommitWithoutRegistering => PlantedBug::CommitWithoutRegistering,
-            Canary::IgnoreCompletionRecords => PlantedBug::IgnoreCompletionRecords,
-        }
-    }
-}
-
-impl FromStr for Canary {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Canary, String> {
-        Canary::ALL.into_iter().find(|c| c.name() == s).ok_or_else(|| {
-            let names: Vec<_> = Canary::ALL.iter().map(|c| c.name()).collect();
-            format!("unknown canary {s:?} (known: {})", names.join(", "))
-        })
-    }
-}
+pub use strata_rc::PlantedBug as Canary;
 
 /// The simulated clients (Kite §2: sessions bound to one node, relaxed ops on a small key set
 /// so that sessions conflict).

@@ -145,12 +145,17 @@ fn main() -> ExitCode {
             failed.push(report.repro());
         }
     }
+    sweep_outcome(&failed, total, &format!(", {notes} notes"), started)
+}
+
+/// The last lines of a sweep (how many seeds failed, and how to replay each) and its exit code.
+fn sweep_outcome(failed: &[String], total: u64, extra: &str, started: Instant) -> ExitCode {
     println!(
-        "{} of {total} seeds failed, {notes} notes, in {:.1}s",
+        "{} of {total} seeds failed{extra}, in {:.1}s",
         failed.len(),
         started.elapsed().as_secs_f64()
     );
-    for repro in &failed {
+    for repro in failed {
         println!("  reproduce: {repro}");
     }
     if failed.is_empty() {
@@ -193,20 +198,7 @@ fn main_host(args: &Args) -> ExitCode {
             failed.push(r.repro());
         }
     }
-    println!(
-        "{} of {} seeds failed, in {:.1}s",
-        failed.len(),
-        seeds.end - seeds.start,
-        started.elapsed().as_secs_f64()
-    );
-    for repro in &failed {
-        println!("  reproduce: {repro}");
-    }
-    if failed.is_empty() {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::FAILURE
-    }
+    sweep_outcome(&failed, seeds.end - seeds.start, "", started)
 }
 
 /// `--engine log`: one ORCA harness run, or a sweep with a per-checker tally.
