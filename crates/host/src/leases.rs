@@ -74,19 +74,6 @@ pub fn rifl_config(term: Duration) -> RiflConfig {
     }
 }
 
-/// Whether `req` is a linearizable RPC whose lease the node checks.
-pub fn is_linearizable(req: &Request) -> bool {
-    matches!(
-        req,
-        Request::Put { .. }
-            | Request::Delete { .. }
-            | Request::Release { .. }
-            | Request::Faa { .. }
-            | Request::Cas { .. }
-            | Request::LogWrite { .. }
-    )
-}
-
 /// What the driver must do after the lease layer heard something.
 #[derive(Default)]
 pub(crate) struct Released {

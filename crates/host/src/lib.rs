@@ -42,7 +42,7 @@ pub use effects::{HostEffects, ShardId, ShardKey, Storage};
 
 use catalog::{describe, lease_table_def, Catalogued};
 use courier::{Courier, Delivered, MailError};
-use leases::{is_linearizable, Leases, Released};
+use leases::{Leases, Released};
 use moves::Adoption;
 use shards::{Opening, Shards};
 
@@ -341,7 +341,7 @@ impl Host {
 
     fn request(&mut self, now: Instant, route: Route, req: ClientRequest) {
         // rifl.md §5.5.3: every linearizable RPC's lease is checked before an engine sees it.
-        let req = if req.rifl.is_some() && is_linearizable(&req.body) {
+        let req = if req.rifl.is_some() && req.body.is_linearizable() {
             match self.leases.admit(now, route, req, &self.shards, &mut self.out) {
                 Some(req) => req,
                 None => return,

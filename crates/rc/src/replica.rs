@@ -238,7 +238,7 @@ impl RcReplica {
         req: &Request,
         rifl: Option<&Rifl>,
     ) -> Result<(), (ErrorCode, String)> {
-        let Some(e) = rifl.filter(|_| is_mutating(req)) else { return Ok(()) };
+        let Some(e) = rifl.filter(|_| req.is_linearizable()) else { return Ok(()) };
         e.check().map_err(|why| {
             (ErrorCode::BadEnvelope, format!("RIFL envelope of {}: {why}", e.rpc))
         })?;
@@ -471,7 +471,7 @@ impl RcReplica {
                 // session order, as an error reply).
                 let checked =
                     self.validate(&body).and_then(|()| self.take_envelope(&body, rifl.as_ref()));
-                let rifl = rifl.filter(|_| is_mutating(&body));
+                let rifl = rifl.filter(|_| body.is_linearizable());
                 let s = self.sessions.get_mut(&session.index).expect("checked above");
                 let seq = s.next_seq;
                 s.next_seq += 1;
@@ -739,18 +739,6 @@ fn stale(rpc: RpcId) -> Response {
         code: ErrorCode::Stale,
         message: format!("{rpc}: already acknowledged by the client"),
     }
-}
-
-/// The requests RIFL makes exactly-once: every one that may change the store.
-fn is_mutating(req: &Request) -> bool {
-    matches!(
-        req,
-        Request::Put { .. }
-            | Request::Delete { .. }
-            | Request::Release { .. }
-            | Request::Faa { .. }
-            | Request::Cas { .. }
-    )
 }
 
 fn session_of(req: &Request) -> Option<SessionId> {

@@ -84,6 +84,22 @@ impl ClientRequest {
     }
 }
 
+impl Request {
+    /// Whether this is a linearizable RPC (rifl.md §4.1): one that may change the store, which
+    /// RIFL makes exactly-once and whose lease the node checks (§5.5.3).
+    pub fn is_linearizable(&self) -> bool {
+        matches!(
+            self,
+            Request::Put { .. }
+                | Request::Delete { .. }
+                | Request::Release { .. }
+                | Request::Faa { .. }
+                | Request::Cas { .. }
+                | Request::LogWrite { .. }
+        )
+    }
+}
+
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Request {
     /// Open a session at the node the connection reaches; the node allocates its id.
