@@ -711,3 +711,66 @@ fn a_client_expired_before_a_move_stays_expired_after_it() {
     assert_eq!(t.write(env(2, 2), "b"), Some(Err(WriteError::ExpiredLease)));
     assert!(t.executed().is_empty(), "nothing executed for the expired client");
 }
+
+/// The instant of the first election a replica starts, ticking it at each of its own deadlines
+/// up to `within` after `now`.
+fn first_election(
+    r: &mut LogReplica,
+    now: Instant,
+    within: std::time::Duration,
+) -> Option<Instant> {
+    let mut out: LogEffects = Effects::default();
+    while let Some(t) = r.poll_timeout().filter(|t| *t <= now + within) {
+        r.on_tick(t);
+        r.poll_effects(&mut out);
+        if out.event.iter().any(|e| matches!(e, LogEvent::ElectionStarted { .. })) {
+            return Some(t);
+        }
+        out.clear();
+    }
+    None
+}
+
+/// rifl.md §5.7 step 3 [FIX]: a new-group replica that adopted the move without its state
+/// (an empty log) never stands for election; one that holds the `Install` entry does.
+#[test]
+fn a_moved_in_replica_without_the_state_does_not_stand_for_election() {
+    let ids = [NodeId(0), NodeId(1), NodeId(2)];
+    let start = Instant::from_millis(1);
+    let empty = || {
+        LogReplica::recover(orca(), NodeId(0), &ids, RecoveredState::default(), start, 5).unwrap()
+    };
+    let mut waiting = empty();
+    waiting.await_install();
+    let long = std::time::Duration::from_secs(5);
+    assert_eq!(first_election(&mut waiting, start, long), None, "no election with an empty log");
+    let mut normal = empty();
+    assert!(first_election(&mut normal, start, long).is_some(), "without the rule it stands");
+}
+
+/// Preferred leaders (`LogReplica::prefer_leader`): the preferred replica's first election
+/// comes before every other replica's, and never sooner than ET_min.
+#[test]
+fn the_preferred_replica_stands_first_and_not_before_et_min() {
+    let ids = [NodeId(0), NodeId(1), NodeId(2)];
+    let start = Instant::from_millis(1);
+    let et_min = orca().election_timeout_min;
+    for seed in 0..20 {
+        let at = |me: u32| {
+            let mut r = LogReplica::recover(
+                orca(),
+                NodeId(me),
+                &ids,
+                RecoveredState::default(),
+                start,
+                seed,
+            )
+            .unwrap();
+            r.prefer_leader(start, NodeId(1));
+            first_election(&mut r, start, et_min * 3).expect("it stands eventually")
+        };
+        let (preferred, others) = (at(1), [at(0), at(2)]);
+        assert!(preferred >= start + et_min, "seed {seed}: not before ET_min");
+        assert!(others.iter().all(|o| *o > preferred), "seed {seed}: {preferred:?} vs {others:?}");
+    }
+}
