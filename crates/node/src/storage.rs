@@ -32,7 +32,7 @@ use std::path::{Path, PathBuf};
 use std::sync::mpsc as std_mpsc;
 use std::time::Duration;
 
-use strata_host::{ShardId, ShardKey};
+use strata_host::ShardId;
 use strata_log::{Persist, RecoveredState};
 use strata_logstore::ShardStore;
 use strata_storage::{OsBackend, WalConfig};
@@ -56,15 +56,16 @@ pub(crate) enum DiskDone {
 type Batch = Vec<(u64, Persist)>;
 
 struct Disk {
-    id: ShardId,
     tx: std_mpsc::Sender<Batch>,
     thread: std::thread::JoinHandle<()>,
 }
 
-/// Every shard replica's disk thread, and the catalog file.
+/// Every shard replica's disk thread, and the catalog file. Replicas are filed by `ShardId`,
+/// generation included: while a move is adopted, the new group's replica opens (and installs)
+/// its storage before the old one retires, and each keeps its own thread and directory.
 pub(crate) struct Disks {
     dir: PathBuf,
-    disks: BTreeMap<ShardKey, Disk>,
+    disks: BTreeMap<ShardId, Disk>,
     done: mpsc::UnboundedSender<DiskDone>,
 }
 
@@ -137,9 +138,9 @@ impl Disks {
             .name(format!("disk-{table}-{}", id.shard))
             .spawn(move || run_disk(store, rx, done, id))
             .map_err(|e| format!("cannot start a disk thread: {e}"))?;
-        if let Some(old) = self.disks.insert(id.key(), Disk { id, tx, thread }) {
-            // Not expected (the host closes a replica before it opens its successor), but a
-            // WAL must never have two writers.
+        if let Some(old) = self.disks.insert(id, Disk { tx, thread }) {
+            // Not expected (the host opens a replica once), but a WAL must never have two
+            // writers.
             drop(old.tx);
             let _ = old.thread.join();
         }
@@ -148,7 +149,7 @@ impl Disks {
 
     /// `Storage::Log`.
     pub fn submit(&mut self, id: ShardId, records: Batch) {
-        let Some(disk) = self.disks.get(&id.key()).filter(|d| d.id == id) else { return };
+        let Some(disk) = self.disks.get(&id) else { return };
         if disk.tx.send(records).is_err() {
             let _ =
                 self.done.send(DiskDone::Failed { shard: id, error: "disk thread gone".into() });
@@ -158,13 +159,9 @@ impl Disks {
     /// `Storage::Close`: stops the disk thread (unsynced appends are dropped, as in a crash)
     /// and, with `remove`, deletes the replica's directory.
     pub fn close(&mut self, id: ShardId, table: &str, remove: bool) {
-        if let Some(disk) = self.disks.remove(&id.key()) {
-            if disk.id == id {
-                drop(disk.tx);
-                let _ = disk.thread.join();
-            } else {
-                self.disks.insert(id.key(), disk);
-            }
+        if let Some(disk) = self.disks.remove(&id) {
+            drop(disk.tx);
+            let _ = disk.thread.join();
         }
         if remove {
             let dir = self.shard_dir(table, id);
