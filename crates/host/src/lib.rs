@@ -108,11 +108,12 @@ impl Host {
         let mut out = HostEffects::default();
         shards.start_table(
             Catalogued { def: lease_table_def(), moved: Default::default() },
+            false,
             &mut out,
         );
         for table in catalog {
             catalog::check_table_def(&table.def, shards.nodes.len()).map_err(HostError::Catalog)?;
-            shards.start_table(table, &mut out);
+            shards.start_table(table, false, &mut out);
         }
         Ok(Host {
             me,
@@ -227,8 +228,8 @@ impl Host {
         let table = self.table_name(id);
         let result = result.map_err(|e| format!("table {table} shard {}: {e}", id.shard));
         let outcome = match why {
-            Opening::Start { placement } => match result {
-                Ok(state) => self.shards.start_replica(now, id, &placement, state),
+            Opening::Start { placement, created } => match result {
+                Ok(state) => self.shards.start_replica(now, id, &placement, state, created),
                 Err(e) => Err(e),
             },
             Opening::Adopt => self.adopt_opened(id, result),
@@ -269,7 +270,7 @@ impl Host {
                     |()| {
                         info!(table = %def.name, definition = %describe(&def), "table created");
                         let new = Catalogued { def, moved: Default::default() };
-                        self.shards.start_table(new, &mut self.out);
+                        self.shards.start_table(new, true, &mut self.out);
                         Response::TableCreated { created: true }
                     },
                 );

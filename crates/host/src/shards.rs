@@ -69,8 +69,9 @@ impl TableEntry {
 
 /// Why a shard's storage is being opened, and what to do once it is.
 pub(crate) enum Opening {
-    /// Start the replica from what was read back (at start-up, or a new table).
-    Start { placement: ShardMove },
+    /// Start the replica from what was read back: at start-up, or (`created`) for a table
+    /// created just now, whose replicas have never acknowledged anything.
+    Start { placement: ShardMove, created: bool },
     /// A shard move adopted here (`moves`): the catalog is saved next.
     Adopt,
 }
@@ -114,15 +115,17 @@ impl Shards {
         }
     }
 
-    /// Records `table` and opens the replicas this node hosts of each of its shards.
-    pub fn start_table(&mut self, table: Catalogued, out: &mut HostEffects) {
+    /// Records `table` and opens the replicas this node hosts of each of its shards
+    /// (`created`: the table is being created now, not reopened).
+    pub fn start_table(&mut self, table: Catalogued, created: bool, out: &mut HostEffects) {
         let id = table.def.id();
         let entry = TableEntry { id, def: table.def, moved: table.moved };
         for shard in 0..entry.def.shards {
             let placement = entry.placement(shard, &self.nodes);
             if placement.replicas.contains(&self.me) {
                 let sid = ShardId { table: id, shard, generation: placement.generation };
-                self.open(sid, &entry.def.name, None, Opening::Start { placement }, out);
+                let why = Opening::Start { placement, created };
+                self.open(sid, &entry.def.name, None, why, out);
             }
         }
         self.tables.insert(entry.def.name.clone(), entry);
@@ -140,13 +143,15 @@ impl Shards {
         out.storage.push(Storage::Open { shard: id, table: table.to_string(), install });
     }
 
-    /// Starts a replica from the state its storage gave back.
+    /// Starts a replica from the state its storage gave back (`created`: of a table created
+    /// just now).
     pub fn start_replica(
         &mut self,
         now: Instant,
         id: ShardId,
         placement: &ShardMove,
         state: RecoveredState,
+        created: bool,
     ) -> Result<(), String> {
         let def = self
             .tables
@@ -180,6 +185,12 @@ impl Shards {
             preferred_leader(&def, id.shard).filter(|l| placement.replicas.contains(l))
         {
             replica.prefer_leader(now, leader);
+            if created && empty {
+                // A new table's replicas have acknowledged nothing (like a moved shard's new
+                // group, orca §5.10 departure): they vote at once and the preferred one stands
+                // within ET_min/10, so it leads however far apart the nodes created the table.
+                replica.start_new_group(now, leader == self.me);
+            }
         }
         self.shards.insert(
             id.key(),
