@@ -137,6 +137,8 @@ pub(crate) struct Leases {
     next_tick: Instant,
     /// Starts of the service in the current epoch of `__leases`.
     starts: (u32, u64),
+    /// RPCs refused because their lease fields were impossible (`LeaseCheck::Invalid`).
+    pub invalid_envelopes: u64,
 }
 
 impl Leases {
@@ -155,6 +157,7 @@ impl Leases {
             local_answers: Vec::new(),
             next_tick: Instant::ZERO,
             starts: (0, 0),
+            invalid_envelopes: 0,
         }
     }
 
@@ -174,7 +177,7 @@ impl Leases {
             return Some(req); // no envelope, or a bad one: the engine answers it
         };
         let client = env.rpc.client_id;
-        match self.validator.check(&env.lease) {
+        match self.validator.check(&env.lease, now) {
             LeaseCheck::Alive { expiration } => {
                 env.lease.expiration = expiration;
                 Some(req)
@@ -183,6 +186,16 @@ impl Leases {
                 let body = Response::Error {
                     code: ErrorCode::ExpiredLease,
                     message: format!("{}: the client's lease expired (confirmed by the lease service); outcome of its unfinished requests unknown", env.rpc),
+                };
+                out.reply.push((route, ClientResponse { corr: req.corr, body }));
+                None
+            }
+            LeaseCheck::Invalid(why) => {
+                self.invalid_envelopes += 1;
+                warn!(client, why, "refused an RPC whose lease no grant produces");
+                let body = Response::Error {
+                    code: ErrorCode::BadEnvelope,
+                    message: format!("{}: {why}", env.rpc),
                 };
                 out.reply.push((route, ClientResponse { corr: req.corr, body }));
                 None

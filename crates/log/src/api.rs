@@ -214,6 +214,8 @@ pub enum StepDownReason {
     HigherEpoch,
     /// No majority acknowledged a heartbeat round for `ST` past the lease (§5.8).
     LeaseLost,
+    /// The epoch's entry counter is near its end: a new election starts a new epoch.
+    CounterExhausted,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -774,3 +774,33 @@ fn the_preferred_replica_stands_first_and_not_before_et_min() {
         assert!(others.iter().all(|o| *o > preferred), "seed {seed}: {preferred:?} vs {others:?}");
     }
 }
+
+/// Issue 17: one forged `VoteResp` at epoch `u32::MAX` used to be adopted and persisted by
+/// every replica (no election could follow without wrapping). Epochs at the ceiling, or
+/// further ahead than `MAX_EPOCH_JUMP`, are counted and dropped; nothing is persisted.
+#[test]
+fn an_impossible_epoch_from_a_peer_is_dropped_without_effect() {
+    use crate::replica::{EPOCH_CEILING, MAX_EPOCH_JUMP};
+    let mut r = recovered(vec![entry(1, 1)], 1);
+    let mut out: LogEffects = Effects::default();
+    let now = Instant::from_millis(10);
+    for epoch in [u32::MAX, EPOCH_CEILING, 1 + MAX_EPOCH_JUMP + 1] {
+        r.on_message(now, NodeId(1), LogMessage::VoteResp { epoch, granted: true });
+        r.on_message(
+            now,
+            NodeId(1),
+            LogMessage::RequestVote { epoch, last_index: LogIndex::new(9, 9) },
+        );
+    }
+    r.poll_effects(&mut out);
+    assert_eq!(r.stats().bad_messages, 6);
+    assert_eq!(r.epoch(), 1, "no epoch adopted");
+    assert!(out.persist.is_empty() && out.send.is_empty() && out.send_after_persist.is_empty());
+    // A genuine jump (a replica that missed elections) is adopted as before.
+    r.on_message(
+        now,
+        NodeId(1),
+        LogMessage::VoteResp { epoch: 1 + MAX_EPOCH_JUMP, granted: false },
+    );
+    assert_eq!(r.epoch(), 1 + MAX_EPOCH_JUMP);
+}

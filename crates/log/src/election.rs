@@ -25,6 +25,13 @@ impl LogReplica {
 
     /// Candidate step 1-2: new epoch, vote for self (persisted before the requests leave).
     pub(crate) fn start_election(&mut self, now: Instant) {
+        if self.epoch >= crate::replica::EPOCH_CEILING - 1 {
+            // Only a store written before epochs were bounded gets here: the group cannot
+            // elect without wrapping, so it stays without a leader (re-seed this replica).
+            self.reset_election_deadline(now);
+            self.stats.bad_messages += 1;
+            return;
+        }
         self.epoch += 1;
         self.voted_for = Some(self.id);
         self.persist(Persist::HardState(self.hard_state()));

@@ -611,6 +611,13 @@ impl LogReplica {
 
     /// Whether a peer message is acceptable at all (hostile input is counted and dropped).
     fn message_ok(&self, msg: &LogMessage) -> bool {
+        // [Strata] An epoch no election sequence can reach is refused before it is adopted
+        // and persisted (design.md, "Untrusted input"): one forged `VoteResp` at `u32::MAX`
+        // once stopped every election of the group for good.
+        let epoch = msg.epoch();
+        if epoch >= EPOCH_CEILING || epoch > self.epoch.saturating_add(MAX_EPOCH_JUMP) {
+            return false;
+        }
         match msg {
             LogMessage::AppendEntries(m) => {
                 let mut prev = m.prev_index;
@@ -639,6 +646,17 @@ impl LogReplica {
             .chain(self.follower_read_deadlines())
     }
 }
+
+/// Epochs at or above this are never used: the epoch counter cannot wrap, and a message
+/// carrying one is refused (20 years of back-to-back elections at 150 ms do not reach it).
+pub const EPOCH_CEILING: u32 = u32::MAX - (1 << 16);
+/// The furthest a message's epoch may lead this replica's: 2^24 elections, four weeks of
+/// back-to-back elections at 150 ms. A replica cut off longer than that is refused by its
+/// group until its storage is re-seeded (design.md, "Untrusted input").
+pub const MAX_EPOCH_JUMP: u32 = 1 << 24;
+/// A leader steps down when its entry counter reaches this, so a new epoch starts the counter
+/// again before it can wrap (room is left for the node's own entries).
+pub(crate) const COUNTER_CEILING: u32 = u32::MAX - (1 << 16);
 
 /// The audit event of an entry whose mutation took effect (rifl.md §7's effect event).
 pub(crate) fn executed_event(e: &LogEntry, applied: Applied) -> Option<LogEvent> {

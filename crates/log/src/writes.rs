@@ -183,6 +183,12 @@ impl LogReplica {
             self.effects.reply.push(reply(Err(WriteError::Unavailable)));
             return;
         }
+        if l.next_counter >= crate::replica::COUNTER_CEILING {
+            // 4 billion entries in one epoch: a new election restarts the counter.
+            self.step_down(now, crate::StepDownReason::CounterExhausted);
+            self.effects.reply.push(reply(Err(WriteError::NotLeader { hint: None })));
+            return;
+        }
         // Steps 3-4 (and S6: the entry is the completion record).
         let index = LogIndex::new(self.epoch, l.next_counter);
         l.next_counter += 1;

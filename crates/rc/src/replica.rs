@@ -11,8 +11,8 @@ use std::collections::{BTreeSet, HashMap, HashSet};
 use bytes::Bytes;
 use strata_core::{DeadlineQueue, Effects, Node, Prng};
 use strata_wire::client::{ClientRequest, ClientResponse, ErrorCode, Request, Response};
-use strata_wire::peer::{Completion, KeyRecords, PeerMessage, RcResult};
-use strata_wire::{Carstamp, Instant, NodeId, Rifl, RmwId, RpcId, SessionId};
+use strata_wire::peer::{Completion, KeyRecords, PeerMessage, RcResult, Version};
+use strata_wire::{Ballot, Carstamp, Instant, Llc, NodeId, Rifl, RmwId, RpcId, SessionId};
 
 use crate::api::{RcEvent, RcInput, RcReply, RcStats, Route};
 use crate::barrier::DBit;
@@ -704,26 +704,55 @@ impl RcReplica {
     }
 
     /// Whether a peer message is acceptable at all (hostile input is counted and dropped).
+    /// Sizes, and the counters a peer sends: a clock, slot or ballot round at the counter's
+    /// end would wrap (or panic) at this replica's next increment, and a clock naming no
+    /// replica has no owner. [Strata] design.md, "Untrusted input": a forged `Write` at
+    /// version `u64::MAX` once made the next local put abort the node.
     fn peer_message_ok(&self, msg: &PeerMessage) -> bool {
         let limits = &self.cfg.limits;
         let key_ok = |k: &Bytes| !k.is_empty() && k.len() <= limits.max_key_bytes;
         let value_ok =
             |v: &Option<Bytes>| v.as_ref().is_none_or(|v| v.len() <= limits.max_value_bytes);
+        let llc_ok = |l: &Llc| {
+            l.ver < CLOCK_CEILING
+                && (l.ver == 0 || self.peer_set.contains(l.node) || l.node == self.cfg.node)
+        };
+        let cs_ok = |cs: &Carstamp| llc_ok(&cs.llc) && cs.pno < COUNTER_CEILING;
+        let version_ok =
+            |v: &Option<Version>| v.as_ref().is_none_or(|v| value_ok(&v.value) && cs_ok(&v.cs));
+        let slot_ok = |slot: u32| slot > 0 && slot < COUNTER_CEILING;
+        let ballot_ok = |b: &Ballot| b.round < COUNTER_CEILING;
         match msg {
-            PeerMessage::Write(w) => key_ok(&w.key) && value_ok(&w.value),
-            PeerMessage::Read(r) => key_ok(&r.key),
+            PeerMessage::Write(w) => key_ok(&w.key) && value_ok(&w.value) && cs_ok(&w.cs),
+            PeerMessage::WriteAck(a) => cs_ok(&a.cs),
+            PeerMessage::Read(r) => key_ok(&r.key) && cs_ok(&r.known_cs),
             PeerMessage::ReadTs { key, .. } => key_ok(key),
-            PeerMessage::Propose(p) => key_ok(&p.key) && p.slot > 0,
-            PeerMessage::Accept(a) => key_ok(&a.key) && a.slot > 0 && value_ok(&a.tuple.value),
-            PeerMessage::Commit(c) => key_ok(&c.key) && c.slot > 0 && value_ok(&c.value),
-            PeerMessage::ReadReply(r) => r.newer.as_ref().is_none_or(|v| value_ok(&v.value)),
-            PeerMessage::ProposeReply(r) | PeerMessage::AcceptReply(r) => {
-                r.current.as_ref().is_none_or(|v| value_ok(&v.value))
+            PeerMessage::ReadTsReply { cs, .. } | PeerMessage::CommitAck { cs, .. } => cs_ok(cs),
+            PeerMessage::Propose(p) => {
+                key_ok(&p.key) && slot_ok(p.slot) && ballot_ok(&p.ballot) && cs_ok(&p.known_cs)
             }
+            PeerMessage::Accept(a) => {
+                key_ok(&a.key)
+                    && slot_ok(a.slot)
+                    && ballot_ok(&a.ballot)
+                    && value_ok(&a.tuple.value)
+                    && llc_ok(&a.tuple.base)
+            }
+            PeerMessage::Commit(c) => {
+                key_ok(&c.key) && slot_ok(c.slot) && value_ok(&c.value) && cs_ok(&c.cs)
+            }
+            PeerMessage::ReadReply(r) => cs_ok(&r.cs) && version_ok(&r.newer),
+            PeerMessage::ProposeReply(r) | PeerMessage::AcceptReply(r) => version_ok(&r.current),
             _ => true,
         }
     }
 }
+
+/// A Lamport clock at or above this is never produced (2^62 writes to one key) and is refused
+/// from a peer, so `ver + 1` cannot wrap.
+const CLOCK_CEILING: u64 = 1 << 62;
+/// The same bound for 32-bit counters: RMW slots, `pno`s and ballot rounds.
+const COUNTER_CEILING: u32 = 1 << 30;
 
 /// How `start` left an operation.
 pub(crate) enum Started {

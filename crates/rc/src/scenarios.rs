@@ -252,3 +252,33 @@ fn canary_a_release_that_skips_the_slow_release_leaves_the_sleeper_stale() {
         "a stale relaxed read after the acquire: the RC violation the slow release prevents"
     );
 }
+
+/// Issue 17: a forged `Write` at clock `u64::MAX` used to be installed, and the next local put
+/// (`ver + 1`) aborted the node. Counters at their end, and clocks naming no replica, are
+/// counted and dropped; the key keeps working.
+#[test]
+fn rc_forged_writes_at_the_counters_end_are_dropped_and_puts_go_on() {
+    use strata_core::Node;
+    use strata_wire::peer::{KeyRecords, Write};
+    use strata_wire::Llc;
+    let mut net = Net::new(3, |_| {});
+    let s = net.open(0);
+    let forged = |ver, node| {
+        PeerMessage::Write(Write {
+            req: 1,
+            key: b("k"),
+            value: Some(b("evil")),
+            cs: Carstamp { llc: Llc { ver, node: NodeId(node) }, pno: 0 },
+            rmw_id: None,
+            acq: None,
+            records: KeyRecords::default(),
+        })
+    };
+    let now = strata_wire::Instant::from_millis(1);
+    net.nodes[0].on_message(now, NodeId(1), forged(u64::MAX, 1));
+    net.nodes[0].on_message(now, NodeId(1), forged(5, 42));
+    assert_eq!(net.nodes[0].stats().bad_peer_messages, 2);
+    let cs = written(net.call(0, Request::Put { session: s, key: b("k"), value: b("good") }));
+    assert_eq!(cs.llc.ver, 1, "the forged versions were never installed");
+    assert_eq!(value(net.call(0, Request::Get { session: s, key: b("k") })), Some(b("good")));
+}

@@ -164,11 +164,11 @@ fn run(seed: u64, canary: Option<LeaseCanary>, leader_change_per_mille: u64) -> 
             let info = c.lease.usable(ms(now)).or(c.lease.last_grant()).expect("granted");
             let node = (ci + step as usize) % NODES;
             let v = &mut nodes[node];
-            let mut verdict = v.check(&info);
+            let mut verdict = v.check(&info, ms(now));
             if verdict == LeaseCheck::Ask {
                 ask(&mut svc, v, id, now, &mut collected[node], &mut expired_anywhere)
                     .map_err(|e| format!("step {step}: {e}"))?;
-                verdict = v.check(&info);
+                verdict = v.check(&info, ms(now));
             }
             if let LeaseCheck::Alive { .. } = verdict {
                 if collected[node].contains(&id) {

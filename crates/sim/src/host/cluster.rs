@@ -104,11 +104,13 @@ pub struct HostCluster {
     pub shard_rate_limit: Option<u32>,
     effects: HostEffects,
     /// Replies for clients, taken by the client driver.
-    pub(crate) client_inbox: Vec<(usize, ClientResponse)>,
+    pub client_inbox: Vec<(usize, ClientResponse)>,
     /// Clients whose timer fired.
     pub(crate) client_wakes: Vec<usize>,
     /// Every failure to start or open a shard replica, for the report.
     pub open_failures: Vec<String>,
+    /// Peer messages the hosts have sent (lost ones included).
+    pub peer_messages: u64,
 }
 
 impl HostCluster {
@@ -149,6 +151,7 @@ impl HostCluster {
             client_inbox: Vec::new(),
             client_wakes: Vec::new(),
             open_failures: Vec::new(),
+            peer_messages: 0,
         };
         for i in 0..n {
             c.start(i);
@@ -223,6 +226,13 @@ impl HostCluster {
         self.push(at, Ev::Request { client, node, req });
     }
 
+    /// A peer message from `from` to `to` that no host sent (a forged frame from a peer that
+    /// passed authentication, for the attack tests), arriving after the link's delay.
+    pub fn inject_peer(&mut self, from: usize, to: usize, msg: PeerMessage) {
+        let at = self.now + Duration::from_micros(self.net.delay_us[from][to]);
+        self.push(at, Ev::Peer { from, to, msg });
+    }
+
     /// Wakes client `client` at `at`.
     pub fn wake_client_at(&mut self, client: usize, at: Instant) {
         self.push(at.max(self.now), Ev::Client { client });
@@ -292,6 +302,7 @@ impl HostCluster {
                 break;
             }
             let sends: Vec<_> = self.effects.send.drain(..).collect();
+            self.peer_messages += sends.len() as u64;
             for (to, msg) in sends {
                 let j = to.0 as usize;
                 if self.prng.chance(self.net.loss) {
