@@ -718,12 +718,19 @@ impl RcReplica {
                 && (l.ver == 0 || self.peer_set.contains(l.node) || l.node == self.cfg.node)
         };
         let cs_ok = |cs: &Carstamp| llc_ok(&cs.llc) && cs.pno < COUNTER_CEILING;
-        let version_ok =
-            |v: &Option<Version>| v.as_ref().is_none_or(|v| value_ok(&v.value) && cs_ok(&v.cs));
+        // An RMW's version (`pno > 0`) names its RMW, a plain one does not (Kite §7 inv. 12:
+        // without the id the slot is never learned, and the version sits beyond it).
+        let versioned =
+            |cs: &Carstamp, id: &Option<RmwId>| cs_ok(cs) && id.is_some() == (cs.pno > 0);
+        let version_ok = |v: &Option<Version>| {
+            v.as_ref().is_none_or(|v| value_ok(&v.value) && versioned(&v.cs, &v.rmw_id))
+        };
         let slot_ok = |slot: u32| slot > 0 && slot < COUNTER_CEILING;
         let ballot_ok = |b: &Ballot| b.round < COUNTER_CEILING;
         match msg {
-            PeerMessage::Write(w) => key_ok(&w.key) && value_ok(&w.value) && cs_ok(&w.cs),
+            PeerMessage::Write(w) => {
+                key_ok(&w.key) && value_ok(&w.value) && versioned(&w.cs, &w.rmw_id)
+            }
             PeerMessage::WriteAck(a) => cs_ok(&a.cs),
             PeerMessage::Read(r) => key_ok(&r.key) && cs_ok(&r.known_cs),
             PeerMessage::ReadTs { key, .. } => key_ok(key),

@@ -254,8 +254,8 @@ fn canary_a_release_that_skips_the_slow_release_leaves_the_sleeper_stale() {
 }
 
 /// Issue 17: a forged `Write` at clock `u64::MAX` used to be installed, and the next local put
-/// (`ver + 1`) aborted the node. Counters at their end, and clocks naming no replica, are
-/// counted and dropped; the key keeps working.
+/// (`ver + 1`) aborted the node. Counters at their end, clocks naming no replica and RMW
+/// versions without their RMW are counted and dropped; the key keeps working.
 #[test]
 fn rc_forged_writes_at_the_counters_end_are_dropped_and_puts_go_on() {
     use strata_core::Node;
@@ -263,21 +263,23 @@ fn rc_forged_writes_at_the_counters_end_are_dropped_and_puts_go_on() {
     use strata_wire::Llc;
     let mut net = Net::new(3, |_| {});
     let s = net.open(0);
-    let forged = |ver, node| {
+    let forged = |ver, node, pno| {
         PeerMessage::Write(Write {
             req: 1,
             key: b("k"),
             value: Some(b("evil")),
-            cs: Carstamp { llc: Llc { ver, node: NodeId(node) }, pno: 0 },
+            cs: Carstamp { llc: Llc { ver, node: NodeId(node) }, pno },
             rmw_id: None,
             acq: None,
             records: KeyRecords::default(),
         })
     };
     let now = strata_wire::Instant::from_millis(1);
-    net.nodes[0].on_message(now, NodeId(1), forged(u64::MAX, 1));
-    net.nodes[0].on_message(now, NodeId(1), forged(5, 42));
-    assert_eq!(net.nodes[0].stats().bad_peer_messages, 2);
+    net.nodes[0].on_message(now, NodeId(1), forged(u64::MAX, 1, 0));
+    net.nodes[0].on_message(now, NodeId(1), forged(5, 42, 0));
+    // Found by the `peer_message` fuzz target: an RMW version without its RMW id.
+    net.nodes[0].on_message(now, NodeId(1), forged(5, 1, 7));
+    assert_eq!(net.nodes[0].stats().bad_peer_messages, 3);
     let cs = written(net.call(0, Request::Put { session: s, key: b("k"), value: b("good") }));
     assert_eq!(cs.llc.ver, 1, "the forged versions were never installed");
     assert_eq!(value(net.call(0, Request::Get { session: s, key: b("k") })), Some(b("good")));
