@@ -16,6 +16,7 @@ pub fn host() -> (Host, HostEffects) {
         rifl: strata_host::rifl_config(Duration::from_secs(10)),
         seed: 7,
         shard_rate_limit: None,
+        audit: false,
     };
     let mut host = Host::new(cfg, b"").expect("a host starts without a catalog");
     let mut fx = HostEffects::default();

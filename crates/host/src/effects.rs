@@ -2,6 +2,7 @@
 
 use strata_core::Route;
 use strata_log::Persist;
+use strata_rc::RcEvent;
 use strata_wire::client::{ClientResponse, LinkFault};
 use strata_wire::log::Snapshot;
 use strata_wire::peer::PeerMessage;
@@ -60,6 +61,16 @@ pub struct HostEffects {
     pub storage: Vec<Storage>,
     /// Link faults to set on the transport (`strata fault`): `None` means every peer.
     pub fault: Vec<(Option<NodeId>, LinkFault)>,
+    /// The parts' audit events, in the order they happened, for the simulator's checkers;
+    /// only with `HostConfig::audit` (a server leaves it off and pays nothing).
+    pub audit: Vec<Audit>,
+}
+
+/// An audit event, tagged by the part that emitted it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Audit {
+    /// The rc replica's (Kite §7 inv. 14 - 17 and version creations).
+    Rc(RcEvent),
 }
 
 impl HostEffects {
@@ -68,6 +79,7 @@ impl HostEffects {
             && self.reply.is_empty()
             && self.storage.is_empty()
             && self.fault.is_empty()
+            && self.audit.is_empty()
     }
 
     /// Moves everything into `out`, keeping this buffer's capacity for reuse.
@@ -76,5 +88,6 @@ impl HostEffects {
         out.reply.append(&mut self.reply);
         out.storage.append(&mut self.storage);
         out.fault.append(&mut self.fault);
+        out.audit.append(&mut self.audit);
     }
 }

@@ -38,7 +38,7 @@ use strata_wire::peer::PeerMessage;
 use strata_wire::{Instant, NodeId};
 use tracing::{error, info};
 
-pub use effects::{HostEffects, ShardId, ShardKey, Storage};
+pub use effects::{Audit, HostEffects, ShardId, ShardKey, Storage};
 
 use catalog::{describe, lease_table_def, Catalogued};
 use courier::{Courier, Delivered, MailError};
@@ -59,6 +59,9 @@ pub struct HostConfig {
     /// leads (a token bucket; `None`: unlimited). For benchmarks that must show hot spots on a
     /// small machine.
     pub shard_rate_limit: Option<u32>,
+    /// Emit the parts' audit events as [`HostEffects::audit`] (the simulator's checkers read
+    /// them); off in a server.
+    pub audit: bool,
 }
 
 /// Why a host could not be built. Each variant says what to fix.
@@ -85,6 +88,7 @@ pub struct Host {
     me: NodeId,
     rc: RcReplica,
     rc_effects: RcEffects,
+    audit: bool,
     shards: Shards,
     leases: Leases,
     /// Node-level messages to shard leaders (`courier`).
@@ -119,6 +123,7 @@ impl Host {
             me,
             rc,
             rc_effects: RcEffects::default(),
+            audit: cfg.audit,
             shards,
             leases: Leases::new(me, cfg.rifl),
             courier: Courier::default(),
@@ -315,6 +320,12 @@ impl Host {
     /// The protocol part of `Status`; the runtime adds its transport counters.
     pub fn status(&self, now: Instant) -> (RcStats, Vec<ShardStatus>, u64) {
         (self.rc.stats(), self.shards.status(now), self.shards.unroutable_messages)
+    }
+
+    /// Read-only access to the rc replica, for the simulator's checkers (they sample its keys
+    /// after every input) and for tests.
+    pub fn rc(&self) -> &RcReplica {
+        &self.rc
     }
 
     /// Read-only access to this node's replica of `table`'s `shard`, for the simulator's
@@ -569,7 +580,11 @@ impl Host {
         );
         self.out.send.append(&mut fx.send);
         self.out.reply.extend(fx.reply.drain(..).map(|r| (r.route, r.resp)));
-        fx.event.clear();
+        if self.audit {
+            self.out.audit.extend(fx.event.drain(..).map(Audit::Rc));
+        } else {
+            fx.event.clear();
+        }
     }
 }
 

@@ -155,8 +155,13 @@ async fn start_on(
     let disks = storage::Disks::new(&cfg.data_dir, disk_tx);
     let catalog = disks.load_catalog().map_err(StartError::Tables)?;
     let rifl = strata_host::rifl_config(Duration::from_millis(cfg.lease_term_ms));
-    let host_cfg =
-        HostConfig { rc, rifl, seed: incarnation, shard_rate_limit: cfg.shard_rate_limit };
+    let host_cfg = HostConfig {
+        rc,
+        rifl,
+        seed: incarnation,
+        shard_rate_limit: cfg.shard_rate_limit,
+        audit: false,
+    };
     let host = Host::new(host_cfg, &catalog)?;
 
     let wire = WireSettings {

@@ -24,27 +24,24 @@
 //! checks carry a global `seq` (their order, see [`History`]) and, where "the same atomic step"
 //! matters, the driver's input number `step`.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::time::Duration;
 
-use std::collections::{HashMap, HashSet};
-
 use bytes::Bytes;
-use strata_core::{DeadlineQueue, Node};
-use strata_rc::{RcConfig, RcEffects, RcEvent, RcInput, RcReplica, RcStats};
+use strata_host::Audit;
+use strata_rc::{RcEvent, RcInput, RcStats};
 use strata_wire::peer::{PeerMessage, Tuple};
 use strata_wire::{AcquireId, Ballot, Carstamp, Instant, NodeId, RmwId};
 
-use crate::clock::NodeClock;
-use crate::guard::guarded;
 use crate::history::{
     Acceptance, Anomaly, BarrierSeen, CommitSeen, Creation, DbitSeen, EpochBump, EpochChange,
     FinalState, History, PromiseSeen, Registration, ReplicaChange, ResetBitSeen,
     SelfDelinquentSeen, SlowReleaseAck, SlowReleaseSeen, Value,
 };
+use crate::host::cluster::{ClusterOptions, HostCluster, HostNet, Step, Stepped};
 use crate::knobs::{Fault, Knobs, Streams};
-use crate::net::{NetStats, Network};
-use crate::workload::Workload;
+use crate::net::NetStats;
+use crate::workload::{Workload, SIM_LEASE_TERM};
 
 /// The next number of the driver's global record order (`History`, "Records that carry a
 /// `seq`"); a free function, so that it borrows only the counter.
@@ -56,19 +53,9 @@ fn next_seq(seq: &mut u64) -> u64 {
 /// A run that processes this many events is stuck in a loop; the run stops and says so.
 const EVENT_BUDGET: u64 = 20_000_000;
 
+/// The harness's own events, on the cluster's queue (`HostCluster::schedule`).
 #[derive(Debug)]
-// Messages dominate the queue; boxing them would allocate once per delivery.
-#[allow(clippy::large_enum_variant)]
 enum Event {
-    Deliver {
-        from: NodeId,
-        to: NodeId,
-        msg: PeerMessage,
-    },
-    /// The node's armed tick; stale unless it is still the armed one.
-    Timer {
-        node: NodeId,
-    },
     Issue {
         client: usize,
     },
@@ -93,40 +80,16 @@ enum Event {
     End,
 }
 
-/// An input as the driver queues it for a paused node.
-#[derive(Debug)]
-enum NodeInput {
-    Client(RcInput),
-    Peer { from: NodeId, msg: PeerMessage },
-    Tick,
-}
-
-#[derive(Debug)]
-enum NodeState {
-    Up,
-    /// Inputs wait here, in arrival order, until the node resumes.
-    Paused {
-        inbox: VecDeque<NodeInput>,
-    },
-    Crashed,
-}
-
-struct SimNode {
-    id: NodeId,
-    /// `None` once crashed: the state is lost for good.
-    core: Option<RcReplica>,
-    state: NodeState,
-    clock: NodeClock,
-    /// The last `now` given to the core, so its clock never runs backwards.
-    last_local: Instant,
-    /// Global instant of the armed tick.
-    timer: Option<Instant>,
+/// What the harness keeps of one node besides its host: the last sample of its replica.
+#[derive(Default)]
+struct Seen {
     /// The replica's state per key at the last sample.
     held: BTreeMap<Bytes, Held>,
     /// The machine epoch at the last sample.
     epoch: u64,
-    invariants_failed: bool,
+    failure_reported: bool,
     stuck_reported: bool,
+    crashed: bool,
 }
 
 /// What the driver samples of one key of one replica after every input.
@@ -183,20 +146,19 @@ impl RunStats {
 
 pub struct Cluster {
     knobs: Knobs,
-    now: Instant,
-    queue: DeadlineQueue<Event>,
-    nodes: Vec<SimNode>,
-    net: Network,
+    /// The nodes, the network and the one event loop (`crate::host::cluster`).
+    hosts: HostCluster,
+    seen: Vec<Seen>,
+    /// The harness's events on the cluster's queue, by token.
+    events: BTreeMap<u64, Event>,
+    next_token: u64,
     workload: Workload,
     history: History,
     phase: Phase,
     liveness_requested: bool,
-    effects: RcEffects,
     stats: RunStats,
     /// Orders the driver's records globally (`History`, "Records that carry a `seq`").
     seq: u64,
-    /// Numbers the inputs given to the cores: one input is one atomic step (Kite K-D18).
-    steps: u64,
     /// Distinct commits already recorded: `(key, slot, rmw_id, cs, value)`.
     commits_seen: HashSet<(Bytes, u32, RmwId, Carstamp, Value)>,
     /// RMW versions already in `history.creations`, by `(key, cs)`.
@@ -214,58 +176,55 @@ pub struct Cluster {
 impl Cluster {
     pub fn new(knobs: Knobs) -> Cluster {
         let streams = Streams::new(knobs.seed);
-        let net = Network::new(knobs.net.clone(), streams.net);
         let mut workload = Workload::new(knobs.workload.clone(), knobs.nodes, streams.workload);
         workload.scripted = knobs.script.is_some();
         // Scripts address sessions by client number: there, a session dies with its node.
         workload.failover = !workload.scripted;
         workload.seed_retries(knobs.seed);
-        let replicas: Vec<NodeId> = (0..knobs.nodes).map(NodeId).collect();
-        let nodes = replicas
-            .iter()
-            .map(|&id| {
-                let mut cfg = RcConfig::new(id, replicas.clone());
-                cfg.retransmit_after = Duration::from_micros(knobs.retransmit_after_us);
-                cfg.retransmit_max = Duration::from_micros(knobs.retransmit_max_us);
-                cfg.round_retransmit = Duration::from_micros(knobs.round_retransmit_us);
-                cfg.release_timeout = Duration::from_micros(knobs.release_timeout_us);
-                cfg.release_timeout_max = Duration::from_micros(knobs.release_timeout_max_us);
-                cfg.backoff_min = Duration::from_micros(knobs.backoff_min_us);
-                cfg.backoff_max = Duration::from_micros(knobs.backoff_max_us);
-                cfg.seed = knobs.seed.rotate_left(17)
-                    ^ (u64::from(id.0) + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15);
-                cfg.planted_bug = knobs.canary;
-                SimNode {
-                    id,
-                    core: Some(
-                        RcReplica::new(cfg).expect("dense ids 0..N form a valid replica set"),
-                    ),
-                    state: NodeState::Up,
-                    clock: knobs.clocks[id.0 as usize],
-                    last_local: Instant::ZERO,
-                    timer: None,
-                    held: BTreeMap::new(),
-                    epoch: 0,
-                    invariants_failed: false,
-                    stuck_reported: false,
-                }
-            })
-            .collect();
+        let n = knobs.nodes as usize;
+        let mut net = HostNet::matrix(vec![vec![0; n]; n], 0, 0.0, 0, 0.0);
+        net.links = knobs.net.clone();
+        let k = knobs.clone();
+        let tune = move |i: usize, cfg: &mut strata_host::HostConfig| {
+            let rc = &mut cfg.rc;
+            rc.retransmit_after = Duration::from_micros(k.retransmit_after_us);
+            rc.retransmit_max = Duration::from_micros(k.retransmit_max_us);
+            rc.round_retransmit = Duration::from_micros(k.round_retransmit_us);
+            rc.release_timeout = Duration::from_micros(k.release_timeout_us);
+            rc.release_timeout_max = Duration::from_micros(k.release_timeout_max_us);
+            rc.backoff_min = Duration::from_micros(k.backoff_min_us);
+            rc.backoff_max = Duration::from_micros(k.backoff_max_us);
+            rc.seed = k.seed.rotate_left(17) ^ (i as u64 + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+            rc.planted_bug = k.canary;
+        };
+        let mut hosts = HostCluster::with(ClusterOptions {
+            nodes: n,
+            net,
+            seed: knobs.seed ^ 0x686f_7374,
+            net_prng: Some(streams.net),
+            clocks: Some(knobs.clocks.clone()),
+            start: Instant::ZERO,
+            lease_term: SIM_LEASE_TERM,
+            shard_rate_limit: None,
+            observe: true,
+            tune: Some(Box::new(tune)),
+        });
+        if let Some(rule) = knobs.script.as_ref().and_then(|s| s.drop) {
+            hosts.drop_rule = Some((Instant(rule.until_ns), rule.drops));
+        }
         let history = History { nodes: knobs.nodes, ..History::default() };
         Cluster {
+            seen: (0..n).map(|_| Seen::default()).collect(),
             knobs,
-            now: Instant::ZERO,
-            queue: DeadlineQueue::default(),
-            nodes,
-            net,
+            hosts,
+            events: BTreeMap::new(),
+            next_token: 0,
             workload,
             history,
             phase: Phase::Safety,
             liveness_requested: false,
-            effects: RcEffects::default(),
             stats: RunStats::default(),
             seq: 0,
-            steps: 0,
             commits_seen: HashSet::new(),
             rmw_versions: HashMap::new(),
             slow_releases: HashMap::new(),
@@ -276,35 +235,53 @@ impl Cluster {
         }
     }
 
+    fn now(&self) -> Instant {
+        self.hosts.now
+    }
+
+    /// Puts `event` on the cluster's queue at `at`.
+    fn at(&mut self, at: Instant, event: Event) {
+        self.next_token += 1;
+        self.events.insert(self.next_token, event);
+        self.hosts.schedule(at, self.next_token);
+    }
+
     /// Runs every phase to the end and returns what happened.
     pub fn run(mut self) -> (History, RunStats) {
         for sf in self.knobs.faults.clone() {
-            self.queue.push(Instant(sf.at_ns), Event::Fault(sf.fault));
+            self.at(Instant(sf.at_ns), Event::Fault(sf.fault));
         }
-        self.queue.push(Instant(self.knobs.safety_ns), Event::StartLiveness);
+        self.at(Instant(self.knobs.safety_ns), Event::StartLiveness);
         if let Some(script) = &self.knobs.script {
-            for (op, s) in script.ops.iter().enumerate() {
-                self.queue.push(Instant(s.at_ns), Event::Scripted { op });
+            let due: Vec<u64> = script.ops.iter().map(|s| s.at_ns).collect();
+            for (op, at_ns) in due.into_iter().enumerate() {
+                self.at(Instant(at_ns), Event::Scripted { op });
             }
         }
         for c in 0..self.workload.clients.len() {
             let (node, input) = self.workload.open(c);
-            self.input(node, NodeInput::Client(input));
+            self.input(node, input);
         }
-        while let Some(at) = self.queue.next_deadline() {
+        while let Some(at) = self.hosts.next_at() {
             // The queue never goes back in time, so neither does any node's clock.
-            assert!(at >= self.now, "event queue went back in time");
-            self.now = at;
-            let Some(event) = self.queue.pop_due(at) else { break };
+            assert!(at >= self.now(), "event queue went back in time");
+            let Some(stepped) = self.hosts.next(at) else { break };
             self.stats.events += 1;
-            self.handle(event);
+            match stepped {
+                Stepped::Quiet => {}
+                Stepped::Node(step) => self.after_step(step),
+                Stepped::Harness(token) => {
+                    let event = self.events.remove(&token).expect("each token is scheduled once");
+                    self.handle(event);
+                }
+            }
             if self.phase == Phase::Done {
                 break;
             }
             if self.stats.events >= EVENT_BUDGET {
                 let what =
                     format!("event budget of {EVENT_BUDGET} exhausted: the run does not quiesce");
-                self.history.anomalies.push(Anomaly { at: self.now, node: None, what });
+                self.history.anomalies.push(Anomaly { at: self.now(), node: None, what });
                 break;
             }
         }
@@ -312,18 +289,11 @@ impl Cluster {
     }
 
     fn handle(&mut self, event: Event) {
+        let now = self.now();
         match event {
-            Event::Deliver { from, to, msg } => self.deliver(from, to, msg),
-            Event::Timer { node } => {
-                let n = &mut self.nodes[node.0 as usize];
-                if n.timer == Some(self.now) && matches!(n.state, NodeState::Up) {
-                    n.timer = None;
-                    self.step(node, NodeInput::Tick);
-                }
-            }
             Event::Issue { client } => self.issue(client),
             Event::Resend { client, op } => {
-                self.workload.backoff_over(client, op, self.now, &mut self.history);
+                self.workload.backoff_over(client, op, now, &mut self.history);
                 self.flush_workload();
             }
             Event::Scripted { op } => {
@@ -334,38 +304,37 @@ impl Cluster {
                     s.client,
                     s.kind,
                     Bytes::from_static(s.key.as_bytes()),
-                    self.now,
+                    now,
                     &mut self.history,
                 ) {
-                    self.input(node, NodeInput::Client(input));
+                    self.input(node, input);
                 }
             }
             Event::Fault(fault) => self.fault(fault),
-            Event::Heal { links } => self.net.heal_links(&links),
+            Event::Heal { links } => self.hosts.net.heal_links(&links),
             Event::Resume { node } => self.resume(node),
             Event::StartLiveness => self.start_liveness(),
             Event::StopClients => {
                 // Kite §7 prop 9: every live session must show progress after healing; a
                 // session blocked behind a barrier time-out or a Paxos back-off gets more time.
-                let heal = self.history.heal_at.unwrap_or(self.now);
+                let heal = self.history.heal_at.unwrap_or(now);
                 if !self.workload.all_progressed()
-                    && self.now.0 < heal.0 + self.knobs.liveness_ns + LIVENESS_CAP_NS
+                    && now.0 < heal.0 + self.knobs.liveness_ns + LIVENESS_CAP_NS
                 {
-                    self.queue
-                        .push(self.now + Duration::from_nanos(EXTEND_STEP_NS), Event::StopClients);
+                    self.at(now + Duration::from_nanos(EXTEND_STEP_NS), Event::StopClients);
                     return;
                 }
                 self.phase = Phase::Drain;
                 self.workload.issuing = false;
-                self.drain_started = self.now;
-                self.queue.push(self.now + Duration::from_nanos(self.knobs.drain_ns), Event::End);
+                self.drain_started = now;
+                self.at(now + Duration::from_nanos(self.knobs.drain_ns), Event::End);
             }
             Event::End => {
                 // Operations still in flight at live nodes get more time, up to a cap; the
                 // completion checker reports whatever is left.
                 let busy = self.workload.in_flight_live() > 0;
-                if busy && self.now.0 < self.drain_started.0 + self.knobs.drain_ns + DRAIN_CAP_NS {
-                    self.queue.push(self.now + Duration::from_nanos(EXTEND_STEP_NS), Event::End);
+                if busy && now.0 < self.drain_started.0 + self.knobs.drain_ns + DRAIN_CAP_NS {
+                    self.at(now + Duration::from_nanos(EXTEND_STEP_NS), Event::End);
                     return;
                 }
                 self.phase = Phase::Done;
@@ -373,31 +342,22 @@ impl Cluster {
         }
     }
 
-    fn deliver(&mut self, from: NodeId, to: NodeId, msg: PeerMessage) {
-        if matches!(self.nodes[to.0 as usize].state, NodeState::Crashed) {
-            self.net.stats.dropped_dead += 1;
-        } else if self.net.admits(from, to) {
-            self.net.stats.delivered += 1;
-            self.input(to, NodeInput::Peer { from, msg });
-        }
-    }
-
     fn issue(&mut self, client: usize) {
         self.workload.issue_due(client);
-        if let Some((node, input)) = self.workload.issue(client, self.now, &mut self.history) {
-            self.input(node, NodeInput::Client(input));
+        if let Some((node, input)) = self.workload.issue(client, self.now(), &mut self.history) {
+            self.input(node, input);
         }
         self.schedule_issue(client);
         let cap_reached = self.history.ops.len() as u64 >= self.knobs.safety_max_ops;
         if self.phase == Phase::Safety && cap_reached && !self.liveness_requested {
             self.liveness_requested = true;
-            self.queue.push(self.now, Event::StartLiveness);
+            self.at(self.now(), Event::StartLiveness);
         }
     }
 
     fn schedule_issue(&mut self, client: usize) {
-        if let Some(at) = self.workload.next_issue(client, self.now) {
-            self.queue.push(at, Event::Issue { client });
+        if let Some(at) = self.workload.next_issue(client, self.now()) {
+            self.at(at, Event::Issue { client });
         }
     }
 
@@ -408,15 +368,14 @@ impl Cluster {
         }
         match fault {
             Fault::Partition { links, heal_ns, .. } => {
-                self.net.cut_links(&links);
-                self.queue.push(Instant(heal_ns), Event::Heal { links });
+                self.hosts.net.cut_links(&links);
+                self.at(Instant(heal_ns), Event::Heal { links });
             }
             Fault::Pause { node, resume_ns } => {
-                let n = &mut self.nodes[node.0 as usize];
-                if matches!(n.state, NodeState::Up) {
-                    n.state = NodeState::Paused { inbox: VecDeque::new() };
-                    n.timer = None; // ticks wait too; `resume` re-arms
-                    self.queue.push(Instant(resume_ns), Event::Resume { node });
+                let i = node.0 as usize;
+                if self.hosts.is_up(i) && !self.hosts.is_paused(i) {
+                    self.hosts.pause(i);
+                    self.at(Instant(resume_ns), Event::Resume { node });
                 }
             }
             Fault::Crash { node } => self.crash(node),
@@ -424,12 +383,20 @@ impl Cluster {
     }
 
     fn crash(&mut self, node: NodeId) {
-        let n = &mut self.nodes[node.0 as usize];
-        if let Some(core) = n.core.take() {
-            self.stats.add_core(&core.stats());
+        let i = node.0 as usize;
+        if let Some(host) = &self.hosts.nodes[i].host {
+            self.stats.add_core(&host.rc().stats());
         }
-        n.state = NodeState::Crashed;
-        n.timer = None;
+        self.hosts.crash(i);
+        self.crashed(node);
+    }
+
+    /// The node is gone for good (crashed by the schedule, or by a panic).
+    fn crashed(&mut self, node: NodeId) {
+        let seen = &mut self.seen[node.0 as usize];
+        if std::mem::replace(&mut seen.crashed, true) {
+            return;
+        }
         self.workload.node_crashed(node, &mut self.history);
         self.flush_workload();
     }
@@ -438,105 +405,105 @@ impl Cluster {
     /// back-offs.
     fn flush_workload(&mut self) {
         for (at, client, op) in std::mem::take(&mut self.workload.backoffs) {
-            self.queue.push(at, Event::Resend { client, op });
+            self.at(at, Event::Resend { client, op });
         }
         for (node, input) in std::mem::take(&mut self.workload.outbox) {
-            self.input(node, NodeInput::Client(input));
+            self.input(node, input);
         }
     }
 
     /// A paused node processes what queued up, in arrival order (Kite §6, wake-up step 3).
     fn resume(&mut self, node: NodeId) {
-        let n = &mut self.nodes[node.0 as usize];
-        let NodeState::Paused { inbox } = std::mem::replace(&mut n.state, NodeState::Up) else {
-            return;
-        };
-        for input in inbox {
-            self.step(node, input);
+        let mut backlog = self.hosts.resume(node.0 as usize);
+        // One input at a time, each recorded before the next runs.
+        while let Some(step) = self.hosts.replay(&mut backlog) {
+            if let Some(step) = step {
+                self.after_step(step);
+            }
         }
-        self.rearm(node, false);
     }
 
     fn start_liveness(&mut self) {
         if self.phase != Phase::Safety {
             return;
         }
+        let now = self.now();
         self.phase = Phase::Liveness;
-        self.history.heal_at = Some(self.now);
-        self.workload.heal_at = Some(self.now);
-        self.net.calm();
+        self.history.heal_at = Some(now);
+        self.workload.heal_at = Some(now);
+        self.hosts.calm();
         self.workload.read_only = self.knobs.workload.read_only_after_heal;
-        for i in 0..self.nodes.len() {
-            self.resume(NodeId(i as u32));
+        for i in 0..self.knobs.nodes {
+            self.resume(NodeId(i));
         }
-        self.queue
-            .push(self.now + Duration::from_nanos(self.knobs.liveness_ns), Event::StopClients);
+        self.at(now + Duration::from_nanos(self.knobs.liveness_ns), Event::StopClients);
     }
 
-    /// Hands an input to a node: processed now if it is up, queued if paused, lost if crashed.
-    fn input(&mut self, node: NodeId, input: NodeInput) {
-        match &mut self.nodes[node.0 as usize].state {
-            NodeState::Up => self.step(node, input),
-            NodeState::Paused { inbox } => inbox.push_back(input),
-            NodeState::Crashed => {}
+    /// Hands a client's input to a node: processed now if it is up, queued if paused, lost
+    /// if crashed.
+    fn input(&mut self, node: NodeId, input: RcInput) {
+        let i = node.0 as usize;
+        let step = match input {
+            RcInput::Client { route, req } => self.hosts.client_input(i, route, req),
+            RcInput::Disconnected { route } => self.hosts.disconnect(i, route),
+        };
+        if let Some(step) = step {
+            self.after_step(step);
         }
     }
 
-    /// One input to one core, then everything the contract asks of the driver after it.
-    fn step(&mut self, node: NodeId, input: NodeInput) {
-        let now = self.now;
-        let n = &mut self.nodes[node.0 as usize];
-        let Some(core) = n.core.as_mut() else { return };
-        let local = n.clock.local(now).max(n.last_local);
-        n.last_local = local;
-        let is_tick = matches!(input, NodeInput::Tick);
-        self.steps += 1;
-        let handled = guarded(|| match input {
-            NodeInput::Client(req) => core.on_client_request(local, req),
-            NodeInput::Peer { from, msg } => core.on_message(local, from, msg),
-            NodeInput::Tick => core.on_tick(local),
-        });
-        if let Err(panic) = handled {
-            // A panicking input handler leaves the core torn: treat it as a crash, loudly.
-            let what = format!("core panicked while handling an input: {panic}");
-            self.history.anomalies.push(Anomaly { at: now, node: Some(node), what });
-            return self.crash(node);
-        }
-        if !n.invariants_failed {
-            if let Err(panic) = guarded(|| core.check_invariants()) {
-                // Reported once; the node keeps running so the checkers see the consequences.
-                n.invariants_failed = true;
-                let what = format!("check_invariants failed: {panic}");
-                self.history.anomalies.push(Anomaly { at: now, node: Some(node), what });
-            }
-        }
-        let mut effects = std::mem::take(&mut self.effects);
-        core.poll_effects(&mut effects);
-        // The record order of one step (`History`): the core's events, the sampled state, sends.
-        self.record_events(node, &mut effects);
+    /// Everything the contract asks of the driver after one input to one host: the record
+    /// order of one step (`History`) is the core's events, the sampled state, the sends.
+    fn after_step(&mut self, step: Step) {
+        let node = NodeId(step.node as u32);
+        self.report_failures(node);
+        let mut events: Vec<RcEvent> = step.audit.into_iter().map(|Audit::Rc(e)| e).collect();
+        self.record_events(node, &mut events);
         self.sample(node);
-        self.execute(node, &mut effects);
-        self.effects = effects;
-        self.rearm(node, is_tick);
+        self.observe(node, &step.sends, events, step.replies);
         // What the replies made the clients send (re-opened sessions, re-sends), after this
         // step is complete.
         self.flush_workload();
     }
 
+    /// A host that panicked (crashed), broke an invariant (reported once; it keeps running so
+    /// the checkers see the consequences) or whose timer would not move past a tick.
+    fn report_failures(&mut self, node: NodeId) {
+        let i = node.0 as usize;
+        let now = self.now();
+        let n = &self.hosts.nodes[i];
+        if let Some(f) = &n.failure {
+            if !std::mem::replace(&mut self.seen[i].failure_reported, true) {
+                let what = f.clone();
+                self.history.anomalies.push(Anomaly { at: now, node: Some(node), what });
+            }
+        }
+        if n.host.is_none() {
+            self.crashed(node);
+        }
+        for (j, at) in std::mem::take(&mut self.hosts.stuck) {
+            if !std::mem::replace(&mut self.seen[j].stuck_reported, true) {
+                let what = format!("poll_timeout did not move past a tick at {at:?}");
+                let node = Some(NodeId(j as u32));
+                self.history.anomalies.push(Anomaly { at, node, what });
+            }
+        }
+    }
+
     /// Records the core's events of this step for the checkers of Kite §7 inv. 14 - 17, in the
     /// order it emitted them; `VersionCreated` stays in `effects` for `execute` (a commit sent
     /// in this step creates an RMW's version before its owner's event reports it).
-    fn record_events(&mut self, node: NodeId, effects: &mut RcEffects) {
-        let (at, step) = (self.now, self.steps);
-        for event in std::mem::take(&mut effects.event) {
+    fn record_events(&mut self, node: NodeId, events: &mut Vec<RcEvent>) {
+        let (at, step) = (self.now(), self.hosts.inputs);
+        for event in std::mem::take(events) {
             if matches!(event, RcEvent::VersionCreated { .. }) {
-                effects.event.push(event);
+                events.push(event);
                 continue;
             }
             let seq = next_seq(&mut self.seq);
             let h = &mut self.history;
             match event {
-                RcEvent::VersionCreated { .. } => unreachable!("kept for `execute` above"),
+                RcEvent::VersionCreated { .. } => unreachable!("kept for `observe` above"),
                 RcEvent::BarrierPassed { session, key, round, prior, path } => {
                     h.barriers.push(BarrierSeen { seq, at, node, session, key, round, prior, path })
                 }
@@ -564,8 +531,11 @@ impl Cluster {
     /// epoch change; reports an epoch going back (inv. 11) as an anomaly. Keys are visited in
     /// order, so the history is deterministic.
     fn sample(&mut self, node: NodeId) {
-        let n = &mut self.nodes[node.0 as usize];
-        let Some(core) = n.core.as_ref() else { return };
+        let now = self.now();
+        let step = self.hosts.inputs;
+        let n = &mut self.seen[node.0 as usize];
+        let Some(host) = self.hosts.nodes[node.0 as usize].host.as_ref() else { return };
+        let core = host.rc();
         let mut changed: Vec<(Bytes, Held)> = core
             .versions()
             .filter(|(key, ks)| {
@@ -595,17 +565,11 @@ impl Cluster {
                     "machine epoch went back from {} to {epoch} (Kite §7 inv. 11)",
                     n.epoch
                 );
-                self.history.anomalies.push(Anomaly { at: self.now, node: Some(node), what });
+                self.history.anomalies.push(Anomaly { at: now, node: Some(node), what });
             }
             n.epoch = epoch;
             let seq = next_seq(&mut self.seq);
-            self.history.epochs.push(EpochChange {
-                seq,
-                step: self.steps,
-                at: self.now,
-                node,
-                epoch,
-            });
+            self.history.epochs.push(EpochChange { seq, step, at: now, node, epoch });
         }
         for (key, new) in changed {
             let old = n.held.insert(key.clone(), new.clone()).unwrap_or_default();
@@ -614,14 +578,14 @@ impl Cluster {
                     "key {:?} epoch went back from {} to {} (Kite §7 inv. 11)",
                     key, old.epoch, new.epoch
                 );
-                self.history.anomalies.push(Anomaly { at: self.now, node: Some(node), what });
+                self.history.anomalies.push(Anomaly { at: now, node: Some(node), what });
             }
             if (&new.value, new.cs, new.lc) != (&old.value, old.cs, old.lc) {
                 let (value, cs, lc) = (new.value.clone(), new.cs, new.lc);
                 let seq = next_seq(&mut self.seq);
                 self.history.replica_changes.push(ReplicaChange {
                     seq,
-                    at: self.now,
+                    at: now,
                     node,
                     key: key.clone(),
                     value,
@@ -634,7 +598,7 @@ impl Cluster {
                     let seq = next_seq(&mut self.seq);
                     self.history.acceptances.push(Acceptance {
                         seq,
-                        at: self.now,
+                        at: now,
                         node,
                         key,
                         slot: new.lc + 1,
@@ -671,7 +635,7 @@ impl Cluster {
                 self.commits_seen.insert(id);
                 let seen = CommitSeen {
                     seq: next_seq(&mut self.seq),
-                    at: self.now,
+                    at: self.now(),
                     from,
                     key: c.key.clone(),
                     slot: c.slot,
@@ -682,7 +646,7 @@ impl Cluster {
                 if seen.is_real() && seen.slot > 0 {
                     let session = c.rmw_id.session;
                     self.record_rmw_version(Creation {
-                        at: self.now,
+                        at: self.now(),
                         node: session.node,
                         session,
                         key: c.key.clone(),
@@ -699,7 +663,7 @@ impl Cluster {
                 self.slow_releases.insert((from, *req), self.history.slow_releases.len());
                 let sr = SlowReleaseSeen {
                     seq: next_seq(&mut self.seq),
-                    at: self.now,
+                    at: self.now(),
                     from,
                     req: *req,
                     dm: *dm,
@@ -711,13 +675,13 @@ impl Cluster {
                 let Some(&i) = self.slow_releases.get(&(to, *req)) else { return };
                 if self.history.slow_releases[i].acks.iter().all(|a| a.node != from) {
                     let ack =
-                        SlowReleaseAck { seq: next_seq(&mut self.seq), at: self.now, node: from };
+                        SlowReleaseAck { seq: next_seq(&mut self.seq), at: self.now(), node: from };
                     self.history.slow_releases[i].acks.push(ack);
                 }
             }
             PeerMessage::ResetBit { acq } if self.reset_bits.insert(*acq) => {
                 let reset =
-                    ResetBitSeen { seq: next_seq(&mut self.seq), at: self.now, from, acq: *acq };
+                    ResetBitSeen { seq: next_seq(&mut self.seq), at: self.now(), from, acq: *acq };
                 self.history.reset_bits.push(reset);
             }
             _ => {}
@@ -741,15 +705,24 @@ impl Cluster {
         self.history.creations.push(c);
     }
 
-    fn execute(&mut self, node: NodeId, effects: &mut RcEffects) {
-        // Sends first: a commit creates its RMW version before the owner's event reports it.
-        for (to, msg) in &effects.send {
+    /// What the step sent and replied, in the order the checkers need: the sends (a commit
+    /// creates its RMW version before the owner's event reports it), the version creations,
+    /// the replies to the workload, then the RMWs that started.
+    fn observe(
+        &mut self,
+        node: NodeId,
+        sends: &[(NodeId, PeerMessage)],
+        events: Vec<RcEvent>,
+        replies: Vec<(strata_core::Route, strata_wire::client::ClientResponse)>,
+    ) {
+        let now = self.now();
+        for (to, msg) in sends {
             self.observe_send(node, *to, msg);
         }
         // `record_events` left only the version creations.
-        for event in effects.event.drain(..) {
+        for event in events {
             if let RcEvent::VersionCreated { session, key, cs, value } = event {
-                let c = Creation { at: self.now, node, session, key, cs, value, rmw_id: None };
+                let c = Creation { at: now, node, session, key, cs, value, rmw_id: None };
                 if cs.pno > 0 {
                     self.record_rmw_version(c);
                 } else {
@@ -758,11 +731,12 @@ impl Cluster {
             }
         }
         let mut replied = Vec::new();
-        for reply in effects.reply.drain(..) {
-            match self.workload.on_reply(self.now, reply, &mut self.history) {
+        for (route, resp) in replies {
+            let reply = strata_rc::RcReply { route, resp };
+            match self.workload.on_reply(now, reply, &mut self.history) {
                 Ok(client) => replied.push(client),
                 Err(what) => {
-                    self.history.anomalies.push(Anomaly { at: self.now, node: Some(node), what })
+                    self.history.anomalies.push(Anomaly { at: now, node: Some(node), what })
                 }
             }
         }
@@ -770,89 +744,36 @@ impl Cluster {
         // answered, possibly in this very step.
         for id in std::mem::take(&mut self.new_rmw_ids) {
             if let Err(what) = self.workload.rmw_started(id, &mut self.history) {
-                self.history.anomalies.push(Anomaly { at: self.now, node: Some(node), what });
+                self.history.anomalies.push(Anomaly { at: now, node: Some(node), what });
             }
         }
         for client in replied {
             self.schedule_issue(client);
         }
-        for (to, msg) in effects.send.drain(..) {
-            if to == node || to.0 >= self.knobs.nodes {
-                let what = format!("core sent a message to {to}, which is not a peer");
-                self.history.anomalies.push(Anomaly { at: self.now, node: Some(node), what });
-                continue;
-            }
-            if let Some(rule) = self.knobs.script.as_ref().and_then(|s| s.drop) {
-                if self.now.0 < rule.until_ns && (rule.drops)(node, to, &msg) {
-                    self.net.stats.dropped_rule += 1;
-                    continue;
-                }
-            }
-            for at in self.net.transmit(self.now, node, to) {
-                self.queue.push(at, Event::Deliver { from: node, to, msg: msg.clone() });
-            }
-        }
-        if !effects.persist.is_empty() || !effects.send_after_persist.is_empty() {
-            // The rc engine is in memory (Kite §6); a simulated disk arrives with the first
-            // core that persists.
-            effects.persist.clear();
-            effects.send_after_persist.clear();
-            let what = "core asked to persist, which the simulator does not model yet".to_string();
-            self.history.anomalies.push(Anomaly { at: self.now, node: Some(node), what });
-        }
-    }
-
-    /// Arms the node's single timer at the core's `poll_timeout`, mapped through its clock.
-    fn rearm(&mut self, node: NodeId, after_tick: bool) {
-        let now = self.now;
-        let n = &mut self.nodes[node.0 as usize];
-        if !matches!(n.state, NodeState::Up) {
-            return;
-        }
-        let Some(deadline) = n.core.as_ref().and_then(|c| c.poll_timeout()) else {
-            n.timer = None;
-            return;
-        };
-        let mut at = n.clock.global_at(deadline).max(now);
-        if after_tick && at <= now {
-            // A tick at the deadline must consume it (`Node::on_tick`); otherwise the run would
-            // spin at one instant.
-            if !n.stuck_reported {
-                n.stuck_reported = true;
-                let what = format!(
-                    "poll_timeout still {deadline:?} after a tick at local {:?}",
-                    n.last_local
-                );
-                self.history.anomalies.push(Anomaly { at: now, node: Some(node), what });
-            }
-            at = now + Duration::from_millis(1);
-        }
-        if n.timer != Some(at) {
-            n.timer = Some(at);
-            self.queue.push(at, Event::Timer { node });
-        }
     }
 
     fn finish(mut self) -> (History, RunStats) {
         let mut fin = FinalState::default();
-        for n in &self.nodes {
-            match &n.core {
-                Some(core) => {
-                    fin.live.push(n.id);
+        for (i, n) in self.hosts.nodes.iter().enumerate() {
+            let id = NodeId(i as u32);
+            match &n.host {
+                Some(host) => {
+                    let core = host.rc();
+                    fin.live.push(id);
                     self.stats.add_core(&core.stats());
                     let held = core
                         .versions()
                         .map(|(k, ks)| (k.clone(), (ks.value.clone(), ks.cs)))
                         .collect();
-                    fin.replicas.insert(n.id, held);
-                    fin.pending_writes.insert(n.id, core.stats().pending_writes);
+                    fin.replicas.insert(id, held);
+                    fin.pending_writes.insert(id, core.stats().pending_writes);
                 }
-                None => fin.crashed.push(n.id),
+                None => fin.crashed.push(id),
             }
         }
         self.history.final_state = Some(fin);
-        self.stats.net = self.net.stats;
-        self.stats.end_ns = self.now.0;
+        self.stats.net = self.hosts.net.stats;
+        self.stats.end_ns = self.now().0;
         (self.history, self.stats)
     }
 }

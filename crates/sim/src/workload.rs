@@ -116,6 +116,11 @@ pub struct Client {
     pub progressed: bool,
 }
 
+/// The lease term of the rc simulator's hosts. Its clients hold no lease from the service:
+/// each envelope carries a lease granted at the send's instant for one term (the node's lease
+/// check accepts it by its expiration, `LeaseValidator::check`), and no run comes near a term.
+pub const SIM_LEASE_TERM: Duration = Duration::from_secs(3600);
+
 /// How long a client waits before sending again after `InProgress` (rifl.md §5.1: back-off).
 pub const IN_PROGRESS_BACKOFF: Duration = Duration::from_millis(2);
 
@@ -297,7 +302,7 @@ impl Workload {
             first_incomplete: client.tracker.first_incomplete(),
             lease: LeaseInfo {
                 client_id: client.client_id,
-                expiration: ClusterTime(u64::MAX),
+                expiration: ClusterTime(now.0 + SIM_LEASE_TERM.as_nanos() as u64),
                 timestamp: ClusterTime(now.0),
             },
         });

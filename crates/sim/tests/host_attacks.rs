@@ -32,7 +32,7 @@ fn call(
     rifl: Option<Rifl>,
     body: Request,
 ) -> Option<Response> {
-    let corr = c.peer_messages; // any fresh number will do
+    let corr = c.inputs; // any fresh number will do
     c.send_request(client, node, ClientRequest { corr, rifl, body });
     let until = c.now + Duration::from_secs(2);
     while c.now < until {
@@ -92,10 +92,10 @@ fn host_attack_a_lease_timestamp_at_the_clocks_end_is_refused_and_costs_one_ques
         Some(Response::Written { .. })
     ));
     // The background traffic of a quiet second, for comparison.
-    let before = c.peer_messages;
+    let before = c.peer_messages();
     let quiet_end = c.now + Duration::from_secs(1);
     c.run_until(quiet_end);
-    let quiet = c.peer_messages - before;
+    let quiet = c.peer_messages() - before;
 
     let forged = Rifl {
         rpc: RpcId { client_id: 4242, seq: 1 },
@@ -119,13 +119,16 @@ fn host_attack_a_lease_timestamp_at_the_clocks_end_is_refused_and_costs_one_ques
         let at = c.now;
         let answer = call(&mut c, 0, node, Some(genuine(seq)), put(s, "b"));
         assert!(matches!(answer, Some(Response::Written { .. })), "node {node}: {answer:?}");
-        assert!(c.now.saturating_since(at) < Duration::from_millis(50), "node {node} held a genuine write");
+        assert!(
+            c.now.saturating_since(at) < Duration::from_millis(50),
+            "node {node} held a genuine write"
+        );
     }
     // No storm of lease questions: the next second looks like a quiet one.
-    let before = c.peer_messages;
+    let before = c.peer_messages();
     let end = c.now + Duration::from_secs(1);
     c.run_until(end);
-    let after = c.peer_messages - before;
+    let after = c.peer_messages() - before;
     assert!(after <= quiet * 2 + 20, "{after} peer messages in a second, {quiet} when quiet");
     assert!((0..NODES).all(|i| c.is_up(i) && c.nodes[i].failure.is_none()));
 }

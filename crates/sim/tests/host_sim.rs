@@ -126,14 +126,24 @@ fn host_sim_an_interrupted_move_run_again_keeps_the_frozen_state() {
 #[test]
 fn host_sim_a_rate_limited_shard_leader_serves_at_its_rate() {
     let span = |limit: Option<u32>| {
+        let base = HostKnobs::from_seed(3);
+        // No loss: a lost reply's retry would stretch the free run (this is about rate).
+        let net = strata_sim::host::HostNet::matrix(
+            base.net.delay_us.clone(),
+            base.net.links.delay_max_us,
+            0.0,
+            base.net.client_delay_us,
+            0.0,
+        );
         let knobs = HostKnobs {
+            net,
             crashes: vec![],
             pause_at_ms: None,
             moves: vec![],
             shards: 1,
             writes_each: 30,
             shard_rate_limit: limit,
-            ..HostKnobs::from_seed(3)
+            ..base
         };
         let r = run_host(&knobs);
         assert!(r.ok(), "{:#?}", r.violations);

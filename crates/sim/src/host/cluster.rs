@@ -1,18 +1,26 @@
-//! The host driver: N [`Host`] cores — the whole server's decision logic, the same type
-//! `strata-node` pumps — on a simulated network with a per-link delay matrix, loss and cuts,
-//! per-node clocks, and disks that lose unsynced data on a crash: every shard replica's log is
-//! a `strata-logstore` [`ShardStore`] over a [`SimBackend`], the adapter the server runs over
-//! its real disk. Effects are executed in one place, [`HostCluster::execute`], as the node's
-//! driver does: storage opens and catalog saves answered at once, log records flushed and
-//! reported after the disk's latency, one timer per node.
+//! The simulator's one cluster loop: N [`Host`] cores — the whole server's decision logic, the
+//! same type `strata-node` pumps — on the simulated [`Network`] (per-link base delays for geo,
+//! random delay, loss, duplication, reordering, directed cuts), with per-node [`NodeClock`]s
+//! (offset and drift), pauses, crashes that lose unsynced data and restarts: every shard
+//! replica's log is a `strata-logstore` [`ShardStore`] over a [`SimBackend`], the adapter the
+//! server runs over its real disk. Effects are executed in one place,
+//! [`HostCluster::execute`], as the node's driver does: storage opens and catalog saves
+//! answered at once, log records flushed and reported after the disk's latency, one timer per
+//! node.
 //!
-//! Simulated clients ([`super::client`]) reach the nodes through the same event queue.
+//! Two kinds of harness drive it. The host harness ([`super::client`]) talks to the nodes as
+//! remote clients through the event queue (requests and replies cross a client link with its
+//! own delay and loss). The rc harness ([`crate::cluster`]) observes every step: with
+//! `observe` on, each input to a node yields a [`Step`] — the node's audit events, the peer
+//! messages it sent and the replies it produced, all in order — that the harness records
+//! before the next event runs; its clients sit beside the nodes (`client_input`, replies
+//! handed over at once), and its own events ride the same queue ([`Stepped::Harness`]).
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, VecDeque};
 use std::time::Duration;
 
 use strata_core::{Prng, Route};
-use strata_host::{Host, HostConfig, HostEffects, ShardId, ShardKey, Storage};
+use strata_host::{Audit, Host, HostConfig, HostEffects, ShardId, ShardKey, Storage};
 use strata_logstore::ShardStore;
 use strata_rc::RcConfig;
 use strata_storage::{SimBackend, WalConfig};
@@ -20,20 +28,21 @@ use strata_wire::client::{ClientRequest, ClientResponse};
 use strata_wire::peer::PeerMessage;
 use strata_wire::{Instant, NodeId};
 
+use crate::clock::NodeClock;
 use crate::guard::guarded;
+use crate::net::{NetKnobs, Network};
 
 /// What became of a node-level message (`strata_host::courier`).
 pub type MailOutcome = Result<strata_host::courier::Delivered, strata_host::courier::MailError>;
 
-/// What the network between nodes does.
+/// What the network between nodes, and between clients and nodes, does.
 #[derive(Clone, Debug)]
 pub struct HostNet {
-    /// One-way delay from node `i` to node `j` is `delay_us[i][j]` plus up to `jitter_us`
-    /// (a geo deployment sets a matrix; a LAN one the same value everywhere).
+    /// One-way base delay from node `i` to node `j` (a geo deployment sets a matrix; a LAN
+    /// one the same value everywhere), to which `links` adds its random delay.
     pub delay_us: Vec<Vec<u64>>,
-    pub jitter_us: u64,
-    /// Probability that a peer message is lost.
-    pub loss: f64,
+    /// Random delay, loss, duplication and reordering on every peer link.
+    pub links: NetKnobs,
     /// One-way delay between a client and a node.
     pub client_delay_us: u64,
     /// Probability that a client request or reply is lost.
@@ -44,27 +53,136 @@ pub struct HostNet {
 }
 
 impl HostNet {
-    /// The same delay on every link, no loss.
+    /// The same delay on every link (plus up to a fifth of it), no loss.
     pub fn uniform(n: usize, delay_us: u64) -> HostNet {
+        HostNet::matrix(vec![vec![delay_us; n]; n], delay_us / 5, 0.0, delay_us, 0.0)
+    }
+
+    /// Base delays `delay_us`, plus up to `jitter_us`, loss `loss`; no duplication or
+    /// reordering beyond the jitter.
+    pub fn matrix(
+        delay_us: Vec<Vec<u64>>,
+        jitter_us: u64,
+        loss: f64,
+        client_delay_us: u64,
+        client_loss: f64,
+    ) -> HostNet {
         HostNet {
-            delay_us: vec![vec![delay_us; n]; n],
-            jitter_us: delay_us / 5,
-            loss: 0.0,
-            client_delay_us: delay_us,
-            client_loss: 0.0,
+            delay_us,
+            links: NetKnobs {
+                delay_min_us: 0,
+                delay_max_us: jitter_us,
+                loss,
+                dup: 0.0,
+                reorder: 0.0,
+                reorder_extra_max_us: 0,
+            },
+            client_delay_us,
+            client_loss,
             reply_blackout: None,
         }
     }
 }
 
+/// Adjusts node `i`'s host configuration (see [`ClusterOptions::tune`]).
+pub type Tune = Box<dyn Fn(usize, &mut HostConfig)>;
+
+/// How a cluster is built (the host harness uses [`HostCluster::new`]'s defaults).
+pub struct ClusterOptions {
+    pub nodes: usize,
+    pub net: HostNet,
+    /// Seeds the network (unless `net_prng` is given), the clocks and every host.
+    pub seed: u64,
+    pub net_prng: Option<Prng>,
+    /// Each node's clock; `None`: offsets of up to 50 ms drawn from the seed, no drift.
+    pub clocks: Option<Vec<NodeClock>>,
+    /// The global instant the run starts at.
+    pub start: Instant,
+    pub lease_term: Duration,
+    pub shard_rate_limit: Option<u32>,
+    /// Record every step for an observing harness ([`Step`]); the hosts emit audit events.
+    pub observe: bool,
+    /// Adjusts node `i`'s configuration at every start (the rc harness's timing knobs and
+    /// canaries).
+    pub tune: Option<Tune>,
+}
+
 /// An event on the simulator's queue.
 enum Ev {
-    Peer { from: usize, to: usize, msg: PeerMessage },
-    Request { client: usize, node: usize, req: ClientRequest },
-    Reply { client: usize, resp: ClientResponse },
-    Disk { node: usize, incarnation: u64, shard: ShardId, token: u64 },
-    Tick { node: usize },
-    Client { client: usize },
+    Peer {
+        from: usize,
+        to: usize,
+        msg: PeerMessage,
+    },
+    Request {
+        client: usize,
+        node: usize,
+        req: ClientRequest,
+    },
+    Reply {
+        client: usize,
+        resp: ClientResponse,
+    },
+    Disk {
+        node: usize,
+        incarnation: u64,
+        shard: ShardId,
+        token: u64,
+    },
+    /// Node `node`'s tick armed for `at` (stale unless it is still the armed one).
+    Tick {
+        node: usize,
+        at: Instant,
+    },
+    Client {
+        client: usize,
+    },
+    Harness {
+        token: u64,
+    },
+}
+
+/// An input as the loop queues it for a paused node.
+enum Input {
+    Peer { from: NodeId, msg: PeerMessage },
+    Client { route: Route, req: ClientRequest },
+    Disconnected { route: Route },
+    Disk { incarnation: u64, shard: ShardId, token: u64 },
+    Tick,
+}
+
+/// A scripted scenario's rule: every message `drops(from, to, msg)` selects is lost until
+/// `until` (counted in `NetStats::dropped_rule`).
+pub type DropRule = (Instant, fn(NodeId, NodeId, &PeerMessage) -> bool);
+
+/// The inputs a paused node queued, handed back by [`HostCluster::resume`].
+pub struct Backlog {
+    node: usize,
+    inputs: VecDeque<Input>,
+}
+
+/// What one input to one node did (with `observe`): the harness records it before the next
+/// event runs.
+#[derive(Debug, Default)]
+pub struct Step {
+    pub node: usize,
+    /// The host's audit events, in the order it emitted them.
+    pub audit: Vec<Audit>,
+    /// The peer messages it sent (before the network decided their fate).
+    pub sends: Vec<(NodeId, PeerMessage)>,
+    /// Its client replies, in order.
+    pub replies: Vec<(Route, ClientResponse)>,
+}
+
+/// What [`HostCluster::next`] ran.
+pub enum Stepped {
+    /// An event with nothing for the harness (a lost message, a stale tick, a disk report
+    /// without `observe`).
+    Quiet,
+    /// An input ran at a node (with `observe`).
+    Node(Step),
+    /// The harness's own event, with its token.
+    Harness(u64),
 }
 
 /// One shard replica's disk at one node: survives crashes (what it synced).
@@ -75,16 +193,26 @@ struct SimShardDisk {
     store: Option<ShardStore<SimBackend>>,
 }
 
+/// Whether a node processes its inputs.
+enum Run {
+    Up,
+    /// Inputs wait here, in arrival order, until the node resumes.
+    Paused(VecDeque<Input>),
+}
+
 /// One node: its host (none while crashed) and its disks.
 pub struct SimHostNode {
     pub host: Option<Host>,
     incarnation: u64,
-    clock_offset: Duration,
+    clock: NodeClock,
+    /// The last `now` given to the host, so its clock never runs backwards.
+    last_local: Instant,
+    run: Run,
     /// The stored catalog (saves are atomic: the whole file or the old one).
     catalog: Vec<u8>,
     disks: BTreeMap<(String, ShardKey, u32), SimShardDisk>,
     armed: Option<Instant>,
-    /// The host panicked (an invariant broke): the message.
+    /// The host panicked, or an invariant broke: the first message.
     pub failure: Option<String>,
 }
 
@@ -93,8 +221,11 @@ pub struct HostCluster {
     pub now: Instant,
     pub nodes: Vec<SimHostNode>,
     pub ids: Vec<NodeId>,
-    pub net: HostNet,
-    cut: BTreeSet<(usize, usize)>,
+    pub net: Network,
+    delay_us: Vec<Vec<u64>>,
+    pub client_delay_us: u64,
+    pub client_loss: f64,
+    pub reply_blackout: Option<(Instant, Instant)>,
     queue: BTreeMap<(Instant, u64), Ev>,
     seq: u64,
     prng: Prng,
@@ -102,18 +233,26 @@ pub struct HostCluster {
     pub lease_term: Duration,
     /// Every host's `shard_rate_limit` (set before nodes restart to take effect).
     pub shard_rate_limit: Option<u32>,
+    observe: bool,
+    tune: Option<Tune>,
     effects: HostEffects,
-    /// Replies for clients, taken by the client driver.
+    /// The step under way (with `observe`).
+    step: Step,
+    /// Replies for remote clients, taken by the host harness.
     pub client_inbox: Vec<(usize, ClientResponse)>,
     /// Clients whose timer fired.
     pub(crate) client_wakes: Vec<usize>,
     /// Every failure to start or open a shard replica, for the report.
     pub open_failures: Vec<String>,
-    /// Peer messages the hosts have sent (lost ones included).
-    pub peer_messages: u64,
+    /// Nodes whose `poll_timeout` did not move past a tick at its deadline: `(node, at)`.
+    pub stuck: Vec<(usize, Instant)>,
+    /// Inputs given to the hosts (one input is one atomic step).
+    pub inputs: u64,
+    pub drop_rule: Option<DropRule>,
 }
 
 impl HostCluster {
+    /// The host harness's cluster: clocks skewed by up to 50 ms, starting at 1 s.
     pub fn new(
         n: usize,
         net: HostNet,
@@ -121,60 +260,101 @@ impl HostCluster {
         seed: u64,
         shard_rate_limit: Option<u32>,
     ) -> HostCluster {
-        let mut prng = Prng::new(seed);
-        let ids: Vec<NodeId> = (0..n as u32).map(NodeId).collect();
-        let nodes = (0..n)
-            .map(|_| SimHostNode {
+        HostCluster::with(ClusterOptions {
+            nodes: n,
+            net,
+            seed,
+            net_prng: None,
+            clocks: None,
+            start: Instant(1_000_000_000),
+            lease_term,
+            shard_rate_limit,
+            observe: false,
+            tune: None,
+        })
+    }
+
+    pub fn with(o: ClusterOptions) -> HostCluster {
+        let mut prng = Prng::new(o.seed);
+        let ids: Vec<NodeId> = (0..o.nodes as u32).map(NodeId).collect();
+        let clocks = o.clocks.unwrap_or_else(|| {
+            // Each keeps increasing across restarts.
+            (0..o.nodes)
+                .map(|_| NodeClock { offset_ns: prng.range(0, 50_000) * 1_000, drift_ppm: 0 })
+                .collect()
+        });
+        let nodes = clocks
+            .into_iter()
+            .map(|clock| SimHostNode {
                 host: None,
                 incarnation: 0,
-                // Clocks are skewed by up to 50 ms; each keeps increasing across restarts.
-                clock_offset: Duration::from_micros(prng.range(0, 50_000)),
+                clock,
+                last_local: Instant::ZERO,
+                run: Run::Up,
                 catalog: Vec::new(),
                 disks: BTreeMap::new(),
                 armed: None,
                 failure: None,
             })
             .collect();
+        // The rc harness passes the network stream of its knobs.
+        let net_prng = o.net_prng.unwrap_or_else(|| prng.fork());
         let mut c = HostCluster {
-            now: Instant(1_000_000_000),
+            now: o.start,
             nodes,
             ids,
-            net,
-            cut: BTreeSet::new(),
+            net: Network::new(o.net.links.clone(), net_prng),
+            delay_us: o.net.delay_us,
+            client_delay_us: o.net.client_delay_us,
+            client_loss: o.net.client_loss,
+            reply_blackout: o.net.reply_blackout,
             queue: BTreeMap::new(),
             seq: 0,
             prng,
             disk_latency: Duration::from_micros(500),
-            lease_term,
-            shard_rate_limit,
+            lease_term: o.lease_term,
+            shard_rate_limit: o.shard_rate_limit,
+            observe: o.observe,
+            tune: o.tune,
             effects: HostEffects::default(),
+            step: Step::default(),
             client_inbox: Vec::new(),
             client_wakes: Vec::new(),
             open_failures: Vec::new(),
-            peer_messages: 0,
+            stuck: Vec::new(),
+            inputs: 0,
+            drop_rule: None,
         };
-        for i in 0..n {
+        for i in 0..o.nodes {
             c.start(i);
+            c.step = Step::default(); // a start is not an input
         }
         c
     }
 
-    fn node_now(&self, i: usize) -> Instant {
-        self.now + self.nodes[i].clock_offset
+    fn node_now(&mut self, i: usize) -> Instant {
+        let n = &mut self.nodes[i];
+        n.last_local = n.clock.local(self.now).max(n.last_local);
+        n.last_local
     }
 
     fn config(&mut self, i: usize) -> HostConfig {
         let inc = self.nodes[i].incarnation;
         let mut rc = RcConfig::new(self.ids[i], self.ids.clone());
         // A fresh session-id range per incarnation (Kite §6, restart).
-        rc.session_index_base = (inc as u32) << 16;
+        rc.session_index_base = ((inc - 1) as u32) << 16;
         rc.seed = self.prng.next_u64();
-        HostConfig {
+        let mut cfg = HostConfig {
             rc,
             rifl: strata_host::rifl_config(self.lease_term),
             seed: self.prng.next_u64(),
             shard_rate_limit: self.shard_rate_limit,
+            audit: self.observe,
+        };
+        if let Some(tune) = &self.tune {
+            tune(i, &mut cfg);
         }
+        cfg
     }
 
     /// Starts (or restarts) node `i` from its disks.
@@ -183,15 +363,20 @@ impl HostCluster {
         let cfg = self.config(i);
         let host =
             Host::new(cfg, &self.nodes[i].catalog).expect("a host starts from its own catalog");
-        self.nodes[i].host = Some(host);
-        self.nodes[i].armed = None;
+        let n = &mut self.nodes[i];
+        n.host = Some(host);
+        n.armed = None;
+        n.run = Run::Up;
         self.execute(i);
+        self.rearm(i, false);
     }
 
     /// Power failure at node `i`: the host is gone and every unsynced write with it.
     pub fn crash(&mut self, i: usize) {
         let node = &mut self.nodes[i];
         node.host = None;
+        node.armed = None;
+        node.run = Run::Up;
         for d in node.disks.values_mut() {
             d.store = None;
             d.backend.crash();
@@ -202,14 +387,52 @@ impl HostCluster {
         self.nodes[i].host.is_some()
     }
 
+    /// Node `i` stops processing: its inputs (messages, requests, disk reports) queue up and
+    /// its timer waits, until [`HostCluster::resume`].
+    pub fn pause(&mut self, i: usize) {
+        let n = &mut self.nodes[i];
+        if n.host.is_some() && matches!(n.run, Run::Up) {
+            n.run = Run::Paused(VecDeque::new());
+            n.armed = None;
+        }
+    }
+
+    pub fn is_paused(&self, i: usize) -> bool {
+        matches!(self.nodes[i].run, Run::Paused(_))
+    }
+
+    /// A paused node runs again: what queued up while it was paused is handed back, to be
+    /// processed in arrival order with [`HostCluster::replay`] (Kite §6, wake-up step 3); new
+    /// inputs run at once meanwhile, as at a node that just woke up.
+    pub fn resume(&mut self, i: usize) -> Backlog {
+        let inputs = match std::mem::replace(&mut self.nodes[i].run, Run::Up) {
+            Run::Paused(inbox) => inbox,
+            Run::Up => VecDeque::new(),
+        };
+        self.rearm(i, false);
+        Backlog { node: i, inputs }
+    }
+
+    /// The next input of `backlog`: `None` once it is empty, else the step it ran (with
+    /// `observe`; none if the node went down meanwhile).
+    pub fn replay(&mut self, backlog: &mut Backlog) -> Option<Option<Step>> {
+        let input = backlog.inputs.pop_front()?;
+        Some(self.input(backlog.node, input))
+    }
+
     /// Cuts the links between `a` and `b` both ways.
     pub fn partition(&mut self, a: usize, b: usize) {
-        self.cut.insert((a, b));
-        self.cut.insert((b, a));
+        self.net.cut_links(&[(self.ids[a], self.ids[b]), (self.ids[b], self.ids[a])]);
     }
 
     pub fn heal(&mut self) {
-        self.cut.clear();
+        self.net.heal_all();
+    }
+
+    /// Every link healed, no more loss (peer or client), duplication or extra reordering.
+    pub fn calm(&mut self) {
+        self.net.calm();
+        self.client_loss = 0.0;
     }
 
     fn push(&mut self, at: Instant, ev: Ev) {
@@ -217,19 +440,31 @@ impl HostCluster {
         self.queue.insert((at, self.seq), ev);
     }
 
-    /// A client request to node `node`, arriving after the client link's delay (or lost).
+    /// A remote client's request to node `node`, arriving after the client link's delay (or
+    /// lost).
     pub fn send_request(&mut self, client: usize, node: usize, req: ClientRequest) {
-        if self.prng.chance(self.net.client_loss) {
+        if self.prng.chance(self.client_loss) {
             return;
         }
-        let at = self.now + Duration::from_micros(self.net.client_delay_us);
+        let at = self.now + Duration::from_micros(self.client_delay_us);
         self.push(at, Ev::Request { client, node, req });
     }
 
+    /// A request from a client beside node `node` (on connection `route`), handled now: the
+    /// step it ran (with `observe`), or `None` if the node is paused (it waits) or down.
+    pub fn client_input(&mut self, node: usize, route: Route, req: ClientRequest) -> Option<Step> {
+        self.input(node, Input::Client { route, req })
+    }
+
+    /// Connection `route` of a client beside node `node` is gone (its sessions close).
+    pub fn disconnect(&mut self, node: usize, route: Route) -> Option<Step> {
+        self.input(node, Input::Disconnected { route })
+    }
+
     /// A peer message from `from` to `to` that no host sent (a forged frame from a peer that
-    /// passed authentication, for the attack tests), arriving after the link's delay.
+    /// passed authentication, for the attack tests), arriving after the link's base delay.
     pub fn inject_peer(&mut self, from: usize, to: usize, msg: PeerMessage) {
-        let at = self.now + Duration::from_micros(self.net.delay_us[from][to]);
+        let at = self.now + Duration::from_micros(self.delay_us[from][to]);
         self.push(at, Ev::Peer { from, to, msg });
     }
 
@@ -238,57 +473,111 @@ impl HostCluster {
         self.push(at.max(self.now), Ev::Client { client });
     }
 
-    /// Runs one event; `false` when the queue is empty or the next event is after `until`.
-    pub fn step(&mut self, until: Instant) -> bool {
-        let Some((&(at, seq), _)) = self.queue.first_key_value() else { return false };
+    /// Puts the harness's event `token` on the queue at `at`.
+    pub fn schedule(&mut self, at: Instant, token: u64) {
+        self.push(at.max(self.now), Ev::Harness { token });
+    }
+
+    /// The instant of the next event, if any.
+    pub fn next_at(&self) -> Option<Instant> {
+        self.queue.first_key_value().map(|(&(at, _), _)| at)
+    }
+
+    /// Runs the next event if it is due by `until`: what it did, or `None` (queue empty, or
+    /// the next event is later).
+    pub fn next(&mut self, until: Instant) -> Option<Stepped> {
+        let (&(at, seq), _) = self.queue.first_key_value()?;
         if at > until {
-            return false;
+            return None;
         }
         let ev = self.queue.remove(&(at, seq)).expect("first");
         self.now = self.now.max(at);
-        match ev {
+        let step = match ev {
             Ev::Peer { from, to, msg } => {
-                if self.cut.contains(&(from, to)) {
-                    return true;
+                if self.nodes[to].host.is_none() {
+                    self.net.stats.dropped_dead += 1;
+                    return Some(Stepped::Quiet);
                 }
-                let now = self.node_now(to);
-                let from_id = self.ids[from];
-                self.input(to, |h| h.on_peer_message(now, from_id, msg));
+                if !self.net.admits(self.ids[from], self.ids[to]) {
+                    return Some(Stepped::Quiet);
+                }
+                self.net.stats.delivered += 1;
+                self.input(to, Input::Peer { from: self.ids[from], msg })
             }
             Ev::Request { client, node, req } => {
-                let now = self.node_now(node);
-                self.input(node, |h| h.on_client_request(now, client as Route, req));
+                self.input(node, Input::Client { route: client as Route, req })
             }
-            Ev::Reply { client, resp } => self.client_inbox.push((client, resp)),
+            Ev::Reply { client, resp } => {
+                self.client_inbox.push((client, resp));
+                None
+            }
             Ev::Disk { node, incarnation, shard, token } => {
-                if self.nodes[node].incarnation == incarnation {
-                    let now = self.node_now(node);
-                    self.input(node, |h| h.on_shard_persisted(now, shard, token));
+                self.input(node, Input::Disk { incarnation, shard, token })
+            }
+            Ev::Tick { node, at } => {
+                if self.nodes[node].armed != Some(at) {
+                    return Some(Stepped::Quiet);
                 }
-            }
-            Ev::Tick { node } => {
                 self.nodes[node].armed = None;
-                let now = self.node_now(node);
-                self.input(node, |h| h.on_tick(now));
+                self.input(node, Input::Tick)
             }
-            Ev::Client { client } => self.client_wakes.push(client),
-        }
-        true
+            Ev::Client { client } => {
+                self.client_wakes.push(client);
+                None
+            }
+            Ev::Harness { token } => return Some(Stepped::Harness(token)),
+        };
+        Some(step.map_or(Stepped::Quiet, Stepped::Node))
     }
 
-    /// Runs `f` on node `i`'s host (if it is up), checks its invariants, executes its effects.
-    fn input(&mut self, i: usize, f: impl FnOnce(&mut Host)) {
-        let Some(host) = self.nodes[i].host.as_mut() else { return };
-        let outcome = guarded(|| {
-            f(host);
-            host.check_invariants();
+    /// Runs one event; `false` when the queue is empty or the next event is after `until`.
+    pub fn step(&mut self, until: Instant) -> bool {
+        self.next(until).is_some()
+    }
+
+    /// Hands `input` to node `i`: run now if it is up, queued if paused, lost if down.
+    fn input(&mut self, i: usize, input: Input) -> Option<Step> {
+        let n = &mut self.nodes[i];
+        n.host.as_ref()?;
+        if let Run::Paused(inbox) = &mut n.run {
+            inbox.push_back(input);
+            return None;
+        }
+        if let Input::Disk { incarnation, .. } = input {
+            if incarnation != n.incarnation {
+                return None; // a report from before a crash
+            }
+        }
+        let now = self.node_now(i);
+        self.inputs += 1;
+        let is_tick = matches!(input, Input::Tick);
+        let host = self.nodes[i].host.as_mut()?;
+        let handled = guarded(|| match input {
+            Input::Peer { from, msg } => host.on_peer_message(now, from, msg),
+            Input::Client { route, req } => host.on_client_request(now, route, req),
+            Input::Disconnected { route } => host.on_disconnected(now, route),
+            Input::Disk { shard, token, .. } => host.on_shard_persisted(now, shard, token),
+            Input::Tick => host.on_tick(now),
         });
-        if let Err(e) = outcome {
-            self.nodes[i].failure.get_or_insert(e);
+        self.step.node = i;
+        if let Err(e) = handled {
+            // A panicking input handler leaves the host torn: a crash, loudly.
+            self.nodes[i].failure.get_or_insert(format!("panicked on an input: {e}"));
             self.crash(i);
-            return;
+            let step = std::mem::take(&mut self.step);
+            return self.observe.then_some(step);
+        }
+        if self.nodes[i].failure.is_none() {
+            let host = self.nodes[i].host.as_ref().expect("up");
+            if let Err(e) = guarded(|| host.check_invariants()) {
+                // Reported once; the node keeps running so the checkers see the consequences.
+                self.nodes[i].failure = Some(format!("check_invariants failed: {e}"));
+            }
         }
         self.execute(i);
+        self.rearm(i, is_tick);
+        let step = std::mem::take(&mut self.step);
+        self.observe.then_some(step)
     }
 
     /// Executes node `i`'s effects: the one place the simulator does (as `Driver::execute` in
@@ -301,28 +590,29 @@ impl HostCluster {
             if self.effects.is_empty() {
                 break;
             }
+            self.step.audit.append(&mut self.effects.audit);
             let sends: Vec<_> = self.effects.send.drain(..).collect();
-            self.peer_messages += sends.len() as u64;
             for (to, msg) in sends {
-                let j = to.0 as usize;
-                if self.prng.chance(self.net.loss) {
-                    continue;
+                if self.observe {
+                    self.step.sends.push((to, msg.clone()));
                 }
-                let base = self.net.delay_us[i][j];
-                let jitter = self.prng.range(0, self.net.jitter_us + 1);
-                let at = self.now + Duration::from_micros(base + jitter);
-                self.push(at, Ev::Peer { from: i, to: j, msg });
+                let j = to.0 as usize;
+                if let Some((until, drops)) = self.drop_rule {
+                    if self.now < until && drops(self.ids[i], to, &msg) {
+                        self.net.stats.dropped_rule += 1;
+                        continue;
+                    }
+                }
+                let base = Duration::from_micros(self.delay_us[i][j]);
+                for at in self.net.transmit(self.now, self.ids[i], to) {
+                    self.push(at + base, Ev::Peer { from: i, to: j, msg: msg.clone() });
+                }
             }
             let replies: Vec<_> = self.effects.reply.drain(..).collect();
-            let blackout =
-                self.net.reply_blackout.is_some_and(|(a, b)| a <= self.now && self.now < b);
-            for (route, resp) in replies {
-                let ack = matches!(resp.body, strata_wire::client::Response::LogWritten { .. });
-                if (blackout && ack) || self.prng.chance(self.net.client_loss) {
-                    continue;
-                }
-                let at = self.now + Duration::from_micros(self.net.client_delay_us);
-                self.push(at, Ev::Reply { client: route as usize, resp });
+            if self.observe {
+                self.step.replies.extend(replies);
+            } else {
+                self.send_replies(replies);
             }
             self.effects.fault.clear(); // link faults are the simulator's own knobs
             let storage = std::mem::take(&mut self.effects.storage);
@@ -330,15 +620,39 @@ impl HostCluster {
                 self.storage(i, request);
             }
         }
-        let now = self.node_now(i);
-        let Some(host) = self.nodes[i].host.as_ref() else { return };
-        if let Some(t) = host.poll_timeout() {
-            if self.nodes[i].armed.is_none_or(|a| t < a) {
-                self.nodes[i].armed = Some(t);
-                // The node's deadline, in global time.
-                let at = self.now + Duration::from_nanos(t.0.saturating_sub(now.0));
-                self.push(at, Ev::Tick { node: i });
+    }
+
+    /// Replies to remote clients cross the client link (and the blackout window).
+    fn send_replies(&mut self, replies: Vec<(Route, ClientResponse)>) {
+        let blackout = self.reply_blackout.is_some_and(|(a, b)| a <= self.now && self.now < b);
+        for (route, resp) in replies {
+            let ack = matches!(resp.body, strata_wire::client::Response::LogWritten { .. });
+            if (blackout && ack) || self.prng.chance(self.client_loss) {
+                continue;
             }
+            let at = self.now + Duration::from_micros(self.client_delay_us);
+            self.push(at, Ev::Reply { client: route as usize, resp });
+        }
+    }
+
+    /// Arms node `i`'s single timer at its host's `poll_timeout`, mapped through its clock.
+    /// After a tick, a deadline that did not move is reported ([`HostCluster::stuck`]) and
+    /// retried a millisecond later, so a run never spins at one instant.
+    fn rearm(&mut self, i: usize, after_tick: bool) {
+        let now = self.now;
+        let n = &mut self.nodes[i];
+        if !matches!(n.run, Run::Up) {
+            return;
+        }
+        let Some(deadline) = n.host.as_ref().and_then(|h| h.poll_timeout()) else { return };
+        let mut at = n.clock.global_at(deadline).max(now);
+        if after_tick && at <= now {
+            self.stuck.push((i, now));
+            at = now + Duration::from_millis(1);
+        }
+        if self.nodes[i].armed.is_none_or(|a| at < a || a < now) {
+            self.nodes[i].armed = Some(at);
+            self.push(at, Ev::Tick { node: i, at });
         }
     }
 
@@ -435,6 +749,8 @@ impl HostCluster {
             .send_to_leader(now, table, shard, strata_host::courier::SERVICE_ECHO, body)
             .ok()?;
         self.execute(i);
+        self.rearm(i, false);
+        self.step = Step::default();
         Some((id, self.nodes[i].incarnation))
     }
 
@@ -452,5 +768,15 @@ impl HostCluster {
     /// Node `i`'s shard replicas on disk right now (table, shard, generation).
     pub fn hosted(&self, i: usize) -> Vec<(String, u32, u32)> {
         self.nodes[i].disks.keys().map(|(t, k, g)| (t.clone(), k.1, *g)).collect()
+    }
+
+    /// Peer messages sent so far (lost ones included).
+    pub fn peer_messages(&self) -> u64 {
+        self.net.stats.sent
+    }
+
+    /// Node `i`'s clock.
+    pub fn clock(&self, i: usize) -> NodeClock {
+        self.nodes[i].clock
     }
 }

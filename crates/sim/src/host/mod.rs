@@ -78,14 +78,11 @@ impl HostKnobs {
             delay_us[i][j] = d;
             delay_us[j][i] = d;
         }
-        let net = HostNet {
-            delay_us,
-            jitter_us: p.range(0, 500),
-            loss: [0.0, 0.01, 0.05][p.range(0, 3) as usize],
-            client_delay_us: p.range(100, 1_000),
-            client_loss: [0.0, 0.02, 0.05][p.range(0, 3) as usize],
-            reply_blackout: None,
-        };
+        let jitter_us = p.range(0, 500);
+        let loss = [0.0, 0.01, 0.05][p.range(0, 3) as usize];
+        let client_delay_us = p.range(100, 1_000);
+        let client_loss = [0.0, 0.02, 0.05][p.range(0, 3) as usize];
+        let net = HostNet::matrix(delay_us, jitter_us, loss, client_delay_us, client_loss);
         let safety_ms = 6_000;
         let crashes = (0..p.range(0, 3))
             .map(|_| {
@@ -228,9 +225,7 @@ pub fn run_host(knobs: &HostKnobs) -> HostReport {
             c.start(i);
         }
     }
-    c.heal();
-    c.net.loss = 0.0;
-    c.net.client_loss = 0.0;
+    c.calm();
     let deadline = knobs.safety_ms + 30_000;
     let mut t = knobs.safety_ms;
     while !clients.done() && t < deadline {
