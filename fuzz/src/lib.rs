@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use strata_host::{Host, HostConfig, HostEffects, Storage};
 use strata_rc::RcConfig;
-use strata_wire::{Instant, NodeId};
+use strata_wire::{decode_message, Decode, Instant, NodeId};
 
 /// A fresh host of node 0 of 3, its lease table open and empty.
 pub fn host() -> (Host, HostEffects) {
@@ -46,4 +46,29 @@ pub fn settle(host: &mut Host, fx: &mut HostEffects, now: Instant) {
         }
     }
     host.check_invariants();
+}
+
+/// Runs one fuzz input against a fresh host: several messages, each a length byte then that
+/// many bytes, decoded as `M` and handed to `deliver` (with the length byte); after each, the
+/// host ticks `len * tick_ms` later. Effects are executed and invariants checked after every
+/// input.
+pub fn run_messages<M: Decode>(
+    data: &[u8],
+    tick_ms: u64,
+    mut deliver: impl FnMut(&mut Host, Instant, u8, M),
+) {
+    let (mut host, mut fx) = host();
+    let mut now = Instant::from_millis(10);
+    let mut rest = data;
+    while let Some((&len, tail)) = rest.split_first() {
+        let (msg, tail) = tail.split_at((len as usize).min(tail.len()));
+        rest = tail;
+        if let Ok(m) = decode_message::<M>(bytes::Bytes::copy_from_slice(msg)) {
+            deliver(&mut host, now, len, m);
+            settle(&mut host, &mut fx, now);
+        }
+        now += Duration::from_millis(u64::from(len) * tick_ms);
+        host.on_tick(now);
+        settle(&mut host, &mut fx, now);
+    }
 }
