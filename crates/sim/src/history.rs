@@ -154,6 +154,10 @@ pub struct Op {
     /// Global virtual time of invocation.
     pub invoke: Instant,
     pub outcome: Outcome,
+    /// `session` and `pos` are those of an earlier attempt, where the operation took effect
+    /// (its reply there was lost); it was answered in a later session, at another position,
+    /// so its completion order says nothing about this session's reply order.
+    pub relocated: bool,
 }
 
 impl Op {
@@ -615,6 +619,7 @@ mod tests {
             key: Bytes::new(),
             invoke: Instant(1),
             outcome: done(None),
+            relocated: false,
         };
         assert_eq!(op.class(), OpClass::Relaxed);
         op.outcome = done(Some(Carstamp { llc: Llc::ZERO, pno: 1 }));

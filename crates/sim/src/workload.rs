@@ -281,6 +281,7 @@ impl Workload {
             key,
             invoke: now,
             outcome: Outcome::Pending,
+            relocated: false,
         });
         Some(self.send(c, op, seq, now, history))
     }
@@ -674,6 +675,7 @@ impl Workload {
                 .map(|&a| &history.attempts[a])
                 .find(|a| Some(a.session) == created && a.op == i);
             if let Some(a) = at {
+                op.relocated = (op.session, op.pos) != (a.session, a.pos);
                 (op.session, op.pos, op.node) = (a.session, a.pos, a.node);
             }
         }

@@ -61,6 +61,7 @@ impl Builder {
             key: key(k),
             invoke,
             outcome,
+            relocated: false,
         });
         self
     }
@@ -300,7 +301,18 @@ fn replies_in_session_order_flags_overtaking_and_completion_after_a_lost_op() {
         session::replies_in_session_order(&b.h),
         "reply-order",
         "the earlier #5 never did",
-    );
+    ); // The same swap where the first operation was relocated (it took effect here, its reply
+       // was lost, and it was answered later in another session, seed 914): not this session's
+       // reply order.
+    let mut b = good();
+    let (oi, oj) = (take(&b.h.ops[i].outcome), take(&b.h.ops[j].outcome));
+    for (idx, new) in [(i, oj), (j, oi)] {
+        if let Outcome::Done { order, .. } = &mut b.h.ops[idx].outcome {
+            *order = new;
+        }
+    }
+    b.h.ops[i].relocated = true;
+    assert_clean(session::replies_in_session_order(&b.h));
 }
 
 #[test]
@@ -404,6 +416,7 @@ fn completion_flags_lost_and_failed_ops_and_stalled_sessions() {
         key: key("x"),
         invoke: at,
         outcome: Outcome::Failed { at, order: 99, error: "InvalidSession: gone".into() },
+        relocated: false,
     });
     assert_flags(completion::completion(&b.h), "liveness", "failed: InvalidSession");
     let mut b = good();

@@ -56,6 +56,7 @@ fn op(
         key: Bytes::copy_from_slice(key.as_bytes()),
         invoke: Instant(1),
         outcome,
+        relocated: false,
     });
     for (n, (session, e, reply, rmw_id)) in sends.into_iter().enumerate() {
         h.attempts.push(Attempt {

@@ -107,6 +107,7 @@ impl B {
             key: key(k),
             invoke: at(inv),
             outcome,
+            relocated: false,
         });
         self
     }
