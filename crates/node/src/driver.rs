@@ -225,6 +225,7 @@ impl Driver {
             barriers_slow: s.barriers_slow,
             slow_path_accesses: s.slow_path_accesses,
             peers: self.links.iter().map(|l| l.status()).collect(),
+            connections: Default::default(),
         }
     }
 

@@ -432,7 +432,7 @@ impl RcReplica {
                 let resp = ClientResponse { corr, body: Response::SessionClosed };
                 self.effects.reply.push(RcReply { route, resp });
             }
-            Request::Status | Request::SetFault { .. } => {
+            Request::Status | Request::SetFault { .. } | Request::Ping => {
                 // Answered by the driver, which owns the transport; never routed here.
                 let msg = "node-level request routed to the rc core".to_string();
                 self.reply_error(route, corr, ErrorCode::InvalidArgument, msg);
