@@ -62,6 +62,15 @@ pub const MAX_NODE_ID: u32 = 63;
 /// peer_addr = "127.0.0.1:7100"
 /// data_dir = "data/n0"
 ///
+/// # Limits and bounds, with their defaults (docs/design.md, "Limits and bounds"):
+/// # max_frame_bytes = 16777216
+/// # max_value_bytes = 1048576
+/// # max_connections = 4096
+/// # max_connections_per_ip = 256
+/// # max_connection_buffer_bytes = 8388608
+/// # idle_timeout_ms = 60000
+/// # partial_frame_timeout_ms = 10000
+///
 /// [[peers]]
 /// id = 1
 /// addr = "127.0.0.1:7101"
