@@ -43,10 +43,16 @@ enum Command {
     },
     /// Write a key. Relaxed (applied at one node, replicated to all) unless --release. With
     /// --table, writes through the shard leader of a log table (--show-version prints the
-    /// write's log index).
+    /// write's log index). The value is VALUE, or the bytes of --value-file (`-`: standard
+    /// input), for large or binary values (at most the cluster's max_value_bytes, 1 MiB by
+    /// default).
     Put {
         key: String,
-        value: String,
+        #[arg(required_unless_present = "value_file")]
+        value: Option<String>,
+        /// Read the value from this file (`-`: standard input), byte for byte.
+        #[arg(long, value_name = "PATH", conflicts_with = "value")]
+        value_file: Option<std::path::PathBuf>,
         /// Release-write: completes once a quorum holds it, after every earlier write of the
         /// session is visible (Kite §5.4).
         #[arg(long, conflicts_with = "table")]
@@ -168,10 +174,20 @@ fn main() {
             block_on(ops::get(&target, key, acquire, show_version))
         }
         Command::Put {
-            key, value, table: Some(table), immediate, show_version, target, ..
-        } => block_on(ops::table_put(&target, table, key, Some(value), immediate, show_version)),
-        Command::Put { key, value, release, show_version, target, .. } => {
-            block_on(ops::put(&target, key, value, release, show_version))
+            key,
+            value,
+            value_file,
+            table: Some(table),
+            immediate,
+            show_version,
+            target,
+            ..
+        } => ops::read_value(value, value_file).and_then(|v| {
+            block_on(ops::table_put(&target, table, key, Some(v), immediate, show_version))
+        }),
+        Command::Put { key, value, value_file, release, show_version, target, .. } => {
+            ops::read_value(value, value_file)
+                .and_then(|v| block_on(ops::put(&target, key, v, release, show_version)))
         }
         Command::Faa { key, delta, show_version, repeat, target } => {
             block_on(ops::faa(&target, key, delta, show_version, repeat))

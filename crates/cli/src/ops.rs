@@ -97,10 +97,29 @@ fn print_value(key: &str, value: Option<bytes::Bytes>) -> Result<i32, Failure> {
     }
 }
 
+/// A `put`'s value: the argument, or the bytes of `--value-file` (`-`: standard input).
+pub fn read_value(value: Option<String>, file: Option<PathBuf>) -> Result<Bytes, Failure> {
+    use std::io::Read;
+    match (value, file) {
+        (Some(v), None) => Ok(Bytes::from(v)),
+        (None, Some(path)) if path.as_os_str() == "-" => {
+            let mut buf = Vec::new();
+            std::io::stdin().read_to_end(&mut buf).map_err(|e| {
+                Failure::new(FAILED, format!("cannot read the value from stdin: {e}"))
+            })?;
+            Ok(Bytes::from(buf))
+        }
+        (None, Some(path)) => std::fs::read(&path).map(Bytes::from).map_err(|e| {
+            Failure::new(FAILED, format!("cannot read the value file {}: {e}", path.display()))
+        }),
+        _ => Err(Failure::new(USAGE, "give VALUE or --value-file PATH (`-`: stdin), not both")),
+    }
+}
+
 pub async fn put(
     target: &Target,
     key: String,
-    value: String,
+    value: Bytes,
     release: bool,
     show_version: bool,
 ) -> Result<i32, Failure> {
@@ -299,8 +318,10 @@ fn shard_json(sh: &ShardStatus) -> serde_json::Value {
 }
 
 fn print_nodes(rows: &[(SocketAddr, Result<NodeStatus, String>)]) {
+    // `conns`: client connections open; `refused`: refused at a cap; `buf_kib`: what the
+    // node holds for client connections (requests unanswered, replies unwritten).
     println!(
-        "{:<5} {:<22} {:>9} {:>8} {:>8} {:>8} {:>9} {:>9} {:>6} {:>13}  peers (connected/total)",
+        "{:<5} {:<22} {:>9} {:>8} {:>8} {:>8} {:>9} {:>9} {:>6} {:>13} {:>6} {:>8} {:>8}  peers (connected/total)",
         "node",
         "clients",
         "uptime_s",
@@ -310,7 +331,10 @@ fn print_nodes(rows: &[(SocketAddr, Result<NodeStatus, String>)]) {
         "bad_cli",
         "bad_peer",
         "epoch",
-        "barriers f/s"
+        "barriers f/s",
+        "conns",
+        "refused",
+        "buf_kib"
     );
     for (addr, r) in rows {
         match r {
@@ -323,7 +347,7 @@ fn print_nodes(rows: &[(SocketAddr, Result<NodeStatus, String>)]) {
                     .map(|p| format!("{}:{}", p.node, describe_fault(&p.fault)))
                     .collect();
                 println!(
-                    "{:<5} {:<22} {:>9} {:>8} {:>8} {:>8} {:>9} {:>9} {:>6} {:>13}  {}/{}{}",
+                    "{:<5} {:<22} {:>9} {:>8} {:>8} {:>8} {:>9} {:>9} {:>6} {:>13} {:>6} {:>8} {:>8}  {}/{}{}",
                     s.node.0,
                     addr.to_string(),
                     s.uptime_ms / 1000,
@@ -334,6 +358,9 @@ fn print_nodes(rows: &[(SocketAddr, Result<NodeStatus, String>)]) {
                     s.bad_peer_frames,
                     s.machine_epoch,
                     format!("{}/{}", s.barriers_fast, s.barriers_slow),
+                    s.connections.open,
+                    s.connections.refused,
+                    s.connections.buffered_bytes.div_ceil(1024),
                     connected,
                     s.peers.len(),
                     if faults.is_empty() {
@@ -364,6 +391,14 @@ fn status_json(addr: SocketAddr, r: &Result<NodeStatus, String>) -> serde_json::
             "barriers_fast": s.barriers_fast,
             "barriers_slow": s.barriers_slow,
             "slow_path_accesses": s.slow_path_accesses,
+            "connections": {
+                "open": s.connections.open,
+                "refused": s.connections.refused,
+                "buffered_bytes": s.connections.buffered_bytes,
+                "paused": s.connections.paused,
+                "closed_idle": s.connections.closed_idle,
+                "closed_slow_frame": s.connections.closed_slow_frame,
+            },
             "peers": s.peers.iter().map(|p| serde_json::json!({
                 "node": p.node.0,
                 "addr": p.addr,
@@ -689,7 +724,7 @@ pub async fn table_put(
     target: &Target,
     table: String,
     key: String,
-    value: Option<String>,
+    value: Option<Bytes>,
     immediate: bool,
     show_version: bool,
 ) -> Result<i32, Failure> {

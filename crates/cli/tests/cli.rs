@@ -142,3 +142,63 @@ fn release_acquire_faa_and_cas_from_the_command_line() {
     assert_eq!(stdout(&up.strata(&["get", "--acquire", "lock"])), "you\n");
     assert_eq!(up.strata(&["cas", "lock"]).status.code(), Some(2), "usage");
 }
+
+/// `strata put` runs `cmd` with `input` on its standard input.
+fn strata_with_stdin(up: &Up, args: &[&str], input: &[u8]) -> std::process::Output {
+    use std::io::Write;
+    use std::process::{Command, Stdio};
+    let mut child = Command::new(STRATA)
+        .args(args)
+        .arg("--data-dir")
+        .arg(&up.data_dir)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(input).unwrap();
+    child.wait_with_output().unwrap()
+}
+
+/// Issue #17 item 5: `strata put` takes a large or binary value from a file or standard input
+/// (`--value-file PATH`, `-` for stdin), for rc keys and log tables; a value beyond the limit
+/// is refused with the node's reason (exit 1) and VALUE with --value-file is a usage error.
+#[test]
+fn put_takes_large_values_from_a_file_or_stdin() {
+    let up = Up::start(3);
+    let created = up.strata(&["table", "create", "t", "--durability", "sync", "--reads", "leader"]);
+    assert!(created.status.success(), "{}", stderr(&created));
+    let max: Vec<u8> = (0..1u32 << 20).map(|i| (i % 251) as u8).collect();
+    let file = up.data_dir.join("value.bin");
+    std::fs::write(&file, &max).unwrap();
+    let path = file.to_str().unwrap();
+
+    // rc keyspace, from a file; log table, from stdin.
+    let put = up.strata(&["put", "big", "--value-file", path]);
+    assert!(put.status.success(), "{}", stderr(&put));
+    let get = up.strata(&["get", "big"]);
+    assert_eq!(get.status.code(), Some(0), "{}", stderr(&get));
+    assert_eq!(&get.stdout[..get.stdout.len() - 1], &max[..], "the value, then a newline");
+    let put = strata_with_stdin(&up, &["put", "--table", "t", "big", "--value-file", "-"], &max);
+    assert!(put.status.success(), "{}", stderr(&put));
+    let get = up.strata(&["get", "--table", "t", "big"]);
+    assert_eq!(get.status.code(), Some(0), "{}", stderr(&get));
+    assert_eq!(&get.stdout[..get.stdout.len() - 1], &max[..]);
+
+    // One byte over the limit: refused with the reason, in both keyspaces.
+    let mut over = max.clone();
+    over.push(0);
+    std::fs::write(&file, &over).unwrap();
+    for args in [vec!["put", "k"], vec!["put", "--table", "t", "k"]] {
+        let args: Vec<&str> = args.into_iter().chain(["--value-file", path]).collect();
+        let out = up.strata(&args);
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {}", stderr(&out));
+        assert!(stderr(&out).contains("value too large"), "{args:?}: {}", stderr(&out));
+    }
+    // Usage errors: both a VALUE and a file, neither, a file that does not exist.
+    assert_eq!(up.strata(&["put", "k", "v", "--value-file", path]).status.code(), Some(2));
+    assert_eq!(up.strata(&["put", "k"]).status.code(), Some(2));
+    let out = up.strata(&["put", "k", "--value-file", "/nonexistent/v"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(stderr(&out).contains("/nonexistent/v"), "{}", stderr(&out));
+}

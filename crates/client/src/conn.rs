@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use bytes::BytesMut;
-use strata_wire::client::{ClientRequest, ClientResponse, Request, Response, PUSH_CORR};
+use strata_wire::client::{ClientRequest, ClientResponse, ErrorCode, Request, Response, PUSH_CORR};
 use strata_wire::{
     decode_frame, decode_message, encode_frame, ClusterId, FrameError, Limits, Rifl,
 };
@@ -20,9 +20,13 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::TcpStream;
 use tokio::sync::{broadcast, oneshot, Notify};
-use tracing::debug;
+use tracing::{debug, warn};
 
 use crate::error::ClientError;
+
+/// An idle connection sends a `Ping` after this long (nodes close connections idle for
+/// `idle_timeout_ms`, 60 s by default).
+const KEEPALIVE_AFTER: Duration = Duration::from_secs(20);
 
 pub(crate) type ReplySlot = oneshot::Receiver<Result<Response, ClientError>>;
 
@@ -75,13 +79,18 @@ struct ConnState {
 #[derive(Clone, Debug)]
 enum FailReason {
     Lost,
+    /// The node said why it closed the connection (an error with correlation number 0).
+    Closed(String),
     WrongCluster(String),
 }
 
 impl FailReason {
     fn error(&self, conn: &Conn) -> ClientError {
         match self {
-            FailReason::Lost => ClientError::ConnectionLost { node: conn.addr },
+            FailReason::Lost => ClientError::ConnectionLost { node: conn.addr, reason: None },
+            FailReason::Closed(why) => {
+                ClientError::ConnectionLost { node: conn.addr, reason: Some(why.clone()) }
+            }
             FailReason::WrongCluster(m) => {
                 ClientError::WrongCluster { expected: conn.cluster, message: m.clone() }
             }
@@ -157,7 +166,7 @@ impl Conn {
                 return Err(f.error(self));
             }
             if s.closing {
-                return Err(ClientError::ConnectionLost { node: self.addr });
+                return Err(ClientError::ConnectionLost { node: self.addr, reason: None });
             }
             let corr = s.next_corr;
             s.next_corr += 1;
@@ -224,6 +233,23 @@ impl Conn {
             }
             return;
         }
+        if let (
+            PUSH_CORR,
+            Response::Error {
+                code:
+                    code @ (ErrorCode::TooManyConnections
+                    | ErrorCode::ConnectionTimedOut
+                    | ErrorCode::FrameTooLarge),
+                message,
+            },
+        ) = (resp.corr, &resp.body)
+        {
+            // The node closes the connection after this (too many connections, idle, a
+            // frame too slow): requests in flight fail with its reason.
+            warn!(node = %self.addr, ?code, "the node is closing the connection: {message}");
+            self.fail(FailReason::Closed(format!("{code:?}: {message}")));
+            return;
+        }
         let tx = self.lock().pending.remove(&resp.corr);
         match tx {
             Some(tx) => {
@@ -246,7 +272,7 @@ pub(crate) async fn await_reply(
         Some(t) => tokio::time::timeout(t, slot).await.map_err(|_| ClientError::TimedOut(t))?,
         None => slot.await,
     };
-    r.unwrap_or(Err(ClientError::ConnectionLost { node }))
+    r.unwrap_or(Err(ClientError::ConnectionLost { node, reason: None }))
 }
 
 async fn run_writer(conn: Arc<Conn>, mut wr: OwnedWriteHalf) {
@@ -270,7 +296,11 @@ async fn run_writer(conn: Arc<Conn>, mut wr: OwnedWriteHalf) {
             let _ = wr.shutdown().await;
             return;
         }
-        conn.wake_writer.notified().await;
+        // Keep-alive: a node closes a connection that stays idle for its idle timeout (60 s
+        // by default), which would end this connection's sessions.
+        if tokio::time::timeout(KEEPALIVE_AFTER, conn.wake_writer.notified()).await.is_err() {
+            conn.send_and_forget(Request::Ping);
+        }
     }
 }
 

@@ -21,8 +21,13 @@ pub enum ClientError {
     /// flight may or may not have taken effect (outcome unknown). An exactly-once session
     /// (the default) reconnects and re-sends by itself for `ClientOptions::retry_for` first;
     /// this error means it gave up. Open a new session when the cluster is reachable again.
-    #[error("connection to {node} lost; the outcome of in-flight requests is unknown")]
-    ConnectionLost { node: SocketAddr },
+    /// `reason`: what the node said before it closed the connection, if it said anything
+    /// (too many connections, idle, a frame too slow: `docs/design.md`, "Limits and bounds").
+    #[error(
+        "connection to {node} lost{}; the outcome of in-flight requests is unknown",
+        .reason.as_ref().map(|r| format!(" ({r})")).unwrap_or_default()
+    )]
+    ConnectionLost { node: SocketAddr, reason: Option<String> },
     /// No reply within the configured request timeout. The request may still take effect
     /// (outcome unknown); it stays in flight and a later wait may still return its result.
     #[error("no reply within {0:?}; the request may still take effect")]

@@ -288,13 +288,17 @@ impl Session {
             let id = front.id;
             let result = match self.shared.opts.request_timeout {
                 Some(t) => match tokio::time::timeout(t, &mut front.slot).await {
-                    Ok(r) => r.unwrap_or(Err(ClientError::ConnectionLost { node: self.conn.addr })),
+                    Ok(r) => r.unwrap_or(Err(ClientError::ConnectionLost {
+                        node: self.conn.addr,
+                        reason: None,
+                    })),
                     // Stays in flight: a later call may still see its result.
                     Err(_) => return Some((id, Err(ClientError::TimedOut(t)))),
                 },
-                None => (&mut front.slot)
-                    .await
-                    .unwrap_or(Err(ClientError::ConnectionLost { node: self.conn.addr })),
+                None => (&mut front.slot).await.unwrap_or(Err(ClientError::ConnectionLost {
+                    node: self.conn.addr,
+                    reason: None,
+                })),
             };
             if matches!(result, Err(ClientError::ConnectionLost { .. }))
                 && self.shared.opts.exactly_once
@@ -437,7 +441,8 @@ impl Session {
             }
         }
         for p in &pending[i..] {
-            let done = self.finish(p, Err(ClientError::ConnectionLost { node: self.conn.addr }));
+            let done = self
+                .finish(p, Err(ClientError::ConnectionLost { node: self.conn.addr, reason: None }));
             self.completed.push_back((p.id, done));
         }
     }

@@ -105,10 +105,10 @@ impl Host {
     /// each with [`Host::on_shard_opened`] before the host serves those shards.
     pub fn new(cfg: HostConfig, stored_catalog: &[u8]) -> Result<Host, HostError> {
         let me = cfg.rc.node;
-        let nodes = cfg.rc.replicas.clone();
+        let (nodes, limits) = (cfg.rc.replicas.clone(), cfg.rc.limits);
         let rc = RcReplica::new(cfg.rc).map_err(HostError::Rc)?;
         let catalog = catalog::decode(stored_catalog).map_err(HostError::Catalog)?;
-        let mut shards = Shards::new(me, nodes, cfg.seed, cfg.shard_rate_limit);
+        let mut shards = Shards::new(me, nodes, cfg.seed, cfg.shard_rate_limit, limits);
         let mut out = HostEffects::default();
         shards.start_table(
             Catalogued { def: lease_table_def(), moved: Default::default() },

@@ -22,7 +22,7 @@ use strata_wire::client::{
 };
 use strata_wire::log::{LogIndex, LogMessage, ShardMove};
 use strata_wire::peer::PeerMessage;
-use strata_wire::{Instant, NodeId, Rifl};
+use strata_wire::{Instant, LimitError, Limits, NodeId, Rifl};
 use tracing::{debug, error, info, warn};
 
 use crate::catalog::{
@@ -95,10 +95,19 @@ pub(crate) struct Shards {
     pub internal: Vec<(u64, Result<WriteAck, WriteError>)>,
     /// The optional service-rate limit of the shards this node leads (`rate`).
     rate: Option<RateLimit>,
+    /// The node's key, value and frame limits: client keys and values are checked against
+    /// them at the edge, and every shard replica's messages fit in one frame.
+    limits: Limits,
 }
 
 impl Shards {
-    pub fn new(me: NodeId, mut nodes: Vec<NodeId>, seed: u64, rate_limit: Option<u32>) -> Shards {
+    pub fn new(
+        me: NodeId,
+        mut nodes: Vec<NodeId>,
+        seed: u64,
+        rate_limit: Option<u32>,
+        limits: Limits,
+    ) -> Shards {
         nodes.sort();
         Shards {
             me,
@@ -112,6 +121,7 @@ impl Shards {
             internal_tokens: BTreeSet::new(),
             internal: Vec::new(),
             rate: rate_limit.map(RateLimit::new),
+            limits,
         }
     }
 
@@ -159,8 +169,10 @@ impl Shards {
             .find(|t| t.id == id.table)
             .map(|t| t.def.clone())
             .ok_or_else(|| format!("shard {id:?} of no catalogued table"))?;
-        let cfg = log_config(&def, placement.replicas.len())
+        let mut cfg = log_config(&def, placement.replicas.len())
             .map_err(|e| format!("table {} shard {}: {e}", def.name, id.shard))?;
+        // Replication messages are packed to fit the peer frame limit (issue #17 item 5).
+        cfg.max_message_bytes = self.limits.max_frame_bytes;
         info!(
             table = %def.name,
             shard = id.shard,
@@ -286,6 +298,19 @@ impl Shards {
         immediate: bool,
         out: &mut HostEffects,
     ) {
+        // The client edge: the same key and value limits as the rc keyspace (`Limits`), so a
+        // write this node accepts always fits in one replication message (issue #17 item 5:
+        // a value just under the frame limit used to be appended, then could not be sent, and
+        // the shard took no further writes). Test: `log_table_values_beyond_the_limit_are_
+        // refused_and_the_shard_keeps_taking_writes` (crates/node/tests/bounds.rs).
+        let value = match &op {
+            LogWriteOp::Put(v) => &v[..],
+            LogWriteOp::Delete => &[],
+        };
+        let checked = self.limits.check_key(&key).and_then(|()| self.limits.check_value(value));
+        if let Err(e) = checked {
+            return out.reply.push((route, ClientResponse { corr, body: limit_error(table, &e) }));
+        }
         // A log write is a linearizable RPC (rifl.md §4.1): without RIFL's envelope it cannot
         // be made exactly-once, so it is refused as `BadEnvelope` (not retried by clients).
         let Some(rifl) = rifl else {
@@ -328,6 +353,9 @@ impl Shards {
         min_index: Option<LogIndex>,
         out: &mut HostEffects,
     ) {
+        if let Err(e) = self.limits.check_key(&key) {
+            return out.reply.push((route, ClientResponse { corr, body: limit_error(table, &e) }));
+        }
         let sk = match self.shard_key(table, &key) {
             Ok(k) => k,
             Err(body) => return out.reply.push((route, ClientResponse { corr, body })),
@@ -672,6 +700,12 @@ impl Shards {
 
 fn shard_message(id: ShardId, msg: LogMessage) -> PeerMessage {
     PeerMessage::Shard { table: id.table, shard: id.shard, generation: id.generation, msg }
+}
+
+/// The refusal of a key or value beyond the node's limits (`KeyTooLarge`, `ValueTooLarge`, or
+/// `InvalidArgument` for an empty key), as the rc keyspace answers it.
+fn limit_error(table: &str, e: &LimitError) -> Response {
+    Response::Error { code: e.code(), message: format!("table {table}: {e}") }
 }
 
 pub(crate) fn reply_body(reply: LogReply) -> Response {

@@ -117,9 +117,14 @@ pub struct LogConfig {
     /// How long a write that waits (SyncRepl, Sync, immediate durability) may wait before the
     /// client is told `Timeout` (outcome unknown; retry with the same `seq`).
     pub write_timeout: Duration,
-    /// Replication batch bounds (§5.3: 256 entries or 1 MiB).
+    /// Replication batch bounds (§5.3: 256 entries or 1 MiB of encoded entries).
     pub max_batch_entries: usize,
     pub max_batch_bytes: usize,
+    /// The peer frame limit (the node's `max_frame_bytes`): an `AppendEntries` never exceeds
+    /// it, whatever `max_batch_bytes` says, and a write whose entry could not fit in one is
+    /// refused (`WriteError::Invalid`), so every accepted write can replicate
+    /// (docs/design.md, "Limits and bounds").
+    pub max_message_bytes: usize,
     /// Planted bug for canary tests; `None` in every real deployment.
     #[cfg(feature = "canaries")]
     pub planted_bug: Option<PlantedBug>,
@@ -196,6 +201,7 @@ impl LogConfig {
             write_timeout: Duration::from_secs(2),
             max_batch_entries: 256,
             max_batch_bytes: 1 << 20,
+            max_message_bytes: strata_wire::DEFAULT_MAX_FRAME_BYTES,
             #[cfg(feature = "canaries")]
             planted_bug: None,
         }
@@ -237,6 +243,11 @@ impl LogConfig {
         if self.max_batch_entries == 0 {
             return Err(ConfigError::Timing("max_batch_entries must be positive"));
         }
+        if self.max_message_bytes < strata_wire::FRAME_SLACK_BYTES {
+            return Err(ConfigError::Timing(
+                "max_message_bytes must leave room for a key and the message headers",
+            ));
+        }
         // §3.4 asks `mt > hb + RTT`. That is not enough: a grant echoes the follower's
         // timestamp from its newest ack the leader has, which answered the *previous*
         // heartbeat, so the lease it gives ends `mt` after a moment about one period before the
@@ -257,6 +268,12 @@ impl LogConfig {
             return Err(ConfigError::Timing("ET_min (1 - rho) must exceed (ST + mt)(1 + rho)"));
         }
         Ok(())
+    }
+
+    /// The largest encoded entry one `AppendEntries` can carry (`max_message_bytes` less the
+    /// frame, shard envelope and message headers).
+    pub fn max_entry_bytes(&self) -> usize {
+        self.max_message_bytes.saturating_sub(strata_wire::log::APPEND_ENTRIES_OVERHEAD_BYTES)
     }
 
     pub(crate) fn active_set_target(&self, n: usize) -> usize {

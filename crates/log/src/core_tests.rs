@@ -804,3 +804,126 @@ fn an_impossible_epoch_from_a_peer_is_dropped_without_effect() {
     );
     assert_eq!(r.epoch(), 1 + MAX_EPOCH_JUMP);
 }
+
+// ---- the peer frame limit (issue #17 item 5) ----
+
+/// A leader packs `AppendEntries` by the entries' encoded sizes and never past the peer frame
+/// limit, however large `max_batch_bytes` is: several maximal entries travel in several
+/// messages, each of which fits in one frame, and all of them arrive in order. (Before, a
+/// batch was bounded only by `max_batch_bytes` with an estimated size, so a node configured
+/// with a frame limit below 1 MiB sent batches its transport dropped, and the shard stopped.)
+#[test]
+fn batches_split_at_the_peer_frame_limit() {
+    use strata_wire::peer::PeerMessage;
+    let max_message = 300 << 10;
+    let mut cfg = orca();
+    cfg.max_message_bytes = max_message;
+    let value = Bytes::from(vec![7u8; 100 << 10]);
+    let mut log = vec![LogEntry { op: LogOp::NoOp, ..entry(1, 1) }];
+    for counter in 2..=9 {
+        log.push(LogEntry { op: LogOp::Put(value.clone()), ..entry(1, counter) });
+    }
+    let last = LogIndex::new(1, 9);
+    let ids = [NodeId(0), NodeId(1), NodeId(2)];
+    let state = RecoveredState {
+        hard_state: HardState { epoch: 1, voted_for: None },
+        snapshot: None,
+        entries: log,
+    };
+    let mut r =
+        LogReplica::recover(cfg, NodeId(0), &ids, state, Instant::from_millis(1), 5).unwrap();
+    let mut out: LogEffects = Effects::default();
+    // Elect it (as in `deadlines_passed_over_by_inputs_fire_without_a_tick`).
+    let mut now = Instant::from_millis(2_100);
+    r.on_tick(now);
+    r.poll_effects(&mut out);
+    let (token, _) = *out.persist.iter().find(|(_, p)| matches!(p, Persist::HardState(_))).unwrap();
+    r.on_persisted(now, token);
+    r.on_message(now, NodeId(1), LogMessage::VoteResp { epoch: 2, granted: true });
+    assert_eq!(r.role(), Role::Leader);
+    r.poll_effects(&mut out);
+    out.clear();
+    let ack = |success: bool, at: LogIndex| {
+        LogMessage::AppendAck(strata_wire::log::AppendAck {
+            epoch: 2,
+            success,
+            last_index: at,
+            match_index: if success { at } else { LogIndex::ZERO },
+            persisted_index: if success { at } else { LogIndex::ZERO },
+            applied_index: if success { at } else { LogIndex::ZERO },
+            hb_round: 0,
+            round_id: None,
+            f_ts: 0,
+            serving: false,
+            revoke_ack: None,
+        })
+    };
+    // Node 1 holds nothing: the leader backs up and sends it the whole log, batch by batch.
+    r.on_message(now, NodeId(1), ack(false, LogIndex::ZERO));
+    let mut received = Vec::new();
+    let mut messages = 0;
+    for _ in 0..100 {
+        r.poll_effects(&mut out);
+        let sends: Vec<_> = out
+            .send
+            .drain(..)
+            .filter_map(|(to, m)| match m {
+                LogMessage::AppendEntries(a) if to == NodeId(1) && !a.entries.is_empty() => Some(a),
+                _ => None,
+            })
+            .collect();
+        out.clear();
+        let Some(a) = sends.into_iter().next() else { break };
+        messages += 1;
+        let mut frame = bytes::BytesMut::new();
+        let wrapped = PeerMessage::Shard {
+            table: 1,
+            shard: 0,
+            generation: 0,
+            msg: LogMessage::AppendEntries(a.clone()),
+        };
+        strata_wire::encode_frame(&mut frame, strata_wire::ClusterId(1), &wrapped);
+        assert!(
+            frame.len() <= max_message,
+            "an AppendEntries of {} entries takes {} bytes, above the {max_message}-byte frame limit",
+            a.entries.len(),
+            frame.len()
+        );
+        let upto = a.entries.last().unwrap().index;
+        received.extend(a.entries.into_iter().map(|e| e.index));
+        now += std::time::Duration::from_millis(1);
+        r.on_message(now, NodeId(1), ack(true, upto));
+    }
+    // The whole log, in order: the old epoch's entries, then the new leader's NoOp.
+    let mut expected: Vec<LogIndex> = (1..=9).map(|c| LogIndex::new(1, c)).collect();
+    expected.push(LogIndex::new(2, 1));
+    assert_eq!(received, expected, "every entry, in order");
+    assert!(received.contains(&last));
+    assert!(messages >= 4, "eight 100 KiB entries need several 300 KiB messages, got {messages}");
+}
+
+/// The core refuses a write whose entry could never fit in one peer message (its own guard
+/// behind the host's `ValueTooLarge`), so a write it accepts can always replicate.
+#[test]
+fn a_write_larger_than_one_peer_message_is_refused() {
+    let mut s = Solo::new(RecoveredState::default());
+    let max_entry = s.r.config().max_entry_bytes();
+    let token = 99;
+    let too_big = Bytes::from(vec![1u8; max_entry]);
+    s.r.on_client_request(
+        s.now,
+        LogRequest::Write {
+            token,
+            rifl: env(1, 1),
+            key: Bytes::from_static(b"k"),
+            op: WriteOp::Put(too_big),
+            immediate: false,
+        },
+    );
+    s.drain();
+    assert!(matches!(s.reply(token), Some(Err(WriteError::Invalid(_)))), "{:?}", s.reply(token));
+    assert!(s.r.entries().iter().all(|e| e.client_id != 7), "nothing was appended");
+    // The refusal acknowledged nothing: the same RPC with a value that fits is written.
+    assert!(s.write(env(1, 1), "small").expect("async: acked at once").is_ok());
+    assert_eq!(writes_of(&s.r, 1), 1);
+}

@@ -200,6 +200,7 @@ impl LogReplica {
     pub(crate) fn send_append(&mut self, now: Instant, f: NodeId) {
         let grant = self.grant_for(now, f);
         let (max_entries, max_bytes) = (self.cfg.max_batch_entries, self.cfg.max_batch_bytes);
+        let max_entry_bytes = self.cfg.max_entry_bytes();
         let orca = self.orca_mode();
         let epoch = self.epoch;
         let commit = self.commit;
@@ -207,12 +208,16 @@ impl LogReplica {
         let p = l.progress.get_mut(&f).expect("follower");
         p.needs_send = false;
         let prev_index = p.next_prev;
+        // Entries are packed by their exact encoded size, and never beyond the peer frame
+        // limit: a batch that exceeds it would be dropped by the transport (and re-sent, and
+        // dropped...), so the shard would stop (issue #17). Writes whose entry alone cannot
+        // fit are refused at the leader (`writes.rs`), so the first entry always fits.
+        // Test: `batches_split_at_the_peer_frame_limit`.
+        let max_bytes = max_bytes.min(max_entry_bytes);
         let mut entries = Vec::new();
         let mut bytes = 0usize;
         for e in self.log.after(prev_index) {
-            let size = e.key.len()
-                + 64
-                + if let strata_wire::log::LogOp::Put(v) = &e.op { v.len() } else { 0 };
+            let size = e.encoded_len();
             if entries.len() >= max_entries || (!entries.is_empty() && bytes + size > max_bytes) {
                 p.needs_send = true; // more to send after this batch
                 break;

@@ -42,6 +42,12 @@ pub(crate) struct PendingWrite {
 /// limit) and one WAL record (16 MiB limit) with room for their headers.
 pub const MAX_MOVE_BYTES: usize = 15 << 20;
 
+/// An upper bound of the encoded size of a write's entry with a key and a value (or a
+/// snapshot) of these lengths (`LogEntry::encoded_len` is exact once the entry exists).
+fn entry_len(key: usize, value: usize) -> usize {
+    64 + key + value
+}
+
 /// A `Freeze` waiting for its entry (rifl.md §5.7 step 1).
 #[derive(Clone, Debug)]
 pub(crate) struct PendingFreeze {
@@ -89,7 +95,9 @@ impl LogReplica {
             }
             // The state travels in one message and one log entry: refuse before freezing a
             // shard that could then never be installed.
-            None if self.kv.snapshot_encoded_len() > MAX_MOVE_BYTES => {
+            None if self.kv.snapshot_encoded_len() > MAX_MOVE_BYTES
+                || entry_len(0, self.kv.snapshot_encoded_len()) > self.cfg.max_entry_bytes() =>
+            {
                 let why = "the shard's state is above the 15 MiB a move carries (one message, one log entry)";
                 self.effects.reply.push(reply(Err(WriteError::Invalid(why))));
                 return;
@@ -119,6 +127,19 @@ impl LogReplica {
         let reply = |r| LogReply::Write { token, result: r };
         if key.is_empty() {
             self.effects.reply.push(reply(Err(WriteError::Invalid("empty key"))));
+            return;
+        }
+        // Every accepted write must be able to replicate: its entry has to fit in one peer
+        // message (docs/design.md, "Limits and bounds"). The host refuses values and keys
+        // beyond the node's limits first (`ValueTooLarge`, `KeyTooLarge`), which a valid node
+        // configuration keeps well inside this; this guard holds for any driver.
+        let value_len = match &op {
+            WriteOp::Put(v) => v.len(),
+            WriteOp::Delete => 0,
+        };
+        if entry_len(key.len(), value_len) > self.cfg.max_entry_bytes() {
+            let why = "the write's log entry is larger than one peer message (max_frame_bytes)";
+            self.effects.reply.push(reply(Err(WriteError::Invalid(why))));
             return;
         }
         // rifl.md §5.3 S3: a broken envelope is neither executed nor an acknowledgement.

@@ -11,43 +11,75 @@
 //! | foreign cluster id | `WrongCluster` | closed (the client is pointed at the wrong cluster) |
 //! | unknown request tag | `UnknownRequest`, echoing the request's `corr` | kept |
 //! | known tag, undecodable fields | `Malformed`, echoing `corr` when the header is intact | kept |
-//! | value beyond `max_value_bytes` | `ValueTooLarge` (from the core) | kept |
+//! | value beyond `max_value_bytes`, key beyond 64 KiB | `ValueTooLarge`, `KeyTooLarge` (from the host, rc keyspace and log tables alike) | kept |
 //!
 //! Each of the first six is counted in `bad_client_frames`.
+//!
+//! Bounds (issue #17; `docs/design.md`, "Limits and bounds"; node config):
+//!
+//! | bound | what happens | counted in `Status` |
+//! |---|---|---|
+//! | `max_connections`, `max_connections_per_ip` | a connection over a cap gets `TooManyConnections` (corr 0) and is closed | `refused` |
+//! | `max_connection_buffer_bytes` | requests read and not answered plus replies not written are charged to the connection ([`ConnShared`]); at the budget the reader stops reading and the core task admits nothing more of it until replies drain | `buffered_bytes`, `paused` |
+//! | `partial_frame_timeout_ms` | a frame not whole within it (while the node reads): `ConnectionTimedOut` (corr 0), closed | `closed_slow_frame` |
+//! | `idle_timeout_ms` | nothing read, nothing in flight, nothing to write for it: `ConnectionTimedOut`, closed; a reply write that makes no progress for it: closed at once, queue dropped | `closed_idle` |
+//!
+//! Every frame is copied out of the read buffer before it is decoded, so the buffer is reused
+//! (and shrunk once empty) and a value kept in the store never pins a read buffer.
 
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::{Bytes, BytesMut};
+use bytes::{BufMut, Bytes, BytesMut};
 use strata_core::Route;
 use strata_wire::client::{
-    peek_request_header, request_tag, ClientRequest, ClientResponse, ErrorCode, Response,
+    peek_request_header, request_tag, ClientRequest, ClientResponse, ErrorCode, Request, Response,
 };
-use strata_wire::{decode_frame, decode_message, encode_frame, DecodeError, FrameError};
+use strata_wire::{
+    decode_frame, decode_message, encode_frame, DecodeError, FrameError, FRAME_HEADER_BYTES,
+};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
-use tokio::net::TcpListener;
+use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, watch};
-use tracing::{debug, warn};
+use tokio::time::Instant as TokioInstant;
+use tracing::{debug, info, warn};
 
-use crate::shared::{ClientItem, CoreInput, Counters, Tasks, WireSettings, WriterMsg};
+use crate::shared::{
+    give_back_memory, ClientItem, ConnBounds, ConnLimiter, ConnShared, CoreInput, Counters, Tasks,
+    WireSettings, WriterMsg, LARGE_BUFFER_BYTES,
+};
 
 /// Responses are written once this many bytes are buffered, even if more are ready.
 const MAX_WRITE_BYTES: usize = 1 << 20;
 /// After a fatal framing error, how long the reader keeps draining the socket so that the
 /// error reply is not destroyed by a reset (closing with unread data sends RST).
 const LINGER: Duration = Duration::from_millis(500);
+/// A connection's read buffer starts at this size, and goes back to it once empty after
+/// holding a large frame, so an idle connection keeps no large buffer.
+const READ_BUFFER_BYTES: usize = 16 << 10;
+/// Requests handed to the core task in one batch at most (the core task looks at the
+/// connection's budget between batches).
+const MAX_BATCH_ITEMS: usize = 256;
+/// Refused connections being answered at once; beyond this a refused connection is closed
+/// without an answer (a flood of them costs nothing but the accept).
+const MAX_REFUSING: usize = 64;
 
-/// Accepts client connections until shutdown.
+/// Accepts client connections until shutdown, up to the caps of `bounds`.
+#[allow(clippy::too_many_arguments)]
 pub(crate) async fn run_client_acceptor(
     listener: TcpListener,
     wire: WireSettings,
+    bounds: ConnBounds,
     core_tx: mpsc::Sender<CoreInput>,
     counters: Arc<Counters>,
     tasks: Arc<Tasks>,
     mut stop: watch::Receiver<bool>,
 ) {
+    let limiter = ConnLimiter::new(bounds, counters.clone());
+    let refusing = Arc::new(AtomicUsize::new(0));
     let mut next_route: Route = 1;
     loop {
         let accepted = tokio::select! {
@@ -56,34 +88,85 @@ pub(crate) async fn run_client_acceptor(
         };
         match accepted {
             Ok((stream, remote)) => {
+                let slot = match limiter.try_acquire(remote.ip()) {
+                    Ok(slot) => slot,
+                    Err(why) => {
+                        let n = counters.refused_connections.fetch_add(1, Ordering::Relaxed) + 1;
+                        if n.is_power_of_two() {
+                            warn!(%remote, refused = n, "{why}");
+                        } else {
+                            debug!(%remote, refused = n, "{why}");
+                        }
+                        if refusing.fetch_add(1, Ordering::Relaxed) < MAX_REFUSING {
+                            let refusing = refusing.clone();
+                            tasks.spawn(async move {
+                                refuse(stream, wire, why).await;
+                                refusing.fetch_sub(1, Ordering::Relaxed);
+                            });
+                        } else {
+                            refusing.fetch_sub(1, Ordering::Relaxed);
+                        }
+                        continue;
+                    }
+                };
                 let _ = stream.set_nodelay(true);
                 let route = next_route;
                 next_route += 1;
                 let (rd, wr) = stream.into_split();
                 let (tx, rx) = mpsc::unbounded_channel();
+                let conn = Arc::new(ConnShared::new(bounds.budget_bytes, slot));
                 // Registered before the reader sends anything: channel order does the rest.
-                if core_tx.send(CoreInput::Connected { route, tx }).await.is_err() {
+                let connected = CoreInput::Connected { route, tx, conn: conn.clone() };
+                if core_tx.send(connected).await.is_err() {
                     break;
                 }
                 debug!(route, %remote, "client connected");
-                tasks.spawn(run_writer(wr, rx, wire));
+                tasks.spawn(run_writer(
+                    wr,
+                    rx,
+                    wire,
+                    route,
+                    bounds,
+                    conn.clone(),
+                    core_tx.clone(),
+                    counters.clone(),
+                ));
                 tasks.spawn(run_reader(
                     rd,
                     remote,
                     route,
                     wire,
+                    bounds,
+                    conn,
                     core_tx.clone(),
                     counters.clone(),
                     stop.clone(),
                 ));
             }
             Err(e) => {
+                // EMFILE and friends: back off instead of spinning.
                 warn!(error = %e, "accepting a client connection failed");
                 tokio::time::sleep(Duration::from_millis(10)).await;
             }
         }
     }
     debug!("client listener closed");
+}
+
+/// Answers a connection over a cap with `TooManyConnections` (correlation number 0) and
+/// closes it, reading (and dropping) what the client sent meanwhile for a moment, so that a
+/// reset does not destroy the answer.
+async fn refuse(mut stream: TcpStream, wire: WireSettings, why: String) {
+    let mut b = BytesMut::new();
+    let body = Response::Error { code: ErrorCode::TooManyConnections, message: why };
+    encode_frame(&mut b, wire.cluster, &ClientResponse { corr: 0, body });
+    let _ = tokio::time::timeout(LINGER, async {
+        if stream.write_all(&b).await.is_ok() && stream.shutdown().await.is_ok() {
+            let mut scratch = [0u8; 1024];
+            while matches!(stream.read(&mut scratch).await, Ok(n) if n > 0) {}
+        }
+    })
+    .await;
 }
 
 /// What to do with a frame-level error: the reply, and whether the connection must close.
@@ -145,69 +228,214 @@ fn decode_error_reply(payload: &Bytes, e: &DecodeError) -> ClientResponse {
     ClientResponse { corr, body: Response::Error { code, message } }
 }
 
+/// Why a reader stopped reading.
+enum Stop {
+    /// The client closed, the node stops, the core task is gone, or the writer gave up.
+    Done,
+    /// A framing error: the error reply is queued; drain for a moment before closing.
+    Fatal,
+    /// A bound closed the connection (idle, slow frame): the notice is queued.
+    Bound,
+}
+
+/// The bytes a complete frame of `buf` still needs (or its header), `None` if `buf` is empty.
+fn frame_remaining(buf: &[u8]) -> Option<usize> {
+    match buf.len() {
+        0 => None,
+        n @ 1..=3 => Some(4 - n),
+        n => {
+            let body = u32::from_le_bytes(buf[0..4].try_into().expect("4 bytes")) as usize;
+            Some((4 + body).saturating_sub(n))
+        }
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
 async fn run_reader(
     mut rd: OwnedReadHalf,
     remote: SocketAddr,
     route: Route,
     wire: WireSettings,
+    bounds: ConnBounds,
+    conn: Arc<ConnShared>,
     core_tx: mpsc::Sender<CoreInput>,
     counters: Arc<Counters>,
     mut stop: watch::Receiver<bool>,
 ) {
-    let mut buf = BytesMut::with_capacity(16 << 10);
+    let mut buf = BytesMut::with_capacity(READ_BUFFER_BYTES);
     let mut bad_here = 0u64;
-    let mut fatal = false;
-    'conn: loop {
-        let mut items = Vec::new();
+    let mut last_read = TokioInstant::now();
+    // When the partial frame at the front of `buf` began to arrive (or reading resumed).
+    let mut frame_started: Option<TokioInstant> = None;
+    let why = 'conn: loop {
+        // Hand on every whole frame in the buffer, in batches.
+        let mut fatal = false;
+        let mut consumed = 0usize;
         loop {
-            match decode_frame(&mut buf, wire.cluster, wire.max_frame_bytes) {
-                Ok(None) => break,
-                Ok(Some(payload)) => match decode_message::<ClientRequest>(payload.clone()) {
-                    Ok(req) => items.push(ClientItem::Req(req)),
-                    Err(e) => {
-                        let resp = decode_error_reply(&payload, &e);
-                        note_bad(&counters, &mut bad_here, route, remote, &e);
-                        items.push(ClientItem::Reply(resp));
+            let mut items = Vec::new();
+            let mut charged = 0usize;
+            while items.len() < MAX_BATCH_ITEMS {
+                match decode_frame(&mut buf, wire.cluster, wire.max_frame_bytes) {
+                    Ok(None) => break,
+                    Ok(Some(payload)) => {
+                        consumed += 1;
+                        let frame_bytes = payload.len() + FRAME_HEADER_BYTES;
+                        // A copy of its own: the read buffer is reused at once, and a value
+                        // the request carries (kept in the store) does not pin the buffer.
+                        let payload = Bytes::copy_from_slice(&payload);
+                        match decode_message::<ClientRequest>(payload.clone()) {
+                            Ok(ClientRequest { corr, body: Request::Ping, .. }) => {
+                                let pong = ClientResponse { corr, body: Response::Pong };
+                                items.push(ClientItem::Reply(pong));
+                            }
+                            Ok(req) => {
+                                charged += frame_bytes;
+                                items.push(ClientItem::Req(req, frame_bytes));
+                            }
+                            Err(e) => {
+                                let resp = decode_error_reply(&payload, &e);
+                                note_bad(&counters, &mut bad_here, route, remote, &e);
+                                items.push(ClientItem::Reply(resp));
+                            }
+                        }
                     }
-                },
-                Err(e) => {
-                    note_bad(&counters, &mut bad_here, route, remote, &e);
-                    let (code, message, close) = frame_error_reply(&e);
-                    items.push(ClientItem::Reply(ClientResponse {
-                        corr: 0,
-                        body: Response::Error { code, message },
-                    }));
-                    if close {
-                        items.push(ClientItem::Close);
-                        fatal = true;
-                        break;
+                    Err(e) => {
+                        note_bad(&counters, &mut bad_here, route, remote, &e);
+                        let (code, message, close) = frame_error_reply(&e);
+                        items.push(ClientItem::Reply(ClientResponse {
+                            corr: 0,
+                            body: Response::Error { code, message },
+                        }));
+                        if close {
+                            items.push(ClientItem::Close);
+                            fatal = true;
+                            break;
+                        }
                     }
                 }
             }
+            if items.is_empty() {
+                break;
+            }
+            conn.charge(charged);
+            conn.set_input(buf.len());
+            if core_tx.send(CoreInput::Client { route, items }).await.is_err() {
+                break 'conn Stop::Done; // the core task has stopped
+            }
+            if fatal {
+                break 'conn Stop::Fatal;
+            }
         }
-        if !items.is_empty() && core_tx.send(CoreInput::Client { route, items }).await.is_err() {
-            break 'conn; // the core task has stopped
-        }
-        if fatal {
-            break 'conn;
-        }
-        if buf.capacity() - buf.len() < 4096 {
-            buf.reserve(16 << 10);
-        }
-        tokio::select! {
-            _ = stop.wait_for(|s| *s) => break 'conn,
-            r = rd.read_buf(&mut buf) => match r {
-                Ok(0) => break 'conn,
-                Ok(_) => {}
-                Err(e) => {
-                    debug!(route, %remote, error = %e, "client read failed");
-                    break 'conn;
+        conn.set_input(buf.len());
+        let now = TokioInstant::now();
+        if buf.is_empty() {
+            frame_started = None;
+            if buf.capacity() > 16 * READ_BUFFER_BYTES {
+                // A large frame passed through: give its buffer back.
+                let large = buf.capacity() >= LARGE_BUFFER_BYTES;
+                buf = BytesMut::with_capacity(READ_BUFFER_BYTES);
+                if large {
+                    give_back_memory();
                 }
-            },
+            }
+        } else if consumed > 0 || frame_started.is_none() {
+            frame_started = Some(now);
         }
+        // Backpressure: read only while the connection's budget allows; a frame larger than
+        // the budget is still read whole when nothing else is charged (so any frame within
+        // max_frame_bytes can arrive).
+        let used = conn.charged() + buf.len();
+        let partial = frame_remaining(&buf);
+        let room = if used < conn.budget {
+            conn.budget - used
+        } else if let (Some(rest), 0) = (partial, conn.charged()) {
+            rest
+        } else {
+            conn.paused.store(true, Ordering::Relaxed);
+            let stopping = tokio::select! {
+                _ = stop.wait_for(|s| *s) => true,
+                _ = conn.wait_released() => false,
+            };
+            if stopping {
+                break 'conn Stop::Done;
+            }
+            conn.paused.store(false, Ordering::Relaxed);
+            if conn.is_aborted() {
+                break 'conn Stop::Done;
+            }
+            // The client was not to blame for the pause: its frame's clock starts again.
+            if frame_started.is_some() {
+                frame_started = Some(TokioInstant::now());
+            }
+            last_read = TokioInstant::now();
+            continue 'conn;
+        };
+        if buf.capacity() - buf.len() < 4096 {
+            buf.reserve(READ_BUFFER_BYTES);
+        }
+        let room = room.max(4096);
+        // Idle: nothing read for the timeout, nothing unanswered, nothing left to write.
+        let idle_at = bounds.idle_timeout.map(|t| last_read + t);
+        let frame_due = frame_started.map(|t| t + bounds.partial_frame_timeout);
+        let mut limited = (&mut buf).limit(room);
+        enum Woke {
+            Read(std::io::Result<usize>),
+            SlowFrame,
+            Idle,
+            Stop,
+        }
+        let woke = tokio::select! {
+            _ = stop.wait_for(|s| *s) => Woke::Stop,
+            _ = conn.aborted() => Woke::Stop,
+            _ = sleep_until_opt(frame_due) => Woke::SlowFrame,
+            _ = sleep_until_opt(idle_at) => Woke::Idle,
+            r = rd.read_buf(&mut limited) => Woke::Read(r),
+        };
+        match woke {
+            Woke::Stop | Woke::Read(Ok(0)) => break 'conn Stop::Done,
+            Woke::Read(Ok(_)) => last_read = TokioInstant::now(),
+            Woke::Read(Err(e)) => {
+                debug!(route, %remote, error = %e, "client read failed");
+                break 'conn Stop::Done;
+            }
+            Woke::SlowFrame => {
+                let rest = partial.unwrap_or(0);
+                let n = counters.closed_slow_frame.fetch_add(1, Ordering::Relaxed) + 1;
+                info!(route, %remote, missing = rest, closed = n, "closing a client connection: a frame did not arrive within the partial-frame timeout");
+                let message = format!(
+                    "a frame was not completed within {:?} (partial_frame_timeout_ms): {} bytes received, {rest} missing; closing",
+                    bounds.partial_frame_timeout,
+                    buf.len()
+                );
+                let sent = send_notice(&core_tx, route, message).await;
+                break 'conn if sent { Stop::Bound } else { Stop::Done };
+            }
+            Woke::Idle => {
+                if conn.charged() > 0 || !buf.is_empty() {
+                    // Waiting for an answer, a write, or a frame (the other bounds' business).
+                    last_read = TokioInstant::now();
+                    continue 'conn;
+                }
+                let n = counters.closed_idle.fetch_add(1, Ordering::Relaxed) + 1;
+                debug!(route, %remote, closed = n, "closing an idle client connection");
+                let message = format!(
+                    "idle for {:?} (idle_timeout_ms); closing",
+                    bounds.idle_timeout.unwrap_or_default()
+                );
+                let sent = send_notice(&core_tx, route, message).await;
+                break 'conn if sent { Stop::Bound } else { Stop::Done };
+            }
+        }
+    };
+    // Nothing of this connection is buffered here any more.
+    let large = buf.capacity() >= LARGE_BUFFER_BYTES;
+    drop(buf);
+    conn.set_input(0);
+    if large {
+        give_back_memory();
     }
     let _ = core_tx.send(CoreInput::Disconnected { route }).await;
-    if fatal {
+    if matches!(why, Stop::Fatal | Stop::Bound) {
         // Drain (and discard) what the client is still sending for a moment, so that our
         // error reply reaches it before the connection is torn down.
         let mut scratch = vec![0u8; 16 << 10];
@@ -221,7 +449,26 @@ async fn run_reader(
         })
         .await;
     }
+    if matches!(why, Stop::Bound) {
+        // A client that does not read must not keep the writer (and its queue) alive.
+        conn.abort();
+    }
     debug!(route, %remote, "client disconnected");
+}
+
+/// Queues a `ConnectionTimedOut` notice (correlation number 0) and the close behind the
+/// connection's replies. False if the core task is gone.
+async fn send_notice(core_tx: &mpsc::Sender<CoreInput>, route: Route, message: String) -> bool {
+    let body = Response::Error { code: ErrorCode::ConnectionTimedOut, message };
+    let items = vec![ClientItem::Reply(ClientResponse { corr: 0, body }), ClientItem::Close];
+    core_tx.send(CoreInput::Client { route, items }).await.is_ok()
+}
+
+async fn sleep_until_opt(t: Option<TokioInstant>) {
+    match t {
+        Some(t) => tokio::time::sleep_until(t).await,
+        None => std::future::pending().await,
+    }
 }
 
 fn note_bad(
@@ -241,18 +488,36 @@ fn note_bad(
     }
 }
 
+/// Writes the connection's replies, releasing their charge once they are in the socket. A
+/// write that makes no progress for the idle timeout means the client does not read: the
+/// writer gives up, drops what is queued and aborts the connection.
+#[allow(clippy::too_many_arguments)]
 async fn run_writer(
     mut wr: OwnedWriteHalf,
     mut rx: mpsc::UnboundedReceiver<WriterMsg>,
     wire: WireSettings,
+    route: Route,
+    bounds: ConnBounds,
+    conn: Arc<ConnShared>,
+    core_tx: mpsc::Sender<CoreInput>,
+    counters: Arc<Counters>,
 ) {
     let mut buf = BytesMut::with_capacity(16 << 10);
     let mut close = false;
-    while let Some(first) = rx.recv().await {
+    loop {
+        let first = tokio::select! {
+            m = rx.recv() => m,
+            _ = conn.aborted() => None,
+        };
+        let Some(first) = first else { break };
         let mut next = Some(first);
+        let mut charged = 0usize;
         while let Some(m) = next.take() {
             match m {
-                WriterMsg::Resp(resp) => encode_frame(&mut buf, wire.cluster, &resp),
+                WriterMsg::Resp(resp, bytes) => {
+                    encode_frame(&mut buf, wire.cluster, &resp);
+                    charged += bytes;
+                }
                 WriterMsg::Close => {
                     close = true;
                     break;
@@ -264,14 +529,60 @@ async fn run_writer(
             next = rx.try_recv().ok();
         }
         if !buf.is_empty() {
-            if wr.write_all(&buf).await.is_err() {
-                return;
+            match write_with_progress(&mut wr, &buf, bounds.idle_timeout, &conn).await {
+                Ok(()) => {}
+                Err(stalled) => {
+                    if stalled {
+                        let n = counters.closed_idle.fetch_add(1, Ordering::Relaxed) + 1;
+                        info!(route, closed = n, "closing a client connection that does not read its replies (idle timeout)");
+                    }
+                    // The client is gone (or never reads): the reader must not wait for
+                    // this writer to release bytes.
+                    conn.abort();
+                    return;
+                }
             }
             buf.clear();
+            if buf.capacity() > 2 * MAX_WRITE_BYTES {
+                buf = BytesMut::with_capacity(16 << 10);
+                give_back_memory();
+            }
+        }
+        conn.release(charged);
+        // The core task held requests back for this connection's budget: go on.
+        if !conn.over_budget() && conn.held.swap(false, Ordering::SeqCst) {
+            let _ = core_tx.send(CoreInput::Resume { route }).await;
         }
         if close {
             break;
         }
     }
     let _ = wr.shutdown().await;
+}
+
+/// Writes `buf` whole. `Err(true)`: no byte could be written for `idle` (the client does not
+/// read); `Err(false)`: the socket failed or the connection was aborted.
+async fn write_with_progress(
+    wr: &mut OwnedWriteHalf,
+    mut buf: &[u8],
+    idle: Option<Duration>,
+    conn: &ConnShared,
+) -> Result<(), bool> {
+    while !buf.is_empty() {
+        let write = wr.write(buf);
+        let n = tokio::select! {
+            r = async {
+                match idle {
+                    Some(t) => tokio::time::timeout(t, write).await.map_err(|_| true),
+                    None => Ok(write.await),
+                }
+            } => r?,
+            _ = conn.aborted() => return Err(false),
+        };
+        match n {
+            Ok(0) | Err(_) => return Err(false),
+            Ok(n) => buf = &buf[n..],
+        }
+    }
+    Ok(())
 }

@@ -12,10 +12,28 @@ use std::str::FromStr;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use thiserror::Error;
 
-/// Default frame limit (matches `strata_wire::Limits::default()`).
-pub const DEFAULT_MAX_FRAME_BYTES: usize = 16 << 20;
-/// Default value limit (matches `strata_wire::Limits::default()`).
-pub const DEFAULT_MAX_VALUE_BYTES: usize = 1 << 20;
+/// Default frame limit (`strata_wire::Limits::default()`, where the limits are defined).
+pub const DEFAULT_MAX_FRAME_BYTES: usize = strata_wire::DEFAULT_MAX_FRAME_BYTES;
+/// Default value limit (`strata_wire::Limits::default()`).
+pub const DEFAULT_MAX_VALUE_BYTES: usize = strata_wire::DEFAULT_MAX_VALUE_BYTES;
+/// Default cap of client connections per node. Each costs two tasks and its buffers; 4096
+/// leaves a default `ulimit -n` of 65536 room for peers, WAL segments and shard directories.
+pub const DEFAULT_MAX_CONNECTIONS: usize = 4096;
+/// Default cap of client connections from one IP address: one misbehaving host (or a leaking
+/// connection pool) cannot take every slot; 256 is far above what one client library opens.
+pub const DEFAULT_MAX_CONNECTIONS_PER_IP: usize = 256;
+/// Default budget of one client connection: request bytes read and not yet answered plus
+/// reply bytes not yet written. 8 MiB keeps a pipelined stream of 1 MiB values flowing (eight
+/// in flight) while 4096 connections stay within 32 GiB in the worst case.
+pub const DEFAULT_MAX_CONNECTION_BUFFER_BYTES: usize = 8 << 20;
+/// The smallest budget accepted: room for a few requests and replies.
+pub const MIN_CONNECTION_BUFFER_BYTES: usize = 64 << 10;
+/// Default idle timeout: a connection with nothing in flight that moves no byte in either
+/// direction for this long is closed. The client library pings an idle connection every 20 s.
+pub const DEFAULT_IDLE_TIMEOUT_MS: u64 = 60_000;
+/// Default partial-frame timeout: a frame must arrive whole within this time of its first
+/// byte (a 16 MiB frame needs 1.6 MB/s), so an unfinished frame cannot hold memory for long.
+pub const DEFAULT_PARTIAL_FRAME_TIMEOUT_MS: u64 = 10_000;
 /// Default first re-send of an unacknowledged write (Kite §3.4 `T_RETX`).
 pub const DEFAULT_RETRANSMIT_MS: u64 = 5;
 /// Default `T_REL` (Kite §3.4): how long a release waits for all acks before the slow path.
@@ -31,7 +49,7 @@ pub const MIN_LEASE_TERM_MS: u64 = 200;
 /// Default cluster id.
 pub const DEFAULT_CLUSTER_ID: u64 = 1;
 /// Room a frame needs beside its value: the largest key (64 KiB) plus headers.
-pub const FRAME_SLACK_BYTES: usize = (64 << 10) + 1024;
+pub const FRAME_SLACK_BYTES: usize = strata_wire::FRAME_SLACK_BYTES;
 /// Node ids must be below this (the rc engine keeps replica sets as a 64-bit mask).
 pub const MAX_NODE_ID: u32 = 63;
 
@@ -43,6 +61,15 @@ pub const MAX_NODE_ID: u32 = 63;
 /// client_addr = "127.0.0.1:7000"
 /// peer_addr = "127.0.0.1:7100"
 /// data_dir = "data/n0"
+///
+/// # Limits and bounds, with their defaults (docs/design.md, "Limits and bounds"):
+/// # max_frame_bytes = 16777216
+/// # max_value_bytes = 1048576
+/// # max_connections = 4096
+/// # max_connections_per_ip = 256
+/// # max_connection_buffer_bytes = 8388608
+/// # idle_timeout_ms = 60000
+/// # partial_frame_timeout_ms = 10000
 ///
 /// [[peers]]
 /// id = 1
@@ -94,9 +121,30 @@ pub struct NodeConfig {
     /// Largest frame accepted from a client or peer, header included.
     #[serde(default = "default_max_frame_bytes")]
     pub max_frame_bytes: usize,
-    /// Largest value a write may carry.
+    /// Largest value a write may carry, in the rc keyspace and in log tables (keys: 64 KiB).
+    /// At most `max_frame_bytes` less 65 KiB, so the largest write fits in one frame.
     #[serde(default = "default_max_value_bytes")]
     pub max_value_bytes: usize,
+    /// Most client connections open at once; more are refused with `TooManyConnections`.
+    #[serde(default = "default_max_connections")]
+    pub max_connections: usize,
+    /// Most client connections open at once from one IP address (refused likewise).
+    #[serde(default = "default_max_connections_per_ip")]
+    pub max_connections_per_ip: usize,
+    /// Budget of one client connection: request bytes read and not yet answered plus reply
+    /// bytes not yet written. Once spent, the node stops reading the connection (TCP
+    /// backpressure) until replies drain. One frame larger than the budget is still read when
+    /// nothing else is buffered.
+    #[serde(default = "default_max_connection_buffer_bytes")]
+    pub max_connection_buffer_bytes: usize,
+    /// A client connection with nothing in flight that moves no byte in either direction for
+    /// this long is closed (`ConnectionTimedOut`), milliseconds; 0: never.
+    #[serde(default = "default_idle_timeout_ms")]
+    pub idle_timeout_ms: u64,
+    /// A frame must arrive whole within this time of its first byte, else the connection is
+    /// closed (`ConnectionTimedOut`), milliseconds.
+    #[serde(default = "default_partial_frame_timeout_ms")]
+    pub partial_frame_timeout_ms: u64,
     /// Log line format (`RUST_LOG` chooses the level; default `info`).
     #[serde(default)]
     pub log_format: LogFormat,
@@ -162,6 +210,21 @@ fn default_max_frame_bytes() -> usize {
 }
 fn default_max_value_bytes() -> usize {
     DEFAULT_MAX_VALUE_BYTES
+}
+fn default_max_connections() -> usize {
+    DEFAULT_MAX_CONNECTIONS
+}
+fn default_max_connections_per_ip() -> usize {
+    DEFAULT_MAX_CONNECTIONS_PER_IP
+}
+fn default_max_connection_buffer_bytes() -> usize {
+    DEFAULT_MAX_CONNECTION_BUFFER_BYTES
+}
+fn default_idle_timeout_ms() -> u64 {
+    DEFAULT_IDLE_TIMEOUT_MS
+}
+fn default_partial_frame_timeout_ms() -> u64 {
+    DEFAULT_PARTIAL_FRAME_TIMEOUT_MS
 }
 
 /// Parses a cluster id: decimal, or hex with a `0x` prefix.
@@ -241,6 +304,11 @@ impl Default for NodeConfig {
             shard_rate_limit: None,
             max_frame_bytes: DEFAULT_MAX_FRAME_BYTES,
             max_value_bytes: DEFAULT_MAX_VALUE_BYTES,
+            max_connections: DEFAULT_MAX_CONNECTIONS,
+            max_connections_per_ip: DEFAULT_MAX_CONNECTIONS_PER_IP,
+            max_connection_buffer_bytes: DEFAULT_MAX_CONNECTION_BUFFER_BYTES,
+            idle_timeout_ms: DEFAULT_IDLE_TIMEOUT_MS,
+            partial_frame_timeout_ms: DEFAULT_PARTIAL_FRAME_TIMEOUT_MS,
             log_format: LogFormat::Text,
         }
     }
@@ -334,7 +402,6 @@ impl NodeConfig {
                 ),
             });
         }
-        // A value travels in one frame together with its key (up to 64 KiB) and headers.
         if self.lease_term_ms < MIN_LEASE_TERM_MS {
             return Err(ConfigError::Invalid {
                 what: "lease_term_ms",
@@ -351,6 +418,8 @@ impl NodeConfig {
                     .into(),
             });
         }
+        // A value travels in one frame together with its key (up to 64 KiB) and headers, on
+        // the client link and in a log table's replication message.
         if self.max_value_bytes == 0
             || self.max_value_bytes.saturating_add(FRAME_SLACK_BYTES) > self.max_frame_bytes
         {
@@ -360,6 +429,36 @@ impl NodeConfig {
                     "{} must be at least 1 and leave {} bytes of max_frame_bytes ({}) for the key and headers",
                     self.max_value_bytes, FRAME_SLACK_BYTES, self.max_frame_bytes
                 ),
+            });
+        }
+        if self.max_connections == 0 {
+            return Err(ConfigError::Invalid {
+                what: "max_connections",
+                why: "0 connections would serve no client".into(),
+            });
+        }
+        if self.max_connections_per_ip == 0 || self.max_connections_per_ip > self.max_connections {
+            return Err(ConfigError::Invalid {
+                what: "max_connections_per_ip",
+                why: format!(
+                    "{} must be at least 1 and at most max_connections ({})",
+                    self.max_connections_per_ip, self.max_connections
+                ),
+            });
+        }
+        if self.max_connection_buffer_bytes < MIN_CONNECTION_BUFFER_BYTES {
+            return Err(ConfigError::Invalid {
+                what: "max_connection_buffer_bytes",
+                why: format!(
+                    "{} is below the minimum of {MIN_CONNECTION_BUFFER_BYTES}",
+                    self.max_connection_buffer_bytes
+                ),
+            });
+        }
+        if self.partial_frame_timeout_ms == 0 {
+            return Err(ConfigError::Invalid {
+                what: "partial_frame_timeout_ms",
+                why: "must be at least 1 (a frame needs time to arrive)".into(),
             });
         }
         Ok(())
@@ -428,6 +527,11 @@ struct PartialConfig {
     shard_rate_limit: Option<u32>,
     max_frame_bytes: Option<usize>,
     max_value_bytes: Option<usize>,
+    max_connections: Option<usize>,
+    max_connections_per_ip: Option<usize>,
+    max_connection_buffer_bytes: Option<usize>,
+    idle_timeout_ms: Option<u64>,
+    partial_frame_timeout_ms: Option<u64>,
     log_format: Option<LogFormat>,
 }
 
@@ -495,6 +599,17 @@ impl NodeArgs {
             shard_rate_limit: self.shard_rate_limit.or(file.shard_rate_limit),
             max_frame_bytes: file.max_frame_bytes.unwrap_or(DEFAULT_MAX_FRAME_BYTES),
             max_value_bytes: file.max_value_bytes.unwrap_or(DEFAULT_MAX_VALUE_BYTES),
+            max_connections: file.max_connections.unwrap_or(DEFAULT_MAX_CONNECTIONS),
+            max_connections_per_ip: file
+                .max_connections_per_ip
+                .unwrap_or(DEFAULT_MAX_CONNECTIONS_PER_IP),
+            max_connection_buffer_bytes: file
+                .max_connection_buffer_bytes
+                .unwrap_or(DEFAULT_MAX_CONNECTION_BUFFER_BYTES),
+            idle_timeout_ms: file.idle_timeout_ms.unwrap_or(DEFAULT_IDLE_TIMEOUT_MS),
+            partial_frame_timeout_ms: file
+                .partial_frame_timeout_ms
+                .unwrap_or(DEFAULT_PARTIAL_FRAME_TIMEOUT_MS),
             log_format: self.log_format.or(file.log_format).unwrap_or_default(),
         };
         cfg.validate()?;
@@ -538,7 +653,16 @@ mod tests {
         assert_eq!((cfg.release_timeout_ms, cfg.release_timeout_max_ms), (5, 100));
         assert_eq!(cfg.max_frame_bytes, 16 << 20);
         assert_eq!(cfg.max_value_bytes, 1 << 20);
+        assert_eq!((cfg.max_connections, cfg.max_connections_per_ip), (4096, 256));
+        assert_eq!(cfg.max_connection_buffer_bytes, 8 << 20);
+        assert_eq!((cfg.idle_timeout_ms, cfg.partial_frame_timeout_ms), (60_000, 10_000));
         assert_eq!(cfg.log_format, LogFormat::Text);
+        let bounds = "max_connections = 10\nmax_connections_per_ip = 2\nidle_timeout_ms = 0\n";
+        let cfg = NodeConfig::from_toml(&format!("{text}{bounds}")).unwrap();
+        assert_eq!(
+            (cfg.max_connections, cfg.max_connections_per_ip, cfg.idle_timeout_ms),
+            (10, 2, 0)
+        );
         let err = NodeConfig::from_toml(&format!("{text}colour = \"blue\"\n")).unwrap_err();
         assert!(err.to_string().contains("colour"), "{err}");
         let err = NodeConfig::from_toml(&format!("{text}cluster_id = \"0x10\"\n")).unwrap();
@@ -571,6 +695,22 @@ mod tests {
         ));
         c.release_timeout_max_ms = 20;
         assert!(c.validate().is_ok(), "a cap equal to the floor: a fixed T_REL");
+        let invalid = |f: fn(&mut NodeConfig)| {
+            let mut c = three_node();
+            f(&mut c);
+            match c.validate() {
+                Err(ConfigError::Invalid { what, .. }) => what,
+                other => panic!("expected Invalid, got {other:?}"),
+            }
+        };
+        assert_eq!(invalid(|c| c.max_connections = 0), "max_connections");
+        assert_eq!(invalid(|c| c.max_connections_per_ip = 0), "max_connections_per_ip");
+        assert_eq!(invalid(|c| c.max_connections_per_ip = 5000), "max_connections_per_ip");
+        assert_eq!(
+            invalid(|c| c.max_connection_buffer_bytes = 1000),
+            "max_connection_buffer_bytes"
+        );
+        assert_eq!(invalid(|c| c.partial_frame_timeout_ms = 0), "partial_frame_timeout_ms");
     }
 
     #[test]

@@ -2,7 +2,7 @@
 //! contract): take every queued input, hand it to the host, execute its effects in one place
 //! ([`Driver::execute`]), then sleep until the next input or the host's `poll_timeout()`.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
@@ -10,13 +10,15 @@ use std::time::Duration;
 use strata_core::Route;
 use strata_host::{Host, HostEffects, Storage};
 use strata_wire::client::{
-    push_topic, ClientRequest, ClientResponse, NodeStatus, Request, Response, PUSH_CORR,
+    push_topic, ClientRequest, ClientResponse, ConnectionStats, LogFailure, NodeStatus, Request,
+    Response, PUSH_CORR,
 };
+use strata_wire::SessionId;
 use tokio::sync::{mpsc, watch};
 use tokio::time::Instant as TokioInstant;
 use tracing::{debug, warn};
 
-use crate::shared::{ClientItem, CoreInput, Counters, WriterMsg};
+use crate::shared::{ClientItem, ConnBounds, ConnShared, CoreInput, Counters, WriterMsg};
 use crate::storage::{Clock, DiskDone, Disks};
 use crate::transport::PeerLink;
 
@@ -28,11 +30,80 @@ const MAX_INPUTS_PER_BATCH: usize = 1024;
 /// follower leases (100 ms) cannot survive stalls of this order.
 const STALL_WARN: Duration = Duration::from_millis(50);
 
+/// A client connection as the core task sees it: where its replies go, and its budget's
+/// ledger (`docs/design.md`, "Limits and bounds").
+struct RouteState {
+    tx: mpsc::UnboundedSender<WriterMsg>,
+    conn: Arc<ConnShared>,
+    /// Admitted requests not answered yet, by correlation number: their session and the
+    /// bytes charged for them (released by the answer, or when their session closes, which
+    /// discards its answers, Kite §6).
+    unanswered: HashMap<u64, (Option<SessionId>, usize)>,
+    /// Admitted requests whose correlation number was in use already (a broken client).
+    reused: Vec<(u64, Option<SessionId>, usize)>,
+    /// Items received but not admitted yet (the budget was spent), in arrival order.
+    backlog: VecDeque<ClientItem>,
+    /// The request bytes of `backlog` (charged by the reader, not admitted by the host).
+    backlog_bytes: usize,
+}
+
+impl RouteState {
+    fn answered(&mut self, corr: u64) {
+        let Some((_, bytes)) = self.unanswered.remove(&corr) else { return };
+        self.conn.release(bytes);
+        if let Some(i) = self.reused.iter().position(|r| r.0 == corr) {
+            let (_, session, bytes) = self.reused.swap_remove(i);
+            self.unanswered.insert(corr, (session, bytes));
+        }
+    }
+
+    fn admitted(&mut self, corr: u64, session: Option<SessionId>, bytes: usize) {
+        match self.unanswered.entry(corr) {
+            std::collections::hash_map::Entry::Occupied(_) => {
+                self.reused.push((corr, session, bytes))
+            }
+            std::collections::hash_map::Entry::Vacant(v) => {
+                v.insert((session, bytes));
+            }
+        }
+    }
+
+    /// `session` closed: its unanswered requests will never be answered.
+    fn session_closed(&mut self, session: SessionId) {
+        let mut released = 0;
+        self.unanswered.retain(|_, (s, bytes)| {
+            let gone = *s == Some(session);
+            if gone {
+                released += *bytes;
+            }
+            !gone
+        });
+        self.reused.retain(|(_, s, bytes)| {
+            let gone = *s == Some(session);
+            if gone {
+                released += *bytes;
+            }
+            !gone
+        });
+        self.conn.release(released);
+    }
+
+    /// Bytes charged for requests admitted and replies queued (not for the backlog).
+    fn admitted_charge(&self) -> usize {
+        self.conn.charged().saturating_sub(self.backlog_bytes)
+    }
+}
+
 pub(crate) struct Driver {
     host: Host,
     clock: Clock,
     effects: HostEffects,
-    routes: HashMap<Route, mpsc::UnboundedSender<WriterMsg>>,
+    routes: HashMap<Route, RouteState>,
+    bounds: ConnBounds,
+    /// What the replies to the requests admitted since the last `execute` may add to their
+    /// connections' queues at most (`reply_bound`): when it could spend a budget, the core
+    /// task executes the host's effects first, so replies are counted before more is admitted.
+    unflushed_bound: usize,
     links: Vec<Arc<PeerLink>>,
     /// Which links got messages in this execution (parallel to `links`).
     touched: Vec<bool>,
@@ -53,6 +124,7 @@ impl Driver {
         links: Vec<Arc<PeerLink>>,
         counters: Arc<Counters>,
         disks: Disks,
+        bounds: ConnBounds,
         stopping: watch::Receiver<bool>,
     ) -> Result<Driver, String> {
         let touched = vec![false; links.len()];
@@ -61,6 +133,8 @@ impl Driver {
             clock,
             effects: HostEffects::default(),
             routes: HashMap::new(),
+            bounds,
+            unflushed_bound: 0,
             links,
             touched,
             counters,
@@ -160,8 +234,16 @@ impl Driver {
         let now = self.clock.now(at);
         self.inputs = self.inputs.wrapping_add(1);
         match input {
-            CoreInput::Connected { route, tx } => {
-                self.routes.insert(route, tx);
+            CoreInput::Connected { route, tx, conn } => {
+                let state = RouteState {
+                    tx,
+                    conn,
+                    unanswered: HashMap::new(),
+                    reused: Vec::new(),
+                    backlog: VecDeque::new(),
+                    backlog_bytes: 0,
+                };
+                self.routes.insert(route, state);
             }
             CoreInput::Disconnected { route } => {
                 if *self.stopping.borrow() {
@@ -173,27 +255,17 @@ impl Driver {
                 self.host.on_disconnected(now, route);
             }
             CoreInput::Client { route, items } => {
-                for item in items {
-                    match item {
-                        ClientItem::Req(ClientRequest { corr, body: Request::Status, .. }) => {
-                            // The runtime's own request: it owns the transport counters.
-                            self.execute(at);
-                            let body = Response::Status(self.status(at));
-                            self.send_to(route, WriterMsg::Resp(ClientResponse { corr, body }));
+                if let Some(st) = self.routes.get_mut(&route) {
+                    for item in items {
+                        if let ClientItem::Req(_, bytes) = &item {
+                            st.backlog_bytes += bytes;
                         }
-                        ClientItem::Req(req) => self.host.on_client_request(now, route, req),
-                        ClientItem::Reply(resp) => {
-                            // In order with the replies the host produced before it.
-                            self.execute(at);
-                            self.send_to(route, WriterMsg::Resp(resp));
-                        }
-                        ClientItem::Close => {
-                            self.execute(at);
-                            self.send_to(route, WriterMsg::Close);
-                        }
+                        st.backlog.push_back(item);
                     }
+                    self.pump(at, route);
                 }
             }
+            CoreInput::Resume { route } => self.pump(at, route),
             CoreInput::Peer { from, msgs } => {
                 for msg in msgs {
                     self.host.on_peer_message(now, from, msg);
@@ -204,6 +276,74 @@ impl Driver {
         // since the rc check walks every key.
         if cfg!(debug_assertions) && self.inputs.is_multiple_of(INVARIANT_SAMPLE) {
             self.host.check_invariants();
+        }
+    }
+
+    /// Admits the route's items in order while its budget allows (`RouteState`); holds the
+    /// rest until the writer reports the replies drained (`CoreInput::Resume`).
+    fn pump(&mut self, at: TokioInstant, route: Route) {
+        let now = self.clock.now(at);
+        loop {
+            let Some(st) = self.routes.get_mut(&route) else { return };
+            let Some(item) = st.backlog.front() else { return };
+            if matches!(item, ClientItem::Req(..))
+                && st.admitted_charge() + self.unflushed_bound >= st.conn.budget
+            {
+                if self.unflushed_bound > 0 {
+                    // Count the replies produced so far before deciding.
+                    self.execute(at);
+                    continue;
+                }
+                // Held until the writer releases bytes; set first, then look again, so a
+                // release in between is never missed.
+                st.conn.held.store(true, Ordering::SeqCst);
+                if st.admitted_charge() >= st.conn.budget {
+                    return;
+                }
+                st.conn.held.store(false, Ordering::SeqCst);
+            } else if st.conn.held.load(Ordering::Relaxed) {
+                // Admitting again (the budget allows): nothing is held back any more.
+                st.conn.held.store(false, Ordering::SeqCst);
+            }
+            let item = st.backlog.pop_front().expect("checked");
+            match item {
+                ClientItem::Req(ClientRequest { corr, body: Request::Status, .. }, bytes) => {
+                    // The runtime's own request (it owns the transport counters), answered
+                    // now: its bytes are not counted in the status it asks for.
+                    st.backlog_bytes -= bytes;
+                    st.conn.release(bytes);
+                    self.execute(at);
+                    let body = Response::Status(self.status(at));
+                    self.deliver(route, ClientResponse { corr, body }, false);
+                }
+                ClientItem::Req(req, bytes) => {
+                    st.backlog_bytes -= bytes;
+                    st.admitted(req.corr, request_session(&req.body), bytes);
+                    self.unflushed_bound += reply_bound(&req.body, &self.bounds);
+                    let closing = match req.body {
+                        Request::CloseSession { session } => Some(session),
+                        _ => None,
+                    };
+                    self.host.on_client_request(now, route, req);
+                    if let Some(session) = closing {
+                        // Kite §6: the closed session's answers are discarded.
+                        if let Some(st) = self.routes.get_mut(&route) {
+                            st.session_closed(session);
+                        }
+                    }
+                }
+                ClientItem::Reply(resp) => {
+                    // In order with the replies the host produced before it.
+                    self.execute(at);
+                    self.deliver(route, resp, false);
+                }
+                ClientItem::Close => {
+                    self.execute(at);
+                    if let Some(st) = self.routes.get(&route) {
+                        let _ = st.tx.send(WriterMsg::Close);
+                    }
+                }
+            }
         }
     }
 
@@ -225,6 +365,20 @@ impl Driver {
             barriers_slow: s.barriers_slow,
             slow_path_accesses: s.slow_path_accesses,
             peers: self.links.iter().map(|l| l.status()).collect(),
+            connections: ConnectionStats {
+                open: self.counters.open_connections.load(Ordering::Relaxed),
+                refused: self.counters.refused_connections.load(Ordering::Relaxed),
+                buffered_bytes: self.routes.values().map(|r| r.conn.buffered() as u64).sum(),
+                paused: self
+                    .routes
+                    .values()
+                    .filter(|r| {
+                        r.conn.paused.load(Ordering::Relaxed) || r.conn.held.load(Ordering::Relaxed)
+                    })
+                    .count() as u64,
+                closed_idle: self.counters.closed_idle.load(Ordering::Relaxed),
+                closed_slow_frame: self.counters.closed_slow_frame.load(Ordering::Relaxed),
+            },
         }
     }
 
@@ -239,13 +393,22 @@ impl Driver {
             topic: push_topic::NODE_STOPPING,
             body: bytes::Bytes::copy_from_slice(&self.host.id().0.to_le_bytes()),
         };
-        self.send_to(route, WriterMsg::Resp(ClientResponse { corr: PUSH_CORR, body }));
+        self.deliver(route, ClientResponse { corr: PUSH_CORR, body }, false);
     }
 
-    fn send_to(&self, route: Route, msg: WriterMsg) {
-        if let Some(tx) = self.routes.get(&route) {
-            // A closed writer means the connection is gone; its Disconnected is on the way.
-            let _ = tx.send(msg);
+    /// Queues a reply for the connection's writer, charging it to the connection's budget;
+    /// `answers`: it answers the admitted request with its correlation number, whose bytes
+    /// are released.
+    fn deliver(&mut self, route: Route, resp: ClientResponse, answers: bool) {
+        let Some(st) = self.routes.get_mut(&route) else { return };
+        if answers {
+            st.answered(resp.corr);
+        }
+        let bytes = reply_len(&resp.body);
+        st.conn.charge(bytes);
+        // A closed writer means the connection is gone; its Disconnected is on the way.
+        if st.tx.send(WriterMsg::Resp(resp, bytes)).is_err() {
+            st.conn.release(bytes);
         }
     }
 
@@ -262,6 +425,8 @@ impl Driver {
     /// [`Driver::execute`], returning the first failure to open a shard replica.
     fn execute_checked(&mut self, at: TokioInstant) -> Result<(), String> {
         let mut first_error = Ok(());
+        // Every reply produced so far is charged below: nothing admitted is unaccounted for.
+        self.unflushed_bound = 0;
         loop {
             self.host.poll_effects(&mut self.effects);
             if self.effects.is_empty() {
@@ -281,11 +446,11 @@ impl Driver {
                     self.links[i].wake();
                 }
             }
-            for (route, resp) in self.effects.reply.drain(..) {
-                if let Some(tx) = self.routes.get(&route) {
-                    let _ = tx.send(WriterMsg::Resp(resp));
-                }
+            let mut replies = std::mem::take(&mut self.effects.reply);
+            for (route, resp) in replies.drain(..) {
+                self.deliver(route, resp, true);
             }
+            self.effects.reply = replies;
             for (peer, fault) in self.effects.fault.drain(..) {
                 for link in self.links.iter().filter(|l| peer.is_none_or(|p| p == l.id)) {
                     link.set_fault(fault);
@@ -315,6 +480,68 @@ impl Driver {
             }
         }
     }
+}
+
+/// The session a request runs in, if it is a session's operation.
+fn request_session(req: &Request) -> Option<SessionId> {
+    match req {
+        Request::Get { session, .. }
+        | Request::Put { session, .. }
+        | Request::Delete { session, .. }
+        | Request::Release { session, .. }
+        | Request::Acquire { session, .. }
+        | Request::Faa { session, .. }
+        | Request::Cas { session, .. } => Some(*session),
+        _ => None,
+    }
+}
+
+/// Header bytes counted for every reply (frame header, tag, corr, fixed fields).
+const REPLY_OVERHEAD: usize = 64;
+
+/// The most a request's reply can take: a value for reads and RMWs, a shard's state for a
+/// freeze, a little for the rest.
+fn reply_bound(req: &Request, bounds: &ConnBounds) -> usize {
+    match req {
+        Request::Get { .. }
+        | Request::Acquire { .. }
+        | Request::Faa { .. }
+        | Request::Cas { .. }
+        | Request::LogRead { .. } => bounds.max_value_bytes + REPLY_OVERHEAD,
+        Request::FreezeShard { .. } => strata_log::MAX_MOVE_BYTES + REPLY_OVERHEAD,
+        Request::ListTables => 64 << 10,
+        _ => 4 * REPLY_OVERHEAD,
+    }
+}
+
+/// The bytes a reply is charged to its connection for: about its encoded size.
+fn reply_len(resp: &Response) -> usize {
+    let value = |v: &Option<bytes::Bytes>| v.as_ref().map_or(0, |v| v.len());
+    REPLY_OVERHEAD
+        + match resp {
+            Response::Value { value: v, .. } | Response::LogValue { value: v, .. } => value(v),
+            Response::Rmw { observed, .. } => value(observed),
+            Response::Error { message, .. } => message.len(),
+            Response::Push { body, .. } => body.len(),
+            Response::LogRejected(LogFailure::Moved { replicas }) => 4 * replicas.len(),
+            Response::Status(s) => {
+                s.peers.iter().map(|p| 64 + p.addr.len()).sum::<usize>()
+                    + s.shards.iter().map(|sh| 128 + sh.table.len()).sum::<usize>()
+            }
+            Response::Tables(defs) => {
+                defs.iter().map(|d| 64 + d.name.len() + 4 * d.leaders.len()).sum()
+            }
+            Response::ShardFrozen { snapshot, .. } => snapshot.as_ref().map_or(0, |s| {
+                let items: usize = s
+                    .items
+                    .iter()
+                    .map(|(k, v, _)| 24 + k.len() + v.as_ref().map_or(0, |v| v.len()))
+                    .sum();
+                let clients: usize = s.clients.iter().map(|c| 24 + 16 * c.records.len()).sum();
+                items + clients + 8 * s.expired.len()
+            }),
+            _ => 0,
+        }
 }
 
 async fn sleep_until_opt(t: Option<TokioInstant>) {

@@ -43,7 +43,7 @@ use tracing::{error, info, warn};
 
 pub use config::{ConfigError, LogFormat, NodeArgs, NodeConfig, PeerConfig};
 
-use shared::{Counters, Tasks, WireSettings};
+use shared::{ConnBounds, Counters, Tasks, WireSettings};
 use transport::PeerLink;
 
 /// Capacity of the core task's input channel (batches of messages): readers wait when it is
@@ -169,6 +169,14 @@ async fn start_on(
         cluster: ClusterId(cfg.cluster_id),
         max_frame_bytes: cfg.max_frame_bytes,
     };
+    let bounds = ConnBounds {
+        max_connections: cfg.max_connections,
+        max_connections_per_ip: cfg.max_connections_per_ip,
+        budget_bytes: cfg.max_connection_buffer_bytes,
+        idle_timeout: (cfg.idle_timeout_ms > 0).then(|| Duration::from_millis(cfg.idle_timeout_ms)),
+        partial_frame_timeout: Duration::from_millis(cfg.partial_frame_timeout_ms),
+        max_value_bytes: cfg.max_value_bytes,
+    };
     let counters = Arc::new(Counters::default());
     let tasks = Arc::new(Tasks::default());
     let (stop_tx, stop_rx) = watch::channel(false);
@@ -183,6 +191,7 @@ async fn start_on(
         links.clone(),
         counters.clone(),
         disks,
+        bounds,
         stop_rx.clone(),
     )
     .map_err(StartError::Tables)?;
@@ -202,6 +211,7 @@ async fn start_on(
     tasks.spawn(client::run_client_acceptor(
         client,
         wire,
+        bounds,
         core_tx,
         counters,
         tasks.clone(),

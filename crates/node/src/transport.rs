@@ -37,6 +37,8 @@ const MAX_BATCH_BYTES: usize = 1 << 20;
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
 /// An inbound peer connection must say who it is within this time.
 const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
+/// The largest first frame of an inbound peer connection (a `Hello` takes 21 bytes).
+const MAX_HELLO_FRAME_BYTES: usize = 1024;
 const BACKOFF_MIN: Duration = Duration::from_millis(20);
 const BACKOFF_MAX: Duration = Duration::from_secs(1);
 
@@ -348,7 +350,10 @@ async fn run_peer_reader(
     'conn: loop {
         let mut msgs = Vec::new();
         loop {
-            match decode_frame(&mut buf, wire.cluster, wire.max_frame_bytes) {
+            // Before its `Hello` a connection is nobody's: its first frame may not be large
+            // (an unknown client cannot make the node buffer a whole frame, issue #17).
+            let max = if from.is_some() { wire.max_frame_bytes } else { MAX_HELLO_FRAME_BYTES };
+            match decode_frame(&mut buf, wire.cluster, max) {
                 Ok(None) => break,
                 Ok(Some(payload)) => match (decode_message::<PeerMessage>(payload), from) {
                     (Ok(PeerMessage::Hello { from: f }), None) => {

@@ -388,35 +388,14 @@ impl RcReplica {
             && self.sessions.get(&session.index).is_some_and(|s| s.route == route)
     }
 
+    // The key and value limits are defined once, in `strata_wire::Limits` (docs/design.md,
+    // "Limits and bounds"); log tables check them with the same functions.
     fn check_key(&self, key: &[u8]) -> Result<(), (ErrorCode, String)> {
-        if key.is_empty() {
-            return Err((ErrorCode::InvalidArgument, "keys must not be empty".into()));
-        }
-        if key.len() > self.cfg.limits.max_key_bytes {
-            return Err((
-                ErrorCode::KeyTooLarge,
-                format!(
-                    "key of {} bytes exceeds the limit of {} bytes",
-                    key.len(),
-                    self.cfg.limits.max_key_bytes
-                ),
-            ));
-        }
-        Ok(())
+        self.cfg.limits.check_key(key).map_err(|e| (e.code(), e.to_string()))
     }
 
     fn check_value(&self, value: &[u8]) -> Result<(), (ErrorCode, String)> {
-        if value.len() > self.cfg.limits.max_value_bytes {
-            return Err((
-                ErrorCode::ValueTooLarge,
-                format!(
-                    "value of {} bytes exceeds the limit of {} bytes",
-                    value.len(),
-                    self.cfg.limits.max_value_bytes
-                ),
-            ));
-        }
-        Ok(())
+        self.cfg.limits.check_value(value).map_err(|e| (e.code(), e.to_string()))
     }
 
     fn validate(&self, req: &Request) -> Result<(), (ErrorCode, String)> {
@@ -453,7 +432,7 @@ impl RcReplica {
                 let resp = ClientResponse { corr, body: Response::SessionClosed };
                 self.effects.reply.push(RcReply { route, resp });
             }
-            Request::Status | Request::SetFault { .. } => {
+            Request::Status | Request::SetFault { .. } | Request::Ping => {
                 // Answered by the driver, which owns the transport; never routed here.
                 let msg = "node-level request routed to the rc core".to_string();
                 self.reply_error(route, corr, ErrorCode::InvalidArgument, msg);

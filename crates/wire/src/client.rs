@@ -39,6 +39,9 @@ pub mod request_tag {
     /// Table catalog (admin).
     pub const CREATE_TABLE: u8 = 0x32;
     pub const LIST_TABLES: u8 = 0x33;
+    /// Keep-alive: answered `Pong` by the node's runtime (a connection idle for the node's
+    /// `idle_timeout_ms` is closed; the client library pings an idle connection).
+    pub const PING: u8 = 0x34;
 }
 
 /// Response tags (0x40..=0x7f).
@@ -63,6 +66,8 @@ pub mod response_tag {
     pub const TABLES: u8 = 0x63;
     /// A node-initiated message (`Response::Push`), with correlation number 0.
     pub const PUSH: u8 = 0x64;
+    /// The answer to `Ping`.
+    pub const PONG: u8 = 0x65;
     pub const ERROR: u8 = 0x7f;
 }
 
@@ -153,6 +158,8 @@ pub enum Request {
     },
     /// Node and transport counters, for `strata status`.
     Status,
+    /// Keep-alive, answered `Pong` (by the runtime, in order with the connection's replies).
+    Ping,
     /// Admin: set the fault layer of this node's outbound links (`None` = every peer).
     SetFault {
         peer: Option<NodeId>,
@@ -375,6 +382,8 @@ pub enum Response {
     },
     Status(NodeStatus),
     FaultSet,
+    /// The answer to `Ping`.
+    Pong,
     Error {
         code: ErrorCode,
         message: String,
@@ -483,6 +492,53 @@ pub struct NodeStatus {
     pub peers: Vec<PeerStatus>,
     /// Every log-table shard replica on this node.
     pub shards: Vec<ShardStatus>,
+    /// The client connections and their bounds (extension 2; zero from an older node).
+    pub connections: ConnectionStats,
+}
+
+/// Client connections of a node and what their bounds did (`docs/design.md`, "Limits and
+/// bounds"). Gauges are "now", counters "since the node started".
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct ConnectionStats {
+    /// Client connections open now.
+    pub open: u64,
+    /// Connections refused at `max_connections` or `max_connections_per_ip`.
+    pub refused: u64,
+    /// Bytes held for client connections now: input read and not yet answered, replies not
+    /// yet written to their sockets.
+    pub buffered_bytes: u64,
+    /// Connections held back now because their budget (`max_connection_buffer_bytes`) is
+    /// spent: the node reads none of their bytes, or admits none of their requests, until
+    /// their replies drain (backpressure).
+    pub paused: u64,
+    /// Connections closed after `idle_timeout_ms` without progress.
+    pub closed_idle: u64,
+    /// Connections closed because a frame was not completed within `partial_frame_timeout_ms`.
+    pub closed_slow_frame: u64,
+}
+
+impl ConnectionStats {
+    fn fields(&self) -> [u64; 6] {
+        [
+            self.open,
+            self.refused,
+            self.buffered_bytes,
+            self.paused,
+            self.closed_idle,
+            self.closed_slow_frame,
+        ]
+    }
+
+    fn fields_mut(&mut self) -> [&mut u64; 6] {
+        [
+            &mut self.open,
+            &mut self.refused,
+            &mut self.buffered_bytes,
+            &mut self.paused,
+            &mut self.closed_idle,
+            &mut self.closed_slow_frame,
+        ]
+    }
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Default)]
@@ -530,6 +586,15 @@ pub enum ErrorCode {
     /// The RIFL envelope breaks the client invariant (`first_incomplete <= seq <
     /// first_incomplete + 512`, non-zero ids; R-D7), or a request that must carry one has none.
     BadEnvelope,
+    /// The node refused the connection: it holds its maximum of client connections, in total
+    /// (`max_connections`) or from the client's address (`max_connections_per_ip`). Sent with
+    /// correlation number 0, then the connection closes. Close idle connections, or connect to
+    /// another node.
+    TooManyConnections,
+    /// The node closed the connection: nothing moved in either direction for its idle
+    /// timeout, or a frame was not completed within its partial-frame timeout. Sent with
+    /// correlation number 0, then the connection closes. Reconnect (and keep reading replies).
+    ConnectionTimedOut,
     Other(u16),
 }
 
@@ -550,6 +615,8 @@ impl ErrorCode {
             ErrorCode::ExpiredLease => 12,
             ErrorCode::InProgress => 13,
             ErrorCode::BadEnvelope => 14,
+            ErrorCode::TooManyConnections => 15,
+            ErrorCode::ConnectionTimedOut => 16,
             ErrorCode::Other(c) => c,
         }
     }
@@ -570,6 +637,8 @@ impl ErrorCode {
             12 => ErrorCode::ExpiredLease,
             13 => ErrorCode::InProgress,
             14 => ErrorCode::BadEnvelope,
+            15 => ErrorCode::TooManyConnections,
+            16 => ErrorCode::ConnectionTimedOut,
             c => ErrorCode::Other(c),
         }
     }
@@ -614,6 +683,7 @@ impl Encode for ClientRequest {
             Request::Faa { .. } => FAA,
             Request::Cas { .. } => CAS,
             Request::Status => STATUS,
+            Request::Ping => PING,
             Request::SetFault { .. } => SET_FAULT,
             Request::LogWrite { .. } => LOG_WRITE,
             Request::LogRead { .. } => LOG_READ,
@@ -628,7 +698,7 @@ impl Encode for ClientRequest {
         out.put_u64_le(self.corr);
         put_option(out, &self.rifl, |o, e| e.encode(o));
         match &self.body {
-            Request::OpenSession | Request::Status | Request::ListTables => {}
+            Request::OpenSession | Request::Status | Request::ListTables | Request::Ping => {}
             Request::RenewLease { lease_id } | Request::LeaseInfo { lease_id } => {
                 out.put_u64_le(*lease_id)
             }
@@ -727,6 +797,7 @@ impl Decode for ClientRequest {
                 weak: r.bool()?,
             },
             STATUS => Request::Status,
+            PING => Request::Ping,
             SET_FAULT => {
                 Request::SetFault { peer: r.option(NodeId::decode)?, fault: LinkFault::decode(r)? }
             }
@@ -828,6 +899,9 @@ impl Encode for NodeStatus {
             o.put_u64_le(s.reads_served);
             o.put_u64_le(s.reads_made_durable);
         });
+        // Extension 2: the connection counters, as a counted list of u64 (later counters are
+        // appended; a decoder skips those it does not know).
+        put_seq(out, &self.connections.fields(), |o, v| o.put_u64_le(*v));
     }
 }
 impl Decode for NodeStatus {
@@ -846,12 +920,19 @@ impl Decode for NodeStatus {
             slow_path_accesses: r.u64()?,
             peers: r.seq(PeerStatus::decode)?,
             shards: r.seq(ShardStatus::decode)?,
+            connections: ConnectionStats::default(),
         };
         r.extension_each(&mut status.shards, |r, s| {
             s.reads_served = r.u64()?;
             s.reads_made_durable = r.u64()?;
             Ok(())
         })?;
+        if r.has_more() {
+            let values = r.seq(|r| r.u64())?;
+            for (field, v) in status.connections.fields_mut().into_iter().zip(values) {
+                *field = v;
+            }
+        }
         Ok(status)
     }
 }
@@ -867,6 +948,7 @@ impl Encode for ClientResponse {
             Response::Rmw { .. } => RMW,
             Response::Status(_) => STATUS,
             Response::FaultSet => FAULT_SET,
+            Response::Pong => PONG,
             Response::Error { .. } => ERROR,
             Response::LogWritten { .. } => LOG_WRITTEN,
             Response::LogValue { .. } => LOG_VALUE,
@@ -882,7 +964,7 @@ impl Encode for ClientResponse {
         out.put_u64_le(self.corr);
         match &self.body {
             Response::SessionOpened { session } => session.encode(out),
-            Response::SessionClosed | Response::FaultSet => {}
+            Response::SessionClosed | Response::FaultSet | Response::Pong => {}
             Response::Value { value, cs } => {
                 put_value(out, value);
                 cs.encode(out);
@@ -944,6 +1026,7 @@ impl Decode for ClientResponse {
             },
             STATUS => Response::Status(NodeStatus::decode(r)?),
             FAULT_SET => Response::FaultSet,
+            PONG => Response::Pong,
             ERROR => Response::Error { code: ErrorCode::from_u16(r.u16()?), message: r.string()? },
             LOG_WRITTEN => Response::LogWritten { index: LogIndex::decode(r)? },
             LOG_VALUE => Response::LogValue {

@@ -24,7 +24,21 @@ pub const FRAME_HEADER_BYTES: usize = 16;
 /// Bytes covered by `body_len` that are not payload (crc + cluster id).
 const BODY_OVERHEAD_BYTES: usize = 12;
 
-/// Size limits, configurable per deployment. Defaults: 16 MiB frames, 1 MiB values.
+/// Default frame limit: 16 MiB, header included (node config `max_frame_bytes`).
+pub const DEFAULT_MAX_FRAME_BYTES: usize = 16 << 20;
+/// Default value limit: 1 MiB (node config `max_value_bytes`).
+pub const DEFAULT_MAX_VALUE_BYTES: usize = 1 << 20;
+/// The key limit: 64 KiB (fixed: `FRAME_SLACK_BYTES` is sized for it).
+pub const DEFAULT_MAX_KEY_BYTES: usize = 64 << 10;
+/// Room a frame needs beside its value: the largest key plus every header of the messages
+/// that carry a write (client request, log entry, `AppendEntries`, shard envelope, frame). A
+/// configuration must keep `max_value_bytes + FRAME_SLACK_BYTES <= max_frame_bytes`, so that
+/// the largest accepted write always fits in one frame, on the client link and between peers.
+pub const FRAME_SLACK_BYTES: usize = DEFAULT_MAX_KEY_BYTES + 1024;
+
+/// Size limits, configurable per deployment (`docs/design.md`, "Limits and bounds"). The one
+/// definition of the key and value limits: every engine and table checks a client's keys and
+/// values with [`Limits::check_key`] and [`Limits::check_value`] at the client edge.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Limits {
     pub max_frame_bytes: usize,
@@ -34,7 +48,58 @@ pub struct Limits {
 
 impl Default for Limits {
     fn default() -> Self {
-        Limits { max_frame_bytes: 16 << 20, max_value_bytes: 1 << 20, max_key_bytes: 64 << 10 }
+        Limits {
+            max_frame_bytes: DEFAULT_MAX_FRAME_BYTES,
+            max_value_bytes: DEFAULT_MAX_VALUE_BYTES,
+            max_key_bytes: DEFAULT_MAX_KEY_BYTES,
+        }
+    }
+}
+
+/// A key or value a client may not write. [`LimitError::code`] is the client's error code.
+#[derive(Debug, Error, Clone, PartialEq, Eq)]
+pub enum LimitError {
+    /// Keys name something: the empty key is refused (`InvalidArgument`).
+    #[error("keys must not be empty")]
+    EmptyKey,
+    /// Use a shorter key (`KeyTooLarge`).
+    #[error("key of {len} bytes exceeds the limit of {max} bytes")]
+    KeyTooLarge { len: usize, max: usize },
+    /// Split or shrink the value (`ValueTooLarge`).
+    #[error("value of {len} bytes exceeds the limit of {max} bytes")]
+    ValueTooLarge { len: usize, max: usize },
+}
+
+impl LimitError {
+    /// The error code a client receives for it.
+    pub fn code(&self) -> crate::client::ErrorCode {
+        use crate::client::ErrorCode;
+        match self {
+            LimitError::EmptyKey => ErrorCode::InvalidArgument,
+            LimitError::KeyTooLarge { .. } => ErrorCode::KeyTooLarge,
+            LimitError::ValueTooLarge { .. } => ErrorCode::ValueTooLarge,
+        }
+    }
+}
+
+impl Limits {
+    /// A client's key: not empty, at most `max_key_bytes`.
+    pub fn check_key(&self, key: &[u8]) -> Result<(), LimitError> {
+        if key.is_empty() {
+            return Err(LimitError::EmptyKey);
+        }
+        if key.len() > self.max_key_bytes {
+            return Err(LimitError::KeyTooLarge { len: key.len(), max: self.max_key_bytes });
+        }
+        Ok(())
+    }
+
+    /// A client's value: at most `max_value_bytes`.
+    pub fn check_value(&self, value: &[u8]) -> Result<(), LimitError> {
+        if value.len() > self.max_value_bytes {
+            return Err(LimitError::ValueTooLarge { len: value.len(), max: self.max_value_bytes });
+        }
+        Ok(())
     }
 }
 
@@ -240,6 +305,11 @@ impl Reader {
             return Err(DecodeError::Invalid { what: "extension count", value: n as u64 });
         }
         items.iter_mut().try_for_each(|it| f(self, it))
+    }
+
+    /// Whether bytes are left (a trailing extension follows).
+    pub fn has_more(&self) -> bool {
+        !self.buf.is_empty()
     }
 
     pub fn finish(self) -> Result<(), DecodeError> {

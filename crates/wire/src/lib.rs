@@ -16,8 +16,9 @@ pub mod rifl;
 pub mod time;
 
 pub use codec::{
-    decode_frame, decode_message, encode_frame, Decode, DecodeError, Encode, FrameError, Limits,
-    Reader,
+    decode_frame, decode_message, encode_frame, Decode, DecodeError, Encode, FrameError,
+    LimitError, Limits, Reader, DEFAULT_MAX_FRAME_BYTES, DEFAULT_MAX_KEY_BYTES,
+    DEFAULT_MAX_VALUE_BYTES, FRAME_HEADER_BYTES, FRAME_SLACK_BYTES,
 };
 pub use ids::{AcquireId, Ballot, Carstamp, ClusterId, Llc, NodeId, RmwId, SessionId};
 pub use rifl::{ClusterTime, LeaseInfo, LeaseStatus, Rifl, RpcId, WINDOW};

@@ -277,6 +277,34 @@ mod op_tag {
     pub const INSTALL: u8 = 5;
 }
 
+/// Bytes of an `AppendEntries` peer frame besides its entries: the frame header, the shard
+/// envelope (`PeerMessage::Shard`) and the message's own fields with every option present
+/// (107 bytes today; `append_entries_overhead_bounds_the_frame` checks it). A leader packs
+/// entries into one message only while their [`LogEntry::encoded_len`]s and this stay within
+/// the peer frame limit.
+pub const APPEND_ENTRIES_OVERHEAD_BYTES: usize = 128;
+
+impl LogEntry {
+    /// The exact size of this entry's encoding (inside an `AppendEntries` or a WAL record).
+    pub fn encoded_len(&self) -> usize {
+        // index, key length, op tag, client id, seq, ack, immediate
+        const FIXED: usize = 8 + 4 + 1 + 8 + 8 + 8 + 1;
+        let op = match &self.op {
+            LogOp::Put(v) => 4 + v.len(),
+            LogOp::Delete | LogOp::NoOp => 0,
+            LogOp::Expire(clients) => 4 + 8 * clients.len(),
+            LogOp::Freeze(m) => 4 + 4 + 4 * m.replicas.len(),
+            LogOp::Install(snapshot) => {
+                // Rare (one per shard move) and bounded by the move limit: measure it.
+                let mut b = BytesMut::new();
+                snapshot.encode(&mut b);
+                b.len()
+            }
+        };
+        FIXED + self.key.len() + op
+    }
+}
+
 impl Encode for LogEntry {
     fn encode(&self, out: &mut BytesMut) {
         self.index.encode(out);

@@ -8,8 +8,9 @@ use common::{nodes, shard_move, snapshot};
 use proptest::prelude::*;
 use strata_wire::log::{
     AppendAck, AppendEntries, ForwardRead, Grant, LogEntry, LogIndex, LogMessage, LogOp, ReadError,
-    ReadRelay, ReadValue,
+    ReadRelay, ReadValue, APPEND_ENTRIES_OVERHEAD_BYTES,
 };
+use strata_wire::peer::PeerMessage;
 use strata_wire::{
     decode_frame, decode_message, encode_frame, ClusterId, DecodeError, NodeId, Reader,
 };
@@ -182,7 +183,20 @@ proptest! {
     fn log_entries_round_trip(e in entry()) {
         let mut buf = BytesMut::new();
         strata_wire::Encode::encode(&e, &mut buf);
+        prop_assert_eq!(e.encoded_len(), buf.len(), "encoded_len is exact");
         prop_assert_eq!(decode_message::<LogEntry>(buf.freeze()).unwrap(), e);
+    }
+
+    /// A leader sizes its batches with `encoded_len` and `APPEND_ENTRIES_OVERHEAD_BYTES`: the
+    /// whole peer frame (header, shard envelope, message) never exceeds their sum.
+    #[test]
+    fn append_entries_overhead_bounds_the_frame(msg in append_entries()) {
+        let LogMessage::AppendEntries(m) = &msg else { unreachable!() };
+        let entries: usize = m.entries.iter().map(LogEntry::encoded_len).sum();
+        let peer = PeerMessage::Shard { table: u32::MAX, shard: u32::MAX, generation: u32::MAX, msg: msg.clone() };
+        let mut buf = BytesMut::new();
+        encode_frame(&mut buf, CLUSTER, &peer);
+        prop_assert!(buf.len() <= entries + APPEND_ENTRIES_OVERHEAD_BYTES, "{} > {} + overhead", buf.len(), entries);
     }
 
     /// Any byte string either decodes or is rejected with an error; truncating a valid message

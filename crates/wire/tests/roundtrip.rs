@@ -4,7 +4,8 @@
 use bytes::{Bytes, BytesMut};
 use proptest::prelude::*;
 use strata_wire::client::{
-    ClientRequest, ClientResponse, ErrorCode, LinkFault, NodeStatus, PeerStatus, Request, Response,
+    ClientRequest, ClientResponse, ConnectionStats, ErrorCode, LinkFault, NodeStatus, PeerStatus,
+    Request, Response,
 };
 use strata_wire::peer::{
     Accept, Commit, Completion, KeyRecords, PaxosOutcome, PaxosReply, PeerMessage, Propose,
@@ -113,6 +114,7 @@ fn request() -> impl Strategy<Value = ClientRequest> {
             }
         ),
         Just(Request::Status),
+        Just(Request::Ping),
         (proptest::option::of(any::<u32>().prop_map(NodeId)), fault())
             .prop_map(|(peer, fault)| Request::SetFault { peer, fault }),
     ];
@@ -133,23 +135,31 @@ fn response() -> impl Strategy<Value = ClientResponse> {
                     messages_dropped_by_fault,
                 }
             });
-    let status = (any::<[u64; 10]>(), any::<u32>(), prop::collection::vec(peer, 0..4)).prop_map(
-        |(c, n, peers)| NodeStatus {
-            node: NodeId(n),
-            uptime_ms: c[0],
-            keys: c[1],
-            sessions: c[2],
-            pending_writes: c[3],
-            bad_client_frames: c[4],
-            bad_peer_frames: c[5],
-            machine_epoch: c[6],
-            barriers_fast: c[7],
-            barriers_slow: c[8],
-            slow_path_accesses: c[9],
-            peers,
-            shards: Vec::new(),
-        },
-    );
+    let status =
+        (any::<[u64; 10]>(), any::<u32>(), prop::collection::vec(peer, 0..4), any::<[u64; 6]>())
+            .prop_map(|(c, n, peers, k)| NodeStatus {
+                node: NodeId(n),
+                uptime_ms: c[0],
+                keys: c[1],
+                sessions: c[2],
+                pending_writes: c[3],
+                bad_client_frames: c[4],
+                bad_peer_frames: c[5],
+                machine_epoch: c[6],
+                barriers_fast: c[7],
+                barriers_slow: c[8],
+                slow_path_accesses: c[9],
+                peers,
+                shards: Vec::new(),
+                connections: ConnectionStats {
+                    open: k[0],
+                    refused: k[1],
+                    buffered_bytes: k[2],
+                    paused: k[3],
+                    closed_idle: k[4],
+                    closed_slow_frame: k[5],
+                },
+            });
     let body = prop_oneof![
         session().prop_map(|session| Response::SessionOpened { session }),
         Just(Response::SessionClosed),
@@ -170,7 +180,8 @@ fn response() -> impl Strategy<Value = ClientResponse> {
             }),
         status.prop_map(Response::Status),
         Just(Response::FaultSet),
-        (1..=14u16, ".{0,30}")
+        Just(Response::Pong),
+        (1..=16u16, ".{0,30}")
             .prop_map(|(c, message)| Response::Error { code: ErrorCode::from_u16(c), message }),
     ];
     (any::<u64>(), body).prop_map(|(corr, body)| ClientResponse { corr, body })
@@ -473,13 +484,14 @@ fn unknown_tags_and_trailing_bytes_are_errors() {
 #[test]
 fn hostile_sequence_count_does_not_allocate() {
     // A status response claiming 4 billion shards in a tiny frame must fail fast. The shards'
-    // count is followed by the (empty) read-counter extension's count, the last 4 bytes.
+    // count is followed by the (empty) read-counter extension's count and the connection
+    // counters (extension 2: a count and six u64, the last 52 bytes).
     let mut buf = BytesMut::new();
     strata_wire::Encode::encode(
         &ClientResponse { corr: 1, body: Response::Status(NodeStatus::default()) },
         &mut buf,
     );
-    let n = buf.len();
+    let n = buf.len() - 52;
     buf[n - 8..n - 4].copy_from_slice(&u32::MAX.to_le_bytes());
     assert!(matches!(
         decode_message::<ClientResponse>(buf.freeze()),

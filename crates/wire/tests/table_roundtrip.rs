@@ -10,9 +10,9 @@ use bytes::{Bytes, BytesMut};
 use common::{shard_move, snapshot};
 use proptest::prelude::*;
 use strata_wire::client::{
-    request_tag, response_tag, shard_of, table_id, ClientRequest, ClientResponse, LogFailure,
-    LogWriteOp, NodeStatus, Request, Response, ShardRole, ShardStatus, TableDef, TableDurability,
-    TableEngine, TableReads, TableReplication, TableTimers,
+    request_tag, response_tag, shard_of, table_id, ClientRequest, ClientResponse, ConnectionStats,
+    LogFailure, LogWriteOp, NodeStatus, Request, Response, ShardRole, ShardStatus, TableDef,
+    TableDurability, TableEngine, TableReads, TableReplication, TableTimers,
 };
 use strata_wire::log::{LogIndex, LogMessage};
 use strata_wire::peer::{peer_tag, PeerMessage};
@@ -22,6 +22,9 @@ use strata_wire::{
 
 const CLUSTER: ClusterId = ClusterId(0x7ab);
 const MAX_FRAME: usize = 1 << 20;
+
+/// Bytes of `Status` extension 2: a u32 count and six u64 connection counters.
+const CONNECTIONS_EXT: usize = 4 + 6 * 8;
 
 fn bytes() -> impl Strategy<Value = Bytes> {
     prop::collection::vec(any::<u8>(), 0..24).prop_map(Bytes::from)
@@ -215,6 +218,9 @@ fn tags_are_the_documented_constants() {
     assert_eq!(request_tag::CREATE_TABLE, 0x32);
     assert_eq!(request_tag::LIST_TABLES, 0x33);
     assert_eq!(tag(Request::ListTables), 0x33);
+    assert_eq!(request_tag::PING, 0x34);
+    assert_eq!(tag(Request::Ping), 0x34);
+    assert_eq!(response_tag::PONG, 0x65);
     assert_eq!(response_tag::LOG_WRITTEN, 0x53);
     assert_eq!(response_tag::LOG_VALUE, 0x54);
     assert_eq!(response_tag::LOG_REJECTED, 0x55);
@@ -299,12 +305,27 @@ proptest! {
     #[test]
     fn status_without_read_counters_decodes(shards in prop::collection::vec(shard_status(), 0..3)) {
         let msg = ClientResponse { corr: 7, body: Response::Status(NodeStatus { shards: shards.clone(), ..NodeStatus::default() }) };
-        // The extension: a u32 count, then two u64 per shard.
-        let old = without_extension(&msg, 4 + 16 * shards.len());
+        // Extension 1: a u32 count, then two u64 per shard; extension 2 (connection
+        // counters): a u32 count and six u64.
+        let old = without_extension(&msg, CONNECTIONS_EXT + 4 + 16 * shards.len());
         let Response::Status(s) = decode_message::<ClientResponse>(old).unwrap().body else { panic!("a status") };
         let expected: Vec<ShardStatus> =
             shards.into_iter().map(|s| ShardStatus { reads_served: 0, reads_made_durable: 0, ..s }).collect();
         prop_assert_eq!(s.shards, expected);
+    }
+
+    /// A `Status` from a node without connection counters decodes with them at 0.
+    #[test]
+    fn status_without_connection_counters_decodes(shards in prop::collection::vec(shard_status(), 0..3), c in any::<[u64; 6]>()) {
+        let connections = ConnectionStats { open: c[0], refused: c[1], buffered_bytes: c[2], paused: c[3], closed_idle: c[4], closed_slow_frame: c[5] };
+        let status = NodeStatus { shards, connections, ..NodeStatus::default() };
+        let msg = ClientResponse { corr: 8, body: Response::Status(status.clone()) };
+        let mut b = BytesMut::new();
+        msg.encode(&mut b);
+        prop_assert_eq!(decode_message::<ClientResponse>(b.freeze()).unwrap().body, Response::Status(status.clone()));
+        let old = without_extension(&msg, CONNECTIONS_EXT);
+        let Response::Status(s) = decode_message::<ClientResponse>(old).unwrap().body else { panic!("a status") };
+        prop_assert_eq!(s, NodeStatus { connections: ConnectionStats::default(), ..status });
     }
 
     /// Table definitions from an older client or node decode: without both extensions (no
@@ -341,8 +362,8 @@ fn an_extension_must_match_its_sequence() {
     };
     let mut b = BytesMut::new();
     msg.encode(&mut b);
-    // The extension's count (one shard) sits 16 bytes before the end; claim two.
-    let at = b.len() - 20;
+    // The extension's count (one shard) sits 16 bytes before extension 2; claim two.
+    let at = b.len() - CONNECTIONS_EXT - 20;
     b[at] = 2;
     let e = decode_message::<ClientResponse>(b.freeze()).unwrap_err();
     assert!(matches!(e, DecodeError::Invalid { what: "extension count", value: 2 }), "{e:?}");

@@ -73,6 +73,11 @@ impl Conn {
     pub async fn connect(addr: SocketAddr) -> Conn {
         let stream = TcpStream::connect(addr).await.unwrap();
         stream.set_nodelay(true).unwrap();
+        Conn::from_stream(stream)
+    }
+
+    /// A connection the caller opened (from a chosen address, or with raw bytes sent).
+    pub fn from_stream(stream: TcpStream) -> Conn {
         Conn { stream, buf: BytesMut::new(), next_corr: 1, cluster: CLUSTER }
     }
 
