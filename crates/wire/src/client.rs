@@ -530,6 +530,12 @@ pub enum ErrorCode {
     /// The RIFL envelope breaks the client invariant (`first_incomplete <= seq <
     /// first_incomplete + 512`, non-zero ids; R-D7), or a request that must carry one has none.
     BadEnvelope,
+    /// The connection carries no credentials (no client certificate) and the node requires
+    /// them. Connect with a client certificate of the cluster's CA (`strata certs client`).
+    Unauthenticated,
+    /// The connection's role does not allow the request (e.g. a `read` client writing, a
+    /// `write` client creating a table). Use credentials with the role the message names.
+    Forbidden,
     Other(u16),
 }
 
@@ -550,6 +556,8 @@ impl ErrorCode {
             ErrorCode::ExpiredLease => 12,
             ErrorCode::InProgress => 13,
             ErrorCode::BadEnvelope => 14,
+            ErrorCode::Unauthenticated => 15,
+            ErrorCode::Forbidden => 16,
             ErrorCode::Other(c) => c,
         }
     }
@@ -570,6 +578,8 @@ impl ErrorCode {
             12 => ErrorCode::ExpiredLease,
             13 => ErrorCode::InProgress,
             14 => ErrorCode::BadEnvelope,
+            15 => ErrorCode::Unauthenticated,
+            16 => ErrorCode::Forbidden,
             c => ErrorCode::Other(c),
         }
     }

@@ -247,7 +247,12 @@ impl HostCluster {
             }
             Ev::Request { client, node, req } => {
                 let now = self.node_now(node);
-                self.input(node, |h| h.on_client_request(now, client as Route, req));
+                // The simulated clients are operators: they hold the admin role (who may do
+                // what is `strata_host::auth`'s, tested there and on real nodes).
+                self.input(node, |h| {
+                    h.on_connected(client as Route, Some(strata_wire::Role::Admin));
+                    h.on_client_request(now, client as Route, req)
+                });
             }
             Ev::Reply { client, resp } => self.client_inbox.push((client, resp)),
             Ev::Disk { node, incarnation, shard, token } => {
