@@ -8,12 +8,14 @@
 //! | length prefix beyond `max_frame_bytes` | `FrameTooLarge` | closed (frame boundaries are lost) |
 //! | length prefix too small for a header | `Malformed` | closed |
 //! | checksum mismatch | `Malformed` | kept |
-//! | foreign cluster id | `WrongCluster` | closed (the client is pointed at the wrong cluster) |
+//! | foreign cluster id | `WrongCluster` ("wrong cluster": the node's id is not revealed) | closed (the client is pointed at the wrong cluster) |
 //! | unknown request tag | `UnknownRequest`, echoing the request's `corr` | kept |
 //! | known tag, undecodable fields | `Malformed`, echoing `corr` when the header is intact | kept |
 //! | value beyond `max_value_bytes` | `ValueTooLarge` (from the core) | kept |
 //!
-//! Each of the first six is counted in `bad_client_frames`.
+//! Each of the first six is counted in `bad_client_frames`, and so is a refused TLS handshake
+//! (`handshake`). A request the connection's role does not allow is answered `Unauthenticated`
+//! or `Forbidden` by the host (`strata_host::auth`); the connection is kept.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -21,16 +23,17 @@ use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use strata_core::Route;
+use strata_tls::{BoxRead, BoxWrite};
 use strata_wire::client::{
     peek_request_header, request_tag, ClientRequest, ClientResponse, ErrorCode, Response,
 };
 use strata_wire::{decode_frame, decode_message, encode_frame, DecodeError, FrameError};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::TcpListener;
 use tokio::sync::{mpsc, watch};
 use tracing::{debug, warn};
 
+use crate::handshake::{self, Security};
 use crate::shared::{ClientItem, CoreInput, Counters, Tasks, WireSettings, WriterMsg};
 
 /// Responses are written once this many bytes are buffered, even if more are ready.
@@ -47,6 +50,7 @@ pub(crate) async fn run_client_acceptor(
     counters: Arc<Counters>,
     tasks: Arc<Tasks>,
     mut stop: watch::Receiver<bool>,
+    security: Security,
 ) {
     let mut next_route: Route = 1;
     loop {
@@ -59,23 +63,35 @@ pub(crate) async fn run_client_acceptor(
                 let _ = stream.set_nodelay(true);
                 let route = next_route;
                 next_route += 1;
-                let (rd, wr) = stream.into_split();
-                let (tx, rx) = mpsc::unbounded_channel();
-                // Registered before the reader sends anything: channel order does the rest.
-                if core_tx.send(CoreInput::Connected { route, tx }).await.is_err() {
-                    break;
-                }
-                debug!(route, %remote, "client connected");
-                tasks.spawn(run_writer(wr, rx, wire));
-                tasks.spawn(run_reader(
-                    rd,
-                    remote,
-                    route,
-                    wire,
+                let (security, core_tx, counters, stop, tasks_c) = (
+                    security.clone(),
                     core_tx.clone(),
                     counters.clone(),
                     stop.clone(),
-                ));
+                    tasks.clone(),
+                );
+                // The TLS handshake runs in the connection's task, not in this loop.
+                tasks.spawn(async move {
+                    let Some((rd, wr, role)) = handshake::accept_client(
+                        &security,
+                        stream,
+                        remote,
+                        &counters,
+                        wire.cluster,
+                    )
+                    .await
+                    else {
+                        return;
+                    };
+                    let (tx, rx) = mpsc::unbounded_channel();
+                    // Registered before the reader sends anything: channel order does the rest.
+                    if core_tx.send(CoreInput::Connected { route, tx, role }).await.is_err() {
+                        return;
+                    }
+                    debug!(route, %remote, role = ?role.map(|r| r.name()), "client connected");
+                    tasks_c.spawn(run_writer(wr, rx, wire));
+                    run_reader(rd, remote, route, wire, core_tx, counters, stop).await;
+                });
             }
             Err(e) => {
                 warn!(error = %e, "accepting a client connection failed");
@@ -102,11 +118,8 @@ fn frame_error_reply(e: &FrameError) -> (ErrorCode, String, bool) {
         FrameError::Checksum => {
             (ErrorCode::Malformed, "frame checksum mismatch; frame dropped".into(), false)
         }
-        FrameError::WrongCluster { expected, got } => (
-            ErrorCode::WrongCluster,
-            format!("frame is for cluster {got}, this node belongs to cluster {expected}"),
-            true,
-        ),
+        // Only "wrong": a client of another cluster learns nothing about this one (issue #17).
+        FrameError::WrongCluster { .. } => (ErrorCode::WrongCluster, "wrong cluster".into(), true),
     }
 }
 
@@ -146,7 +159,7 @@ fn decode_error_reply(payload: &Bytes, e: &DecodeError) -> ClientResponse {
 }
 
 async fn run_reader(
-    mut rd: OwnedReadHalf,
+    mut rd: BoxRead,
     remote: SocketAddr,
     route: Route,
     wire: WireSettings,
@@ -242,7 +255,7 @@ fn note_bad(
 }
 
 async fn run_writer(
-    mut wr: OwnedWriteHalf,
+    mut wr: BoxWrite,
     mut rx: mpsc::UnboundedReceiver<WriterMsg>,
     wire: WireSettings,
 ) {
@@ -264,7 +277,8 @@ async fn run_writer(
             next = rx.try_recv().ok();
         }
         if !buf.is_empty() {
-            if wr.write_all(&buf).await.is_err() {
+            // A TLS stream holds back what it encrypted until flushed.
+            if wr.write_all(&buf).await.is_err() || wr.flush().await.is_err() {
                 return;
             }
             buf.clear();

@@ -160,8 +160,9 @@ impl Driver {
         let now = self.clock.now(at);
         self.inputs = self.inputs.wrapping_add(1);
         match input {
-            CoreInput::Connected { route, tx } => {
+            CoreInput::Connected { route, tx, role } => {
                 self.routes.insert(route, tx);
+                self.host.on_connected(route, role);
             }
             CoreInput::Disconnected { route } => {
                 if *self.stopping.borrow() {
@@ -176,9 +177,13 @@ impl Driver {
                 for item in items {
                     match item {
                         ClientItem::Req(ClientRequest { corr, body: Request::Status, .. }) => {
-                            // The runtime's own request: it owns the transport counters.
+                            // The runtime's own request: it owns the transport counters. Who
+                            // may ask is the host's decision.
                             self.execute(at);
-                            let body = Response::Status(self.status(at));
+                            let body = match self.host.check_role(route, &Request::Status) {
+                                None => Response::Status(self.status(at)),
+                                Some(refused) => refused,
+                            };
                             self.send_to(route, WriterMsg::Resp(ClientResponse { corr, body }));
                         }
                         ClientItem::Req(req) => self.host.on_client_request(now, route, req),

@@ -8,15 +8,16 @@ use std::time::Duration;
 use strata_core::Route;
 use strata_wire::client::{ClientRequest, ClientResponse};
 use strata_wire::peer::PeerMessage;
-use strata_wire::{ClusterId, NodeId};
+use strata_wire::{ClusterId, NodeId, Role};
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 
 /// An input of the core task, the single owner of the protocol core.
 #[derive(Debug)]
 pub(crate) enum CoreInput {
-    /// A client connection opened; replies for `route` go to `tx`.
-    Connected { route: Route, tx: mpsc::UnboundedSender<WriterMsg> },
+    /// A client connection opened; replies for `route` go to `tx`. `role`: what its verified
+    /// credentials allow (`None`: none; `handshake`).
+    Connected { route: Route, tx: mpsc::UnboundedSender<WriterMsg>, role: Option<Role> },
     /// Everything one read produced on a client connection, in arrival order.
     Client { route: Route, items: Vec<ClientItem> },
     /// The client connection is gone: its sessions close.

@@ -332,6 +332,18 @@ impl ClientTls {
     }
 }
 
+/// If `e` is a TLS failure (a certificate refused, an alert from the other side), what it
+/// says; `None` for any other IO error.
+pub fn tls_failure(e: &io::Error) -> Option<String> {
+    let inner = e.get_ref()?.downcast_ref::<rustls::Error>()?;
+    Some(match inner {
+        rustls::Error::AlertReceived(alert) => {
+            format!("the other side refused the connection's credentials (TLS alert {alert:?})")
+        }
+        other => other.to_string(),
+    })
+}
+
 /// One half of a connection, plain or TLS.
 pub type BoxRead = Box<dyn AsyncRead + Send + Unpin>;
 /// The other half.
