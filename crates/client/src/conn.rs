@@ -267,10 +267,15 @@ impl Conn {
     }
 
     fn complete(&self, resp: ClientResponse) {
-        // The node refused the connection before any request (a plain connection to a node
-        // that requires TLS): every request on it fails with that reason.
-        if let (PUSH_CORR, Response::Error { code: code @ ErrorCode::Unauthenticated, message }) =
-            (resp.corr, &resp.body)
+        // The node refused the connection itself (a plain connection to a node that requires
+        // TLS, a frame of another cluster): every request on it fails with that reason.
+        if let (
+            PUSH_CORR,
+            Response::Error {
+                code: code @ (ErrorCode::Unauthenticated | ErrorCode::WrongCluster),
+                message,
+            },
+        ) = (resp.corr, &resp.body)
         {
             self.fail(FailReason::Refused(*code, message.clone()));
             return;

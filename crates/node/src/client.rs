@@ -8,7 +8,7 @@
 //! | length prefix beyond `max_frame_bytes` | `FrameTooLarge` | closed (frame boundaries are lost) |
 //! | length prefix too small for a header | `Malformed` | closed |
 //! | checksum mismatch | `Malformed` | kept |
-//! | foreign cluster id | `WrongCluster` ("wrong cluster": the node's id is not revealed) | closed (the client is pointed at the wrong cluster) |
+//! | foreign cluster id | `WrongCluster` ("wrong cluster", framed with the client's cluster id: this node's is not revealed) | closed (the client is pointed at the wrong cluster) |
 //! | unknown request tag | `UnknownRequest`, echoing the request's `corr` | kept |
 //! | known tag, undecodable fields | `Malformed`, echoing `corr` when the header is intact | kept |
 //! | value beyond `max_value_bytes` | `ValueTooLarge` (from the core) | kept |
@@ -186,10 +186,13 @@ async fn run_reader(
                 Err(e) => {
                     note_bad(&counters, &mut bad_here, route, remote, &e);
                     let (code, message, close) = frame_error_reply(&e);
-                    items.push(ClientItem::Reply(ClientResponse {
-                        corr: 0,
-                        body: Response::Error { code, message },
-                    }));
+                    let resp = ClientResponse { corr: 0, body: Response::Error { code, message } };
+                    items.push(match e {
+                        // Framed with the client's own cluster id: the header, like the
+                        // message, says nothing about this cluster (issue #17).
+                        FrameError::WrongCluster { got, .. } => ClientItem::ReplyAs(got, resp),
+                        _ => ClientItem::Reply(resp),
+                    });
                     if close {
                         items.push(ClientItem::Close);
                         fatal = true;
@@ -266,6 +269,7 @@ async fn run_writer(
         while let Some(m) = next.take() {
             match m {
                 WriterMsg::Resp(resp) => encode_frame(&mut buf, wire.cluster, &resp),
+                WriterMsg::RespAs(cluster, resp) => encode_frame(&mut buf, cluster, &resp),
                 WriterMsg::Close => {
                     close = true;
                     break;

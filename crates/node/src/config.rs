@@ -47,6 +47,11 @@ pub const MAX_NODE_ID: u32 = 63;
 /// [[peers]]
 /// id = 1
 /// addr = "127.0.0.1:7101"
+///
+/// [tls]                    # or, on a trusted machine only: insecure_plaintext = true
+/// ca = "tls/ca.pem"
+/// cert = "tls/node-0.pem"
+/// key = "tls/node-0.key"
 /// ```
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]

@@ -192,6 +192,10 @@ impl Driver {
                             self.execute(at);
                             self.send_to(route, WriterMsg::Resp(resp));
                         }
+                        ClientItem::ReplyAs(cluster, resp) => {
+                            self.execute(at);
+                            self.send_to(route, WriterMsg::RespAs(cluster, resp));
+                        }
                         ClientItem::Close => {
                             self.execute(at);
                             self.send_to(route, WriterMsg::Close);

@@ -33,6 +33,9 @@ pub(crate) enum ClientItem {
     Req(ClientRequest),
     /// An error the reader decided on (undecodable frame); sent in order with the others.
     Reply(ClientResponse),
+    /// [`ClientItem::Reply`] in a frame of another cluster id: the answer to a frame of a
+    /// foreign cluster carries that cluster's id, so it reveals nothing of this one's.
+    ReplyAs(ClusterId, ClientResponse),
     /// The stream cannot be trusted any more: flush what is queued and close the connection.
     Close,
 }
@@ -41,6 +44,8 @@ pub(crate) enum ClientItem {
 #[derive(Debug)]
 pub(crate) enum WriterMsg {
     Resp(ClientResponse),
+    /// A response framed with another cluster id (`ClientItem::ReplyAs`).
+    RespAs(ClusterId, ClientResponse),
     /// Write what came before, then close the connection.
     Close,
 }
