@@ -5,6 +5,7 @@
 #   scripts/bench-es.sh                      # everything, ~15 minutes on 2 cores
 #   RUNS=1 DURATION=2 RATIOS="5 50" scripts/bench-es.sh   # a quick look
 #   BASELINE=3bd5ef2 RUNS=3 DURATION=3 RATIOS="5 50" scripts/bench-es.sh   # after/before a change
+#   TLS=both RUNS=5 DURATION=3 RATIOS="5 50" scripts/bench-es.sh   # what TLS costs: TLS/plain
 #
 # Knobs (environment): RUNS (5), DURATION (5 s), WARMUP (1 s), CLIENTS (4), SESSIONS (4),
 # DEPTH (16: the pipelined setting; pipeline 1 is always run too), KEYS (100000),
@@ -13,6 +14,9 @@
 # QUIET_WAIT (60 s), QUIET_BUDGET (600 s): how idle the machine must be before each run, and how
 # long to wait for it (see wait_quiet). BASELINE=REV or BASELINE_BIN=DIR: run an older build's
 # cluster beside this one instead of Redis, and print after/before ratios (scripts/bench-lib.sh).
+# TLS: on (default: `strata up`'s TLS, the client presenting its admin certificate), off (the
+# cluster runs --insecure-plaintext), or both: a plain cluster of this build beside the TLS one
+# instead of Redis, every run on both, interleaved, and TLS/plain ratios (scripts/bench-lib.sh).
 #
 # It builds release binaries, installs redis-server/redis-tools with apt-get if missing,
 # starts a 3-node Strata cluster and a Redis server, runs every configuration RUNS times
@@ -39,6 +43,8 @@ RESULTS=${RESULTS:-${CARGO_TARGET_DIR:-$ROOT/target}/bench-results/es-$(date +%Y
 QUIET_WAIT=${QUIET_WAIT:-60}
 QUIET_BUDGET=${QUIET_BUDGET:-600}
 NODES=3
+TLS=${TLS:-on}
+case $TLS in on | off | both) ;; *) echo "TLS=$TLS: use on, off or both" >&2; exit 2 ;; esac
 
 TAG=bench-es
 # shellcheck source=scripts/bench-lib.sh
@@ -48,19 +54,35 @@ mkdir -p "$RESULTS"
 # ---- (a) build; redis (or the baseline) -----------------------------------------------------------
 build_strata
 build_baseline
-if [ -n "${BASELINE_BIN:-}" ]; then TARGETS="strata baseline"; else TARGETS="strata redis"; fi
+if [ "$TLS" = both ]; then
+    TARGETS="strata plain"
+elif [ -n "${BASELINE_BIN:-}" ]; then
+    TARGETS="strata baseline"
+else
+    TARGETS="strata redis"
+fi
+[ "$TLS" = off ] && STRATA_UP_FLAGS=--insecure-plaintext
 [ "$TARGETS" = "strata redis" ] && ensure_commands redis-server=redis-server redis-benchmark=redis-tools
 
 # ---- (b) a 3-node Strata cluster and redis-server (or the baseline's cluster) ---------------------
 start_strata
-if [ -n "${BASELINE_BIN:-}" ]; then start_baseline; else start_redis; fi
+case $TARGETS in
+    "strata plain") start_plain ;;
+    "strata baseline") start_baseline ;;
+    *) start_redis ;;
+esac
 
 # ---- machine and settings ---------------------------------------------------------------------
 {
     describe_machine
     echo "memory: $(awk '/MemTotal/ {printf "%.1f GiB", $2/1048576}' /proc/meminfo)"
     echo "kernel: $(uname -r)"
-    if [ -n "${BASELINE_BIN:-}" ]; then echo "baseline: $BASELINE_BIN ${BASELINE:-}"; else echo "redis: $(redis-server --version)"; fi
+    echo "tls: $TLS"
+    case $TARGETS in
+        "strata plain") echo "beside: this build with --insecure-plaintext" ;;
+        "strata baseline") echo "baseline: $BASELINE_BIN ${BASELINE:-}" ;;
+        *) echo "redis: $(redis-server --version)" ;;
+    esac
     echo "driver: $BIN/strata bench"
     echo "settings: clients=$CLIENTS sessions=$SESSIONS depth=1,$DEPTH keys=$KEYS key_size=$KEY_SIZE value_size=$VALUE_SIZE duration=${DURATION}s warmup=${WARMUP}s runs=$RUNS ratios=[$RATIOS]"
 } | tee "$RESULTS/machine.txt" >&2
@@ -76,10 +98,13 @@ for depth in 1 "$DEPTH"; do
             for target in $TARGETS; do
                 n=$((n + 1))
                 name="$target-w$ratio-p$depth-r$run"
+                # --data-dir: where `strata bench` finds the cluster's TLS credentials (or
+                # learns it is plain).
                 case $target in
-                    strata) ep=$ENDPOINTS servers=("${STRATA_PIDS[@]}") kind=strata ;;
-                    baseline) ep=$BASELINE_ENDPOINTS servers=("${BASELINE_PIDS[@]}") kind=strata ;;
-                    redis) ep=127.0.0.1:$REDIS_PORT servers=("$REDIS_PID") kind=redis ;;
+                    strata) ep=$ENDPOINTS servers=("${STRATA_PIDS[@]}") kind=strata data=$STRATA_DATA ;;
+                    plain) ep=$PLAIN_ENDPOINTS servers=("${PLAIN_PIDS[@]}") kind=strata data=$PLAIN_DATA ;;
+                    baseline) ep=$BASELINE_ENDPOINTS servers=("${BASELINE_PIDS[@]}") kind=strata data=$BASELINE_DATA ;;
+                    redis) ep=127.0.0.1:$REDIS_PORT servers=("$REDIS_PID") kind=redis data=$STRATA_DATA ;;
                 esac
                 log "($n/$total) $name"
                 wait_quiet
@@ -87,7 +112,7 @@ for depth in 1 "$DEPTH"; do
                 busy_before=$(machine_busy_seconds)
                 start_ns=$(date +%s%N)
                 # `time` reports the load generator's own CPU (TIMEFORMAT: user system).
-                { TIMEFORMAT='%U %S'; time bench_run "$name" --target "$kind" --endpoints "$ep" "${common[@]}" \
+                { TIMEFORMAT='%U %S'; time bench_run "$name" --target "$kind" --endpoints "$ep" --data-dir "$data" "${common[@]}" \
                     --pipeline "$depth" --write-ratio "$ratio" --seed "$run"; } 2>"$WORK/time"
                 wall=$(( ($(date +%s%N) - start_ns) / 1000000 ))
                 after=$(cpu_seconds "${servers[@]}")
@@ -108,6 +133,11 @@ for depth in 1 "$DEPTH"; do
 done
 
 # ---- (g) the table ----------------------------------------------------------------------------
+if [ "$TARGETS" = "strata plain" ]; then
+    summarize ab "$RESULTS" plain TLS plain
+    log "results in $RESULTS"
+    exit 0
+fi
 if [ -n "${BASELINE_BIN:-}" ]; then
     summarize ab "$RESULTS"
     log "results in $RESULTS"

@@ -156,12 +156,18 @@ build_and_start_strata() {
 # $WORK/strata and waits until every node listens; sets ENDPOINTS (comma-separated client
 # addresses), STRATA_DATA, STRATA_UP_PID (the supervisor) and STRATA_PIDS (the nodes).
 # `start_strata NAME` uses $WORK/NAME and $RESULTS/NAME-up.log instead (a second cluster).
+# STRATA_UP_FLAGS (words) go to `strata up` (e.g. --insecure-plaintext). The first cluster
+# (NAME strata) becomes every later `strata` command's default data directory
+# (STRATA_DATA_DIR), so `strata bench --endpoints ...` finds its TLS credentials there; runs
+# against another cluster pass --data-dir.
 start_strata() {
     local name=${1:-strata}
     BASE_PORT=${BASE_PORT:-$(free_base_port 7600 200 9800 "$NODES" 100)} || die "no free base port found"
     STRATA_DATA="$WORK/$name"
-    log "starting: $BIN/strata up --nodes $NODES --base-port $BASE_PORT"
-    "$BIN/strata" up --nodes "$NODES" --data-dir "$STRATA_DATA" --base-port "$BASE_PORT" >"$RESULTS/$name-up.log" 2>&1 &
+    [ "$name" = strata ] && export STRATA_DATA_DIR="$STRATA_DATA"
+    log "starting: $BIN/strata up --nodes $NODES --base-port $BASE_PORT ${STRATA_UP_FLAGS:-}"
+    # shellcheck disable=SC2086 # the flags are words
+    "$BIN/strata" up --nodes "$NODES" --data-dir "$STRATA_DATA" --base-port "$BASE_PORT" ${STRATA_UP_FLAGS:-} >"$RESULTS/$name-up.log" 2>&1 &
     STRATA_UP_PID=$!
     PIDS+=("$STRATA_UP_PID")
     ENDPOINTS=""
@@ -223,6 +229,35 @@ with_baseline() {
     "$@"
     local rc=$?
     BIN=${saved[0]} ENDPOINTS=${saved[1]} STRATA_DATA=${saved[2]} STRATA_PIDS=("${saved_pids[@]}")
+    return $rc
+}
+
+# ---- TLS on and off: this build with TLS beside the same build without -----------------------
+# With TLS=both a script (bench-es.sh, bench-log.sh) also starts this build's cluster with
+# `--insecure-plaintext` (the "plain" cluster) and runs every configuration against both,
+# interleaved, with one load generator; `summarize ab RESULTS plain TLS plain` prints TLS/plain
+# ratios. The plain runs are named `plain-X`.
+
+# Starts the plain cluster (start_strata plain, on the next free base port); sets
+# PLAIN_ENDPOINTS, PLAIN_DATA and PLAIN_PIDS, and leaves the TLS cluster's variables as they were.
+start_plain() {
+    local saved=("${BASE_PORT:-}" "${ENDPOINTS:-}" "${STRATA_DATA:-}" "${STRATA_UP_PID:-}")
+    local saved_pids=("${STRATA_PIDS[@]}")
+    BASE_PORT=$(free_base_port $((${BASE_PORT:-7400} + 2 * NODES + 200)) 200 9800 "$NODES" 100) || die "no free base port for the plain cluster"
+    STRATA_UP_FLAGS=--insecure-plaintext start_strata plain
+    PLAIN_ENDPOINTS=$ENDPOINTS PLAIN_DATA=$STRATA_DATA PLAIN_PIDS=("${STRATA_PIDS[@]}")
+    BASE_PORT=${saved[0]} ENDPOINTS=${saved[1]} STRATA_DATA=${saved[2]} STRATA_UP_PID=${saved[3]}
+    STRATA_PIDS=("${saved_pids[@]}")
+}
+
+# Runs CMD... with the cluster variables pointing at the plain cluster (like with_baseline).
+with_plain() {
+    local saved=("$ENDPOINTS" "$STRATA_DATA")
+    local saved_pids=("${STRATA_PIDS[@]}")
+    ENDPOINTS=$PLAIN_ENDPOINTS STRATA_DATA=$PLAIN_DATA STRATA_PIDS=("${PLAIN_PIDS[@]}")
+    "$@"
+    local rc=$?
+    ENDPOINTS=${saved[0]} STRATA_DATA=${saved[1]} STRATA_PIDS=("${saved_pids[@]}")
     return $rc
 }
 

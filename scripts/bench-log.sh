@@ -20,6 +20,8 @@
 #   RUNS=1 DURATION=1 WORKLOADS="W A" scripts/bench-log.sh   # a quick look
 #   BASELINE=3bd5ef2 RUNS=3 DURATION=2 WORKLOADS="W A" CONFIGS="sync cad" scripts/bench-log.sh
 #                                                         # after/before a change, side by side
+#   TLS=both RUNS=3 DURATION=2 WORKLOADS="W A" CONFIGS="sync cad" scripts/bench-log.sh
+#                                                         # what TLS costs: TLS/plain
 #
 # Knobs (environment): RUNS (3), DURATION (3 s), WARMUP (0.5 s), CLIENTS (4), SESSIONS (4)
 # (one request at a time per session: log tables take --pipeline 1), KEYS (10000), KEY_SIZE (16),
@@ -30,7 +32,9 @@
 # CARGO_TARGET_DIR; QUIET_CORES, QUIET_WAIT, QUIET_BUDGET
 # (scripts/bench-lib.sh); KEEP_LOGS=1 keeps the nodes' logs in $RESULTS/node-logs;
 # BASELINE=REV or BASELINE_BIN=DIR: run an older build's cluster beside this one, every run on
-# both, and print after/before ratios (scripts/bench-lib.sh).
+# both, and print after/before ratios (scripts/bench-lib.sh). TLS: on (default), off (the
+# cluster runs --insecure-plaintext), or both: a plain cluster of this build beside the TLS one,
+# every run on both, interleaved, and TLS/plain ratios (scripts/bench-lib.sh).
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -48,6 +52,9 @@ WORKLOADS=${WORKLOADS:-"W A B C D F"}
 CONFIGS=${CONFIGS:-"sync async cad orca weak"}
 REPLICATION=${REPLICATION:-async}
 NODES=${NODES:-3}
+TLS=${TLS:-on}
+case $TLS in on | off | both) ;; *) echo "TLS=$TLS: use on, off or both" >&2; exit 2 ;; esac
+[ "$TLS" = off ] && STRATA_UP_FLAGS=--insecure-plaintext
 RESULTS=${RESULTS:-${CARGO_TARGET_DIR:-$ROOT/target}/bench-results/log-$(date +%Y%m%d-%H%M%S)}
 
 TAG=bench-log
@@ -62,11 +69,15 @@ if [ -n "${BASELINE_BIN:-}" ]; then
     start_baseline
     with_baseline create_log_tables "$CONFIGS"
 fi
+if [ "$TLS" = both ]; then
+    start_plain
+    with_plain create_log_tables "$CONFIGS"
+fi
 
 {
     describe_machine
     echo "data: $(df -h "$WORK" | tail -1 | awk '{print $1, $6}') (fsync on this device)"
-    echo "settings: clients=$CLIENTS sessions=$SESSIONS (pipeline 1) keys=$KEYS key_size=$KEY_SIZE value_size=$VALUE_SIZE duration=${DURATION}s warmup=${WARMUP}s runs=$RUNS workloads=[$WORKLOADS] configs=[$CONFIGS] replication=$REPLICATION nodes=$NODES"
+    echo "settings: clients=$CLIENTS sessions=$SESSIONS (pipeline 1) keys=$KEYS key_size=$KEY_SIZE value_size=$VALUE_SIZE duration=${DURATION}s warmup=${WARMUP}s runs=$RUNS workloads=[$WORKLOADS] configs=[$CONFIGS] replication=$REPLICATION nodes=$NODES tls=$TLS"
 } | tee "$RESULTS/machine.txt" >&2
 
 total=$((RUNS * $(wc -w <<<"$WORKLOADS") * $(wc -w <<<"$CONFIGS")))
@@ -78,17 +89,27 @@ for run in $(seq 1 "$RUNS"); do
             name="$cfg-$w-r$run"
             log "($n/$total) $name"
             wait_quiet
-            bench_table "$name" "l-$cfg" "$run" --endpoints "$ENDPOINTS" --ycsb "$w" --clients "$CLIENTS"
+            bench_table "$name" "l-$cfg" "$run" --endpoints "$ENDPOINTS" --data-dir "$STRATA_DATA" --ycsb "$w" --clients "$CLIENTS"
             if [ -n "${BASELINE_BIN:-}" ]; then
                 log "($n/$total) baseline-$name"
                 wait_quiet
-                bench_table "baseline-$name" "l-$cfg" "$run" --endpoints "$BASELINE_ENDPOINTS" --ycsb "$w" --clients "$CLIENTS"
+                bench_table "baseline-$name" "l-$cfg" "$run" --endpoints "$BASELINE_ENDPOINTS" --data-dir "$BASELINE_DATA" --ycsb "$w" --clients "$CLIENTS"
+            fi
+            if [ "$TLS" = both ]; then
+                log "($n/$total) plain-$name"
+                wait_quiet
+                bench_table "plain-$name" "l-$cfg" "$run" --endpoints "$PLAIN_ENDPOINTS" --data-dir "$PLAIN_DATA" --ycsb "$w" --clients "$CLIENTS"
             fi
         done
     done
 done
 strata_cli status --json >"$RESULTS/status-after.json" 2>/dev/null || true
 
+if [ "$TLS" = both ]; then
+    summarize ab "$RESULTS" plain TLS plain
+    log "results in $RESULTS"
+    exit 0
+fi
 if [ -n "${BASELINE_BIN:-}" ]; then
     summarize ab "$RESULTS"
     log "results in $RESULTS"

@@ -19,6 +19,8 @@ pub fn host() -> (Host, HostEffects) {
         audit: false,
     };
     let mut host = Host::new(cfg, b"").expect("a host starts without a catalog");
+    // Connection 1 may do everything, so requests reach the validators behind the role check.
+    host.on_connected(1, Some(strata_wire::Role::Admin));
     let mut fx = HostEffects::default();
     settle(&mut host, &mut fx, Instant::from_millis(1));
     (host, fx)

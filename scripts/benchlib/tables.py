@@ -395,20 +395,25 @@ def rifl_leases(results, lruns):
 TABLES = {"es": es, "log": log, "etcd": etcd, "zk": zk, "geo": geo, "kite": kite, "move": move, "rifl": rifl}
 
 
-def ab(results):
+def ab(results, prefix="baseline", after="after", before="before"):
     """BASELINE=... runs of any script: every configuration `X` with runs `X-rN` of this build
-    and `baseline-X-rN` of the baseline, interleaved in one run: after/before ratios."""
+    and `baseline-X-rN` of the baseline, interleaved in one run: after/before ratios. With
+    PREFIX, AFTER and BEFORE (`plain TLS plain`: TLS=both), the partner runs are `PREFIX-X-rN`
+    and the columns are named AFTER and BEFORE."""
     results = Path(results)
     pat = re.compile(r"(.+)-r\d+\.json$")
     names = sorted({m.group(1) for f in results.iterdir() if (m := pat.fullmatch(f.name))})
-    # The baseline's runs are `baseline-X` beside `X` (bench-log.sh) or beside `strata-X`
+    # The partner's runs are `PREFIX-X` beside `X` (bench-log.sh) or beside `strata-X`
     # (bench-es.sh, whose names start with the target).
-    partner = lambda n: f"baseline-{n.removeprefix('strata-')}" if n.startswith("strata-") else f"baseline-{n}"
-    configs = [n for n in names if not n.startswith("baseline-") and partner(n) in names]
-    print("This build (after) beside the baseline (before), interleaved in one run: ops/s medians,")
+    partner = lambda n: f"{prefix}-{n.removeprefix('strata-')}" if n.startswith("strata-") else f"{prefix}-{n}"
+    configs = [n for n in names if not n.startswith(f"{prefix}-") and partner(n) in names]
+    if prefix == "baseline":
+        print("This build (after) beside the baseline (before), interleaved in one run: ops/s medians,")
+    else:
+        print(f"{after} beside {before} (runs `{prefix}-*`), interleaved in one run: ops/s medians,")
     print("the ratio of the medians, and the median and lowest of the per-run ratios (run i of one")
     print("beside run i of the other); p50 latency in µs.\n")
-    print("| configuration | runs | after ops/s | before ops/s | after/before | per-run median | per-run min | after p50 | before p50 | errors |")
+    print(f"| configuration | runs | {after} ops/s | {before} ops/s | {after}/{before} | per-run median | per-run min | {after} p50 | {before} p50 | errors |")
     print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for c in configs:
         a, b = runs(results, c), runs(results, partner(c))

@@ -282,6 +282,26 @@ pub struct ConnArgs {
     /// Strata cluster id the nodes expect (decimal); default: the local cluster's (CLI), else 1.
     #[arg(long, value_name = "ID")]
     pub cluster_id: Option<u64>,
+
+    /// Strata only: the cluster CA's certificate (PEM); with it the connections use TLS.
+    /// Default (`strata bench`): the credentials every command finds in `<data-dir>/tls`,
+    /// unless the cluster runs without TLS.
+    #[arg(long, value_name = "FILE")]
+    #[serde(default)]
+    pub tls_ca: Option<PathBuf>,
+    /// Strata only: the client certificate (PEM) the connections present; its role must allow
+    /// the workload (write). Default: `<data-dir>/tls/client.pem`.
+    #[arg(long, value_name = "FILE")]
+    #[serde(default)]
+    pub tls_cert: Option<PathBuf>,
+    /// Strata only: the private key of --tls-cert (PEM).
+    #[arg(long, value_name = "FILE")]
+    #[serde(default)]
+    pub tls_key: Option<PathBuf>,
+    /// Strata only: plain TCP, for a cluster started with `strata up --insecure-plaintext`.
+    #[arg(long)]
+    #[serde(default)]
+    pub insecure_plaintext: bool,
 }
 
 impl Default for ConnArgs {
@@ -295,7 +315,40 @@ impl Default for ConnArgs {
             table: None,
             client_delay_ms: None,
             cluster_id: None,
+            tls_ca: None,
+            tls_cert: None,
+            tls_key: None,
+            insecure_plaintext: false,
         }
+    }
+}
+
+impl ConnArgs {
+    /// The options every Strata connection of a run starts from: the cluster id, and TLS with
+    /// `--tls-ca` (and the client certificate) when given.
+    pub fn strata_options(&self) -> Result<strata_client::ClientOptions, BenchError> {
+        let tls = match &self.tls_ca {
+            None => None,
+            Some(ca) => {
+                let pair = match (&self.tls_cert, &self.tls_key) {
+                    (Some(c), Some(k)) => Some((c.as_path(), k.as_path())),
+                    (None, None) => None,
+                    _ => {
+                        return Err(BenchError::InvalidArgs(
+                            "--tls-cert and --tls-key go together".into(),
+                        ))
+                    }
+                };
+                let tls = strata_client::ClientTls::load(ca, pair)
+                    .map_err(|e| BenchError::Credentials(e.to_string()))?;
+                Some(tls)
+            }
+        };
+        Ok(strata_client::ClientOptions {
+            cluster: strata_client::ClusterId(self.cluster_id.unwrap_or(crate::DEFAULT_CLUSTER_ID)),
+            tls,
+            ..strata_client::ClientOptions::default()
+        })
     }
 }
 
@@ -950,6 +1003,7 @@ mod tests {
             "duration",
             "endpoints",
             "fields",
+            "insecure-plaintext",
             "json",
             "key-size",
             "keys",
@@ -971,6 +1025,9 @@ mod tests {
             "target",
             "timeline",
             "timeline-bucket-ms",
+            "tls-ca",
+            "tls-cert",
+            "tls-key",
             "value-size",
             "virtual-clients",
             "warmup",

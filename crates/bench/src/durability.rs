@@ -11,7 +11,7 @@
 
 use std::net::SocketAddr;
 
-use strata_client::{Client, ClientOptions, ClusterId};
+use strata_client::{Client, ClientOptions};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
@@ -28,14 +28,13 @@ struct ReadCounters {
 /// Asks every node for its status and sums the counters of `table`'s shards.
 async fn read_counters(
     endpoints: &[SocketAddr],
-    cluster_id: u64,
+    strata: &ClientOptions,
     table: &str,
 ) -> Result<ReadCounters, String> {
     let opts = ClientOptions {
-        cluster: ClusterId(cluster_id),
         connect_timeout: CONNECT_TIMEOUT,
         request_timeout: Some(CONNECT_TIMEOUT),
-        ..ClientOptions::default()
+        ..strata.clone()
     };
     let mut sum = ReadCounters::default();
     for &addr in endpoints {
@@ -54,7 +53,7 @@ async fn read_counters(
 /// and, in [`Probe::finish`], at its end.
 pub(crate) struct Probe {
     endpoints: Vec<SocketAddr>,
-    cluster_id: u64,
+    strata: ClientOptions,
     table: String,
     before: JoinHandle<Result<ReadCounters, String>>,
 }
@@ -64,22 +63,22 @@ impl Probe {
     /// `--client-delay-ms` relays: the sample must be close to the instant it describes.
     pub fn start(
         endpoints: Vec<SocketAddr>,
-        cluster_id: u64,
+        strata: &ClientOptions,
         table: String,
         window_start: Instant,
     ) -> Probe {
-        let (e, t) = (endpoints.clone(), table.clone());
+        let (e, t, o) = (endpoints.clone(), table.clone(), strata.clone());
         let before = tokio::spawn(async move {
             tokio::time::sleep_until(window_start).await;
-            read_counters(&e, cluster_id, &t).await
+            read_counters(&e, &o, &t).await
         });
-        Probe { endpoints, cluster_id, table, before }
+        Probe { endpoints, strata: strata.clone(), table, before }
     }
 
     /// The second sample, now (at the end of the window), and the share between the two.
     pub async fn finish(self) -> Result<ReadDurability, String> {
         let before = self.before.await.map_err(|e| format!("the status task failed: {e}"))??;
-        let after = read_counters(&self.endpoints, self.cluster_id, &self.table).await?;
+        let after = read_counters(&self.endpoints, &self.strata, &self.table).await?;
         Ok(ReadDurability::new(
             after.served.saturating_sub(before.served),
             after.made_durable.saturating_sub(before.made_durable),

@@ -25,7 +25,6 @@ use strata_client::{Client, ClientOptions, ClusterId, ShardRole};
 use strata_wire::client::{ClientRequest, ClientResponse, LogFailure, Request, Response};
 use strata_wire::{decode_frame, decode_message, encode_frame, Limits};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::tcp::OwnedReadHalf;
 use tokio::net::TcpStream;
 use tokio::sync::mpsc;
 
@@ -65,7 +64,7 @@ pub struct LeaseReport {
 /// One connection: frames are encoded into `out` and handed to a writer task; replies are
 /// decoded from `buf` as they arrive.
 struct LeaseConn {
-    rd: OwnedReadHalf,
+    rd: strata_tls::BoxRead,
     buf: BytesMut,
     out: BytesMut,
     tx: mpsc::UnboundedSender<BytesMut>,
@@ -74,20 +73,32 @@ struct LeaseConn {
 }
 
 impl LeaseConn {
-    async fn connect(addr: SocketAddr, cluster: ClusterId) -> Result<LeaseConn, String> {
+    /// A raw connection (with TLS if `strata` has it), so that the benchmark sends exactly
+    /// the renewals it counts.
+    async fn connect(addr: SocketAddr, strata: &ClientOptions) -> Result<LeaseConn, String> {
+        let cluster = strata.cluster;
         let stream = tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(addr))
             .await
             .map_err(|_| format!("no answer within {CONNECT_TIMEOUT:?}"))?
             .map_err(|e| e.to_string())?;
         stream.set_nodelay(true).map_err(|e| e.to_string())?;
-        let (rd, mut wr) = stream.into_split();
+        let (rd, mut wr) = match &strata.tls {
+            None => strata_tls::split_tcp(stream),
+            Some(tls) => {
+                let s = tokio::time::timeout(CONNECT_TIMEOUT, tls.connect(stream))
+                    .await
+                    .map_err(|_| format!("no TLS handshake within {CONNECT_TIMEOUT:?}"))?
+                    .map_err(|e| format!("TLS: {e}"))?;
+                strata_tls::split(s)
+            }
+        };
         let (tx, mut rx) = mpsc::unbounded_channel::<BytesMut>();
         tokio::spawn(async move {
             while let Some(mut batch) = rx.recv().await {
                 while let Ok(more) = rx.try_recv() {
                     batch.extend_from_slice(&more);
                 }
-                if wr.write_all(&batch).await.is_err() {
+                if wr.write_all(&batch).await.is_err() || wr.flush().await.is_err() {
                     return;
                 }
             }
@@ -278,12 +289,11 @@ async fn drive(
 }
 
 /// The endpoint whose node leads `__leases` (asked directly, not through relays).
-async fn service_leader(endpoints: &[SocketAddr], cluster: ClusterId) -> Option<SocketAddr> {
+async fn service_leader(endpoints: &[SocketAddr], strata: &ClientOptions) -> Option<SocketAddr> {
     let opts = ClientOptions {
-        cluster,
         connect_timeout: CONNECT_TIMEOUT,
         request_timeout: Some(CONNECT_TIMEOUT),
-        ..ClientOptions::default()
+        ..strata.clone()
     };
     for &addr in endpoints {
         let Ok(status) =
@@ -304,14 +314,14 @@ pub(crate) async fn run(
     args: &BenchArgs,
     endpoints: Vec<SocketAddr>,
     connect_to: &[SocketAddr],
-    cluster: ClusterId,
+    strata: &ClientOptions,
 ) -> Result<BenchReport, BenchError> {
     let creations = args.rifl.lease_creations;
     let mut prepared = Vec::with_capacity(args.conn.clients);
     for i in 0..args.conn.clients {
         let (home, addr) = (i % endpoints.len(), endpoints[i % endpoints.len()]);
         let connect_err = |message| BenchError::Connect { target: args.conn.target, addr, message };
-        let mut c = LeaseConn::connect(connect_to[home], cluster).await.map_err(connect_err)?;
+        let mut c = LeaseConn::connect(connect_to[home], strata).await.map_err(connect_err)?;
         let sessions = args.conn.sessions;
         prepared.push(tokio::spawn(async move {
             let (ids, rejected) =
@@ -391,7 +401,7 @@ pub(crate) async fn run(
     if let Some(p) = progress {
         p.abort();
     }
-    let leader = service_leader(&endpoints, cluster).await;
+    let leader = service_leader(&endpoints, strata).await;
     let forwarded_clients =
         (0..args.conn.clients).filter(|i| Some(endpoints[i % endpoints.len()]) != leader).count();
 

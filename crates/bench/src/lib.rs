@@ -141,6 +141,9 @@ pub enum BenchError {
     /// The `--client-delay-ms` relays could not listen on loopback (out of ports or files?).
     #[error("cannot start the --client-delay-ms relays: {0}")]
     Relay(std::io::Error),
+    /// The TLS credentials (`--tls-ca`, `--tls-cert`, `--tls-key`) could not be loaded.
+    #[error("TLS credentials: {0}")]
+    Credentials(String),
 }
 
 /// Runs one benchmark against `endpoints` (if empty: [`BenchArgs::default_endpoints`]). Must
@@ -156,26 +159,30 @@ pub async fn run(args: &BenchArgs, endpoints: Vec<SocketAddr>) -> Result<BenchRe
     // The sessions connect through the relays (the endpoints themselves without a delay).
     let relays = relay::start(&endpoints, &args.client_delays_ms(endpoints.len())?)
         .map_err(BenchError::Relay)?;
+    // The cluster id and TLS of every Strata connection of the run.
+    let strata = if args.conn.target == Target::Strata {
+        args.conn.strata_options()?
+    } else {
+        strata_client::ClientOptions::default()
+    };
     if args.rifl.lease_renewals || args.rifl.lease_creations {
-        let cluster = strata_client::ClusterId(args.conn.cluster_id.unwrap_or(DEFAULT_CLUSTER_ID));
-        let report = lease::run(args, endpoints, &relays.addrs, cluster).await?;
+        let report = lease::run(args, endpoints, &relays.addrs, &strata).await?;
         write_json(args, &report)?;
         return Ok(report);
     }
     let mut conns = Vec::with_capacity(args.conn.clients);
     // ZooKeeper: this run's znodes go under a root of their own (see `zookeeper.rs`).
     let run_id = format!("{:x}-{}", unix_ms_at(Instant::now()), args.run.seed);
-    let cluster_id = args.conn.cluster_id.unwrap_or(DEFAULT_CLUSTER_ID);
     for i in 0..args.conn.clients {
         let home = i % endpoints.len();
         let addr = endpoints[home];
         let conn = match &args.conn.table {
-            Some(table) => Connection::connect_table(&relays.addrs, home, cluster_id, table).await,
+            Some(table) => Connection::connect_table(&relays.addrs, home, &strata, table).await,
             None => {
                 Connection::connect(
                     args.conn.target,
                     relays.addrs[home],
-                    cluster_id,
+                    &strata,
                     &run_id,
                     !args.rifl.no_exactly_once,
                 )
@@ -235,7 +242,7 @@ pub async fn run(args: &BenchArgs, endpoints: Vec<SocketAddr>) -> Result<BenchRe
         (0..sessions.len()).map(|j| (j / args.conn.sessions) % endpoints.len()).collect();
     let measure_start = Instant::now() + Duration::from_secs_f64(args.run.warmup);
     let probe = args.conn.table.as_ref().map(|table| {
-        durability::Probe::start(endpoints.clone(), cluster_id, table.clone(), measure_start.into())
+        durability::Probe::start(endpoints.clone(), &strata, table.clone(), measure_start.into())
     });
     let (stats, window_end, inserted) = measure(sessions, args, value, measure_start).await;
     let read_durability = match probe {

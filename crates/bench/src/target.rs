@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use strata_client::{Client, ClientOptions, ClusterId, Outcome};
+use strata_client::{Client, ClientOptions, Outcome};
 use tokio::sync::oneshot;
 
 use crate::args::Target;
@@ -90,7 +90,7 @@ impl Connection {
     pub async fn connect(
         target: Target,
         addr: SocketAddr,
-        cluster_id: u64,
+        strata: &ClientOptions,
         run_id: &str,
         exactly_once: bool,
     ) -> Result<Connection, String> {
@@ -98,11 +98,10 @@ impl Connection {
             Target::Strata => {
                 // No request timeout in the client: the generator applies its own to both targets.
                 let opts = ClientOptions {
-                    cluster: ClusterId(cluster_id),
                     connect_timeout: CONNECT_TIMEOUT,
                     request_timeout: None,
                     exactly_once,
-                    ..ClientOptions::default()
+                    ..strata.clone()
                 };
                 Client::connect_node(addr, opts)
                     .await
@@ -122,14 +121,13 @@ impl Connection {
     pub async fn connect_table(
         endpoints: &[SocketAddr],
         home: usize,
-        cluster_id: u64,
+        strata: &ClientOptions,
         table: &str,
     ) -> Result<Connection, String> {
         let opts = ClientOptions {
-            cluster: ClusterId(cluster_id),
             connect_timeout: CONNECT_TIMEOUT,
             request_timeout: None,
-            ..ClientOptions::default()
+            ..strata.clone()
         };
         let client = Client::connect(endpoints, opts).await.map_err(|e| e.to_string())?;
         Ok(Connection::StrataTable { client, table: table.to_string(), home })

@@ -98,7 +98,9 @@ impl ProcessCluster {
             .args(["--client-addr", &self.client_addr(i).to_string()])
             .args(["--peer-addr", &self.peer_addr(i).to_string()])
             .arg("--data-dir")
-            .arg(self.dir.join(format!("n{i}")));
+            .arg(self.dir.join(format!("n{i}")))
+            // The harness measures the protocols, not TLS; its nodes run on loopback only.
+            .arg("--insecure-plaintext");
         for j in (0..self.len()).filter(|&j| j != i) {
             cmd.args(["--peer", &format!("{j}={}", self.peer_addr(j))]);
         }

@@ -16,6 +16,10 @@ pub struct ClusterFile {
     /// Process id of the `strata up` that owns the nodes.
     pub supervisor_pid: u32,
     pub nodes: Vec<NodeEntry>,
+    /// Whether the nodes use TLS, with the credentials in `<data-dir>/tls`. Absent in files
+    /// of builds before TLS, whose clusters were plain.
+    #[serde(default)]
+    pub tls: bool,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

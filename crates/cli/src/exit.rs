@@ -16,6 +16,9 @@ pub const UNREACHABLE: i32 = 4;
 pub const OUTCOME_UNKNOWN: i32 = 5;
 /// `strata cas`: the value was not the expected one; nothing was swapped.
 pub const NOT_SWAPPED: i32 = 6;
+/// The credentials were refused: no client certificate, a role that does not allow the
+/// command, or TLS certificates of another cluster. Nothing was done.
+pub const DENIED: i32 = 7;
 
 pub const HELP: &str = "\
 Exit codes:
@@ -25,7 +28,9 @@ Exit codes:
   3  get: the key has no value
   4  no node of the cluster could be reached
   5  no answer: the request may or may not have taken effect
-  6  cas: the value differed from the expected one; nothing swapped";
+  6  cas: the value differed from the expected one; nothing swapped
+  7  the credentials were refused (no client certificate, a role that does not allow
+     the command, or TLS certificates of another cluster); nothing was done";
 
 /// A failed command: what to print and which code to exit with.
 #[derive(Debug)]
@@ -42,16 +47,35 @@ impl Failure {
 
 impl From<ClientError> for Failure {
     fn from(e: ClientError) -> Failure {
-        let code = match &e {
+        Failure::from_ref(&e)
+    }
+}
+
+impl Failure {
+    /// The failure of a client error: its exit code, and its message with a hint.
+    pub fn from_ref(e: &ClientError) -> Failure {
+        let code = match e {
             ClientError::Unreachable { .. } | ClientError::NoEndpoints => UNREACHABLE,
+            ClientError::Unauthenticated(_)
+            | ClientError::Forbidden(_)
+            | ClientError::Tls { .. } => DENIED,
             e if e.outcome_unknown() => OUTCOME_UNKNOWN,
             _ => FAILED,
         };
-        let hint = match &e {
+        let hint = match e {
             ClientError::Unreachable { .. } => {
                 "\nhint: start a local cluster with `strata up`, or pass --endpoints"
             }
             ClientError::WrongCluster { .. } => "\nhint: pass the cluster's id with --cluster-id",
+            ClientError::Unauthenticated(_) => {
+                "\nhint: pass a client certificate (--tls-cert/--tls-key; `strata certs client`), or use the data directory of the `strata up` that runs the cluster"
+            }
+            ClientError::Forbidden(_) => {
+                "\nhint: use a certificate with the role named (`strata certs client --role ...`)"
+            }
+            ClientError::Tls { .. } => {
+                "\nhint: the CA and client certificate must be the cluster's (--tls-ca, --tls-cert, --tls-key, or <data-dir>/tls); --insecure-plaintext for a cluster started with it"
+            }
             _ => "",
         };
         Failure::new(code, format!("{e}{hint}"))

@@ -1,8 +1,10 @@
 //! `strata`: run a local cluster, read and write keys, inspect nodes, inject faults.
 //! `strata --help` lists the commands; each has its own `--help`.
 
+mod certs;
 mod chaos;
 mod cluster_file;
+mod credentials;
 mod exit;
 mod ops;
 mod up;
@@ -24,6 +26,9 @@ enum Command {
     Up(up::UpArgs),
     /// Run one node in this process (what `strata up` starts; see `strata-node --help`).
     Node(strata_node::NodeArgs),
+    /// Make a development CA and the certificates of nodes and clients (PEM; keys 0600).
+    /// `strata up` makes what a local cluster needs in <data-dir>/tls by itself.
+    Certs(certs::CertsArgs),
     /// Read a key; prints the value. Exit code 3 if it has none. Relaxed (one node's replica)
     /// unless --acquire. With --table, reads a log table (durable, monotonic: ORCA §2).
     Get {
@@ -167,6 +172,7 @@ fn main() {
     let result = match cli.command {
         Command::Up(args) => up::run(args),
         Command::Node(args) => run_node(args),
+        Command::Certs(args) => certs::run(args),
         Command::Get { key, table: Some(table), show_version, target, .. } => {
             block_on(ops::table_get(&target, table, key, show_version))
         }
@@ -238,6 +244,19 @@ fn bench(mut args: strata_bench::BenchArgs, data_dir: &std::path::Path) -> Resul
         }
         (None, _) => Vec::new(), // the target's default (Redis: 127.0.0.1:6379)
     };
+    if args.conn.target == strata_bench::Target::Strata {
+        // TLS credentials as every other command finds them (`credentials`).
+        let tls = credentials::TlsArgs {
+            tls_ca: args.conn.tls_ca.take(),
+            tls_cert: args.conn.tls_cert.take(),
+            tls_key: args.conn.tls_key.take(),
+            insecure_plaintext: args.conn.insecure_plaintext,
+        };
+        if let Some(paths) = tls.resolve(data_dir)? {
+            args.conn.tls_ca = Some(paths.ca);
+            (args.conn.tls_cert, args.conn.tls_key) = paths.cert_key.unzip();
+        }
+    }
     // The load generator's sessions run as tasks: two workers use both cores of a small box.
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)

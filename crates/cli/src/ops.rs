@@ -18,7 +18,7 @@ use strata_wire::client::TableTimers;
 
 use crate::cluster_file::ClusterFile;
 use crate::exit::{
-    Failure, FAILED, NOT_FOUND, NOT_SWAPPED, OK, OUTCOME_UNKNOWN, UNREACHABLE, USAGE,
+    Failure, DENIED, FAILED, NOT_FOUND, NOT_SWAPPED, OK, OUTCOME_UNKNOWN, UNREACHABLE, USAGE,
 };
 
 /// Which cluster to talk to. By default: the one `strata up` runs from `--data-dir`.
@@ -37,6 +37,8 @@ pub struct Target {
     /// Seconds to wait for an answer before giving up (exit code 5: outcome unknown).
     #[arg(long, global = true, default_value_t = 10.0)]
     pub timeout: f64,
+    #[command(flatten)]
+    pub tls: crate::credentials::TlsArgs,
 }
 
 impl Target {
@@ -49,19 +51,22 @@ impl Target {
         Ok((file.endpoints(), ClusterId(self.cluster_id.unwrap_or(file.cluster_id))))
     }
 
-    fn options(&self, cluster: ClusterId) -> ClientOptions {
+    /// How to connect: timeouts, and TLS with the credentials `credentials` finds.
+    fn options(&self, cluster: ClusterId) -> Result<ClientOptions, Failure> {
         let timeout = Duration::from_secs_f64(self.timeout.max(0.001));
-        ClientOptions {
+        let tls = self.tls.resolve(&self.data_dir)?.map(|p| p.load()).transpose()?;
+        Ok(ClientOptions {
             cluster,
             request_timeout: Some(timeout),
             connect_timeout: timeout.min(Duration::from_secs(2)),
+            tls,
             ..ClientOptions::default()
-        }
+        })
     }
 
     async fn client(&self) -> Result<Client, Failure> {
         let (endpoints, cluster) = self.resolve()?;
-        Ok(Client::connect(&endpoints, self.options(cluster)).await?)
+        Ok(Client::connect(&endpoints, self.options(cluster)?).await?)
     }
 }
 
@@ -221,14 +226,16 @@ pub async fn cas(
 /// Asks every node for its status. Exit 0 if all answer, 1 if some are down, 4 if none is up.
 pub async fn status(target: &Target, json: bool) -> Result<i32, Failure> {
     let (endpoints, cluster) = target.resolve()?;
-    let opts = target.options(cluster);
+    let opts = target.options(cluster)?;
     let mut rows: Vec<(SocketAddr, Result<NodeStatus, String>)> = Vec::new();
+    let mut denied = 0;
     for addr in endpoints {
         let r = match Client::connect_node(addr, opts.clone()).await {
-            Ok(c) => c.status().await.map_err(|e| e.to_string()),
-            Err(e) => Err(e.to_string()),
+            Ok(c) => c.status().await,
+            Err(e) => Err(e),
         };
-        rows.push((addr, r));
+        denied += usize::from(r.as_ref().is_err_and(ClientError::is_denied));
+        rows.push((addr, r.map_err(|e| e.to_string())));
     }
     if json {
         let v: Vec<serde_json::Value> = rows.iter().map(|(a, r)| status_json(*a, r)).collect();
@@ -239,6 +246,8 @@ pub async fn status(target: &Target, json: bool) -> Result<i32, Failure> {
     let up = rows.iter().filter(|(_, r)| r.is_ok()).count();
     Ok(if up == rows.len() {
         OK
+    } else if denied == rows.len() {
+        DENIED
     } else if up == 0 {
         UNREACHABLE
     } else {
@@ -472,7 +481,7 @@ pub async fn fault(target: &Target, args: &FaultArgs) -> Result<i32, Failure> {
         loss_ppm: (args.loss * 10_000.0) as u32,
         partitioned: args.partition,
     };
-    let client = Client::connect_node(addr, target.options(cluster)).await?;
+    let client = Client::connect_node(addr, target.options(cluster)?).await?;
     client.set_fault(args.peer.map(NodeId), fault).await?;
     let to = args.peer.map_or("every peer".to_string(), |p| format!("node {p}"));
     println!("node {} → {to}: {}", args.node, describe_fault(&fault));
@@ -594,9 +603,10 @@ async fn table_create(target: &Target, args: &CreateArgs) -> Result<i32, Failure
     let (endpoints, cluster) = target.resolve()?;
     check_table_def(&def, endpoints.len())
         .map_err(|m| Failure::new(USAGE, format!("table {}: {m}", def.name)))?;
-    let opts = target.options(cluster);
+    let opts = target.options(cluster)?;
     let mut failed = Vec::new();
     let mut unreachable = 0;
+    let mut denied = Vec::new();
     for addr in &endpoints {
         let r = match Client::connect_node(*addr, opts.clone()).await {
             Ok(c) => c.create_table(def.clone()).await,
@@ -610,6 +620,9 @@ async fn table_create(target: &Target, args: &CreateArgs) -> Result<i32, Failure
             Ok(false) => println!("{addr}: already exists (identical)"),
             Err(e) => {
                 println!("{addr}: FAILED: {e}");
+                if e.is_denied() {
+                    denied.push(Failure::from(e));
+                }
                 failed.push(addr.to_string());
             }
         }
@@ -618,7 +631,14 @@ async fn table_create(target: &Target, args: &CreateArgs) -> Result<i32, Failure
         println!("table {}: {} on {} node(s)", def.name, describe(&def), endpoints.len());
         return Ok(OK);
     }
-    let code = if unreachable == endpoints.len() { UNREACHABLE } else { FAILED };
+    let code = if unreachable == endpoints.len() {
+        UNREACHABLE
+    } else if denied.len() == endpoints.len() {
+        // Every node refused the credentials: say why, as every command does.
+        return Err(denied.swap_remove(0));
+    } else {
+        FAILED
+    };
     Err(Failure::new(
         code,
         format!(

@@ -4,6 +4,11 @@
 //! nothing but `cargo run`. Nodes live in their own process group (Ctrl-C reaches only the
 //! supervisor, which then stops them in order) and die with the supervisor if it is killed
 //! (`PR_SET_PDEATHSIG`), so no orphan keeps a port busy.
+//!
+//! TLS by default: the first start makes a development CA, a certificate per node and an
+//! admin client certificate in `<data-dir>/tls` (`strata_tls::gen::init_dir`, keys 0600), and
+//! every later command finds them there the way it finds the endpoints. `--insecure-plaintext`
+//! runs the nodes without TLS (and the cluster file says so).
 
 use std::fs::OpenOptions;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener, TcpStream};
@@ -48,6 +53,11 @@ pub struct UpArgs {
     /// unlimited): for benchmarks that must show hot spots on a small machine.
     #[arg(long, value_name = "PER_S")]
     pub shard_rate_limit: Option<u32>,
+    /// No TLS: peer links are not authenticated and every client may do everything. Only on a
+    /// trusted machine (e.g. to measure what TLS costs). Default: TLS, with certificates made
+    /// in <data-dir>/tls.
+    #[arg(long)]
+    pub insecure_plaintext: bool,
 }
 
 struct Supervised {
@@ -68,6 +78,15 @@ pub fn run(args: UpArgs) -> Result<i32, Failure> {
     refuse_if_running(&args.data_dir)?;
     let plan = plan(&args)?;
     check_ports_free(&plan)?;
+    if !args.insecure_plaintext {
+        let ids: Vec<strata_wire::NodeId> =
+            plan.iter().map(|n| strata_wire::NodeId(n.id)).collect();
+        let report = strata_tls::gen::init_dir(&tls_dir(&args.data_dir), &ids)
+            .map_err(|e| Failure::new(FAILED, format!("cannot make the TLS certificates: {e}")))?;
+        for f in report.created {
+            eprintln!("made {}", f.display());
+        }
+    }
 
     // Signals first, so a Ctrl-C during start-up still stops what was started.
     let rt = tokio::runtime::Builder::new_current_thread()
@@ -98,6 +117,7 @@ pub fn run(args: UpArgs) -> Result<i32, Failure> {
         cluster_id: args.cluster_id,
         supervisor_pid: std::process::id(),
         nodes: nodes.iter().map(|n| n.entry.clone()).collect(),
+        tls: !args.insecure_plaintext,
     };
     if let Err(e) = file.write(&args.data_dir) {
         stop_all(&mut nodes);
@@ -174,6 +194,11 @@ fn node_dir(data_dir: &Path, id: u32) -> PathBuf {
     data_dir.join(format!("n{id}"))
 }
 
+/// Where the cluster's CA and certificates live.
+fn tls_dir(data_dir: &Path) -> PathBuf {
+    data_dir.join("tls")
+}
+
 fn check_ports_free(plan: &[NodeEntry]) -> Result<(), Failure> {
     for n in plan {
         for addr in [n.client_addr, n.peer_addr] {
@@ -208,6 +233,18 @@ fn spawn(exe: &Path, args: &UpArgs, me: &NodeEntry, plan: &[NodeEntry]) -> std::
     }
     if let Some(r) = args.shard_rate_limit {
         cmd.args(["--shard-rate-limit", &r.to_string()]);
+    }
+    if args.insecure_plaintext {
+        cmd.arg("--insecure-plaintext");
+    } else {
+        use strata_tls::files;
+        let tls = tls_dir(&args.data_dir);
+        cmd.arg("--tls-ca")
+            .arg(tls.join(files::CA_CERT))
+            .arg("--tls-cert")
+            .arg(tls.join(files::node_cert(me.id)))
+            .arg("--tls-key")
+            .arg(tls.join(files::node_key(me.id)));
     }
     cmd.stdin(Stdio::null()).stdout(log.try_clone()?).stderr(log).process_group(0);
     // SAFETY: prctl is async-signal-safe; it only asks the kernel to SIGTERM the child when
@@ -281,6 +318,17 @@ fn print_banner(args: &UpArgs, nodes: &[Supervised]) {
             e.peer_addr,
             e.pid,
             e.log.display()
+        );
+    }
+    if args.insecure_plaintext {
+        println!(
+            "TLS: off (--insecure-plaintext): peers are not authenticated, every client is admin"
+        );
+    } else {
+        let dir = tls_dir(&args.data_dir);
+        println!(
+            "TLS: on; CA and certificates in {} (the CLI presents client.pem, role admin; `strata certs client` issues more)",
+            dir.display()
         );
     }
     let endpoints: Vec<String> = nodes.iter().map(|n| n.entry.client_addr.to_string()).collect();

@@ -113,8 +113,13 @@ fn usage_errors_exit_2_and_unreachable_endpoints_exit_4() {
     assert_eq!(o.status.code(), Some(2));
     // A port nobody listens on (bound, then released).
     let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-    let o = strata_in(&dir, &["get", "k", "--endpoints", &format!("127.0.0.1:{port}")]);
+    let endpoint = format!("127.0.0.1:{port}");
+    let o = strata_in(&dir, &["get", "k", "--endpoints", &endpoint, PLAIN]);
     assert_eq!(o.status.code(), Some(4), "{}", stderr(&o));
+    // Without credentials and without --insecure-plaintext there is nothing to connect with.
+    let o = strata_in(&dir, &["get", "k", "--endpoints", &endpoint]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(stderr(&o).contains("--tls-ca") && stderr(&o).contains(PLAIN), "{}", stderr(&o));
     let _ = std::fs::remove_dir_all(dir);
 }
 

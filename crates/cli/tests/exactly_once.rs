@@ -76,7 +76,7 @@ fn as_counter(v: Option<&[u8]>) -> u64 {
 async fn faa_counters_end_at_the_acknowledged_increments_through_lost_replies_a_partition_and_a_sigkill(
 ) {
     const N: usize = 250;
-    let up = Up::start(3);
+    let up = Up::start_with(3, &[PLAIN]);
     let (n0, n1, n2) = (up.endpoints[0], up.endpoints[1], up.endpoints[2]);
     // Clients A and B reach node 0 only through lossy proxies (every 20th reply lost); A will
     // also be partitioned. C and D talk to node 1 directly, which dies half-way.
@@ -125,7 +125,7 @@ async fn faa_counters_end_at_the_acknowledged_increments_through_lost_replies_a_
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_rifl_the_same_lost_replies_apply_increments_twice() {
     const N: usize = 100;
-    let up = Up::start(3);
+    let up = Up::start_with(3, &[PLAIN]);
     let proxy = Proxy::start(up.endpoints[0], 20).await;
     let seen = increments(vec![proxy.addr], N, false).await;
     let dropped = proxy.dropped.load(Ordering::Relaxed);
@@ -187,7 +187,7 @@ async fn increments_through_lease_loss(
 async fn a_client_cut_off_past_its_lease_gets_outcome_unknown_and_never_a_duplicate() {
     const N: usize = 150;
     const TERM_MS: u64 = 2000;
-    let up = Up::start_with(3, &["--lease-term-ms", &TERM_MS.to_string()]);
+    let up = Up::start_with(3, &["--lease-term-ms", &TERM_MS.to_string(), PLAIN]);
     let n0 = up.endpoints[0];
     // Replies are never dropped by this proxy; it only cuts the client off.
     let proxy = Proxy::start(n0, u64::MAX).await;
@@ -240,13 +240,13 @@ async fn a_client_cut_off_past_its_lease_gets_outcome_unknown_and_never_a_duplic
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_process_paused_past_its_lease_resumes_under_a_new_lease_exactly_once() {
     const TERM_MS: u64 = 2000;
-    let up = Up::start_with(3, &["--lease-term-ms", &TERM_MS.to_string()]);
+    let up = Up::start_with(3, &["--lease-term-ms", &TERM_MS.to_string(), PLAIN]);
     let n0 = up.endpoints[0];
     // A second client keeps the node's cluster clock moving while the first one sleeps.
     let stop = Arc::new(AtomicBool::new(false));
     let other = tokio::spawn(increments_through_lease_loss(vec![n0], 0, stop.clone()));
     let child = std::process::Command::new(STRATA)
-        .args(["faa", KEY, "1", "--repeat", "300", "--endpoints", &n0.to_string()])
+        .args(["faa", KEY, "1", "--repeat", "300", "--endpoints", &n0.to_string(), PLAIN])
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()

@@ -276,7 +276,8 @@ fn restart_node(data_dir: &std::path::Path, i: usize) -> Child {
         .args(["--client-addr", me["client_addr"].as_str().unwrap()])
         .args(["--peer-addr", me["peer_addr"].as_str().unwrap()])
         .arg("--data-dir")
-        .arg(data_dir.join(format!("n{i}")));
+        .arg(data_dir.join(format!("n{i}")))
+        .arg(PLAIN);
     for p in nodes.iter().filter(|n| n["id"].as_u64() != Some(i as u64)) {
         cmd.args(["--peer", &format!("{}={}", p["id"], p["peer_addr"].as_str().unwrap())]);
     }
@@ -340,7 +341,7 @@ async fn wait_applied(endpoints: &[SocketAddr], index: LogIndex, within: Duratio
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn log_table_writes_end_exactly_once_when_the_leader_is_killed_and_restarted() {
     let t0 = Instant::now();
-    let up = Up::start(3);
+    let up = Up::start_with(3, &[PLAIN]);
     let mut restarted = Restarted(Vec::new());
     let endpoints = up.endpoints.clone();
     let mut pids = up.pids.clone();

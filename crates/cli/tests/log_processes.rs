@@ -38,7 +38,8 @@ impl Nodes {
             .args(["--client-addr", &self.client(i).to_string()])
             .args(["--peer-addr", &format!("127.0.0.1:{}", self.base + 100 + i)])
             .arg("--data-dir")
-            .arg(self.dir.join(format!("n{i}")));
+            .arg(self.dir.join(format!("n{i}")))
+            .arg(PLAIN);
         for j in (0..3).filter(|&j| j != i) {
             cmd.args(["--peer", &format!("{j}=127.0.0.1:{}", self.base + 100 + j)]);
         }
@@ -62,7 +63,7 @@ impl Nodes {
     fn strata(&self, args: &[&str]) -> Output {
         Command::new(STRATA)
             .args(args)
-            .args(["--endpoints", &self.endpoints(), "--timeout", "20"])
+            .args(["--endpoints", &self.endpoints(), "--timeout", "20", PLAIN])
             .output()
             .unwrap()
     }

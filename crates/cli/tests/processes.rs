@@ -56,7 +56,7 @@ async fn churn(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn relaxed_ops_survive_sigkill_and_sigstop_and_live_replicas_converge() {
-    let up = Up::start(3);
+    let up = Up::start_with(3, &[PLAIN]);
     let mut sessions = Vec::new();
     for &addr in &up.endpoints {
         sessions.push(session_at(addr).await);
@@ -155,7 +155,7 @@ async fn relaxed_ops_survive_sigkill_and_sigstop_and_live_replicas_converge() {
 async fn producer_consumer_has_no_violation_through_a_400ms_sigstop() {
     const FIELDS: usize = 8;
     const ROUNDS: u64 = 150;
-    let up = Up::start(3);
+    let up = Up::start_with(3, &[PLAIN]);
     let mut producer = session_at(up.endpoints[0]).await;
     let consumers = [session_at(up.endpoints[1]).await, session_at(up.endpoints[2]).await];
     let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));

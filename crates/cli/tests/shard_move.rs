@@ -220,7 +220,7 @@ async fn put_retried_across_a_move(up: &Up, table_name: &str, lose_records: bool
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_write_retried_after_a_shard_move_is_answered_from_its_moved_record() {
-    let mut up = Up::start(4);
+    let mut up = Up::start_with(4, &[PLAIN]);
     let o = put_retried_across_a_move(&up, "moving", false).await;
     assert_eq!(
         o.retry_answer, o.v1_index,
@@ -314,7 +314,7 @@ async fn a_write_retried_after_a_shard_move_is_answered_from_its_moved_record() 
 /// checks above see it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn canary_a_move_that_loses_the_records_executes_the_retry_twice() {
-    let up = Up::start(4);
+    let up = Up::start_with(4, &[PLAIN]);
     let o = put_retried_across_a_move(&up, "canary", true).await;
     assert_ne!(
         o.retry_answer, o.v1_index,
@@ -333,7 +333,7 @@ async fn canary_a_move_that_loses_the_records_executes_the_retry_twice() {
 /// and catches up from its leader; every other node retires its copy. Nothing written before or between the runs is lost.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_interrupted_move_is_finished_by_running_it_again() {
-    let up = Up::start(4);
+    let up = Up::start_with(4, &[PLAIN]);
     // Reads at any node (no active set), so the caught-up replica can be read directly.
     let out = up.strata(&[
         "table",

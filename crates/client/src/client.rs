@@ -11,7 +11,7 @@ use strata_wire::{ClusterId, LeaseInfo, NodeId, Rifl, RpcId, SessionId, WINDOW};
 
 use tokio::sync::broadcast;
 
-use crate::conn::{Conn, ConnHandle, Push};
+use crate::conn::{Conn, ConnHandle, OpenError, Push};
 
 /// Pushes a slow subscriber may fall behind by before it misses the oldest ones.
 const PUSH_BACKLOG: usize = 256;
@@ -41,6 +41,11 @@ pub struct ClientOptions {
     /// How long a session keeps reconnecting and re-sending after its connection broke before
     /// it gives up with `ConnectionLost` (outcome unknown).
     pub retry_for: Duration,
+    /// TLS: the cluster's CA (every node must present a certificate of it) and, optionally,
+    /// this client's certificate, whose role decides what it may do
+    /// (`strata_tls::ClientTls::from_dir("strata-data/tls")` loads what `strata up` made).
+    /// `None`: plain TCP, for nodes started with `--insecure-plaintext`.
+    pub tls: Option<strata_tls::ClientTls>,
 }
 
 impl Default for ClientOptions {
@@ -52,6 +57,7 @@ impl Default for ClientOptions {
             max_in_flight: 4096,
             exactly_once: true,
             retry_for: Duration::from_secs(30),
+            tls: None,
         }
     }
 }
@@ -253,12 +259,11 @@ impl Shared {
         let n = self.endpoints.len();
         let start = self.cursor.load(Ordering::Relaxed);
         let mut last = String::new();
+        let mut tls_failure = None;
         for i in 0..n {
             let addr = self.endpoints[(start + i) % n];
             let pushes = Some(self.pushes.clone());
-            match Conn::open_with_pushes(addr, self.opts.cluster, self.opts.connect_timeout, pushes)
-                .await
-            {
+            match Conn::open_with_pushes(addr, &self.opts, pushes).await {
                 Ok(conn) => {
                     self.cursor.store((start + i) % n, Ordering::Relaxed);
                     let mut slot = self.conn.lock().unwrap_or_else(|e| e.into_inner());
@@ -269,8 +274,16 @@ impl Shared {
                     *slot = Some(conn.clone());
                     return Ok(conn);
                 }
+                Err(OpenError::Tls(message)) => {
+                    last = format!("{addr}: TLS: {message}");
+                    tls_failure = Some(ClientError::Tls { node: addr, message });
+                }
                 Err(e) => last = format!("{addr}: {e}"),
             }
+        }
+        // A node that answered but whose TLS failed says more than the ones that did not.
+        if let Some(e) = tls_failure {
+            return Err(e);
         }
         let tried: Vec<String> = self.endpoints.iter().map(|a| a.to_string()).collect();
         Err(ClientError::Unreachable { tried: tried.join(", "), last })

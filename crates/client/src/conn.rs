@@ -1,4 +1,5 @@
-//! One TCP connection to one node, shared by every session opened on it.
+//! One connection to one node (TCP, with TLS when `ClientOptions::tls` is set), shared by
+//! every session opened on it.
 //!
 //! Requests are encoded straight into a shared output buffer and a writer task sends whatever
 //! has accumulated with one write (opportunistic batching: it never waits to fill a batch).
@@ -12,16 +13,17 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use bytes::BytesMut;
+use strata_tls::{BoxRead, BoxWrite};
 use strata_wire::client::{ClientRequest, ClientResponse, ErrorCode, Request, Response, PUSH_CORR};
 use strata_wire::{
     decode_frame, decode_message, encode_frame, ClusterId, FrameError, Limits, Rifl,
 };
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::TcpStream;
 use tokio::sync::{broadcast, oneshot, Notify};
 use tracing::{debug, warn};
 
+use crate::client::ClientOptions;
 use crate::error::ClientError;
 
 /// An idle connection sends a `Ping` after this long (nodes close connections idle for
@@ -82,6 +84,10 @@ enum FailReason {
     /// The node said why it closed the connection (an error with correlation number 0).
     Closed(String),
     WrongCluster(String),
+    /// The TLS session failed (the node refused this client's certificate, ...).
+    Tls(String),
+    /// The node refused the connection itself (e.g. a plain connection to a TLS node).
+    Refused(ErrorCode, String),
 }
 
 impl FailReason {
@@ -94,40 +100,85 @@ impl FailReason {
             FailReason::WrongCluster(m) => {
                 ClientError::WrongCluster { expected: conn.cluster, message: m.clone() }
             }
+            FailReason::Tls(m) => ClientError::Tls { node: conn.addr, message: m.clone() },
+            FailReason::Refused(code, m) => ClientError::from_code(*code, m.clone(), conn.cluster),
         }
     }
 }
 
+/// Why a connection could not be opened.
+#[derive(Debug)]
+pub(crate) enum OpenError {
+    /// Nothing answered (refused, timed out, unreachable).
+    Io(std::io::Error),
+    /// The TLS handshake failed: the node's certificate is not from the client's CA, or the
+    /// node does not speak TLS.
+    Tls(String),
+}
+
+impl OpenError {
+    pub(crate) fn into_client_error(self, node: SocketAddr) -> ClientError {
+        match self {
+            OpenError::Io(e) => {
+                ClientError::Unreachable { tried: node.to_string(), last: e.to_string() }
+            }
+            OpenError::Tls(message) => ClientError::Tls { node, message },
+        }
+    }
+}
+
+impl std::fmt::Display for OpenError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            OpenError::Io(e) => e.fmt(f),
+            OpenError::Tls(m) => write!(f, "TLS: {m}"),
+        }
+    }
+}
+
+/// TCP, then TLS if `opts` has it; the whole within `opts.connect_timeout`.
+async fn dial(addr: SocketAddr, opts: &ClientOptions) -> Result<(BoxRead, BoxWrite), OpenError> {
+    let timeout = opts.connect_timeout;
+    let tcp = tokio::time::timeout(timeout, TcpStream::connect(addr))
+        .await
+        .map_err(|_| {
+            OpenError::Io(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                format!("no answer within {timeout:?}"),
+            ))
+        })?
+        .map_err(OpenError::Io)?;
+    tcp.set_nodelay(true).map_err(OpenError::Io)?;
+    let Some(tls) = &opts.tls else { return Ok(strata_tls::split_tcp(tcp)) };
+    match tokio::time::timeout(timeout, tls.connect(tcp)).await {
+        Ok(Ok(stream)) => Ok(strata_tls::split(stream)),
+        Ok(Err(e)) => Err(OpenError::Tls(strata_tls::tls_failure(&e).unwrap_or(e.to_string()))),
+        Err(_) => Err(OpenError::Tls(format!(
+            "no TLS handshake within {timeout:?} (does the node run without TLS?)"
+        ))),
+    }
+}
+
 impl Conn {
-    /// Dials `addr` and starts the reader and writer tasks on the current tokio runtime.
+    /// Dials `addr` (with TLS if `opts.tls`) and starts the reader and writer tasks on the
+    /// current tokio runtime.
     pub async fn open(
         addr: SocketAddr,
-        cluster: ClusterId,
-        connect_timeout: Duration,
-    ) -> std::io::Result<Arc<ConnHandle>> {
-        Self::open_with_pushes(addr, cluster, connect_timeout, None).await
+        opts: &ClientOptions,
+    ) -> Result<Arc<ConnHandle>, OpenError> {
+        Self::open_with_pushes(addr, opts, None).await
     }
 
     /// [`Conn::open`], handing the node's pushes to `pushes`.
     pub async fn open_with_pushes(
         addr: SocketAddr,
-        cluster: ClusterId,
-        connect_timeout: Duration,
+        opts: &ClientOptions,
         pushes: Option<broadcast::Sender<Push>>,
-    ) -> std::io::Result<Arc<ConnHandle>> {
-        let stream = tokio::time::timeout(connect_timeout, TcpStream::connect(addr))
-            .await
-            .map_err(|_| {
-                std::io::Error::new(
-                    std::io::ErrorKind::TimedOut,
-                    format!("no answer within {connect_timeout:?}"),
-                )
-            })??;
-        stream.set_nodelay(true)?;
-        let (rd, wr) = stream.into_split();
+    ) -> Result<Arc<ConnHandle>, OpenError> {
+        let (rd, wr) = dial(addr, opts).await?;
         let conn = Arc::new(Conn {
             addr,
-            cluster,
+            cluster: opts.cluster,
             state: Mutex::new(ConnState {
                 out: BytesMut::with_capacity(16 << 10),
                 pending: HashMap::new(),
@@ -225,6 +276,19 @@ impl Conn {
     }
 
     fn complete(&self, resp: ClientResponse) {
+        // The node refused the connection itself (a plain connection to a node that requires
+        // TLS, a frame of another cluster): every request on it fails with that reason.
+        if let (
+            PUSH_CORR,
+            Response::Error {
+                code: code @ (ErrorCode::Unauthenticated | ErrorCode::WrongCluster),
+                message,
+            },
+        ) = (resp.corr, &resp.body)
+        {
+            self.fail(FailReason::Refused(*code, message.clone()));
+            return;
+        }
         if let (PUSH_CORR, Response::Push { topic, body }) = (resp.corr, &resp.body) {
             debug!(node = %self.addr, topic, "push from the node");
             if let Some(p) = &self.pushes {
@@ -275,7 +339,7 @@ pub(crate) async fn await_reply(
     r.unwrap_or(Err(ClientError::ConnectionLost { node, reason: None }))
 }
 
-async fn run_writer(conn: Arc<Conn>, mut wr: OwnedWriteHalf) {
+async fn run_writer(conn: Arc<Conn>, mut wr: BoxWrite) {
     let mut spare = BytesMut::with_capacity(16 << 10);
     loop {
         let (batch, stop) = {
@@ -284,7 +348,8 @@ async fn run_writer(conn: Arc<Conn>, mut wr: OwnedWriteHalf) {
             (!spare.is_empty(), s.failed.is_some() || s.closing)
         };
         if batch {
-            if let Err(e) = wr.write_all(&spare).await {
+            // A TLS stream holds back what it encrypted until flushed.
+            if let Err(e) = async { wr.write_all(&spare).await.and(wr.flush().await) }.await {
                 debug!(node = %conn.addr, error = %e, "write failed");
                 conn.fail(FailReason::Lost);
                 return;
@@ -304,7 +369,7 @@ async fn run_writer(conn: Arc<Conn>, mut wr: OwnedWriteHalf) {
     }
 }
 
-async fn run_reader(conn: Arc<Conn>, mut rd: OwnedReadHalf) {
+async fn run_reader(conn: Arc<Conn>, mut rd: BoxRead) {
     let mut buf = BytesMut::with_capacity(16 << 10);
     // Replies are never larger than what a node may send; the default frame limit bounds them.
     let max_frame = Limits::default().max_frame_bytes;
@@ -338,8 +403,14 @@ async fn run_reader(conn: Arc<Conn>, mut rd: OwnedReadHalf) {
             buf.reserve(16 << 10);
         }
         match rd.read_buf(&mut buf).await {
-            Ok(0) | Err(_) => {
+            Ok(0) => {
                 conn.fail(FailReason::Lost);
+                return;
+            }
+            Err(e) => {
+                // With TLS 1.3 a node refuses a client certificate after the client's side of
+                // the handshake is done: the refusal arrives here, as an alert.
+                conn.fail(strata_tls::tls_failure(&e).map_or(FailReason::Lost, FailReason::Tls));
                 return;
             }
             Ok(_) => {}

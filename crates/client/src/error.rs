@@ -80,6 +80,31 @@ pub enum ClientError {
     /// The node answered with something this client does not expect for the request.
     #[error("unexpected reply from the node: {0}")]
     UnexpectedReply(String),
+    /// The node requires credentials and this client presented none (no client certificate,
+    /// or a plain connection to a node that requires TLS). Connect with a client certificate
+    /// of the cluster's CA (`ClientOptions::tls`; `strata certs client` issues one).
+    #[error("{0}")]
+    Unauthenticated(String),
+    /// The client's role does not allow the request (a `read` client writing, a `write`
+    /// client running an admin command). Nothing was done; use credentials with the role the
+    /// message names.
+    #[error("{0}")]
+    Forbidden(String),
+    /// TLS with `node` failed: its certificate is not from this client's CA, it refused this
+    /// client's certificate, or it does not speak TLS. Check that the CA certificate is the
+    /// cluster's and that the client certificate was issued by it. Nothing was done.
+    #[error("TLS with {node} failed: {message}")]
+    Tls { node: SocketAddr, message: String },
+    /// The TLS credentials could not be loaded (a file missing, unreadable or not PEM): the
+    /// message names the file.
+    #[error("TLS credentials: {0}")]
+    Credentials(String),
+}
+
+impl From<strata_tls::TlsError> for ClientError {
+    fn from(e: strata_tls::TlsError) -> ClientError {
+        ClientError::Credentials(e.to_string())
+    }
 }
 
 impl ClientError {
@@ -94,11 +119,34 @@ impl ClientError {
             ErrorCode::WrongCluster => ClientError::WrongCluster { expected: cluster, message },
             ErrorCode::Stale => ClientError::Stale(message),
             ErrorCode::ExpiredLease => ClientError::ExpiredLease(message),
+            ErrorCode::Unauthenticated => ClientError::Unauthenticated(message),
+            ErrorCode::Forbidden => ClientError::Forbidden(message),
             ErrorCode::InvalidArgument if message.contains("key") => {
                 ClientError::InvalidKey(message)
             }
             ErrorCode::InvalidArgument => ClientError::InvalidArgument(message),
             code => ClientError::Protocol { code, message },
+        }
+    }
+
+    /// Whether the node refused the client's credentials (`Unauthenticated`, `Forbidden`,
+    /// `Tls`): retrying with the same credentials cannot help, and nothing was done.
+    pub fn is_denied(&self) -> bool {
+        matches!(
+            self,
+            ClientError::Unauthenticated(_) | ClientError::Forbidden(_) | ClientError::Tls { .. }
+        )
+    }
+
+    /// A copy of a denial (see [`ClientError::is_denied`]), to fail several requests with it.
+    pub(crate) fn denial_copy(&self) -> Option<ClientError> {
+        match self {
+            ClientError::Unauthenticated(m) => Some(ClientError::Unauthenticated(m.clone())),
+            ClientError::Forbidden(m) => Some(ClientError::Forbidden(m.clone())),
+            ClientError::Tls { node, message } => {
+                Some(ClientError::Tls { node: *node, message: message.clone() })
+            }
+            _ => None,
         }
     }
 

@@ -91,6 +91,9 @@ impl LeaseKeeper {
             }
             match self.renew().await {
                 Ok(()) => continue,
+                // The credentials do not allow a lease (a read-only or anonymous client):
+                // asking again cannot help.
+                Err(e) if e.is_denied() => return Err(e),
                 Err(e) if tokio::time::Instant::now() >= deadline => return Err(e),
                 Err(e) => {
                     debug!(error = %e, "lease renewal failed; retrying");
@@ -121,19 +124,10 @@ impl LeaseKeeper {
             let i = (r.at + step) % n;
             let conn = match r.conn.as_ref().filter(|c| c.is_usable() && step == 0) {
                 Some(c) => c.clone(),
-                None => match Conn::open(
-                    self.endpoints[i],
-                    self.opts.cluster,
-                    self.opts.connect_timeout,
-                )
-                .await
-                {
+                None => match Conn::open(self.endpoints[i], &self.opts).await {
                     Ok(c) => c,
                     Err(e) => {
-                        last = ClientError::Unreachable {
-                            tried: self.endpoints[i].to_string(),
-                            last: e.to_string(),
-                        };
+                        last = e.into_client_error(self.endpoints[i]);
                         continue;
                     }
                 },
@@ -161,6 +155,9 @@ impl LeaseKeeper {
                 }
                 Ok(other) => last = unexpected(other),
                 Err(e) => last = e,
+            }
+            if last.is_denied() {
+                break; // every node would say the same
             }
         }
         r.conn = None;

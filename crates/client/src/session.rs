@@ -373,14 +373,14 @@ impl Session {
                 Err(e) => {
                     let why = format!("no lease could be obtained from the lease service: {e}");
                     for p in pending {
-                        let done = self.finish(
-                            &p,
-                            Err(ClientError::TableUnavailable {
+                        // Refused credentials are said as such: nothing was sent.
+                        let err =
+                            e.denial_copy().unwrap_or_else(|| ClientError::TableUnavailable {
                                 table: "__leases".into(),
                                 last: why.clone(),
                                 waited: opts.retry_for,
-                            }),
-                        );
+                            });
+                        let done = self.finish(&p, Err(err));
                         self.completed.push_back((p.id, done));
                     }
                     return;

@@ -429,10 +429,7 @@ impl Table {
             return Ok(c.clone());
         }
         let addr = self.nodes[i].addr;
-        let conn =
-            Conn::open(addr, self.opts.cluster, self.opts.connect_timeout).await.map_err(|e| {
-                ClientError::Unreachable { tried: addr.to_string(), last: e.to_string() }
-            })?;
+        let conn = Conn::open(addr, &self.opts).await.map_err(|e| e.into_client_error(addr))?;
         if self.nodes[i].id.is_none() {
             match conn.call(Request::Status, Some(self.opts.connect_timeout)).await? {
                 Response::Status(s) => self.nodes[i].id = Some(s.node),

@@ -7,7 +7,9 @@
 //! * RIFL's lease check and, at the `__leases` leader, the lease service ([`leases`]);
 //! * shard moves ([`moves`]): freeze at the leader, adopt everywhere, as storage steps;
 //! * the courier ([`courier`]): node-level messages addressed to "the leader of (table,
-//!   shard)", redirected and retried until that node handles them.
+//!   shard)", redirected and retried until that node handles them;
+//! * who may do what ([`auth`]): each request's required role, checked against the role the
+//!   runtime attached to the connection ([`Host::on_connected`]).
 //!
 //! Time arrives as `now` (one clock for every part), randomness as a seed in [`HostConfig`],
 //! and everything the host wants done leaves as [`HostEffects`]: peer messages, client replies,
@@ -17,6 +19,7 @@
 //! (`strata-node`) and the simulator (`strata-sim`) both drive this type, each executing its
 //! effects in one place, so the node-level code the simulator tests is the code that runs.
 
+pub mod auth;
 pub mod catalog;
 pub mod courier;
 mod effects;
@@ -35,7 +38,7 @@ use strata_wire::client::{
     ClientRequest, ClientResponse, ErrorCode, Request, Response, ShardStatus,
 };
 use strata_wire::peer::PeerMessage;
-use strata_wire::{Instant, NodeId};
+use strata_wire::{Instant, NodeId, Role};
 use tracing::{error, info};
 
 pub use effects::{Audit, HostEffects, ShardId, ShardKey, Storage};
@@ -97,6 +100,11 @@ pub struct Host {
     /// The catalog change under way, and its save's token once asked for.
     change: Option<(Option<u64>, Change)>,
     next_catalog_token: u64,
+    /// The role of each client connection that has one ([`Host::on_connected`]); a
+    /// connection absent here has no credentials and may send nothing (`auth`).
+    roles: std::collections::BTreeMap<Route, Role>,
+    /// Client requests refused by the role check (`auth::authorize`).
+    refused_requests: u64,
 }
 
 impl Host {
@@ -130,6 +138,8 @@ impl Host {
             out,
             change: None,
             next_catalog_token: 0,
+            roles: Default::default(),
+            refused_requests: 0,
         })
     }
 
@@ -139,15 +149,46 @@ impl Host {
 
     // ---- inputs ----
 
+    /// Connection `route` opened with `role`: what its verified credentials allow (`None`: it
+    /// has none, and may send nothing). The runtime reports it before the connection's first
+    /// request.
+    pub fn on_connected(&mut self, route: Route, role: Option<Role>) {
+        match role {
+            Some(role) => self.roles.insert(route, role),
+            None => self.roles.remove(&route),
+        };
+    }
+
     /// A decoded client request on connection `route`. `Status` is the runtime's (it owns the
-    /// transport counters): it asks [`Host::status`] for the protocol part.
+    /// transport counters): it asks [`Host::check_role`], then [`Host::status`] for the
+    /// protocol part.
     pub fn on_client_request(&mut self, now: Instant, route: Route, req: ClientRequest) {
+        if let Some(body) = self.check_role(route, &req.body) {
+            // After the replies the rc engine produced before it, like every node-level reply.
+            self.drain_rc();
+            self.out.reply.push((route, ClientResponse { corr: req.corr, body }));
+            return;
+        }
         self.request(now, route, req);
         self.settle(now);
     }
 
+    /// The refusal if connection `route` may not send `req` (`auth::authorize` against the
+    /// connection's role; counted in [`Host::refused_requests`]), `None` if it may.
+    pub fn check_role(&mut self, route: Route, req: &Request) -> Option<Response> {
+        let (code, message) = auth::authorize(self.roles.get(&route).copied(), req).err()?;
+        self.refused_requests += 1;
+        Some(Response::Error { code, message })
+    }
+
+    /// Client requests refused so far because the connection's role does not allow them.
+    pub fn refused_requests(&self) -> u64 {
+        self.refused_requests
+    }
+
     /// Connection `route` is gone: its rc sessions close (Kite §6, client crash).
     pub fn on_disconnected(&mut self, now: Instant, route: Route) {
+        self.roles.remove(&route);
         self.rc.on_client_request(now, RcInput::Disconnected { route });
     }
 

@@ -8,12 +8,14 @@
 //! | length prefix beyond `max_frame_bytes` | `FrameTooLarge` | closed (frame boundaries are lost) |
 //! | length prefix too small for a header | `Malformed` | closed |
 //! | checksum mismatch | `Malformed` | kept |
-//! | foreign cluster id | `WrongCluster` | closed (the client is pointed at the wrong cluster) |
+//! | foreign cluster id | `WrongCluster` ("wrong cluster", framed with the client's cluster id: this node's is not revealed) | closed (the client is pointed at the wrong cluster) |
 //! | unknown request tag | `UnknownRequest`, echoing the request's `corr` | kept |
 //! | known tag, undecodable fields | `Malformed`, echoing `corr` when the header is intact | kept |
 //! | value beyond `max_value_bytes`, key beyond 64 KiB | `ValueTooLarge`, `KeyTooLarge` (from the host, rc keyspace and log tables alike) | kept |
 //!
-//! Each of the first six is counted in `bad_client_frames`.
+//! Each of the first six is counted in `bad_client_frames`, and so is a refused TLS handshake
+//! (`handshake`). A request the connection's role does not allow is answered `Unauthenticated`
+//! or `Forbidden` by the host (`strata_host::auth`); the connection is kept.
 //!
 //! Bounds (issue #17; `docs/design.md`, "Limits and bounds"; node config):
 //!
@@ -34,6 +36,7 @@ use std::time::Duration;
 
 use bytes::{BufMut, Bytes, BytesMut};
 use strata_core::Route;
+use strata_tls::{BoxRead, BoxWrite};
 use strata_wire::client::{
     peek_request_header, request_tag, ClientRequest, ClientResponse, ErrorCode, Request, Response,
 };
@@ -41,12 +44,12 @@ use strata_wire::{
     decode_frame, decode_message, encode_frame, DecodeError, FrameError, FRAME_HEADER_BYTES,
 };
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, watch};
 use tokio::time::Instant as TokioInstant;
 use tracing::{debug, info, warn};
 
+use crate::handshake::{self, Security};
 use crate::shared::{
     give_back_memory, ClientItem, ConnBounds, ConnLimiter, ConnShared, CoreInput, Counters, Tasks,
     WireSettings, WriterMsg, LARGE_BUFFER_BYTES,
@@ -77,6 +80,7 @@ pub(crate) async fn run_client_acceptor(
     counters: Arc<Counters>,
     tasks: Arc<Tasks>,
     mut stop: watch::Receiver<bool>,
+    security: Security,
 ) {
     let limiter = ConnLimiter::new(bounds, counters.clone());
     let refusing = Arc::new(AtomicUsize::new(0));
@@ -112,36 +116,48 @@ pub(crate) async fn run_client_acceptor(
                 let _ = stream.set_nodelay(true);
                 let route = next_route;
                 next_route += 1;
-                let (rd, wr) = stream.into_split();
-                let (tx, rx) = mpsc::unbounded_channel();
-                let conn = Arc::new(ConnShared::new(bounds.budget_bytes, slot));
-                // Registered before the reader sends anything: channel order does the rest.
-                let connected = CoreInput::Connected { route, tx, conn: conn.clone() };
-                if core_tx.send(connected).await.is_err() {
-                    break;
-                }
-                debug!(route, %remote, "client connected");
-                tasks.spawn(run_writer(
-                    wr,
-                    rx,
-                    wire,
-                    route,
-                    bounds,
-                    conn.clone(),
-                    core_tx.clone(),
-                    counters.clone(),
-                ));
-                tasks.spawn(run_reader(
-                    rd,
-                    remote,
-                    route,
-                    wire,
-                    bounds,
-                    conn,
+                let (security, core_tx, counters, stop, tasks_c) = (
+                    security.clone(),
                     core_tx.clone(),
                     counters.clone(),
                     stop.clone(),
-                ));
+                    tasks.clone(),
+                );
+                // The TLS handshake runs in the connection's task, not in this loop; the
+                // connection holds its slot from here (a slow handshake counts against the cap).
+                tasks.spawn(async move {
+                    let Some((rd, wr, role)) = handshake::accept_client(
+                        &security,
+                        stream,
+                        remote,
+                        &counters,
+                        wire.cluster,
+                    )
+                    .await
+                    else {
+                        return;
+                    };
+                    let (tx, rx) = mpsc::unbounded_channel();
+                    let conn = Arc::new(ConnShared::new(bounds.budget_bytes, slot));
+                    // Registered before the reader sends anything: channel order does the rest.
+                    let connected = CoreInput::Connected { route, tx, conn: conn.clone(), role };
+                    if core_tx.send(connected).await.is_err() {
+                        return;
+                    }
+                    debug!(route, %remote, role = ?role.map(|r| r.name()), "client connected");
+                    tasks_c.spawn(run_writer(
+                        wr,
+                        rx,
+                        wire,
+                        route,
+                        bounds,
+                        conn.clone(),
+                        core_tx.clone(),
+                        counters.clone(),
+                    ));
+                    run_reader(rd, remote, route, wire, bounds, conn, core_tx, counters, stop)
+                        .await;
+                });
             }
             Err(e) => {
                 // EMFILE and friends: back off instead of spinning.
@@ -185,11 +201,8 @@ fn frame_error_reply(e: &FrameError) -> (ErrorCode, String, bool) {
         FrameError::Checksum => {
             (ErrorCode::Malformed, "frame checksum mismatch; frame dropped".into(), false)
         }
-        FrameError::WrongCluster { expected, got } => (
-            ErrorCode::WrongCluster,
-            format!("frame is for cluster {got}, this node belongs to cluster {expected}"),
-            true,
-        ),
+        // Only "wrong": a client of another cluster learns nothing about this one (issue #17).
+        FrameError::WrongCluster { .. } => (ErrorCode::WrongCluster, "wrong cluster".into(), true),
     }
 }
 
@@ -252,7 +265,7 @@ fn frame_remaining(buf: &[u8]) -> Option<usize> {
 
 #[allow(clippy::too_many_arguments)]
 async fn run_reader(
-    mut rd: OwnedReadHalf,
+    mut rd: BoxRead,
     remote: SocketAddr,
     route: Route,
     wire: WireSettings,
@@ -302,10 +315,14 @@ async fn run_reader(
                     Err(e) => {
                         note_bad(&counters, &mut bad_here, route, remote, &e);
                         let (code, message, close) = frame_error_reply(&e);
-                        items.push(ClientItem::Reply(ClientResponse {
-                            corr: 0,
-                            body: Response::Error { code, message },
-                        }));
+                        let resp =
+                            ClientResponse { corr: 0, body: Response::Error { code, message } };
+                        items.push(match e {
+                            // Framed with the client's own cluster id: the header, like the
+                            // message, says nothing about this cluster (issue #17).
+                            FrameError::WrongCluster { got, .. } => ClientItem::ReplyAs(got, resp),
+                            _ => ClientItem::Reply(resp),
+                        });
                         if close {
                             items.push(ClientItem::Close);
                             fatal = true;
@@ -493,7 +510,7 @@ fn note_bad(
 /// writer gives up, drops what is queued and aborts the connection.
 #[allow(clippy::too_many_arguments)]
 async fn run_writer(
-    mut wr: OwnedWriteHalf,
+    mut wr: BoxWrite,
     mut rx: mpsc::UnboundedReceiver<WriterMsg>,
     wire: WireSettings,
     route: Route,
@@ -516,6 +533,10 @@ async fn run_writer(
             match m {
                 WriterMsg::Resp(resp, bytes) => {
                     encode_frame(&mut buf, wire.cluster, &resp);
+                    charged += bytes;
+                }
+                WriterMsg::RespAs(cluster, resp, bytes) => {
+                    encode_frame(&mut buf, cluster, &resp);
                     charged += bytes;
                 }
                 WriterMsg::Close => {
@@ -563,7 +584,7 @@ async fn run_writer(
 /// Writes `buf` whole. `Err(true)`: no byte could be written for `idle` (the client does not
 /// read); `Err(false)`: the socket failed or the connection was aborted.
 async fn write_with_progress(
-    wr: &mut OwnedWriteHalf,
+    wr: &mut BoxWrite,
     mut buf: &[u8],
     idle: Option<Duration>,
     conn: &ConnShared,
@@ -584,5 +605,16 @@ async fn write_with_progress(
             Ok(n) => buf = &buf[n..],
         }
     }
-    Ok(())
+    // A TLS stream holds back what it encrypted until flushed; the same progress rule.
+    let flush = wr.flush();
+    let flushed = tokio::select! {
+        r = async {
+            match idle {
+                Some(t) => tokio::time::timeout(t, flush).await.map_err(|_| true),
+                None => Ok(flush.await),
+            }
+        } => r?,
+        _ = conn.aborted() => return Err(false),
+    };
+    flushed.map_err(|_| false)
 }

@@ -74,6 +74,11 @@ pub const MAX_NODE_ID: u32 = 63;
 /// [[peers]]
 /// id = 1
 /// addr = "127.0.0.1:7101"
+///
+/// [tls]                    # or, on a trusted machine only: insecure_plaintext = true
+/// ca = "tls/ca.pem"
+/// cert = "tls/node-0.pem"
+/// key = "tls/node-0.key"
 /// ```
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -148,6 +153,32 @@ pub struct NodeConfig {
     /// Log line format (`RUST_LOG` chooses the level; default `info`).
     #[serde(default)]
     pub log_format: LogFormat,
+    // ---- security (docs/design.md, "Security model") ----
+    /// TLS credentials: peer links use mutual TLS (a peer is the node its certificate names),
+    /// client connections TLS, with the role a client certificate names. Exactly one of this
+    /// and `insecure_plaintext` must be set.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls: Option<TlsFiles>,
+    /// No TLS: peers are not authenticated and every client may do everything (admin). Only
+    /// for a trusted machine (tests, benchmarks measuring TLS's cost).
+    #[serde(default)]
+    pub insecure_plaintext: bool,
+}
+
+/// A node's TLS files, PEM (`strata certs` makes them; `strata up` in `<data-dir>/tls`).
+///
+/// ```toml
+/// [tls]
+/// ca = "tls/ca.pem"        # the cluster CA's certificate
+/// cert = "tls/node-0.pem"  # this node's certificate: names `node-<node_id>`
+/// key = "tls/node-0.key"
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TlsFiles {
+    pub ca: PathBuf,
+    pub cert: PathBuf,
+    pub key: PathBuf,
 }
 
 /// Another replica of the group.
@@ -285,6 +316,12 @@ pub enum ConfigError {
     /// A numeric setting is out of range.
     #[error("invalid {what}: {why}")]
     Invalid { what: &'static str, why: String },
+    /// Neither TLS credentials nor plaintext were chosen.
+    #[error(
+        "no TLS credentials: pass --tls-ca, --tls-cert and --tls-key (or set [tls] in the config \
+         file; `strata certs` makes them), or --insecure-plaintext on a trusted machine"
+    )]
+    NoTls,
 }
 
 impl Default for NodeConfig {
@@ -310,6 +347,8 @@ impl Default for NodeConfig {
             idle_timeout_ms: DEFAULT_IDLE_TIMEOUT_MS,
             partial_frame_timeout_ms: DEFAULT_PARTIAL_FRAME_TIMEOUT_MS,
             log_format: LogFormat::Text,
+            tls: None,
+            insecure_plaintext: false,
         }
     }
 }
@@ -418,6 +457,16 @@ impl NodeConfig {
                     .into(),
             });
         }
+        match (&self.tls, self.insecure_plaintext) {
+            (None, false) => return Err(ConfigError::NoTls),
+            (Some(_), true) => {
+                return Err(ConfigError::Invalid {
+                    what: "insecure_plaintext",
+                    why: "TLS credentials are set too; choose one".into(),
+                })
+            }
+            _ => {}
+        }
         // A value travels in one frame together with its key (up to 64 KiB) and headers, on
         // the client link and in a log table's replication message.
         if self.max_value_bytes == 0
@@ -507,6 +556,19 @@ pub struct NodeArgs {
     /// (default: unlimited).
     #[arg(long, value_name = "PER_S")]
     pub shard_rate_limit: Option<u32>,
+    /// The cluster CA's certificate (PEM): peers and client certificates must chain to it.
+    #[arg(long, value_name = "FILE", requires_all = ["tls_cert", "tls_key"])]
+    pub tls_ca: Option<PathBuf>,
+    /// This node's certificate (PEM), naming `node-<ID>` (`strata certs node`).
+    #[arg(long, value_name = "FILE", requires_all = ["tls_ca", "tls_key"])]
+    pub tls_cert: Option<PathBuf>,
+    /// This node's private key (PEM).
+    #[arg(long, value_name = "FILE", requires_all = ["tls_ca", "tls_cert"])]
+    pub tls_key: Option<PathBuf>,
+    /// Run without TLS: peers are not authenticated and every client is admin. Only on a
+    /// trusted machine.
+    #[arg(long, conflicts_with_all = ["tls_ca", "tls_cert", "tls_key"])]
+    pub insecure_plaintext: bool,
 }
 
 /// A config file in which every setting is optional, so that flags can supply the rest.
@@ -533,6 +595,8 @@ struct PartialConfig {
     idle_timeout_ms: Option<u64>,
     partial_frame_timeout_ms: Option<u64>,
     log_format: Option<LogFormat>,
+    tls: Option<TlsFiles>,
+    insecure_plaintext: Option<bool>,
 }
 
 fn de_opt_cluster_id<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
@@ -611,6 +675,22 @@ impl NodeArgs {
                 .partial_frame_timeout_ms
                 .unwrap_or(DEFAULT_PARTIAL_FRAME_TIMEOUT_MS),
             log_format: self.log_format.or(file.log_format).unwrap_or_default(),
+            tls: None,
+            insecure_plaintext: false,
+        };
+        // Flags beat the file: the three TLS flags replace its [tls], --insecure-plaintext
+        // drops it.
+        let cfg = match (&self.tls_ca, &self.tls_cert, &self.tls_key) {
+            (Some(ca), Some(cert), Some(key)) => NodeConfig {
+                tls: Some(TlsFiles { ca: ca.clone(), cert: cert.clone(), key: key.clone() }),
+                ..cfg
+            },
+            _ if self.insecure_plaintext => NodeConfig { insecure_plaintext: true, ..cfg },
+            _ => NodeConfig {
+                tls: file.tls,
+                insecure_plaintext: file.insecure_plaintext.unwrap_or(false),
+                ..cfg
+            },
         };
         cfg.validate()?;
         Ok(cfg)
@@ -631,6 +711,11 @@ mod tests {
                 PeerConfig { id: 2, addr: "127.0.0.1:7102".parse().unwrap() },
             ],
             data_dir: "d/n0".into(),
+            tls: Some(TlsFiles {
+                ca: "tls/ca.pem".into(),
+                cert: "tls/node-0.pem".into(),
+                key: "tls/node-0.key".into(),
+            }),
             ..NodeConfig::default()
         }
     }
@@ -647,6 +732,9 @@ mod tests {
     #[test]
     fn minimal_toml_gets_defaults_and_unknown_keys_are_refused() {
         let text = "node_id = 2\nclient_addr = \"127.0.0.1:1\"\npeer_addr = \"127.0.0.1:2\"\ndata_dir = \"x\"\n";
+        let err = NodeConfig::from_toml(text).unwrap_err();
+        assert!(matches!(err, ConfigError::NoTls), "TLS or an explicit plaintext: {err}");
+        let text = &format!("{text}insecure_plaintext = true\n");
         let cfg = NodeConfig::from_toml(text).unwrap();
         assert_eq!(cfg.cluster_id, 1);
         assert_eq!(cfg.retransmit_ms, 5);
@@ -775,6 +863,33 @@ mod tests {
             "{err}"
         );
         let _ = std::fs::remove_dir_all(dir);
+    }
+
+    #[test]
+    fn tls_comes_from_the_flags_or_the_file_and_plaintext_must_be_asked_for() {
+        let base = NodeArgs {
+            node_id: Some(0),
+            client_addr: Some("127.0.0.1:7000".parse().unwrap()),
+            peer_addr: Some("127.0.0.1:7100".parse().unwrap()),
+            ..NodeArgs::default()
+        };
+        assert!(matches!(base.resolve(), Err(ConfigError::NoTls)));
+        let plain = NodeArgs { insecure_plaintext: true, ..base.clone() }.resolve().unwrap();
+        assert!(plain.insecure_plaintext && plain.tls.is_none());
+        let tls = NodeArgs {
+            tls_ca: Some("ca.pem".into()),
+            tls_cert: Some("n0.pem".into()),
+            tls_key: Some("n0.key".into()),
+            ..base.clone()
+        }
+        .resolve()
+        .unwrap();
+        assert_eq!(tls.tls.map(|t| t.cert), Some(PathBuf::from("n0.pem")));
+        let both = NodeConfig { insecure_plaintext: true, ..three_node() };
+        assert!(matches!(
+            both.validate(),
+            Err(ConfigError::Invalid { what: "insecure_plaintext", .. })
+        ));
     }
 
     #[test]

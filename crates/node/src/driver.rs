@@ -13,7 +13,7 @@ use strata_wire::client::{
     push_topic, ClientRequest, ClientResponse, ConnectionStats, LogFailure, NodeStatus, Request,
     Response, PUSH_CORR,
 };
-use strata_wire::SessionId;
+use strata_wire::{ClusterId, SessionId};
 use tokio::sync::{mpsc, watch};
 use tokio::time::Instant as TokioInstant;
 use tracing::{debug, warn};
@@ -234,7 +234,7 @@ impl Driver {
         let now = self.clock.now(at);
         self.inputs = self.inputs.wrapping_add(1);
         match input {
-            CoreInput::Connected { route, tx, conn } => {
+            CoreInput::Connected { route, tx, conn, role } => {
                 let state = RouteState {
                     tx,
                     conn,
@@ -244,6 +244,7 @@ impl Driver {
                     backlog_bytes: 0,
                 };
                 self.routes.insert(route, state);
+                self.host.on_connected(route, role);
             }
             CoreInput::Disconnected { route } => {
                 if *self.stopping.borrow() {
@@ -313,7 +314,11 @@ impl Driver {
                     st.backlog_bytes -= bytes;
                     st.conn.release(bytes);
                     self.execute(at);
-                    let body = Response::Status(self.status(at));
+                    // Who may ask is the host's decision.
+                    let body = match self.host.check_role(route, &Request::Status) {
+                        None => Response::Status(self.status(at)),
+                        Some(refused) => refused,
+                    };
                     self.deliver(route, ClientResponse { corr, body }, false);
                 }
                 ClientItem::Req(req, bytes) => {
@@ -336,6 +341,10 @@ impl Driver {
                     // In order with the replies the host produced before it.
                     self.execute(at);
                     self.deliver(route, resp, false);
+                }
+                ClientItem::ReplyAs(cluster, resp) => {
+                    self.execute(at);
+                    self.deliver_as(route, cluster, resp);
                 }
                 ClientItem::Close => {
                     self.execute(at);
@@ -408,6 +417,17 @@ impl Driver {
         st.conn.charge(bytes);
         // A closed writer means the connection is gone; its Disconnected is on the way.
         if st.tx.send(WriterMsg::Resp(resp, bytes)).is_err() {
+            st.conn.release(bytes);
+        }
+    }
+
+    /// [`Driver::deliver`] for a reply framed with another cluster's id (the answer to a
+    /// foreign cluster's frame, which must not reveal this cluster's id).
+    fn deliver_as(&mut self, route: Route, cluster: ClusterId, resp: ClientResponse) {
+        let Some(st) = self.routes.get_mut(&route) else { return };
+        let bytes = reply_len(&resp.body);
+        st.conn.charge(bytes);
+        if st.tx.send(WriterMsg::RespAs(cluster, resp, bytes)).is_err() {
             st.conn.release(bytes);
         }
     }

@@ -22,6 +22,7 @@ mod client;
 pub mod config;
 mod driver;
 pub mod fault;
+mod handshake;
 mod shared;
 mod storage;
 pub mod testing;
@@ -41,7 +42,7 @@ use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 use tracing::{error, info, warn};
 
-pub use config::{ConfigError, LogFormat, NodeArgs, NodeConfig, PeerConfig};
+pub use config::{ConfigError, LogFormat, NodeArgs, NodeConfig, PeerConfig, TlsFiles};
 
 use shared::{ConnBounds, Counters, Tasks, WireSettings};
 use transport::PeerLink;
@@ -70,6 +71,9 @@ pub enum StartError {
     /// The table catalog or a shard's log could not be loaded (the message names the file).
     #[error("cannot load the log tables: {0}")]
     Tables(String),
+    /// The TLS credentials could not be loaded (the message names the file and what to fix).
+    #[error("TLS: {0}")]
+    Tls(#[from] strata_tls::TlsError),
     /// The tokio runtime or the signal handlers could not be set up.
     #[error("cannot set up the runtime: {0}")]
     Runtime(std::io::Error),
@@ -164,6 +168,14 @@ async fn start_on(
     };
     let host = Host::new(host_cfg, &catalog)?;
 
+    // TLS first: a node with unusable credentials must not start at all.
+    let security = match &cfg.tls {
+        Some(f) => Some(Arc::new(strata_tls::NodeTls::load(node, &f.ca, &f.cert, &f.key)?)),
+        None => {
+            warn!("TLS is off (insecure_plaintext): peers are not authenticated and every client is admin");
+            None
+        }
+    };
     let wire = WireSettings {
         node,
         cluster: ClusterId(cfg.cluster_id),
@@ -197,7 +209,7 @@ async fn start_on(
     .map_err(StartError::Tables)?;
     let core_task = tokio::spawn(driver.run(core_rx, disk_rx, stop_rx.clone()));
     for link in &links {
-        tasks.spawn(transport::run_sender(link.clone(), wire));
+        tasks.spawn(transport::run_sender(link.clone(), wire, security.clone()));
     }
     tasks.spawn(transport::run_peer_acceptor(
         peer,
@@ -207,6 +219,7 @@ async fn start_on(
         counters.clone(),
         tasks.clone(),
         stop_rx.clone(),
+        security.clone(),
     ));
     tasks.spawn(client::run_client_acceptor(
         client,
@@ -216,6 +229,7 @@ async fn start_on(
         counters,
         tasks.clone(),
         stop_rx,
+        security.clone(),
     ));
 
     let peers: Vec<String> = cfg.peers.iter().map(|p| p.to_string()).collect();
@@ -226,6 +240,7 @@ async fn start_on(
         peer = %peer_addr,
         peers = %peers.join(","),
         data_dir = %cfg.data_dir.display(),
+        tls = security.is_some(),
         "node started"
     );
     Ok(RunningNode {

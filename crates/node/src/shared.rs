@@ -10,15 +10,21 @@ use std::time::Duration;
 use strata_core::Route;
 use strata_wire::client::{ClientRequest, ClientResponse};
 use strata_wire::peer::PeerMessage;
-use strata_wire::{ClusterId, NodeId};
+use strata_wire::{ClusterId, NodeId, Role};
 use tokio::sync::{mpsc, Notify};
 use tokio::task::JoinSet;
 
 /// An input of the core task, the single owner of the protocol core.
 #[derive(Debug)]
 pub(crate) enum CoreInput {
-    /// A client connection opened; replies for `route` go to `tx`, charged to `conn`.
-    Connected { route: Route, tx: mpsc::UnboundedSender<WriterMsg>, conn: Arc<ConnShared> },
+    /// A client connection opened; replies for `route` go to `tx`, charged to `conn`. `role`:
+    /// what its verified credentials allow (`None`: none; `handshake`).
+    Connected {
+        route: Route,
+        tx: mpsc::UnboundedSender<WriterMsg>,
+        conn: Arc<ConnShared>,
+        role: Option<Role>,
+    },
     /// Everything one read produced on a client connection, in arrival order.
     Client { route: Route, items: Vec<ClientItem> },
     /// The connection's replies drained below its budget: go on with the items held back.
@@ -37,6 +43,9 @@ pub(crate) enum ClientItem {
     Req(ClientRequest, usize),
     /// An error the reader decided on (undecodable frame); sent in order with the others.
     Reply(ClientResponse),
+    /// [`ClientItem::Reply`] in a frame of another cluster id: the answer to a frame of a
+    /// foreign cluster carries that cluster's id, so it reveals nothing of this one's.
+    ReplyAs(ClusterId, ClientResponse),
     /// The stream cannot be trusted any more: flush what is queued and close the connection.
     Close,
 }
@@ -46,6 +55,8 @@ pub(crate) enum ClientItem {
 pub(crate) enum WriterMsg {
     /// A reply, and the bytes charged to the connection for it (released once written).
     Resp(ClientResponse, usize),
+    /// The same, framed with another cluster id (`ClientItem::ReplyAs`).
+    RespAs(ClusterId, ClientResponse, usize),
     /// Write what came before, then close the connection.
     Close,
 }

@@ -20,6 +20,8 @@ pub fn temp_dir(tag: &str) -> PathBuf {
 }
 
 /// A node config for tests: loopback, port 0, a temp data dir; `peers` filled by the caller.
+/// Plaintext, so tests can speak raw frames: a test of TLS sets [`NodeConfig::tls`] (see
+/// [`use_tls`]).
 pub fn test_config(id: u32, peers: Vec<PeerConfig>) -> NodeConfig {
     NodeConfig {
         node_id: id,
@@ -27,8 +29,22 @@ pub fn test_config(id: u32, peers: Vec<PeerConfig>) -> NodeConfig {
         peer_addr: SocketAddr::from(([127, 0, 0, 1], 0)),
         peers,
         data_dir: temp_dir(&format!("n{id}")),
+        insecure_plaintext: true,
         ..NodeConfig::default()
     }
+}
+
+/// Switches `cfg` to TLS with the credentials of a directory laid out like `strata up`'s
+/// `<data-dir>/tls` (`ca.pem`, `node-<id>.pem`, `node-<id>.key`; `strata_tls::gen::init_dir`
+/// makes one).
+pub fn use_tls(cfg: &mut NodeConfig, dir: &std::path::Path) {
+    let id = cfg.node_id;
+    cfg.tls = Some(crate::TlsFiles {
+        ca: dir.join("ca.pem"),
+        cert: dir.join(format!("node-{id}.pem")),
+        key: dir.join(format!("node-{id}.key")),
+    });
+    cfg.insecure_plaintext = false;
 }
 
 /// Starts `n` nodes that know each other, each configured by `tune`.

@@ -7,9 +7,10 @@
 //!   buffer and writes it with one call; it never waits to fill a batch.
 //! * While a peer is unreachable (or slow), its queue is bounded and the oldest messages are
 //!   dropped first: every rc round re-sends (Kite §5.1.3), and the core task never blocks.
-//! * Inbound: the first frame must be `Hello` from a configured peer. Later bad frames
-//!   (checksum, foreign cluster, undecodable) are counted and dropped; a bad length prefix
-//!   closes the connection (frame boundaries are lost).
+//! * Inbound: the first frame must be `Hello` from a configured peer — with TLS, from the node
+//!   the connection's certificate names (`handshake`), whatever else it claims. Later bad
+//!   frames (checksum, foreign cluster, undecodable) are counted and dropped; a bad length
+//!   prefix closes the connection (frame boundaries are lost).
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;
@@ -28,7 +29,9 @@ use tokio::time::Instant as TokioInstant;
 use tracing::{debug, info, warn};
 
 use crate::fault::{FaultLayer, Verdict};
+use crate::handshake::{self, Security};
 use crate::shared::{CoreInput, Counters, Tasks, WireSettings};
+use strata_tls::BoxRead;
 
 /// Messages kept for one peer while it is unreachable or slow; beyond this the oldest go.
 pub(crate) const PEER_QUEUE_LIMIT: usize = 64 * 1024;
@@ -129,7 +132,7 @@ impl PeerLink {
 }
 
 /// The sender task of one outbound link.
-pub(crate) async fn run_sender(link: Arc<PeerLink>, wire: WireSettings) {
+pub(crate) async fn run_sender(link: Arc<PeerLink>, wire: WireSettings, security: Security) {
     let seed = (u64::from(wire.node.0) << 32) ^ u64::from(link.id.0) ^ 0x5eed_fa17;
     let mut fault_layer: FaultLayer<TokioInstant> = FaultLayer::new(seed);
     // Admitted messages waiting for their due time (FIFO, due times non-decreasing).
@@ -142,11 +145,15 @@ pub(crate) async fn run_sender(link: Arc<PeerLink>, wire: WireSettings) {
 
     'outer: loop {
         // ---- (re)connect ----
-        let stream = loop {
+        let (mut rd, mut wr) = loop {
             if link.lock().closed {
                 break 'outer;
             }
-            let attempt = tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(link.addr));
+            let attempt = tokio::time::timeout(CONNECT_TIMEOUT, async {
+                let s = TcpStream::connect(link.addr).await?;
+                let _ = s.set_nodelay(true);
+                handshake::dial_peer(&security, link.id, s).await
+            });
             let res = tokio::select! {
                 r = attempt => r,
                 _ = wait_closed(&link) => break 'outer,
@@ -155,14 +162,13 @@ pub(crate) async fn run_sender(link: Arc<PeerLink>, wire: WireSettings) {
                 .map_err(|_| std::io::Error::new(std::io::ErrorKind::TimedOut, "connect timed out"))
                 .and_then(|r| r)
             {
-                Ok(mut s) => {
-                    let _ = s.set_nodelay(true);
+                Ok((rd, mut wr)) => {
                     buf.clear();
                     encode_frame(&mut buf, wire.cluster, &PeerMessage::Hello { from: wire.node });
-                    match s.write_all(&buf).await {
+                    match async { wr.write_all(&buf).await.and(wr.flush().await) }.await {
                         Ok(()) => {
                             buf.clear();
-                            break s;
+                            break (rd, wr);
                         }
                         Err(e) => {
                             debug!(peer = %link.id, addr = %link.addr, error = %e, "hello failed")
@@ -189,7 +195,6 @@ pub(crate) async fn run_sender(link: Arc<PeerLink>, wire: WireSettings) {
         link.connected.store(true, Ordering::Relaxed);
         backoff = BACKOFF_MIN;
         failures = 0;
-        let (mut rd, mut wr) = stream.into_split();
 
         // ---- send loop ----
         loop {
@@ -228,7 +233,8 @@ pub(crate) async fn run_sender(link: Arc<PeerLink>, wire: WireSettings) {
                 count += 1;
             }
             if !buf.is_empty() {
-                let res = wr.write_all(&buf).await;
+                // A TLS stream holds back what it encrypted until flushed.
+                let res = async { wr.write_all(&buf).await.and(wr.flush().await) }.await;
                 buf.clear();
                 if let Err(e) = res {
                     info!(peer = %link.id, error = %e, "outbound peer link down (write failed)");
@@ -285,6 +291,7 @@ async fn wait_closed(link: &PeerLink) {
 }
 
 /// Accepts inbound peer connections until shutdown.
+#[allow(clippy::too_many_arguments)]
 pub(crate) async fn run_peer_acceptor(
     listener: TcpListener,
     wire: WireSettings,
@@ -293,6 +300,7 @@ pub(crate) async fn run_peer_acceptor(
     counters: Arc<Counters>,
     tasks: Arc<Tasks>,
     mut stop: watch::Receiver<bool>,
+    security: Security,
 ) {
     loop {
         let accepted = tokio::select! {
@@ -302,16 +310,25 @@ pub(crate) async fn run_peer_acceptor(
         match accepted {
             Ok((stream, remote)) => {
                 let _ = stream.set_nodelay(true);
-                let fut = run_peer_reader(
-                    stream,
-                    remote,
-                    wire,
+                let (security, peers, core_tx, counters, stop) = (
+                    security.clone(),
                     peers.clone(),
                     core_tx.clone(),
                     counters.clone(),
                     stop.clone(),
                 );
-                tasks.spawn(fut);
+                tasks.spawn(async move {
+                    let Some((rd, wr, cert_node)) =
+                        handshake::accept_peer(&security, stream, remote, &counters).await
+                    else {
+                        return;
+                    };
+                    run_peer_reader(rd, remote, cert_node, wire, peers, core_tx, counters, stop)
+                        .await;
+                    // Held until the reader ends: closing it would tell the peer the link is
+                    // down (its sender watches for EOF).
+                    drop(wr);
+                });
             }
             Err(e) => {
                 // EMFILE and friends: back off instead of spinning.
@@ -323,10 +340,13 @@ pub(crate) async fn run_peer_acceptor(
     debug!("peer listener closed");
 }
 
-/// Reads one inbound peer connection and feeds its messages to the core task.
+/// Reads one inbound peer connection and feeds its messages to the core task. `cert_node`:
+/// the node its TLS certificate names (`None` without TLS), the only one its `Hello` may name.
+#[allow(clippy::too_many_arguments)]
 async fn run_peer_reader(
-    mut stream: TcpStream,
+    mut stream: BoxRead,
     remote: SocketAddr,
+    cert_node: Option<NodeId>,
     wire: WireSettings,
     peers: Arc<Vec<NodeId>>,
     core_tx: mpsc::Sender<CoreInput>,
@@ -360,6 +380,14 @@ async fn run_peer_reader(
                         if !peers.contains(&f) {
                             note_bad(
                                 &format_args!("hello from {f}, which is not a configured peer"),
+                                None,
+                            );
+                            break 'conn;
+                        }
+                        // A peer is who its certificate says, not what its Hello claims.
+                        if let Some(c) = cert_node.filter(|c| *c != f) {
+                            note_bad(
+                                &format_args!("hello from {f}, but the TLS certificate names {c}"),
                                 None,
                             );
                             break 'conn;

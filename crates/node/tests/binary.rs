@@ -58,11 +58,25 @@ fn signal(child: &Child, sig: &str) {
     assert!(ok.success());
 }
 
+/// A TLS directory like `strata up`'s (CA, nodes 0-2, an admin client).
+fn tls_dir(tag: &str) -> std::path::PathBuf {
+    let dir = std::path::PathBuf::from(data_dir(tag)).join("tls");
+    strata_tls::gen::init_dir(&dir, &[0, 1, 2].map(strata_wire::NodeId)).unwrap();
+    dir
+}
+
 #[test]
 fn sigterm_stops_the_node_cleanly_with_json_logs() {
+    let tls = tls_dir("term-tls");
     let mut child = Command::new(BIN)
         .args(["--node-id", "0", "--client-addr", "127.0.0.1:0", "--peer-addr", "127.0.0.1:0"])
         .args(["--peer", "1=127.0.0.1:1", "--log-format", "json", "--data-dir", &data_dir("term")])
+        .arg("--tls-ca")
+        .arg(tls.join("ca.pem"))
+        .arg("--tls-cert")
+        .arg(tls.join("node-0.pem"))
+        .arg("--tls-key")
+        .arg(tls.join("node-0.key"))
         .env("RUST_LOG", "info")
         .stderr(Stdio::piped())
         .spawn()
@@ -75,6 +89,7 @@ fn sigterm_stops_the_node_cleanly_with_json_logs() {
     assert_eq!(v["node"], 0);
     assert!(v["client"].as_str().unwrap().starts_with("127.0.0.1:"), "{v}");
     assert_eq!(v["peers"], "1=127.0.0.1:1");
+    assert_eq!(v["tls"], true, "{v}");
     signal(&child, "TERM");
     wait_for_line(&rx, "node stopped", &mut seen);
     let st = wait_exit(&mut child);
@@ -86,7 +101,7 @@ fn sigterm_stops_the_node_cleanly_with_json_logs() {
 fn sigint_stops_the_node_cleanly() {
     let mut child = Command::new(BIN)
         .args(["--node-id", "3", "--client-addr", "127.0.0.1:0", "--peer-addr", "127.0.0.1:0"])
-        .args(["--data-dir", &data_dir("int")])
+        .args(["--data-dir", &data_dir("int"), "--insecure-plaintext"])
         .env("RUST_LOG", "info")
         .stderr(Stdio::piped())
         .spawn()
@@ -127,6 +142,32 @@ fn a_config_error_exits_with_2_and_says_what_to_fix() {
 }
 
 #[test]
+fn a_node_without_tls_credentials_or_an_explicit_plaintext_does_not_start() {
+    let base = ["--node-id", "0", "--client-addr", "127.0.0.1:0", "--peer-addr", "127.0.0.1:0"];
+    let out = Command::new(BIN).args(base).args(["--data-dir", &data_dir("notls")]).output();
+    let out = out.unwrap();
+    assert_eq!(out.status.code(), Some(2), "TLS is the default: no silent plaintext");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("--tls-ca") && err.contains("--insecure-plaintext"), "{err}");
+    // Node 0 with node 1's certificate: it would be accepted by its peers as node 1.
+    let tls = tls_dir("wrong-cert");
+    let out = Command::new(BIN)
+        .args(base)
+        .args(["--data-dir", &data_dir("wrong-cert")])
+        .arg("--tls-ca")
+        .arg(tls.join("ca.pem"))
+        .arg("--tls-cert")
+        .arg(tls.join("node-1.pem"))
+        .arg("--tls-key")
+        .arg(tls.join("node-1.key"))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("does not name node-0"), "{err}");
+}
+
+#[test]
 fn a_busy_port_exits_with_1() {
     let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = taken.local_addr().unwrap().to_string();
@@ -140,6 +181,7 @@ fn a_busy_port_exits_with_1() {
             "127.0.0.1:0",
             "--data-dir",
             &data_dir("busy"),
+            "--insecure-plaintext",
         ])
         .output()
         .unwrap();

@@ -45,7 +45,7 @@ async fn connections(addr: SocketAddr) -> ConnectionStats {
 }
 
 /// A client that opened a session, then writes `n` pipelined GETs of `key` and never reads.
-async fn flood_gets(addr: SocketAddr, key: &'static str, n: usize) -> TcpStream {
+async fn flood_gets(addr: SocketAddr, key: &'static str, n: usize) -> Box<dyn common::Stream> {
     let mut s = Session::open(addr).await;
     let mut bytes = Vec::new();
     for i in 0..n {

@@ -586,6 +586,12 @@ pub enum ErrorCode {
     /// The RIFL envelope breaks the client invariant (`first_incomplete <= seq <
     /// first_incomplete + 512`, non-zero ids; R-D7), or a request that must carry one has none.
     BadEnvelope,
+    /// The connection carries no credentials (no client certificate) and the node requires
+    /// them. Connect with a client certificate of the cluster's CA (`strata certs client`).
+    Unauthenticated,
+    /// The connection's role does not allow the request (e.g. a `read` client writing, a
+    /// `write` client creating a table). Use credentials with the role the message names.
+    Forbidden,
     /// The node refused the connection: it holds its maximum of client connections, in total
     /// (`max_connections`) or from the client's address (`max_connections_per_ip`). Sent with
     /// correlation number 0, then the connection closes. Close idle connections, or connect to
@@ -615,8 +621,10 @@ impl ErrorCode {
             ErrorCode::ExpiredLease => 12,
             ErrorCode::InProgress => 13,
             ErrorCode::BadEnvelope => 14,
-            ErrorCode::TooManyConnections => 15,
-            ErrorCode::ConnectionTimedOut => 16,
+            ErrorCode::Unauthenticated => 15,
+            ErrorCode::Forbidden => 16,
+            ErrorCode::TooManyConnections => 17,
+            ErrorCode::ConnectionTimedOut => 18,
             ErrorCode::Other(c) => c,
         }
     }
@@ -637,8 +645,10 @@ impl ErrorCode {
             12 => ErrorCode::ExpiredLease,
             13 => ErrorCode::InProgress,
             14 => ErrorCode::BadEnvelope,
-            15 => ErrorCode::TooManyConnections,
-            16 => ErrorCode::ConnectionTimedOut,
+            15 => ErrorCode::Unauthenticated,
+            16 => ErrorCode::Forbidden,
+            17 => ErrorCode::TooManyConnections,
+            18 => ErrorCode::ConnectionTimedOut,
             c => ErrorCode::Other(c),
         }
     }

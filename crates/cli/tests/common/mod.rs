@@ -14,6 +14,11 @@ use std::time::{Duration, Instant};
 
 pub const STRATA: &str = env!("CARGO_BIN_EXE_strata");
 
+/// The flag that runs a cluster (and talks to one) without TLS. The tests that drive the
+/// client library directly, or start `strata node` themselves, run their clusters plain: TLS
+/// is `strata up`'s default and has tests of its own (`tls.rs`, `cli.rs`).
+pub const PLAIN: &str = "--insecure-plaintext";
+
 pub fn temp_dir(tag: &str) -> PathBuf {
     let nanos =
         std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().subsec_nanos();

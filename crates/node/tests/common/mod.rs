@@ -14,8 +14,12 @@ use strata_wire::client::{
 use strata_wire::{
     decode_frame, decode_message, encode_frame, Carstamp, ClusterId, Encode, NodeId, SessionId,
 };
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
+
+/// A connection's byte stream: plain TCP or TLS.
+pub trait Stream: AsyncRead + AsyncWrite + Unpin + Send {}
+impl<T: AsyncRead + AsyncWrite + Unpin + Send> Stream for T {}
 
 pub const CLUSTER: ClusterId = ClusterId(1);
 /// Every wait in these tests is a poll against this deadline, never a fixed sleep.
@@ -63,7 +67,7 @@ macro_rules! eventually {
 
 /// A raw client connection.
 pub struct Conn {
-    pub stream: TcpStream,
+    pub stream: Box<dyn Stream>,
     buf: BytesMut,
     next_corr: u64,
     pub cluster: ClusterId,
@@ -78,11 +82,20 @@ impl Conn {
 
     /// A connection the caller opened (from a chosen address, or with raw bytes sent).
     pub fn from_stream(stream: TcpStream) -> Conn {
-        Conn { stream, buf: BytesMut::new(), next_corr: 1, cluster: CLUSTER }
+        Conn { stream: Box::new(stream), buf: BytesMut::new(), next_corr: 1, cluster: CLUSTER }
+    }
+
+    /// A connection over TLS with `tls`'s credentials (a node's client port).
+    pub async fn connect_tls(addr: SocketAddr, tls: &strata_tls::ClientTls) -> Conn {
+        let stream = TcpStream::connect(addr).await.unwrap();
+        stream.set_nodelay(true).unwrap();
+        let stream = tls.connect(stream).await.expect("TLS handshake with the node");
+        Conn { stream: Box::new(stream), buf: BytesMut::new(), next_corr: 1, cluster: CLUSTER }
     }
 
     pub async fn send_raw(&mut self, bytes: &[u8]) {
         self.stream.write_all(bytes).await.unwrap();
+        self.stream.flush().await.unwrap();
     }
 
     pub async fn send(&mut self, req: &ClientRequest) {
@@ -146,7 +159,11 @@ pub struct Session {
 
 impl Session {
     pub async fn open(addr: SocketAddr) -> Session {
-        let mut conn = Conn::connect(addr).await;
+        Session::open_on(Conn::connect(addr).await).await
+    }
+
+    /// A session on `conn` (e.g. a TLS connection).
+    pub async fn open_on(mut conn: Conn) -> Session {
         match conn.call(Request::OpenSession).await {
             Response::SessionOpened { session } => Session { conn, id: session },
             other => panic!("expected a session, got {other:?}"),

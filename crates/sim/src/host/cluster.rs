@@ -554,7 +554,12 @@ impl HostCluster {
         let host = self.nodes[i].host.as_mut()?;
         let handled = guarded(|| match input {
             Input::Peer { from, msg } => host.on_peer_message(now, from, msg),
-            Input::Client { route, req } => host.on_client_request(now, route, req),
+            Input::Client { route, req } => {
+                // The simulated clients are operators: they hold the admin role (who may do
+                // what is `strata_host::auth`'s, tested there and on real nodes).
+                host.on_connected(route, Some(strata_wire::Role::Admin));
+                host.on_client_request(now, route, req)
+            }
             Input::Disconnected { route } => host.on_disconnected(now, route),
             Input::Disk { shard, token, .. } => host.on_shard_persisted(now, shard, token),
             Input::Tick => host.on_tick(now),
