@@ -323,7 +323,13 @@ impl Driver {
                 }
                 ClientItem::Req(req, bytes) => {
                     st.backlog_bytes -= bytes;
-                    st.admitted(req.corr, request_session(&req.body), bytes);
+                    // A session's operations: their answers are dropped if the session closes first (not
+                    // the close's own answer).
+                    let session = req
+                        .body
+                        .session()
+                        .filter(|_| !matches!(req.body, Request::CloseSession { .. }));
+                    st.admitted(req.corr, session, bytes);
                     self.unflushed_bound += reply_bound(&req.body, &self.bounds);
                     let closing = match req.body {
                         Request::CloseSession { session } => Some(session),
@@ -499,20 +505,6 @@ impl Driver {
                 }
             }
         }
-    }
-}
-
-/// The session a request runs in, if it is a session's operation.
-fn request_session(req: &Request) -> Option<SessionId> {
-    match req {
-        Request::Get { session, .. }
-        | Request::Put { session, .. }
-        | Request::Delete { session, .. }
-        | Request::Release { session, .. }
-        | Request::Acquire { session, .. }
-        | Request::Faa { session, .. }
-        | Request::Cas { session, .. } => Some(*session),
-        _ => None,
     }
 }
 

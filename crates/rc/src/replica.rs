@@ -438,7 +438,7 @@ impl RcReplica {
                 self.reply_error(route, corr, ErrorCode::InvalidArgument, msg);
             }
             body => {
-                let Some(session) = session_of(&body) else { return };
+                let Some(session) = body.session() else { return };
                 if !self.session_ok(route, session) {
                     let msg = format!(
                         "session {session} is not open on this connection to {}",
@@ -753,20 +753,6 @@ fn stale(rpc: RpcId) -> Response {
     Response::Error {
         code: ErrorCode::Stale,
         message: format!("{rpc}: already acknowledged by the client"),
-    }
-}
-
-fn session_of(req: &Request) -> Option<SessionId> {
-    match req {
-        Request::CloseSession { session }
-        | Request::Get { session, .. }
-        | Request::Put { session, .. }
-        | Request::Delete { session, .. }
-        | Request::Release { session, .. }
-        | Request::Acquire { session, .. }
-        | Request::Faa { session, .. }
-        | Request::Cas { session, .. } => Some(*session),
-        _ => None,
     }
 }
 

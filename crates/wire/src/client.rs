@@ -90,6 +90,21 @@ impl ClientRequest {
 }
 
 impl Request {
+    /// The session a request names (a session's operation, or closing it).
+    pub fn session(&self) -> Option<SessionId> {
+        match self {
+            Request::CloseSession { session }
+            | Request::Get { session, .. }
+            | Request::Put { session, .. }
+            | Request::Delete { session, .. }
+            | Request::Release { session, .. }
+            | Request::Acquire { session, .. }
+            | Request::Faa { session, .. }
+            | Request::Cas { session, .. } => Some(*session),
+            _ => None,
+        }
+    }
+
     /// Whether this is a linearizable RPC (rifl.md §4.1): one that may change the store, which
     /// RIFL makes exactly-once and whose lease the node checks (§5.5.3).
     pub fn is_linearizable(&self) -> bool {
