@@ -214,7 +214,9 @@ start_baseline() {
     local saved_pids=("${STRATA_PIDS[@]}")
     BIN=$BASELINE_BIN
     BASE_PORT=$(free_base_port $((${BASE_PORT:-7400} + 2 * NODES + 200)) 200 9800 "$NODES" 100) || die "no free base port for the baseline"
-    start_strata baseline
+    # The baseline gets BASELINE_UP_FLAGS, not this build's flags: a build from before TLS
+    # neither knows --insecure-plaintext nor needs it (compare it with TLS=off).
+    STRATA_UP_FLAGS=${BASELINE_UP_FLAGS:-} start_strata baseline
     BASELINE_ENDPOINTS=$ENDPOINTS BASELINE_DATA=$STRATA_DATA BASELINE_PIDS=("${STRATA_PIDS[@]}")
     BIN=${saved[0]} BASE_PORT=${saved[1]} ENDPOINTS=${saved[2]} STRATA_DATA=${saved[3]} STRATA_UP_PID=${saved[4]}
     STRATA_PIDS=("${saved_pids[@]}")
