@@ -133,16 +133,7 @@ for depth in 1 "$DEPTH"; do
 done
 
 # ---- (g) the table ----------------------------------------------------------------------------
-if [ "$TARGETS" = "strata plain" ]; then
-    summarize ab "$RESULTS" plain TLS plain
-    log "results in $RESULTS"
-    exit 0
-fi
-if [ -n "${BASELINE_BIN:-}" ]; then
-    summarize ab "$RESULTS"
-    log "results in $RESULTS"
-    exit 0
-fi
+summarize_pair_and_exit
 
 # redis-benchmark for reference: the same connection count and key space, its own client.
 conns=$((CLIENTS * SESSIONS))

@@ -351,6 +351,20 @@ bench_table() {
 # Usage: summarize NAME ARGS... (scripts/benchlib/tables.py)
 summarize() { benchpy table "$@" | tee "$RESULTS/summary.md"; }
 
+# A paired run's table, then exit: TLS=both (TLS/plain) or a baseline (after/before). Returns
+# for an unpaired run, whose script prints its own table.
+summarize_pair_and_exit() {
+    if [ "${TLS:-on}" = both ]; then
+        summarize ab "$RESULTS" plain TLS plain
+    elif [ -n "${BASELINE_BIN:-}" ]; then
+        summarize ab "$RESULTS"
+    else
+        return 0
+    fi
+    log "results in $RESULTS"
+    exit 0
+}
+
 # Draws chart NAME of the results (scripts/benchlib/charts.py) to OUT.png with strata-plot; the
 # spec is kept next to it as OUT.json. Usage: plot_chart NAME OUT.png ARGS...
 plot_chart() {

@@ -105,16 +105,7 @@ for run in $(seq 1 "$RUNS"); do
 done
 strata_cli status --json >"$RESULTS/status-after.json" 2>/dev/null || true
 
-if [ "$TLS" = both ]; then
-    summarize ab "$RESULTS" plain TLS plain
-    log "results in $RESULTS"
-    exit 0
-fi
-if [ -n "${BASELINE_BIN:-}" ]; then
-    summarize ab "$RESULTS"
-    log "results in $RESULTS"
-    exit 0
-fi
+summarize_pair_and_exit
 summarize log "$RESULTS" "$CONFIGS" "$WORKLOADS"
 log "results in $RESULTS"
 plot_chart log "${PLOT:-$RESULTS/log-ycsb.png}" "$RESULTS" "$CONFIGS" "$WORKLOADS"

@@ -111,16 +111,23 @@ async fn send<S: AsyncWrite + Unpin>(s: &mut S, bytes: &[u8]) {
     let _ = s.flush().await;
 }
 
+/// A TLS cluster of 3 where node 0 holds `k = good`: a session and an admin connection at
+/// node 0, and its count of bad peer frames so far.
+async fn cluster_with_a_key(pki: &Pki) -> (Vec<strata_node::RunningNode>, Session, Conn, u64) {
+    let nodes = pki.cluster(3).await;
+    let addr = nodes[0].client_addr();
+    let mut s = Session::open_on(Conn::connect_tls(addr, &pki.client("client")).await).await;
+    s.put("k", b"good").await;
+    let mut admin = Conn::connect_tls(addr, &pki.client("client")).await;
+    let bad_before = admin.status().await.bad_peer_frames;
+    (nodes, s, admin, bad_before)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn forged_peer_frames_without_a_node_certificate_are_refused() {
     let pki = Pki::new(3);
-    let nodes = pki.cluster(3).await;
+    let (nodes, mut s, mut admin, bad_before) = cluster_with_a_key(&pki).await;
     let n0 = &nodes[0];
-    let mut s =
-        Session::open_on(Conn::connect_tls(n0.client_addr(), &pki.client("client")).await).await;
-    s.put("k", b"good").await;
-    let mut admin = Conn::connect_tls(n0.client_addr(), &pki.client("client")).await;
-    let bad_before = admin.status().await.bad_peer_frames;
 
     // 1. The attack as it was: plain TCP, a Hello naming a configured node, a write.
     let mut plain = TcpStream::connect(n0.peer_addr()).await.unwrap();
@@ -162,13 +169,8 @@ async fn forged_peer_frames_without_a_node_certificate_are_refused() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_peer_whose_certificate_names_another_node_than_its_hello_is_refused() {
     let pki = Pki::new(3);
-    let nodes = pki.cluster(3).await;
+    let (nodes, mut s, mut admin, bad_before) = cluster_with_a_key(&pki).await;
     let n0 = &nodes[0];
-    let mut s =
-        Session::open_on(Conn::connect_tls(n0.client_addr(), &pki.client("client")).await).await;
-    s.put("k", b"good").await;
-    let mut admin = Conn::connect_tls(n0.client_addr(), &pki.client("client")).await;
-    let bad_before = admin.status().await.bad_peer_frames;
     let node2 = pki.node(2);
 
     // Node 2's certificate, a Hello claiming node 1: refused, nothing applied.
