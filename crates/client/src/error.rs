@@ -50,6 +50,11 @@ pub enum ClientError {
     /// Too many requests in flight on the session: wait for completions first.
     #[error("session queue full: {0}")]
     QueueFull(String),
+    /// The key holds as many unacknowledged exactly-once results as the cluster can
+    /// replicate with it (many clients' compare-and-swaps on one large value). Nothing was
+    /// done: retry after a short back-off.
+    #[error("busy: {0}")]
+    Busy(String),
     /// The node is shutting down. Open a session at another node and retry.
     #[error("node shutting down: {0}")]
     ShuttingDown(String),
@@ -115,6 +120,7 @@ impl ClientError {
             ErrorCode::KeyTooLarge => ClientError::InvalidKey(message),
             ErrorCode::InvalidSession => ClientError::InvalidSession(message),
             ErrorCode::QueueFull => ClientError::QueueFull(message),
+            ErrorCode::Busy => ClientError::Busy(message),
             ErrorCode::ShuttingDown => ClientError::ShuttingDown(message),
             ErrorCode::WrongCluster => ClientError::WrongCluster { expected: cluster, message },
             ErrorCode::Stale => ClientError::Stale(message),

@@ -135,6 +135,9 @@ pub struct RcStats {
     pub rifl_stale: u64,
     /// RIFL: clients whose records were collected because their lease expired (§5.6).
     pub rifl_clients_expired: u64,
+    /// RIFL: exactly-once mutations refused as `Busy` because their key's records were at
+    /// their bound (`records::budget`).
+    pub rifl_busy: u64,
     /// The `T_REL` a barrier starting now would wait, microseconds (adaptive: 10 smoothed ack
     /// round trips within the configured bounds, `RcReplica::release_timeout`). A gauge, not a
     /// counter.

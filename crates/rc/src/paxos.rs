@@ -198,7 +198,16 @@ impl RcReplica {
                     // RIFL: another attempt of this RPC (a retry at another node) was decided
                     // in an earlier slot; its record came with the slot (`crate::records`).
                     if let Some(reply) = self.recorded_reply(key, rifl) {
-                        return Some(self.finish_rmw_recorded(id, key, r, reply));
+                        return Some(self.finish_rmw_unexecuted(id, key, r, reply));
+                    }
+                    // Bounds (docs/design.md): refused only before it computed anything, so no
+                    // tuple of this RMW exists that a helper could still decide.
+                    let fresh = r.my.is_empty() && r.own_slot.is_none();
+                    if fresh && rifl.is_some() {
+                        let reserve = crate::records::reserve(&self.cfg.limits, true);
+                        if let Some(busy) = self.records_full(key, reserve) {
+                            return Some(self.finish_rmw_unexecuted(id, key, r, busy));
+                        }
                     }
                     // M3.
                     let node = self.cfg.node;
@@ -252,7 +261,7 @@ impl RcReplica {
                                     // The round may have brought the slots (and records) this
                                     // node had missed: look again before computing.
                                     if let Some(reply) = self.recorded_reply(key, rifl) {
-                                        return Some(self.finish_rmw_recorded(id, key, r, reply));
+                                        return Some(self.finish_rmw_unexecuted(id, key, r, reply));
                                     }
                                     (self.compute_once(key, slot, r, rifl).tuple, false)
                                 }
@@ -540,9 +549,10 @@ impl RcReplica {
         }
     }
 
-    /// RIFL: the RMW's RPC was executed by an earlier attempt; it ends with that attempt's
-    /// result (or `Stale`) and creates nothing. Its detections still count (`acquire_finish`).
-    fn finish_rmw_recorded(
+    /// Ends an RMW that creates nothing: its RPC was executed by an earlier attempt (RIFL: the
+    /// reply is that attempt's result, or `Stale`), or its key's records are at their bound
+    /// (`Busy`). Its detections still count (`acquire_finish`).
+    fn finish_rmw_unexecuted(
         &mut self,
         id: OpId,
         key: &Bytes,

@@ -24,6 +24,26 @@ use strata_wire::client::Response;
 use strata_wire::peer::{Completion, KeyRecords, RcResult};
 use strata_wire::RpcId;
 
+/// The most bytes of completion records a key may hold at a replica before it refuses another
+/// exactly-once mutation of the key (`Busy`; docs/design.md, "Limits and bounds"). Every
+/// message that carries a key's whole set (a `COMMIT`, a write-back, a catch-up) carries at
+/// most the key, two values (the version's, and an RMW record's observed value) and headers
+/// beside it, so the set may take what the frame leaves of that. Each replica admits against
+/// its own view and the sets meet in a union: the room is split among the replicas, plus one
+/// share for what another replica admits while the views differ.
+pub(crate) fn budget(limits: &strata_wire::Limits, replicas: usize) -> usize {
+    let room = limits
+        .max_frame_bytes
+        .saturating_sub(strata_wire::FRAME_SLACK_BYTES + 2 * limits.max_value_bytes);
+    room / (replicas + 1)
+}
+
+/// The record bytes an exactly-once mutation may add: a write's record is fixed-size; an
+/// RMW's holds the value it observes, up to the value limit.
+pub(crate) fn reserve(limits: &strata_wire::Limits, rmw: bool) -> usize {
+    Completion::FIXED_BYTES + if rmw { limits.max_value_bytes } else { 0 }
+}
+
 /// What a key's records say about an RPC.
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) enum Lookup<'a> {

@@ -265,6 +265,25 @@ impl RcReplica {
         })
     }
 
+    /// `Busy` if an exactly-once mutation of `key` adding up to `reserve` bytes of records
+    /// would take the key's set past its bound (`records::budget`): what this replica
+    /// replicates with the key must fit a peer frame. Collected records make room again.
+    pub(crate) fn records_full(&mut self, key: &Bytes, reserve: usize) -> Option<Response> {
+        let held = self.keys.get(key).map_or(0, |k| k.records.encoded_len());
+        let budget = records::budget(&self.cfg.limits, self.cfg.replicas.len());
+        if held + reserve <= budget {
+            return None;
+        }
+        self.stats.rifl_busy += 1;
+        Some(Response::Error {
+            code: ErrorCode::Busy,
+            message: format!(
+                "the key holds {held} bytes of unacknowledged exactly-once results, at its bound \
+                 of {budget}; nothing was done by this attempt, retry after a short back-off"
+            ),
+        })
+    }
+
     /// What `key`'s completion records say about `rifl`'s RPC (rifl.md §5.4): its recorded
     /// result (R-G2), `Stale` below the client's floor, or `None`: it may execute. Called at
     /// the start of an operation and again wherever a round brought more records (a release's
@@ -482,7 +501,18 @@ impl RcReplica {
             let blocking = is_blocking(&q.req);
             let key = request_key(&q.req).cloned().unwrap_or_default();
             let recorded = q.rifl.as_ref().and_then(|e| self.rifl_recorded(&key, e));
-            let started = match recorded {
+            // An RMW's bound is checked when it takes its turn on the key (`step_rmw`): only
+            // then is no other local RMW of the key computing a record.
+            let writes = matches!(
+                q.req,
+                Request::Put { .. } | Request::Delete { .. } | Request::Release { .. }
+            );
+            let full = if recorded.is_none() && writes && q.rifl.is_some() {
+                self.records_full(&key, records::reserve(&self.cfg.limits, false))
+            } else {
+                None
+            };
+            let started = match recorded.or(full) {
                 Some(body) => Started::Done(body),
                 None => self.start(now, sid, q.req, q.rifl),
             };

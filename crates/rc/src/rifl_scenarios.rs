@@ -190,3 +190,74 @@ fn rifl_rc_the_sweep_collects_records_a_client_acknowledged_at_keys_it_never_wri
         "a late duplicate after the collection is refused"
     );
 }
+
+/// Bounds (docs/design.md, "Limits and bounds"): failed CAS records hold the large value
+/// they observed, and clients that do not acknowledge them leave them on the key. The node
+/// refuses the next exactly-once CAS and put on the key with `Busy` (nothing done) before the
+/// set could outgrow a peer frame, never sends a message beyond the frame limit, and takes
+/// the key's mutations again once the records are acknowledged and collected.
+#[test]
+fn rifl_rc_a_key_full_of_unacknowledged_results_refuses_more_until_they_are_collected() {
+    use strata_wire::{Encode, Limits, FRAME_SLACK_BYTES};
+    let limits = Limits {
+        max_value_bytes: 4096,
+        max_frame_bytes: FRAME_SLACK_BYTES + 2 * 4096 + 4 * 20_000,
+        ..Limits::default()
+    };
+    let mut net = Net::new(3, |cfg| cfg.limits = limits);
+    let s = net.open(0);
+    let big = Bytes::from(vec![7u8; 4000]);
+    net.call(0, Request::Put { session: s, key: b("k"), value: big.clone() });
+    let mut largest = 0;
+    let mut measure = |_: NodeId, _: NodeId, m: &PeerMessage| {
+        let mut buf = bytes::BytesMut::new();
+        m.encode(&mut buf);
+        largest = largest.max(buf.len());
+        true
+    };
+    let cas = |session| Request::Cas {
+        session,
+        key: b("k"),
+        expected: Some(b("other")),
+        new: b("mine"),
+        weak: false,
+    };
+    // Clients 1, 2, ... each fail one CAS and never acknowledge it.
+    let mut refused = None;
+    for client in 1..=10u64 {
+        let r = net.call_rifl_filtered(0, Some(envelope(client, 1, 1)), cas(s), &mut measure);
+        match r {
+            Response::Rmw { swapped: false, observed: Some(v), .. } => assert_eq!(v, big),
+            Response::Error { code: ErrorCode::Busy, .. } => {
+                refused = Some(client);
+                break;
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+    let refused = refused.expect("the key's records reach their bound within 10 clients");
+    assert!(refused > 2, "the bound leaves room for a few large records (refused at {refused})");
+    // A put's record is small: it still fits, until many unacknowledged ones fill the rest.
+    let put = || Request::Put { session: s, key: b("k"), value: b("v") };
+    let puts_taken = (100..1100u64)
+        .take_while(|&c| {
+            let r = net.call_rifl_filtered(0, Some(envelope(c, 1, 1)), put(), &mut measure);
+            !matches!(r, Response::Error { code: ErrorCode::Busy, .. })
+        })
+        .count();
+    assert!((1..1000).contains(&puts_taken), "puts fill the rest, then are refused: {puts_taken}");
+    assert!(net.nodes[0].stats().rifl_busy >= 2);
+    let k = &net.nodes[0].keys[&b("k")];
+    assert!(k.records.encoded_len() <= super::records::budget(&limits, 3));
+    // The clients acknowledge their CAS and puts (their next mutation's envelope says so); the
+    // sweep collects them.
+    for client in (1..refused).chain(100..101 + puts_taken as u64) {
+        let s = net.open(0);
+        let next = Request::Put { session: s, key: b("x"), value: b("v") };
+        net.call_rifl(0, envelope(client, 2, 2), next);
+    }
+    net.advance(std::time::Duration::from_millis(1100));
+    let again = net.call_rifl_filtered(0, Some(envelope(refused, 1, 1)), cas(s), &mut measure);
+    assert!(matches!(again, Response::Rmw { swapped: false, .. }), "{again:?}");
+    assert!(largest <= limits.max_frame_bytes, "{largest} bytes in one peer message");
+}

@@ -616,6 +616,11 @@ pub enum ErrorCode {
     /// timeout, or a frame was not completed within its partial-frame timeout. Sent with
     /// correlation number 0, then the connection closes. Reconnect (and keep reading replies).
     ConnectionTimedOut,
+    /// The node cannot take this request now without growing what it must replicate past its
+    /// bound: the key holds as many unacknowledged exactly-once results as its messages can
+    /// carry (docs/design.md, "Limits and bounds"). Nothing was done. Retry after a short
+    /// back-off; results are collected as their clients acknowledge them.
+    Busy,
     Other(u16),
 }
 
@@ -640,6 +645,7 @@ impl ErrorCode {
             ErrorCode::Forbidden => 16,
             ErrorCode::TooManyConnections => 17,
             ErrorCode::ConnectionTimedOut => 18,
+            ErrorCode::Busy => 19,
             ErrorCode::Other(c) => c,
         }
     }
@@ -664,6 +670,7 @@ impl ErrorCode {
             16 => ErrorCode::Forbidden,
             17 => ErrorCode::TooManyConnections,
             18 => ErrorCode::ConnectionTimedOut,
+            19 => ErrorCode::Busy,
             c => ErrorCode::Other(c),
         }
     }

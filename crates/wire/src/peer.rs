@@ -277,6 +277,41 @@ impl KeyRecords {
     pub fn is_empty(&self) -> bool {
         self.floors.is_empty() && self.done.is_empty()
     }
+
+    /// The exact size of this set's encoding: what it adds to every message that carries the
+    /// key's whole set (a `COMMIT`, a write-back, a catch-up; docs/design.md, "Limits and
+    /// bounds").
+    pub fn encoded_len(&self) -> usize {
+        if self.is_empty() {
+            return 1;
+        }
+        1 + 4
+            + 16 * self.floors.len()
+            + 4
+            + self.done.iter().map(Completion::encoded_len).sum::<usize>()
+    }
+}
+
+impl Completion {
+    /// The bytes of a record beside its observed value (an RPC id, the ack, the largest
+    /// result without its value).
+    pub const FIXED_BYTES: usize = 16 + 8 + 1 + 5 + 16 + 17 + 1;
+
+    /// The exact size of this record's encoding.
+    pub fn encoded_len(&self) -> usize {
+        16 + 8
+            + match &self.result {
+                RcResult::Written { .. } => 1 + 16,
+                RcResult::Rmw { observed, written, .. } => {
+                    1 + 1
+                        + observed.as_ref().map_or(0, |v| 4 + v.len())
+                        + 16
+                        + 1
+                        + if written.is_some() { 16 } else { 0 }
+                        + 1
+                }
+            }
+    }
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]

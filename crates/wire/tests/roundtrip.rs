@@ -400,6 +400,20 @@ proptest! {
     #[test]
     fn peer_messages_round_trip(msg in peer_message()) { round_trip(msg) }
 
+    /// The rc replica bounds a key's records by this size (docs/design.md, "Limits and
+    /// bounds"): it must be the encoding's exact length, and no record's fixed part beyond
+    /// `Completion::FIXED_BYTES`.
+    #[test]
+    fn records_know_their_encoded_length(rs in records()) {
+        let mut buf = BytesMut::new();
+        strata_wire::Encode::encode(&rs, &mut buf);
+        prop_assert_eq!(rs.encoded_len(), buf.len());
+        for c in &rs.done {
+            let observed = match &c.result { RcResult::Rmw { observed: Some(v), .. } => v.len(), _ => 0 };
+            prop_assert!(c.encoded_len() <= Completion::FIXED_BYTES + observed);
+        }
+    }
+
     /// Frames arrive split at any point: the decoder waits for the rest, then yields each in order.
     #[test]
     fn frames_reassemble_from_any_split(a in request(), b in request(), cut in 0usize..200) {
