@@ -26,8 +26,10 @@
 //! | `partial_frame_timeout_ms` | a frame not whole within it (while the node reads): `ConnectionTimedOut` (corr 0), closed | `closed_slow_frame` |
 //! | `idle_timeout_ms` | nothing read, nothing in flight, nothing to write for it: `ConnectionTimedOut`, closed; a reply write that makes no progress for it: closed at once, queue dropped | `closed_idle` |
 //!
-//! Every frame is copied out of the read buffer before it is decoded, so the buffer is reused
-//! (and shrunk once empty) and a value kept in the store never pins a read buffer.
+//! Every frame that may be kept (a write's key and value) is copied out of the read buffer
+//! before it is decoded, so a value kept in the store never pins a read buffer; the buffer is
+//! reused (and shrunk once empty). Requests nothing keeps are decoded in place
+//! (`own_unless_transient`).
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -251,6 +253,22 @@ enum Stop {
     Bound,
 }
 
+/// A request that nothing keeps (a read, a ping, a session or lease look-up) is decoded in
+/// place: it holds the read buffer only until it is answered. Any other gets a copy of its
+/// own, so that a key or value kept in a store never pins a read buffer (and the buffer can
+/// be reused at once). A copy per request is an allocation per request, freed on another
+/// thread: for reads, the bulk of most workloads, it is worth avoiding.
+fn own_unless_transient(payload: Bytes) -> Bytes {
+    use strata_wire::client::request_tag::*;
+    match payload.first() {
+        Some(
+            &(GET | LOG_READ | PING | STATUS | LIST_TABLES | LEASE_INFO | OPEN_SESSION
+            | CLOSE_SESSION),
+        ) => payload,
+        _ => Bytes::copy_from_slice(&payload),
+    }
+}
+
 /// The bytes a complete frame of `buf` still needs (or its header), `None` if `buf` is empty.
 fn frame_remaining(buf: &[u8]) -> Option<usize> {
     match buf.len() {
@@ -280,6 +298,12 @@ async fn run_reader(
     let mut last_read = TokioInstant::now();
     // When the partial frame at the front of `buf` began to arrive (or reading resumed).
     let mut frame_started: Option<TokioInstant> = None;
+    // One timer for both bounds, kept across reads and moved only when a deadline comes
+    // earlier than it is set for; when it fires, the bounds are checked against their current
+    // deadlines. A timer per read (registered and dropped for every request) is a cost every
+    // request would pay, for a bound that almost never fires.
+    let mut bound_timer = Box::pin(tokio::time::sleep_until(TokioInstant::now()));
+    let mut armed: Option<TokioInstant> = None;
     let why = 'conn: loop {
         // Hand on every whole frame in the buffer, in batches.
         let mut fatal = false;
@@ -293,9 +317,7 @@ async fn run_reader(
                     Ok(Some(payload)) => {
                         consumed += 1;
                         let frame_bytes = payload.len() + FRAME_HEADER_BYTES;
-                        // A copy of its own: the read buffer is reused at once, and a value
-                        // the request carries (kept in the store) does not pin the buffer.
-                        let payload = Bytes::copy_from_slice(&payload);
+                        let payload = own_unless_transient(payload);
                         match decode_message::<ClientRequest>(payload.clone()) {
                             Ok(ClientRequest { corr, body: Request::Ping, .. }) => {
                                 let pong = ClientResponse { corr, body: Response::Pong };
@@ -394,21 +416,41 @@ async fn run_reader(
         // Idle: nothing read for the timeout, nothing unanswered, nothing left to write.
         let idle_at = bounds.idle_timeout.map(|t| last_read + t);
         let frame_due = frame_started.map(|t| t + bounds.partial_frame_timeout);
+        if let Some(due) = frame_due.into_iter().chain(idle_at).min() {
+            if armed.is_none_or(|at| at > due) {
+                bound_timer.as_mut().reset(due);
+                armed = Some(due);
+            }
+        }
         let mut limited = (&mut buf).limit(room);
         enum Woke {
             Read(std::io::Result<usize>),
             SlowFrame,
             Idle,
             Stop,
+            Early,
         }
+        // Biased, the read first: when bytes are there, nothing else is polled (or registered).
         let woke = tokio::select! {
+            biased;
+            r = rd.read_buf(&mut limited) => Woke::Read(r),
             _ = stop.wait_for(|s| *s) => Woke::Stop,
             _ = conn.aborted() => Woke::Stop,
-            _ = sleep_until_opt(frame_due) => Woke::SlowFrame,
-            _ = sleep_until_opt(idle_at) => Woke::Idle,
-            r = rd.read_buf(&mut limited) => Woke::Read(r),
+            _ = &mut bound_timer, if armed.is_some() => {
+                armed = None;
+                let now = TokioInstant::now();
+                if frame_due.is_some_and(|d| d <= now) {
+                    Woke::SlowFrame
+                } else if idle_at.is_some_and(|d| d <= now) {
+                    Woke::Idle
+                } else {
+                    Woke::Early
+                }
+            }
         };
         match woke {
+            // The timer was set for a deadline that has moved since: set it again.
+            Woke::Early => continue 'conn,
             Woke::Stop | Woke::Read(Ok(0)) => break 'conn Stop::Done,
             Woke::Read(Ok(_)) => last_read = TokioInstant::now(),
             Woke::Read(Err(e)) => {
@@ -481,13 +523,6 @@ async fn send_notice(core_tx: &mpsc::Sender<CoreInput>, route: Route, message: S
     core_tx.send(CoreInput::Client { route, items }).await.is_ok()
 }
 
-async fn sleep_until_opt(t: Option<TokioInstant>) {
-    match t {
-        Some(t) => tokio::time::sleep_until(t).await,
-        None => std::future::pending().await,
-    }
-}
-
 fn note_bad(
     counters: &Counters,
     bad_here: &mut u64,
@@ -523,6 +558,7 @@ async fn run_writer(
     let mut close = false;
     loop {
         let first = tokio::select! {
+            biased;
             m = rx.recv() => m,
             _ = conn.aborted() => None,
         };
@@ -591,7 +627,9 @@ async fn write_with_progress(
 ) -> Result<(), bool> {
     while !buf.is_empty() {
         let write = wr.write(buf);
+        // Biased, the write first: a write the socket takes at once polls nothing else.
         let n = tokio::select! {
+            biased;
             r = async {
                 match idle {
                     Some(t) => tokio::time::timeout(t, write).await.map_err(|_| true),
@@ -608,6 +646,7 @@ async fn write_with_progress(
     // A TLS stream holds back what it encrypted until flushed; the same progress rule.
     let flush = wr.flush();
     let flushed = tokio::select! {
+        biased;
         r = async {
             match idle {
                 Some(t) => tokio::time::timeout(t, flush).await.map_err(|_| true),

@@ -2,7 +2,7 @@
 //! contract): take every queued input, hand it to the host, execute its effects in one place
 //! ([`Driver::execute`]), then sleep until the next input or the host's `poll_timeout()`.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
@@ -21,6 +21,10 @@ use tracing::{debug, warn};
 use crate::shared::{ClientItem, ConnBounds, ConnShared, CoreInput, Counters, WriterMsg};
 use crate::storage::{Clock, DiskDone, Disks};
 use crate::transport::PeerLink;
+
+/// The core task's maps are looked up several times per request: a fast hasher, randomly
+/// seeded (correlation numbers come from clients).
+type HashMap<K, V> = std::collections::HashMap<K, V, foldhash::fast::RandomState>;
 
 /// A debug build checks the host's invariants once per this many inputs.
 const INVARIANT_SAMPLE: u64 = 1024;
@@ -45,6 +49,9 @@ struct RouteState {
     backlog: VecDeque<ClientItem>,
     /// The request bytes of `backlog` (charged by the reader, not admitted by the host).
     backlog_bytes: usize,
+    /// What the replies to the requests admitted since the last `execute` may add to the
+    /// connection's queue at most (`reply_bound`).
+    unflushed: usize,
 }
 
 impl RouteState {
@@ -100,10 +107,13 @@ pub(crate) struct Driver {
     effects: HostEffects,
     routes: HashMap<Route, RouteState>,
     bounds: ConnBounds,
-    /// What the replies to the requests admitted since the last `execute` may add to their
-    /// connections' queues at most (`reply_bound`): when it could spend a budget, the core
-    /// task executes the host's effects first, so replies are counted before more is admitted.
-    unflushed_bound: usize,
+    /// The connections with requests admitted since the last `execute` (`RouteState::
+    /// unflushed` > 0), whose bounds `execute` clears once their replies are charged.
+    unflushed: Vec<Route>,
+    /// Connections whose admission stopped because their unflushed replies could spend the
+    /// budget: pumped again after the batch's effects are executed, so replies are counted
+    /// before more is admitted, and the batch is not cut short for every other connection.
+    deferred: Vec<Route>,
     links: Vec<Arc<PeerLink>>,
     /// Which links got messages in this execution (parallel to `links`).
     touched: Vec<bool>,
@@ -132,9 +142,10 @@ impl Driver {
             host,
             clock,
             effects: HostEffects::default(),
-            routes: HashMap::new(),
+            routes: HashMap::default(),
             bounds,
-            unflushed_bound: 0,
+            unflushed: Vec::new(),
+            deferred: Vec::new(),
             links,
             touched,
             counters,
@@ -194,6 +205,7 @@ impl Driver {
             let at = TokioInstant::now();
             self.host.on_tick(self.clock.now(at));
             self.execute(at);
+            self.pump_deferred(at);
             let busy = woke.elapsed();
             if busy >= STALL_WARN {
                 warn!(
@@ -238,10 +250,11 @@ impl Driver {
                 let state = RouteState {
                     tx,
                     conn,
-                    unanswered: HashMap::new(),
+                    unanswered: HashMap::default(),
                     reused: Vec::new(),
                     backlog: VecDeque::new(),
                     backlog_bytes: 0,
+                    unflushed: 0,
                 };
                 self.routes.insert(route, state);
                 self.host.on_connected(route, role);
@@ -288,12 +301,14 @@ impl Driver {
             let Some(st) = self.routes.get_mut(&route) else { return };
             let Some(item) = st.backlog.front() else { return };
             if matches!(item, ClientItem::Req(..))
-                && st.admitted_charge() + self.unflushed_bound >= st.conn.budget
+                && st.admitted_charge() + st.unflushed >= st.conn.budget
             {
-                if self.unflushed_bound > 0 {
-                    // Count the replies produced so far before deciding.
-                    self.execute(at);
-                    continue;
+                if st.unflushed > 0 {
+                    // Count the replies produced so far before deciding: after this batch.
+                    if !self.deferred.contains(&route) {
+                        self.deferred.push(route);
+                    }
+                    return;
                 }
                 // Held until the writer releases bytes; set first, then look again, so a
                 // release in between is never missed.
@@ -330,7 +345,11 @@ impl Driver {
                         .session()
                         .filter(|_| !matches!(req.body, Request::CloseSession { .. }));
                     st.admitted(req.corr, session, bytes);
-                    self.unflushed_bound += reply_bound(&req.body, &self.bounds);
+                    if st.unflushed == 0 {
+                        self.unflushed.push(route);
+                    }
+                    st.unflushed +=
+                        reply_bound(&req.body, &self.bounds, self.host.rc().largest_value());
                     let closing = match req.body {
                         Request::CloseSession { session } => Some(session),
                         _ => None,
@@ -359,6 +378,17 @@ impl Driver {
                     }
                 }
             }
+        }
+    }
+
+    /// Admits more of the deferred connections' items now that their replies are charged,
+    /// executing each round's effects, until no connection is deferred.
+    fn pump_deferred(&mut self, at: TokioInstant) {
+        while !self.deferred.is_empty() {
+            for route in std::mem::take(&mut self.deferred) {
+                self.pump(at, route);
+            }
+            self.execute(at);
         }
     }
 
@@ -452,7 +482,11 @@ impl Driver {
     fn execute_checked(&mut self, at: TokioInstant) -> Result<(), String> {
         let mut first_error = Ok(());
         // Every reply produced so far is charged below: nothing admitted is unaccounted for.
-        self.unflushed_bound = 0;
+        for route in self.unflushed.drain(..) {
+            if let Some(st) = self.routes.get_mut(&route) {
+                st.unflushed = 0;
+            }
+        }
         loop {
             self.host.poll_effects(&mut self.effects);
             if self.effects.is_empty() {
@@ -511,15 +545,17 @@ impl Driver {
 /// Header bytes counted for every reply (frame header, tag, corr, fixed fields).
 const REPLY_OVERHEAD: usize = 64;
 
-/// The most a request's reply can take: a value for reads and RMWs, a shard's state for a
+/// The most a request's reply can take: a value for reads and RMWs (for the rc keyspace, no
+/// more than the largest value its replica ever held, `rc_largest`: with small values a
+/// pipeline of reads is not cut short for replies it cannot produce), a shard's state for a
 /// freeze, a little for the rest.
-fn reply_bound(req: &Request, bounds: &ConnBounds) -> usize {
+fn reply_bound(req: &Request, bounds: &ConnBounds, rc_largest: usize) -> usize {
     match req {
         Request::Get { .. }
         | Request::Acquire { .. }
         | Request::Faa { .. }
-        | Request::Cas { .. }
-        | Request::LogRead { .. } => bounds.max_value_bytes + REPLY_OVERHEAD,
+        | Request::Cas { .. } => bounds.max_value_bytes.min(rc_largest) + REPLY_OVERHEAD,
+        Request::LogRead { .. } => bounds.max_value_bytes + REPLY_OVERHEAD,
         Request::FreezeShard { .. } => strata_log::MAX_MOVE_BYTES + REPLY_OVERHEAD,
         Request::ListTables => 64 << 10,
         _ => 4 * REPLY_OVERHEAD,

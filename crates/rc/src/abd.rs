@@ -156,6 +156,7 @@ impl RcReplica {
         }
         let max = max_replied_llc(&replies);
         let node = self.cfg.node;
+        self.note_value(s.value.as_ref());
         let k = self.key_mut(key);
         let cs = Carstamp::next_write(max.max(k.cs.llc), node);
         assert!(

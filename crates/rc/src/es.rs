@@ -46,6 +46,7 @@ impl RcReplica {
         rifl: Option<&Rifl>,
     ) -> Carstamp {
         let node = self.cfg.node;
+        self.note_value(value.as_ref());
         let k = self.key_mut(&key);
         // The clock is chosen in the same step that installs the value, from the current local
         // version, so two writes of this node never share a carstamp (§5.3, last paragraph).
@@ -134,6 +135,7 @@ impl RcReplica {
     pub(crate) fn on_write(&mut self, _now: Instant, from: NodeId, w: Write) {
         if self.planted(crate::PlantedBug::ApplyOlderWrites) {
             // CANARY: last arrival wins, whatever its version.
+            self.note_value(w.value.as_ref());
             let k = self.key_mut(&w.key);
             k.value = w.value.clone();
             k.cs = w.cs;

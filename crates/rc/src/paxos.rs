@@ -666,6 +666,7 @@ impl RcReplica {
     pub(crate) fn on_commit(&mut self, from: NodeId, c: Commit) {
         if self.planted(crate::PlantedBug::CommitWithoutRegistering) {
             // CANARY: the key learns the slot (and version), the registry never hears of it.
+            self.note_value(c.value.as_ref());
             let k = self.key_mut(&c.key);
             k.apply_version(c.value, c.cs, (c.cs.pno > 0).then_some(c.rmw_id));
             k.learn_slot(c.slot, c.rmw_id);

@@ -71,6 +71,9 @@ pub struct RcReplica {
     /// themselves live with their keys (`KeyState::records`).
     pub(crate) rifl_acks: HashMap<u64, u64>,
     pub(crate) rifl_running: HashSet<RpcId>,
+    /// The largest value ever installed here (never lowered): what a read or RMW reply can
+    /// carry at most, for the runtime's reply budget (`RcReplica::largest_value`).
+    pub(crate) largest_value: usize,
     /// Keys holding completion records or floors (what `sweep_records` visits), each once:
     /// `KeyState::swept` says whether a key is listed, so listing one costs no hashing.
     rifl_keys: Vec<Bytes>,
@@ -110,6 +113,7 @@ impl RcReplica {
             next_req: 0,
             rifl_acks: HashMap::new(),
             rifl_running: HashSet::new(),
+            largest_value: 0,
             rifl_keys: Vec::new(),
             rifl_next_sweep: Instant::ZERO,
             stats: RcStats::default(),
@@ -150,6 +154,18 @@ impl RcReplica {
         self.cfg.quorum() - 1
     }
 
+    /// Raises `largest_value` to `value`'s length: called before every install of a value.
+    pub(crate) fn note_value(&mut self, value: Option<&Bytes>) {
+        self.largest_value = self.largest_value.max(value.map_or(0, |v| v.len()));
+    }
+
+    /// The largest value this replica has held: no read or RMW reply carries a longer one
+    /// (checked with the invariants). The runtime bounds its reply budget by it: with small
+    /// values it need not assume every pending read returns a value of the maximum size.
+    pub fn largest_value(&self) -> usize {
+        self.largest_value
+    }
+
     pub(crate) fn key_mut(&mut self, key: &Bytes) -> &mut KeyState {
         // A new key gets its own allocation: request bytes are slices of a network read buffer,
         // which a long-lived map key would otherwise pin whole.
@@ -187,6 +203,7 @@ impl RcReplica {
         cs: Carstamp,
         rmw_id: Option<RmwId>,
     ) -> bool {
+        self.note_value(value.as_ref());
         let installed = self.key_mut(key).apply_version(value, cs, rmw_id);
         if cs.pno > 0 {
             if let Some(id) = rmw_id {
@@ -858,6 +875,11 @@ impl Node for RcReplica {
             "a pending write has no re-send scheduled"
         );
         for (key, k) in &self.keys {
+            assert!(
+                k.value.as_ref().is_none_or(|v| v.len() <= self.largest_value),
+                "key {key:?} holds a value longer than largest_value {}",
+                self.largest_value
+            );
             // Kite §7 inv. 11 and 12.
             assert!(
                 k.epoch <= self.machine_epoch,
