@@ -350,6 +350,7 @@ impl HostCluster {
             seed: self.prng.next_u64(),
             shard_rate_limit: self.shard_rate_limit,
             audit: self.observe,
+            log_overrides: Default::default(),
         };
         if let Some(tune) = &self.tune {
             tune(i, &mut cfg);
