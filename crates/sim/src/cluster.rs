@@ -208,6 +208,7 @@ impl Cluster {
             shard_rate_limit: None,
             observe: true,
             tune: Some(Box::new(tune)),
+            catalog: Vec::new(),
         });
         if let Some(rule) = knobs.script.as_ref().and_then(|s| s.drop) {
             hosts.drop_rule = Some((Instant(rule.until_ns), rule.drops));
