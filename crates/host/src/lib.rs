@@ -301,7 +301,9 @@ impl Host {
         let result = result.map_err(|e| format!("table {table} shard {}: {e}", id.shard));
         let outcome = match why {
             Opening::Start { placement, created } => match result {
-                Ok(state) => self.shards.start_replica(now, id, &placement, state, created),
+                Ok(state) => {
+                    self.shards.start_replica(now, id, &placement, state, created, &mut self.out)
+                }
                 Err(e) => Err(e),
             },
             Opening::Adopt => self.adopt_opened(id, result),

@@ -160,7 +160,8 @@ impl Shards {
     }
 
     /// Starts a replica from the state its storage gave back (`created`: of a table created
-    /// just now).
+    /// just now), and drains what its start produced (the recovered entries it re-applied),
+    /// so those effects belong to this input, not to the next one that reaches the shard.
     pub fn start_replica(
         &mut self,
         now: Instant,
@@ -168,6 +169,7 @@ impl Shards {
         placement: &ShardMove,
         state: RecoveredState,
         created: bool,
+        out: &mut HostEffects,
     ) -> Result<(), String> {
         let def = self
             .tables
@@ -226,6 +228,7 @@ impl Shards {
                 failed: false,
             },
         );
+        self.drain(id.key(), out);
         Ok(())
     }
 
