@@ -483,10 +483,6 @@ impl HostCluster {
         }
     }
 
-    pub fn disk_stalled(&self, i: usize) -> bool {
-        self.nodes[i].disk_stalled
-    }
-
     /// Adds `d` of one-way delay on every link to and from node `i` (a lagging node), until
     /// [`HostCluster::heal`].
     pub fn lag(&mut self, i: usize, d: Duration) {
