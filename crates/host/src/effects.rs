@@ -1,7 +1,7 @@
 //! What the host core asks its runtime to do, drained after every input.
 
 use strata_core::Route;
-use strata_log::Persist;
+use strata_log::{LogEvent, Persist};
 use strata_rc::RcEvent;
 use strata_wire::client::{ClientResponse, LinkFault};
 use strata_wire::log::Snapshot;
@@ -71,6 +71,9 @@ pub struct HostEffects {
 pub enum Audit {
     /// The rc replica's (Kite §7 inv. 14 - 17 and version creations).
     Rc(RcEvent),
+    /// A log-shard replica's (ORCA §7's audit log), tagged with its table and shard; the
+    /// simulator's ORCA harness judges them with the §7 checkers.
+    Log { table: String, shard: u32, event: LogEvent },
 }
 
 impl HostEffects {

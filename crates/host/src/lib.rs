@@ -65,6 +65,11 @@ pub struct HostConfig {
     /// Emit the parts' audit events as [`HostEffects::audit`] (the simulator's checkers read
     /// them); off in a server.
     pub audit: bool,
+    /// Log-table configurations that replace the one derived from the table's definition
+    /// (`catalog::log_config`) when its shards start, by table name: for the simulator's
+    /// scenarios, which run ORCA's presets, timer changes and planted bugs (orca.md §1.3,
+    /// §7) on whole hosts. Empty in a server.
+    pub log_overrides: std::collections::BTreeMap<String, strata_log::LogConfig>,
 }
 
 /// Why a host could not be built. Each variant says what to fix.
@@ -117,6 +122,8 @@ impl Host {
         let rc = RcReplica::new(cfg.rc).map_err(HostError::Rc)?;
         let catalog = catalog::decode(stored_catalog).map_err(HostError::Catalog)?;
         let mut shards = Shards::new(me, nodes, cfg.seed, cfg.shard_rate_limit, limits);
+        shards.audit = cfg.audit;
+        shards.log_overrides = cfg.log_overrides;
         let mut out = HostEffects::default();
         shards.start_table(
             Catalogued { def: lease_table_def(), moved: Default::default() },
@@ -238,6 +245,25 @@ impl Host {
         self.settle(now);
     }
 
+    /// ORCA §5.7.4 (c): an operator revokes `node`'s active-set lease at this node's replica
+    /// of `table`'s `shard` (before maintenance). False if that replica is not a leader with
+    /// an active set or `node` is not a member; removal then follows the usual rule
+    /// (confirmation or `rt`, never below a majority).
+    pub fn revoke_shard_member(
+        &mut self,
+        now: Instant,
+        table: &str,
+        shard: u32,
+        node: NodeId,
+    ) -> bool {
+        let Some(sk) = self.shards.shard_key_of(table, shard) else { return false };
+        let Some(s) = self.shards.shards.get_mut(&sk) else { return false };
+        let revoked = s.replica.revoke_member(now, node);
+        self.shards.drain(sk, &mut self.out);
+        self.settle(now);
+        revoked
+    }
+
     /// Sends `body` to `service` at whichever node leads `table`'s `shard` (`courier`): the
     /// message's id, whose outcome [`Host::take_mail_results`] gives later.
     pub fn send_to_leader(
@@ -275,7 +301,9 @@ impl Host {
         let result = result.map_err(|e| format!("table {table} shard {}: {e}", id.shard));
         let outcome = match why {
             Opening::Start { placement, created } => match result {
-                Ok(state) => self.shards.start_replica(now, id, &placement, state, created),
+                Ok(state) => {
+                    self.shards.start_replica(now, id, &placement, state, created, &mut self.out)
+                }
                 Err(e) => Err(e),
             },
             Opening::Adopt => self.adopt_opened(id, result),
@@ -649,4 +677,86 @@ fn is_rc_request(req: &Request) -> bool {
 /// configuration).
 pub fn rifl_config(term: Duration) -> RiflConfig {
     leases::rifl_config(term)
+}
+
+#[cfg(test)]
+mod tests {
+    use strata_log::{DurabilityMode, LogConfig, LogEvent, Replication};
+    use strata_wire::client::{
+        TableDef, TableDurability, TableEngine, TableReads, TableReplication, TableTimers,
+    };
+
+    use super::*;
+
+    /// A one-node host with table `t` whose configuration `HostConfig::log_overrides`
+    /// replaces, run alone (storage answered at once) until `t`'s replica leads: the host and
+    /// every audit event it emitted.
+    fn run_alone(audit: bool) -> (Host, Vec<Audit>) {
+        let me = NodeId(0);
+        let mut over = LogConfig::orca(Replication::SyncRepl);
+        over.flush_interval = Duration::from_millis(7);
+        let def = TableDef {
+            name: "t".to_string(),
+            engine: TableEngine::Log,
+            durability: TableDurability::Sync,
+            replication: TableReplication::Async,
+            reads: TableReads::Leader,
+            shards: 1,
+            timers: TableTimers::Default,
+            leaders: Vec::new(),
+        };
+        let stored = catalog::encode([&Catalogued { def, moved: Default::default() }]);
+        let cfg = HostConfig {
+            rc: RcConfig::new(me, vec![me]),
+            rifl: rifl_config(Duration::from_secs(10)),
+            seed: 1,
+            shard_rate_limit: None,
+            audit,
+            log_overrides: [("t".to_string(), over)].into(),
+        };
+        let mut host = Host::new(cfg, &stored).expect("starts");
+        let (mut now, mut out, mut audits) =
+            (Instant::from_millis(1), HostEffects::default(), Vec::new());
+        for _ in 0..10_000 {
+            host.poll_effects(&mut out);
+            audits.append(&mut out.audit);
+            for s in std::mem::take(&mut out.storage) {
+                match s {
+                    Storage::Open { shard, .. } => {
+                        host.on_shard_opened(now, shard, Ok(RecoveredState::default())).unwrap()
+                    }
+                    Storage::Log { shard, records } => {
+                        let last = records.iter().map(|(t, _)| *t).max().expect("a record");
+                        host.on_shard_persisted(now, shard, last);
+                    }
+                    Storage::Catalog { token, .. } => host.on_catalog_saved(now, token, Ok(())),
+                    Storage::Close { .. } => {}
+                }
+            }
+            if host.shard_replica("t", 0).is_some_and(|r| r.is_ready_leader(now)) {
+                break;
+            }
+            now = host.poll_timeout().map_or(now, |t| t.max(now));
+            host.on_tick(now);
+        }
+        (host, audits)
+    }
+
+    #[test]
+    fn a_log_override_replaces_the_tables_configuration_and_audit_tags_log_events() {
+        let (host, audits) = run_alone(true);
+        let r = host.shard_replica("t", 0).expect("t runs");
+        // The definition says sync durability; the override's CAD with replication to a
+        // majority's memory and its flush interval are what the replica runs.
+        assert_eq!(r.config().durability, DurabilityMode::Cad(Replication::SyncRepl));
+        assert_eq!(r.config().flush_interval, Duration::from_millis(7));
+        let led = |table: &str| {
+            audits.iter().any(|a| {
+                matches!(a, Audit::Log { table: t, shard: 0, event: LogEvent::BecameLeader { .. } } if t == table)
+            })
+        };
+        assert!(led("t") && led(catalog::LEASE_TABLE), "every table's events, tagged: {audits:?}");
+        let (_, silent) = run_alone(false);
+        assert!(silent.is_empty(), "no audit events without HostConfig::audit");
+    }
 }

@@ -214,7 +214,7 @@ impl Shards {
         }
         info!(table = %a.table, shard = key.1, generation = a.new.generation, replicas = ?a.placement.replicas, member = a.member, "shard moved (adopted)");
         if let Some(state) = a.state {
-            if let Err(e) = self.start_replica(now, a.new, &a.placement, state, false) {
+            if let Err(e) = self.start_replica(now, a.new, &a.placement, state, false, out) {
                 return Response::Error { code: ErrorCode::Other(100), message: e };
             }
             if a.installed {

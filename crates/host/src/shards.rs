@@ -28,7 +28,7 @@ use tracing::{debug, error, info, warn};
 use crate::catalog::{
     check_table_def, describe, log_config, preferred_leader, Catalogued, SYSTEM_PREFIX,
 };
-use crate::effects::{HostEffects, ShardId, ShardKey, Storage};
+use crate::effects::{Audit, HostEffects, ShardId, ShardKey, Storage};
 use crate::rate::{Admission, Queued, RateLimit};
 
 /// A running shard replica.
@@ -98,6 +98,10 @@ pub(crate) struct Shards {
     /// The node's key, value and frame limits: client keys and values are checked against
     /// them at the edge, and every shard replica's messages fit in one frame.
     limits: Limits,
+    /// Emit every replica's events as [`Audit::Log`] (`HostConfig::audit`).
+    pub audit: bool,
+    /// `HostConfig::log_overrides`.
+    pub log_overrides: BTreeMap<String, strata_log::LogConfig>,
 }
 
 impl Shards {
@@ -122,6 +126,8 @@ impl Shards {
             internal: Vec::new(),
             rate: rate_limit.map(RateLimit::new),
             limits,
+            audit: false,
+            log_overrides: BTreeMap::new(),
         }
     }
 
@@ -154,7 +160,8 @@ impl Shards {
     }
 
     /// Starts a replica from the state its storage gave back (`created`: of a table created
-    /// just now).
+    /// just now), and drains what its start produced (the recovered entries it re-applied),
+    /// so those effects belong to this input, not to the next one that reaches the shard.
     pub fn start_replica(
         &mut self,
         now: Instant,
@@ -162,6 +169,7 @@ impl Shards {
         placement: &ShardMove,
         state: RecoveredState,
         created: bool,
+        out: &mut HostEffects,
     ) -> Result<(), String> {
         let def = self
             .tables
@@ -169,8 +177,12 @@ impl Shards {
             .find(|t| t.id == id.table)
             .map(|t| t.def.clone())
             .ok_or_else(|| format!("shard {id:?} of no catalogued table"))?;
-        let mut cfg = log_config(&def, placement.replicas.len())
-            .map_err(|e| format!("table {} shard {}: {e}", def.name, id.shard))?;
+        let n = placement.replicas.len();
+        let mut cfg = match self.log_overrides.get(&def.name) {
+            Some(cfg) => cfg.validate(n).map(|()| cfg.clone()),
+            None => log_config(&def, n),
+        }
+        .map_err(|e| format!("table {} shard {}: {e}", def.name, id.shard))?;
         // Replication messages are packed to fit the peer frame limit (issue #17 item 5).
         cfg.max_message_bytes = self.limits.max_frame_bytes;
         info!(
@@ -216,6 +228,7 @@ impl Shards {
                 failed: false,
             },
         );
+        self.drain(id.key(), out);
         Ok(())
     }
 
@@ -548,8 +561,11 @@ impl Shards {
             };
             out.reply.push((route, ClientResponse { corr, body }));
         }
-        for ev in fx.event.drain(..) {
-            log_event(&s.table, id.shard, &ev);
+        for event in fx.event.drain(..) {
+            log_event(&s.table, id.shard, &event);
+            if self.audit {
+                out.audit.push(Audit::Log { table: s.table.clone(), shard: id.shard, event });
+            }
         }
     }
 

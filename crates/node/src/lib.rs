@@ -165,6 +165,7 @@ async fn start_on(
         seed: incarnation,
         shard_rate_limit: cfg.shard_rate_limit,
         audit: false,
+        log_overrides: Default::default(),
     };
     let host = Host::new(host_cfg, &catalog)?;
 

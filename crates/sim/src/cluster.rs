@@ -208,6 +208,7 @@ impl Cluster {
             shard_rate_limit: None,
             observe: true,
             tune: Some(Box::new(tune)),
+            catalog: Vec::new(),
         });
         if let Some(rule) = knobs.script.as_ref().and_then(|s| s.drop) {
             hosts.drop_rule = Some((Instant(rule.until_ns), rule.drops));
@@ -457,7 +458,15 @@ impl Cluster {
     fn after_step(&mut self, step: Step) {
         let node = NodeId(step.node as u32);
         self.report_failures(node);
-        let mut events: Vec<RcEvent> = step.audit.into_iter().map(|Audit::Rc(e)| e).collect();
+        // The log shards' events (the `__leases` table's) are the ORCA harness's business.
+        let mut events: Vec<RcEvent> = step
+            .audit
+            .into_iter()
+            .filter_map(|a| match a {
+                Audit::Rc(e) => Some(e),
+                Audit::Log { .. } => None,
+            })
+            .collect();
         self.record_events(node, &mut events);
         self.sample(node);
         self.observe(node, &step.sends, events, step.replies);

@@ -224,7 +224,8 @@ fn a_freeze_across_a_leader_change_freezes_one_final_state() {
     use strata_log::Snapshot;
     use strata_wire::log::ShardMove;
     use strata_wire::NodeId;
-    let to = ShardMove { generation: 1, replicas: vec![NodeId(7), NodeId(8)] };
+    // The next group: nodes of the cluster (a host refuses a move to nodes it does not know).
+    let to = ShardMove { generation: 1, replicas: vec![NodeId(3), NodeId(4)] };
     // Whether the crashed leader's `Freeze` survived (or the next leader appended its own).
     let mut survived = Vec::new();
     // Write paths whose acknowledgement survives a leader crash (under `Async` an acknowledged
@@ -247,13 +248,13 @@ fn a_freeze_across_a_leader_change_freezes_one_final_state() {
         if isolated {
             c.isolate(l); // its `Freeze` never leaves it
         }
-        c.freeze(l, to.clone());
+        c.freeze(l, to.replicas.clone());
         c.run_ms(crash_after_ms);
         c.crash(l);
         let l2 = c.elect();
         let snap: Snapshot = (0..200)
             .find_map(|_| {
-                let t = c.freeze(l2, to.clone());
+                let t = c.freeze(l2, to.replicas.clone());
                 c.wait_reply(t);
                 match c.freeze_result(t) {
                     Some(Ok(s)) => Some(s),

@@ -6,13 +6,11 @@
 use std::time::Duration;
 
 use bytes::Bytes;
-use strata_core::{Effects, Node};
 use strata_log::{
-    LogConfig, LogEffects, LogEvent, LogIndex, LogReply, LogRequest, PlantedBug, ReadError,
-    Replication, RevokeReason, Role, StepDownReason, VoteRefusal, WriteOp,
+    LogConfig, LogEvent, LogIndex, PlantedBug, ReadError, Replication, RevokeReason, Role,
+    StepDownReason, VoteRefusal, WriteOp,
 };
 use strata_sim::orca::OrcaCluster;
-use strata_wire::rifl::{ClusterTime, LeaseInfo, Rifl, RpcId};
 use strata_wire::NodeId;
 
 fn orca() -> LogConfig {
@@ -133,9 +131,7 @@ fn operator_revoke_removes_a_member_once_it_confirms() {
     let mut c = OrcaCluster::new(5, orca());
     let l = c.elect();
     let f = follower_in_as(&c, l);
-    let now = c.now;
-    assert!(c.nodes[l].replica.as_mut().unwrap().revoke_member(now, NodeId(f as u32)));
-    c.drain(l);
+    assert!(c.revoke_member(l, f));
     c.run_ms(5);
     let fid = NodeId(f as u32);
     assert!(!c.node(l).active_set().contains(&fid), "not re-added within rt");
@@ -463,38 +459,17 @@ fn async_writes_replicate_apply_and_persist_everywhere() {
 fn duplicate_write_gets_the_recorded_ack() {
     let mut c = OrcaCluster::new(3, orca());
     let l = c.elect();
-    let req = |token| LogRequest::Write {
-        token,
-        rifl: Rifl {
-            rpc: RpcId { client_id: 9, seq: 1 },
-            first_incomplete: 1,
-            lease: LeaseInfo {
-                client_id: 9,
-                expiration: ClusterTime(u64::MAX),
-                timestamp: ClusterTime::ZERO,
-            },
-        },
-        key: Bytes::from_static(b"k"),
-        op: WriteOp::Put(Bytes::from_static(b"v")),
-        immediate: false,
-    };
-    let now = c.now;
-    let r = c.nodes[l].replica.as_mut().unwrap();
-    r.on_client_request(now, req(1001));
-    r.on_client_request(now, req(1002));
-    let mut out: LogEffects = Effects::default();
-    r.poll_effects(&mut out);
-    let idx: Vec<_> = out
-        .reply
+    // The same RPC id twice at the same instant, before anything else runs (a client's retry
+    // racing its first attempt; rifl.md §5.3).
+    let first = c.write_as(9, l, "k", WriteOp::Put(Bytes::from_static(b"v")), false);
+    let retry = c.retry_write(first, l);
+    c.run_ms(5);
+    let idx: Vec<_> = [first, retry]
         .iter()
-        .map(|r| match r {
-            LogReply::Write { result, .. } => result.clone().unwrap().index,
-            _ => unreachable!(),
-        })
+        .map(|&t| c.write_result(t).expect("answered").expect("acknowledged").index)
         .collect();
-    assert_eq!(idx.len(), 2);
     assert_eq!(idx[0], idx[1], "the retry is not appended again");
-    assert_eq!(r.entries().iter().filter(|e| e.client_id == 9).count(), 1);
+    assert_eq!(c.node(l).entries().iter().filter(|e| e.client_id == 9).count(), 1);
 }
 
 #[test]

@@ -5,22 +5,26 @@
 //! replica's log is a `strata-logstore` [`ShardStore`] over a [`SimBackend`], the adapter the
 //! server runs over its real disk. Effects are executed in one place,
 //! [`HostCluster::execute`], as the node's driver does: storage opens and catalog saves
-//! answered at once, log records flushed and reported after the disk's latency, one timer per
-//! node.
+//! answered at once; log records wait for the disk's latency (a crash loses them, orca.md
+//! §9.6), then run through the store and are reported; one timer per node. Scenario controls:
+//! per-node disk stalls, extra delay per directed link (a lagging node) and late timers (a
+//! loaded runtime).
 //!
-//! Two kinds of harness drive it. The host harness ([`super::client`]) talks to the nodes as
+//! Three harnesses drive it. The host harness ([`super::client`]) talks to the nodes as
 //! remote clients through the event queue (requests and replies cross a client link with its
-//! own delay and loss). The rc harness ([`crate::cluster`]) observes every step: with
-//! `observe` on, each input to a node yields a [`Step`] — the node's audit events, the peer
-//! messages it sent and the replies it produced, all in order — that the harness records
-//! before the next event runs; its clients sit beside the nodes (`client_input`, replies
-//! handed over at once), and its own events ride the same queue ([`Stepped::Harness`]).
+//! own delay and loss). The rc harness ([`crate::cluster`]) and the ORCA harness
+//! ([`crate::orca`]) observe every step: with `observe` on, each input to a node yields a
+//! [`Step`] — the node's audit events, the peer messages it sent, the log records it handed
+//! to storage and the replies it produced, all in order — that the harness records before the
+//! next event runs; their clients sit beside the nodes (`client_input`, replies handed over
+//! at once), and the rc harness's own events ride the same queue ([`Stepped::Harness`]).
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::time::Duration;
 
 use strata_core::{Prng, Route};
 use strata_host::{Audit, Host, HostConfig, HostEffects, ShardId, ShardKey, Storage};
+use strata_log::{HardState, LogEntry, Persist};
 use strata_logstore::ShardStore;
 use strata_rc::RcConfig;
 use strata_storage::{SimBackend, WalConfig};
@@ -103,8 +107,11 @@ pub struct ClusterOptions {
     /// Record every step for an observing harness ([`Step`]); the hosts emit audit events.
     pub observe: bool,
     /// Adjusts node `i`'s configuration at every start (the rc harness's timing knobs and
-    /// canaries).
+    /// canaries, the ORCA harness's log configuration).
     pub tune: Option<Tune>,
+    /// The catalog every node has stored at the start (`strata_host::catalog::encode`;
+    /// empty: none), so a scenario's tables exist from the first instant.
+    pub catalog: Vec<u8>,
 }
 
 /// An event on the simulator's queue.
@@ -172,6 +179,8 @@ pub struct Step {
     pub sends: Vec<(NodeId, PeerMessage)>,
     /// Its client replies, in order.
     pub replies: Vec<(Route, ClientResponse)>,
+    /// The log records it handed to storage, per shard replica, in order.
+    pub persists: Vec<(ShardId, Vec<(u64, Persist)>)>,
 }
 
 /// What [`HostCluster::next`] ran.
@@ -185,12 +194,56 @@ pub enum Stepped {
     Harness(u64),
 }
 
-/// One shard replica's disk at one node: survives crashes (what it synced).
+/// One shard replica's disk at one node: survives crashes (what it synced). Records wait in
+/// `pending` for the disk's latency, then run through the store like a disk thread's batch;
+/// `synced` mirrors what the store has synced (for the checkers' look-ups), and every reopen
+/// checks that the store's recovery reads back exactly that.
 struct SimShardDisk {
     id: ShardId,
     backend: SimBackend,
     /// Open while the replica runs.
     store: Option<ShardStore<SimBackend>>,
+    pending: Vec<(u64, Persist)>,
+    synced: Vec<LogEntry>,
+    hard: HardState,
+}
+
+impl SimShardDisk {
+    fn new(id: ShardId) -> SimShardDisk {
+        SimShardDisk {
+            id,
+            backend: SimBackend::new(),
+            store: None,
+            pending: Vec::new(),
+            synced: Vec::new(),
+            hard: HardState::default(),
+        }
+    }
+
+    /// The disk finished the batch up to barrier `token`: every pending record with a token
+    /// `<= token` runs through the store (which syncs), and the mirror follows.
+    fn complete(&mut self, token: u64) -> Result<(), String> {
+        let (done, rest): (Vec<_>, Vec<_>) =
+            std::mem::take(&mut self.pending).into_iter().partition(|(t, _)| *t <= token);
+        self.pending = rest;
+        if done.is_empty() {
+            return Ok(()); // an earlier completion covered it
+        }
+        for (_, p) in &done {
+            match p {
+                Persist::Append(es) => self.synced.extend(es.iter().cloned()),
+                Persist::Truncate { after } => self.synced.retain(|e| e.index <= *after),
+                Persist::HardState(h) => self.hard = *h,
+                Persist::Sync => {}
+            }
+        }
+        let store = self.store.as_mut().ok_or("the shard's store is closed")?;
+        match store.execute(done) {
+            Ok(Some(t)) if t <= token => Ok(()),
+            Ok(other) => Err(format!("a completed batch holds its barrier {token}: {other:?}")),
+            Err(e) => Err(e.to_string()),
+        }
+    }
 }
 
 /// Whether a node processes its inputs.
@@ -212,6 +265,11 @@ pub struct SimHostNode {
     catalog: Vec<u8>,
     disks: BTreeMap<(String, ShardKey, u32), SimShardDisk>,
     armed: Option<Instant>,
+    /// With `tick_lateness`: the global deadline last armed and the drawn instant it fires.
+    late_tick: Option<(Instant, Instant)>,
+    /// Storage completions are held (`stall_disk`): the shard and token of each.
+    disk_stalled: bool,
+    stalled: Vec<(ShardId, u64)>,
     /// The host panicked, or an invariant broke: the first message.
     pub failure: Option<String>,
 }
@@ -249,6 +307,13 @@ pub struct HostCluster {
     /// Inputs given to the hosts (one input is one atomic step).
     pub inputs: u64,
     pub drop_rule: Option<DropRule>,
+    /// Extra one-way delay per directed link `(from, to)` (a lagging node; `lag`).
+    extra_delay: HashMap<(usize, usize), Duration>,
+    /// Timers fire up to this late (uniform, drawn once per deadline), while messages and
+    /// disk completions keep arriving on time: a loaded runtime whose core task takes queued
+    /// inputs before it ticks (the node's does). Zero: every timer fires at its deadline.
+    pub tick_lateness: Duration,
+    tick_rng: Prng,
 }
 
 impl HostCluster {
@@ -271,6 +336,7 @@ impl HostCluster {
             shard_rate_limit,
             observe: false,
             tune: None,
+            catalog: Vec::new(),
         })
     }
 
@@ -291,9 +357,12 @@ impl HostCluster {
                 clock,
                 last_local: Instant::ZERO,
                 run: Run::Up,
-                catalog: Vec::new(),
+                catalog: o.catalog.clone(),
                 disks: BTreeMap::new(),
                 armed: None,
+                late_tick: None,
+                disk_stalled: false,
+                stalled: Vec::new(),
                 failure: None,
             })
             .collect();
@@ -324,6 +393,10 @@ impl HostCluster {
             stuck: Vec::new(),
             inputs: 0,
             drop_rule: None,
+            extra_delay: HashMap::new(),
+            tick_lateness: Duration::ZERO,
+            // Its own stream: the draws of the others stay as they were.
+            tick_rng: Prng::new(o.seed ^ 0x7469_636b),
         };
         for i in 0..o.nodes {
             c.start(i);
@@ -350,6 +423,7 @@ impl HostCluster {
             seed: self.prng.next_u64(),
             shard_rate_limit: self.shard_rate_limit,
             audit: self.observe,
+            log_overrides: Default::default(),
         };
         if let Some(tune) = &self.tune {
             tune(i, &mut cfg);
@@ -357,8 +431,9 @@ impl HostCluster {
         cfg
     }
 
-    /// Starts (or restarts) node `i` from its disks.
-    pub fn start(&mut self, i: usize) {
+    /// Starts (or restarts) node `i` from its disks: what the start did (with `observe`;
+    /// it is not an input).
+    pub fn start(&mut self, i: usize) -> Option<Step> {
         self.nodes[i].incarnation += 1;
         let cfg = self.config(i);
         let host =
@@ -366,21 +441,72 @@ impl HostCluster {
         let n = &mut self.nodes[i];
         n.host = Some(host);
         n.armed = None;
+        n.late_tick = None;
         n.run = Run::Up;
+        self.step = Step { node: i, ..Step::default() };
         self.execute(i);
         self.rearm(i, false);
+        let step = std::mem::take(&mut self.step);
+        self.observe.then_some(step)
     }
 
-    /// Power failure at node `i`: the host is gone and every unsynced write with it.
+    /// Power failure at node `i`: the host is gone and every unsynced write with it (the
+    /// records still waiting for the disk, orca.md §9.6).
     pub fn crash(&mut self, i: usize) {
         let node = &mut self.nodes[i];
         node.host = None;
         node.armed = None;
+        node.late_tick = None;
         node.run = Run::Up;
+        node.stalled.clear();
         for d in node.disks.values_mut() {
             d.store = None;
+            d.pending.clear();
             d.backend.crash();
         }
+    }
+
+    /// Holds every storage completion of node `i` (its disk hangs) until
+    /// [`HostCluster::unstall_disk`]; a crash loses what was held.
+    pub fn stall_disk(&mut self, i: usize) {
+        self.nodes[i].disk_stalled = true;
+    }
+
+    /// Node `i`'s disk works again: the held completions arrive after the disk's latency.
+    pub fn unstall_disk(&mut self, i: usize) {
+        let n = &mut self.nodes[i];
+        n.disk_stalled = false;
+        let (held, incarnation) = (std::mem::take(&mut n.stalled), n.incarnation);
+        let at = self.now + self.disk_latency;
+        for (shard, token) in held {
+            self.push(at, Ev::Disk { node: i, incarnation, shard, token });
+        }
+    }
+
+    /// Adds `d` of one-way delay on every link to and from node `i` (a lagging node), until
+    /// [`HostCluster::heal`].
+    pub fn lag(&mut self, i: usize, d: Duration) {
+        for j in (0..self.nodes.len()).filter(|&j| j != i) {
+            self.extra_delay.insert((i, j), d);
+            self.extra_delay.insert((j, i), d);
+        }
+    }
+
+    /// Node `i`'s clock now (what its host would be given).
+    pub fn local(&self, i: usize) -> Instant {
+        let n = &self.nodes[i];
+        n.clock.local(self.now).max(n.last_local)
+    }
+
+    /// What node `i`'s replica of shard `shard` of the table with id `table` has synced: its
+    /// entries and hard state (the current generation's; `None` if the node never had it).
+    pub fn synced_log(&self, i: usize, table: u32, shard: u32) -> Option<(&[LogEntry], HardState)> {
+        let d = self.nodes[i]
+            .disks
+            .values()
+            .filter(|d| d.id.table == table && d.id.shard == shard)
+            .max_by_key(|d| d.id.generation)?;
+        Some((&d.synced, d.hard))
     }
 
     pub fn is_up(&self, i: usize) -> bool {
@@ -425,8 +551,10 @@ impl HostCluster {
         self.net.cut_links(&[(self.ids[a], self.ids[b]), (self.ids[b], self.ids[a])]);
     }
 
+    /// Heals every partition and removes every injected link delay.
     pub fn heal(&mut self) {
         self.net.heal_all();
+        self.extra_delay.clear();
     }
 
     /// Every link healed, no more loss (peer or client), duplication or extra reordering.
@@ -512,6 +640,21 @@ impl HostCluster {
                 None
             }
             Ev::Disk { node, incarnation, shard, token } => {
+                let n = &mut self.nodes[node];
+                if n.incarnation != incarnation || n.host.is_none() {
+                    return Some(Stepped::Quiet); // the records were lost with the crash
+                }
+                // The disk finishes on time even if the node is paused: it learns later.
+                let done = match n.disks.values_mut().find(|d| d.id == shard) {
+                    Some(d) => d.complete(token),
+                    None => Ok(()), // a removed replica's last batch
+                };
+                if let Err(e) = done {
+                    if let Some(h) = n.host.as_mut() {
+                        h.on_shard_failed(shard, &e);
+                    }
+                    return Some(Stepped::Quiet);
+                }
                 self.input(node, Input::Disk { incarnation, shard, token })
             }
             Ev::Tick { node, at } => {
@@ -608,7 +751,8 @@ impl HostCluster {
                         continue;
                     }
                 }
-                let base = Duration::from_micros(self.delay_us[i][j]);
+                let base = Duration::from_micros(self.delay_us[i][j])
+                    + self.extra_delay.get(&(i, j)).copied().unwrap_or_default();
                 for at in self.net.transmit(self.now, self.ids[i], to) {
                     self.push(at + base, Ev::Peer { from: i, to: j, msg: msg.clone() });
                 }
@@ -650,7 +794,19 @@ impl HostCluster {
             return;
         }
         let Some(deadline) = n.host.as_ref().and_then(|h| h.poll_timeout()) else { return };
-        let mut at = n.clock.global_at(deadline).max(now);
+        let mut at = n.clock.global_at(deadline);
+        if !self.tick_lateness.is_zero() {
+            at = match n.late_tick {
+                Some((seen, late)) if seen == at => late,
+                _ => {
+                    let max = self.tick_lateness.as_nanos() as u64;
+                    let late = at + Duration::from_nanos(self.tick_rng.range(0, max + 1));
+                    n.late_tick = Some((at, late));
+                    late
+                }
+            };
+        }
+        let mut at = at.max(now);
         if after_tick && at <= now {
             self.stuck.push((i, now));
             at = now + Duration::from_millis(1);
@@ -666,20 +822,27 @@ impl HostCluster {
         let node = &mut self.nodes[i];
         match request {
             Storage::Log { shard, records } => {
+                if self.observe {
+                    self.step.persists.push((shard, records.clone()));
+                }
                 let Some(d) = node.disks.values_mut().find(|d| d.id == shard) else { return };
-                let Some(store) = d.store.as_mut() else { return };
-                match store.execute(records) {
-                    Ok(Some(token)) => {
+                if d.store.is_none() {
+                    return;
+                }
+                // The disk syncs at barriers: the last one's completion covers the batch.
+                let barrier = records
+                    .iter()
+                    .filter(|(_, p)| matches!(p, Persist::Sync | Persist::HardState(_)))
+                    .map(|(t, _)| *t)
+                    .next_back();
+                d.pending.extend(records);
+                if let Some(token) = barrier {
+                    if node.disk_stalled {
+                        node.stalled.push((shard, token));
+                    } else {
                         let at = self.now + self.disk_latency;
                         let incarnation = node.incarnation;
                         self.push(at, Ev::Disk { node: i, incarnation, shard, token });
-                    }
-                    Ok(None) => {}
-                    Err(e) => {
-                        let e = e.to_string();
-                        if let Some(h) = node.host.as_mut() {
-                            h.on_shard_failed(shard, &e);
-                        }
                     }
                 }
             }
@@ -688,11 +851,8 @@ impl HostCluster {
                 if install.is_some() {
                     node.disks.remove(&key); // a fresh directory
                 }
-                let d = node.disks.entry(key).or_insert_with(|| SimShardDisk {
-                    id: shard,
-                    backend: SimBackend::new(),
-                    store: None,
-                });
+                let d = node.disks.entry(key).or_insert_with(|| SimShardDisk::new(shard));
+                let fresh = install.is_some();
                 let result = (|| {
                     if let Some(snapshot) = install {
                         ShardStore::install_moved_in(
@@ -710,7 +870,20 @@ impl HostCluster {
                     )
                     .map_err(|e| e.to_string())?;
                     d.store = Some(store);
-                    Ok(opened.state)
+                    let state = opened.state;
+                    // What the store recovers is exactly what it synced (orca.md §9.6).
+                    if !fresh && (state.entries != d.synced || state.hard_state != d.hard) {
+                        return Err(format!(
+                            "the log store recovered {} entries and {:?}, but {} entries and {:?} were synced",
+                            state.entries.len(),
+                            state.hard_state,
+                            d.synced.len(),
+                            d.hard
+                        ));
+                    }
+                    d.synced = state.entries.clone();
+                    d.hard = state.hard_state;
+                    Ok(state)
                 })();
                 let host = node.host.as_mut().expect("effects come from a running host");
                 if let Err(e) = host.on_shard_opened(now, shard, result) {
@@ -722,6 +895,21 @@ impl HostCluster {
                 if remove {
                     node.disks.remove(&key);
                 } else if let Some(d) = node.disks.get_mut(&key) {
+                    // A runtime closes a store after its disk thread finished the batches it
+                    // was given: up to the last barrier (the rest was never going to be
+                    // synced by this replica, which is retired).
+                    let last = d
+                        .pending
+                        .iter()
+                        .filter(|(_, p)| matches!(p, Persist::Sync | Persist::HardState(_)))
+                        .map(|(t, _)| *t)
+                        .next_back();
+                    if let Some(token) = last {
+                        if let Err(e) = d.complete(token) {
+                            self.open_failures.push(format!("n{i}: closing {shard:?}: {e}"));
+                        }
+                    }
+                    d.pending.clear();
                     d.store = None;
                 }
             }
@@ -757,6 +945,27 @@ impl HostCluster {
         self.rearm(i, false);
         self.step = Step::default();
         Some((id, self.nodes[i].incarnation))
+    }
+
+    /// An operator's action `f` on node `i`'s host (not a client request; e.g.
+    /// `Host::revoke_shard_member`), its effects executed: what `f` returned and the step it
+    /// made (with `observe`), or `None` when the node is down or paused.
+    pub fn operate<R>(
+        &mut self,
+        i: usize,
+        f: impl FnOnce(&mut Host, Instant) -> R,
+    ) -> Option<(R, Option<Step>)> {
+        if !matches!(self.nodes[i].run, Run::Up) {
+            return None;
+        }
+        let now = self.node_now(i);
+        let host = self.nodes[i].host.as_mut()?;
+        let r = f(host, now);
+        self.step = Step { node: i, ..Step::default() };
+        self.execute(i);
+        self.rearm(i, false);
+        let step = std::mem::take(&mut self.step);
+        Some((r, self.observe.then_some(step)))
     }
 
     /// The outcomes of node `i`'s messages since the last call, with its incarnation.

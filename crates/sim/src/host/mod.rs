@@ -209,7 +209,9 @@ pub fn run_host(knobs: &HostKnobs) -> HostReport {
         clients.run(&mut c, at_ms(ms));
         match (up, c.is_up(node)) {
             (false, true) => c.crash(node),
-            (true, false) => c.start(node),
+            (true, false) => {
+                c.start(node);
+            }
             _ => {}
         }
     }

@@ -1,26 +1,40 @@
-//! The ORCA driver: N [`LogReplica`] cores on the simulator's lossy, duplicating, reordering,
-//! partitionable [`Network`], each with a skewed, drifting [`NodeClock`] and the server's own
-//! log store (`strata-logstore` over a `SimBackend`) that loses every record not yet synced on
-//! a crash (orca.md §9.6). It executes the cores'
-//! effects exactly as `strata-node` must: persist records in token order, `send_after_persist`
-//! only after its token is durable, one timer per node. Every input runs under
-//! [`guarded`](crate::guard::guarded) and is followed by `check_invariants`.
+//! The ORCA harness: N whole [`Host`](strata_host::Host) cores on the simulator's one cluster
+//! loop, [`HostCluster`] — its lossy, duplicating, reordering, partitionable network, skewed and
+//! drifting [`NodeClock`]s, and the server's own log store (`strata-logstore` over a
+//! `SimBackend`) that loses every record not yet synced on a crash (orca.md §9.6). Every host
+//! runs its rc replica and the `__leases` table too; the scenario's table [`TABLE`] (one shard,
+//! on every node) runs the [`LogConfig`] under test, given to the hosts as a
+//! `HostConfig::log_overrides` entry. `HostCluster` executes every effect (persist records in
+//! token order, `send_after_persist` only after its token is durable, one timer per node) and
+//! checks every host's invariants after every input; this harness only watches: with
+//! `observe` on, each input's [`Step`] — the shard's audit events, the peer messages, the
+//! persist records, the replies — is recorded before the next event runs.
 //!
-//! It records the [`OrcaHistory`] the checkers judge: every audit event stamped with the
-//! global time, client reads, and the cluster-wide facts at the instants invariants speak of.
+//! Clients sit beside the node they ask (their requests are handled at once, replies arrive
+//! when emitted) and speak the client protocol: `LogWrite` with RIFL's envelope, `LogRead`,
+//! `FreezeShard`. Their leases outlive any run ([`CLIENT_LEASE`]): lease expiry is the host
+//! harness's subject (`crate::host`), not the log engine's.
+//!
+//! It records the [`OrcaHistory`] the checkers judge: every audit event of the table stamped
+//! with the global time, client reads, and the cluster-wide facts at the instants invariants
+//! speak of.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::Duration;
 
 use bytes::Bytes;
-use strata_core::{Effects, Node, Prng};
+use strata_core::{Prng, Route};
+use strata_host::catalog::{encode, Catalogued};
+use strata_host::Audit;
 use strata_log::{
-    HardState, LogConfig, LogEffects, LogEntry, LogEvent, LogIndex, LogMessage, LogReplica,
-    LogReply, LogRequest, Persist, ReadError, ReadValue, RecoveredState, Role, Snapshot, WriteAck,
-    WriteError, WriteOp,
+    LogConfig, LogEntry, LogEvent, LogIndex, LogMessage, LogReplica, LogReply, Persist, ReadError,
+    ReadValue, Role, Snapshot, WriteAck, WriteError, WriteOp,
 };
-use strata_logstore::ShardStore;
-use strata_storage::{SimBackend, WalConfig};
+use strata_wire::client::{
+    table_id, ClientRequest, ClientResponse, ErrorCode, LogFailure, LogWriteOp, Request, Response,
+    TableDef, TableDurability, TableEngine, TableReads, TableReplication, TableTimers,
+};
+use strata_wire::peer::PeerMessage;
 use strata_wire::rifl::{ClusterTime, LeaseInfo, Rifl, RpcId};
 use strata_wire::{Instant, NodeId};
 
@@ -30,116 +44,19 @@ use super::history::{
     WriteOkRecord,
 };
 use crate::clock::NodeClock;
-use crate::guard::guarded;
-use crate::net::{NetKnobs, Network};
+use crate::host::cluster::{ClusterOptions, HostCluster, HostNet, Step, Stepped};
+use crate::net::NetKnobs;
 
-enum Ev {
-    Deliver { from: usize, to: usize, msg: LogMessage },
-    DiskDone { node: usize, incarnation: u64, token: u64 },
-}
+/// The scenario's table: one shard, on every node.
+pub const TABLE: &str = "orca";
 
-/// One node's disk: the server's own persistence adapter, a `strata-logstore` [`ShardStore`]
-/// over a [`SimBackend`] that loses every unsynced write on a crash (orca.md §9.6). Records
-/// wait in `pending` for the disk's latency, then run through the store like a disk thread's
-/// batch; `durable` is the index of what the store has synced, kept for the checkers'
-/// look-ups, and every restart checks that the store's recovery reads back exactly that.
-pub struct SimDisk {
-    backend: SimBackend,
-    /// Open while the node is up.
-    store: Option<ShardStore<SimBackend>>,
-    pub durable: Vec<LogEntry>,
-    pub hard: HardState,
-    pending: Vec<(u64, Persist)>,
-}
+/// The hosts' lease term: the clients' leases (granted for this long from cluster time zero)
+/// stay alive through any run, so the lease check of rifl.md §5.5.3 admits every write.
+pub const CLIENT_LEASE: Duration = Duration::from_secs(30 * 24 * 3600);
 
-impl Default for SimDisk {
-    fn default() -> Self {
-        let backend = SimBackend::new();
-        let (store, _) = ShardStore::open(backend.clone(), backend.clone(), WalConfig::default())
-            .expect("an empty simulated disk opens");
-        SimDisk {
-            backend,
-            store: Some(store),
-            durable: Vec::new(),
-            hard: HardState::default(),
-            pending: Vec::new(),
-        }
-    }
-}
-
-impl SimDisk {
-    /// The fsynced entry at index `u`.
-    pub fn entry(&self, u: LogIndex) -> Option<&LogEntry> {
-        self.durable.binary_search_by_key(&u, |e| e.index).ok().map(|i| &self.durable[i])
-    }
-
-    /// Makes every pending record with a token `<= token` durable through the store.
-    fn complete(&mut self, token: u64) {
-        let (done, rest): (Vec<_>, Vec<_>) =
-            std::mem::take(&mut self.pending).into_iter().partition(|(t, _)| *t <= token);
-        self.pending = rest;
-        if done.is_empty() {
-            return; // an earlier completion covered it
-        }
-        for (_, p) in &done {
-            match p {
-                Persist::Append(es) => {
-                    for e in es {
-                        assert!(
-                            self.durable.last().is_none_or(|l| l.index < e.index),
-                            "disk appends in order"
-                        );
-                        self.durable.push(e.clone());
-                    }
-                }
-                Persist::Truncate { after } => self.durable.retain(|e| e.index <= *after),
-                Persist::HardState(h) => self.hard = *h,
-                Persist::Sync => {}
-            }
-        }
-        let store = self.store.as_mut().expect("a running node's disk is open");
-        let synced = store.execute(done).expect("the simulated disk does not fail");
-        assert!(
-            synced.is_some_and(|t| t <= token),
-            "a completed batch holds its barrier: {synced:?}"
-        );
-    }
-
-    /// Power failure: the unsynced records are lost, the store closes.
-    fn crash(&mut self) {
-        self.pending.clear();
-        self.store = None;
-        self.backend.crash();
-    }
-
-    /// Reopens the store after a crash: what its recovery reads back, which must be exactly the
-    /// synced records (`Err` says how it differs).
-    fn reopen(&mut self) -> Result<RecoveredState, String> {
-        let (store, opened) =
-            ShardStore::open(self.backend.clone(), self.backend.clone(), WalConfig::default())
-                .map_err(|e| format!("the log store does not reopen: {e}"))?;
-        self.store = Some(store);
-        let state = opened.state;
-        if state.entries != self.durable || state.hard_state != self.hard {
-            return Err(format!(
-                "the log store recovered {} entries and {:?}, but {} entries and {:?} were synced",
-                state.entries.len(),
-                state.hard_state,
-                self.durable.len(),
-                self.hard
-            ));
-        }
-        Ok(state)
-    }
-}
-
-pub struct SimNode {
-    pub replica: Option<LogReplica>,
-    pub disk: SimDisk,
-    incarnation: u64,
-    held: Vec<(u64, NodeId, LogMessage)>,
-    pub disk_stalled: bool,
-    stalled: Vec<u64>,
+/// What the harness follows of one node, beside its host.
+#[derive(Default)]
+struct Watch {
     /// The core's log as its persist records describe it (buffered or not): tells which
     /// entries a truncation removes and which entries an `Applied` covers.
     shadow: Vec<LogEntry>,
@@ -150,7 +67,8 @@ pub struct SimNode {
     executed: BTreeMap<LogIndex, RpcId>,
     /// The last follower sample `(epoch, DI_F, serving, applied >= DI_F)` (§7.7).
     sample: Option<(u32, LogIndex, bool, bool)>,
-    invariants_failed: bool,
+    /// The host's failure is in the history.
+    failure_reported: bool,
 }
 
 /// One client's RIFL request tracker (rifl.md §5.2), as the simulated clients need it: seqs
@@ -180,6 +98,14 @@ struct Invocation {
     at: Instant,
 }
 
+/// What a request token asked for (its reply is decoded accordingly).
+#[derive(Clone, Copy)]
+enum Asked {
+    Write,
+    Read,
+    Freeze,
+}
+
 /// Network behaviour of a cluster: the simulator's knobs. The default is a fixed 500 µs
 /// one-way delay without loss, duplication or reordering (scenario tests).
 pub fn quiet_net() -> NetKnobs {
@@ -194,26 +120,23 @@ pub fn quiet_net() -> NetKnobs {
 }
 
 pub struct OrcaCluster {
-    /// Global simulated time.
+    /// The one cluster loop, which runs the hosts and executes their effects.
+    pub hc: HostCluster,
+    /// Global simulated time (the loop's).
     pub now: Instant,
     pub cfg: LogConfig,
     pub ids: Vec<NodeId>,
-    pub nodes: Vec<SimNode>,
-    queue: BTreeMap<(Instant, u64), Ev>,
-    seq: u64,
-    pub net: Network,
-    pub disk_latency: Duration,
+    watch: Vec<Watch>,
+    table: u32,
+    /// How the loop was built, to build it again with skewed clocks.
+    knobs: NetKnobs,
+    net_prng: Prng,
     /// Timers fire up to this late (uniform), while messages and disk completions keep being
     /// delivered on time: a loaded runtime whose core task takes queued inputs before it ticks
     /// (the node's does). Zero: every timer fires at its deadline, before later inputs.
     pub tick_lateness: Duration,
-    /// Per node: the deadline last seen and the drawn time its tick fires.
-    late_ticks: Vec<Option<(Instant, Instant)>>,
-    tick_rng: Prng,
-    clocks: Vec<NodeClock>,
-    /// Extra one-way delay per directed link (a lagging node).
-    extra_delay: HashMap<(usize, usize), Duration>,
     next_token: u64,
+    asked: HashMap<u64, Asked>,
     clients: HashMap<u64, SimClient>,
     writes: HashMap<u64, WriteInvocation>,
     /// The final answer each write's client received (`Ok` or a non-retryable error).
@@ -227,6 +150,54 @@ pub struct OrcaCluster {
     pub history: OrcaHistory,
 }
 
+/// The catalog every node starts with: [`TABLE`], one shard on every node. Its definition's
+/// own configuration is replaced by the scenario's (`HostConfig::log_overrides`).
+fn catalog() -> Vec<u8> {
+    let def = TableDef {
+        name: TABLE.to_string(),
+        engine: TableEngine::Log,
+        durability: TableDurability::Cad,
+        replication: TableReplication::Async,
+        reads: TableReads::ActiveSet,
+        shards: 1,
+        timers: TableTimers::Default,
+        leaders: Vec::new(),
+    };
+    encode([&Catalogued { def, moved: BTreeMap::new() }])
+}
+
+/// The loop of `n` hosts for a scenario: no base delay per link (the knobs' random delay is
+/// the whole one-way delay), a 1 ms disk, hosts seeded the same for every run (the harness's
+/// seed draws the network and the clocks), and [`TABLE`] running `cfg` everywhere.
+fn build(
+    n: usize,
+    cfg: &LogConfig,
+    knobs: &NetKnobs,
+    prng: &Prng,
+    clocks: Vec<NodeClock>,
+) -> HostCluster {
+    let mut net = HostNet::uniform(n, 0);
+    net.links = knobs.clone();
+    let table_cfg = cfg.clone();
+    let mut hc = HostCluster::with(ClusterOptions {
+        nodes: n,
+        net,
+        seed: 1000,
+        net_prng: Some(prng.clone()),
+        clocks: Some(clocks),
+        start: Instant::from_millis(1),
+        lease_term: CLIENT_LEASE,
+        shard_rate_limit: None,
+        observe: true,
+        tune: Some(Box::new(move |_, h| {
+            h.log_overrides.insert(TABLE.to_string(), table_cfg.clone());
+        })),
+        catalog: catalog(),
+    });
+    hc.disk_latency = Duration::from_millis(1);
+    hc
+}
+
 impl OrcaCluster {
     /// `n` fresh replicas on a quiet network with exact clocks.
     pub fn new(n: usize, cfg: LogConfig) -> OrcaCluster {
@@ -235,41 +206,20 @@ impl OrcaCluster {
 
     pub fn with_net(n: usize, cfg: LogConfig, net: NetKnobs, prng: Prng) -> OrcaCluster {
         let ids: Vec<NodeId> = (0..n as u32).map(NodeId).collect();
-        let now = Instant::from_millis(1);
-        let nodes = (0..n)
-            .map(|i| SimNode {
-                replica: Some(
-                    LogReplica::new(cfg.clone(), ids[i], &ids, now, 1000 + i as u64)
-                        .expect("valid config"),
-                ),
-                disk: SimDisk::default(),
-                incarnation: 0,
-                held: Vec::new(),
-                disk_stalled: false,
-                stalled: Vec::new(),
-                shadow: Vec::new(),
-                applied: Vec::new(),
-                executed: BTreeMap::new(),
-                sample: None,
-                invariants_failed: false,
-            })
-            .collect();
+        let hc = build(n, &cfg, &net, &prng, vec![NodeClock::EXACT; n]);
         let history = OrcaHistory { n, promises: Promises::of(&cfg), ..OrcaHistory::default() };
-        OrcaCluster {
-            now,
+        let mut c = OrcaCluster {
+            now: hc.now,
+            hc,
             cfg,
             ids,
-            nodes,
-            queue: BTreeMap::new(),
-            seq: 0,
-            net: Network::new(net, prng),
-            disk_latency: Duration::from_millis(1),
+            watch: (0..n).map(|_| Watch::default()).collect(),
+            table: table_id(TABLE),
+            knobs: net,
+            net_prng: prng,
             tick_lateness: Duration::ZERO,
-            late_ticks: vec![None; n],
-            tick_rng: Prng::new(11),
-            clocks: vec![NodeClock::EXACT; n],
-            extra_delay: HashMap::new(),
             next_token: 1,
+            asked: HashMap::new(),
             clients: HashMap::new(),
             writes: HashMap::new(),
             answers: HashMap::new(),
@@ -278,280 +228,85 @@ impl OrcaCluster {
             invoked: HashMap::new(),
             replies: HashMap::new(),
             history,
+        };
+        c.check_started();
+        c
+    }
+
+    /// Every node must run the table's shard from the start (a configuration the host refuses
+    /// is a broken scenario, not a finding).
+    fn check_started(&mut self) {
+        assert!(self.hc.open_failures.is_empty(), "the table opens: {:?}", self.hc.open_failures);
+        for i in 0..self.n() {
+            assert!(self.replica(i).is_some(), "n{i} runs {TABLE}'s shard");
         }
     }
 
     /// Gives every node a clock offset drawn from `[0, max)` and a rate error within `±ppm`,
-    /// and starts its core afresh at its own reading. Call it before running anything.
+    /// and starts the cluster afresh at their readings. Call it before running anything.
     pub fn skew_clocks(&mut self, rng: &mut Prng, max: Duration, ppm: i64) {
-        assert!(
-            self.history.events.is_empty() && self.queue.is_empty(),
-            "skew clocks before the run"
-        );
-        for i in 0..self.n() {
-            let c = &mut self.clocks[i];
-            c.offset_ns = rng.range(0, max.as_nanos() as u64);
-            c.drift_ppm = rng.range(0, 2 * ppm as u64 + 1) as i64 - ppm;
-            let r = LogReplica::new(
-                self.cfg.clone(),
-                self.ids[i],
-                &self.ids,
-                self.local(i),
-                1000 + i as u64,
-            );
-            self.nodes[i].replica = Some(r.expect("valid config"));
-        }
+        assert!(self.history.events.is_empty(), "skew clocks before the run");
+        let clocks = (0..self.n())
+            .map(|_| {
+                let offset_ns = rng.range(0, max.as_nanos() as u64);
+                let drift_ppm = rng.range(0, 2 * ppm as u64 + 1) as i64 - ppm;
+                NodeClock { offset_ns, drift_ppm }
+            })
+            .collect();
+        self.hc = build(self.n(), &self.cfg, &self.knobs, &self.net_prng, clocks);
+        self.now = self.hc.now;
+        self.check_started();
     }
 
     /// Node `i`'s local clock now.
     pub fn local(&self, i: usize) -> Instant {
-        self.clocks[i].local(self.now)
-    }
-
-    fn deadline(&self, i: usize) -> Option<Instant> {
-        let d = self.nodes[i].replica.as_ref()?.poll_timeout()?;
-        Some(self.clocks[i].global_at(d))
-    }
-
-    /// When node `i`'s next tick fires: its deadline, plus a lateness drawn once per deadline
-    /// when `tick_lateness` is set.
-    fn tick_at(&mut self, i: usize) -> Option<Instant> {
-        let d = self.deadline(i)?;
-        if self.tick_lateness.is_zero() {
-            return Some(d);
-        }
-        match self.late_ticks[i] {
-            Some((seen, at)) if seen == d => Some(at),
-            _ => {
-                let at = d + Duration::from_nanos(
-                    self.tick_rng.range(0, self.tick_lateness.as_nanos() as u64 + 1),
-                );
-                self.late_ticks[i] = Some((d, at));
-                Some(at)
-            }
-        }
+        self.hc.local(i)
     }
 
     pub fn n(&self) -> usize {
-        self.nodes.len()
+        self.ids.len()
+    }
+
+    /// Node `i`'s replica of the table's shard, if the node is up.
+    fn replica(&self, i: usize) -> Option<&LogReplica> {
+        self.hc.nodes[i].host.as_ref()?.shard_replica(TABLE, 0)
     }
 
     pub fn is_up(&self, i: usize) -> bool {
-        self.nodes[i].replica.is_some()
+        self.replica(i).is_some()
     }
 
     pub fn node(&self, i: usize) -> &LogReplica {
-        self.nodes[i].replica.as_ref().expect("node is up")
+        self.replica(i).expect("node is up")
     }
 
-    /// Runs `f` on node `i`'s core (an operator action), then executes its effects.
-    pub fn with_node<R>(&mut self, i: usize, f: impl FnOnce(&mut LogReplica, Instant) -> R) -> R {
-        let local = self.local(i);
-        let r = f(self.nodes[i].replica.as_mut().expect("node is up"), local);
-        self.drain(i);
-        r
+    /// The network between the nodes.
+    pub fn net(&mut self) -> &mut crate::net::Network {
+        &mut self.hc.net
     }
 
     pub fn violations(&self) -> Vec<crate::check::Violation> {
         super::check::check_all(&self.history)
     }
 
-    fn schedule(&mut self, at: Instant, ev: Ev) {
-        self.seq += 1;
-        self.queue.insert((at, self.seq), ev);
-    }
-
-    fn post(&mut self, from: usize, to: NodeId, msg: LogMessage) {
-        let cast = match msg {
-            LogMessage::RequestVote { epoch, .. } => Some((self.ids[from], epoch)),
-            LogMessage::VoteResp { epoch, granted: true } => Some((to, epoch)),
-            _ => None,
-        };
-        if let Some((candidate, epoch)) = cast {
-            let voter = self.ids[from];
-            if !self
-                .history
-                .votes
-                .iter()
-                .any(|v| v.voter == voter && v.candidate == candidate && v.epoch == epoch)
-            {
-                let pos = self.history.events.len();
-                self.history.votes.push(VoteCast { at: self.now, pos, voter, candidate, epoch });
-            }
-        }
-        let to = to.0 as usize;
-        let extra = self.extra_delay.get(&(from, to)).copied().unwrap_or_default();
-        for at in self.net.transmit(self.now, self.ids[from], self.ids[to]) {
-            self.schedule(at + extra, Ev::Deliver { from, to, msg: msg.clone() });
-        }
-    }
-
-    /// Runs one input on node `i` under the panic guard; a panic crashes the node.
-    fn input(&mut self, i: usize, f: impl FnOnce(&mut LogReplica, Instant)) {
-        let local = self.local(i);
-        let Some(r) = self.nodes[i].replica.as_mut() else { return };
-        if let Err(panic) = guarded(|| f(r, local)) {
-            self.history.anomalies.push(Anomaly {
-                at: self.now,
-                node: Some(self.ids[i]),
-                what: format!("core panicked while handling an input: {panic}"),
-            });
-            self.crash(i);
-            return;
-        }
-        self.drain(i);
-    }
-
-    /// Executes node `i`'s effects, checks its invariants, records what it did.
-    pub fn drain(&mut self, i: usize) {
-        let mut out: LogEffects = Effects::default();
-        let Some(r) = self.nodes[i].replica.as_mut() else { return };
-        r.poll_effects(&mut out);
-        if !self.nodes[i].invariants_failed {
-            let r = self.nodes[i].replica.as_ref().expect("up");
-            if let Err(panic) = guarded(|| r.check_invariants()) {
-                self.nodes[i].invariants_failed = true;
-                let what = format!("check_invariants failed: {panic}");
-                self.history.anomalies.push(Anomaly {
-                    at: self.now,
-                    node: Some(self.ids[i]),
-                    what,
-                });
-            }
-        }
-        for (to, msg) in out.send {
-            self.post(i, to, msg);
-        }
-        self.nodes[i].held.extend(out.send_after_persist);
-        for (token, p) in out.persist {
-            self.shadow_persist(i, &p);
-            let barrier = matches!(p, Persist::Sync | Persist::HardState(_));
-            self.nodes[i].disk.pending.push((token, p));
-            if barrier {
-                if self.nodes[i].disk_stalled {
-                    self.nodes[i].stalled.push(token);
-                } else {
-                    let incarnation = self.nodes[i].incarnation;
-                    self.schedule(
-                        self.now + self.disk_latency,
-                        Ev::DiskDone { node: i, incarnation, token },
-                    );
-                }
-            }
-        }
-        for e in out.event {
-            self.record_event(i, e);
-        }
-        for r in out.reply {
-            self.on_reply(r);
-        }
-        self.sample_follower(i);
-    }
-
-    /// Follows the core's log through its persist records (§7.10, §7.12).
-    fn shadow_persist(&mut self, i: usize, p: &Persist) {
-        let node = &mut self.nodes[i];
-        match p {
-            Persist::Append(es) => node.shadow.extend(es.iter().cloned()),
-            Persist::Truncate { after } => {
-                let keep = node.shadow.partition_point(|e| e.index <= *after);
-                let removed: Vec<LogIndex> = node.shadow.drain(keep..).map(|e| e.index).collect();
-                node.applied.retain(|x| x <= after);
-                node.executed.retain(|x, _| x <= after);
-                if !removed.is_empty() {
-                    let pos = self.history.events.len();
-                    self.history.truncations.push(TruncationRecord {
-                        at: self.now,
-                        pos,
-                        node: self.ids[i],
-                        removed,
-                    });
-                }
-            }
-            Persist::HardState(_) | Persist::Sync => {}
-        }
-    }
-
-    fn disk_done(&mut self, i: usize, token: u64) {
-        let node = &mut self.nodes[i];
-        node.disk.complete(token);
-        let (ready, held): (Vec<_>, Vec<_>) =
-            std::mem::take(&mut node.held).into_iter().partition(|(t, _, _)| *t <= token);
-        node.held = held;
-        self.input(i, |r, now| r.on_persisted(now, token));
-        if self.nodes[i].replica.is_some() {
-            for (_, to, msg) in ready {
-                self.post(i, to, msg);
-            }
-        }
-    }
-
-    fn step_event(&mut self, ev: Ev) {
-        match ev {
-            Ev::Deliver { from, to, msg } => {
-                if self.nodes[to].replica.is_none() {
-                    self.net.stats.dropped_dead += 1;
-                    return;
-                }
-                if !self.net.admits(self.ids[from], self.ids[to]) {
-                    return;
-                }
-                self.net.stats.delivered += 1;
-                let from_id = self.ids[from];
-                self.input(to, |r, now| r.on_message(now, from_id, msg));
-            }
-            Ev::DiskDone { node, incarnation, token } => {
-                if self.nodes[node].incarnation == incarnation && self.nodes[node].replica.is_some()
-                {
-                    self.disk_done(node, token);
-                }
-            }
-        }
+    /// Node `i`'s synced copy of entry `u`.
+    fn disk_entry(&self, i: usize, u: LogIndex) -> Option<&LogEntry> {
+        let (es, _) = self.hc.synced_log(i, self.table, 0)?;
+        es.binary_search_by_key(&u, |e| e.index).ok().map(|p| &es[p])
     }
 
     /// Runs events and timers until `now + d`.
     pub fn run_for(&mut self, d: Duration) {
-        let end = self.now + d;
-        let mut spins = 0u32;
-        loop {
-            let next_ev = self.queue.keys().next().map(|k| k.0);
-            let next_timer = (0..self.n()).filter_map(|i| self.tick_at(i)).min();
-            let t = match (next_ev, next_timer) {
-                (Some(a), Some(b)) => a.min(b),
-                (a, b) => match a.or(b) {
-                    Some(t) => t,
-                    None => break,
-                },
-            };
-            if t > end {
-                break;
-            }
-            spins = if t <= self.now { spins + 1 } else { 0 };
-            self.now = self.now.max(t);
-            if next_ev.is_some_and(|e| e <= t) {
-                let key = *self.queue.keys().next().expect("event");
-                let ev = self.queue.remove(&key).expect("event");
-                self.step_event(ev);
-            } else {
-                for i in 0..self.n() {
-                    if self.tick_at(i).is_some_and(|d| d <= self.now) {
-                        if spins > 10_000 {
-                            // A timer that never advances would stall the simulation.
-                            let what = "poll_timeout does not advance after on_tick".to_string();
-                            self.history.anomalies.push(Anomaly {
-                                at: self.now,
-                                node: Some(self.ids[i]),
-                                what,
-                            });
-                            self.crash(i);
-                            continue;
-                        }
-                        self.input(i, |r, now| r.on_tick(now));
-                    }
-                }
+        self.hc.tick_lateness = self.tick_lateness;
+        let end = self.hc.now + d;
+        while let Some(stepped) = self.hc.next(end) {
+            self.now = self.hc.now;
+            if let Stepped::Node(step) = stepped {
+                self.record_step(step);
             }
         }
-        self.now = self.now.max(end);
+        self.hc.now = self.hc.now.max(end);
+        self.now = self.hc.now;
     }
 
     pub fn run_ms(&mut self, ms: u64) {
@@ -563,51 +318,25 @@ impl OrcaCluster {
     /// Loses volatile state and every record not yet synced (§9.6).
     pub fn crash(&mut self, i: usize) {
         self.history.faults.push((self.now, format!("crash n{i}")));
-        let node = &mut self.nodes[i];
-        node.replica = None;
-        node.incarnation += 1;
-        node.disk.crash();
-        node.held.clear();
-        node.stalled.clear();
-        node.executed.clear();
-        node.sample = None;
+        self.hc.crash(i);
+        let w = &mut self.watch[i];
+        w.executed.clear();
+        w.sample = None;
     }
 
     /// Restarts a crashed node from its disk (§5.10). Does nothing if it is up.
     pub fn restart(&mut self, i: usize) {
-        if self.nodes[i].replica.is_some() {
+        if self.hc.is_up(i) {
             return;
         }
         self.history.faults.push((self.now, format!("restart n{i}")));
-        let now = self.local(i);
-        let node = &mut self.nodes[i];
-        let state = match node.disk.reopen() {
-            Ok(state) => state,
-            Err(what) => {
-                self.history.anomalies.push(Anomaly {
-                    at: self.now,
-                    node: Some(self.ids[i]),
-                    what,
-                });
-                return;
-            }
-        };
-        node.shadow = node.disk.durable.clone();
-        node.applied = node.shadow.iter().map(|e| e.index).collect();
-        let seed = 1000 + i as u64 + 7919 * node.incarnation;
-        match LogReplica::recover(self.cfg.clone(), self.ids[i], &self.ids, state, now, seed) {
-            Ok(r) => node.replica = Some(r),
-            Err(e) => {
-                let what = format!("restart from disk refused: {e}");
-                self.history.anomalies.push(Anomaly {
-                    at: self.now,
-                    node: Some(self.ids[i]),
-                    what,
-                });
-                return;
-            }
+        let synced = self.hc.synced_log(i, self.table, 0).map(|(es, _)| es.to_vec());
+        let w = &mut self.watch[i];
+        w.shadow = synced.unwrap_or_default();
+        w.applied = w.shadow.iter().map(|e| e.index).collect();
+        if let Some(step) = self.hc.start(i) {
+            self.record_step(step);
         }
-        self.drain(i);
     }
 
     fn links(&self, i: usize) -> Vec<(NodeId, NodeId)> {
@@ -621,55 +350,74 @@ impl OrcaCluster {
     pub fn isolate(&mut self, i: usize) {
         self.history.faults.push((self.now, format!("isolate n{i}")));
         let links = self.links(i);
-        self.net.cut_links(&links);
+        self.hc.net.cut_links(&links);
     }
 
     /// Cuts the directed link `from -> to` only.
     pub fn cut(&mut self, from: usize, to: usize) {
         self.history.faults.push((self.now, format!("cut n{from} -> n{to}")));
-        self.net.cut_links(&[(self.ids[from], self.ids[to])]);
+        self.hc.net.cut_links(&[(self.ids[from], self.ids[to])]);
     }
 
     /// Heals every partition and removes every injected link delay.
     pub fn heal(&mut self) {
         self.history.faults.push((self.now, "heal".to_string()));
-        self.net.heal_all();
-        self.extra_delay.clear();
+        self.hc.heal();
     }
 
     /// Adds `d` of one-way delay on every link to and from `i` (a lagging node).
     pub fn lag(&mut self, i: usize, d: Duration) {
         self.history.faults.push((self.now, format!("lag n{i} by {d:?}")));
-        for j in (0..self.n()).filter(|&j| j != i) {
-            self.extra_delay.insert((i, j), d);
-            self.extra_delay.insert((j, i), d);
-        }
+        self.hc.lag(i, d);
     }
 
     /// Holds every fsync of node `i` until [`OrcaCluster::unstall_disk`].
     pub fn stall_disk(&mut self, i: usize) {
         self.history.faults.push((self.now, format!("stall disk n{i}")));
-        self.nodes[i].disk_stalled = true;
+        self.hc.stall_disk(i);
     }
 
     pub fn unstall_disk(&mut self, i: usize) {
-        let node = &mut self.nodes[i];
-        node.disk_stalled = false;
-        let tokens = std::mem::take(&mut node.stalled);
-        let incarnation = node.incarnation;
-        for token in tokens {
-            self.schedule(
-                self.now + self.disk_latency,
-                Ev::DiskDone { node: i, incarnation, token },
-            );
-        }
+        self.hc.unstall_disk(i);
     }
 
-    // ---- clients (co-located with the node they ask: replies arrive when emitted) ----
+    /// ORCA §5.7.4 (c): an operator at node `l` revokes member `f`'s active-set lease
+    /// (`Host::revoke_shard_member`); false if refused or the node is down.
+    pub fn revoke_member(&mut self, l: usize, f: usize) -> bool {
+        let node = self.ids[f];
+        let Some((revoked, step)) =
+            self.hc.operate(l, |h, now| h.revoke_shard_member(now, TABLE, 0, node))
+        else {
+            return false;
+        };
+        if let Some(step) = step {
+            self.record_step(step);
+        }
+        revoked
+    }
+
+    // ---- clients (beside the node they ask: replies arrive when emitted) ----
 
     fn token(&mut self) -> u64 {
         self.next_token += 1;
         self.next_token - 1
+    }
+
+    /// Client `client`'s request to node `i`, on a connection of its own.
+    fn request(
+        &mut self,
+        client: u64,
+        i: usize,
+        token: u64,
+        asked: Asked,
+        rifl: Option<Rifl>,
+        body: Request,
+    ) {
+        self.asked.insert(token, asked);
+        let req = ClientRequest { corr: token, rifl, body };
+        if let Some(step) = self.hc.client_input(i, client as Route, req) {
+            self.record_step(step);
+        }
     }
 
     /// A write by `client` at node `i`, with the client's next `seq`; returns the reply token.
@@ -721,15 +469,22 @@ impl OrcaCluster {
             first_incomplete,
             lease: LeaseInfo {
                 client_id: rpc.client_id,
-                expiration: ClusterTime(u64::MAX),
+                expiration: ClusterTime(CLIENT_LEASE.as_nanos() as u64),
                 timestamp: ClusterTime::ZERO,
             },
         };
-        let (key, op, immediate) = (w.key.clone(), w.op.clone(), w.immediate);
+        let op = match &w.op {
+            WriteOp::Put(v) => LogWriteOp::Put(v.clone()),
+            WriteOp::Delete => LogWriteOp::Delete,
+        };
+        let body = Request::LogWrite {
+            table: TABLE.to_string(),
+            key: w.key.clone(),
+            op,
+            immediate: w.immediate,
+        };
         self.writes.insert(token, w);
-        self.input(i, |r, now| {
-            r.on_client_request(now, LogRequest::Write { token, rifl, key, op, immediate })
-        });
+        self.request(rpc.client_id, i, token, Asked::Write, Some(rifl), body);
         token
     }
 
@@ -755,9 +510,8 @@ impl OrcaCluster {
             token,
             Invocation { client, node: i, key: key.clone(), min_index, at: self.now },
         );
-        self.input(i, |r, now| {
-            r.on_client_request(now, LogRequest::Read { token, key, min_index })
-        });
+        let body = Request::LogRead { table: TABLE.to_string(), key, min_index };
+        self.request(client, i, token, Asked::Read, None, body);
         token
     }
 
@@ -769,11 +523,12 @@ impl OrcaCluster {
         self.read_with(i, key, None)
     }
 
-    /// rifl.md §5.7 step 1: asks node `i` to freeze the shard for a move to `to`; returns the
-    /// reply token.
-    pub fn freeze(&mut self, i: usize, to: strata_wire::log::ShardMove) -> u64 {
+    /// rifl.md §5.7 step 1: asks node `i` to freeze the shard for a move to `replicas` (an
+    /// admin's `FreezeShard`); returns the reply token.
+    pub fn freeze(&mut self, i: usize, replicas: Vec<NodeId>) -> u64 {
         let token = self.token();
-        self.input(i, |r, now| r.on_client_request(now, LogRequest::Freeze { token, to }));
+        let body = Request::FreezeShard { table: TABLE.to_string(), shard: 0, replicas };
+        self.request(0, i, token, Asked::Freeze, None, body);
         token
     }
 
@@ -825,9 +580,7 @@ impl OrcaCluster {
     /// The ready leader (synced, under lease) of the highest epoch, if any.
     pub fn leader(&self) -> Option<usize> {
         (0..self.n())
-            .filter(|&i| {
-                self.nodes[i].replica.as_ref().is_some_and(|r| r.is_ready_leader(self.local(i)))
-            })
+            .filter(|&i| self.replica(i).is_some_and(|r| r.is_ready_leader(self.local(i))))
             .max_by_key(|&i| self.node(i).epoch())
     }
 
@@ -850,7 +603,7 @@ impl OrcaCluster {
 
     /// How many nodes hold entry `u` on disk.
     pub fn durable_on(&self, u: LogIndex) -> usize {
-        self.nodes.iter().filter(|n| n.disk.entry(u).is_some()).count()
+        (0..self.n()).filter(|&i| self.disk_entry(i, u).is_some()).count()
     }
 
     pub fn events(&self) -> impl Iterator<Item = &Stamped> {
@@ -863,13 +616,113 @@ impl OrcaCluster {
 
     // ---- recording ----
 
+    /// Records what one input to node `step.node` did, in the order the old driver saw it:
+    /// the votes it sent, its log's persist records, its events, its replies, then a sample of
+    /// its follower state. Everything of the other tables (`__leases`) and of the rc replica
+    /// is not this harness's.
+    fn record_step(&mut self, step: Step) {
+        let i = step.node;
+        self.note_failures(i);
+        for (to, msg) in &step.sends {
+            if let PeerMessage::Shard { table, msg, .. } = msg {
+                if *table == self.table {
+                    self.note_vote(i, *to, msg);
+                }
+            }
+        }
+        for (shard, records) in &step.persists {
+            if shard.table == self.table {
+                for (_, p) in records {
+                    self.shadow_persist(i, p);
+                }
+            }
+        }
+        for a in step.audit {
+            if let Audit::Log { table, event, .. } = a {
+                if table == TABLE {
+                    self.record_event(i, event);
+                }
+            }
+        }
+        for (_, resp) in step.replies {
+            self.on_reply(resp);
+        }
+        self.sample_follower(i);
+    }
+
+    /// A host's panic or broken invariant, a failed storage open and a timer that did not
+    /// move: anomalies, each reported once.
+    fn note_failures(&mut self, i: usize) {
+        if !self.watch[i].failure_reported {
+            if let Some(what) = self.hc.nodes[i].failure.clone() {
+                self.watch[i].failure_reported = true;
+                self.history.anomalies.push(Anomaly {
+                    at: self.now,
+                    node: Some(self.ids[i]),
+                    what,
+                });
+            }
+        }
+        for what in std::mem::take(&mut self.hc.open_failures) {
+            self.history.anomalies.push(Anomaly { at: self.now, node: None, what });
+        }
+        for (j, at) in std::mem::take(&mut self.hc.stuck) {
+            let what = "poll_timeout does not advance after on_tick".to_string();
+            self.history.anomalies.push(Anomaly { at, node: Some(self.ids[j]), what });
+        }
+    }
+
+    fn note_vote(&mut self, from: usize, to: NodeId, msg: &LogMessage) {
+        let cast = match msg {
+            LogMessage::RequestVote { epoch, .. } => Some((self.ids[from], *epoch)),
+            LogMessage::VoteResp { epoch, granted: true } => Some((to, *epoch)),
+            _ => None,
+        };
+        if let Some((candidate, epoch)) = cast {
+            let voter = self.ids[from];
+            if !self
+                .history
+                .votes
+                .iter()
+                .any(|v| v.voter == voter && v.candidate == candidate && v.epoch == epoch)
+            {
+                let pos = self.history.events.len();
+                self.history.votes.push(VoteCast { at: self.now, pos, voter, candidate, epoch });
+            }
+        }
+    }
+
+    /// Follows the core's log through its persist records (§7.10, §7.12).
+    fn shadow_persist(&mut self, i: usize, p: &Persist) {
+        let node = &mut self.watch[i];
+        match p {
+            Persist::Append(es) => node.shadow.extend(es.iter().cloned()),
+            Persist::Truncate { after } => {
+                let keep = node.shadow.partition_point(|e| e.index <= *after);
+                let removed: Vec<LogIndex> = node.shadow.drain(keep..).map(|e| e.index).collect();
+                node.applied.retain(|x| x <= after);
+                node.executed.retain(|x, _| x <= after);
+                if !removed.is_empty() {
+                    let pos = self.history.events.len();
+                    self.history.truncations.push(TruncationRecord {
+                        at: self.now,
+                        pos,
+                        node: self.ids[i],
+                        removed,
+                    });
+                }
+            }
+            Persist::HardState(_) | Persist::Sync => {}
+        }
+    }
+
     fn record_event(&mut self, i: usize, e: LogEvent) {
         let pos = self.history.events.len();
         let at = self.now;
         let me = self.ids[i];
         match &e {
             LogEvent::Applied { upto } => {
-                let node = &mut self.nodes[i];
+                let node = &mut self.watch[i];
                 let last = node.applied.last().copied().unwrap_or(LogIndex::ZERO);
                 let from = node.shadow.partition_point(|e| e.index <= last);
                 let to = node.shadow.partition_point(|e| e.index <= *upto);
@@ -888,7 +741,7 @@ impl OrcaCluster {
             } => {
                 let server = served_by.0 as usize;
                 let (was_leader, valid) =
-                    match self.nodes.get(server).and_then(|n| n.replica.as_ref()) {
+                    match (server < self.n()).then(|| self.replica(server)).flatten() {
                         Some(r) if r.role() == Role::Leader => {
                             (true, r.is_ready_leader(self.local(server)))
                         }
@@ -899,11 +752,8 @@ impl OrcaCluster {
                     .map(|j| NodeAtServe {
                         node: self.ids[j],
                         up: self.is_up(j),
-                        disk_entry: self.nodes[j].disk.entry(*update_index).cloned(),
-                        applied: self.nodes[j]
-                            .replica
-                            .as_ref()
-                            .map_or(LogIndex::ZERO, |r| r.applied_index()),
+                        disk_entry: self.disk_entry(j, *update_index).cloned(),
+                        applied: self.replica(j).map_or(LogIndex::ZERO, |r| r.applied_index()),
                     })
                     .collect();
                 self.history.serves.push(ServeRecord {
@@ -923,7 +773,7 @@ impl OrcaCluster {
             }
             LogEvent::Executed { index, client_id, seq } => {
                 let rpc = RpcId { client_id: *client_id, seq: *seq };
-                let node = &mut self.nodes[i];
+                let node = &mut self.watch[i];
                 let others = node
                     .executed
                     .iter()
@@ -942,8 +792,7 @@ impl OrcaCluster {
             }
             LogEvent::AsRemoved { epoch, node, .. } => {
                 let f = node.0 as usize;
-                let still_serving =
-                    self.nodes[f].replica.as_ref().is_some_and(|r| r.is_serving(self.local(f)));
+                let still_serving = self.replica(f).is_some_and(|r| r.is_serving(self.local(f)));
                 self.history.removals.push(RemovalRecord {
                     at,
                     pos,
@@ -956,8 +805,7 @@ impl OrcaCluster {
             LogEvent::AsAdded { epoch, node, persisted, applied, di } => {
                 let f = node.0 as usize;
                 let want = self.leader_entry(i, *di);
-                let disk_has_di =
-                    *di == LogIndex::ZERO || self.nodes[f].disk.entry(*di) == want.as_ref();
+                let disk_has_di = *di == LogIndex::ZERO || self.disk_entry(f, *di) == want.as_ref();
                 self.history.additions.push(AdditionRecord {
                     at,
                     pos,
@@ -971,7 +819,7 @@ impl OrcaCluster {
             }
             LogEvent::DurableIndex { epoch, di } => {
                 let want = self.leader_entry(i, *di);
-                let holds = |j: usize| self.nodes[j].disk.entry(*di) == want.as_ref();
+                let holds = |j: usize| self.disk_entry(j, *di) == want.as_ref();
                 let holders = (0..self.n()).filter(|&j| holds(j)).map(|j| self.ids[j]).collect();
                 let members = self
                     .node(i)
@@ -979,7 +827,7 @@ impl OrcaCluster {
                     .into_iter()
                     .map(|m| {
                         let j = m.0 as usize;
-                        (m, holds(j), self.nodes[j].replica.as_ref().map(|r| r.applied_index()))
+                        (m, holds(j), self.replica(j).map(|r| r.applied_index()))
                     })
                     .collect();
                 self.history.dis.push(DiRecord {
@@ -1006,16 +854,16 @@ impl OrcaCluster {
     /// Records a follower's `DI_F` / serving state when it changes (§7.5, §7.7).
     fn sample_follower(&mut self, i: usize) {
         let local = self.local(i);
-        let Some(r) = self.nodes[i].replica.as_ref() else { return };
+        let Some(r) = self.replica(i) else { return };
         if r.role() == Role::Leader {
-            self.nodes[i].sample = None;
+            self.watch[i].sample = None;
             return;
         }
         let (epoch, di_f, applied, serving) =
             (r.epoch(), r.durable_index(), r.applied_index(), r.is_serving(local));
         let s = Some((epoch, di_f, serving, applied >= di_f));
-        if self.nodes[i].sample != s {
-            self.nodes[i].sample = s;
+        if self.watch[i].sample != s {
+            self.watch[i].sample = s;
             let pos = self.history.events.len();
             self.history.followers.push(FollowerSample {
                 at: self.now,
@@ -1029,8 +877,10 @@ impl OrcaCluster {
         }
     }
 
-    fn on_reply(&mut self, r: LogReply) {
-        let token = r.token();
+    fn on_reply(&mut self, resp: ClientResponse) {
+        let token = resp.corr;
+        let Some(&asked) = self.asked.get(&token) else { return };
+        let r = decode_reply(token, asked, resp.body);
         if let (LogReply::Write { result, .. }, Some(w)) = (&r, self.writes.get(&token)) {
             let rpc = w.rpc;
             let lost = self.write_reply_loss > 0.0 && self.loss_rng.chance(self.write_reply_loss);
@@ -1077,7 +927,7 @@ impl OrcaCluster {
     /// (or, without a leader, from the longest log of a live node).
     pub fn finish(&mut self, leader: Option<usize>) {
         self.history.final_applied = (0..self.n())
-            .map(|i| (self.ids[i], self.is_up(i).then(|| self.nodes[i].applied.clone())))
+            .map(|i| (self.ids[i], self.is_up(i).then(|| self.watch[i].applied.clone())))
             .collect();
         let source = leader.or_else(|| {
             (0..self.n()).filter(|&i| self.is_up(i)).max_by_key(|&i| self.node(i).last_index())
@@ -1086,5 +936,63 @@ impl OrcaCluster {
             self.history.h = self.node(s).entries().to_vec();
         }
         self.history.h_leader = leader.map(|l| self.ids[l]);
+    }
+}
+
+/// The engine's reply a client protocol response stands for (`strata_host::shards`
+/// `reply_body`, inverted): what the scenarios and checkers judge. Messages of refusals the
+/// engine words itself are not carried back.
+fn decode_reply(token: u64, asked: Asked, body: Response) -> LogReply {
+    let write_error = |body: Response| match body {
+        Response::LogRejected(f) => match f {
+            LogFailure::NotLeader { hint } => WriteError::NotLeader { hint },
+            LogFailure::Unavailable => WriteError::Unavailable,
+            LogFailure::Timeout => WriteError::Timeout,
+            LogFailure::Moved { replicas } => WriteError::Moved { replicas },
+            LogFailure::NotInActiveSet | LogFailure::Invalid(_) => {
+                WriteError::Invalid("refused as invalid")
+            }
+        },
+        Response::Error { code: ErrorCode::Stale, .. } => WriteError::Stale,
+        Response::Error { code: ErrorCode::ExpiredLease, .. } => WriteError::ExpiredLease,
+        Response::Error { code: ErrorCode::BadEnvelope, .. } => {
+            WriteError::BadEnvelope("refused as a bad envelope")
+        }
+        _ => WriteError::Invalid("an unexpected response"),
+    };
+    match asked {
+        Asked::Write => LogReply::Write {
+            token,
+            result: match body {
+                Response::LogWritten { index } => Ok(WriteAck { index }),
+                other => Err(write_error(other)),
+            },
+        },
+        Asked::Read => LogReply::Read {
+            token,
+            result: match body {
+                Response::LogValue { value, update_index, served_by, epoch } => {
+                    Ok(ReadValue { value, update_index, served_by, epoch })
+                }
+                Response::LogRejected(f) => Err(match f {
+                    LogFailure::NotLeader { hint } => ReadError::NotLeader { hint },
+                    LogFailure::NotInActiveSet => ReadError::NotInActiveSet,
+                    LogFailure::Timeout => ReadError::Timeout,
+                    LogFailure::Moved { replicas } => ReadError::Moved { replicas },
+                    LogFailure::Unavailable | LogFailure::Invalid(_) => ReadError::Unavailable,
+                }),
+                _ => Err(ReadError::Unavailable),
+            },
+        },
+        Asked::Freeze => LogReply::Frozen {
+            token,
+            result: match body {
+                Response::ShardFrozen { snapshot: Some(s), .. } => Ok(s),
+                Response::ShardFrozen { snapshot: None, .. } => {
+                    Err(WriteError::Invalid("the shard is already there"))
+                }
+                other => Err(write_error(other)),
+            },
+        },
     }
 }

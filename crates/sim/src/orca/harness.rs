@@ -215,7 +215,7 @@ fn draw_net(rng: &mut Prng) -> NetKnobs {
 /// immediate-durability write; take `H` from the final leader.
 fn finish(c: &mut OrcaCluster, down: &mut Vec<usize>, sent: &[u64]) {
     c.heal();
-    c.net.calm();
+    c.hc.calm();
     c.write_reply_loss = 0.0;
     for i in 0..N {
         c.unstall_disk(i);

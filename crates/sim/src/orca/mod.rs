@@ -1,8 +1,10 @@
-//! Simulation of the log engine (ORCA, `orca.md`): the same [`strata_log::LogReplica`] cores
-//! as `strata-node`, on the simulator's network, clocks and crash-losing disks, with the
-//! history checkers of orca.md §7 and the §7 fault-injection harness.
+//! Simulation of the log engine (ORCA, `orca.md`): whole [`strata_host::Host`] cores — the
+//! same [`strata_log::LogReplica`]s `strata-node` runs, inside the host that pumps them — on
+//! the simulator's one cluster loop ([`crate::host::cluster::HostCluster`]: network, clocks,
+//! crash-losing disks), with the history checkers of orca.md §7 and the §7 fault-injection
+//! harness.
 //!
-//! * [`cluster`]: the driver ([`OrcaCluster`]), also the scenario tests' DSL;
+//! * [`cluster`]: the harness over the loop ([`OrcaCluster`]), also the scenario tests' DSL;
 //! * [`history`]: what a run records; [`check`]: invariants 1 - 14 over it, and RIFL's
 //!   exactly-once invariants (rifl.md §7 inv. 1, 2) for the writes;
 //! * [`harness`]: one seeded §7 run (crash/lag states, reads everywhere, healing, liveness)
