@@ -266,8 +266,13 @@ impl RcReplica {
     }
 }
 
-/// Peers known to hold a version `>= cs` of `key`. No record means the last one was
-/// acknowledged by every peer, and records only ever grow newer.
+/// Peers known to hold a version `>= cs` of `key`, for a version `cs` this node created. A
+/// record is only ever replaced by a newer one (`track`) and removed once every peer
+/// acknowledged it (`credit`), so a record older than `cs`, like no record, means a version
+/// `>= cs` was acknowledged by every peer: the older record is an RMW of this node decided
+/// after that (its version loses to the newer one everywhere, but is tracked until acked).
+/// Answering "nobody" there kept a barrier waiting for ever once a peer crashed (rc seed 3103:
+/// the RMW's record could never be fully acknowledged again).
 pub(crate) fn acked(
     pending: &HashMap<Bytes, PendingWrite>,
     peers: NodeSet,
@@ -276,8 +281,7 @@ pub(crate) fn acked(
 ) -> NodeSet {
     match pending.get(key) {
         Some(p) if p.cs >= cs => p.acked,
-        Some(_) => NodeSet::EMPTY,
-        None => peers,
+        Some(_) | None => peers,
     }
 }
 
@@ -315,6 +319,33 @@ mod tests {
             Response::SessionOpened { session } => session,
             other => panic!("{other:?}"),
         }
+    }
+
+    /// rc seed 3103: a plain write acknowledged by every peer, then an RMW of this node decided
+    /// with an older version (its base predates the write). The RMW's record is tracked until
+    /// acknowledged (a crashed peer never will); the write still counts as acknowledged by
+    /// every peer, or a barrier covering it waits for ever.
+    #[test]
+    fn an_older_rmw_tracked_after_a_fully_acked_write_does_not_hide_that_write() {
+        let mut r = replica(0);
+        let key = Bytes::from_static(b"k");
+        let cs =
+            |ver, node, pno| Carstamp { llc: strata_wire::Llc { ver, node: NodeId(node) }, pno };
+        let write = cs(45, 0, 0);
+        r.track(Instant(0), key.clone(), None, write, None, NodeSet::EMPTY);
+        r.credit(Instant(1), &key, NodeId(1), write);
+        r.credit(Instant(1), &key, NodeId(2), write);
+        assert!(r.pending.is_empty(), "fully acknowledged: no record");
+        let rmw = cs(44, 0, 9);
+        assert!(rmw < write);
+        let rmw_id =
+            strata_wire::RmwId { session: SessionId { node: NodeId(0), index: 0 }, seq: 2 };
+        let mut only_1 = NodeSet::EMPTY;
+        only_1.insert(NodeId(1));
+        r.track(Instant(2), key.clone(), None, rmw, Some(rmw_id), only_1);
+        assert_eq!(r.pending[&key].cs, rmw, "the RMW's version is tracked");
+        assert_eq!(r.acked_for(&key, rmw), only_1);
+        assert_eq!(r.acked_for(&key, write), r.peer_set, "the write stays acknowledged by all");
     }
 
     #[test]

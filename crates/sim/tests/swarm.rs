@@ -148,6 +148,18 @@ impl StateRecords {
     }
 }
 
+/// Seeds that once failed, kept as regressions: 3103 (7 nodes, 2 crashed) left a CAS waiting
+/// for its barrier for ever — an RMW of the node, decided with a version older than the
+/// session's fully acknowledged write, made that write look acknowledged by nobody
+/// (`strata_rc::es::acked`).
+#[test]
+fn seeds_that_once_failed_pass() {
+    for seed in [3103] {
+        let report = run_seed(seed, &RunOptions::default());
+        assert!(report.passed(), "{}", failure(&report));
+    }
+}
+
 #[test]
 fn canary_apply_older_writes_is_caught_on_most_seeds() {
     let opts = RunOptions { canary: Some(Canary::ApplyOlderWrites), ..RunOptions::default() };
