@@ -407,6 +407,8 @@ fn status_json(addr: SocketAddr, r: &Result<NodeStatus, String>) -> serde_json::
                 "paused": s.connections.paused,
                 "closed_idle": s.connections.closed_idle,
                 "closed_slow_frame": s.connections.closed_slow_frame,
+                "forbidden": s.connections.forbidden,
+                "invalid_envelopes": s.connections.invalid_envelopes,
             },
             "peers": s.peers.iter().map(|p| serde_json::json!({
                 "node": p.node.0,

@@ -193,6 +193,12 @@ impl Host {
         self.refused_requests
     }
 
+    /// Linearizable requests refused because their RIFL lease is one no grant produces
+    /// (`BadEnvelope`; rifl.md §5.5.3, issue #17).
+    pub fn invalid_envelopes(&self) -> u64 {
+        self.leases.invalid_envelopes
+    }
+
     /// Connection `route` is gone: its rc sessions close (Kite §6, client crash).
     pub fn on_disconnected(&mut self, now: Instant, route: Route) {
         self.roles.remove(&route);

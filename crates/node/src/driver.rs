@@ -423,6 +423,8 @@ impl Driver {
                     .count() as u64,
                 closed_idle: self.counters.closed_idle.load(Ordering::Relaxed),
                 closed_slow_frame: self.counters.closed_slow_frame.load(Ordering::Relaxed),
+                forbidden: self.host.refused_requests(),
+                invalid_envelopes: self.host.invalid_envelopes(),
             },
         }
     }

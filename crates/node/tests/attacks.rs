@@ -89,10 +89,11 @@ async fn a_lease_timestamp_at_the_clocks_end_is_refused_and_writes_go_on() {
         assert!(start.elapsed() < Duration::from_secs(1), "n{i} held a genuine write");
         assert_eq!(good.get("k").await.as_deref(), Some(&b"good"[..]));
     }
-    // No storm of lease questions: the nodes stay quiet and up.
+    // No storm of lease questions: the nodes stay quiet and up, and count the refusal.
     for (i, node) in nodes.iter().enumerate() {
         let status = Conn::connect(node.client_addr()).await.status().await;
         assert_eq!(status.node, NodeId(i as u32));
+        assert_eq!(status.connections.invalid_envelopes, 1, "n{i}");
     }
 }
 

@@ -293,9 +293,10 @@ async fn clients_may_do_what_their_certificates_role_allows_and_nothing_else() {
     assert_eq!(w.get("k").await, None, "the writer deleted k (after its put)");
     w.put("k", b"good").await;
 
-    // Nothing an anonymous or read client sent took effect.
+    // Nothing an anonymous or read client sent took effect; the refusals are counted.
     let status = admin.conn.status().await;
     assert!(status.peers.iter().all(|p| p.fault.is_clear()), "no fault was set");
+    assert!(status.connections.forbidden >= 2, "{:?}", status.connections);
     assert_eq!(admin.conn.call(Request::ListTables).await, Response::Tables(Vec::new()));
 
     // The admin may do it all.

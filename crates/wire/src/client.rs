@@ -530,10 +530,15 @@ pub struct ConnectionStats {
     pub closed_idle: u64,
     /// Connections closed because a frame was not completed within `partial_frame_timeout_ms`.
     pub closed_slow_frame: u64,
+    /// Requests refused because the connection's role does not allow them (`Forbidden`).
+    pub forbidden: u64,
+    /// Requests whose RIFL lease no grant could produce (a timestamp far beyond the cluster
+    /// clock, an expiration beyond the lease term): refused `BadEnvelope` (issue #17).
+    pub invalid_envelopes: u64,
 }
 
 impl ConnectionStats {
-    fn fields(&self) -> [u64; 6] {
+    fn fields(&self) -> [u64; 8] {
         [
             self.open,
             self.refused,
@@ -541,10 +546,12 @@ impl ConnectionStats {
             self.paused,
             self.closed_idle,
             self.closed_slow_frame,
+            self.forbidden,
+            self.invalid_envelopes,
         ]
     }
 
-    fn fields_mut(&mut self) -> [&mut u64; 6] {
+    fn fields_mut(&mut self) -> [&mut u64; 8] {
         [
             &mut self.open,
             &mut self.refused,
@@ -552,6 +559,8 @@ impl ConnectionStats {
             &mut self.paused,
             &mut self.closed_idle,
             &mut self.closed_slow_frame,
+            &mut self.forbidden,
+            &mut self.invalid_envelopes,
         ]
     }
 }

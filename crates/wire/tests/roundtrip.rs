@@ -136,7 +136,7 @@ fn response() -> impl Strategy<Value = ClientResponse> {
                 }
             });
     let status =
-        (any::<[u64; 10]>(), any::<u32>(), prop::collection::vec(peer, 0..4), any::<[u64; 6]>())
+        (any::<[u64; 10]>(), any::<u32>(), prop::collection::vec(peer, 0..4), any::<[u64; 8]>())
             .prop_map(|(c, n, peers, k)| NodeStatus {
                 node: NodeId(n),
                 uptime_ms: c[0],
@@ -158,6 +158,8 @@ fn response() -> impl Strategy<Value = ClientResponse> {
                     paused: k[3],
                     closed_idle: k[4],
                     closed_slow_frame: k[5],
+                    forbidden: k[6],
+                    invalid_envelopes: k[7],
                 },
             });
     let body = prop_oneof![
@@ -499,13 +501,13 @@ fn unknown_tags_and_trailing_bytes_are_errors() {
 fn hostile_sequence_count_does_not_allocate() {
     // A status response claiming 4 billion shards in a tiny frame must fail fast. The shards'
     // count is followed by the (empty) read-counter extension's count and the connection
-    // counters (extension 2: a count and six u64, the last 52 bytes).
+    // counters (extension 2: a count and eight u64, the last 68 bytes).
     let mut buf = BytesMut::new();
     strata_wire::Encode::encode(
         &ClientResponse { corr: 1, body: Response::Status(NodeStatus::default()) },
         &mut buf,
     );
-    let n = buf.len() - 52;
+    let n = buf.len() - 68;
     buf[n - 8..n - 4].copy_from_slice(&u32::MAX.to_le_bytes());
     assert!(matches!(
         decode_message::<ClientResponse>(buf.freeze()),

@@ -23,8 +23,8 @@ use strata_wire::{
 const CLUSTER: ClusterId = ClusterId(0x7ab);
 const MAX_FRAME: usize = 1 << 20;
 
-/// Bytes of `Status` extension 2: a u32 count and six u64 connection counters.
-const CONNECTIONS_EXT: usize = 4 + 6 * 8;
+/// Bytes of `Status` extension 2: a u32 count and eight u64 connection counters.
+const CONNECTIONS_EXT: usize = 4 + 8 * 8;
 
 fn bytes() -> impl Strategy<Value = Bytes> {
     prop::collection::vec(any::<u8>(), 0..24).prop_map(Bytes::from)
@@ -316,8 +316,8 @@ proptest! {
 
     /// A `Status` from a node without connection counters decodes with them at 0.
     #[test]
-    fn status_without_connection_counters_decodes(shards in prop::collection::vec(shard_status(), 0..3), c in any::<[u64; 6]>()) {
-        let connections = ConnectionStats { open: c[0], refused: c[1], buffered_bytes: c[2], paused: c[3], closed_idle: c[4], closed_slow_frame: c[5] };
+    fn status_without_connection_counters_decodes(shards in prop::collection::vec(shard_status(), 0..3), c in any::<[u64; 8]>()) {
+        let connections = ConnectionStats { open: c[0], refused: c[1], buffered_bytes: c[2], paused: c[3], closed_idle: c[4], closed_slow_frame: c[5], forbidden: c[6], invalid_envelopes: c[7] };
         let status = NodeStatus { shards, connections, ..NodeStatus::default() };
         let msg = ClientResponse { corr: 8, body: Response::Status(status.clone()) };
         let mut b = BytesMut::new();
