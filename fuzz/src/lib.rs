@@ -17,6 +17,7 @@ pub fn host() -> (Host, HostEffects) {
         seed: 7,
         shard_rate_limit: None,
         audit: false,
+        log_overrides: Default::default(),
     };
     let mut host = Host::new(cfg, b"").expect("a host starts without a catalog");
     // Connection 1 may do everything, so requests reach the validators behind the role check.
