@@ -43,6 +43,11 @@ enum Command {
         /// Also print the version (carstamp) on stderr.
         #[arg(long)]
         show_version: bool,
+        /// Write the value's bytes as they are, also to a terminal. Without it, a value that
+        /// is not printable text is escaped on a terminal (`\xNN`, `\n`, ...); to a pipe or
+        /// file it is always written as it is.
+        #[arg(long)]
+        raw: bool,
         #[command(flatten)]
         target: ops::Target,
     },
@@ -173,11 +178,11 @@ fn main() {
         Command::Up(args) => up::run(args),
         Command::Node(args) => run_node(args),
         Command::Certs(args) => certs::run(args),
-        Command::Get { key, table: Some(table), show_version, target, .. } => {
-            block_on(ops::table_get(&target, table, key, show_version))
+        Command::Get { key, table: Some(table), show_version, raw, target, .. } => {
+            block_on(ops::table_get(&target, table, key, show_version, raw))
         }
-        Command::Get { key, acquire, show_version, target, table: None } => {
-            block_on(ops::get(&target, key, acquire, show_version))
+        Command::Get { key, acquire, show_version, raw, target, table: None } => {
+            block_on(ops::get(&target, key, acquire, show_version, raw))
         }
         Command::Put {
             key,

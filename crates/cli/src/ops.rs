@@ -75,6 +75,7 @@ pub async fn get(
     key: String,
     acquire: bool,
     show_version: bool,
+    raw: bool,
 ) -> Result<i32, Failure> {
     let client = target.client().await?;
     let mut s = client.open_session().await?;
@@ -82,15 +83,25 @@ pub async fn get(
     if show_version {
         eprintln!("version {}", v.version);
     }
-    print_value(&key, v.value)
+    print_value(&key, v.value, raw)
 }
 
-/// Prints a read's value on stdout (exit 0), or says the key has none (exit 3).
-fn print_value(key: &str, value: Option<bytes::Bytes>) -> Result<i32, Failure> {
+/// Prints a read's value on stdout (exit 0), or says the key has none (exit 3). On a
+/// terminal, a value that is not printable text is escaped unless `raw` (issue #18: binary
+/// never goes to a terminal as it is); to a pipe or a file, the bytes go as they are.
+fn print_value(key: &str, value: Option<bytes::Bytes>, raw: bool) -> Result<i32, Failure> {
+    use std::io::IsTerminal;
     match value {
         Some(value) => {
             let mut out = std::io::stdout().lock();
-            out.write_all(&value)
+            let escaped;
+            let bytes = if raw || !out.is_terminal() || is_printable(&value) {
+                &value[..]
+            } else {
+                escaped = value.escape_ascii().to_string();
+                escaped.as_bytes()
+            };
+            out.write_all(bytes)
                 .and_then(|()| out.write_all(b"\n"))
                 .map_err(|e| Failure::new(FAILED, e.to_string()))?;
             Ok(OK)
@@ -100,6 +111,11 @@ fn print_value(key: &str, value: Option<bytes::Bytes>) -> Result<i32, Failure> {
             Ok(NOT_FOUND)
         }
     }
+}
+
+/// Text a terminal shows as it is: UTF-8 without control characters other than tab.
+fn is_printable(value: &[u8]) -> bool {
+    std::str::from_utf8(value).is_ok_and(|s| s.chars().all(|c| c == '\t' || !c.is_control()))
 }
 
 /// A `put`'s value: the argument, or the bytes of `--value-file` (`-`: standard input).
@@ -177,7 +193,7 @@ pub async fn faa(
                 r.written.map_or("-".into(), |c| c.to_string())
             );
         }
-        println!("{}", r.observed_u64());
+        println!("{}", r.faa_old(delta)?);
     }
     Ok(if unknown > 0 { OUTCOME_UNKNOWN } else { OK })
 }
@@ -728,6 +744,7 @@ pub async fn table_get(
     table: String,
     key: String,
     show_version: bool,
+    raw: bool,
 ) -> Result<i32, Failure> {
     let client = target.client().await?;
     let mut t = client.table(&table).await?;
@@ -738,7 +755,7 @@ pub async fn table_get(
             r.update_index, r.served_by.0, r.epoch
         );
     }
-    print_value(&key, r.value)
+    print_value(&key, r.value, raw)
 }
 
 /// `put --table` (`value` Some) and `del --table` (None).

@@ -131,6 +131,16 @@ fn release_acquire_faa_and_cas_from_the_command_line() {
     assert_eq!((acq.status.code(), stdout(&acq).as_str()), (Some(0), "go\n"), "{}", stderr(&acq));
     assert_eq!(stdout(&up.strata(&["faa", "ctr", "5"])), "0\n", "faa prints the previous value");
     assert_eq!(stdout(&up.strata(&["faa", "ctr", "2"])), "5\n");
+    // Counters are decimal text (issue #18): `get` prints them, and a put makes one. (Each
+    // call may reach another node: the put is a release, which the FAA's quorum sees.)
+    assert_eq!(stdout(&up.strata(&["get", "--acquire", "ctr"])), "7\n");
+    assert!(up.strata(&["put", "--release", "n", "10"]).status.success());
+    assert_eq!(stdout(&up.strata(&["faa", "n", "5"])), "10\n");
+    assert_eq!(stdout(&up.strata(&["get", "--acquire", "n"])), "15\n");
+    assert!(up.strata(&["put", "--release", "name", "alice"]).status.success());
+    let bad = up.strata(&["faa", "name", "1"]);
+    assert!(!bad.status.success() && stderr(&bad).contains("not a counter"), "{}", stderr(&bad));
+    assert_eq!(stdout(&up.strata(&["get", "--acquire", "name"])), "alice\n", "unchanged");
     let first = up.strata(&["cas", "--expect-absent", "lock", "me"]);
     assert_eq!(
         (first.status.code(), stdout(&first).as_str()),
@@ -146,6 +156,32 @@ fn release_acquire_faa_and_cas_from_the_command_line() {
     assert!(weak.status.success(), "{}", stdout(&weak));
     assert_eq!(stdout(&up.strata(&["get", "--acquire", "lock"])), "you\n");
     assert_eq!(up.strata(&["cas", "lock"]).status.code(), Some(2), "usage");
+}
+
+/// Issue #18: `strata get` never writes binary to a terminal as it is: escaped there (unless
+/// `--raw`), raw to a pipe. The terminal is a pseudo-terminal from `script` (util-linux).
+#[test]
+fn get_escapes_binary_values_on_a_terminal_only() {
+    let up = Up::start(1);
+    let binary = [0u8, 1, 2, 0xff, b'a'];
+    let put = strata_with_stdin(&up, &["put", "--release", "bin", "--value-file", "-"], &binary);
+    assert!(put.status.success(), "{}", stderr(&put));
+    let piped = up.strata(&["get", "--acquire", "bin"]);
+    assert_eq!(piped.stdout, [&binary[..], b"\n"].concat(), "a pipe gets the bytes");
+    let on_terminal = |extra: &str| {
+        let cmd =
+            format!("{STRATA} get --acquire bin --data-dir {} {extra}", up.data_dir.display());
+        let out = std::process::Command::new("script")
+            .args(["-qec", &cmd, "/dev/null"])
+            .output()
+            .expect("script (util-linux) runs");
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        out.stdout
+    };
+    let shown = on_terminal("");
+    assert!(shown.starts_with(b"\\x00\\x01\\x02\\xffa"), "{}", String::from_utf8_lossy(&shown));
+    let raw = on_terminal("--raw");
+    assert!(raw.starts_with(&binary), "--raw writes the bytes: {raw:?}");
 }
 
 /// `strata put` runs `cmd` with `input` on its standard input.

@@ -65,11 +65,7 @@ async fn counter(at: SocketAddr) -> u64 {
 }
 
 fn as_counter(v: Option<&[u8]>) -> u64 {
-    let mut b = [0u8; 8];
-    if let Some(v) = v {
-        b[..v.len().min(8)].copy_from_slice(&v[..v.len().min(8)]);
-    }
-    u64::from_le_bytes(b)
+    strata_wire::counter::parse(v).expect("the key holds a counter")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use strata_wire::client::{ErrorCode, Request, Response};
-use strata_wire::{Carstamp, LeaseInfo, Rifl, SessionId, WINDOW};
+use strata_wire::{counter, Carstamp, LeaseInfo, Rifl, SessionId, WINDOW};
 use tracing::debug;
 
 use crate::client::{RiflClient, Shared};
@@ -110,14 +110,19 @@ pub struct RmwOutcome {
 }
 
 impl RmwOutcome {
-    /// The observed value as a counter (little-endian u64, zero-extended; absent = 0).
-    pub fn observed_u64(&self) -> u64 {
-        let mut b = [0u8; 8];
-        if let Some(v) = &self.observed.value {
-            let n = v.len().min(8);
-            b[..n].copy_from_slice(&v[..n]);
+    /// For a fetch-and-add of `delta`: the counter it read, the value before the addition
+    /// (`strata_wire::counter`: decimal text, absent = 0). `InvalidArgument` if the FAA changed
+    /// nothing because the value is not a counter or the sum would pass `u64::MAX` — the
+    /// replicas decided that from the same value, so the outcome is certain.
+    pub fn faa_old(&self, delta: u64) -> Result<u64, ClientError> {
+        let value = self.observed.value.as_deref();
+        match counter::add(value, delta) {
+            Ok(_) => Ok(counter::parse(value).expect("add parsed it")),
+            Err(e) => Err(ClientError::InvalidArgument(format!(
+                "fetch-and-add of {delta} changed nothing: {e} (the value is {})",
+                value.unwrap_or_default().escape_ascii()
+            ))),
         }
-        u64::from_le_bytes(b)
     }
 }
 
@@ -508,7 +513,7 @@ impl Session {
 
     /// Fetch-and-add; returns the value before the addition.
     pub async fn faa(&mut self, key: impl Into<Bytes>, delta: u64) -> Result<u64, ClientError> {
-        Ok(rmw(self.call(Op::faa(key, delta)).await?)?.observed_u64())
+        rmw(self.call(Op::faa(key, delta)).await?)?.faa_old(delta)
     }
 
     /// Compare-and-swap (strong unless `weak`); see [`Op::Cas`].

@@ -230,13 +230,28 @@ async fn release_acquire_faa_and_cas_through_the_client() {
     for (who, id) in ids {
         let s = if who == 0 { &mut sa } else { &mut sb };
         match s.wait(id).await.unwrap() {
-            Outcome::Rmw(r) => olds.push(r.observed_u64()),
+            Outcome::Rmw(r) => olds.push(r.faa_old(1).unwrap()),
             other => panic!("{other:?}"),
         }
     }
     olds.sort_unstable();
     assert_eq!(olds, (0..40).collect::<Vec<u64>>());
     assert_eq!(sa.faa("ctr", 0).await.unwrap(), 40);
+    // Counters are decimal text (issue #18): readable as written, and a put makes one.
+    assert_eq!(sa.get("ctr").await.unwrap().value.as_deref(), Some(&b"40"[..]));
+    sa.put("ten", "10").await.unwrap();
+    // (The same session: the FAA's barrier covers the put, Kite §5.6 M2.)
+    assert_eq!(sa.faa("ten", 5).await.unwrap(), 10);
+    assert_eq!(sa.get("ten").await.unwrap().value.as_deref(), Some(&b"15"[..]));
+    // An FAA on something else changes nothing and says why.
+    sa.put("name", "alice").await.unwrap();
+    match sa.faa("name", 1).await {
+        Err(ClientError::InvalidArgument(m)) => assert!(m.contains("not a counter"), "{m}"),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(sa.get("name").await.unwrap().value.as_deref(), Some(&b"alice"[..]));
+    sa.put("top", u64::MAX.to_string()).await.unwrap();
+    assert!(matches!(sa.faa("top", 1).await, Err(ClientError::InvalidArgument(_))));
 
     // Compare-and-swap as a lock: only the first of two contenders gets it.
     let first = sa.cas("lock", None, "a", false).await.unwrap();

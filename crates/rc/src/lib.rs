@@ -36,7 +36,6 @@ pub use api::{
 pub use barrier::RELEASE_TIMEOUT_RTTS;
 pub use config::{ConfigError, RcConfig};
 pub use node_set::NodeSet;
-pub use paxos::value_as_u64;
 pub use replica::{RcEffects, RcReplica};
 
 #[cfg(feature = "canaries")]

@@ -12,7 +12,7 @@ use strata_wire::peer::{
     Accept, Commit, Completion, KeyRecords, PaxosOutcome, PaxosReply, PeerMessage, Propose,
     RcResult, Tuple,
 };
-use strata_wire::{AcquireId, Ballot, Carstamp, Instant, NodeId, Rifl, RmwId, SessionId};
+use strata_wire::{counter, AcquireId, Ballot, Carstamp, Instant, NodeId, Rifl, RmwId, SessionId};
 
 use crate::api::{RcEvent, ValueRound};
 use crate::barrier::Barrier;
@@ -92,17 +92,6 @@ enum Phase {
     },
 }
 
-/// Kite §2.2 [DECISION K-D9]: the value as a little-endian u64 over its first 8 bytes,
-/// zero-extended; absent reads as 0.
-pub fn value_as_u64(v: Option<&[u8]>) -> u64 {
-    let mut b = [0u8; 8];
-    if let Some(v) = v {
-        let n = v.len().min(8);
-        b[..n].copy_from_slice(&v[..n]);
-    }
-    u64::from_le_bytes(b)
-}
-
 impl Rmw {
     /// The RMW's barrier, and whether its own tuple has left the node (M6) — for the local
     /// check of Kite §7 inv. 14.
@@ -112,13 +101,16 @@ impl Rmw {
 }
 
 impl RmwOp {
-    /// `f(op, old)`: the new value and whether a CAS swapped. A failed CAS keeps the value.
+    /// `f(op, old)`: the new value and whether a CAS swapped. A failed CAS keeps the value,
+    /// and so does an FAA on a value that is not a counter or that would overflow
+    /// (`strata_wire::counter`: decimal text; the client tells the failure from what it
+    /// observed).
     fn apply(&self, old: &Option<Bytes>) -> (Option<Bytes>, bool) {
         match self {
-            RmwOp::Faa { delta } => {
-                let n = value_as_u64(old.as_deref()).wrapping_add(*delta);
-                (Some(Bytes::copy_from_slice(&n.to_le_bytes())), false)
-            }
+            RmwOp::Faa { delta } => match counter::add(old.as_deref(), *delta) {
+                Ok(n) => (Some(counter::encode(n)), false),
+                Err(_) => (old.clone(), false),
+            },
             RmwOp::Cas { expected, new, .. } => {
                 if old == expected {
                     (Some(new.clone()), true)

@@ -8,7 +8,6 @@ use strata_wire::peer::PeerMessage;
 use strata_wire::NodeId;
 
 use crate::testkit::{b, envelope, Net};
-use crate::value_as_u64;
 
 fn counter(net: &mut Net, node: usize, key: &str) -> u64 {
     let s = net.open(node);
@@ -260,4 +259,9 @@ fn rifl_rc_a_key_full_of_unacknowledged_results_refuses_more_until_they_are_coll
     let again = net.call_rifl_filtered(0, Some(envelope(refused, 1, 1)), cas(s), &mut measure);
     assert!(matches!(again, Response::Rmw { swapped: false, .. }), "{again:?}");
     assert!(largest <= limits.max_frame_bytes, "{largest} bytes in one peer message");
+}
+
+/// A counter's value (decimal text, `strata_wire::counter`).
+fn value_as_u64(v: Option<&[u8]>) -> u64 {
+    strata_wire::counter::parse(v).expect("a counter")
 }

@@ -9,7 +9,6 @@ use strata_wire::peer::PeerMessage;
 use strata_wire::{Carstamp, NodeId};
 
 use crate::testkit::{b, Net};
-use crate::value_as_u64;
 
 fn written(r: Response) -> Carstamp {
     match r {
@@ -283,4 +282,9 @@ fn rc_forged_writes_at_the_counters_end_are_dropped_and_puts_go_on() {
     let cs = written(net.call(0, Request::Put { session: s, key: b("k"), value: b("good") }));
     assert_eq!(cs.llc.ver, 1, "the forged versions were never installed");
     assert_eq!(value(net.call(0, Request::Get { session: s, key: b("k") })), Some(b("good")));
+}
+
+/// A counter's value (decimal text, `strata_wire::counter`).
+fn value_as_u64(v: Option<&[u8]>) -> u64 {
+    strata_wire::counter::parse(v).expect("a counter")
 }

@@ -99,10 +99,10 @@ impl OpKind {
     /// a CAS swapped. A failed CAS installs the old value again. `None` for non-RMW kinds.
     pub fn rmw_apply(&self, old: &Value) -> Option<(Value, bool)> {
         match self {
-            OpKind::Faa { delta } => {
-                let n = value_as_u64(old).wrapping_add(*delta);
-                Some((Some(Bytes::copy_from_slice(&n.to_le_bytes())), false))
-            }
+            OpKind::Faa { delta } => match strata_wire::counter::add(old.as_deref(), *delta) {
+                Ok(n) => Some((Some(strata_wire::counter::encode(n)), false)),
+                Err(_) => Some((old.clone(), false)),
+            },
             OpKind::Cas { expected, new, .. } => {
                 if old == expected {
                     Some((Some(new.clone()), true))
@@ -115,10 +115,11 @@ impl OpKind {
     }
 }
 
-/// Kite §2.2 [DECISION K-D9]: a value as a little-endian `u64` over its first 8 bytes,
-/// zero-extended; the absent value reads as 0 (`docs/design.md`).
+/// A counter's value: decimal text, absent = 0 (`strata_wire::counter`, a departure from
+/// Kite's K-D9 in `docs/design.md`). Counter keys are written only by FAAs, so anything else
+/// is a broken replica: it reads as `u64::MAX`, which no checker's expectation matches.
 pub fn value_as_u64(v: &Value) -> u64 {
-    strata_rc::value_as_u64(v.as_deref())
+    strata_wire::counter::parse(v.as_deref()).unwrap_or(u64::MAX)
 }
 
 /// The test-hook witness of a completed operation (Kite §2.5).
@@ -588,15 +589,11 @@ mod tests {
         assert!(OpKind::Acquire.reads() && !OpKind::Acquire.may_write());
         let faa = OpKind::Faa { delta: 3 };
         assert!(faa.reads() && faa.may_write() && faa.written_value().is_none());
-        let two = Some(Bytes::copy_from_slice(&2u64.to_le_bytes()));
-        assert_eq!(
-            faa.rmw_apply(&two),
-            Some((Some(Bytes::copy_from_slice(&5u64.to_le_bytes())), false))
-        );
-        assert_eq!(
-            faa.rmw_apply(&None),
-            Some((Some(Bytes::copy_from_slice(&3u64.to_le_bytes())), false))
-        );
+        let two = Some(Bytes::from_static(b"2"));
+        assert_eq!(faa.rmw_apply(&two), Some((Some(Bytes::from_static(b"5")), false)));
+        assert_eq!(faa.rmw_apply(&None), Some((Some(Bytes::from_static(b"3")), false)));
+        let text = Some(Bytes::from_static(b"two"));
+        assert_eq!(faa.rmw_apply(&text), Some((text.clone(), false)), "not a counter: unchanged");
         let cas = OpKind::Cas { expected: None, new: Bytes::from_static(b"n"), weak: false };
         assert_eq!(cas.rmw_apply(&None), Some((Some(Bytes::from_static(b"n")), true)));
         assert_eq!(cas.rmw_apply(&two), Some((two.clone(), false)), "a failed CAS keeps the value");

@@ -23,7 +23,7 @@ fn envelope(seq: u64, first_incomplete: u64) -> Rifl {
 }
 
 fn num(n: u64) -> Option<Bytes> {
-    Some(Bytes::copy_from_slice(&n.to_le_bytes()))
+    Some(strata_wire::counter::encode(n))
 }
 
 fn written(cs: Carstamp) -> Witness {

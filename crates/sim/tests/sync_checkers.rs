@@ -37,7 +37,7 @@ fn val(s: &str) -> Value {
 }
 
 fn num(n: u64) -> Value {
-    Some(Bytes::copy_from_slice(&n.to_le_bytes()))
+    Some(strata_wire::counter::encode(n))
 }
 
 fn key(k: &str) -> Bytes {

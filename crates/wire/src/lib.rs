@@ -11,6 +11,7 @@
 pub mod auth;
 pub mod client;
 pub mod codec;
+pub mod counter;
 pub mod ids;
 pub mod log;
 pub mod peer;
