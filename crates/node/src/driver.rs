@@ -220,6 +220,7 @@ impl Driver {
             self.handle(at, input);
         }
         self.execute(at);
+        self.pump_deferred(at);
         for route in self.routes.keys().copied().collect::<Vec<_>>() {
             self.notify_stopping(route);
         }
