@@ -92,8 +92,9 @@ enum Command {
         #[command(flatten)]
         target: ops::Target,
     },
-    /// Fetch-and-add: adds DELTA to the key's value (a little-endian u64; absent = 0) and
-    /// prints the previous value.
+    /// Fetch-and-add: adds DELTA to the key's counter (decimal text, as in Redis: `put k 10`
+    /// makes one; absent = 0) and prints the previous value. A value that is not a counter,
+    /// or a sum beyond 18446744073709551615, is refused and left unchanged.
     Faa {
         key: String,
         delta: u64,

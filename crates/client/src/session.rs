@@ -37,8 +37,8 @@ pub enum Op {
     /// Acquire-read (Kite §5.5): linearizable; every later operation of the session sees all
     /// that preceded the release it reads from. Blocks the session until done.
     Acquire { key: Bytes },
-    /// Fetch-and-add (Kite §2.2): the value as a little-endian u64 (first 8 bytes,
-    /// zero-extended; absent = 0) plus `delta`, wrapping; returns the old value.
+    /// Fetch-and-add (Kite §2.2): the counter (decimal text, absent = 0) plus `delta`; see
+    /// [`RmwOutcome::faa_old`] for the old value, or why the value was left unchanged.
     Faa { key: Bytes, delta: u64 },
     /// Compare-and-swap: installs `new` iff the value equals `expected` (`None` = absent).
     /// Strong: always decided with a quorum. Weak: may fail at once, like a relaxed read, when

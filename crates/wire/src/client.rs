@@ -155,8 +155,9 @@ pub enum Request {
         session: SessionId,
         key: Bytes,
     },
-    /// Fetch-and-add (Kite §2.2): the value as a little-endian u64 (first 8 bytes,
-    /// zero-extended) plus `delta`, wrapping. Answered with `Rmw`.
+    /// Fetch-and-add (Kite §2.2): the counter (`crate::counter`: decimal text, absent = 0)
+    /// plus `delta`; a value that is not a counter, or a sum past `u64::MAX`, is kept as it is.
+    /// Answered with `Rmw` (the observed value tells which).
     Faa {
         session: SessionId,
         key: Bytes,
