@@ -15,6 +15,7 @@ pub mod replica;
 pub mod rifl;
 pub mod rmw;
 pub mod session;
+pub mod txn;
 pub mod versions;
 
 use std::collections::HashMap;
