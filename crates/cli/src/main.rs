@@ -7,6 +7,7 @@ mod cluster_file;
 mod credentials;
 mod exit;
 mod ops;
+mod table_write;
 mod up;
 
 use clap::{Parser, Subcommand};
@@ -73,6 +74,8 @@ enum Command {
         /// Log tables: acknowledge only once durable on a majority (never lost, ORCA G6).
         #[arg(long, requires = "table")]
         immediate: bool,
+        #[command(flatten)]
+        condition: table_write::Condition,
         #[arg(long)]
         show_version: bool,
         #[command(flatten)]
@@ -87,6 +90,8 @@ enum Command {
         /// Log tables: acknowledge only once durable on a majority (never lost, ORCA G6).
         #[arg(long, requires = "table")]
         immediate: bool,
+        #[command(flatten)]
+        condition: table_write::Condition,
         #[arg(long)]
         show_version: bool,
         #[command(flatten)]
@@ -94,10 +99,15 @@ enum Command {
     },
     /// Fetch-and-add: adds DELTA to the key's counter (decimal text, as in Redis: `put k 10`
     /// makes one; absent = 0) and prints the previous value. A value that is not a counter,
-    /// or a sum beyond 18446744073709551615, is refused and left unchanged.
+    /// or a sum beyond 18446744073709551615, is refused and left unchanged. With --table, on a
+    /// log table, where DELTA may be negative (a counter never goes below 0).
     Faa {
         key: String,
-        delta: u64,
+        #[arg(allow_negative_numbers = true)]
+        delta: i64,
+        /// Add in this log table instead of the default (Kite) keyspace.
+        #[arg(long)]
+        table: Option<String>,
         #[arg(long)]
         show_version: bool,
         /// Run N increments one after another in one session (exactly once each), printing
@@ -109,9 +119,12 @@ enum Command {
         target: ops::Target,
     },
     /// Compare-and-swap: sets KEY to NEW iff its value is EXPECTED (or absent, with
-    /// --expect-absent, and then no EXPECTED). Prints whether it swapped and the value seen.
-    /// Exit code 6 when it did not swap.
+    /// --expect-absent, and then no EXPECTED). Prints whether it swapped and the value seen
+    /// (with --table, a log table: the key's version). Exit code 6 when it did not swap.
     Cas {
+        /// Swap in this log table instead of the default (Kite) keyspace.
+        #[arg(long, conflicts_with = "weak")]
+        table: Option<String>,
         /// KEY EXPECTED NEW, or KEY NEW with --expect-absent.
         #[arg(required = true, num_args = 2..=3, value_names = ["KEY", "EXPECTED", "NEW"])]
         args: Vec<String>,
@@ -191,26 +204,43 @@ fn main() {
             value_file,
             table: Some(table),
             immediate,
+            condition,
             show_version,
             target,
             ..
         } => ops::read_value(value, value_file).and_then(|v| {
-            block_on(ops::table_put(&target, table, key, Some(v), immediate, show_version))
+            let put = table_write::put(&target, table, key, Some(v), &condition, immediate, show_version);
+            block_on(put)
         }),
         Command::Put { key, value, value_file, release, show_version, target, .. } => {
             ops::read_value(value, value_file)
                 .and_then(|v| block_on(ops::put(&target, key, v, release, show_version)))
         }
-        Command::Faa { key, delta, show_version, repeat, target } => {
-            block_on(ops::faa(&target, key, delta, show_version, repeat))
+        Command::Faa { key, delta, table: Some(table), show_version, repeat, target } => {
+            block_on(table_write::faa(&target, table, key, delta, repeat, show_version))
         }
-        Command::Cas { args, expect_absent, weak, show_version, target } => {
+        Command::Faa { key, delta, show_version, repeat, target, table: None } => {
+            match u64::try_from(delta) {
+                Ok(delta) => block_on(ops::faa(&target, key, delta, show_version, repeat)),
+                Err(_) => Err(Failure::new(
+                    exit::USAGE,
+                    "the Kite keyspace's counters only go up (Kite FAA); log tables (--table) take negative deltas",
+                )),
+            }
+        }
+        Command::Cas { args, expect_absent, table: Some(table), show_version, target, .. } => {
+            ops::cas_args(args, expect_absent).and_then(|(key, expected, new)| {
+                block_on(table_write::cas(&target, table, key, expected, new, show_version))
+            })
+        }
+        Command::Cas { args, expect_absent, weak, show_version, target, table: None } => {
             ops::cas_args(args, expect_absent).and_then(|(key, expected, new)| {
                 block_on(ops::cas(&target, key, expected, new, weak, show_version))
             })
         }
-        Command::Del { key, table: Some(table), immediate, show_version, target } => {
-            block_on(ops::table_put(&target, table, key, None, immediate, show_version))
+        Command::Del { key, table: Some(table), immediate, condition, show_version, target } => {
+            let del = table_write::put(&target, table, key, None, &condition, immediate, show_version);
+            block_on(del)
         }
         Command::Del { key, show_version, target, .. } => {
             block_on(ops::del(&target, key, show_version))

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use strata_client::{
     Client, ClientError, ClientOptions, ClusterId, LinkFault, NodeId, NodeStatus, ShardRole,
-    ShardStatus, TableDef, TableDurability, TableEngine, TableReads, TableReplication, WriteOpts,
+    ShardStatus, TableDef, TableDurability, TableEngine, TableReads, TableReplication,
 };
 use strata_host::catalog::{
     check_table_def, describe, durability_name, reads_name, replication_name, timers_name,
@@ -64,7 +64,7 @@ impl Target {
         })
     }
 
-    async fn client(&self) -> Result<Client, Failure> {
+    pub(crate) async fn client(&self) -> Result<Client, Failure> {
         let (endpoints, cluster) = self.resolve()?;
         Ok(Client::connect(&endpoints, self.options(cluster)?).await?)
     }
@@ -756,26 +756,4 @@ pub async fn table_get(
         );
     }
     print_value(&key, r.value, raw)
-}
-
-/// `put --table` (`value` Some) and `del --table` (None).
-pub async fn table_put(
-    target: &Target,
-    table: String,
-    key: String,
-    value: Option<Bytes>,
-    immediate: bool,
-    show_version: bool,
-) -> Result<i32, Failure> {
-    let client = target.client().await?;
-    let mut t = client.table(&table).await?;
-    let opts = WriteOpts { immediate };
-    let index = match value {
-        Some(v) => t.put_with(key, v, opts).await?,
-        None => t.delete_with(key, opts).await?,
-    };
-    if show_version {
-        eprintln!("index {index}");
-    }
-    Ok(OK)
 }

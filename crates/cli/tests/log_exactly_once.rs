@@ -23,6 +23,10 @@
 //! the dead leader's epoch: their first attempt was in the log, and the retry was answered
 //! from its record instead of executing again (what a retry without RIFL would have done).
 //! After the run the leader is killed once more and the next one serves the same final state.
+//! The writers also increment one counter now and then (`faa`, a log command evaluated when
+//! applied, whose result is its completion record): every increment returns a distinct value
+//! before, together exactly `0..n`, and the counter ends at `n` — an increment executed twice
+//! or answered with another execution's result would break one or the other.
 //! Negative control of the checker: the same value written again under a new client id (an
 //! application's retry without exactly-once support) is reported as a second execution.
 
@@ -42,6 +46,8 @@ use strata_client::{Client, ClientOptions, LogIndex, NodeId, ShardRole, ShardSta
 use tokio::net::TcpStream;
 
 const TABLE: &str = "events";
+/// The counter every writer increments after every third write.
+const COUNTER: &str = "adds";
 /// Keys shared by every writer, so that writes of different clients interleave on each key.
 const KEYS: usize = 4;
 const WRITERS: usize = 4;
@@ -94,6 +100,7 @@ async fn writer(
     t0: Instant,
     log: Arc<Mutex<Vec<WriteRec>>>,
     acked: Arc<AtomicUsize>,
+    adds: Arc<Mutex<Vec<u64>>>,
     stop: Arc<AtomicBool>,
 ) {
     let client = Client::connect(&endpoints, opts()).await.unwrap();
@@ -112,7 +119,37 @@ async fn writer(
         let end = t0.elapsed();
         log.lock().unwrap().push(WriteRec { client: c, i, key, value, index, start, end });
         acked.fetch_add(1, Ordering::Relaxed);
+        if i % 3 == 2 {
+            match table.faa(COUNTER, 1).await {
+                Ok(old) => adds.lock().unwrap().push(old),
+                Err(e) => {
+                    panic!("writer {c}, add after write {i}: RIFL must hide the fault, got {e}")
+                }
+            }
+        }
     }
+}
+
+/// Every acknowledged increment executed once: the values before are exactly `0..n`, and the
+/// counter holds `n`.
+async fn check_counter(endpoints: &[SocketAddr], adds: &[u64]) {
+    let client = Client::connect(endpoints, opts()).await.unwrap();
+    let mut table = client.table(TABLE).await.unwrap();
+    let r = table.get(COUNTER).await.unwrap();
+    if let Some(why) = counter_violation(adds, r.value.as_deref()) {
+        panic!("{why}");
+    }
+}
+
+fn counter_violation(adds: &[u64], now: Option<&[u8]>) -> Option<String> {
+    let mut olds = adds.to_vec();
+    olds.sort_unstable();
+    let n = olds.len() as u64;
+    if !olds.iter().copied().eq(0..n) {
+        return Some(format!("the {n} increments did not return 0..{n} (a duplicate is a second execution's or a replayed answer, a gap an increment executed unacknowledged): {olds:?}"));
+    }
+    (now != Some(n.to_string().as_bytes()))
+        .then(|| format!("the counter after {n} increments holds {now:?}"))
 }
 
 /// Reads every key in turn until `stop`.
@@ -360,12 +397,14 @@ async fn log_table_writes_end_exactly_once_when_the_leader_is_killed_and_restart
     let proxied: Vec<SocketAddr> = proxies.iter().map(|p| p.addr).collect();
     let log = Arc::new(Mutex::new(Vec::new()));
     let acked = Arc::new(AtomicUsize::new(0));
+    let adds = Arc::new(Mutex::new(Vec::new()));
     let stop = Arc::new(AtomicBool::new(false));
     let stop_writes = Arc::new(AtomicBool::new(false));
     let writers: Vec<_> = (0..WRITERS)
         .map(|c| {
             let eps = if c < 2 { proxied.clone() } else { endpoints.clone() };
-            tokio::spawn(writer(c, eps, t0, log.clone(), acked.clone(), stop_writes.clone()))
+            let (log, acked, adds) = (log.clone(), acked.clone(), adds.clone());
+            tokio::spawn(writer(c, eps, t0, log, acked, adds, stop_writes.clone()))
         })
         .collect();
     let reads = tokio::spawn(reader(endpoints.clone(), t0, stop.clone()));
@@ -522,6 +561,9 @@ async fn log_table_writes_end_exactly_once_when_the_leader_is_killed_and_restart
     let max_index = writes.iter().map(|w| w.index).max().unwrap();
     wait_applied(&endpoints, max_index, Duration::from_secs(15)).await;
     check_final_state(&endpoints, &per_key).await;
+    let adds = adds.lock().unwrap().clone();
+    check_counter(&endpoints, &adds).await;
+    eprintln!("{} increments, each executed once", adds.len());
 
     // The faults happened: each kill hit the leader (a majority named it) while writes were in
     // flight, a higher epoch took over, and the proxies lost replies. Writes in flight at a kill
@@ -568,7 +610,14 @@ async fn log_table_writes_end_exactly_once_when_the_leader_is_killed_and_restart
     let (next, _) = wait_leader(&endpoints, e + 1, Duration::from_secs(15)).await;
     assert_ne!(next, last_leader);
     check_final_state(&endpoints, &per_key).await;
+    check_counter(&endpoints, &adds).await;
     eprintln!("[{:?}] n{last_leader} killed; n{next} serves the same final state", t0.elapsed());
+
+    // Negative controls of the counter check: an increment executed twice (the counter one
+    // ahead), or an answer given twice.
+    assert!(counter_violation(&[0, 1], Some(b"3")).is_some());
+    assert!(counter_violation(&[0, 1, 1], Some(b"3")).is_some());
+    assert!(counter_violation(&[1, 0], Some(b"2")).is_none());
 
     // Negative control of the checker: the same value written again under a new client id — what
     // an application retrying a write whose reply was lost does without exactly-once support —

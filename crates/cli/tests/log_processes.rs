@@ -150,6 +150,41 @@ fn log_tables_through_the_cli_survive_sigkill_of_every_node() {
     assert!(text(&out.stderr).starts_with("index ("), "{}", text(&out.stderr));
     ok(&out);
     assert_eq!(ok(&nodes.strata(&["get", "--table", "c", "ck"])), "cv\n");
+    // Log commands with results (issue #18 item 1): fetch-and-add on decimal counters,
+    // compare-and-swap, and writes conditional on absence, a value or a version.
+    let faa = |delta: &str| nodes.strata(&["faa", "--table", "t", "n", delta]);
+    assert_eq!(ok(&faa("5")), "0\n");
+    assert_eq!(ok(&faa("-2")), "5\n");
+    assert_eq!(ok(&nodes.strata(&["get", "--table", "t", "n"])), "3\n");
+    let out = faa("-4");
+    assert_eq!(out.status.code(), Some(2), "below zero is refused");
+    assert!(text(&out.stderr).contains("out of 0..="), "{}", text(&out.stderr));
+    let out = nodes.strata(&["faa", "--table", "t", "k", "1"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(text(&out.stderr).contains("not a counter"), "{}", text(&out.stderr));
+    assert_eq!(ok(&nodes.strata(&["get", "--table", "t", "k"])), "v1\n", "left unchanged");
+    let out = ok(&nodes.strata(&["faa", "--table", "t", "n", "1", "--repeat", "3"]));
+    assert_eq!(out, "3\n4\n5\n");
+    assert_eq!(ok(&nodes.strata(&["cas", "--table", "t", "k", "v1", "v2"])), "swapped\n");
+    let out = nodes.strata(&["cas", "--table", "t", "k", "v1", "v3"]);
+    assert_eq!(out.status.code(), Some(6));
+    assert!(text(&out.stdout).starts_with("not swapped\nversion: ("), "{}", text(&out.stdout));
+    let out = nodes.strata(&["cas", "--table", "t", "--expect-absent", "k", "v3"]);
+    assert_eq!(out.status.code(), Some(6), "k exists");
+    ok(&nodes.strata(&["cas", "--table", "t", "--expect-absent", "fresh", "f1"]));
+    let out = nodes.strata(&["put", "--table", "t", "--if-absent", "fresh", "f2"]);
+    assert_eq!(out.status.code(), Some(6));
+    assert!(text(&out.stdout).starts_with("rejected: the key is at version ("));
+    // A version read with --show-version guards the next write; a stale one is rejected.
+    let read = nodes.strata(&["get", "--table", "t", "--show-version", "fresh"]);
+    let version = text(&read.stderr).split_whitespace().nth(2).unwrap().to_string();
+    ok(&nodes.strata(&["put", "--table", "t", "--if-version", &version, "fresh", "f3"]));
+    let out = nodes.strata(&["put", "--table", "t", "--if-version", &version, "fresh", "f4"]);
+    assert_eq!(out.status.code(), Some(6), "the version moved on");
+    ok(&nodes.strata(&["del", "--table", "t", "--if-value", "f3", "fresh"]));
+    assert_eq!(nodes.strata(&["get", "--table", "t", "fresh"]).status.code(), Some(3));
+    let out = nodes.strata(&["put", "--if-absent", "k", "v"]);
+    assert_eq!(out.status.code(), Some(2), "conditions are for log tables");
     let out = nodes.strata(&["get", "--table", "nope", "k"]);
     assert_eq!(out.status.code(), Some(1));
     assert!(text(&out.stderr).contains("no table named"), "{}", text(&out.stderr));
@@ -215,13 +250,14 @@ fn log_tables_through_the_cli_survive_sigkill_of_every_node() {
     }
     assert_eq!(leader_of_p(), Some(2), "the preferred node leads table p");
 
-    // SIGKILL every node, restart them all: the acknowledged sync write and the immediate
-    // write are still there (the catalog too).
+    // SIGKILL every node, restart them all: the acknowledged sync writes (the swap and the
+    // counter's adds among them) and the immediate write are still there (the catalog too).
     nodes.kill_all();
     for i in 0..3 {
         nodes.start(i);
     }
-    assert_eq!(ok(&nodes.strata(&["get", "--table", "t", "k"])), "v1\n");
+    assert_eq!(ok(&nodes.strata(&["get", "--table", "t", "k"])), "v2\n", "swapped before");
+    assert_eq!(ok(&nodes.strata(&["get", "--table", "t", "n"])), "6\n", "the counter too");
     assert_eq!(ok(&nodes.strata(&["get", "--table", "c", "ck"])), "cv\n");
     ok(&nodes.strata(&["put", "--table", "t", "k", "v2"]));
     assert_eq!(ok(&nodes.strata(&["get", "--table", "t", "k"])), "v2\n");

@@ -42,14 +42,15 @@ pub use error::ClientError;
 pub use session::{Op, Outcome, ReqId, RmwOutcome, Session, Versioned};
 pub use shard_move::{MovePlant, MoveReport, MovedState};
 pub use strata_tls::{ClientTls, TlsError};
+pub use strata_wire::client::LogWriteOp;
 pub use strata_wire::client::{
     push_topic, LinkFault, LogFailure, NodeStatus, PeerStatus, ShardRole, ShardStatus, TableDef,
     TableDurability, TableEngine, TableReads, TableReplication, TableTimers,
 };
-pub use strata_wire::log::{LogIndex, ShardMove};
+pub use strata_wire::log::{Expect, LogIndex, ShardMove, WriteOutcome};
 pub use strata_wire::Role;
 pub use strata_wire::{Carstamp, ClusterId, NodeId, SessionId};
-pub use table::{LogRead, Table, WriteOpts};
+pub use table::{Conditional, LogRead, Table, WriteOpts, Written};
 
 /// The README's Rust example, compiled by `cargo test` so that it cannot rot.
 #[cfg(doctest)]

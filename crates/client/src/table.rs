@@ -24,7 +24,8 @@ use bytes::Bytes;
 use strata_wire::client::{
     shard_of, ErrorCode, LogFailure, LogWriteOp, Request, Response, TableDef,
 };
-use strata_wire::log::LogIndex;
+use strata_wire::counter;
+use strata_wire::log::{Expect, LogIndex, WriteOutcome};
 use strata_wire::{NodeId, Rifl, RpcId};
 use tokio::time::Instant;
 
@@ -45,6 +46,23 @@ pub struct WriteOpts {
     /// Acknowledge only once the write is durable on a majority (and every active-set member):
     /// it is then never lost (G6).
     pub immediate: bool,
+}
+
+/// What a write returned: the index of the one entry that executed it (its version, for a
+/// write that took effect) and its outcome (rifl.md §5.3 S5).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Written {
+    pub index: LogIndex,
+    pub outcome: WriteOutcome,
+}
+
+/// The answer to a conditional write.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Conditional {
+    /// The condition held: the write took effect and created this version.
+    Applied { version: LogIndex },
+    /// The condition did not hold: nothing changed; the key's version was `current`.
+    Rejected { current: LogIndex },
 }
 
 /// A read's result (ORCA §2.1 `ReadResult`).
@@ -155,6 +173,85 @@ impl Table {
         self.write(key.into(), LogWriteOp::Delete, opts).await
     }
 
+    /// rifl.md §2.1 `conditional_write`: puts `value` iff `expect` holds when the write is
+    /// applied (`Expect::Version(read.update_index)`: unchanged since that read;
+    /// `Expect::Absent`: create only). A rejection is an answer, not an error, and a retry
+    /// after a lost reply gets the same one: it executes once (R-G1, R-G2).
+    pub async fn put_if(
+        &mut self,
+        key: impl Into<Bytes>,
+        value: impl Into<Bytes>,
+        expect: Expect,
+    ) -> Result<Conditional, ClientError> {
+        let op = LogWriteOp::Cond { expect, put: Some(value.into()) };
+        self.conditional(key.into(), op).await
+    }
+
+    /// A delete that happens iff `expect` holds (see [`Table::put_if`]).
+    pub async fn delete_if(
+        &mut self,
+        key: impl Into<Bytes>,
+        expect: Expect,
+    ) -> Result<Conditional, ClientError> {
+        self.conditional(key.into(), LogWriteOp::Cond { expect, put: None }).await
+    }
+
+    /// Compare-and-swap: installs `new` iff the key holds `expected` (`None`: is absent).
+    pub async fn cas(
+        &mut self,
+        key: impl Into<Bytes>,
+        expected: Option<Bytes>,
+        new: impl Into<Bytes>,
+    ) -> Result<Conditional, ClientError> {
+        let expect = expected.map_or(Expect::Absent, Expect::Value);
+        self.put_if(key, new, expect).await
+    }
+
+    /// Fetch-and-add on a counter (decimal text, absent = 0; `strata_wire::counter`), exactly
+    /// once: returns the value before. A value that is not a counter, or a change leaving
+    /// `0..=u64::MAX`, changes nothing and is `InvalidArgument`.
+    pub async fn faa(&mut self, key: impl Into<Bytes>, delta: i64) -> Result<u64, ClientError> {
+        let written =
+            self.write_op(key.into(), LogWriteOp::Add(delta), WriteOpts::default()).await?;
+        match written.outcome {
+            WriteOutcome::Added { old } => Ok(old),
+            WriteOutcome::NotCounter => Err(ClientError::InvalidArgument(format!(
+                "fetch-and-add: {}",
+                counter::CounterError::NotACounter
+            ))),
+            WriteOutcome::OutOfRange => Err(ClientError::InvalidArgument(format!(
+                "fetch-and-add of {delta}: the counter would leave 0..={}",
+                u64::MAX
+            ))),
+            other => Err(ClientError::UnexpectedReply(format!("outcome {other:?} of an add"))),
+        }
+    }
+
+    async fn conditional(
+        &mut self,
+        key: Bytes,
+        op: LogWriteOp,
+    ) -> Result<Conditional, ClientError> {
+        let written = self.write_op(key, op, WriteOpts::default()).await?;
+        match written.outcome {
+            WriteOutcome::Done => Ok(Conditional::Applied { version: written.index }),
+            WriteOutcome::Rejected { current } => Ok(Conditional::Rejected { current }),
+            other => Err(ClientError::UnexpectedReply(format!(
+                "outcome {other:?} of a conditional write"
+            ))),
+        }
+    }
+
+    /// Any key operation, with the entry that executed it and what it returned.
+    pub async fn write_op(
+        &mut self,
+        key: impl Into<Bytes>,
+        op: LogWriteOp,
+        opts: WriteOpts,
+    ) -> Result<Written, ClientError> {
+        self.write_outcome(key.into(), op, opts).await
+    }
+
     /// Reads `key` at a node picked round-robin (the believed leader for leader-only tables).
     pub async fn get(&mut self, key: impl Into<Bytes>) -> Result<LogRead, ClientError> {
         let key = key.into();
@@ -246,6 +343,15 @@ impl Table {
         op: LogWriteOp,
         opts: WriteOpts,
     ) -> Result<LogIndex, ClientError> {
+        Ok(self.write_outcome(key, op, opts).await?.index)
+    }
+
+    async fn write_outcome(
+        &mut self,
+        key: Bytes,
+        op: LogWriteOp,
+        opts: WriteOpts,
+    ) -> Result<Written, ClientError> {
         let shard = self.shard_of(&key) as usize;
         // rifl.md §5.1 C1: the lease (created on first use); a new id restarts the seqs (R-D21).
         let lease = self.keeper.acquire().await?;
@@ -279,11 +385,11 @@ impl Table {
             };
             let backoff;
             match self.call(target, Some(rifl), req, deadline).await {
-                Ok(Response::LogWritten { index }) => {
+                Ok(Response::LogWritten { index, outcome }) => {
                     self.leader[shard] = Some(target);
                     let token = &mut self.last_write[shard];
                     *token = Some(token.map_or(index, |t| t.max(index)));
-                    return Ok(index);
+                    return Ok(Written { index, outcome });
                 }
                 Ok(Response::LogRejected(LogFailure::Invalid(m))) => {
                     return Err(ClientError::InvalidArgument(m))

@@ -296,3 +296,68 @@ async fn a_partitioned_leader_is_replaced_and_catches_up_after_healing() {
         n.shutdown().await;
     }
 }
+
+/// Log commands with results (issue #18 item 1, rifl.md §2.1): compare-and-swap, writes
+/// conditional on absence or on the version a read returned, and fetch-and-add on decimal
+/// counters. A failed condition is an answer (`Rejected` with the key's version); a refused
+/// add is `InvalidArgument` and changes nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn conditional_writes_cas_and_counters_on_a_log_table() {
+    use strata_client::{Conditional, Expect};
+    let (cfgs, _nodes) = cluster().await;
+    let endpoints: Vec<SocketAddr> = cfgs.iter().map(|c| c.client_addr).collect();
+    for &addr in &endpoints {
+        let c = Client::connect_node(addr, opts()).await.unwrap();
+        c.create_table(cad_table("t", 2)).await.unwrap();
+    }
+    let client = Client::connect(&endpoints, opts()).await.unwrap();
+    let mut t = client.table("t").await.unwrap();
+
+    // Create-only, then a swap on the value, then one that finds another value.
+    let created = match t.cas("lock", None, "alice").await.unwrap() {
+        Conditional::Applied { version } => version,
+        r => panic!("an absent key takes a create: {r:?}"),
+    };
+    assert_eq!(
+        t.cas("lock", None, "bob").await.unwrap(),
+        Conditional::Rejected { current: created },
+        "the rejection names the version found"
+    );
+    let swapped = t.cas("lock", Some("alice".into()), "bob").await.unwrap();
+    assert!(matches!(swapped, Conditional::Applied { version } if version > created));
+    assert!(matches!(
+        t.cas("lock", Some("alice".into()), "carol").await.unwrap(),
+        Conditional::Rejected { .. }
+    ));
+    assert_eq!(t.get("lock").await.unwrap().value.as_deref(), Some(&b"bob"[..]));
+
+    // Optimistic update on a read's version: the second writer with the same version loses.
+    let read = t.get("lock").await.unwrap();
+    let expect = Expect::Version(read.update_index);
+    assert!(matches!(
+        t.put_if("lock", "dave", expect.clone()).await.unwrap(),
+        Conditional::Applied { .. }
+    ));
+    assert!(matches!(
+        t.put_if("lock", "erin", expect.clone()).await.unwrap(),
+        Conditional::Rejected { .. }
+    ));
+    assert!(matches!(t.delete_if("lock", expect).await.unwrap(), Conditional::Rejected { .. }));
+    let now = t.get("lock").await.unwrap();
+    assert_eq!(now.value.as_deref(), Some(&b"dave"[..]));
+    let gone = t.delete_if("lock", Expect::Version(now.update_index)).await.unwrap();
+    assert!(matches!(gone, Conditional::Applied { .. }));
+    assert_eq!(t.get("lock").await.unwrap().value, None);
+
+    // Counters: decimal text, absent = 0, negative changes, refusals leave them unchanged.
+    assert_eq!(t.faa("hits", 10).await.unwrap(), 0);
+    assert_eq!(t.faa("hits", -3).await.unwrap(), 10);
+    assert_eq!(t.get("hits").await.unwrap().value.as_deref(), Some(&b"7"[..]));
+    let e = t.faa("hits", -8).await.unwrap_err();
+    assert!(matches!(e, ClientError::InvalidArgument(ref m) if m.contains("0..=")), "{e}");
+    t.put("name", "alice").await.unwrap();
+    let e = t.faa("name", 1).await.unwrap_err();
+    assert!(matches!(e, ClientError::InvalidArgument(ref m) if m.contains("not a counter")), "{e}");
+    assert_eq!(t.get("name").await.unwrap().value.as_deref(), Some(&b"alice"[..]));
+    assert_eq!(t.faa("hits", 1).await.unwrap(), 7);
+}

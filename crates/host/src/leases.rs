@@ -592,6 +592,7 @@ mod tests {
                 (k, WriteOp::Delete) => {
                     kv.remove(&k);
                 }
+                (_, op) => panic!("the lease service writes only puts and deletes: {op:?}"),
             }
         }
         let mut read = DurableState::default();

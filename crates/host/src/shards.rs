@@ -20,7 +20,7 @@ use strata_wire::client::{
     shard_of, ClientResponse, ErrorCode, LogFailure, LogWriteOp, Response, ShardRole, ShardStatus,
     TableDef,
 };
-use strata_wire::log::{LogIndex, LogMessage, ShardMove};
+use strata_wire::log::{Expect, LogIndex, LogMessage, ShardMove};
 use strata_wire::peer::PeerMessage;
 use strata_wire::{Instant, LimitError, Limits, NodeId, Rifl};
 use tracing::{debug, error, info, warn};
@@ -316,11 +316,16 @@ impl Shards {
         // a value just under the frame limit used to be appended, then could not be sent, and
         // the shard took no further writes). Test: `log_table_values_beyond_the_limit_are_
         // refused_and_the_shard_keeps_taking_writes` (crates/node/tests/bounds.rs).
-        let value = match &op {
-            LogWriteOp::Put(v) => &v[..],
-            LogWriteOp::Delete => &[],
+        let value = op.value().map_or(&[][..], |v| &v[..]);
+        let expected = match &op {
+            LogWriteOp::Cond { expect: Expect::Value(v), .. } => &v[..],
+            _ => &[],
         };
-        let checked = self.limits.check_key(&key).and_then(|()| self.limits.check_value(value));
+        let checked = self
+            .limits
+            .check_key(&key)
+            .and_then(|()| self.limits.check_value(value))
+            .and_then(|()| self.limits.check_value(expected));
         if let Err(e) = checked {
             return out.reply.push((route, ClientResponse { corr, body: limit_error(table, &e) }));
         }
@@ -346,10 +351,6 @@ impl Shards {
             Err(body) => return out.reply.push((route, ClientResponse { corr, body })),
         };
         let token = self.take_token();
-        let op = match op {
-            LogWriteOp::Put(v) => WriteOp::Put(v),
-            LogWriteOp::Delete => WriteOp::Delete,
-        };
         let req = LogRequest::Write { token, rifl, key, op, immediate };
         self.request(now, sk, route, corr, req, out);
     }
@@ -726,7 +727,9 @@ fn limit_error(table: &str, e: &LimitError) -> Response {
 
 pub(crate) fn reply_body(reply: LogReply) -> Response {
     match reply {
-        LogReply::Write { result: Ok(ack), .. } => Response::LogWritten { index: ack.index },
+        LogReply::Write { result: Ok(ack), .. } => {
+            Response::LogWritten { index: ack.index, outcome: ack.outcome }
+        }
         LogReply::Write { result: Err(e), .. } => write_error_body(e),
         LogReply::Read { result: Ok(v), .. } => Response::LogValue {
             value: v.value,

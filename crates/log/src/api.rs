@@ -37,16 +37,22 @@ impl LogRequest {
     }
 }
 
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum WriteOp {
-    Put(Bytes),
-    Delete,
-}
+/// What a write does to its key: the client's operation, evaluated when its entry is applied.
+pub use strata_wire::client::LogWriteOp as WriteOp;
+pub use strata_wire::log::{Completion, Expect, WriteOutcome};
 
-/// ORCA §2.1 `WriteAck`: the index of the write's log entry (the next session token).
+/// ORCA §2.1 `WriteAck`: the index of the write's log entry (the next session token) and
+/// what its evaluation returned (rifl.md §5.3 S5): the RPC's completion record.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct WriteAck {
     pub index: LogIndex,
+    pub outcome: WriteOutcome,
+}
+
+impl From<Completion> for WriteAck {
+    fn from(c: Completion) -> WriteAck {
+        WriteAck { index: c.index, outcome: c.outcome }
+    }
 }
 
 /// Why a write was not acknowledged. Each variant says what the caller should do.

@@ -5,7 +5,7 @@
 
 use bytes::Bytes;
 use strata_core::{Effects, Node};
-use strata_wire::log::{LogEntry, LogIndex, LogMessage, LogOp, ReadError, ShardMove};
+use strata_wire::log::{Completion, LogEntry, LogIndex, LogMessage, LogOp, ReadError, ShardMove};
 use strata_wire::{Instant, NodeId};
 
 use crate::api::{
@@ -160,7 +160,7 @@ fn recovery_from_a_snapshot_and_the_log_after_it() {
         clients: vec![crate::api::ClientRecords {
             client_id: 1,
             ack: 4,
-            records: vec![(5, LogIndex::new(1, 5))],
+            records: vec![(5, Completion::done(LogIndex::new(1, 5)))],
         }],
         expired: vec![9],
     };
@@ -178,8 +178,8 @@ fn recovery_from_a_snapshot_and_the_log_after_it() {
     // The snapshot's watermark and record survive, and the entry after it adds its record.
     let rpc = |seq| RpcId { client_id: 1, seq };
     assert_eq!(r.write_record(rpc(4)), Verdict::Stale);
-    assert_eq!(r.write_record(rpc(5)), Verdict::Completed(LogIndex::new(1, 5)));
-    assert_eq!(r.write_record(rpc(6)), Verdict::Completed(LogIndex::new(2, 1)));
+    assert_eq!(r.write_record(rpc(5)), Verdict::Completed(Completion::done(LogIndex::new(1, 5))));
+    assert_eq!(r.write_record(rpc(6)), Verdict::Completed(Completion::done(LogIndex::new(2, 1))));
     assert_eq!(
         (r.applied_index(), r.last_index(), r.voted_for()),
         (LogIndex::new(2, 1), LogIndex::new(2, 1), Some(NodeId(1)))
@@ -405,7 +405,7 @@ fn a_retry_after_apply_gets_the_same_index_and_appends_nothing() {
     assert_eq!(again, first);
     assert_eq!(s.r.last_index(), last, "no new entry");
     assert_eq!(writes_of(&s.r, 1), 1);
-    assert_eq!(s.r.write_record(env(1, 1).rpc), Verdict::Completed(first.index));
+    assert_eq!(s.r.write_record(env(1, 1).rpc), Verdict::Completed(Completion::done(first.index)));
     assert_eq!(s.executed(), vec![(first.index, 1)]);
 }
 
@@ -508,7 +508,7 @@ fn the_same_rpc_appended_twice_executes_once_at_replay_and_at_a_follower() {
     assert_eq!(r.get(b"k"), (Some(Bytes::from_static(b"b")), LogIndex::new(2, 2)));
     assert_eq!(
         r.write_record(RpcId { client_id: 7, seq: 1 }),
-        Verdict::Completed(LogIndex::new(1, 2))
+        Verdict::Completed(Completion::done(LogIndex::new(1, 2)))
     );
     // A follower that receives the entries from the leader decides the same.
     let mut f = recovered(log[..2].to_vec(), 1);
@@ -614,7 +614,7 @@ fn a_moved_shard_takes_its_records_and_watermarks_along() {
     assert_eq!(snapshot.clients.len(), 1);
     assert_eq!(
         (snapshot.clients[0].ack, snapshot.clients[0].records.clone()),
-        (1, vec![(2, b.index)])
+        (1, vec![(2, Completion::done(b.index))])
     );
     // Idempotent for the same destination; another destination learns where the shard goes.
     assert_eq!(s.freeze(&to), Some(Ok(snapshot.clone())));
@@ -645,7 +645,7 @@ fn a_moved_shard_takes_its_records_and_watermarks_along() {
     // The new group's disk replays to the same state.
     let u = Solo::new(t.disk());
     assert_eq!(u.r.get(b"k"), t.r.get(b"k"));
-    assert_eq!(u.r.write_record(env(3, 3).rpc), Verdict::Completed(c.index));
+    assert_eq!(u.r.write_record(env(3, 3).rpc), Verdict::Completed(Completion::done(c.index)));
     assert_eq!(u.r.write_record(env(2, 2).rpc), Verdict::Stale, "seq 3 acknowledged seq 2");
 }
 

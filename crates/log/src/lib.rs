@@ -40,9 +40,9 @@ mod state;
 mod writes;
 
 pub use api::{
-    ClientRecords, HardState, LogEvent, LogReply, LogRequest, LogStats, MarkOutReason, Persist,
-    ReadError, ReadValue, RecoverError, RecoveredState, RevokeReason, Snapshot, StepDownReason,
-    VoteRefusal, WriteAck, WriteError, WriteOp,
+    ClientRecords, Completion, Expect, HardState, LogEvent, LogReply, LogRequest, LogStats,
+    MarkOutReason, Persist, ReadError, ReadValue, RecoverError, RecoveredState, RevokeReason,
+    Snapshot, StepDownReason, VoteRefusal, WriteAck, WriteError, WriteOp, WriteOutcome,
 };
 pub use config::{ConfigError, DurabilityMode, LogConfig, PlantedBug, ReadPolicy, Replication};
 pub use replica::{LogEffects, LogReplica, Role};

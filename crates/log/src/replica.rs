@@ -387,7 +387,7 @@ impl LogReplica {
     }
     /// What the applied completion records say about `rpc` (`New`: nothing recorded, not
     /// acknowledged). Identical at every replica that applied the same prefix.
-    pub fn write_record(&self, rpc: RpcId) -> Verdict<LogIndex> {
+    pub fn write_record(&self, rpc: RpcId) -> Verdict<crate::Completion> {
         self.kv.rifl().peek(rpc)
     }
     /// The ack watermark of `client_id` learned from applied entries (0 if unknown).

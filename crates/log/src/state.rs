@@ -5,7 +5,7 @@ use std::collections::{BTreeSet, HashMap};
 
 use bytes::Bytes;
 use strata_rifl::{ResultTracker, RiflConfig, RpcId, Verdict};
-use strata_wire::log::{LogEntry, LogIndex, LogOp, ShardMove};
+use strata_wire::log::{Completion, LogEntry, LogIndex, LogOp, ShardMove};
 
 use crate::api::{ClientRecords, Snapshot};
 
@@ -131,7 +131,7 @@ pub(crate) struct Kv {
     /// each applied, unacknowledged RPC. Records at or below the watermark are dropped (§5.6);
     /// the watermark stays, so a late duplicate is `Stale` (R-D8). Entries are durable and
     /// replayed, so no separate ack record is needed.
-    rifl: ResultTracker<LogIndex>,
+    rifl: ResultTracker<Completion>,
     /// Clients named by applied `Expire` entries (§5.6): their entries apply as no-ops. Lease
     /// ids are never reused, so this only grows (8 bytes per expired client that wrote here).
     expired: BTreeSet<u64>,
@@ -168,9 +168,9 @@ impl Kv {
         };
         for c in &s.clients {
             kv.rifl.recover_ack(c.client_id, c.ack);
-            for &(seq, index) in &c.records {
+            for &(seq, record) in &c.records {
                 let rpc = RpcId { client_id: c.client_id, seq };
-                kv.rifl.recover_record(rpc, c.ack, index);
+                kv.rifl.recover_record(rpc, c.ack, record);
             }
         }
         kv
@@ -200,7 +200,7 @@ impl Kv {
     }
 
     /// The completion records and watermarks of applied writes.
-    pub fn rifl(&self) -> &ResultTracker<LogIndex> {
+    pub fn rifl(&self) -> &ResultTracker<Completion> {
         &self.rifl
     }
 
@@ -224,9 +224,13 @@ impl Kv {
             .iter()
             .map(|(k, i)| 4 + k.len() + 1 + i.value.as_ref().map_or(0, |v| 4 + v.len()) + 8)
             .sum();
-        let clients: usize =
-            self.rifl.completed_records().iter().map(|(_, _, r)| 8 + 8 + 4 + r.len() * 16).sum();
-        8 + 4 + items + 4 + clients + 4 + 8 * self.expired.len()
+        let records = self.rifl.completed_records();
+        let clients: usize = records.iter().map(|(_, _, r)| 8 + 8 + 4 + r.len() * 16).sum();
+        let outcomes: usize = records
+            .iter()
+            .map(|(_, _, r)| 4 + r.iter().map(|(_, c)| c.outcome.encoded_len()).sum::<usize>())
+            .sum();
+        8 + 4 + items + 4 + clients + 4 + 8 * self.expired.len() + 4 + outcomes
     }
 
     /// Whether an applied `Expire` entry named `client_id`.
@@ -235,8 +239,11 @@ impl Kv {
     }
 
     /// ORCA §5.2: applying sets the key's value and update-index, the RPC's completion record,
-    /// and the applied index. `NoOp` moves only the applied index. `dedup = false` is the
-    /// `NoDedup` canary: every entry executes.
+    /// and the applied index. A key operation is evaluated here, against the state this
+    /// prefix of the log left (`LogOp::evaluate`: conditions, counters), so its outcome is the
+    /// same at every replica and becomes the completion record with the entry's index. `NoOp`
+    /// moves only the applied index. `dedup = false` is the `NoDedup` canary: every entry
+    /// executes.
     pub fn apply(&mut self, e: &LogEntry, dedup: bool) -> Applied {
         assert!(
             e.index > self.applied,
@@ -245,16 +252,13 @@ impl Kv {
             self.applied
         );
         self.applied = e.index;
-        let value = match &e.op {
+        match &e.op {
             LogOp::NoOp => return Applied::NoOp,
             // A moved shard's state is final (§5.7 step 1): the leader refuses writes once it
             // appended the `Freeze`, and an entry a leader appended before learning of it
             // (a deposed one, or one whose `Freeze` is not applied yet) is answered `Moved`.
-            LogOp::Put(_) | LogOp::Delete | LogOp::Expire(_) | LogOp::Freeze(_)
-                if self.frozen.is_some() =>
-            {
-                return Applied::Moved
-            }
+            LogOp::Expire(_) | LogOp::Freeze(_) if self.frozen.is_some() => return Applied::Moved,
+            op if op.is_key_op() && self.frozen.is_some() => return Applied::Moved,
             LogOp::Freeze(m) => {
                 self.frozen = Some((e.index, m.clone()));
                 return Applied::NoOp;
@@ -266,8 +270,6 @@ impl Kv {
                 self.applied = applied;
                 return Applied::NoOp;
             }
-            LogOp::Put(v) => Some(v.clone()),
-            LogOp::Delete => None,
             LogOp::Expire(clients) => {
                 for &c in clients {
                     self.rifl.remove_client(c);
@@ -275,27 +277,33 @@ impl Kv {
                 }
                 return Applied::NoOp;
             }
-        };
+            LogOp::Put(_) | LogOp::Delete | LogOp::Cond { .. } | LogOp::Add(_) => {}
+        }
         let rpc = RpcId { client_id: e.client_id, seq: e.seq };
         if dedup && self.expired.contains(&rpc.client_id) {
             return Applied::Expired;
         }
         // Decided from applied records only (the module comment). The entry's own ack is
         // below its seq (`Rifl::check` at the leader), so it never makes the entry stale.
-        let outcome = match self.rifl.peek(rpc) {
-            _ if !dedup => Applied::Executed,
-            Verdict::Stale => Applied::Stale,
-            Verdict::Completed(_) => Applied::Duplicate,
-            _ => Applied::Executed,
+        let duplicate = match self.rifl.peek(rpc) {
+            _ if !dedup => None,
+            Verdict::Stale => Some(Applied::Stale),
+            Verdict::Completed(_) => Some(Applied::Duplicate),
+            _ => None,
         };
-        // Learns the entry's ack and keeps the first record of the RPC.
-        self.rifl.recover_record(rpc, e.ack, e.index);
-        if outcome != Applied::Executed {
+        if let Some(outcome) = duplicate {
+            // Learns the entry's ack; the first record of the RPC stays.
+            self.rifl.recover_ack(rpc.client_id, e.ack);
             return outcome;
         }
-        // Own allocation: entry bytes may be slices of a large network buffer.
-        let key = Bytes::copy_from_slice(&e.key);
-        self.items.insert(key, Item { value, update_index: e.index });
+        let (value, version) = self.get(&e.key);
+        let eval = e.op.evaluate(value.as_ref(), version).expect("a key operation");
+        self.rifl.recover_record(rpc, e.ack, Completion { index: e.index, outcome: eval.outcome });
+        if let Some(value) = eval.write {
+            // Own allocation: entry bytes may be slices of a large network buffer.
+            let key = Bytes::copy_from_slice(&e.key);
+            self.items.insert(key, Item { value, update_index: e.index });
+        }
         Applied::Executed
     }
 
@@ -360,11 +368,70 @@ mod tests {
         assert_eq!(kv.get(b"k"), (None, LogIndex::new(1, 2)));
         assert_eq!(kv.get(b"absent"), (None, LogIndex::ZERO));
         let rpc = |seq| RpcId { client_id: 1, seq };
-        assert_eq!(kv.rifl().peek(rpc(2)), Verdict::Completed(LogIndex::new(1, 2)));
+        assert_eq!(
+            kv.rifl().peek(rpc(2)),
+            Verdict::Completed(Completion::done(LogIndex::new(1, 2)))
+        );
         let noop = LogEntry { op: LogOp::NoOp, client_id: 0, seq: 0, ..e(2, 1) };
         assert_eq!(kv.apply(&noop, true), Applied::NoOp);
         assert_eq!(kv.applied(), LogIndex::new(2, 1));
         assert_eq!(kv.get(b"k").1, LogIndex::new(1, 2));
+    }
+
+    #[test]
+    fn conditional_writes_and_counters_are_evaluated_when_applied_and_their_outcome_recorded() {
+        use strata_wire::log::{Expect, WriteOutcome};
+        let op = |counter, seq, op| LogEntry { op, seq, ..e(1, counter) };
+        let record = |kv: &Kv, seq| match kv.rifl().peek(RpcId { client_id: 1, seq }) {
+            Verdict::Completed(c) => c,
+            v => panic!("no record: {v:?}"),
+        };
+        let b = |s: &'static str| Bytes::from_static(s.as_bytes());
+        let mut kv = Kv::default();
+        // Put-if-absent on an absent key holds; again, it is rejected with the version found.
+        let put_if_absent = || LogOp::Cond { expect: Expect::Absent, put: Some(b("1")) };
+        assert_eq!(kv.apply(&op(1, 1, put_if_absent()), true), Applied::Executed);
+        assert_eq!(kv.get(b"k"), (Some(b("1")), LogIndex::new(1, 1)));
+        assert_eq!(kv.apply(&op(2, 2, put_if_absent()), true), Applied::Executed);
+        assert_eq!(
+            record(&kv, 2).outcome,
+            WriteOutcome::Rejected { current: LogIndex::new(1, 1) },
+            "a failed condition is a result, and changes nothing"
+        );
+        assert_eq!(kv.get(b"k").1, LogIndex::new(1, 1));
+        // Add on a counter; the outcome carries the value before.
+        assert_eq!(kv.apply(&op(3, 3, LogOp::Add(41)), true), Applied::Executed);
+        assert_eq!(
+            record(&kv, 3),
+            Completion { index: LogIndex::new(1, 3), outcome: WriteOutcome::Added { old: 1 } }
+        );
+        assert_eq!(kv.get(b"k").0, Some(b("42")));
+        // Compare-and-swap on the value; on the version a reader saw; delete-if.
+        let cas = LogOp::Cond { expect: Expect::Value(b("42")), put: Some(b("x")) };
+        kv.apply(&op(4, 4, cas), true);
+        assert_eq!(record(&kv, 4).outcome, WriteOutcome::Done);
+        let stale_version = LogOp::Cond { expect: Expect::Version(LogIndex::new(1, 3)), put: None };
+        kv.apply(&op(5, 5, stale_version), true);
+        assert_eq!(record(&kv, 5).outcome, WriteOutcome::Rejected { current: LogIndex::new(1, 4) });
+        // Add on text, and below zero: nothing changes.
+        kv.apply(&op(6, 6, LogOp::Add(1)), true);
+        assert_eq!(record(&kv, 6).outcome, WriteOutcome::NotCounter);
+        let version = LogOp::Cond { expect: Expect::Version(LogIndex::new(1, 4)), put: None };
+        kv.apply(&op(7, 7, version), true);
+        assert_eq!(kv.get(b"k"), (None, LogIndex::new(1, 7)), "deleted at the version it saw");
+        kv.apply(&op(8, 8, LogOp::Add(-1)), true);
+        assert_eq!(record(&kv, 8).outcome, WriteOutcome::OutOfRange);
+        assert_eq!(kv.get(b"k"), (None, LogIndex::new(1, 7)));
+        // A second entry of RPC 3 (appended again by a new leader) does not add again, and
+        // its record still says what the first execution returned (R-G1, R-G2).
+        assert_eq!(kv.apply(&op(9, 3, LogOp::Add(41)), true), Applied::Duplicate);
+        assert_eq!(kv.get(b"k").0, None);
+        assert_eq!(record(&kv, 3).outcome, WriteOutcome::Added { old: 1 });
+        // Outcomes travel with a moved shard.
+        let back = Kv::from_snapshot(Some(&kv.to_snapshot()));
+        for seq in 1..=8 {
+            assert_eq!(record(&back, seq), record(&kv, seq));
+        }
     }
 
     #[test]
@@ -384,13 +451,14 @@ mod tests {
             );
         }
         kv.apply(&LogEntry { op: LogOp::Delete, ..e(1, 4) }, true);
+        kv.apply(&LogEntry { op: LogOp::Add(1), seq: 2, ..e(1, 6) }, true);
         kv.apply(
             &LogEntry {
                 op: LogOp::Expire(vec![9]),
                 key: Bytes::new(),
                 client_id: 0,
                 seq: 0,
-                ..e(1, 5)
+                ..e(1, 7)
             },
             true,
         );
@@ -446,7 +514,10 @@ mod tests {
         assert_eq!(kv.apply(&put(2, 1, 1, 0, "a"), true), Applied::Duplicate);
         assert_eq!(kv.get(b"k"), (Some(Bytes::from_static(b"b")), LogIndex::new(1, 2)));
         let rpc = |seq| RpcId { client_id: 1, seq };
-        assert_eq!(kv.rifl().peek(rpc(1)), Verdict::Completed(LogIndex::new(1, 1)));
+        assert_eq!(
+            kv.rifl().peek(rpc(1)),
+            Verdict::Completed(Completion::done(LogIndex::new(1, 1)))
+        );
         // seq 3 acknowledges 1 and 2: their records go, the watermark stays.
         assert_eq!(kv.apply(&put(2, 2, 3, 2, "c"), true), Applied::Executed);
         assert_eq!(kv.rifl().peek(rpc(1)), Verdict::Stale);
@@ -458,7 +529,10 @@ mod tests {
         // The snapshot carries the watermark and the live record.
         let back = Kv::from_snapshot(Some(&kv.to_snapshot()));
         assert_eq!(back.rifl().ack_of(1), 2);
-        assert_eq!(back.rifl().peek(rpc(3)), Verdict::Completed(LogIndex::new(2, 2)));
+        assert_eq!(
+            back.rifl().peek(rpc(3)),
+            Verdict::Completed(Completion::done(LogIndex::new(2, 2)))
+        );
         assert_eq!(back.get(b"k"), kv.get(b"k"));
         kv.rifl().check_invariants().unwrap();
     }

@@ -133,11 +133,7 @@ impl LogReplica {
         // message (docs/design.md, "Limits and bounds"). The host refuses values and keys
         // beyond the node's limits first (`ValueTooLarge`, `KeyTooLarge`), which a valid node
         // configuration keeps well inside this; this guard holds for any driver.
-        let value_len = match &op {
-            WriteOp::Put(v) => v.len(),
-            WriteOp::Delete => 0,
-        };
-        if entry_len(key.len(), value_len) > self.cfg.max_entry_bytes() {
+        if entry_len(key.len(), op.payload_len()) > self.cfg.max_entry_bytes() {
             let why = "the write's log entry is larger than one peer message (max_frame_bytes)";
             self.effects.reply.push(reply(Err(WriteError::Invalid(why))));
             return;
@@ -182,7 +178,7 @@ impl LogReplica {
                 self.effects.reply.push(reply(Err(WriteError::Stale)));
                 return;
             }
-            Verdict::Completed(index) => Some(index),
+            Verdict::Completed(record) => Some(record.index),
             // rifl.md §5.6: the client's records here were collected after its lease expired.
             _ if self.kv.is_expired(rpc.client_id) => {
                 self.effects.reply.push(reply(Err(WriteError::ExpiredLease)));
@@ -213,14 +209,10 @@ impl LogReplica {
         // Steps 3-4 (and S6: the entry is the completion record).
         let index = LogIndex::new(self.epoch, l.next_counter);
         l.next_counter += 1;
-        let op = match op {
-            WriteOp::Put(v) => LogOp::Put(v),
-            WriteOp::Delete => LogOp::Delete,
-        };
         let e = LogEntry {
             index,
             key,
-            op,
+            op: LogOp::from(op),
             client_id: rpc.client_id,
             seq: rpc.seq,
             ack: rifl.first_incomplete - 1,
@@ -306,8 +298,8 @@ impl LogReplica {
                 // the entry waited on was a duplicate (it is below `w.index`, so the rule holds
                 // for it too); `Stale` if the client acknowledged the RPC meanwhile.
                 let result = match kv.rifl().peek(w.rpc) {
-                    _ if !dedup => Ok(WriteAck { index: w.index }),
-                    Verdict::Completed(index) => Ok(WriteAck { index }),
+                    _ if !dedup => Ok(WriteAck { index: w.index, outcome: Default::default() }),
+                    Verdict::Completed(record) => Ok(WriteAck::from(record)),
                     Verdict::Stale => Err(WriteError::Stale),
                     // Its entry applied as a no-op: the client's lease had expired (§5.6).
                     _ if kv.is_expired(w.rpc.client_id) => Err(WriteError::ExpiredLease),

@@ -2,7 +2,7 @@
 //! (`DESIGN.md`: a checker that cannot fail proves nothing) and accept its good twin.
 
 use bytes::Bytes;
-use strata_log::{LogEntry, LogEvent, LogIndex, LogOp, ReadValue, RpcId};
+use strata_log::{LogEntry, LogEvent, LogIndex, LogOp, ReadValue, RpcId, WriteOutcome};
 use strata_sim::orca::check::{self, OrcaChecker};
 use strata_sim::orca::history::{
     AdditionRecord, Anomaly, DiRecord, ExecutionRecord, FollowerSample, NodeAtServe, OrcaHistory,
@@ -454,6 +454,7 @@ fn rifl2_stable_result_flags_two_indexes_for_one_rpc() {
         at: t(5),
         rpc: RpcId { client_id: 1, seq },
         index: ix(1, c),
+        outcome: WriteOutcome::Done,
         delivered,
     };
     // put(1, c, ..) is client 1's seq c.
@@ -464,4 +465,49 @@ fn rifl2_stable_result_flags_two_indexes_for_one_rpc() {
     h.h.push(LogEntry { seq: 1, ..put(1, 4, "a", "1") }); // seq 1 appended again at (1,4)
     h.write_oks = vec![ok(1, 1, false), ok(1, 4, true)];
     assert!(flags(check::stable_result, &h), "two Oks of one RPC with different entries");
+}
+
+/// R-G2 with results: an `Ok` must carry what its one execution returned, evaluated where
+/// its entry sits in `H` — an add's value before, a conditional write's rejection.
+#[test]
+fn rifl2_stable_result_flags_an_outcome_its_execution_did_not_return() {
+    let mut h = base();
+    let op = |c, key: &str, op| LogEntry { op, ..put(1, c, key, "") };
+    let cas = LogOp::Cond {
+        expect: strata_log::Expect::Value(Bytes::from_static(b"1")),
+        put: Some(Bytes::from_static(b"3")),
+    };
+    h.h.push(op(4, "a", cas)); // rejected: a holds 2
+    h.h.push(op(5, "b", LogOp::Add(5))); // b: 1 -> 6
+    let ok = |seq, outcome| WriteOkRecord {
+        at: t(5),
+        rpc: RpcId { client_id: 1, seq },
+        index: ix(1, seq as u32),
+        outcome,
+        delivered: true,
+    };
+    h.write_oks = vec![
+        ok(4, WriteOutcome::Rejected { current: ix(1, 3) }),
+        ok(5, WriteOutcome::Added { old: 1 }),
+    ];
+    assert!(!flags(check::stable_result, &h));
+    h.write_oks.push(ok(5, WriteOutcome::Added { old: 0 }));
+    assert!(flags(check::stable_result, &h), "an add's Ok with another value before");
+    h.write_oks = vec![ok(4, WriteOutcome::Done)];
+    assert!(flags(check::stable_result, &h), "a rejected write reported as done");
+}
+
+/// A counter read must show each add once: a replica that executed a retried add twice
+/// serves a value no prefix of `H` produces.
+#[test]
+fn orca2_served_exists_flags_a_counter_added_twice() {
+    let mut h = base();
+    h.h.push(LogEntry { op: LogOp::Add(5), ..put(1, 4, "b", "") });
+    h.h.push(LogEntry { op: LogOp::Add(5), seq: 4, ..put(1, 5, "b", "") }); // a retry
+    h.reads = vec![read("b", 10, 11, ix(1, 4), Some("6"), 0)];
+    assert!(!flags(check::served_exists, &h));
+    h.reads = vec![read("b", 10, 11, ix(1, 5), Some("11"), 0)];
+    assert!(flags(check::served_exists, &h), "the retry's entry changes nothing");
+    h.reads = vec![read("b", 10, 11, ix(1, 4), Some("11"), 0)];
+    assert!(flags(check::served_exists, &h), "a value the add did not write");
 }

@@ -280,7 +280,9 @@ fn a_freeze_across_a_leader_change_freezes_one_final_state() {
         let in_state = |rpc: RpcId, index: Option<LogIndex>| {
             snap.clients.iter().find(|r| r.client_id == rpc.client_id).is_some_and(|r| {
                 r.ack >= rpc.seq
-                    || r.records.iter().any(|&(s, i)| s == rpc.seq && index.is_none_or(|x| x == i))
+                    || r.records
+                        .iter()
+                        .any(|&(s, i)| s == rpc.seq && index.is_none_or(|x| x == i.index))
             })
         };
         for &(rpc, index) in &acked {

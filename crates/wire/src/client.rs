@@ -11,7 +11,7 @@ use crate::codec::{
     DecodeError, Encode, Reader,
 };
 use crate::ids::{Carstamp, NodeId, SessionId};
-use crate::log::{LogIndex, ShardMove, Snapshot};
+use crate::log::{Expect, LogIndex, ShardMove, Snapshot, WriteOutcome};
 use crate::rifl::{LeaseStatus, Rifl};
 
 /// Request tags (0x01..=0x3f). Never reuse a retired tag.
@@ -237,11 +237,52 @@ pub enum Request {
     },
 }
 
-/// What a log-table write does to its key.
+/// What a log-table write does to its key: the key operations of `LogOp`, evaluated when
+/// applied (rifl.md §2.1).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum LogWriteOp {
     Put(Bytes),
     Delete,
+    /// A conditional put (`Some`) or delete (`None`): `LogOp::Cond`.
+    Cond {
+        expect: Expect,
+        put: Option<Bytes>,
+    },
+    /// A counter change: `LogOp::Add`.
+    Add(i64),
+}
+
+impl LogWriteOp {
+    /// The value the write stores, if any (what the node's value limit applies to).
+    pub fn value(&self) -> Option<&Bytes> {
+        match self {
+            LogWriteOp::Put(v) | LogWriteOp::Cond { put: Some(v), .. } => Some(v),
+            LogWriteOp::Delete | LogWriteOp::Cond { put: None, .. } | LogWriteOp::Add(_) => None,
+        }
+    }
+
+    /// Bytes the write carries besides its key (an upper bound of what its log entry adds).
+    pub fn payload_len(&self) -> usize {
+        match self {
+            LogWriteOp::Put(v) => v.len(),
+            LogWriteOp::Delete | LogWriteOp::Add(_) => 0,
+            LogWriteOp::Cond { expect, put } => {
+                expect.encoded_len() + put.as_ref().map_or(0, |v| v.len())
+            }
+        }
+    }
+}
+
+impl From<LogWriteOp> for crate::log::LogOp {
+    fn from(op: LogWriteOp) -> crate::log::LogOp {
+        use crate::log::LogOp;
+        match op {
+            LogWriteOp::Put(v) => LogOp::Put(v),
+            LogWriteOp::Delete => LogOp::Delete,
+            LogWriteOp::Cond { expect, put } => LogOp::Cond { expect, put },
+            LogWriteOp::Add(delta) => LogOp::Add(delta),
+        }
+    }
 }
 
 /// The engine of a table. Only `log` tables are named; the `rc` (Kite) keyspace is the
@@ -404,9 +445,12 @@ pub enum Response {
         code: ErrorCode,
         message: String,
     },
-    /// ORCA §2.1 `WriteAck`: the index of the write's log entry.
+    /// ORCA §2.1 `WriteAck`: the index of the write's log entry (the RPC's executing entry)
+    /// and what its evaluation returned (rifl.md §5.3: the same for every retry). `outcome`
+    /// is a trailing extension, absent when `Done` (an older client reads plain writes).
     LogWritten {
         index: LogIndex,
+        outcome: WriteOutcome,
     },
     /// ORCA §2.1 `ReadResult`.
     LogValue {
@@ -753,6 +797,15 @@ impl Encode for ClientRequest {
                         put_bytes(out, v);
                     }
                     LogWriteOp::Delete => out.put_u8(1),
+                    LogWriteOp::Cond { expect, put } => {
+                        out.put_u8(2);
+                        expect.encode(out);
+                        put_value(out, put);
+                    }
+                    LogWriteOp::Add(delta) => {
+                        out.put_u8(3);
+                        out.put_i64_le(*delta);
+                    }
                 }
                 put_bool(out, *immediate);
             }
@@ -849,6 +902,8 @@ impl Decode for ClientRequest {
                 op: match r.u8()? {
                     0 => LogWriteOp::Put(r.bytes()?),
                     1 => LogWriteOp::Delete,
+                    2 => LogWriteOp::Cond { expect: Expect::decode(r)?, put: get_value(r)? },
+                    3 => LogWriteOp::Add(r.i64()?),
                     v => {
                         return Err(DecodeError::Invalid { what: "log write op", value: v as u64 })
                     }
@@ -1023,7 +1078,12 @@ impl Encode for ClientResponse {
                 out.put_u16_le(code.to_u16());
                 put_bytes(out, message.as_bytes());
             }
-            Response::LogWritten { index } => index.encode(out),
+            Response::LogWritten { index, outcome } => {
+                index.encode(out);
+                if *outcome != WriteOutcome::Done {
+                    outcome.encode(out);
+                }
+            }
             Response::LogValue { value, update_index, served_by, epoch } => {
                 put_value(out, value);
                 update_index.encode(out);
@@ -1070,7 +1130,10 @@ impl Decode for ClientResponse {
             FAULT_SET => Response::FaultSet,
             PONG => Response::Pong,
             ERROR => Response::Error { code: ErrorCode::from_u16(r.u16()?), message: r.string()? },
-            LOG_WRITTEN => Response::LogWritten { index: LogIndex::decode(r)? },
+            LOG_WRITTEN => Response::LogWritten {
+                index: LogIndex::decode(r)?,
+                outcome: if r.has_more() { WriteOutcome::decode(r)? } else { WriteOutcome::Done },
+            },
             LOG_VALUE => Response::LogValue {
                 value: get_value(r)?,
                 update_index: LogIndex::decode(r)?,

@@ -239,6 +239,11 @@ impl Reader {
         Ok(self.buf.get_u64_le())
     }
 
+    pub fn i64(&mut self) -> Result<i64, DecodeError> {
+        self.need(8)?;
+        Ok(self.buf.get_i64_le())
+    }
+
     pub fn bool(&mut self) -> Result<bool, DecodeError> {
         match self.u8()? {
             0 => Ok(false),

@@ -19,6 +19,9 @@ pub enum CounterError {
     NotACounter,
     #[error("the counter would pass {}", u64::MAX)]
     Overflow,
+    /// A negative change (log tables' `add`, a transfer) larger than the counter.
+    #[error("the counter would go below 0")]
+    Underflow,
 }
 
 /// The counter a value holds (absent: 0).
@@ -44,6 +47,18 @@ pub fn add(old: Option<&[u8]>, delta: u64) -> Result<u64, CounterError> {
     parse(old)?.checked_add(delta).ok_or(CounterError::Overflow)
 }
 
+/// What a signed change of `delta` makes of `old` (log tables: `strata faa --table`, a
+/// transaction's `add`): `(old, new)`, or why nothing changes. Counters stay unsigned.
+pub fn change(old: Option<&[u8]>, delta: i64) -> Result<(u64, u64), CounterError> {
+    let old = parse(old)?;
+    let new = if delta >= 0 {
+        old.checked_add(delta.unsigned_abs()).ok_or(CounterError::Overflow)?
+    } else {
+        old.checked_sub(delta.unsigned_abs()).ok_or(CounterError::Underflow)?
+    };
+    Ok((old, new))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -62,6 +77,12 @@ mod tests {
         assert_eq!(add(Some(b"10"), 5), Ok(15));
         assert_eq!(add(Some(b"18446744073709551615"), 1), Err(CounterError::Overflow));
         assert_eq!(add(Some(&8u64.to_le_bytes()), 1), Err(CounterError::NotACounter));
+        assert_eq!(change(Some(b"10"), -10), Ok((10, 0)));
+        assert_eq!(change(None, 3), Ok((0, 3)));
+        assert_eq!(change(Some(b"10"), -11), Err(CounterError::Underflow));
+        assert_eq!(change(Some(b"18446744073709551615"), 1), Err(CounterError::Overflow));
+        assert_eq!(change(Some(b"x"), 1), Err(CounterError::NotACounter));
+        assert_eq!(change(Some(b"0"), i64::MIN), Err(CounterError::Underflow));
     }
 
     proptest! {

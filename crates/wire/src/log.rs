@@ -70,6 +70,101 @@ pub enum LogOp {
     /// state with the moved one, completion records and watermarks included, so a retry sent
     /// after the move finds its record here.
     Install(Box<Snapshot>),
+    /// A conditional put (`put: Some`) or delete (`None`), rifl.md §2.1 `conditional_write`
+    /// and R-D20: evaluated when applied, against the key's state at that point of the log;
+    /// if `expect` does not hold nothing changes and the outcome is `Rejected` (a result,
+    /// recorded and returned to every retry). Compare-and-swap is `Cond { Value(old), new }`.
+    Cond {
+        expect: Expect,
+        put: Option<Bytes>,
+    },
+    /// rifl.md §2.1 `increment` on a counter (`crate::counter`, decimal text): evaluated when
+    /// applied; the outcome carries the value before. A value that is not a counter, or a
+    /// change leaving `0..=u64::MAX`, changes nothing and says why.
+    Add(i64),
+}
+
+/// The condition of a conditional write (rifl.md R-D20: `Absent` or `Version(v)`, and the
+/// value for compare-and-swap). Unconditional writes are `LogOp::Put`/`Delete`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Expect {
+    /// The key has no value (never written, or deleted).
+    Absent,
+    /// The key holds exactly these bytes.
+    Value(Bytes),
+    /// The key's version is this one: the `update_index` a read returned (`ZERO` for a key
+    /// never written). Versions never repeat for a key, across deletes and shard moves, since
+    /// log indexes strictly increase (a moved shard's new group starts a higher epoch).
+    Version(LogIndex),
+}
+
+impl Expect {
+    pub fn holds(&self, value: Option<&Bytes>, version: LogIndex) -> bool {
+        match self {
+            Expect::Absent => value.is_none(),
+            Expect::Value(v) => value == Some(v),
+            Expect::Version(x) => *x == version,
+        }
+    }
+}
+
+/// What evaluating a write returned (rifl.md §5.3 S5): the RPC's result. It is kept in the
+/// completion record with the entry's index and every retry is answered with it (R-G2).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum WriteOutcome {
+    /// The write took effect: a put or delete, or a conditional one whose condition held.
+    #[default]
+    Done,
+    /// A conditional write whose condition did not hold: nothing changed; `current` is the
+    /// version it found.
+    Rejected { current: LogIndex },
+    /// An `Add` took effect: the counter held `old` (it now holds `old + delta`).
+    Added { old: u64 },
+    /// An `Add` on a value that is not a counter: nothing changed.
+    NotCounter,
+    /// An `Add` that would leave `0..=u64::MAX`: nothing changed.
+    OutOfRange,
+}
+
+/// What a key operation does when applied to a key holding `value` at `version`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Evaluation {
+    /// `None`: the key is unchanged; `Some(None)`: deleted; `Some(Some(v))`: set to `v`.
+    pub write: Option<Option<Bytes>>,
+    pub outcome: WriteOutcome,
+}
+
+impl LogOp {
+    /// The one definition of what a key operation does, shared by the replicas (which apply
+    /// it) and the simulator's checkers (which replay it). `None` for the node's own entries
+    /// (`NoOp`, `Expire`, `Freeze`, `Install`), which name no key.
+    pub fn evaluate(&self, value: Option<&Bytes>, version: LogIndex) -> Option<Evaluation> {
+        let done = |write| Evaluation { write: Some(write), outcome: WriteOutcome::Done };
+        Some(match self {
+            LogOp::Put(v) => done(Some(v.clone())),
+            LogOp::Delete => done(None),
+            LogOp::Cond { expect, put } if expect.holds(value, version) => done(put.clone()),
+            LogOp::Cond { .. } => {
+                Evaluation { write: None, outcome: WriteOutcome::Rejected { current: version } }
+            }
+            LogOp::Add(delta) => match crate::counter::change(value.map(|v| &v[..]), *delta) {
+                Ok((old, new)) => Evaluation {
+                    write: Some(Some(crate::counter::encode(new))),
+                    outcome: WriteOutcome::Added { old },
+                },
+                Err(crate::counter::CounterError::NotACounter) => {
+                    Evaluation { write: None, outcome: WriteOutcome::NotCounter }
+                }
+                Err(_) => Evaluation { write: None, outcome: WriteOutcome::OutOfRange },
+            },
+            LogOp::NoOp | LogOp::Expire(_) | LogOp::Freeze(_) | LogOp::Install(_) => return None,
+        })
+    }
+
+    /// Whether this is a client's write of one key (it carries an RPC id).
+    pub fn is_key_op(&self) -> bool {
+        matches!(self, LogOp::Put(_) | LogOp::Delete | LogOp::Cond { .. } | LogOp::Add(_))
+    }
 }
 
 /// Where a shard goes (rifl.md §5.7): its new replica group's generation and members.
@@ -96,12 +191,27 @@ pub struct Snapshot {
 
 /// One client's RIFL state in a snapshot (rifl.md §3.3, R-D8): the ack watermark, which must
 /// survive even when no record is left (a late duplicate is then `Stale`), and the completion
-/// records of applied, unacknowledged writes as `(seq, index of the executing entry)`.
+/// records of applied, unacknowledged writes as `(seq, record)`.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ClientRecords {
     pub client_id: u64,
     pub ack: u64,
-    pub records: Vec<(u64, LogIndex)>,
+    pub records: Vec<(u64, Completion)>,
+}
+
+/// A write's completion record (rifl.md §3.4): the index of the entry that executed it and
+/// what its evaluation returned.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Completion {
+    pub index: LogIndex,
+    pub outcome: WriteOutcome,
+}
+
+impl Completion {
+    /// The record of a write that took effect unconditionally (a put or delete).
+    pub const fn done(index: LogIndex) -> Completion {
+        Completion { index, outcome: WriteOutcome::Done }
+    }
 }
 
 /// One log entry. A write's entry is also its RIFL completion record (rifl.md §3.4, §5.3 S6,
@@ -274,7 +384,104 @@ mod op_tag {
     pub const NOOP: u8 = 2;
     pub const EXPIRE: u8 = 3;
     pub const FREEZE: u8 = 4;
+    /// `Install` before completion records carried outcomes (no outcome section): decoded
+    /// with every outcome `Done`, which is all those records could hold.
     pub const INSTALL: u8 = 5;
+    pub const COND: u8 = 6;
+    pub const ADD: u8 = 7;
+    /// `Install` with the snapshot's outcome section.
+    pub const INSTALL_WITH_OUTCOMES: u8 = 8;
+}
+
+mod expect_tag {
+    pub const ABSENT: u8 = 0;
+    pub const VALUE: u8 = 1;
+    pub const VERSION: u8 = 2;
+}
+
+mod outcome_tag {
+    pub const DONE: u8 = 0;
+    pub const REJECTED: u8 = 1;
+    pub const ADDED: u8 = 2;
+    pub const NOT_COUNTER: u8 = 3;
+    pub const OUT_OF_RANGE: u8 = 4;
+}
+
+impl Encode for Expect {
+    fn encode(&self, out: &mut BytesMut) {
+        match self {
+            Expect::Absent => out.put_u8(expect_tag::ABSENT),
+            Expect::Value(v) => {
+                out.put_u8(expect_tag::VALUE);
+                put_bytes(out, v);
+            }
+            Expect::Version(x) => {
+                out.put_u8(expect_tag::VERSION);
+                x.encode(out);
+            }
+        }
+    }
+}
+impl Decode for Expect {
+    fn decode(r: &mut Reader) -> Result<Self, DecodeError> {
+        Ok(match r.u8()? {
+            expect_tag::ABSENT => Expect::Absent,
+            expect_tag::VALUE => Expect::Value(r.bytes()?),
+            expect_tag::VERSION => Expect::Version(LogIndex::decode(r)?),
+            v => return Err(DecodeError::Invalid { what: "expect", value: v as u64 }),
+        })
+    }
+}
+
+impl Expect {
+    /// The exact size of the encoding.
+    pub fn encoded_len(&self) -> usize {
+        1 + match self {
+            Expect::Absent => 0,
+            Expect::Value(v) => 4 + v.len(),
+            Expect::Version(_) => 8,
+        }
+    }
+}
+
+impl Encode for WriteOutcome {
+    fn encode(&self, out: &mut BytesMut) {
+        match self {
+            WriteOutcome::Done => out.put_u8(outcome_tag::DONE),
+            WriteOutcome::Rejected { current } => {
+                out.put_u8(outcome_tag::REJECTED);
+                current.encode(out);
+            }
+            WriteOutcome::Added { old } => {
+                out.put_u8(outcome_tag::ADDED);
+                out.put_u64_le(*old);
+            }
+            WriteOutcome::NotCounter => out.put_u8(outcome_tag::NOT_COUNTER),
+            WriteOutcome::OutOfRange => out.put_u8(outcome_tag::OUT_OF_RANGE),
+        }
+    }
+}
+impl Decode for WriteOutcome {
+    fn decode(r: &mut Reader) -> Result<Self, DecodeError> {
+        Ok(match r.u8()? {
+            outcome_tag::DONE => WriteOutcome::Done,
+            outcome_tag::REJECTED => WriteOutcome::Rejected { current: LogIndex::decode(r)? },
+            outcome_tag::ADDED => WriteOutcome::Added { old: r.u64()? },
+            outcome_tag::NOT_COUNTER => WriteOutcome::NotCounter,
+            outcome_tag::OUT_OF_RANGE => WriteOutcome::OutOfRange,
+            v => return Err(DecodeError::Invalid { what: "write outcome", value: v as u64 }),
+        })
+    }
+}
+
+impl WriteOutcome {
+    /// The exact size of the encoding.
+    pub fn encoded_len(&self) -> usize {
+        1 + match self {
+            WriteOutcome::Rejected { .. } | WriteOutcome::Added { .. } => 8,
+            _ => 0,
+        }
+    }
 }
 
 /// Bytes of an `AppendEntries` peer frame besides its entries: the frame header, the shard
@@ -300,6 +507,10 @@ impl LogEntry {
                 snapshot.encode(&mut b);
                 b.len()
             }
+            LogOp::Cond { expect, put } => {
+                expect.encoded_len() + 1 + put.as_ref().map_or(0, |v| 4 + v.len())
+            }
+            LogOp::Add(_) => 8,
         };
         FIXED + self.key.len() + op
     }
@@ -325,8 +536,17 @@ impl Encode for LogEntry {
                 m.encode(out);
             }
             LogOp::Install(snapshot) => {
-                out.put_u8(op_tag::INSTALL);
+                out.put_u8(op_tag::INSTALL_WITH_OUTCOMES);
                 snapshot.encode(out);
+            }
+            LogOp::Cond { expect, put } => {
+                out.put_u8(op_tag::COND);
+                expect.encode(out);
+                put_value(out, put);
+            }
+            LogOp::Add(delta) => {
+                out.put_u8(op_tag::ADD);
+                out.put_i64_le(*delta);
             }
         }
         out.put_u64_le(self.client_id);
@@ -345,7 +565,12 @@ impl Decode for LogEntry {
             op_tag::NOOP => LogOp::NoOp,
             op_tag::EXPIRE => LogOp::Expire(r.seq(|r| r.u64())?),
             op_tag::FREEZE => LogOp::Freeze(ShardMove::decode(r)?),
-            op_tag::INSTALL => LogOp::Install(Box::new(Snapshot::decode(r)?)),
+            op_tag::INSTALL => LogOp::Install(Box::new(Snapshot::decode_fields(r, false)?)),
+            op_tag::INSTALL_WITH_OUTCOMES => {
+                LogOp::Install(Box::new(Snapshot::decode_fields(r, true)?))
+            }
+            op_tag::COND => LogOp::Cond { expect: Expect::decode(r)?, put: get_value(r)? },
+            op_tag::ADD => LogOp::Add(r.i64()?),
             v => return Err(DecodeError::Invalid { what: "log op", value: v as u64 }),
         };
         Ok(LogEntry {
@@ -383,28 +608,62 @@ impl Encode for Snapshot {
         put_seq(out, &self.clients, |o, c| {
             o.put_u64_le(c.client_id);
             o.put_u64_le(c.ack);
-            put_seq(o, &c.records, |o, (seq, index)| {
+            put_seq(o, &c.records, |o, (seq, record)| {
                 o.put_u64_le(*seq);
-                index.encode(o);
+                record.index.encode(o);
             });
         });
         put_seq(out, &self.expired, |o, c| o.put_u64_le(*c));
+        // The outcome section (added with conditional writes): every record's outcome, client
+        // by client, in the order above. Nested in an `Install` entry, which is followed by
+        // the entry's own fields, so it is not a trailing extension: `Install` got a new tag.
+        put_seq(out, &self.clients, |o, c| put_seq(o, &c.records, |o, (_, r)| r.outcome.encode(o)));
     }
 }
 impl Decode for Snapshot {
     fn decode(r: &mut Reader) -> Result<Self, DecodeError> {
-        Ok(Snapshot {
+        Snapshot::decode_fields(r, true)
+    }
+}
+
+impl Snapshot {
+    /// `outcomes`: whether the outcome section follows (see `encode`); without it (an
+    /// `Install` entry written before outcomes existed) every record is `Done`.
+    fn decode_fields(r: &mut Reader, outcomes: bool) -> Result<Snapshot, DecodeError> {
+        let mut s = Snapshot {
             last_included: LogIndex::decode(r)?,
             items: r.seq(|r| Ok((r.bytes()?, get_value(r)?, LogIndex::decode(r)?)))?,
             clients: r.seq(|r| {
                 Ok(ClientRecords {
                     client_id: r.u64()?,
                     ack: r.u64()?,
-                    records: r.seq(|r| Ok((r.u64()?, LogIndex::decode(r)?)))?,
+                    records: r.seq(|r| {
+                        let seq = r.u64()?;
+                        let index = LogIndex::decode(r)?;
+                        Ok((seq, Completion { index, outcome: WriteOutcome::Done }))
+                    })?,
                 })
             })?,
             expired: r.seq(|r| r.u64())?,
-        })
+        };
+        if outcomes {
+            let mismatch =
+                |n: usize| DecodeError::Invalid { what: "outcome count", value: n as u64 };
+            let n = r.u32()? as usize;
+            if n != s.clients.len() {
+                return Err(mismatch(n));
+            }
+            for c in &mut s.clients {
+                let n = r.u32()? as usize;
+                if n != c.records.len() {
+                    return Err(mismatch(n));
+                }
+                for (_, record) in &mut c.records {
+                    record.outcome = WriteOutcome::decode(r)?;
+                }
+            }
+        }
+        Ok(s)
     }
 }
 

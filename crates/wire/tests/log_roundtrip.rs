@@ -4,7 +4,7 @@
 mod common;
 
 use bytes::{Bytes, BytesMut};
-use common::{nodes, shard_move, snapshot};
+use common::{expect, nodes, shard_move, snapshot};
 use proptest::prelude::*;
 use strata_wire::log::{
     AppendAck, AppendEntries, ForwardRead, Grant, LogEntry, LogIndex, LogMessage, LogOp, ReadError,
@@ -34,6 +34,9 @@ fn entry() -> impl Strategy<Value = LogEntry> {
         prop::collection::vec(any::<u64>(), 0..4).prop_map(LogOp::Expire),
         shard_move().prop_map(LogOp::Freeze),
         snapshot().prop_map(|s| LogOp::Install(Box::new(s))),
+        (expect(), proptest::option::of(bytes()))
+            .prop_map(|(expect, put)| LogOp::Cond { expect, put }),
+        any::<i64>().prop_map(LogOp::Add),
     ];
     (index(), bytes(), op, any::<u64>(), any::<u64>(), any::<u64>(), any::<bool>()).prop_map(
         |(index, key, op, client_id, seq, ack, immediate)| LogEntry {
@@ -185,6 +188,28 @@ proptest! {
         strata_wire::Encode::encode(&e, &mut buf);
         prop_assert_eq!(e.encoded_len(), buf.len(), "encoded_len is exact");
         prop_assert_eq!(decode_message::<LogEntry>(buf.freeze()).unwrap(), e);
+    }
+
+    /// An `Install` entry written before completion records carried outcomes (tag 5, no
+    /// outcome section) still decodes, every record `Done`: a log written by an older node
+    /// replays.
+    #[test]
+    fn an_install_entry_of_the_older_format_decodes_with_done_outcomes(s in snapshot(), key in bytes()) {
+        use strata_wire::log::{Completion, WriteOutcome};
+        let e = LogEntry { index: LogIndex::new(1, 1), key, op: LogOp::Install(Box::new(s.clone())), client_id: 0, seq: 0, ack: 0, immediate: true };
+        let mut buf = BytesMut::new();
+        strata_wire::Encode::encode(&e, &mut buf);
+        // Rewrite it as the older format: tag 5 and no outcome section.
+        let tag_at = 8 + 4 + e.key.len();
+        let sections: usize = 4 + s.clients.iter().map(|c| 4 + c.records.iter().map(|(_, r)| r.outcome.encoded_len()).sum::<usize>()).sum::<usize>();
+        let fixed_tail = 8 + 8 + 8 + 1;
+        let mut old = buf.to_vec();
+        old[tag_at] = 5;
+        old.drain(old.len() - fixed_tail - sections..old.len() - fixed_tail);
+        let back = decode_message::<LogEntry>(Bytes::from(old)).unwrap();
+        let mut done = s;
+        done.clients.iter_mut().flat_map(|c| c.records.iter_mut()).for_each(|(_, r)| *r = Completion { index: r.index, outcome: WriteOutcome::Done });
+        prop_assert_eq!(back.op, LogOp::Install(Box::new(done)));
     }
 
     /// A leader sizes its batches with `encoded_len` and `APPEND_ENTRIES_OVERHEAD_BYTES`: the

@@ -68,7 +68,13 @@ fn table_def() -> impl Strategy<Value = TableDef> {
 }
 
 fn request() -> impl Strategy<Value = ClientRequest> {
-    let op = prop_oneof![bytes().prop_map(LogWriteOp::Put), Just(LogWriteOp::Delete)];
+    let op = prop_oneof![
+        bytes().prop_map(LogWriteOp::Put),
+        Just(LogWriteOp::Delete),
+        (common::expect(), proptest::option::of(bytes()))
+            .prop_map(|(expect, put)| LogWriteOp::Cond { expect, put }),
+        any::<i64>().prop_map(LogWriteOp::Add),
+    ];
     let body = prop_oneof![
         (name(), bytes(), op, any::<bool>()).prop_map(|(table, key, op, immediate)| {
             Request::LogWrite { table, key, op, immediate }
@@ -136,7 +142,8 @@ fn shard_status() -> impl Strategy<Value = ShardStatus> {
 
 fn response() -> impl Strategy<Value = ClientResponse> {
     let body = prop_oneof![
-        index().prop_map(|index| Response::LogWritten { index }),
+        (index(), common::outcome())
+            .prop_map(|(index, outcome)| Response::LogWritten { index, outcome }),
         (proptest::option::of(bytes()), index(), node(), any::<u32>()).prop_map(
             |(value, update_index, served_by, epoch)| Response::LogValue {
                 value,

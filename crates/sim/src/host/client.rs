@@ -445,7 +445,7 @@ impl Clients {
         let (record, seq) = (p.record, p.seq);
         let n = c.nodes.len();
         let outcome = match resp.body {
-            Response::LogWritten { index } => Some(Outcome::Acked(index)),
+            Response::LogWritten { index, .. } => Some(Outcome::Acked(index)),
             Response::Error { code: ErrorCode::ExpiredLease, .. } => Some(Outcome::Unknown),
             Response::Error { code, message } => {
                 Some(Outcome::Failed(format!("{code:?}: {message}")))

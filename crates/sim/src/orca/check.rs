@@ -7,7 +7,8 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
-use strata_log::{LogEvent, LogIndex, LogOp, RpcId};
+use strata_log::{LogEvent, LogIndex, RpcId};
+use strata_wire::log::Evaluation;
 use strata_wire::NodeId;
 
 use super::history::{OrcaHistory, Promises};
@@ -74,11 +75,12 @@ pub fn driver(h: &OrcaHistory) -> Vec<Violation> {
 /// `r1.u`). A read of an entry not in `H` (lost data) is compared by index with later reads of
 /// its key.
 pub fn monotonic_reads(h: &OrcaHistory) -> Vec<Violation> {
-    // Positions in H of the writes of each key.
+    // Positions in H of the writes of each key: the entries that created a version of it (a
+    // rejected conditional write or a refused add is in H but changed nothing).
     let mut writes: HashMap<&[u8], Vec<usize>> = HashMap::new();
-    let effective = h.effective();
+    let evaluations = h.evaluations();
     for (p, e) in h.h.iter().enumerate() {
-        if effective[p] {
+        if evaluations[p].as_ref().is_some_and(|ev| ev.write.is_some()) {
             writes.entry(&e.key[..]).or_default().push(p);
         }
     }
@@ -169,7 +171,7 @@ fn fmt_t(t: strata_wire::Instant) -> String {
 /// tombstone, or `ZERO` and no value). Also the second half of §7.12: `H` contains every
 /// write whose index a read returned.
 pub fn served_exists(h: &OrcaHistory) -> Vec<Violation> {
-    let effective = h.effective();
+    let evaluations = h.evaluations();
     let mut out = Vec::new();
     for r in &h.reads {
         let u = r.value.update_index;
@@ -186,21 +188,19 @@ pub fn served_exists(h: &OrcaHistory) -> Vec<Violation> {
         }
         let bad = match h.entry(u) {
             None => Some("an entry that is not in H (lost)".to_string()),
-            Some(_) if !effective[h.pos(u).expect("in H")] => Some(
-                "a duplicate entry of an RPC (or a stale one), which changes nothing".to_string(),
-            ),
-            Some(e) => {
-                let expected = match &e.op {
-                    LogOp::Put(v) => Some(Some(v.clone())),
-                    LogOp::Delete => Some(None),
-                    LogOp::NoOp | LogOp::Expire(_) | LogOp::Freeze(_) | LogOp::Install(_) => None,
-                };
-                if e.key != r.key || expected.as_ref() != Some(got) {
-                    Some(format!("{u} but H has {} {:?} there", key(&e.key), e.op))
-                } else {
-                    None
+            Some(e) => match &evaluations[h.pos(u).expect("in H")] {
+                None => Some(
+                    "a duplicate entry of an RPC (or a stale one), which changes nothing"
+                        .to_string(),
+                ),
+                Some(Evaluation { write: None, outcome }) => {
+                    Some(format!("{:?} there changed nothing ({outcome:?})", e.op))
                 }
-            }
+                Some(Evaluation { write: Some(w), .. }) if e.key != r.key || w != got => Some(
+                    format!("{u} but H has {} {:?} there, which wrote {w:?}", key(&e.key), e.op),
+                ),
+                Some(_) => None,
+            },
         };
         if let Some(why) = bad {
             out.push(v(
@@ -721,6 +721,7 @@ pub fn at_most_once(h: &OrcaHistory) -> Vec<Violation> {
 /// is not in `H` was lost: ORCA's durability checkers judge whether that was allowed.)
 pub fn stable_result(h: &OrcaHistory) -> Vec<Violation> {
     let mut first: HashMap<RpcId, LogIndex> = HashMap::new();
+    let evaluations = h.evaluations();
     let mut out = Vec::new();
     for ok in &h.write_oks {
         let Some(e) = h.entry(ok.index) else { continue };
@@ -735,6 +736,15 @@ pub fn stable_result(h: &OrcaHistory) -> Vec<Violation> {
         let was = *first.entry(ok.rpc).or_insert(ok.index);
         if was != ok.index {
             let detail = format!("Ok for {} names {} after an Ok naming {}", ok.rpc, ok.index, was);
+            out.push(v(STABLE_RESULT, ok.at, detail));
+        }
+        // R-G2: the result is the one execution's, evaluated where the entry sits in `H`.
+        let executed = evaluations[h.pos(ok.index).expect("in H")].as_ref().map(|e| e.outcome);
+        if executed.is_some_and(|o| o != ok.outcome) {
+            let detail = format!(
+                "Ok for {} says {:?}, but its entry {} evaluates to {executed:?} in H",
+                ok.rpc, ok.outcome, ok.index
+            );
             out.push(v(STABLE_RESULT, ok.at, detail));
         }
     }

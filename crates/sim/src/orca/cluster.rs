@@ -31,8 +31,8 @@ use strata_log::{
     ReadValue, Role, Snapshot, WriteAck, WriteError, WriteOp,
 };
 use strata_wire::client::{
-    table_id, ClientRequest, ClientResponse, ErrorCode, LogFailure, LogWriteOp, Request, Response,
-    TableDef, TableDurability, TableEngine, TableReads, TableReplication, TableTimers,
+    table_id, ClientRequest, ClientResponse, ErrorCode, LogFailure, Request, Response, TableDef,
+    TableDurability, TableEngine, TableReads, TableReplication, TableTimers,
 };
 use strata_wire::peer::PeerMessage;
 use strata_wire::rifl::{ClusterTime, LeaseInfo, Rifl, RpcId};
@@ -473,14 +473,10 @@ impl OrcaCluster {
                 timestamp: ClusterTime::ZERO,
             },
         };
-        let op = match &w.op {
-            WriteOp::Put(v) => LogWriteOp::Put(v.clone()),
-            WriteOp::Delete => LogWriteOp::Delete,
-        };
         let body = Request::LogWrite {
             table: TABLE.to_string(),
             key: w.key.clone(),
-            op,
+            op: w.op.clone(),
             immediate: w.immediate,
         };
         self.writes.insert(token, w);
@@ -890,6 +886,7 @@ impl OrcaCluster {
                     at,
                     rpc,
                     index: ack.index,
+                    outcome: ack.outcome,
                     delivered: !lost,
                 });
             }
@@ -964,7 +961,7 @@ fn decode_reply(token: u64, asked: Asked, body: Response) -> LogReply {
         Asked::Write => LogReply::Write {
             token,
             result: match body {
-                Response::LogWritten { index } => Ok(WriteAck { index }),
+                Response::LogWritten { index, outcome } => Ok(WriteAck { index, outcome }),
                 other => Err(write_error(other)),
             },
         },

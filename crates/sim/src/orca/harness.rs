@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use strata_core::Prng;
-use strata_log::{LogEvent, LogIndex, LogReply, PlantedBug, WriteOp};
+use strata_log::{Expect, LogEvent, LogIndex, LogReply, PlantedBug, WriteOp};
 
 use super::check::{check_all, MONOTONIC_READS};
 use super::cluster::OrcaCluster;
@@ -39,7 +39,31 @@ impl Default for HarnessOptions {
 
 const N: usize = 5;
 const KEYS: u64 = 4;
+/// Counter keys `c0`, `c1`, changed only by adds (rifl.md §2.1 `increment`).
+const COUNTERS: u64 = 2;
 const CLIENTS: u64 = 4;
+
+/// A write of the workload: mostly puts of fresh values to `k*`, some adds (negative ones too,
+/// which can be refused as out of range) to `c*`, and conditional writes to `k*` expecting a
+/// recent value or absence. Evaluated when applied; the checkers replay them on `H`
+/// (`OrcaHistory::evaluations`) for the values reads must see and the results `Ok`s carry.
+fn draw_write(ops: &mut Prng, item: u64) -> (String, WriteOp) {
+    let put = || Bytes::from(format!("v{item}"));
+    let key = format!("k{}", item % KEYS);
+    match ops.range(0, 10) {
+        0..=5 => (key, WriteOp::Put(put())),
+        6 | 7 => (format!("c{}", item % COUNTERS), WriteOp::Add(ops.range(0, 8) as i64 - 2)),
+        _ => {
+            let expect = if ops.chance(0.3) {
+                Expect::Absent
+            } else {
+                Expect::Value(Bytes::from(format!("v{}", item.saturating_sub(ops.range(1, 8)))))
+            };
+            let put = ops.chance(0.8).then(put);
+            (key, WriteOp::Cond { expect, put })
+        }
+    }
+}
 
 /// One run's result.
 #[derive(Debug)]
@@ -60,6 +84,9 @@ pub fn run_orca(mode: Mode, seed: u64, opts: &HarnessOptions) -> OrcaReport {
     let mut cfg = mode.config();
     cfg.planted_bug = opts.canary;
     let mut rng = Prng::new(seed ^ 0x0dca_5eed);
+    // The operations' own draws, apart from the fault schedule's (so adding operation kinds
+    // kept every seed's schedule).
+    let mut ops = Prng::new(seed ^ 0x0b5_c0de);
     let net = draw_net(&mut rng);
     let mut c = OrcaCluster::with_net(N, cfg, net.clone(), rng.fork());
     c.skew_clocks(&mut rng, Duration::from_secs(3), 200);
@@ -137,14 +164,8 @@ pub fn run_orca(mode: Mode, seed: u64, opts: &HarnessOptions) -> OrcaReport {
         for _ in 0..rng.range(1, 4) {
             item += 1;
             let client = rng.range(1, CLIENTS + 1);
-            let key = format!("k{}", item as u64 % KEYS);
-            let t = c.write_as(
-                client,
-                l,
-                &key,
-                WriteOp::Put(Bytes::from(format!("v{item}"))),
-                rng.chance(0.2),
-            );
+            let (key, op) = draw_write(&mut ops, u64::from(item));
+            let t = c.write_as(client, l, &key, op, rng.chance(0.2));
             writes.push((client, t));
         }
         c.run_ms(rng.range(1, 30));
@@ -183,6 +204,12 @@ pub fn run_orca(mode: Mode, seed: u64, opts: &HarnessOptions) -> OrcaReport {
         // Then at the lagging node.
         for k in 0..KEYS {
             let t = c.read_as(rng.range(1, CLIENTS + 1), lagging, &format!("k{k}"), None);
+            c.wait_reply(t);
+        }
+        for k in 0..COUNTERS {
+            let up = up.iter().filter(|&&i| i != lagging).copied().collect::<Vec<_>>();
+            let at = up[ops.range(0, up.len() as u64) as usize];
+            let t = c.read_as(ops.range(1, CLIENTS + 1), at, &format!("c{k}"), None);
             c.wait_reply(t);
         }
     }

@@ -8,7 +8,8 @@
 use bytes::Bytes;
 use std::collections::{HashMap, HashSet};
 
-use strata_log::{LogEntry, LogEvent, LogIndex, LogOp, ReadValue, RpcId};
+use strata_log::{LogEntry, LogEvent, LogIndex, LogOp, ReadValue, RpcId, WriteOutcome};
+use strata_wire::log::Evaluation;
 use strata_wire::{Instant, NodeId};
 
 use strata_log::{DurabilityMode, LogConfig, ReadPolicy};
@@ -200,6 +201,8 @@ pub struct WriteOkRecord {
     pub at: Instant,
     pub rpc: RpcId,
     pub index: LogIndex,
+    /// What the leader said the write returned (rifl.md §5.3 S5).
+    pub outcome: WriteOutcome,
     pub delivered: bool,
 }
 
@@ -269,5 +272,29 @@ impl OrcaHistory {
     /// The entry of `H` at index `u`.
     pub fn entry(&self, u: LogIndex) -> Option<&LogEntry> {
         self.pos(u).map(|p| &self.h[p])
+    }
+
+    /// Per position of `H`: what an effective key operation did when applied, evaluated
+    /// against the state the earlier effective entries of `H` left (`LogOp::evaluate`, the
+    /// replicas' own definition of conditions and counters); `None` for duplicates and the
+    /// node's entries. A replica that executed a duplicate, or evaluated against another
+    /// state, serves values this model does not produce.
+    pub fn evaluations(&self) -> Vec<Option<Evaluation>> {
+        let mut state: HashMap<&[u8], (Option<Bytes>, LogIndex)> = HashMap::new();
+        self.h
+            .iter()
+            .zip(self.effective())
+            .map(|(e, effective)| {
+                if !effective {
+                    return None;
+                }
+                let (value, version) = state.get(&e.key[..]).cloned().unwrap_or_default();
+                let eval = e.op.evaluate(value.as_ref(), version)?;
+                if let Some(w) = &eval.write {
+                    state.insert(&e.key[..], (w.clone(), e.index));
+                }
+                Some(eval)
+            })
+            .collect()
     }
 }

@@ -4,7 +4,9 @@
 
 use bytes::Bytes;
 use proptest::prelude::*;
-use strata_wire::log::{ClientRecords, LogIndex, ShardMove, Snapshot};
+use strata_wire::log::{
+    ClientRecords, Completion, Expect, LogIndex, ShardMove, Snapshot, WriteOutcome,
+};
 use strata_wire::NodeId;
 
 fn bytes() -> impl Strategy<Value = Bytes> {
@@ -13,6 +15,24 @@ fn bytes() -> impl Strategy<Value = Bytes> {
 
 fn index() -> impl Strategy<Value = LogIndex> {
     (any::<u32>(), any::<u32>()).prop_map(|(epoch, counter)| LogIndex { epoch, counter })
+}
+
+pub fn expect() -> impl Strategy<Value = Expect> {
+    prop_oneof![
+        Just(Expect::Absent),
+        bytes().prop_map(Expect::Value),
+        index().prop_map(Expect::Version)
+    ]
+}
+
+pub fn outcome() -> impl Strategy<Value = WriteOutcome> {
+    prop_oneof![
+        Just(WriteOutcome::Done),
+        index().prop_map(|current| WriteOutcome::Rejected { current }),
+        any::<u64>().prop_map(|old| WriteOutcome::Added { old }),
+        Just(WriteOutcome::NotCounter),
+        Just(WriteOutcome::OutOfRange),
+    ]
 }
 
 pub fn nodes() -> impl Strategy<Value = Vec<NodeId>> {
@@ -26,7 +46,8 @@ pub fn shard_move() -> impl Strategy<Value = ShardMove> {
 /// A shard's state as a moved shard carries it: items (tombstones too), records, watermarks.
 pub fn snapshot() -> impl Strategy<Value = Snapshot> {
     let item = (bytes(), proptest::option::of(bytes()), index());
-    let client = (any::<u64>(), any::<u64>(), prop::collection::vec((any::<u64>(), index()), 0..3))
+    let record = (index(), outcome()).prop_map(|(index, outcome)| Completion { index, outcome });
+    let client = (any::<u64>(), any::<u64>(), prop::collection::vec((any::<u64>(), record), 0..3))
         .prop_map(|(client_id, ack, records)| ClientRecords { client_id, ack, records });
     (
         index(),
