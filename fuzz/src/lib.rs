@@ -18,6 +18,7 @@ pub fn host() -> (Host, HostEffects) {
         shard_rate_limit: None,
         audit: false,
         log_overrides: Default::default(),
+        txn_timeout_per_object: strata_host::TXN_TIMEOUT_PER_OBJECT,
     };
     let mut host = Host::new(cfg, b"").expect("a host starts without a catalog");
     // Connection 1 may do everything, so requests reach the validators behind the role check.

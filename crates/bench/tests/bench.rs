@@ -336,6 +336,7 @@ async fn create_table(
             shards: 2,
             timers: TableTimers::Default,
             leaders: Vec::new(),
+            txn: Default::default(),
         };
         c.create_table(def).await.unwrap();
     }

@@ -75,6 +75,7 @@ impl TableConfig {
             shards: 1,
             timers: Default::default(),
             leaders: Vec::new(),
+            txn: Default::default(),
         }
     }
 

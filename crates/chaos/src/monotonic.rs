@@ -248,6 +248,7 @@ fn refusal(outcome: &Result<Result<LogRead, LogFailure>, ClientError>) -> String
         Ok(Err(LogFailure::Unavailable)) => "no leader yet".into(),
         Ok(Err(LogFailure::Invalid(m))) => format!("invalid: {m}"),
         Ok(Err(LogFailure::Moved { replicas })) => format!("moved to {replicas:?}"),
+        Ok(Err(LogFailure::Locked)) => "locked by a transaction".into(),
         Err(ClientError::TimedOut(_)) => "client time-out".into(),
         Err(ClientError::TableUnavailable { .. }) => "client gave up".into(),
         Err(ClientError::Unreachable { .. } | ClientError::ConnectionLost { .. }) => {

@@ -187,12 +187,21 @@ impl Drop for ProcessCluster {
 }
 
 /// A base port whose client (`base + i`) and peer (`base + 100 + i`) ports look free now.
+/// Drawn below Linux's ephemeral range (32768-60999): nodes' and clients' outgoing
+/// connections bind ephemeral ports, which could otherwise take a node's port between this
+/// probe and the node's bind (two harnesses starting clusters side by side did).
 pub fn free_base_port(nodes: u16) -> Option<u16> {
-    for _ in 0..200 {
-        let base = TcpListener::bind("127.0.0.1:0").ok()?.local_addr().ok()?.port();
-        if base > 60_000 {
-            continue;
-        }
+    let mut seed = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(1, |d| d.subsec_nanos())
+        ^ std::process::id().rotate_left(16)
+        | 1;
+    for _ in 0..500 {
+        // xorshift: a different range per attempt, per process and per call.
+        seed ^= seed << 13;
+        seed ^= seed >> 17;
+        seed ^= seed << 5;
+        let base = 20_000 + (seed % 12_000) as u16;
         let free = (0..nodes).all(|i| {
             TcpListener::bind(("127.0.0.1", base + i)).is_ok()
                 && TcpListener::bind(("127.0.0.1", base + 100 + i)).is_ok()

@@ -8,6 +8,7 @@ mod credentials;
 mod exit;
 mod ops;
 mod table_write;
+mod txn;
 mod up;
 
 use clap::{Parser, Subcommand};
@@ -140,6 +141,11 @@ enum Command {
         #[command(flatten)]
         target: ops::Target,
     },
+    /// Run one transaction over log tables created with --txn rifl, read from standard input,
+    /// one operation per line: `get K`, `put K V`, `del K`, `add K DELTA` (a counter change),
+    /// `check K V` (abort unless K holds V); a key is TABLE:KEY or KEY of --table. Prints each
+    /// get's value, then `committed`, or `aborted: REASON` (exit code 8).
+    Txn(txn::TxnArgs),
     /// Closed-loop load generator against the local cluster (default), any Strata endpoints, or
     /// a Redis server (`--target redis`); see docs/benchmarks.md.
     Bench {
@@ -251,6 +257,7 @@ fn main() {
         Command::Bench { args, data_dir } => bench(args, &data_dir),
         Command::Fault { fault, target } => block_on(ops::fault(&target, &fault)),
         Command::Chaos { command } => chaos::run(command),
+        Command::Txn(args) => txn::run(args),
     };
     match result {
         Ok(code) => std::process::exit(code),

@@ -12,9 +12,9 @@ use strata_client::{
     ShardStatus, TableDef, TableDurability, TableEngine, TableReads, TableReplication,
 };
 use strata_host::catalog::{
-    check_table_def, describe, durability_name, reads_name, replication_name, timers_name,
+    check_table_def, describe, durability_name, reads_name, replication_name, timers_name, txn_name,
 };
-use strata_wire::client::TableTimers;
+use strata_wire::client::{TableTimers, TableTxn};
 
 use crate::cluster_file::ClusterFile;
 use crate::exit::{
@@ -89,19 +89,24 @@ pub async fn get(
 /// Prints a read's value on stdout (exit 0), or says the key has none (exit 3). On a
 /// terminal, a value that is not printable text is escaped unless `raw` (issue #18: binary
 /// never goes to a terminal as it is); to a pipe or a file, the bytes go as they are.
-fn print_value(key: &str, value: Option<bytes::Bytes>, raw: bool) -> Result<i32, Failure> {
+/// A value as written to standard output: as it is to a pipe or file, or when it is printable
+/// text; escaped (`\xNN`, `\n`, ...) on a terminal otherwise.
+pub fn displayable(value: &[u8]) -> std::borrow::Cow<'_, [u8]> {
     use std::io::IsTerminal;
+    if !std::io::stdout().is_terminal() || is_printable(value) {
+        std::borrow::Cow::Borrowed(value)
+    } else {
+        std::borrow::Cow::Owned(value.escape_ascii().to_string().into_bytes())
+    }
+}
+
+fn print_value(key: &str, value: Option<bytes::Bytes>, raw: bool) -> Result<i32, Failure> {
     match value {
         Some(value) => {
             let mut out = std::io::stdout().lock();
-            let escaped;
-            let bytes = if raw || !out.is_terminal() || is_printable(&value) {
-                &value[..]
-            } else {
-                escaped = value.escape_ascii().to_string();
-                escaped.as_bytes()
-            };
-            out.write_all(bytes)
+            let bytes =
+                if raw { std::borrow::Cow::Borrowed(&value[..]) } else { displayable(&value) };
+            out.write_all(&bytes)
                 .and_then(|()| out.write_all(b"\n"))
                 .map_err(|e| Failure::new(FAILED, e.to_string()))?;
             Ok(OK)
@@ -547,17 +552,18 @@ pub struct CreateArgs {
     #[arg(long, value_parser = ["log"], default_value = "log")]
     pub engine: String,
     /// When writes are acknowledged: `sync` (fsynced on a majority), `async` (persisted in the
-    /// background), `cad` (asynchronous, made durable before any read returns it).
-    #[arg(long, value_parser = ["sync", "async", "cad"], default_value = "cad")]
-    pub durability: String,
+    /// background), `cad` (asynchronous, made durable before any read returns it). Default
+    /// `cad` (`sync` with --txn rifl).
+    #[arg(long, value_parser = ["sync", "async", "cad"])]
+    pub durability: Option<String>,
     /// How writes replicate before the acknowledgement: `async` buffers on the leader only,
     /// `sync` waits for a majority's memory. Default `async` (`sync` for sync durability).
     #[arg(long, value_parser = ["sync", "async"])]
     pub replication: Option<String>,
     /// Which nodes serve reads: `leader`, `active-set` (leased followers too, ORCA) or `any`
-    /// (no durability check).
-    #[arg(long, value_parser = ["leader", "active-set", "any"], default_value = "active-set")]
-    pub reads: String,
+    /// (no durability check). Default `active-set` (`leader` with --txn rifl).
+    #[arg(long, value_parser = ["leader", "active-set", "any"])]
+    pub reads: Option<String>,
     #[arg(long, default_value_t = 1)]
     pub shards: u32,
     /// Timer preset of the shards (ORCA §3.4): `default` (heartbeat 30 ms, mark-out 100 ms,
@@ -569,13 +575,20 @@ pub struct CreateArgs {
     /// usually after a failover (default: no preference).
     #[arg(long, value_name = "ID,...", value_delimiter = ',')]
     pub leaders: Vec<u32>,
+    /// Transactions: `rifl` (RIFL's two-phase commit with locks, `strata txn`); they need
+    /// `sync` durability and `leader` reads (the defaults with it). Default `none`.
+    #[arg(long, value_parser = ["none", "rifl"], default_value = "none")]
+    pub txn: String,
 }
 
 impl CreateArgs {
     pub fn to_def(&self) -> Result<TableDef, Failure> {
-        let durability = match self.durability.as_str() {
-            "sync" => TableDurability::Sync,
-            "async" => TableDurability::Async,
+        let txn = if self.txn == "rifl" { TableTxn::Rifl } else { TableTxn::None };
+        let transactional = txn != TableTxn::None;
+        let durability = match self.durability.as_deref() {
+            Some("sync") => TableDurability::Sync,
+            Some("async") => TableDurability::Async,
+            None if transactional => TableDurability::Sync,
             _ => TableDurability::Cad,
         };
         let replication = match (durability, self.replication.as_deref()) {
@@ -588,9 +601,10 @@ impl CreateArgs {
             (TableDurability::Sync, _) | (_, Some("sync")) => TableReplication::Sync,
             _ => TableReplication::Async,
         };
-        let reads = match self.reads.as_str() {
-            "leader" => TableReads::Leader,
-            "any" => TableReads::Any,
+        let reads = match self.reads.as_deref() {
+            Some("leader") => TableReads::Leader,
+            Some("any") => TableReads::Any,
+            None if transactional => TableReads::Leader,
             _ => TableReads::ActiveSet,
         };
         let timers = if self.timers == "geo" { TableTimers::Geo } else { TableTimers::Default };
@@ -603,6 +617,7 @@ impl CreateArgs {
             shards: self.shards,
             timers,
             leaders: self.leaders.iter().copied().map(NodeId).collect(),
+            txn,
         })
     }
 }
@@ -719,13 +734,13 @@ async fn table_list(target: &Target) -> Result<i32, Failure> {
     let client = target.client().await?;
     let defs = client.list_tables().await?;
     println!(
-        "{:<20} {:<6} {:<10} {:<11} {:<10} {:>6} {:<7} leaders",
-        "name", "engine", "durability", "replication", "reads", "shards", "timers"
+        "{:<20} {:<6} {:<10} {:<11} {:<10} {:>6} {:<7} {:<5} leaders",
+        "name", "engine", "durability", "replication", "reads", "shards", "timers", "txn"
     );
     for d in defs {
         let leaders: Vec<String> = d.leaders.iter().map(|n| n.0.to_string()).collect();
         println!(
-            "{:<20} {:<6} {:<10} {:<11} {:<10} {:>6} {:<7} {}",
+            "{:<20} {:<6} {:<10} {:<11} {:<10} {:>6} {:<7} {:<5} {}",
             d.name,
             "log",
             durability_name(d.durability),
@@ -733,6 +748,7 @@ async fn table_list(target: &Target) -> Result<i32, Failure> {
             reads_name(d.reads),
             d.shards,
             timers_name(d.timers),
+            txn_name(d.txn),
             if leaders.is_empty() { "-".to_string() } else { leaders.join(",") }
         );
     }

@@ -184,21 +184,11 @@ fn get_escapes_binary_values_on_a_terminal_only() {
     assert!(raw.starts_with(&binary), "--raw writes the bytes: {raw:?}");
 }
 
-/// `strata put` runs `cmd` with `input` on its standard input.
+/// `strata ARGS` against `up`'s cluster with `input` on its standard input.
 fn strata_with_stdin(up: &Up, args: &[&str], input: &[u8]) -> std::process::Output {
-    use std::io::Write;
-    use std::process::{Command, Stdio};
-    let mut child = Command::new(STRATA)
-        .args(args)
-        .arg("--data-dir")
-        .arg(&up.data_dir)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    child.stdin.take().unwrap().write_all(input).unwrap();
-    child.wait_with_output().unwrap()
+    let mut cmd = std::process::Command::new(STRATA);
+    cmd.args(args).arg("--data-dir").arg(&up.data_dir);
+    with_stdin(cmd, input)
 }
 
 /// Issue #17 item 5: `strata put` takes a large or binary value from a file or standard input

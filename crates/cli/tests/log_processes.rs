@@ -61,11 +61,18 @@ impl Nodes {
     }
 
     fn strata(&self, args: &[&str]) -> Output {
-        Command::new(STRATA)
-            .args(args)
-            .args(["--endpoints", &self.endpoints(), "--timeout", "20", PLAIN])
-            .output()
-            .unwrap()
+        self.command(args).output().unwrap()
+    }
+
+    fn command(&self, args: &[&str]) -> Command {
+        let mut cmd = Command::new(STRATA);
+        cmd.args(args).args(["--endpoints", &self.endpoints(), "--timeout", "20", PLAIN]);
+        cmd
+    }
+
+    /// `strata ARGS` with `input` on its standard input.
+    fn strata_stdin(&self, args: &[&str], input: &str) -> Output {
+        with_stdin(self.command(args), input.as_bytes())
     }
 }
 
@@ -185,6 +192,39 @@ fn log_tables_through_the_cli_survive_sigkill_of_every_node() {
     assert_eq!(nodes.strata(&["get", "--table", "t", "fresh"]).status.code(), Some(3));
     let out = nodes.strata(&["put", "--if-absent", "k", "v"]);
     assert_eq!(out.status.code(), Some(2), "conditions are for log tables");
+    // Transactions (issue #18 items 2-3): a table opts in; `strata txn` reads the operations
+    // from standard input.
+    let out = nodes.strata(&["table", "create", "bank", "--txn", "rifl", "--durability", "cad"]);
+    assert_eq!(out.status.code(), Some(2), "cad cannot keep votes: {}", text(&out.stderr));
+    assert!(text(&out.stderr).contains("--durability sync"), "{}", text(&out.stderr));
+    ok(&nodes.strata(&["table", "create", "bank", "--txn", "rifl", "--shards", "2"]));
+    assert!(ok(&nodes.strata(&["table", "list"]))
+        .lines()
+        .any(|l| l.starts_with("bank") && l.contains("rifl")));
+    let txn = |input: &str, extra: &[&str]| {
+        let mut args = vec!["txn", "--table", "bank"];
+        args.extend_from_slice(extra);
+        nodes.strata_stdin(&args, input)
+    };
+    assert_eq!(ok(&txn("put alice 100\nput bob 5\n", &[])), "committed\n");
+    let transfer = "# move 30 from alice to bob\ncheck alice 100\nadd alice -30\nadd bob 30\nget alice\nget bob\nget carol\n";
+    assert_eq!(ok(&txn(transfer, &[])), "70\n35\n(absent)\ncommitted\n");
+    let out = txn(transfer, &[]);
+    assert_eq!(out.status.code(), Some(8), "the check fails now");
+    assert!(
+        text(&out.stdout).starts_with("aborted: check bank:alice failed"),
+        "{}",
+        text(&out.stdout)
+    );
+    let out = txn("add alice -71\n", &[]);
+    assert_eq!(out.status.code(), Some(2), "below zero: {}", text(&out.stderr));
+    assert_eq!(ok(&txn("get bank:alice\nget bob\ndel bob\n", &[])), "70\n35\ncommitted\n");
+    assert_eq!(nodes.strata(&["get", "--table", "bank", "bob"]).status.code(), Some(3));
+    let out = nodes.strata_stdin(&["txn"], "get alice\n");
+    assert_eq!(out.status.code(), Some(2), "no table: {}", text(&out.stderr));
+    let out = txn("put t:k v\n", &[]);
+    assert!(text(&out.stderr).contains("does not take transactions"), "{}", text(&out.stderr));
+
     let out = nodes.strata(&["get", "--table", "nope", "k"]);
     assert_eq!(out.status.code(), Some(1));
     assert!(text(&out.stderr).contains("no table named"), "{}", text(&out.stderr));
@@ -200,8 +240,8 @@ fn log_tables_through_the_cli_survive_sigkill_of_every_node() {
         .collect();
     assert_eq!(
         shards.len(),
-        9,
-        "two tables of one shard on three nodes, and the lease service's __leases"
+        15,
+        "two tables of one shard and one of two on three nodes, and the lease service's __leases"
     );
     assert_eq!(
         shards.iter().filter(|s| s["table"] == "__leases" && s["role"] == "leader").count(),

@@ -66,6 +66,7 @@ impl Default for ClientOptions {
 /// node it is connected to, and keep the connection open after the client is dropped. If the
 /// connection breaks, the next `open_session` reconnects — to the next reachable endpoint if
 /// the node is down.
+#[derive(Clone)]
 pub struct Client {
     shared: Arc<Shared>,
 }
@@ -79,6 +80,8 @@ pub(crate) struct Shared {
     pushes: broadcast::Sender<Push>,
     /// Where the next connection attempt starts in `endpoints`.
     cursor: AtomicUsize,
+    /// The transactions' lease, window and routing (`txn`), made on first use.
+    txns: std::sync::OnceLock<Arc<crate::txn::TxnShared>>,
 }
 
 /// The client side of RIFL (rifl.md §3.1): a lease (its id is the RIFL client id) and a
@@ -157,6 +160,17 @@ impl Client {
         let client = Client { shared: Arc::new(Shared::new(vec![addr], opts, 0)) };
         client.shared.connection().await?;
         Ok(client)
+    }
+
+    /// The transactions' shared state (one lease for all of this client's transactions).
+    pub(crate) fn txns(&self) -> Arc<crate::txn::TxnShared> {
+        let s = &self.shared;
+        s.txns
+            .get_or_init(|| {
+                let keeper = LeaseKeeper::new(s.endpoints.clone(), s.opts.clone());
+                Arc::new(crate::txn::TxnShared::new(RiflClient::new(keeper)))
+            })
+            .clone()
     }
 
     pub fn options(&self) -> &ClientOptions {
@@ -244,7 +258,14 @@ impl Client {
 impl Shared {
     fn new(endpoints: Vec<SocketAddr>, opts: ClientOptions, cursor: usize) -> Shared {
         let (pushes, _) = broadcast::channel(PUSH_BACKLOG);
-        Shared { endpoints, opts, conn: Mutex::new(None), pushes, cursor: AtomicUsize::new(cursor) }
+        Shared {
+            endpoints,
+            opts,
+            conn: Mutex::new(None),
+            pushes,
+            cursor: AtomicUsize::new(cursor),
+            txns: std::sync::OnceLock::new(),
+        }
     }
 
     /// The current connection, or a new one to the first reachable endpoint — starting with

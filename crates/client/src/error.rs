@@ -82,6 +82,10 @@ pub enum ClientError {
     /// outstanding; whether an earlier attempt took effect is unknown.
     #[error("the client's lease expired; the outcome is unknown: {0}")]
     ExpiredLease(String),
+    /// `Client::run_txn` gave up: every attempt aborted (conflicts with other transactions,
+    /// or keys they held). Nothing of the last attempt took effect.
+    #[error("the transaction aborted {attempts} times; last: {reason}")]
+    TxnAborted { attempts: u32, reason: strata_wire::txn::AbortReason },
     /// The node answered with something this client does not expect for the request.
     #[error("unexpected reply from the node: {0}")]
     UnexpectedReply(String),

@@ -35,6 +35,7 @@ mod lease;
 mod session;
 mod shard_move;
 mod table;
+mod txn;
 
 pub use client::{Client, ClientOptions};
 pub use conn::Push;
@@ -43,14 +44,17 @@ pub use session::{Op, Outcome, ReqId, RmwOutcome, Session, Versioned};
 pub use shard_move::{MovePlant, MoveReport, MovedState};
 pub use strata_tls::{ClientTls, TlsError};
 pub use strata_wire::client::LogWriteOp;
+pub use strata_wire::client::TableTxn;
 pub use strata_wire::client::{
     push_topic, LinkFault, LogFailure, NodeStatus, PeerStatus, ShardRole, ShardStatus, TableDef,
     TableDurability, TableEngine, TableReads, TableReplication, TableTimers,
 };
 pub use strata_wire::log::{Expect, LogIndex, ShardMove, WriteOutcome};
+pub use strata_wire::txn::{AbortReason, Decision, Vote};
 pub use strata_wire::Role;
 pub use strata_wire::{Carstamp, ClusterId, NodeId, SessionId};
 pub use table::{Conditional, LogRead, Table, WriteOpts, Written};
+pub use txn::{RetryPolicy, Transaction, TxnBody, TxnOutcome};
 
 /// The README's Rust example, compiled by `cargo test` so that it cannot rot.
 #[cfg(doctest)]

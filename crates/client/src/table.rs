@@ -37,6 +37,9 @@ use crate::session::unexpected;
 
 /// Back-off before retrying at another node (§2.1: 10 ms after `NotInActiveSet`).
 const RETRY_BACKOFF: Duration = Duration::from_millis(10);
+/// Back-off before retrying a key a transaction holds (rifl.md §5.9): its decision usually
+/// follows within a round trip.
+const LOCK_BACKOFF: Duration = Duration::from_millis(1);
 /// How long a call retries when the client options set no request timeout.
 const DEFAULT_RETRY_FOR: Duration = Duration::from_secs(10);
 
@@ -76,6 +79,7 @@ pub struct LogRead {
     pub epoch: u32,
 }
 
+#[derive(Clone)]
 struct NodeSlot {
     addr: SocketAddr,
     conn: Option<Arc<ConnHandle>>,
@@ -83,7 +87,9 @@ struct NodeSlot {
     id: Option<NodeId>,
 }
 
-/// A handle on one log table (module docs). Obtain it with [`crate::Client::table`].
+/// A handle on one log table (module docs). Obtain it with [`crate::Client::table`]. A clone
+/// shares the connections and the lease, and keeps its own session token and leader guesses.
+#[derive(Clone)]
 pub struct Table {
     def: TableDef,
     opts: ClientOptions,
@@ -352,7 +358,7 @@ impl Table {
         op: LogWriteOp,
         opts: WriteOpts,
     ) -> Result<Written, ClientError> {
-        let shard = self.shard_of(&key) as usize;
+        let shard = self.shard_of(&key);
         // rifl.md §5.1 C1: the lease (created on first use); a new id restarts the seqs (R-D21).
         let lease = self.keeper.acquire().await?;
         if lease.client_id != self.client_id {
@@ -361,36 +367,47 @@ impl Table {
         }
         self.next_seq += 1;
         let seq = self.next_seq;
+        let keeper = self.keeper.clone();
+        let envelope = move || {
+            // The latest grant of the same lease (renewed in the background meanwhile); if the
+            // lease changed, this write keeps the one it started with: the node then answers
+            // from its record or `ExpiredLease` (outcome unknown).
+            let lease = keeper.usable().filter(|l| l.client_id == lease.client_id).unwrap_or(lease);
+            // One write at a time per handle: every earlier one has its answer.
+            Rifl { rpc: RpcId { client_id: lease.client_id, seq }, first_incomplete: seq, lease }
+        };
+        let req =
+            Request::LogWrite { table: self.def.name.clone(), key, op, immediate: opts.immediate };
+        match self.leader_call(shard, envelope, req).await? {
+            Response::LogWritten { index, outcome } => {
+                let token = &mut self.last_write[shard as usize];
+                *token = Some(token.map_or(index, |t| t.max(index)));
+                Ok(Written { index, outcome })
+            }
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// Sends `req` to the leader of `shard` until it answers with anything but a transient
+    /// refusal (rifl.md §2.2 step 4): `NotLeader` follows the hint, `Moved` the new replicas,
+    /// a broken connection the next node; an election, a slow majority or a transaction's
+    /// lock (§5.9 `Retry(Locked)`) waits a little at the same node. Every attempt carries a
+    /// fresh `envelope()` of the same RPC id. RIFL's final verdicts (`Stale`, `BadEnvelope`)
+    /// and `Invalid` are errors.
+    pub(crate) async fn leader_call(
+        &mut self,
+        shard: u32,
+        envelope: impl Fn() -> Rifl,
+        req: Request,
+    ) -> Result<Response, ClientError> {
+        let shard = shard as usize;
         let deadline = Instant::now() + self.retry_for();
         let mut target = self.leader[shard].unwrap_or(self.cursor);
         let mut last;
         let mut moved_tries = 0;
         loop {
-            let req = Request::LogWrite {
-                table: self.def.name.clone(),
-                key: key.clone(),
-                op: op.clone(),
-                immediate: opts.immediate,
-            };
-            // The latest grant of the same lease (renewed in the background meanwhile); if the
-            // lease changed, this write keeps the one it started with: the node then answers
-            // from its record or `ExpiredLease` (outcome unknown).
-            let lease =
-                self.keeper.usable().filter(|l| l.client_id == lease.client_id).unwrap_or(lease);
-            let rifl = Rifl {
-                rpc: RpcId { client_id: lease.client_id, seq },
-                // One write at a time per handle: every earlier one has its answer.
-                first_incomplete: seq,
-                lease,
-            };
             let backoff;
-            match self.call(target, Some(rifl), req, deadline).await {
-                Ok(Response::LogWritten { index, outcome }) => {
-                    self.leader[shard] = Some(target);
-                    let token = &mut self.last_write[shard];
-                    *token = Some(token.map_or(index, |t| t.max(index)));
-                    return Ok(Written { index, outcome });
-                }
+            match self.call(target, Some(envelope()), req.clone(), deadline).await {
                 Ok(Response::LogRejected(LogFailure::Invalid(m))) => {
                     return Err(ClientError::InvalidArgument(m))
                 }
@@ -408,7 +425,7 @@ impl Table {
                                 Some(h) => self.index_of(*h, deadline).await,
                                 None => None,
                             };
-                            backoff = hinted.is_none_or(|h| h == target);
+                            backoff = hinted.is_none_or(|h| h == target).then_some(RETRY_BACKOFF);
                             target = hinted.unwrap_or_else(|| self.next(target));
                         }
                         // rifl.md §5.7 step 4: the shard moved; the same RPC id goes to the
@@ -420,19 +437,27 @@ impl Table {
                                 .moved_target(replicas, moved_tries, deadline)
                                 .await
                                 .unwrap_or_else(|| self.next(target));
-                            backoff = true;
+                            backoff = Some(RETRY_BACKOFF);
+                        }
+                        // The leader answered: a decision is on its way.
+                        LogFailure::Locked => {
+                            self.leader[shard] = Some(target);
+                            backoff = Some(LOCK_BACKOFF);
                         }
                         // Election or sync phase, or a slow majority: the same node, shortly.
-                        _ => backoff = true,
+                        _ => backoff = Some(RETRY_BACKOFF),
                     }
                     last = LastFailure::Refused(f);
                 }
-                Ok(other) => return Err(unexpected(other)),
+                Ok(reply) => {
+                    self.leader[shard] = Some(target);
+                    return Ok(reply);
+                }
                 Err(e) if retryable(&e) => {
                     self.drop_conn(target);
                     self.leader[shard] = None;
                     target = self.next(target);
-                    backoff = true;
+                    backoff = Some(RETRY_BACKOFF);
                     last = LastFailure::Unknown(e);
                 }
                 Err(e) => return Err(e),
@@ -440,8 +465,8 @@ impl Table {
             if Instant::now() >= deadline {
                 return Err(self.give_up(last));
             }
-            if backoff {
-                tokio::time::sleep(RETRY_BACKOFF).await;
+            if let Some(pause) = backoff {
+                tokio::time::sleep(pause).await;
             }
         }
     }
@@ -480,6 +505,13 @@ impl Table {
                             self.moved_target(replicas, moved_tries, deadline)
                                 .await
                                 .unwrap_or_else(|| self.next(target))
+                        }
+                        // rifl.md §5.9 (R-D18): the key's decision is on its way; this node
+                        // serves the key (as its leader, for transactional tables).
+                        LogFailure::Locked => {
+                            tokio::time::sleep(LOCK_BACKOFF).await;
+                            backoff = false;
+                            target
                         }
                         _ => self.next(target),
                     };
@@ -548,6 +580,13 @@ impl Table {
 
     fn drop_conn(&mut self, i: usize) {
         self.nodes[i].conn = None;
+    }
+
+    /// Opens a connection to every endpoint that answers (clones made after share them).
+    pub(crate) async fn connect_all(&mut self) {
+        for i in 0..self.nodes.len() {
+            let _ = self.conn(i).await;
+        }
     }
 
     /// The endpoint of node `id`, connecting to endpoints whose id is still unknown to learn it.

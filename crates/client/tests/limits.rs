@@ -27,6 +27,7 @@ fn sync_table() -> TableDef {
         shards: 1,
         timers: TableTimers::Default,
         leaders: vec![NodeId(0)],
+        txn: Default::default(),
     }
 }
 

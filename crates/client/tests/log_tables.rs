@@ -24,6 +24,7 @@ fn cad_table(name: &str, shards: u32) -> TableDef {
         shards,
         timers: TableTimers::Default,
         leaders: Vec::new(),
+        txn: Default::default(),
     }
 }
 
@@ -360,4 +361,126 @@ async fn conditional_writes_cas_and_counters_on_a_log_table() {
     assert!(matches!(e, ClientError::InvalidArgument(ref m) if m.contains("not a counter")), "{e}");
     assert_eq!(t.get("name").await.unwrap().value.as_deref(), Some(&b"alice"[..]));
     assert_eq!(t.faa("hits", 1).await.unwrap(), 7);
+}
+
+fn txn_table(name: &str, shards: u32) -> TableDef {
+    TableDef {
+        durability: TableDurability::Sync,
+        replication: TableReplication::Sync,
+        reads: TableReads::Leader,
+        txn: strata_client::TableTxn::Rifl,
+        ..cad_table(name, shards)
+    }
+}
+
+/// Transactions (issue #18 item 2, rifl.md §5.8): across two shards, atomic; a conflicting
+/// transaction aborts with nothing done; the read-only and single-shard paths; a plain read of
+/// a key a transaction holds waits for the decision; `run_txn` retries aborted attempts; a
+/// table without `--txn` refuses transactions.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn transactions_across_shards_are_atomic_and_conflicts_abort() {
+    use strata_client::{AbortReason, RetryPolicy, TxnOutcome};
+    let (cfgs, _nodes) = cluster().await;
+    let endpoints: Vec<SocketAddr> = cfgs.iter().map(|c| c.client_addr).collect();
+    for &addr in &endpoints {
+        let c = Client::connect_node(addr, opts()).await.unwrap();
+        c.create_table(txn_table("bank", 2)).await.unwrap();
+        c.create_table(cad_table("plain", 1)).await.unwrap();
+    }
+    let client = Client::connect(&endpoints, opts()).await.unwrap();
+    let mut bank = client.table("bank").await.unwrap();
+    // Two keys in different shards.
+    let (a, b) = (
+        "alice",
+        (0..)
+            .map(|i| format!("bob{i}"))
+            .find(|k| bank.shard_of(k.as_bytes()) != bank.shard_of(b"alice"))
+            .unwrap(),
+    );
+    bank.put(a, "100").await.unwrap();
+    bank.put(b.clone(), "0").await.unwrap();
+
+    // A transfer: read both, write both; committed atomically.
+    let mut tx = client.transaction();
+    let x: u64 =
+        std::str::from_utf8(&tx.read("bank", a).await.unwrap().unwrap()).unwrap().parse().unwrap();
+    let y: u64 = std::str::from_utf8(&tx.read("bank", b.clone()).await.unwrap().unwrap())
+        .unwrap()
+        .parse()
+        .unwrap();
+    tx.write("bank", a, (x - 30).to_string());
+    tx.write("bank", b.clone(), (y + 30).to_string());
+    assert_eq!(tx.commit_and_sync().await.unwrap(), TxnOutcome::Committed);
+    assert_eq!(bank.get(a).await.unwrap().value.as_deref(), Some(&b"70"[..]));
+    assert_eq!(bank.get(b.clone()).await.unwrap().value.as_deref(), Some(&b"30"[..]));
+
+    // A transaction that read a value someone changed since aborts, and changes nothing.
+    let mut stale = client.transaction();
+    stale.read("bank", a).await.unwrap();
+    bank.put(a, "71").await.unwrap();
+    stale.write("bank", b.clone(), "999");
+    stale.write("bank", a, "0");
+    assert_eq!(
+        stale.commit_and_sync().await.unwrap(),
+        TxnOutcome::Aborted { reason: AbortReason::Conflict }
+    );
+    assert_eq!(bank.get(b.clone()).await.unwrap().value.as_deref(), Some(&b"30"[..]));
+    assert_eq!(bank.get(a).await.unwrap().value.as_deref(), Some(&b"71"[..]));
+
+    // Read-only: validates; one shard: decided by the prepare; a delete.
+    let mut ro = client.transaction();
+    ro.read("bank", a).await.unwrap();
+    ro.read("bank", b.clone()).await.unwrap();
+    assert_eq!(ro.commit().await.unwrap(), TxnOutcome::Committed);
+    let mut one = client.transaction();
+    one.read("bank", a).await.unwrap();
+    one.delete("bank", a);
+    assert_eq!(one.commit().await.unwrap(), TxnOutcome::Committed);
+    assert_eq!(bank.get(a).await.unwrap().value, None);
+
+    // `commit` returns before the decisions: a read right after still sees the transaction's
+    // writes (it waits for the lock's decision, §5.9).
+    for i in 0..20 {
+        let mut tx = client.transaction();
+        tx.write("bank", a, format!("{i}"));
+        tx.write("bank", b.clone(), format!("{i}"));
+        assert_eq!(tx.commit().await.unwrap(), TxnOutcome::Committed);
+        assert_eq!(bank.get(a).await.unwrap().value.as_deref(), Some(format!("{i}").as_bytes()));
+        assert_eq!(
+            bank.get(b.clone()).await.unwrap().value.as_deref(),
+            Some(format!("{i}").as_bytes())
+        );
+    }
+
+    // Concurrent increments of one counter through run_txn: every one lands exactly once.
+    bank.put("counter", "0").await.unwrap();
+    let mut tasks = Vec::new();
+    for _ in 0..4 {
+        let client = client.clone();
+        tasks.push(tokio::spawn(async move {
+            for _ in 0..10 {
+                client
+                    .run_txn(RetryPolicy { attempts: 1000, ..RetryPolicy::default() }, |tx| {
+                        Box::pin(async move {
+                            let v = tx.read("bank", "counter").await?.unwrap();
+                            let n: u64 = std::str::from_utf8(&v).unwrap().parse().unwrap();
+                            tx.write("bank", "counter", (n + 1).to_string());
+                            Ok(())
+                        })
+                    })
+                    .await
+                    .unwrap();
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    assert_eq!(bank.get("counter").await.unwrap().value.as_deref(), Some(&b"40"[..]));
+
+    // Tables opt in.
+    let mut tx = client.transaction();
+    tx.write("plain", "k", "v");
+    let e = tx.commit().await.unwrap_err();
+    assert!(e.to_string().contains("does not take transactions"), "{e}");
 }

@@ -54,6 +54,7 @@ fn table_def() -> TableDef {
         shards: 1,
         timers: Default::default(),
         leaders: Vec::new(),
+        txn: Default::default(),
     }
 }
 

@@ -15,7 +15,7 @@ use strata_wire::Role;
 /// | role | requests |
 /// |---|---|
 /// | `read` | sessions, `Get`, `Acquire`, `LogRead`, `ListTables`, `LeaseInfo`, `Status`, `Ping` |
-/// | `write` | `Put`, `Delete`, `Release`, `Faa`, `Cas`, `LogWrite`, `RenewLease` |
+/// | `write` | `Put`, `Delete`, `Release`, `Faa`, `Cas`, `LogWrite`, `RenewLease`, `TxnPrepare`, `TxnDecide` (read-only transactions too: they take a lease) |
 /// | `admin` | `SetFault`, `CreateTable`, `FreezeShard`, `AdoptShard` (shard moves) |
 pub fn required_role(req: &Request) -> Role {
     match req {
@@ -35,6 +35,8 @@ pub fn required_role(req: &Request) -> Role {
         | Request::Faa { .. }
         | Request::Cas { .. }
         | Request::LogWrite { .. }
+        | Request::TxnPrepare { .. }
+        | Request::TxnDecide { .. }
         // A lease is what a writer holds (rifl.md §5.5); creating one changes the lease table.
         | Request::RenewLease { .. } => Role::Write,
         Request::SetFault { .. }
@@ -90,6 +92,8 @@ fn request_name(req: &Request) -> &'static str {
         Request::LeaseInfo { .. } => "lease information",
         Request::FreezeShard { .. } => "freezing a shard (shard move)",
         Request::AdoptShard { .. } => "adopting a shard (shard move)",
+        Request::TxnPrepare { .. } => "a transaction's prepare",
+        Request::TxnDecide { .. } => "a transaction's decision",
     }
 }
 

@@ -14,7 +14,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 use strata_log::{DurabilityMode, LogConfig, ReadPolicy, Replication};
 use strata_wire::client::{
-    TableDef, TableDurability, TableEngine, TableReads, TableReplication, TableTimers,
+    TableDef, TableDurability, TableEngine, TableReads, TableReplication, TableTimers, TableTxn,
 };
 use strata_wire::log::ShardMove;
 use strata_wire::NodeId;
@@ -42,6 +42,7 @@ pub fn lease_table_def() -> TableDef {
         shards: 1,
         timers: TableTimers::Default,
         leaders: Vec::new(),
+        txn: TableTxn::None,
     }
 }
 
@@ -94,6 +95,26 @@ pub fn check_table_def(def: &TableDef, n: usize) -> Result<LogConfig, String> {
     if def.shards == 0 || def.shards > MAX_SHARDS {
         return Err(format!("a table has 1 to {MAX_SHARDS} shards, not {}", def.shards));
     }
+    if def.txn == TableTxn::Rifl {
+        // Votes and decisions are acknowledged only once applied from entries committed on a
+        // majority (the write path of `sync` durability): an `async` or `cad` leader applies
+        // before replicating, and a vote it gave could vanish with it — the client would
+        // decide `Commit` on a lock nobody holds (rifl.md R-G7). Plain reads of a key must see
+        // every decision whose outcome was returned (§5.9): only the leader's applied state
+        // holds them all.
+        if def.durability != TableDurability::Sync {
+            return Err(format!(
+                "--txn rifl needs --durability sync: a prepare's vote must be durable on a majority before it is answered (this table is {})",
+                durability_name(def.durability)
+            ));
+        }
+        if def.reads != TableReads::Leader {
+            return Err(format!(
+                "--txn rifl needs --reads leader: transactions read the latest decided values, which only the leader is sure to hold (this table reads at {})",
+                reads_name(def.reads)
+            ));
+        }
+    }
     if def.leaders.len() > def.shards as usize {
         return Err(format!(
             "{} preferred leaders for {} shard(s): give at most one per shard",
@@ -129,6 +150,9 @@ struct CatalogEntry {
     /// is in generation 0 on every node. Absent from catalogs written before shard moves.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     moved: Vec<MovedShard>,
+    /// Transactions (`rifl`); absent: none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    txn: Option<String>,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -170,6 +194,12 @@ pub fn reads_name(r: TableReads) -> &'static str {
         TableReads::Any => "any",
     }
 }
+pub fn txn_name(t: TableTxn) -> &'static str {
+    match t {
+        TableTxn::None => "none",
+        TableTxn::Rifl => "rifl",
+    }
+}
 pub fn timers_name(t: TableTimers) -> &'static str {
     match t {
         TableTimers::Default => "default",
@@ -204,6 +234,7 @@ impl CatalogEntry {
             shards: d.shards,
             timers: timers_name(d.timers).into(),
             leaders: d.leaders.iter().map(|n| n.0).collect(),
+            txn: (d.txn != TableTxn::None).then(|| txn_name(d.txn).into()),
         }
     }
 
@@ -239,6 +270,11 @@ impl CatalogEntry {
                 v => return Err(bad("timers", v)),
             },
             leaders: self.leaders.iter().copied().map(NodeId).collect(),
+            txn: match self.txn.as_deref() {
+                None | Some("none") => TableTxn::None,
+                Some("rifl") => TableTxn::Rifl,
+                Some(v) => return Err(bad("transactions", v)),
+            },
         })
     }
 }
@@ -280,8 +316,12 @@ pub fn describe(d: &TableDef) -> String {
         let ids: Vec<String> = d.leaders.iter().map(|n| n.0.to_string()).collect();
         format!(", preferred leaders {}", ids.join(","))
     };
+    let txn = match d.txn {
+        TableTxn::None => "",
+        TableTxn::Rifl => ", transactions rifl",
+    };
     format!(
-        "engine log, durability {}, replication {}, reads {}, timers {}, {} shard(s){leaders}",
+        "engine log, durability {}, replication {}, reads {}, timers {}, {} shard(s){leaders}{txn}",
         durability_name(d.durability),
         replication_name(d.replication),
         reads_name(d.reads),
@@ -311,6 +351,7 @@ mod tests {
             shards: 2,
             timers,
             leaders: Vec::new(),
+            txn: TableTxn::None,
         }
     }
 
@@ -329,6 +370,7 @@ mod tests {
                 def: TableDef { name: "d".into(), ..def(TableTimers::Default) },
                 moved: BTreeMap::new(),
             },
+            Catalogued { def: txn_def("x"), moved: BTreeMap::new() },
         ];
         assert_eq!(decode(&encode(&tables)).unwrap(), tables);
         // A catalog written before timer presets and shard moves existed has no `timers` and
@@ -338,6 +380,27 @@ mod tests {
         assert_eq!(decode(old.as_bytes()).unwrap(), vec![defaults]);
         assert_eq!(decode(b"").unwrap(), vec![]);
         assert!(decode(b"{").unwrap_err().starts_with("corrupt"));
+    }
+
+    fn txn_def(name: &str) -> TableDef {
+        TableDef {
+            name: name.into(),
+            durability: TableDurability::Sync,
+            replication: TableReplication::Sync,
+            reads: TableReads::Leader,
+            txn: TableTxn::Rifl,
+            ..def(TableTimers::Default)
+        }
+    }
+
+    #[test]
+    fn transactional_tables_need_sync_durability_and_leader_reads() {
+        assert!(check_table_def(&txn_def("x"), 3).is_ok());
+        let cad = TableDef { durability: TableDurability::Cad, ..txn_def("x") };
+        assert!(check_table_def(&cad, 3).unwrap_err().contains("--durability sync"));
+        let any = TableDef { reads: TableReads::Any, ..txn_def("x") };
+        assert!(check_table_def(&any, 3).unwrap_err().contains("--reads leader"));
+        assert!(describe(&txn_def("x")).ends_with("transactions rifl"));
     }
 
     #[test]

@@ -15,7 +15,9 @@
 //!
 //! Delivery is **at least once**: a retry after a lost answer can reach the leader again, so a
 //! service must be idempotent per `(sender, id)`. A message to a shard this node leads is
-//! handled in place, without the network. The sender learns the outcome from
+//! handled in place, without the network (`local`, served by the host like a peer's). A
+//! service may answer at once, or later (the transaction services answer once their log
+//! entry is applied). The sender learns the outcome from
 //! [`crate::Host::take_mail_results`].
 
 use std::collections::BTreeMap;
@@ -80,6 +82,9 @@ pub(crate) struct Courier {
     next_id: u64,
     outgoing: BTreeMap<u64, Outgoing>,
     pub results: Vec<(u64, Result<Delivered, MailError>)>,
+    /// Messages to a shard this node leads, for the host to serve like a peer's `ToLeader`
+    /// (a service may answer later): `(id, shard, service, body)`.
+    pub local: Vec<(u64, ShardKey, u16, Bytes)>,
 }
 
 impl Courier {
@@ -110,8 +115,7 @@ impl Courier {
         let Some(o) = self.outgoing.get_mut(&id) else { return };
         o.sent = now;
         if o.target == shards.me {
-            let answer = serve(now, shards, o.sk, o.service, &o.body);
-            return self.on_answer(now, id, answer, shards, out);
+            return self.local.push((id, o.sk, o.service, o.body.clone()));
         }
         let msg = PeerMessage::ToLeader {
             id,
@@ -197,7 +201,23 @@ impl Outgoing {
     }
 }
 
-/// This node's answer to a message for the leader of `sk`.
+/// This node's epoch as the ready leader of `sk`, or the answer that sends a message elsewhere.
+pub(crate) fn leadership(now: Instant, shards: &Shards, sk: ShardKey) -> Result<u32, LeaderAnswer> {
+    if !shards.knows(sk) {
+        // Not (yet) in this node's catalog: the table's creation may still be on its way.
+        return Err(LeaderAnswer::NotLeader { hint: None });
+    }
+    match shards.leads_shard(now, sk) {
+        Some(epoch) => Ok(epoch),
+        None if shards.shards.contains_key(&sk) => Err(LeaderAnswer::NotLeader {
+            hint: shards.leader_hint(sk).filter(|h| *h != shards.me),
+        }),
+        None if shards.opening.contains_key(&sk) => Err(LeaderAnswer::NotLeader { hint: None }),
+        None => Err(LeaderAnswer::Moved { replicas: shards.placement_of(sk).replicas }),
+    }
+}
+
+/// This node's answer to a message for the leader of `sk` of a service answered at once.
 pub(crate) fn serve(
     now: Instant,
     shards: &Shards,
@@ -205,19 +225,11 @@ pub(crate) fn serve(
     service: u16,
     body: &Bytes,
 ) -> LeaderAnswer {
-    if !shards.knows(sk) {
-        // Not (yet) in this node's catalog: the table's creation may still be on its way.
-        return LeaderAnswer::NotLeader { hint: None };
-    }
-    match shards.leads_shard(now, sk) {
-        Some(epoch) => match service {
+    match leadership(now, shards, sk) {
+        Ok(epoch) => match service {
             SERVICE_ECHO => LeaderAnswer::Delivered { by: shards.me, epoch, body: body.clone() },
             _ => LeaderAnswer::Unknown,
         },
-        None if shards.shards.contains_key(&sk) => {
-            LeaderAnswer::NotLeader { hint: shards.leader_hint(sk).filter(|h| *h != shards.me) }
-        }
-        None if shards.opening.contains_key(&sk) => LeaderAnswer::NotLeader { hint: None },
-        None => LeaderAnswer::Moved { replicas: shards.placement_of(sk).replicas },
+        Err(answer) => answer,
     }
 }

@@ -26,7 +26,9 @@ mod effects;
 pub mod leases;
 mod moves;
 mod rate;
+mod recovery;
 mod shards;
+mod txn;
 
 use std::time::Duration;
 
@@ -70,7 +72,13 @@ pub struct HostConfig {
     /// scenarios, which run ORCA's presets, timer changes and planted bugs (orca.md §1.3,
     /// §7) on whole hosts. Empty in a server.
     pub log_overrides: std::collections::BTreeMap<String, strata_log::LogConfig>,
+    /// Transaction recovery's `T_TX` per object of a transaction (rifl.md R-D15: RAMCloud's
+    /// 50 ms): a lock held this long times the transaction's objects starts recovery.
+    pub txn_timeout_per_object: std::time::Duration,
 }
+
+/// RAMCloud's `T_TX` per object (rifl.md R-D15).
+pub const TXN_TIMEOUT_PER_OBJECT: std::time::Duration = std::time::Duration::from_millis(50);
 
 /// Why a host could not be built. Each variant says what to fix.
 #[derive(Debug, thiserror::Error)]
@@ -101,6 +109,8 @@ pub struct Host {
     leases: Leases,
     /// Node-level messages to shard leaders (`courier`).
     courier: Courier,
+    /// Transaction recovery: `T_TX` timers and coordinators (`recovery`).
+    recovery: recovery::Recovery,
     out: HostEffects,
     /// The catalog change under way, and its save's token once asked for.
     change: Option<(Option<u64>, Change)>,
@@ -142,6 +152,7 @@ impl Host {
             shards,
             leases: Leases::new(me, cfg.rifl),
             courier: Courier::default(),
+            recovery: recovery::Recovery::new(cfg.txn_timeout_per_object),
             out,
             change: None,
             next_catalog_token: 0,
@@ -225,8 +236,7 @@ impl Host {
                 self.release(now, released);
             }
             PeerMessage::ToLeader { id, table, shard, service, body } => {
-                let answer = courier::serve(now, &self.shards, (table, shard), service, &body);
-                self.out.send.push((from, PeerMessage::LeaderAnswer { id, answer }));
+                self.serve_mail(now, from, id, (table, shard), service, &body)
             }
             PeerMessage::LeaderAnswer { id, answer } => {
                 self.courier.on_answer(now, id, answer, &self.shards, &mut self.out)
@@ -248,7 +258,44 @@ impl Host {
         if self.courier.deadline().is_some_and(|t| t <= now) {
             self.courier.tick(now, &self.shards, &mut self.out);
         }
+        if self.recovery_deadline().is_some_and(|t| t <= now) {
+            self.recovery.tick(now, &mut self.shards, &mut self.courier, &mut self.out);
+        }
         self.settle(now);
+    }
+
+    fn recovery_deadline(&self) -> Option<Instant> {
+        self.recovery.deadline(self.shards.has_txn_state())
+    }
+
+    /// A courier message for the leader of `sk`, from `from` (this node's own too): served
+    /// now, or — a transaction service — once its log entry is applied.
+    fn serve_mail(
+        &mut self,
+        now: Instant,
+        from: NodeId,
+        id: u64,
+        sk: ShardKey,
+        service: u16,
+        body: &bytes::Bytes,
+    ) {
+        let answer = if service == recovery::SERVICE_TXN {
+            let (shards, courier, out) = (&mut self.shards, &mut self.courier, &mut self.out);
+            self.recovery.on_mail(now, from, id, sk, body, shards, courier, out)
+        } else {
+            Some(courier::serve(now, &self.shards, sk, service, body))
+        };
+        if let Some(answer) = answer {
+            recovery::answer_mail(
+                now,
+                from,
+                id,
+                answer,
+                &self.shards,
+                &mut self.courier,
+                &mut self.out,
+            );
+        }
     }
 
     /// ORCA §5.7.4 (c): an operator revokes `node`'s active-set lease at this node's replica
@@ -380,6 +427,7 @@ impl Host {
             self.shards.deadline(),
             Some(self.leases.deadline()),
             self.courier.deadline(),
+            self.recovery_deadline(),
         ]
         .into_iter()
         .flatten()
@@ -465,6 +513,16 @@ impl Host {
             }
             Request::LogRead { table, key, min_index } => {
                 self.shards.on_read(now, route, corr, &table, key, min_index, &mut self.out)
+            }
+            Request::TxnPrepare { table, shard, read_only, all, ops } => {
+                let out = &mut self.out;
+                self.shards
+                    .on_txn_prepare(now, route, corr, rifl, &table, shard, read_only, all, ops, out)
+            }
+            Request::TxnDecide { table, shard, decision, seqs } => {
+                let out = &mut self.out;
+                self.shards
+                    .on_txn_decide(now, route, corr, rifl, &table, shard, decision, seqs, out)
             }
             Request::CreateTable { def } => self.create_table(route, corr, def),
             Request::RenewLease { .. } | Request::LeaseInfo { .. } => {
@@ -622,8 +680,27 @@ impl Host {
         loop {
             let written = std::mem::take(&mut self.shards.internal);
             let answers = self.leases.take_local();
-            if written.is_empty() && answers.is_empty() {
+            let txn_replies = std::mem::take(&mut self.shards.internal_txn);
+            let local_mail = std::mem::take(&mut self.courier.local);
+            let mail_results = self.take_recovery_results(now);
+            if written.is_empty()
+                && answers.is_empty()
+                && txn_replies.is_empty()
+                && local_mail.is_empty()
+                && !mail_results
+            {
                 return;
+            }
+            for (token, result) in txn_replies {
+                let (shards, courier, out) = (&mut self.shards, &mut self.courier, &mut self.out);
+                if let Some((to, id, answer)) =
+                    self.recovery.on_shard_reply(now, token, result, shards, courier, out)
+                {
+                    recovery::answer_mail(now, to, id, answer, shards, courier, out);
+                }
+            }
+            for (id, sk, service, body) in local_mail {
+                self.serve_mail(now, self.me, id, sk, service, &body);
             }
             for (token, result) in written {
                 self.leases.on_written(now, token, result, &mut self.shards, &mut self.out);
@@ -633,6 +710,22 @@ impl Host {
                 self.release(now, released);
             }
         }
+    }
+
+    /// Hands the courier's results of recovery's messages to it (the rest stay for
+    /// [`Host::take_mail_results`]); whether there were any.
+    fn take_recovery_results(&mut self, now: Instant) -> bool {
+        let results = std::mem::take(&mut self.courier.results);
+        let mut handled = false;
+        for (id, result) in results {
+            let (shards, courier, out) = (&mut self.shards, &mut self.courier, &mut self.out);
+            if self.recovery.on_mail_result(now, id, &result, shards, courier, out) {
+                handled = true;
+            } else {
+                self.courier.results.push((id, result));
+            }
+        }
+        handled
     }
 
     /// After an answer about a lease: collect expired clients' records, run held RPCs again.
@@ -670,6 +763,8 @@ fn is_rc_request(req: &Request) -> bool {
         Request::SetFault { .. }
             | Request::LogWrite { .. }
             | Request::LogRead { .. }
+            | Request::TxnPrepare { .. }
+            | Request::TxnDecide { .. }
             | Request::CreateTable { .. }
             | Request::RenewLease { .. }
             | Request::LeaseInfo { .. }
@@ -710,6 +805,7 @@ mod tests {
             shards: 1,
             timers: TableTimers::Default,
             leaders: Vec::new(),
+            txn: Default::default(),
         };
         let stored = catalog::encode([&Catalogued { def, moved: Default::default() }]);
         let cfg = HostConfig {
@@ -719,6 +815,7 @@ mod tests {
             shard_rate_limit: None,
             audit,
             log_overrides: [("t".to_string(), over)].into(),
+            txn_timeout_per_object: TXN_TIMEOUT_PER_OBJECT,
         };
         let mut host = Host::new(cfg, &stored).expect("starts");
         let (mut now, mut out, mut audits) =

@@ -14,7 +14,7 @@ use bytes::Bytes;
 use strata_core::{Node, Route};
 use strata_log::{
     LogEffects, LogEvent, LogReplica, LogReply, LogRequest, ReadError, RecoveredState, Role,
-    WriteAck, WriteError, WriteOp,
+    TxnAnswer, WriteAck, WriteError, WriteOp,
 };
 use strata_wire::client::{
     shard_of, ClientResponse, ErrorCode, LogFailure, LogWriteOp, Response, ShardRole, ShardStatus,
@@ -93,11 +93,13 @@ pub(crate) struct Shards {
     internal_tokens: BTreeSet<u64>,
     /// Replies to the node's own writes ([`Shards::write_internal`]), by token.
     pub internal: Vec<(u64, Result<WriteAck, WriteError>)>,
+    /// Replies to the node's own transaction requests ([`Shards::request_internal`]).
+    pub internal_txn: Vec<(u64, Result<TxnAnswer, WriteError>)>,
     /// The optional service-rate limit of the shards this node leads (`rate`).
     rate: Option<RateLimit>,
     /// The node's key, value and frame limits: client keys and values are checked against
     /// them at the edge, and every shard replica's messages fit in one frame.
-    limits: Limits,
+    pub(crate) limits: Limits,
     /// Emit every replica's events as [`Audit::Log`] (`HostConfig::audit`).
     pub audit: bool,
     /// `HostConfig::log_overrides`.
@@ -124,6 +126,7 @@ impl Shards {
             unroutable_messages: 0,
             internal_tokens: BTreeSet::new(),
             internal: Vec::new(),
+            internal_txn: Vec::new(),
             rate: rate_limit.map(RateLimit::new),
             limits,
             audit: false,
@@ -285,7 +288,7 @@ impl Shards {
     }
 
     #[allow(clippy::result_large_err)] // built once per unknown-table request
-    fn shard_key(&self, table: &str, key: &[u8]) -> Result<ShardKey, Response> {
+    pub(crate) fn shard_key(&self, table: &str, key: &[u8]) -> Result<ShardKey, Response> {
         match self.tables.get(table) {
             Some(t) => Ok((t.id, shard_of(key, t.def.shards))),
             None => Err(Response::Error {
@@ -530,8 +533,10 @@ impl Shards {
         fx.persist.clear();
         for reply in fx.reply.drain(..) {
             if self.internal_tokens.remove(&reply.token()) {
-                if let LogReply::Write { token, result } = reply {
-                    self.internal.push((token, result));
+                match reply {
+                    LogReply::Write { token, result } => self.internal.push((token, result)),
+                    LogReply::Txn { token, result } => self.internal_txn.push((token, result)),
+                    _ => {}
                 }
                 continue;
             }
@@ -646,6 +651,34 @@ impl Shards {
         token
     }
 
+    /// Whether some replica here holds a lock or a decision record (recovery's timers watch).
+    pub fn has_txn_state(&self) -> bool {
+        self.shards.values().any(|s| {
+            s.replica.locks().next().is_some() || s.replica.decision_records().next().is_some()
+        })
+    }
+
+    /// The node's own transaction request to its replica of `sk` (the recovery coordinator's,
+    /// rifl.md §5.8.4): `make` builds it with the token its reply comes back with, in
+    /// `internal_txn`. Not rate-limited: recovery frees keys.
+    pub fn request_internal(
+        &mut self,
+        now: Instant,
+        sk: ShardKey,
+        make: impl FnOnce(u64) -> LogRequest,
+        out: &mut HostEffects,
+    ) -> u64 {
+        let token = self.take_token();
+        let Some(s) = self.shards.get_mut(&sk) else {
+            self.internal_txn.push((token, Err(WriteError::NotLeader { hint: None })));
+            return token;
+        };
+        self.internal_tokens.insert(token);
+        s.replica.on_client_request(now, make(token));
+        self.drain(sk, out);
+        token
+    }
+
     /// rifl.md §5.6: the lease service confirmed these clients expired. Every shard this node
     /// leads appends an `Expire` entry for those it holds records of.
     pub fn expire_clients(&mut self, now: Instant, clients: &[u64], out: &mut HostEffects) {
@@ -743,7 +776,13 @@ pub(crate) fn reply_body(reply: LogReply) -> Response {
             ReadError::Timeout => LogFailure::Timeout,
             ReadError::Unavailable => LogFailure::Unavailable,
             ReadError::Moved { replicas } => LogFailure::Moved { replicas },
+            ReadError::Locked => LogFailure::Locked,
         }),
+        LogReply::Txn { result: Ok(TxnAnswer::Votes { votes, decided }), .. } => {
+            Response::TxnVotes { votes, decided }
+        }
+        LogReply::Txn { result: Ok(TxnAnswer::Done), .. } => Response::TxnDecided,
+        LogReply::Txn { result: Err(e), .. } => write_error_body(e),
         LogReply::Frozen { result: Err(e), .. } => write_error_body(e),
         // Answered in `drain`, which knows the placement the snapshot goes to.
         LogReply::Frozen { result: Ok(_), .. } => {
@@ -779,6 +818,7 @@ fn write_error_body(e: WriteError) -> Response {
         WriteError::Timeout => LogFailure::Timeout,
         WriteError::Invalid(m) => LogFailure::Invalid(m.to_string()),
         WriteError::Moved { replicas } => LogFailure::Moved { replicas },
+        WriteError::Locked => LogFailure::Locked,
     })
 }
 

@@ -4,6 +4,7 @@
 use bytes::Bytes;
 use strata_wire::log::{LogEntry, LogIndex, ShardMove};
 use strata_wire::rifl::Rifl;
+use strata_wire::txn::{Decision, DecisionRecord, Prepare, TxnId, Vote};
 use strata_wire::NodeId;
 use thiserror::Error;
 
@@ -17,14 +18,61 @@ pub enum LogRequest {
     /// names the write, and a retry with the same id is answered with the first outcome (its
     /// log index) without executing again; `first_incomplete` acknowledges the client's
     /// earlier writes.
-    Write { token: u64, rifl: Rifl, key: Bytes, op: WriteOp, immediate: bool },
+    Write {
+        token: u64,
+        rifl: Rifl,
+        key: Bytes,
+        op: WriteOp,
+        immediate: bool,
+    },
     /// ORCA §2.1 `get`; `min_index` is the session token of §2.3 (the client's last write index).
-    Read { token: u64, key: Bytes, min_index: Option<LogIndex> },
+    Read {
+        token: u64,
+        key: Bytes,
+        min_index: Option<LogIndex>,
+    },
     /// rifl.md §5.7 steps 1-2, at the leader: freeze the shard for a move to `to`. Answered
     /// with the final state once the `Freeze` entry is committed, durable at a majority and
     /// applied (so every replica that serves reads has applied it too: it answers `Moved`).
     /// Idempotent for the same `to`.
-    Freeze { token: u64, to: ShardMove },
+    Freeze {
+        token: u64,
+        to: ShardMove,
+    },
+    /// rifl.md §5.8.2 at the leader: prepare this participant's objects of a transaction
+    /// (`rifl.rpc` names it: `(client, base)`). `read_only`: validate against the applied
+    /// state only (P1: no entry, no lock, no record). Answered with the votes once the entry
+    /// is applied under the table's acknowledgement rule.
+    Prepare {
+        token: u64,
+        rifl: Rifl,
+        prepare: Prepare,
+        read_only: bool,
+    },
+    /// §5.8.3: apply `decision` to these objects of `txn` (idempotent, no record).
+    Decide {
+        token: u64,
+        txn: TxnId,
+        decision: Decision,
+        seqs: Vec<u64>,
+    },
+    /// §5.8.4 RA1-RA3, from a recovery coordinator: record `Abort` for each object without a
+    /// vote, and answer every object's vote (`Stale` if the client acknowledged them).
+    RequestAbort {
+        token: u64,
+        txn: TxnId,
+        seqs: Vec<u64>,
+    },
+    /// §5.8.4 RC4 / RC6 (R-D12): a recovery coordinator's durable decision record, and its
+    /// removal once every decision is acknowledged. Answered `Done` once durable.
+    RecordDecision {
+        token: u64,
+        record: DecisionRecord,
+    },
+    Resolve {
+        token: u64,
+        txn: TxnId,
+    },
 }
 
 impl LogRequest {
@@ -32,9 +80,24 @@ impl LogRequest {
         match self {
             LogRequest::Write { token, .. }
             | LogRequest::Read { token, .. }
-            | LogRequest::Freeze { token, .. } => *token,
+            | LogRequest::Freeze { token, .. }
+            | LogRequest::Prepare { token, .. }
+            | LogRequest::Decide { token, .. }
+            | LogRequest::RequestAbort { token, .. }
+            | LogRequest::RecordDecision { token, .. }
+            | LogRequest::Resolve { token, .. } => *token,
         }
     }
+}
+
+/// What a transaction request returned.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum TxnAnswer {
+    /// The objects' votes in order, up to the first `Abort` (rifl.md §5.8.2). `decided`: the
+    /// prepare held every object and all were `Prepared`, so `Commit` is applied (P3).
+    Votes { votes: Vec<(u64, Vote)>, decided: bool },
+    /// A decision, a decision record or its removal is applied and durable.
+    Done,
 }
 
 /// What a write does to its key: the client's operation, evaluated when its entry is applied.
@@ -96,6 +159,10 @@ pub enum WriteError {
     /// executed here; retry there with the same RPC id (its record, if any, moved too).
     #[error("the shard moved to {replicas:?}")]
     Moved { replicas: Vec<NodeId> },
+    /// rifl.md §5.9 `Retry(Locked)`: a transaction holds the key's lock. Nothing was done
+    /// and nothing recorded: retry shortly with the same RPC id.
+    #[error("the key is locked by a transaction")]
+    Locked,
 }
 
 /// A reply for the driver to route by `token`.
@@ -114,6 +181,11 @@ pub enum LogReply {
         token: u64,
         result: Result<Snapshot, WriteError>,
     },
+    /// The answer to a transaction request.
+    Txn {
+        token: u64,
+        result: Result<TxnAnswer, WriteError>,
+    },
 }
 
 impl LogReply {
@@ -121,7 +193,8 @@ impl LogReply {
         match self {
             LogReply::Write { token, .. }
             | LogReply::Read { token, .. }
-            | LogReply::Frozen { token, .. } => *token,
+            | LogReply::Frozen { token, .. }
+            | LogReply::Txn { token, .. } => *token,
         }
     }
 }
@@ -361,6 +434,8 @@ pub enum LogEvent {
         client_id: u64,
         seq: u64,
     },
+    /// A transaction entry voted or decided an object here (also at replay).
+    Txn(crate::state::TxnEvent),
 }
 
 /// Counters a replica keeps about itself.

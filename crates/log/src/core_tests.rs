@@ -163,6 +163,7 @@ fn recovery_from_a_snapshot_and_the_log_after_it() {
             records: vec![(5, Completion::done(LogIndex::new(1, 5)))],
         }],
         expired: vec![9],
+        ..Default::default()
     };
     let mut next = entry(2, 1);
     next.seq = 6;

@@ -144,6 +144,7 @@ impl LogReplica {
             inflight,
             pending_reads: Vec::new(),
             pending_freezes: Vec::new(),
+            pending_txns: Vec::new(),
             freezing,
         });
         let e = LogEntry {
@@ -228,6 +229,12 @@ impl LogReplica {
         }
         for r in l.pending_reads {
             self.finish_read(r.origin, Err(ReadError::NotLeader { hint: None }));
+        }
+        for t in l.pending_txns {
+            self.effects.reply.push(LogReply::Txn {
+                token: t.token,
+                result: Err(WriteError::NotLeader { hint: None }),
+            });
         }
     }
 }

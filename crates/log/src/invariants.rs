@@ -34,6 +34,9 @@ impl LogReplica {
         if let Err(e) = self.kv.rifl().check_invariants() {
             panic!("{}: completion records: {e}", self.id);
         }
+        if let Err(e) = self.kv.check_txn() {
+            panic!("{}: transactions: {e}", self.id);
+        }
         assert_eq!(
             self.role == Role::Leader,
             self.leader.is_some(),

@@ -33,19 +33,22 @@ mod durability;
 mod election;
 mod invariants;
 mod lease;
+mod participant;
 mod reads;
 mod replica;
 mod replication;
 mod state;
+mod txn;
 mod writes;
 
 pub use api::{
     ClientRecords, Completion, Expect, HardState, LogEvent, LogReply, LogRequest, LogStats,
     MarkOutReason, Persist, ReadError, ReadValue, RecoverError, RecoveredState, RevokeReason,
-    Snapshot, StepDownReason, VoteRefusal, WriteAck, WriteError, WriteOp, WriteOutcome,
+    Snapshot, StepDownReason, TxnAnswer, VoteRefusal, WriteAck, WriteError, WriteOp, WriteOutcome,
 };
 pub use config::{ConfigError, DurabilityMode, LogConfig, PlantedBug, ReadPolicy, Replication};
 pub use replica::{LogEffects, LogReplica, Role};
+pub use state::TxnEvent;
 pub use strata_rifl::Verdict;
 pub use strata_wire::log::{LogEntry, LogIndex, LogMessage, LogOp};
 pub use strata_wire::rifl::{ClusterTime, LeaseInfo, Rifl, RpcId};

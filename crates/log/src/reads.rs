@@ -146,6 +146,12 @@ impl LogReplica {
             let replicas = m.replicas.clone();
             return self.finish_read(origin, Err(ReadError::Moved { replicas }));
         }
+        // rifl.md §5.9 (R-D18): a locked key's value may be about to change; the read waits
+        // for the decision (the client retries), or it could miss a transaction whose
+        // outcome was already returned.
+        if self.kv.is_locked(&key) {
+            return self.finish_read(origin, Err(ReadError::Locked));
+        }
         self.stats.reads_served += 1;
         let epoch = self.epoch;
         let applied = self.kv.applied();

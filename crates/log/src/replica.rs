@@ -154,6 +154,8 @@ pub(crate) struct LeaderState {
     pub pending_reads: Vec<PendingRead>,
     /// `Freeze` requests waiting for their entry to be committed, durable and applied.
     pub pending_freezes: Vec<PendingFreeze>,
+    /// Transaction requests waiting for their entry (`txn.rs`).
+    pub pending_txns: Vec<crate::txn::PendingTxn>,
     /// The `Freeze` entry in this leader's log, once appended (rifl.md §5.7 step 1): no write
     /// is appended after it.
     pub freezing: Option<(LogIndex, ShardMove)>,
@@ -488,6 +490,9 @@ impl LogReplica {
         for e in self.log.range(from, bound) {
             let applied = self.kv.apply(e, dedup);
             self.effects.event.extend(executed_event(e, applied));
+            if applied == Applied::Txn {
+                self.effects.event.extend(self.kv.take_txn_events().into_iter().map(LogEvent::Txn));
+            }
             upto = e.index;
         }
         if upto > from {
@@ -576,6 +581,7 @@ impl LogReplica {
             let mut changed = self.maintain_active_set(now);
             changed |= self.update_di();
             self.settle_writes(now);
+            self.settle_txns(now);
             self.settle_leader_reads(now);
             self.settle_follower_reads(now);
             self.leader_commit();
@@ -593,6 +599,7 @@ impl LogReplica {
             .into_iter()
             .chain(self.active_set_deadlines())
             .chain(self.write_deadlines())
+            .chain(self.txn_deadlines())
             .chain(self.leader_read_deadlines())
             .chain(self.follower_read_deadlines())
     }
@@ -692,6 +699,19 @@ impl Node for LogReplica {
             }
             LogRequest::Read { token, key, min_index } => self.on_read(now, token, key, min_index),
             LogRequest::Freeze { token, to } => self.on_freeze(now, token, to),
+            LogRequest::Prepare { token, rifl, prepare, read_only } => {
+                self.on_prepare(now, token, rifl, prepare, read_only)
+            }
+            LogRequest::Decide { token, txn, decision, seqs } => {
+                self.on_decide(now, token, txn, decision, seqs)
+            }
+            LogRequest::RequestAbort { token, txn, seqs } => {
+                self.on_request_abort(now, token, txn, seqs)
+            }
+            LogRequest::RecordDecision { token, record } => {
+                self.on_record_decision(now, token, record)
+            }
+            LogRequest::Resolve { token, txn } => self.on_resolve(now, token, txn),
         }
         self.settle(now);
     }

@@ -5,7 +5,10 @@ use std::collections::{BTreeSet, HashMap};
 
 use bytes::Bytes;
 use strata_rifl::{ResultTracker, RiflConfig, RpcId, Verdict};
-use strata_wire::log::{Completion, LogEntry, LogIndex, LogOp, ShardMove};
+use strata_wire::log::{Completion, LogEntry, LogIndex, LogOp, ShardMove, WriteOutcome};
+use strata_wire::txn::{AbortReason, Decision, Lock, Prepare, TxnAction, TxnId, Vote};
+
+use crate::participant::Participant;
 
 use crate::api::{ClientRecords, Snapshot};
 
@@ -114,6 +117,21 @@ pub(crate) enum Applied {
     /// An applied `Freeze` came first: the shard moved (rifl.md §5.7), so the entry must not
     /// execute here; the write is answered `Moved` and retried at the new replicas.
     Moved,
+    /// rifl.md §5.9: the key is locked by a transaction; the write did nothing and left no
+    /// record (`abort_in_progress`), so its retry executes once the lock is released.
+    Locked,
+    /// A transaction entry (prepare, decision, abort request, decision record): what it did
+    /// is in `Kv::take_txn_events`.
+    Txn,
+}
+
+/// What a transaction entry did at this replica (audit, rifl.md §7 inv. 10-14).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum TxnEvent {
+    /// An object's prepare (or abort request) recorded this vote; `Prepared` took the lock.
+    Voted { index: LogIndex, txn: TxnId, seq: u64, key: Option<Bytes>, vote: Vote },
+    /// A decision released an object's lock (applying its action on `Commit`).
+    Decided { index: LogIndex, txn: TxnId, seq: u64, key: Bytes, decision: Decision },
 }
 
 /// The applied state: items, RIFL's completion records and watermarks, the applied index.
@@ -138,6 +156,10 @@ pub(crate) struct Kv {
     /// rifl.md §5.7: the applied `Freeze` entry's index and where the shard went. From it on
     /// the state is final: later write and `Expire` entries change nothing.
     frozen: Option<(LogIndex, ShardMove)>,
+    /// Transactions' locks and decision records (rifl.md §5.8).
+    txn: Participant,
+    /// What transaction entries did since the replica last took them.
+    txn_events: Vec<TxnEvent>,
     applied: LogIndex,
 }
 
@@ -148,6 +170,8 @@ impl Default for Kv {
             rifl: ResultTracker::new(&RiflConfig::default()),
             expired: BTreeSet::new(),
             frozen: None,
+            txn: Participant::default(),
+            txn_events: Vec::new(),
             applied: LogIndex::ZERO,
         }
     }
@@ -164,6 +188,7 @@ impl Kv {
                 .collect(),
             applied: s.last_included,
             expired: s.expired.iter().copied().collect(),
+            txn: Participant::from_parts(&s.locks, &s.decisions),
             ..Kv::default()
         };
         for c in &s.clients {
@@ -187,11 +212,14 @@ impl Kv {
             .into_iter()
             .map(|(client_id, ack, records)| ClientRecords { client_id, ack, records })
             .collect();
+        let (locks, decisions) = self.txn.to_parts();
         Snapshot {
             last_included: self.applied,
             items,
             clients,
             expired: self.expired.iter().copied().collect(),
+            locks,
+            decisions,
         }
     }
 
@@ -230,7 +258,15 @@ impl Kv {
             .iter()
             .map(|(_, _, r)| 4 + r.iter().map(|(_, c)| c.outcome.encoded_len()).sum::<usize>())
             .sum();
-        8 + 4 + items + 4 + clients + 4 + 8 * self.expired.len() + 4 + outcomes
+        let txn = {
+            use strata_wire::Encode;
+            let mut b = bytes::BytesMut::new();
+            let (locks, decisions) = self.txn.to_parts();
+            strata_wire::codec::put_seq(&mut b, &locks, |o, l| l.encode(o));
+            strata_wire::codec::put_seq(&mut b, &decisions, |o, d| d.encode(o));
+            b.len()
+        };
+        8 + 4 + items + 4 + clients + 4 + 8 * self.expired.len() + 4 + outcomes + txn
     }
 
     /// Whether an applied `Expire` entry named `client_id`.
@@ -257,8 +293,9 @@ impl Kv {
             // A moved shard's state is final (§5.7 step 1): the leader refuses writes once it
             // appended the `Freeze`, and an entry a leader appended before learning of it
             // (a deposed one, or one whose `Freeze` is not applied yet) is answered `Moved`.
-            LogOp::Expire(_) | LogOp::Freeze(_) if self.frozen.is_some() => return Applied::Moved,
-            op if op.is_key_op() && self.frozen.is_some() => return Applied::Moved,
+            op if self.frozen.is_some() && !matches!(op, LogOp::Install(_)) => {
+                return Applied::Moved
+            }
             LogOp::Freeze(m) => {
                 self.frozen = Some((e.index, m.clone()));
                 return Applied::NoOp;
@@ -271,11 +308,28 @@ impl Kv {
                 return Applied::NoOp;
             }
             LogOp::Expire(clients) => {
-                for &c in clients {
+                // R-D14: a client holding a lock here, or whose transaction a coordinator
+                // recovers here, keeps its records (the votes recovery reads).
+                for &c in clients.iter().filter(|&&c| !self.txn.protects(c)) {
                     self.rifl.remove_client(c);
                     self.expired.insert(c);
                 }
                 return Applied::NoOp;
+            }
+            LogOp::Prepare(p) => return self.apply_prepare(e, p, dedup),
+            LogOp::Decide { txn, decision, seqs } => {
+                return self.apply_decide(e.index, *txn, *decision, seqs)
+            }
+            LogOp::RequestAbort { txn, seqs } => {
+                return self.apply_request_abort(e.index, *txn, seqs)
+            }
+            LogOp::Decided(d) => {
+                self.txn.record_decision((**d).clone());
+                return Applied::Txn;
+            }
+            LogOp::Resolved(txn) => {
+                self.txn.resolve(*txn);
+                return Applied::Txn;
             }
             LogOp::Put(_) | LogOp::Delete | LogOp::Cond { .. } | LogOp::Add(_) => {}
         }
@@ -291,20 +345,174 @@ impl Kv {
             Verdict::Completed(_) => Some(Applied::Duplicate),
             _ => None,
         };
+        let ack = self.txn.ack_bound(rpc.client_id, e.ack);
         if let Some(outcome) = duplicate {
             // Learns the entry's ack; the first record of the RPC stays.
-            self.rifl.recover_ack(rpc.client_id, e.ack);
+            self.rifl.recover_ack(rpc.client_id, ack);
             return outcome;
+        }
+        // rifl.md §5.9: a locked key takes no plain write until the decision.
+        if self.txn.is_locked(&e.key) {
+            self.rifl.recover_ack(rpc.client_id, ack);
+            return Applied::Locked;
         }
         let (value, version) = self.get(&e.key);
         let eval = e.op.evaluate(value.as_ref(), version).expect("a key operation");
-        self.rifl.recover_record(rpc, e.ack, Completion { index: e.index, outcome: eval.outcome });
+        self.rifl.recover_record(rpc, ack, Completion { index: e.index, outcome: eval.outcome });
         if let Some(value) = eval.write {
             // Own allocation: entry bytes may be slices of a large network buffer.
             let key = Bytes::copy_from_slice(&e.key);
             self.items.insert(key, Item { value, update_index: e.index });
         }
         Applied::Executed
+    }
+
+    /// rifl.md §5.8.2 P2-P3: votes per object, in order, from applied state; stops at the
+    /// first `Abort` (the objects after it get no record: the client aborts anyway, and a
+    /// recovery's abort request records `Abort` for them). A prepare holding every object of
+    /// the transaction whose votes are all `Prepared` applies `Commit` at once.
+    fn apply_prepare(&mut self, e: &LogEntry, p: &Prepare, dedup: bool) -> Applied {
+        let client_id = p.txn.client_id;
+        if dedup && self.expired.contains(&client_id) {
+            return Applied::Expired;
+        }
+        let ack = self.txn.ack_bound(client_id, e.ack);
+        self.rifl.recover_ack(client_id, ack);
+        let mut unanimous = true;
+        for op in &p.ops {
+            let rpc = RpcId { client_id, seq: op.seq };
+            let vote = match self.rifl.peek(rpc) {
+                Verdict::Stale => return Applied::Stale,
+                // A retry: the recorded vote stands.
+                Verdict::Completed(c) if dedup => match c.outcome {
+                    WriteOutcome::Voted(v) => v,
+                    _ => Vote::Abort(AbortReason::Conflict),
+                },
+                _ => {
+                    let (value, version) = self.get(&op.key);
+                    let vote = if self.txn.is_locked(&op.key) {
+                        Vote::Abort(AbortReason::Locked)
+                    } else if op.expect.as_ref().is_some_and(|x| !x.holds(value.as_ref(), version))
+                    {
+                        Vote::Abort(AbortReason::Conflict)
+                    } else {
+                        Vote::Prepared
+                    };
+                    let record = Completion { index: e.index, outcome: WriteOutcome::Voted(vote) };
+                    self.rifl.recover_record(rpc, ack, record);
+                    if vote == Vote::Prepared {
+                        self.txn.lock(Lock {
+                            txn: p.txn,
+                            seq: op.seq,
+                            key: Bytes::copy_from_slice(&op.key),
+                            action: op.action.clone(),
+                            all: p.all.clone(),
+                            since: e.index,
+                        });
+                    }
+                    let key = Some(op.key.clone());
+                    self.txn_events.push(TxnEvent::Voted {
+                        index: e.index,
+                        txn: p.txn,
+                        seq: op.seq,
+                        key,
+                        vote,
+                    });
+                    vote
+                }
+            };
+            if vote != Vote::Prepared {
+                unanimous = false;
+                break;
+            }
+        }
+        if p.whole && unanimous {
+            let seqs: Vec<u64> = p.ops.iter().map(|o| o.seq).collect();
+            self.apply_decide(e.index, p.txn, Decision::Commit, &seqs);
+        }
+        Applied::Txn
+    }
+
+    /// rifl.md §5.8.3 D2-D4: each object of `seqs` still locked by `txn` takes the decision.
+    fn apply_decide(
+        &mut self,
+        index: LogIndex,
+        txn: TxnId,
+        decision: Decision,
+        seqs: &[u64],
+    ) -> Applied {
+        for &seq in seqs {
+            let Some(l) = self.txn.unlock(RpcId { client_id: txn.client_id, seq }) else {
+                continue; // decided before: idempotent
+            };
+            if decision == Decision::Commit {
+                let value = match &l.action {
+                    TxnAction::Read => None,
+                    TxnAction::Write(v) => Some(Some(v.clone())),
+                    TxnAction::Delete => Some(None),
+                };
+                if let Some(value) = value {
+                    self.items.insert(l.key.clone(), Item { value, update_index: index });
+                }
+            }
+            self.txn_events.push(TxnEvent::Decided { index, txn, seq, key: l.key, decision });
+        }
+        Applied::Txn
+    }
+
+    /// rifl.md §5.8.4 RA2: an object without a record gets `Abort(Recovered)` under its
+    /// prepare's id; a recorded vote stands. No acknowledgement is learned (R-D13), and a
+    /// collected client gets no new record (its prepare cannot run any more: `Expired`).
+    fn apply_request_abort(&mut self, index: LogIndex, txn: TxnId, seqs: &[u64]) -> Applied {
+        if self.expired.contains(&txn.client_id) {
+            return Applied::Txn;
+        }
+        for &seq in seqs {
+            let rpc = RpcId { client_id: txn.client_id, seq };
+            if let Verdict::New = self.rifl.peek(rpc) {
+                let vote = Vote::Abort(AbortReason::Recovered);
+                let record = Completion { index, outcome: WriteOutcome::Voted(vote) };
+                self.rifl.recover_record(rpc, 0, record);
+                self.txn_events.push(TxnEvent::Voted { index, txn, seq, key: None, vote });
+            }
+        }
+        Applied::Txn
+    }
+
+    /// Whether a transaction holds `key`'s lock (§5.9: plain reads and writes retry).
+    pub fn is_locked(&self, key: &[u8]) -> bool {
+        self.txn.is_locked(key)
+    }
+
+    /// The transactions' state: locks and decision records.
+    pub fn participant(&self) -> &Participant {
+        &self.txn
+    }
+
+    /// Each lock's prepare still has its `Prepared` record (rifl.md §7 inv. 13, 14).
+    pub fn check_txn(&self) -> Result<(), String> {
+        self.txn.check()?;
+        for l in self.txn.locks() {
+            let rpc = RpcId { client_id: l.txn.client_id, seq: l.seq };
+            match self.rifl.peek(rpc) {
+                Verdict::Completed(Completion {
+                    outcome: WriteOutcome::Voted(Vote::Prepared),
+                    ..
+                }) => {}
+                v => {
+                    return Err(format!(
+                        "the lock of {:?} by {rpc} has no Prepared record: {v:?}",
+                        l.key
+                    ))
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// What transaction entries did since the last call.
+    pub fn take_txn_events(&mut self) -> Vec<TxnEvent> {
+        std::mem::take(&mut self.txn_events)
     }
 
     /// Visits every key that has a value, with it (unordered).
@@ -431,6 +639,193 @@ mod tests {
         let back = Kv::from_snapshot(Some(&kv.to_snapshot()));
         for seq in 1..=8 {
             assert_eq!(record(&back, seq), record(&kv, seq));
+        }
+    }
+
+    mod txn {
+        use super::*;
+        use strata_wire::log::Expect;
+        use strata_wire::txn::{TxnObject, TxnOp};
+
+        const T: TxnId = TxnId { client_id: 7, base: 10 };
+
+        fn b(s: &'static str) -> Bytes {
+            Bytes::from_static(s.as_bytes())
+        }
+
+        fn op(key: &'static str, seq: u64, expect: Option<Expect>, action: TxnAction) -> TxnOp {
+            TxnOp { key: b(key), seq, expect, action }
+        }
+
+        fn prepare(counter: u32, txn: TxnId, ops: Vec<TxnOp>, whole: bool, ack: u64) -> LogEntry {
+            let all = ops
+                .iter()
+                .map(|o| TxnObject { table: "t".into(), key: o.key.clone(), seq: o.seq })
+                .collect();
+            LogEntry {
+                op: LogOp::Prepare(Box::new(Prepare { txn, all, ops, whole })),
+                key: Bytes::new(),
+                client_id: txn.client_id,
+                seq: 0,
+                ack,
+                ..e(1, counter)
+            }
+        }
+
+        fn node_entry(counter: u32, op: LogOp) -> LogEntry {
+            LogEntry { op, key: Bytes::new(), client_id: 0, seq: 0, ack: 0, ..e(1, counter) }
+        }
+
+        fn vote(kv: &Kv, client_id: u64, seq: u64) -> Option<Vote> {
+            match kv.rifl().peek(RpcId { client_id, seq }) {
+                Verdict::Completed(Completion { outcome: WriteOutcome::Voted(v), .. }) => Some(v),
+                _ => None,
+            }
+        }
+
+        fn put(
+            counter: u32,
+            client_id: u64,
+            seq: u64,
+            key: &'static str,
+            v: &'static str,
+        ) -> LogEntry {
+            LogEntry { key: b(key), op: LogOp::Put(b(v)), client_id, seq, ack: 0, ..e(1, counter) }
+        }
+
+        #[test]
+        fn prepared_objects_are_locked_until_the_decision_which_applies_the_writes() {
+            let mut kv = Kv::default();
+            kv.apply(&put(1, 1, 1, "a", "0"), true);
+            let read_a = Some(Expect::Version(LogIndex::new(1, 1)));
+            let ops = vec![
+                op("a", 11, read_a, TxnAction::Write(b("1"))),
+                op("b", 12, Some(Expect::Absent), TxnAction::Write(b("2"))),
+            ];
+            assert_eq!(kv.apply(&prepare(2, T, ops, false, 9), true), Applied::Txn);
+            assert_eq!(
+                (vote(&kv, 7, 11), vote(&kv, 7, 12)),
+                (Some(Vote::Prepared), Some(Vote::Prepared))
+            );
+            assert!(kv.is_locked(b"a") && kv.is_locked(b"b"));
+            assert_eq!(kv.take_txn_events().len(), 2);
+            // §5.9: a plain write waits (no record: its retry executes later).
+            assert_eq!(kv.apply(&put(3, 2, 1, "a", "x"), true), Applied::Locked);
+            assert!(matches!(kv.rifl().peek(RpcId { client_id: 2, seq: 1 }), Verdict::New));
+            // Another transaction votes Abort(Locked) and stops: its second object gets no vote.
+            let other = TxnId { client_id: 8, base: 1 };
+            let ops = vec![op("b", 2, None, TxnAction::Read), op("c", 3, None, TxnAction::Delete)];
+            kv.apply(&prepare(4, other, ops, false, 0), true);
+            assert_eq!(
+                (vote(&kv, 8, 2), vote(&kv, 8, 3)),
+                (Some(Vote::Abort(AbortReason::Locked)), None)
+            );
+            kv.check_txn().unwrap();
+            // The decision: both writes at the decision's index, locks gone; idempotent.
+            let decide = LogOp::Decide { txn: T, decision: Decision::Commit, seqs: vec![11, 12] };
+            kv.apply(&node_entry(5, decide.clone()), true);
+            assert_eq!(kv.get(b"a"), (Some(b("1")), LogIndex::new(1, 5)));
+            assert_eq!(kv.get(b"b"), (Some(b("2")), LogIndex::new(1, 5)));
+            assert!(!kv.is_locked(b"a") && !kv.is_locked(b"b"));
+            kv.apply(&node_entry(6, decide), true);
+            assert_eq!(kv.get(b"a").1, LogIndex::new(1, 5), "a second decision changes nothing");
+            assert_eq!(kv.apply(&put(7, 2, 1, "a", "x"), true), Applied::Executed, "the retry");
+            // Votes stay until the client acknowledges the block.
+            assert_eq!(vote(&kv, 7, 11), Some(Vote::Prepared));
+            kv.check_txn().unwrap();
+        }
+
+        #[test]
+        fn a_changed_version_aborts_and_an_abort_decision_releases_without_writing() {
+            let mut kv = Kv::default();
+            kv.apply(&put(1, 1, 1, "a", "0"), true);
+            let ops = vec![
+                op("b", 11, None, TxnAction::Write(b("2"))),
+                op("a", 12, Some(Expect::Version(LogIndex::new(0, 9))), TxnAction::Read),
+            ];
+            kv.apply(&prepare(2, T, ops, false, 9), true);
+            assert_eq!(vote(&kv, 7, 11), Some(Vote::Prepared));
+            assert_eq!(vote(&kv, 7, 12), Some(Vote::Abort(AbortReason::Conflict)));
+            let decide = LogOp::Decide { txn: T, decision: Decision::Abort, seqs: vec![11, 12] };
+            kv.apply(&node_entry(3, decide), true);
+            assert_eq!(kv.get(b"b"), (None, LogIndex::ZERO));
+            assert!(!kv.is_locked(b"b"));
+        }
+
+        #[test]
+        fn a_prepare_holding_every_object_decides_at_once() {
+            let mut kv = Kv::default();
+            let ops = vec![
+                op("a", 11, None, TxnAction::Write(b("1"))),
+                op("b", 12, None, TxnAction::Delete),
+            ];
+            kv.apply(&prepare(1, T, ops.clone(), true, 9), true);
+            assert_eq!(kv.get(b"a"), (Some(b("1")), LogIndex::new(1, 1)));
+            assert_eq!(kv.get(b"b"), (None, LogIndex::new(1, 1)), "a tombstone at the prepare");
+            assert!(!kv.is_locked(b"a"));
+            assert_eq!(vote(&kv, 7, 12), Some(Vote::Prepared), "R-D17: the records say Prepared");
+            // Its retry, appended again, changes nothing.
+            kv.apply(&put(2, 1, 1, "a", "z"), true);
+            kv.apply(&prepare(3, T, ops, true, 9), true);
+            assert_eq!(kv.get(b"a").0, Some(b("z")));
+        }
+
+        #[test]
+        fn an_abort_request_first_makes_the_late_prepare_abort() {
+            let mut kv = Kv::default();
+            let ra = LogOp::RequestAbort { txn: T, seqs: vec![11, 12] };
+            kv.apply(&node_entry(1, ra), true);
+            let recovered = Some(Vote::Abort(AbortReason::Recovered));
+            assert_eq!((vote(&kv, 7, 11), vote(&kv, 7, 12)), (recovered, recovered));
+            // The paused client's prepare arrives: its records stand, nothing is locked.
+            let ops = vec![op("a", 11, None, TxnAction::Write(b("1")))];
+            kv.apply(&prepare(2, T, ops, false, 9), true);
+            assert_eq!(vote(&kv, 7, 11), recovered);
+            assert!(!kv.is_locked(b"a"));
+            // And the other way round: a prepared vote stands against a later abort request.
+            let t2 = TxnId { client_id: 7, base: 20 };
+            kv.apply(&prepare(3, t2, vec![op("c", 21, None, TxnAction::Read)], false, 19), true);
+            kv.apply(&node_entry(4, LogOp::RequestAbort { txn: t2, seqs: vec![21] }), true);
+            assert_eq!(vote(&kv, 7, 21), Some(Vote::Prepared));
+        }
+
+        #[test]
+        fn locks_protect_their_records_from_early_acks_and_lease_expiry_and_travel_with_a_move() {
+            let mut kv = Kv::default();
+            kv.apply(&prepare(1, T, vec![op("a", 11, None, TxnAction::Delete)], false, 9), true);
+            // A client acknowledging past its locked prepare (a bug, or hostile) and an expiry.
+            kv.apply(&LogEntry { ack: 39, ..put(2, 7, 40, "z", "1") }, true);
+            kv.apply(&node_entry(3, LogOp::Expire(vec![7])), true);
+            assert_eq!(vote(&kv, 7, 11), Some(Vote::Prepared));
+            assert!(!kv.is_expired(7), "R-D14: a lock holder is not collected");
+            kv.check_txn().unwrap();
+            let back = Kv::from_snapshot(Some(&kv.to_snapshot()));
+            assert!(back.is_locked(b"a"));
+            back.check_txn().unwrap();
+            let rec = DecisionRecordFor::commit();
+            kv.apply(&node_entry(4, LogOp::Decided(Box::new(rec.clone()))), true);
+            assert!(kv.participant().protects(9), "a coordinator's client stays protected");
+            let back = Kv::from_snapshot(Some(&kv.to_snapshot()));
+            assert_eq!(
+                back.participant().decisions().cloned().collect::<Vec<_>>(),
+                vec![rec.clone()]
+            );
+            kv.apply(&node_entry(5, LogOp::Resolved(rec.txn)), true);
+            assert!(!kv.participant().protects(9));
+            let mut buf = bytes::BytesMut::new();
+            strata_wire::Encode::encode(&kv.to_snapshot(), &mut buf);
+            assert_eq!(kv.snapshot_encoded_len(), buf.len());
+        }
+
+        struct DecisionRecordFor;
+        impl DecisionRecordFor {
+            fn commit() -> strata_wire::txn::DecisionRecord {
+                strata_wire::txn::DecisionRecord {
+                    txn: TxnId { client_id: 9, base: 1 },
+                    all: vec![TxnObject { table: "t".into(), key: b("q"), seq: 2 }],
+                    decision: Decision::Commit,
+                }
+            }
         }
     }
 

@@ -186,6 +186,12 @@ impl LogReplica {
             }
             _ => l.inflight.get(&rpc).copied(),
         };
+        // rifl.md §5.9: a key locked in the applied state takes no plain write now (an entry
+        // would apply as a no-op anyway); the client retries.
+        if known.is_none() && self.kv.is_locked(&key) {
+            self.effects.reply.push(reply(Err(WriteError::Locked)));
+            return;
+        }
         if let Some(index) = known {
             // Answered by `settle_writes` under the acknowledgement rule of this request (an
             // immediate-durability retry of an applied write waits for DI to cover it).
@@ -307,8 +313,9 @@ impl LogReplica {
                     _ if kv.frozen().is_some() => Err(WriteError::Moved {
                         replicas: kv.frozen().map(|(_, m)| m.replicas.clone()).unwrap_or_default(),
                     }),
-                    // Unreachable: an applied write entry leaves a record or a watermark.
-                    _ => Err(WriteError::Timeout),
+                    // No record, and neither expired nor moved: the key was locked by a
+                    // transaction when the entry applied (rifl.md §5.9); nothing was done.
+                    _ => Err(WriteError::Locked),
                 };
                 done.push((w.clone(), result));
                 false

@@ -216,6 +216,7 @@ fn attacks(session: SessionId) -> Vec<(&'static str, Request, Role)> {
         shards: 1,
         timers: Default::default(),
         leaders: Vec::new(),
+        txn: Default::default(),
     };
     vec![
         ("put", put(session, "k", "overwritten"), Role::Write),

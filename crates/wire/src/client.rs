@@ -13,6 +13,7 @@ use crate::codec::{
 use crate::ids::{Carstamp, NodeId, SessionId};
 use crate::log::{Expect, LogIndex, ShardMove, Snapshot, WriteOutcome};
 use crate::rifl::{LeaseStatus, Rifl};
+use crate::txn::{Decision, TxnObject, TxnOp, Vote};
 
 /// Request tags (0x01..=0x3f). Never reuse a retired tag.
 pub mod request_tag {
@@ -42,6 +43,9 @@ pub mod request_tag {
     /// Keep-alive: answered `Pong` by the node's runtime (a connection idle for the node's
     /// `idle_timeout_ms` is closed; the client library pings an idle connection).
     pub const PING: u8 = 0x34;
+    /// Transactions on log tables (rifl.md §4.3 `Prepare`, `Decision`).
+    pub const TXN_PREPARE: u8 = 0x26;
+    pub const TXN_DECIDE: u8 = 0x27;
 }
 
 /// Response tags (0x40..=0x7f).
@@ -68,6 +72,9 @@ pub mod response_tag {
     pub const PUSH: u8 = 0x64;
     /// The answer to `Ping`.
     pub const PONG: u8 = 0x65;
+    /// Transactions (rifl.md §4.3): a participant's votes; a decision applied.
+    pub const TXN_VOTES: u8 = 0x66;
+    pub const TXN_DECIDED: u8 = 0x67;
     pub const ERROR: u8 = 0x7f;
 }
 
@@ -116,6 +123,8 @@ impl Request {
                 | Request::Faa { .. }
                 | Request::Cas { .. }
                 | Request::LogWrite { .. }
+                | Request::TxnPrepare { .. }
+                | Request::TxnDecide { .. }
         )
     }
 }
@@ -224,6 +233,25 @@ pub enum Request {
         table: String,
         shard: u32,
         replicas: Vec<NodeId>,
+    },
+    /// rifl.md §4.3 `Prepare`, to the leader of `table`'s `shard`: this participant's
+    /// operations of a transaction (every op's key is in the shard). RIFL's envelope names the
+    /// transaction: `rpc = (client, base)`. `read_only`: validate only (§5.8.2 P1: no lock,
+    /// no record, no log entry). Answered `TxnVotes`, or `LogRejected` (retry with the same ids).
+    TxnPrepare {
+        table: String,
+        shard: u32,
+        read_only: bool,
+        all: Vec<TxnObject>,
+        ops: Vec<TxnOp>,
+    },
+    /// rifl.md §4.3 `Decision` for these objects (their prepare ids) of the envelope's
+    /// transaction. Idempotent; answered `TxnDecided`.
+    TxnDecide {
+        table: String,
+        shard: u32,
+        decision: Decision,
+        seqs: Vec<u64>,
     },
     /// Admin, the second step (§5.7 steps 3-4), sent to every node: the shard now lives at
     /// `placement`. A node of `placement.replicas` gets `snapshot` (the frozen state), writes
@@ -345,6 +373,19 @@ pub struct TableDef {
     /// Preferred leaders: shard `i`'s is `leaders[i % len]`, which stands first in its
     /// elections (empty: no preference). Extension 2 of `CreateTable` and `Tables`.
     pub leaders: Vec<NodeId>,
+    /// Whether the table takes transactions, and how they are made serializable (extension 3
+    /// of `CreateTable` and `Tables`; absent: `None`).
+    pub txn: TableTxn,
+}
+
+/// A table's transactions (issue #18: tables opt in at creation).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum TableTxn {
+    /// Single-key operations only.
+    #[default]
+    None,
+    /// RIFL's client-driven two-phase commit with locks (rifl.md §5.8).
+    Rifl,
 }
 
 impl TableDef {
@@ -385,6 +426,9 @@ pub enum LogFailure {
     /// The shard moved, or is moving, to `replicas` (rifl.md §5.7 step 4, `UnknownOwner`):
     /// retry there with the same `(client_id, seq)`; the completion record moved too.
     Moved { replicas: Vec<NodeId> },
+    /// rifl.md §5.9 `Retry(Locked)`: a transaction holds the key's lock until its decision is
+    /// applied. Nothing was done; retry shortly with the same `(client_id, seq)`.
+    Locked,
 }
 
 /// Faults injected by a node's transport on its outbound link to one peer. The kernel here has
@@ -452,6 +496,16 @@ pub enum Response {
         index: LogIndex,
         outcome: WriteOutcome,
     },
+    /// A participant's votes on the objects of a `TxnPrepare`, by prepare id (a participant
+    /// may stop at the first `Abort`: objects after it have no vote). `decided`: the prepare
+    /// held every object and all were `Prepared`, so the participant applied `Commit` at once
+    /// (§5.8.2 P3): no decision needs to be sent.
+    TxnVotes {
+        votes: Vec<(u64, Vote)>,
+        decided: bool,
+    },
+    /// A `TxnDecide` is applied (durably, like a write).
+    TxnDecided,
     /// ORCA §2.1 `ReadResult`.
     LogValue {
         value: Option<Bytes>,
@@ -779,6 +833,8 @@ impl Encode for ClientRequest {
             Request::LeaseInfo { .. } => LEASE_INFO,
             Request::FreezeShard { .. } => FREEZE_SHARD,
             Request::AdoptShard { .. } => ADOPT_SHARD,
+            Request::TxnPrepare { .. } => TXN_PREPARE,
+            Request::TxnDecide { .. } => TXN_DECIDE,
         };
         out.put_u8(tag);
         out.put_u64_le(self.corr);
@@ -808,6 +864,19 @@ impl Encode for ClientRequest {
                     }
                 }
                 put_bool(out, *immediate);
+            }
+            Request::TxnPrepare { table, shard, read_only, all, ops } => {
+                put_bytes(out, table.as_bytes());
+                out.put_u32_le(*shard);
+                put_bool(out, *read_only);
+                put_seq(out, all, |o, x| x.encode(o));
+                put_seq(out, ops, |o, x| x.encode(o));
+            }
+            Request::TxnDecide { table, shard, decision, seqs } => {
+                put_bytes(out, table.as_bytes());
+                out.put_u32_le(*shard);
+                decision.encode(out);
+                put_seq(out, seqs, |o, s| o.put_u64_le(*s));
             }
             Request::LogRead { table, key, min_index } => {
                 put_bytes(out, table.as_bytes());
@@ -909,6 +978,19 @@ impl Decode for ClientRequest {
                     }
                 },
                 immediate: r.bool()?,
+            },
+            TXN_PREPARE => Request::TxnPrepare {
+                table: r.string()?,
+                shard: r.u32()?,
+                read_only: r.bool()?,
+                all: r.seq(TxnObject::decode)?,
+                ops: r.seq(TxnOp::decode)?,
+            },
+            TXN_DECIDE => Request::TxnDecide {
+                table: r.string()?,
+                shard: r.u32()?,
+                decision: Decision::decode(r)?,
+                seqs: r.seq(|r| r.u64())?,
             },
             LOG_READ => Request::LogRead {
                 table: r.string()?,
@@ -1056,6 +1138,8 @@ impl Encode for ClientResponse {
             Response::ShardFrozen { .. } => SHARD_FROZEN,
             Response::ShardAdopted { .. } => SHARD_ADOPTED,
             Response::Push { .. } => PUSH,
+            Response::TxnVotes { .. } => TXN_VOTES,
+            Response::TxnDecided => TXN_DECIDED,
         };
         out.put_u8(tag);
         out.put_u64_le(self.corr);
@@ -1098,6 +1182,14 @@ impl Encode for ClientResponse {
                 put_option(out, snapshot, |o, s| s.encode(o));
             }
             Response::ShardAdopted { started } => put_bool(out, *started),
+            Response::TxnVotes { votes, decided } => {
+                put_seq(out, votes, |o, (seq, v)| {
+                    o.put_u64_le(*seq);
+                    v.encode(o);
+                });
+                put_bool(out, *decided);
+            }
+            Response::TxnDecided => {}
             Response::Tables(defs) => {
                 put_seq(out, defs, |o, d| d.encode(o));
                 put_table_extension(out, defs);
@@ -1148,6 +1240,11 @@ impl Decode for ClientResponse {
                 snapshot: r.option(Snapshot::decode)?,
             },
             SHARD_ADOPTED => Response::ShardAdopted { started: r.bool()? },
+            TXN_VOTES => Response::TxnVotes {
+                votes: r.seq(|r| Ok((r.u64()?, Vote::decode(r)?)))?,
+                decided: r.bool()?,
+            },
+            TXN_DECIDED => Response::TxnDecided,
             TABLES => {
                 let mut defs = r.seq(TableDef::decode)?;
                 get_table_extension(r, &mut defs)?;
@@ -1182,6 +1279,7 @@ const READS: [(TableReads, u8); 3] =
 const ROLES: [(ShardRole, u8); 3] =
     [(ShardRole::Follower, 0), (ShardRole::Candidate, 1), (ShardRole::Leader, 2)];
 const TIMERS: [(TableTimers, u8); 2] = [(TableTimers::Default, 1), (TableTimers::Geo, 2)];
+const TXNS: [(TableTxn, u8); 2] = [(TableTxn::None, 0), (TableTxn::Rifl, 1)];
 
 /// The fields of the first version; see `Decode for TableDef`.
 impl Encode for TableDef {
@@ -1207,6 +1305,7 @@ impl Decode for TableDef {
             shards: r.u32()?,
             timers: TableTimers::Default,
             leaders: Vec::new(),
+            txn: TableTxn::None,
         })
     }
 }
@@ -1216,6 +1315,10 @@ impl Decode for TableDef {
 fn put_table_extension(out: &mut BytesMut, defs: &[TableDef]) {
     put_extension_each(out, defs, |o, d| o.put_u8(enum_code(&TIMERS, d.timers)));
     put_extension_each(out, defs, |o, d| put_seq(o, &d.leaders, |o, n| n.encode(o)));
+    // Extension 3 only when some table takes transactions: an older node reads the rest.
+    if defs.iter().any(|d| d.txn != TableTxn::None) {
+        put_extension_each(out, defs, |o, d| o.put_u8(enum_code(&TXNS, d.txn)));
+    }
 }
 fn get_table_extension(r: &mut Reader, defs: &mut [TableDef]) -> Result<(), DecodeError> {
     r.extension_each(defs, |r, d| {
@@ -1224,6 +1327,10 @@ fn get_table_extension(r: &mut Reader, defs: &mut [TableDef]) -> Result<(), Deco
     })?;
     r.extension_each(defs, |r, d| {
         d.leaders = r.seq(NodeId::decode)?;
+        Ok(())
+    })?;
+    r.extension_each(defs, |r, d| {
+        d.txn = enum_from(&TXNS, r.u8()?, "table transactions")?;
         Ok(())
     })
 }
@@ -1235,6 +1342,7 @@ mod failure_tag {
     pub const UNAVAILABLE: u8 = 4;
     pub const INVALID: u8 = 5;
     pub const MOVED: u8 = 6;
+    pub const LOCKED: u8 = 7;
 }
 
 impl Encode for LogFailure {
@@ -1256,6 +1364,7 @@ impl Encode for LogFailure {
                 out.put_u8(MOVED);
                 put_seq(out, replicas, |o, n| n.encode(o));
             }
+            LogFailure::Locked => out.put_u8(LOCKED),
         }
     }
 }
@@ -1269,6 +1378,7 @@ impl Decode for LogFailure {
             UNAVAILABLE => LogFailure::Unavailable,
             INVALID => LogFailure::Invalid(r.string()?),
             MOVED => LogFailure::Moved { replicas: r.seq(NodeId::decode)? },
+            LOCKED => LogFailure::Locked,
             v => return Err(DecodeError::Invalid { what: "log failure", value: v as u64 }),
         })
     }

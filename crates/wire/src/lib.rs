@@ -17,6 +17,7 @@ pub mod log;
 pub mod peer;
 pub mod rifl;
 pub mod time;
+pub mod txn;
 
 pub use auth::Role;
 pub use codec::{

@@ -14,6 +14,7 @@ use crate::codec::{
     Reader,
 };
 use crate::ids::NodeId;
+use crate::txn::{Decision, DecisionRecord, Lock, Prepare, TxnId, Vote};
 
 pub mod log_tag {
     pub const APPEND_ENTRIES: u8 = 0x90;
@@ -82,6 +83,32 @@ pub enum LogOp {
     /// applied; the outcome carries the value before. A value that is not a counter, or a
     /// change leaving `0..=u64::MAX`, changes nothing and says why.
     Add(i64),
+    /// rifl.md §5.8.2: a participant prepares its objects of a transaction. Applying it votes
+    /// per object (its RPC record, unless one exists: then that vote stands), from applied
+    /// state only — locked: `Abort(Locked)`; another version: `Abort(Conflict)`; else
+    /// `Prepared` and the object is locked. `client_id` is the transaction's, `seq` 0, `ack`
+    /// the prepare's watermark.
+    Prepare(Box<Prepare>),
+    /// §5.8.3: the decision for these objects of `txn`: each lock of theirs is released,
+    /// after applying its action on `Commit`. Idempotent (a missing lock: nothing to do); no
+    /// record. `client_id = seq = ack = 0`.
+    Decide {
+        txn: TxnId,
+        decision: Decision,
+        seqs: Vec<u64>,
+    },
+    /// §5.8.4 RA2: the recovery coordinator's abort request, under the prepares' own ids:
+    /// each object without a record gets `Abort(Recovered)`; one with a record keeps its vote.
+    /// No lease check, no acknowledgement learned (R-D13). `client_id = seq = ack = 0`.
+    RequestAbort {
+        txn: TxnId,
+        seqs: Vec<u64>,
+    },
+    /// §5.8.4 RC4, R-D12: a recovery coordinator's durable decision, in the shard of the
+    /// transaction's first object, so a new coordinator resumes phase 2 from it.
+    Decided(Box<DecisionRecord>),
+    /// RC6: every decision of `txn` was acknowledged; its decision record goes.
+    Resolved(TxnId),
 }
 
 /// The condition of a conditional write (rifl.md R-D20: `Absent` or `Version(v)`, and the
@@ -124,6 +151,8 @@ pub enum WriteOutcome {
     NotCounter,
     /// An `Add` that would leave `0..=u64::MAX`: nothing changed.
     OutOfRange,
+    /// A transaction's object was prepared (its lock taken) or refused: the prepare's vote.
+    Voted(Vote),
 }
 
 /// What a key operation does when applied to a key holding `value` at `version`.
@@ -157,7 +186,15 @@ impl LogOp {
                 }
                 Err(_) => Evaluation { write: None, outcome: WriteOutcome::OutOfRange },
             },
-            LogOp::NoOp | LogOp::Expire(_) | LogOp::Freeze(_) | LogOp::Install(_) => return None,
+            LogOp::NoOp
+            | LogOp::Expire(_)
+            | LogOp::Freeze(_)
+            | LogOp::Install(_)
+            | LogOp::Prepare(_)
+            | LogOp::Decide { .. }
+            | LogOp::RequestAbort { .. }
+            | LogOp::Decided(_)
+            | LogOp::Resolved(_) => return None,
         })
     }
 
@@ -187,6 +224,10 @@ pub struct Snapshot {
     pub clients: Vec<ClientRecords>,
     /// Clients whose leases expired (applied `Expire` entries): their entries change nothing.
     pub expired: Vec<u64>,
+    /// Transactions' locks (rifl.md §5.8.2): prepared objects waiting for their decision.
+    pub locks: Vec<Lock>,
+    /// Recovery coordinators' decision records not yet resolved (R-D12).
+    pub decisions: Vec<DecisionRecord>,
 }
 
 /// One client's RIFL state in a snapshot (rifl.md §3.3, R-D8): the ack watermark, which must
@@ -325,6 +366,10 @@ pub enum ReadError {
     /// The shard moved (rifl.md §5.7 step 4, `UnknownOwner`): retry at one of `replicas`.
     #[error("the shard moved to {replicas:?}")]
     Moved { replicas: Vec<NodeId> },
+    /// rifl.md §5.9 (R-D18): a transaction holds the key's lock until its decision is applied;
+    /// the value may be about to change. Retry shortly.
+    #[error("locked by a transaction")]
+    Locked,
 }
 
 /// Leader -> follower: the answer to a `ForwardRead`, relayed unchanged to the client.
@@ -389,8 +434,14 @@ mod op_tag {
     pub const INSTALL: u8 = 5;
     pub const COND: u8 = 6;
     pub const ADD: u8 = 7;
-    /// `Install` with the snapshot's outcome section.
+    /// `Install` with the snapshot's outcome section and the transactions' locks and decision
+    /// records.
     pub const INSTALL_WITH_OUTCOMES: u8 = 8;
+    pub const PREPARE: u8 = 9;
+    pub const DECIDE: u8 = 10;
+    pub const REQUEST_ABORT: u8 = 11;
+    pub const DECIDED: u8 = 12;
+    pub const RESOLVED: u8 = 13;
 }
 
 mod expect_tag {
@@ -405,6 +456,7 @@ mod outcome_tag {
     pub const ADDED: u8 = 2;
     pub const NOT_COUNTER: u8 = 3;
     pub const OUT_OF_RANGE: u8 = 4;
+    pub const VOTED: u8 = 5;
 }
 
 impl Encode for Expect {
@@ -458,6 +510,10 @@ impl Encode for WriteOutcome {
             }
             WriteOutcome::NotCounter => out.put_u8(outcome_tag::NOT_COUNTER),
             WriteOutcome::OutOfRange => out.put_u8(outcome_tag::OUT_OF_RANGE),
+            WriteOutcome::Voted(v) => {
+                out.put_u8(outcome_tag::VOTED);
+                v.encode(out);
+            }
         }
     }
 }
@@ -469,6 +525,7 @@ impl Decode for WriteOutcome {
             outcome_tag::ADDED => WriteOutcome::Added { old: r.u64()? },
             outcome_tag::NOT_COUNTER => WriteOutcome::NotCounter,
             outcome_tag::OUT_OF_RANGE => WriteOutcome::OutOfRange,
+            outcome_tag::VOTED => WriteOutcome::Voted(Vote::decode(r)?),
             v => return Err(DecodeError::Invalid { what: "write outcome", value: v as u64 }),
         })
     }
@@ -479,6 +536,7 @@ impl WriteOutcome {
     pub fn encoded_len(&self) -> usize {
         1 + match self {
             WriteOutcome::Rejected { .. } | WriteOutcome::Added { .. } => 8,
+            WriteOutcome::Voted(_) => 1,
             _ => 0,
         }
     }
@@ -492,6 +550,25 @@ impl WriteOutcome {
 pub const APPEND_ENTRIES_OVERHEAD_BYTES: usize = 128;
 
 impl LogEntry {
+    /// The fields of a transaction entry's op, after its tag.
+    fn op_payload(&self, out: &mut BytesMut) {
+        match &self.op {
+            LogOp::Prepare(p) => p.encode(out),
+            LogOp::Decide { txn, decision, seqs } => {
+                txn.encode(out);
+                decision.encode(out);
+                put_seq(out, seqs, |o, s| o.put_u64_le(*s));
+            }
+            LogOp::RequestAbort { txn, seqs } => {
+                txn.encode(out);
+                put_seq(out, seqs, |o, s| o.put_u64_le(*s));
+            }
+            LogOp::Decided(d) => d.encode(out),
+            LogOp::Resolved(txn) => txn.encode(out),
+            _ => unreachable!("only transaction entries"),
+        }
+    }
+
     /// The exact size of this entry's encoding (inside an `AppendEntries` or a WAL record).
     pub fn encoded_len(&self) -> usize {
         // index, key length, op tag, client id, seq, ack, immediate
@@ -511,6 +588,16 @@ impl LogEntry {
                 expect.encoded_len() + 1 + put.as_ref().map_or(0, |v| 4 + v.len())
             }
             LogOp::Add(_) => 8,
+            LogOp::Prepare(_)
+            | LogOp::Decide { .. }
+            | LogOp::RequestAbort { .. }
+            | LogOp::Decided(_) => {
+                // Transaction entries are small and few: measure them.
+                let mut b = BytesMut::new();
+                self.op_payload(&mut b);
+                b.len()
+            }
+            LogOp::Resolved(_) => 16,
         };
         FIXED + self.key.len() + op
     }
@@ -548,6 +635,20 @@ impl Encode for LogEntry {
                 out.put_u8(op_tag::ADD);
                 out.put_i64_le(*delta);
             }
+            LogOp::Prepare(_)
+            | LogOp::Decide { .. }
+            | LogOp::RequestAbort { .. }
+            | LogOp::Decided(_)
+            | LogOp::Resolved(_) => {
+                out.put_u8(match &self.op {
+                    LogOp::Prepare(_) => op_tag::PREPARE,
+                    LogOp::Decide { .. } => op_tag::DECIDE,
+                    LogOp::RequestAbort { .. } => op_tag::REQUEST_ABORT,
+                    LogOp::Decided(_) => op_tag::DECIDED,
+                    _ => op_tag::RESOLVED,
+                });
+                self.op_payload(out);
+            }
         }
         out.put_u64_le(self.client_id);
         out.put_u64_le(self.seq);
@@ -571,6 +672,17 @@ impl Decode for LogEntry {
             }
             op_tag::COND => LogOp::Cond { expect: Expect::decode(r)?, put: get_value(r)? },
             op_tag::ADD => LogOp::Add(r.i64()?),
+            op_tag::PREPARE => LogOp::Prepare(Box::new(Prepare::decode(r)?)),
+            op_tag::DECIDE => LogOp::Decide {
+                txn: TxnId::decode(r)?,
+                decision: Decision::decode(r)?,
+                seqs: r.seq(|r| r.u64())?,
+            },
+            op_tag::REQUEST_ABORT => {
+                LogOp::RequestAbort { txn: TxnId::decode(r)?, seqs: r.seq(|r| r.u64())? }
+            }
+            op_tag::DECIDED => LogOp::Decided(Box::new(DecisionRecord::decode(r)?)),
+            op_tag::RESOLVED => LogOp::Resolved(TxnId::decode(r)?),
             v => return Err(DecodeError::Invalid { what: "log op", value: v as u64 }),
         };
         Ok(LogEntry {
@@ -618,6 +730,9 @@ impl Encode for Snapshot {
         // by client, in the order above. Nested in an `Install` entry, which is followed by
         // the entry's own fields, so it is not a trailing extension: `Install` got a new tag.
         put_seq(out, &self.clients, |o, c| put_seq(o, &c.records, |o, (_, r)| r.outcome.encode(o)));
+        // Then the transactions' state (same section, same tag).
+        put_seq(out, &self.locks, |o, l| l.encode(o));
+        put_seq(out, &self.decisions, |o, d| d.encode(o));
     }
 }
 impl Decode for Snapshot {
@@ -645,6 +760,8 @@ impl Snapshot {
                 })
             })?,
             expired: r.seq(|r| r.u64())?,
+            locks: Vec::new(),
+            decisions: Vec::new(),
         };
         if outcomes {
             let mismatch =
@@ -662,6 +779,8 @@ impl Snapshot {
                     record.outcome = WriteOutcome::decode(r)?;
                 }
             }
+            s.locks = r.seq(Lock::decode)?;
+            s.decisions = r.seq(DecisionRecord::decode)?;
         }
         Ok(s)
     }
@@ -691,6 +810,7 @@ mod read_tag {
     pub const TIMEOUT: u8 = 3;
     pub const UNAVAILABLE: u8 = 4;
     pub const MOVED: u8 = 5;
+    pub const LOCKED: u8 = 6;
 }
 
 fn put_read_result(out: &mut BytesMut, r: &Result<ReadValue, ReadError>) {
@@ -714,6 +834,7 @@ fn put_read_result(out: &mut BytesMut, r: &Result<ReadValue, ReadError>) {
             out.put_u8(MOVED);
             put_seq(out, replicas, |o, n| n.encode(o));
         }
+        Err(ReadError::Locked) => out.put_u8(LOCKED),
     }
 }
 
@@ -731,6 +852,7 @@ fn get_read_result(r: &mut Reader) -> Result<Result<ReadValue, ReadError>, Decod
         TIMEOUT => Err(ReadError::Timeout),
         UNAVAILABLE => Err(ReadError::Unavailable),
         MOVED => Err(ReadError::Moved { replicas: r.seq(NodeId::decode)? }),
+        LOCKED => Err(ReadError::Locked),
         v => return Err(DecodeError::Invalid { what: "read result", value: v as u64 }),
     })
 }

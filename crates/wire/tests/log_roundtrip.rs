@@ -4,7 +4,7 @@
 mod common;
 
 use bytes::{Bytes, BytesMut};
-use common::{expect, nodes, shard_move, snapshot};
+use common::{decision, decision_record, expect, nodes, prepare, shard_move, snapshot, txn_id};
 use proptest::prelude::*;
 use strata_wire::log::{
     AppendAck, AppendEntries, ForwardRead, Grant, LogEntry, LogIndex, LogMessage, LogOp, ReadError,
@@ -37,6 +37,13 @@ fn entry() -> impl Strategy<Value = LogEntry> {
         (expect(), proptest::option::of(bytes()))
             .prop_map(|(expect, put)| LogOp::Cond { expect, put }),
         any::<i64>().prop_map(LogOp::Add),
+        prepare().prop_map(|p| LogOp::Prepare(Box::new(p))),
+        (txn_id(), decision(), prop::collection::vec(any::<u64>(), 0..3))
+            .prop_map(|(txn, decision, seqs)| LogOp::Decide { txn, decision, seqs }),
+        (txn_id(), prop::collection::vec(any::<u64>(), 0..3))
+            .prop_map(|(txn, seqs)| LogOp::RequestAbort { txn, seqs }),
+        decision_record().prop_map(|d| LogOp::Decided(Box::new(d))),
+        txn_id().prop_map(LogOp::Resolved),
     ];
     (index(), bytes(), op, any::<u64>(), any::<u64>(), any::<u64>(), any::<bool>()).prop_map(
         |(index, key, op, client_id, seq, ack, immediate)| LogEntry {
@@ -201,7 +208,13 @@ proptest! {
         strata_wire::Encode::encode(&e, &mut buf);
         // Rewrite it as the older format: tag 5 and no outcome section.
         let tag_at = 8 + 4 + e.key.len();
-        let sections: usize = 4 + s.clients.iter().map(|c| 4 + c.records.iter().map(|(_, r)| r.outcome.encoded_len()).sum::<usize>()).sum::<usize>();
+        let txn_len = {
+            let mut b = BytesMut::new();
+            strata_wire::codec::put_seq(&mut b, &s.locks, |o, l| strata_wire::Encode::encode(l, o));
+            strata_wire::codec::put_seq(&mut b, &s.decisions, |o, d| strata_wire::Encode::encode(d, o));
+            b.len()
+        };
+        let sections: usize = 4 + s.clients.iter().map(|c| 4 + c.records.iter().map(|(_, r)| r.outcome.encoded_len()).sum::<usize>()).sum::<usize>() + txn_len;
         let fixed_tail = 8 + 8 + 8 + 1;
         let mut old = buf.to_vec();
         old[tag_at] = 5;
@@ -209,6 +222,8 @@ proptest! {
         let back = decode_message::<LogEntry>(Bytes::from(old)).unwrap();
         let mut done = s;
         done.clients.iter_mut().flat_map(|c| c.records.iter_mut()).for_each(|(_, r)| *r = Completion { index: r.index, outcome: WriteOutcome::Done });
+        done.locks.clear();
+        done.decisions.clear();
         prop_assert_eq!(back.op, LogOp::Install(Box::new(done)));
     }
 

@@ -12,7 +12,7 @@ use proptest::prelude::*;
 use strata_wire::client::{
     request_tag, response_tag, shard_of, table_id, ClientRequest, ClientResponse, ConnectionStats,
     LogFailure, LogWriteOp, NodeStatus, Request, Response, ShardRole, ShardStatus, TableDef,
-    TableDurability, TableEngine, TableReads, TableReplication, TableTimers,
+    TableDurability, TableEngine, TableReads, TableReplication, TableTimers, TableTxn,
 };
 use strata_wire::log::{LogIndex, LogMessage};
 use strata_wire::peer::{peer_tag, PeerMessage};
@@ -53,8 +53,9 @@ fn table_def() -> impl Strategy<Value = TableDef> {
         prop_oneof![Just(TableReads::Leader), Just(TableReads::ActiveSet), Just(TableReads::Any)];
     let timers = prop_oneof![Just(TableTimers::Default), Just(TableTimers::Geo)];
     let leaders = prop::collection::vec(any::<u32>().prop_map(NodeId), 0..4);
-    (name(), durability, replication, reads, any::<u32>(), timers, leaders).prop_map(
-        |(name, durability, replication, reads, shards, timers, leaders)| TableDef {
+    let txn = prop_oneof![Just(TableTxn::None), Just(TableTxn::Rifl)];
+    (name(), durability, replication, reads, any::<u32>(), timers, leaders, txn).prop_map(
+        |(name, durability, replication, reads, shards, timers, leaders, txn)| TableDef {
             name,
             engine: TableEngine::Log,
             durability,
@@ -63,6 +64,7 @@ fn table_def() -> impl Strategy<Value = TableDef> {
             shards,
             timers,
             leaders,
+            txn,
         },
     )
 }
@@ -92,6 +94,22 @@ fn request() -> impl Strategy<Value = ClientRequest> {
                 Request::AdoptShard { table, shard, placement, snapshot }
             }
         ),
+        (name(), any::<u32>(), any::<bool>(), common::objects(), common::txn_ops()).prop_map(
+            |(table, shard, read_only, all, ops)| Request::TxnPrepare {
+                table,
+                shard,
+                read_only,
+                all,
+                ops
+            }
+        ),
+        (name(), any::<u32>(), common::decision(), prop::collection::vec(any::<u64>(), 0..4))
+            .prop_map(|(table, shard, decision, seqs)| Request::TxnDecide {
+                table,
+                shard,
+                decision,
+                seqs
+            }),
     ];
     (any::<u64>(), body).prop_map(|(corr, body)| ClientRequest::new(corr, body))
 }
@@ -104,6 +122,7 @@ fn failure() -> impl Strategy<Value = LogFailure> {
         Just(LogFailure::Unavailable),
         "[ -~]{0,20}".prop_map(LogFailure::Invalid),
         prop::collection::vec(node(), 0..4).prop_map(|replicas| LogFailure::Moved { replicas }),
+        Just(LogFailure::Locked),
     ]
 }
 
@@ -158,6 +177,9 @@ fn response() -> impl Strategy<Value = ClientResponse> {
         (shard_move(), proptest::option::of(snapshot()))
             .prop_map(|(placement, snapshot)| Response::ShardFrozen { placement, snapshot }),
         any::<bool>().prop_map(|started| Response::ShardAdopted { started }),
+        (prop::collection::vec((any::<u64>(), common::vote()), 0..4), any::<bool>())
+            .prop_map(|(votes, decided)| Response::TxnVotes { votes, decided }),
+        Just(Response::TxnDecided),
         (any::<u32>(), prop::collection::vec(any::<u8>(), 0..16))
             .prop_map(|(topic, body)| Response::Push { topic, body: Bytes::from(body) }),
         (any::<u64>(), any::<u64>(), any::<u64>()).prop_map(|(lease_id, e, t)| Response::Lease(
@@ -202,8 +224,9 @@ proptest! {
         msg.encode(&mut b);
         let older_version = match &msg.body {
             Request::CreateTable { def } => {
+                let ext3 = if def.txn == TableTxn::None { 0 } else { 5 };
                 let ext2 = 8 + 4 * def.leaders.len();
-                cut + ext2 == b.len() || cut + ext2 + 5 == b.len()
+                [ext3, ext3 + ext2, ext3 + ext2 + 5].iter().any(|e| cut + e == b.len())
             }
             _ => false,
         };
@@ -257,6 +280,7 @@ fn cad_table(timers: TableTimers) -> TableDef {
         shards: 1,
         timers,
         leaders: vec![],
+        txn: Default::default(),
     }
 }
 
@@ -335,26 +359,31 @@ proptest! {
         prop_assert_eq!(s, NodeStatus { connections: ConnectionStats::default(), ..status });
     }
 
-    /// Table definitions from an older client or node decode: without both extensions (no
-    /// timer preset, no preferred leaders) as `Default` and none, without the second (no
-    /// preferred leaders) with their timers and no leaders.
+    /// Table definitions from an older client or node decode: without every extension (no
+    /// timer preset, no preferred leaders, no transactions) as `Default` and none, without the
+    /// later ones with what the earlier carry.
     #[test]
     fn table_defs_from_before_the_extensions_decode(defs in prop::collection::vec(table_def(), 1..3)) {
-        let no_leaders = |d: TableDef| TableDef { leaders: vec![], ..d };
+        let no_txn = |d: TableDef| TableDef { txn: TableTxn::None, ..d };
+        let no_leaders = |d: TableDef| TableDef { leaders: vec![], ..no_txn(d) };
         let oldest = |d: TableDef| TableDef { timers: TableTimers::Default, ..no_leaders(d) };
         // Extension 1: a u32 count, then one byte per definition; extension 2: a u32 count,
-        // then per definition a u32 count and 4 bytes per leader.
+        // then per definition a u32 count and 4 bytes per leader; extension 3 (only when a
+        // table takes transactions): a u32 count and a byte per definition.
+        let ext3 = |ds: &[TableDef]| if ds.iter().any(|d| d.txn != TableTxn::None) { 4 + ds.len() } else { 0 };
         let ext2 = |ds: &[TableDef]| 4 + ds.iter().map(|d| 4 + 4 * d.leaders.len()).sum::<usize>();
         let create = ClientRequest { corr: 1, rifl: None, body: Request::CreateTable { def: defs[0].clone() } };
         let one = &defs[..1];
-        let body = decode_message::<ClientRequest>(without_extension(&create, ext2(one))).unwrap().body;
+        let body = decode_message::<ClientRequest>(without_extension(&create, ext3(one))).unwrap().body;
+        prop_assert_eq!(body, Request::CreateTable { def: no_txn(defs[0].clone()) });
+        let body = decode_message::<ClientRequest>(without_extension(&create, ext3(one) + ext2(one))).unwrap().body;
         prop_assert_eq!(body, Request::CreateTable { def: no_leaders(defs[0].clone()) });
-        let body = decode_message::<ClientRequest>(without_extension(&create, ext2(one) + 5)).unwrap().body;
+        let body = decode_message::<ClientRequest>(without_extension(&create, ext3(one) + ext2(one) + 5)).unwrap().body;
         prop_assert_eq!(body, Request::CreateTable { def: oldest(defs[0].clone()) });
         let list = ClientResponse { corr: 2, body: Response::Tables(defs.clone()) };
-        let body = decode_message::<ClientResponse>(without_extension(&list, ext2(&defs))).unwrap().body;
+        let body = decode_message::<ClientResponse>(without_extension(&list, ext3(&defs) + ext2(&defs))).unwrap().body;
         prop_assert_eq!(body, Response::Tables(defs.iter().cloned().map(no_leaders).collect()));
-        let cut = ext2(&defs) + 4 + defs.len();
+        let cut = ext3(&defs) + ext2(&defs) + 4 + defs.len();
         let body = decode_message::<ClientResponse>(without_extension(&list, cut)).unwrap().body;
         prop_assert_eq!(body, Response::Tables(defs.into_iter().map(oldest).collect()));
     }

@@ -28,28 +28,10 @@ pub fn temp_dir(tag: &str) -> PathBuf {
 }
 
 /// A base port whose client and peer ranges look free right now (`strata up` re-checks and
-/// fails clearly if another process takes one meanwhile). Drawn below Linux's ephemeral range
-/// (32768-60999): the tests' own client connections and proxies bind ephemeral ports, which
-/// could otherwise take a node's port between this probe and the node's bind.
+/// fails clearly if another process takes one meanwhile): the chaos harness's probe, below the
+/// ephemeral range.
 pub fn free_base_port(nodes: u16) -> u16 {
-    let mut seed =
-        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().subsec_nanos()
-            ^ std::process::id().rotate_left(16);
-    for _ in 0..500 {
-        // xorshift: a different range per attempt, per process and per call.
-        seed ^= seed << 13;
-        seed ^= seed >> 17;
-        seed ^= seed << 5;
-        let base = 20_000 + (seed % 12_000) as u16;
-        let free = (0..nodes).all(|i| {
-            std::net::TcpListener::bind(("127.0.0.1", base + i)).is_ok()
-                && std::net::TcpListener::bind(("127.0.0.1", base + 100 + i)).is_ok()
-        });
-        if free {
-            return base;
-        }
-    }
-    panic!("no free port range found");
+    strata_chaos::procs::free_base_port(nodes).expect("no free port range found")
 }
 
 /// A running `strata up`. Dropping it kills the supervisor (its nodes die with it).
@@ -212,6 +194,16 @@ impl Drop for Up {
 
 pub fn strata_in(data_dir: &Path, args: &[&str]) -> Output {
     Command::new(STRATA).args(args).arg("--data-dir").arg(data_dir).output().unwrap()
+}
+
+/// Runs `cmd` (a `strata` command with its arguments) with `input` on its standard input.
+pub fn with_stdin(mut cmd: Command, input: &[u8]) -> Output {
+    use std::io::Write;
+    use std::process::Stdio;
+    let mut child =
+        cmd.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    child.stdin.take().unwrap().write_all(input).unwrap();
+    child.wait_with_output().unwrap()
 }
 
 /// Whether a process exists and is not a zombie (orphaned nodes are reparented to whatever

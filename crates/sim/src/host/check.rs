@@ -242,8 +242,7 @@ mod tests {
         assert_eq!(found.len(), 1, "{found:?}");
         assert!(found[0].contains("client 7"), "{found:?}");
         // The same through a moved-in state's expired set.
-        let snapshot =
-            Snapshot { last_included: i(0), items: vec![], clients: vec![], expired: vec![7] };
+        let snapshot = Snapshot { last_included: i(0), expired: vec![7], ..Snapshot::default() };
         s.log = vec![entry(i(1), 0, 0, LogOp::Install(Box::new(snapshot)), ""), s.log[2].clone()];
         assert_eq!(no_execution_after_expiry("t", 0, &s).len(), 1);
     }
@@ -254,8 +253,7 @@ mod tests {
         let snapshot = Snapshot {
             last_included: LogIndex::new(2, 9),
             items: vec![(Bytes::from("k"), Some(Bytes::from("v")), LogIndex::new(2, 4))],
-            clients: vec![],
-            expired: vec![],
+            ..Snapshot::default()
         };
         let mut s = FinalShard {
             log: vec![entry(i(1), 0, 0, LogOp::Install(Box::new(snapshot)), "")],

@@ -424,6 +424,7 @@ impl HostCluster {
             shard_rate_limit: self.shard_rate_limit,
             audit: self.observe,
             log_overrides: Default::default(),
+            txn_timeout_per_object: strata_host::TXN_TIMEOUT_PER_OBJECT,
         };
         if let Some(tune) = &self.tune {
             tune(i, &mut cfg);

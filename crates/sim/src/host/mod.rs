@@ -146,6 +146,7 @@ impl HostKnobs {
             shards: self.shards,
             timers: TableTimers::Default,
             leaders: self.preferred_leaders.clone(),
+            txn: Default::default(),
         }
     }
 }

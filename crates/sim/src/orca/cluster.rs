@@ -162,6 +162,7 @@ fn catalog() -> Vec<u8> {
         shards: 1,
         timers: TableTimers::Default,
         leaders: Vec::new(),
+        txn: Default::default(),
     };
     encode([&Catalogued { def, moved: BTreeMap::new() }])
 }
@@ -946,6 +947,7 @@ fn decode_reply(token: u64, asked: Asked, body: Response) -> LogReply {
             LogFailure::Unavailable => WriteError::Unavailable,
             LogFailure::Timeout => WriteError::Timeout,
             LogFailure::Moved { replicas } => WriteError::Moved { replicas },
+            LogFailure::Locked => WriteError::Locked,
             LogFailure::NotInActiveSet | LogFailure::Invalid(_) => {
                 WriteError::Invalid("refused as invalid")
             }
@@ -976,6 +978,7 @@ fn decode_reply(token: u64, asked: Asked, body: Response) -> LogReply {
                     LogFailure::NotInActiveSet => ReadError::NotInActiveSet,
                     LogFailure::Timeout => ReadError::Timeout,
                     LogFailure::Moved { replicas } => ReadError::Moved { replicas },
+                    LogFailure::Locked => ReadError::Locked,
                     LogFailure::Unavailable | LogFailure::Invalid(_) => ReadError::Unavailable,
                 }),
                 _ => Err(ReadError::Unavailable),

@@ -7,6 +7,9 @@ use proptest::prelude::*;
 use strata_wire::log::{
     ClientRecords, Completion, Expect, LogIndex, ShardMove, Snapshot, WriteOutcome,
 };
+use strata_wire::txn::{
+    AbortReason, Decision, DecisionRecord, Lock, Prepare, TxnAction, TxnId, TxnObject, TxnOp, Vote,
+};
 use strata_wire::NodeId;
 
 fn bytes() -> impl Strategy<Value = Bytes> {
@@ -32,6 +35,7 @@ pub fn outcome() -> impl Strategy<Value = WriteOutcome> {
         any::<u64>().prop_map(|old| WriteOutcome::Added { old }),
         Just(WriteOutcome::NotCounter),
         Just(WriteOutcome::OutOfRange),
+        vote().prop_map(WriteOutcome::Voted),
     ]
 }
 
@@ -54,11 +58,77 @@ pub fn snapshot() -> impl Strategy<Value = Snapshot> {
         prop::collection::vec(item, 0..3),
         prop::collection::vec(client, 0..3),
         prop::collection::vec(any::<u64>(), 0..3),
+        prop::collection::vec(lock(), 0..3),
+        prop::collection::vec(decision_record(), 0..2),
     )
-        .prop_map(|(last_included, items, clients, expired)| Snapshot {
+        .prop_map(|(last_included, items, clients, expired, locks, decisions)| Snapshot {
             last_included,
             items,
             clients,
             expired,
+            locks,
+            decisions,
         })
+}
+
+pub fn txn_id() -> impl Strategy<Value = TxnId> {
+    (any::<u64>(), any::<u64>()).prop_map(|(client_id, base)| TxnId { client_id, base })
+}
+
+pub fn objects() -> impl Strategy<Value = Vec<TxnObject>> {
+    prop::collection::vec(
+        ("[a-z]{1,6}", bytes(), any::<u64>()).prop_map(|(table, key, seq)| TxnObject {
+            table,
+            key,
+            seq,
+        }),
+        0..3,
+    )
+}
+
+pub fn action() -> impl Strategy<Value = TxnAction> {
+    prop_oneof![Just(TxnAction::Read), bytes().prop_map(TxnAction::Write), Just(TxnAction::Delete)]
+}
+
+pub fn txn_ops() -> impl Strategy<Value = Vec<TxnOp>> {
+    prop::collection::vec(
+        (bytes(), any::<u64>(), proptest::option::of(expect()), action())
+            .prop_map(|(key, seq, expect, action)| TxnOp { key, seq, expect, action }),
+        0..3,
+    )
+}
+
+pub fn vote() -> impl Strategy<Value = Vote> {
+    prop_oneof![
+        Just(Vote::Prepared),
+        Just(Vote::Abort(AbortReason::Locked)),
+        Just(Vote::Abort(AbortReason::Conflict)),
+        Just(Vote::Abort(AbortReason::Recovered)),
+    ]
+}
+
+pub fn decision() -> impl Strategy<Value = Decision> {
+    prop_oneof![Just(Decision::Commit), Just(Decision::Abort)]
+}
+
+pub fn lock() -> impl Strategy<Value = Lock> {
+    (txn_id(), any::<u64>(), bytes(), action(), objects(), index())
+        .prop_map(|(txn, seq, key, action, all, since)| Lock { txn, seq, key, action, all, since })
+}
+
+pub fn decision_record() -> impl Strategy<Value = DecisionRecord> {
+    (txn_id(), objects(), decision()).prop_map(|(txn, all, decision)| DecisionRecord {
+        txn,
+        all,
+        decision,
+    })
+}
+
+pub fn prepare() -> impl Strategy<Value = Prepare> {
+    (txn_id(), objects(), txn_ops(), any::<bool>()).prop_map(|(txn, all, ops, whole)| Prepare {
+        txn,
+        all,
+        ops,
+        whole,
+    })
 }

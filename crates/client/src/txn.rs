@@ -1,0 +1,424 @@
+//! Transactions over log tables (RIFL's client-driven two-phase commit, `specs/rifl.md` §2.4,
+//! §5.8.1): reads go to the keys' shard leaders and are remembered with their versions; writes
+//! and deletes are buffered; `commit` prepares every object at its shard's leader in one
+//! parallel round and returns the decision, then sends the decisions.
+//!
+//! * **Ids.** A transaction of `n` objects takes a block of `n + 1` ids of the client's lease
+//!   (R-D22); object `i` (in `(table, key)` order) is prepared under `base + 1 + i`, so each
+//!   prepare is an exactly-once RPC whose record is the object's vote, and the recovery
+//!   coordinator's abort request finds it (§5.8.4).
+//! * **Fast paths.** A read-only transaction only validates (P1: no lock, no record); one
+//!   whose objects all live in one shard is decided by its prepare (P3, R-D17).
+//! * **Decisions** follow the answer (T6-T7): `commit` returns once every vote is in (one
+//!   parallel round of prepares, each durable on a majority) and the decisions travel in the
+//!   background; [`Transaction::commit_and_sync`] waits for them too (R-D24), which a process
+//!   about to exit needs. The block is acknowledged (`rpc_completed`) only after every decision
+//!   is (§5.8.1), so the votes outlive them.
+//! * **Locks.** A plain read or write of a key a transaction holds is retried by the library
+//!   until the decision is applied (§5.9); a transaction never waits for one: the object votes
+//!   `Abort(Locked)` and `run_txn` retries the whole transaction with back-off.
+
+use std::collections::{BTreeMap, HashMap};
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use strata_rifl::SequenceError;
+use strata_wire::client::{shard_of, Request, Response, TableTxn};
+use strata_wire::log::{Expect, LogIndex};
+use strata_wire::txn::{AbortReason, Decision, TxnAction, TxnObject, TxnOp, Vote};
+use strata_wire::{LeaseInfo, Rifl, RpcId};
+use tokio::sync::Notify;
+use tokio::task::JoinSet;
+
+use crate::client::{Client, RiflClient};
+use crate::error::ClientError;
+use crate::session::unexpected;
+use crate::table::Table;
+
+/// What `commit` decided.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TxnOutcome {
+    /// Every write and delete took effect, atomically, as one step after every read.
+    Committed,
+    /// Nothing took effect.
+    Aborted { reason: AbortReason },
+}
+
+/// What the client's transactions share: one lease and its request tracker (the window of
+/// 512 ids, R-D22), and a routing handle per table whose connections every transaction uses.
+pub(crate) struct TxnShared {
+    rifl: Mutex<RiflClient>,
+    /// Woken when a block completes (a transaction waiting for room in the window).
+    completed: Notify,
+    tables: Mutex<HashMap<String, Table>>,
+}
+
+impl TxnShared {
+    pub(crate) fn new(rifl: RiflClient) -> TxnShared {
+        TxnShared { rifl: Mutex::new(rifl), completed: Notify::new(), tables: Mutex::default() }
+    }
+
+    fn rifl(&self) -> std::sync::MutexGuard<'_, RiflClient> {
+        self.rifl.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// §5.8.1 T2: a block of `n` ids under the current lease, waiting while the window is full.
+    async fn block(&self, n: u64) -> Result<(LeaseInfo, u64), ClientError> {
+        loop {
+            let keeper = self.rifl().keeper.clone();
+            let lease = keeper.acquire().await?;
+            let notified = self.completed.notified();
+            {
+                let mut r = self.rifl();
+                r.adopt(&lease);
+                match r.tracker.new_sequence_block(n) {
+                    Ok(base) => return Ok((lease, base)),
+                    Err(SequenceError::TooLarge { requested, window }) => {
+                        return Err(ClientError::InvalidArgument(format!(
+                            "a transaction of {} objects needs {requested} ids; the window is {window} (R-D22)",
+                            requested - 1
+                        )))
+                    }
+                    Err(SequenceError::WindowFull { .. }) => {}
+                }
+            }
+            notified.await;
+        }
+    }
+
+    fn complete(&self, client_id: u64, base: u64) {
+        let mut r = self.rifl();
+        if r.client_id == client_id {
+            r.tracker.rpc_completed(base);
+        }
+        drop(r);
+        self.completed.notify_waiters();
+    }
+
+    /// The envelope of the transaction `(client, base)`, with the current `first_incomplete`
+    /// and the newest grant of its lease.
+    fn envelope(&self, lease: LeaseInfo, base: u64) -> Rifl {
+        let r = self.rifl();
+        let lease = r.keeper.usable().filter(|l| l.client_id == lease.client_id).unwrap_or(lease);
+        let first_incomplete = if r.client_id == lease.client_id {
+            r.tracker.first_incomplete().min(base)
+        } else {
+            base
+        };
+        Rifl { rpc: RpcId { client_id: lease.client_id, seq: base }, first_incomplete, lease }
+    }
+}
+
+/// One transaction (rifl.md §2.4). Obtain it with [`Client::transaction`].
+pub struct Transaction {
+    client: Client,
+    /// `(table, key)` -> the value read and its version.
+    reads: BTreeMap<(String, Bytes), (Option<Bytes>, LogIndex)>,
+    /// `(table, key)` -> the buffered write (`None`: delete).
+    writes: BTreeMap<(String, Bytes), Option<Bytes>>,
+}
+
+/// One participant's part: a shard of a table and its operations.
+struct Part {
+    table: String,
+    shard: u32,
+    ops: Vec<TxnOp>,
+}
+
+impl Transaction {
+    pub(crate) fn new(client: Client) -> Transaction {
+        Transaction { client, reads: BTreeMap::new(), writes: BTreeMap::new() }
+    }
+
+    /// The value of `key` in `table` as this transaction sees it: its own buffered write, else
+    /// what it read before, else the value at the key's shard leader (waiting while a
+    /// transaction holds the key), remembered with its version for validation.
+    pub async fn read(
+        &mut self,
+        table: &str,
+        key: impl Into<Bytes>,
+    ) -> Result<Option<Bytes>, ClientError> {
+        let id = (table.to_string(), key.into());
+        if let Some(w) = self.writes.get(&id) {
+            return Ok(w.clone());
+        }
+        if let Some((v, _)) = self.reads.get(&id) {
+            return Ok(v.clone());
+        }
+        let mut t = self.client.txn_table(table).await?;
+        let r = t.get(id.1.clone()).await?;
+        self.reads.insert(id, (r.value.clone(), r.update_index));
+        Ok(r.value)
+    }
+
+    /// Buffers a write of `key`; nothing is sent before `commit`.
+    pub fn write(&mut self, table: &str, key: impl Into<Bytes>, value: impl Into<Bytes>) {
+        self.writes.insert((table.to_string(), key.into()), Some(value.into()));
+    }
+
+    /// Buffers a delete of `key`.
+    pub fn delete(&mut self, table: &str, key: impl Into<Bytes>) {
+        self.writes.insert((table.to_string(), key.into()), None);
+    }
+
+    /// Decides the transaction (§5.8.1) and returns once every vote is in; the decisions are
+    /// sent in the background. `Err` only for what the library cannot hide: the lease expired
+    /// (`ExpiredLease`: whether it committed is then decided by recovery, unknown here), a
+    /// table unavailable beyond the retry time, or an invalid transaction.
+    pub async fn commit(self) -> Result<TxnOutcome, ClientError> {
+        self.run(false).await
+    }
+
+    /// [`Transaction::commit`], then waits until every participant applied the decision
+    /// (R-D24): what a process that exits right after needs, or its locks wait for recovery.
+    pub async fn commit_and_sync(self) -> Result<TxnOutcome, ClientError> {
+        self.run(true).await
+    }
+
+    async fn run(self, sync: bool) -> Result<TxnOutcome, ClientError> {
+        // T1: every object, in (table, key) order, with its action and expected version.
+        let mut objects: BTreeMap<(String, Bytes), (TxnAction, Option<Expect>)> = BTreeMap::new();
+        for (id, (_, version)) in &self.reads {
+            objects.insert(id.clone(), (TxnAction::Read, Some(Expect::Version(*version))));
+        }
+        for (id, w) in &self.writes {
+            let action = w.clone().map_or(TxnAction::Delete, TxnAction::Write);
+            let expect = self.reads.get(id).map(|(_, v)| Expect::Version(*v));
+            objects.insert(id.clone(), (action, expect));
+        }
+        if objects.is_empty() {
+            return Ok(TxnOutcome::Committed); // T0
+        }
+        let read_only = self.writes.is_empty();
+        let shared = self.client.txns();
+        let (lease, base) = shared.block(objects.len() as u64 + 1).await?;
+        let all: Vec<TxnObject> = objects
+            .keys()
+            .enumerate()
+            .map(|(i, (table, key))| TxnObject {
+                table: table.clone(),
+                key: key.clone(),
+                seq: base + 1 + i as u64,
+            })
+            .collect();
+        let mut parts: BTreeMap<(String, u32), Part> = BTreeMap::new();
+        for (obj, (_, (action, expect))) in all.iter().zip(objects) {
+            let shards = self.client.txn_table(&obj.table).await?.def().shards;
+            let shard = shard_of(&obj.key, shards);
+            let part = parts.entry((obj.table.clone(), shard)).or_insert_with(|| Part {
+                table: obj.table.clone(),
+                shard,
+                ops: Vec::new(),
+            });
+            part.ops.push(TxnOp { key: obj.key.clone(), seq: obj.seq, expect, action });
+        }
+        let result = self.prepare(&shared, lease, base, read_only, &all, &parts).await;
+        let (votes, decided) = match result {
+            Ok(v) => v,
+            Err(e) => {
+                // The block stays outstanding: recovery decides what was prepared, and the
+                // prepares' records must outlive it (§5.8.5); a lost lease restarts the ids.
+                return Err(e);
+            }
+        };
+        // T5: `Commit` iff every object voted `Prepared` (an object without a vote follows
+        // an `Abort` at its participant).
+        let prepared = votes.len() == all.len() && votes.values().all(|v| *v == Vote::Prepared);
+        let decision = if prepared { Decision::Commit } else { Decision::Abort };
+        let outcome = match decision {
+            Decision::Commit => TxnOutcome::Committed,
+            Decision::Abort => TxnOutcome::Aborted {
+                reason: votes
+                    .values()
+                    .find_map(|v| match v {
+                        Vote::Abort(r) => Some(*r),
+                        Vote::Prepared => None,
+                    })
+                    .unwrap_or(AbortReason::Conflict),
+            },
+        };
+        // T7: nothing to decide for a validation or a prepare that decided at once.
+        if read_only || (parts.len() == 1 && decided) {
+            shared.complete(lease.client_id, base);
+            return Ok(outcome);
+        }
+        let decide = decide_all(self.client.clone(), shared.clone(), lease, base, decision, parts);
+        if sync {
+            decide.await?;
+        } else {
+            tokio::spawn(async move {
+                if let Err(e) = decide.await {
+                    // The locks wait for recovery (`T_TX`); the block stays outstanding.
+                    tracing::warn!(error = %e, "a transaction's decisions were not all delivered");
+                }
+            });
+        }
+        Ok(outcome)
+    }
+
+    /// T3-T4: one prepare per participant, concurrently, each retried with the same ids
+    /// until it is answered. Returns the votes by id and whether every participant decided.
+    async fn prepare(
+        &self,
+        shared: &Arc<TxnShared>,
+        lease: LeaseInfo,
+        base: u64,
+        read_only: bool,
+        all: &[TxnObject],
+        parts: &BTreeMap<(String, u32), Part>,
+    ) -> Result<(BTreeMap<u64, Vote>, bool), ClientError> {
+        let mut tasks = JoinSet::new();
+        for part in parts.values() {
+            let mut t = self.client.txn_table(&part.table).await?;
+            let shared = shared.clone();
+            let req = Request::TxnPrepare {
+                table: part.table.clone(),
+                shard: part.shard,
+                read_only,
+                all: all.to_vec(),
+                ops: part.ops.clone(),
+            };
+            let shard = part.shard;
+            tasks.spawn(
+                async move { t.leader_call(shard, || shared.envelope(lease, base), req).await },
+            );
+        }
+        let mut votes = BTreeMap::new();
+        let mut decided = true;
+        while let Some(answer) = tasks.join_next().await {
+            match answer.map_err(|e| ClientError::UnexpectedReply(e.to_string()))?? {
+                Response::TxnVotes { votes: v, decided: d } => {
+                    decided &= d;
+                    votes.extend(v);
+                }
+                other => return Err(unexpected(other)),
+            }
+        }
+        Ok((votes, decided))
+    }
+}
+
+/// T7: the decision at every participant, retried until each applied it; then the block is
+/// acknowledged.
+async fn decide_all(
+    client: Client,
+    shared: Arc<TxnShared>,
+    lease: LeaseInfo,
+    base: u64,
+    decision: Decision,
+    parts: BTreeMap<(String, u32), Part>,
+) -> Result<(), ClientError> {
+    let mut tasks = JoinSet::new();
+    for part in parts.into_values() {
+        let mut t = client.txn_table(&part.table).await?;
+        let shared = shared.clone();
+        let req = Request::TxnDecide {
+            table: part.table,
+            shard: part.shard,
+            decision,
+            seqs: part.ops.iter().map(|o| o.seq).collect(),
+        };
+        tasks.spawn(async move {
+            t.leader_call(part.shard, || shared.envelope(lease, base), req).await
+        });
+    }
+    while let Some(answer) = tasks.join_next().await {
+        match answer.map_err(|e| ClientError::UnexpectedReply(e.to_string()))?? {
+            Response::TxnDecided => {}
+            other => return Err(unexpected(other)),
+        }
+    }
+    shared.complete(lease.client_id, base);
+    Ok(())
+}
+
+/// A transaction body for [`Client::run_txn`]: reads and buffers writes on the transaction
+/// it is given, and returns what the caller wants back.
+pub type TxnBody<'a, T> = Pin<Box<dyn Future<Output = Result<T, ClientError>> + Send + 'a>>;
+
+/// How [`Client::run_txn`] retries.
+#[derive(Clone, Copy, Debug)]
+pub struct RetryPolicy {
+    /// Attempts in all (at least 1).
+    pub attempts: u32,
+    /// The first back-off after an abort; doubled each time, up to `max_backoff`, with
+    /// jitter (kairos.md §2: 100 µs to 10 ms).
+    pub backoff: Duration,
+    pub max_backoff: Duration,
+}
+
+impl Default for RetryPolicy {
+    fn default() -> RetryPolicy {
+        RetryPolicy {
+            attempts: 20,
+            backoff: Duration::from_micros(100),
+            max_backoff: Duration::from_millis(10),
+        }
+    }
+}
+
+impl Client {
+    /// Starts a transaction over this cluster's transactional log tables (`--txn rifl`).
+    pub fn transaction(&self) -> Transaction {
+        Transaction::new(self.clone())
+    }
+
+    /// Runs `body` in a transaction and commits it, again with back-off while it aborts
+    /// (conflicts, locks); returns the body's value from the attempt that committed, or
+    /// `TxnAborted` with the last reason once `policy.attempts` aborted.
+    pub async fn run_txn<T, F>(&self, policy: RetryPolicy, mut body: F) -> Result<T, ClientError>
+    where
+        F: for<'a> FnMut(&'a mut Transaction) -> TxnBody<'a, T>,
+    {
+        let mut pause = policy.backoff;
+        let mut last = AbortReason::Conflict;
+        for attempt in 0..policy.attempts.max(1) {
+            if attempt > 0 {
+                let jitter = pause.mul_f64(rand_unit());
+                tokio::time::sleep(pause / 2 + jitter / 2).await;
+                pause = (pause * 2).min(policy.max_backoff);
+            }
+            let mut tx = self.transaction();
+            let value = body(&mut tx).await?;
+            match tx.commit().await? {
+                TxnOutcome::Committed => return Ok(value),
+                TxnOutcome::Aborted { reason } => last = reason,
+            }
+        }
+        Err(ClientError::TxnAborted { attempts: policy.attempts.max(1), reason: last })
+    }
+
+    /// A routing handle on `table` for transactions: its definition from the catalog (once),
+    /// refused unless the table takes transactions; connections shared by the client's
+    /// transactions.
+    pub(crate) async fn txn_table(&self, table: &str) -> Result<Table, ClientError> {
+        let shared = self.txns();
+        if let Some(t) = shared.tables.lock().unwrap_or_else(|e| e.into_inner()).get(table) {
+            return Ok(t.clone());
+        }
+        let mut t = self.table(table).await?;
+        if t.def().txn == TableTxn::None {
+            return Err(ClientError::InvalidArgument(format!(
+                "table {table:?} does not take transactions (create it with --txn rifl)"
+            )));
+        }
+        t.connect_all().await;
+        let mut tables = shared.tables.lock().unwrap_or_else(|e| e.into_inner());
+        Ok(tables.entry(table.to_string()).or_insert(t).clone())
+    }
+}
+
+/// A number in `[0, 1)` for back-off jitter (no randomness crate for this alone).
+fn rand_unit() -> f64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u64(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as u64),
+    );
+    (h.finish() >> 11) as f64 / (1u64 << 53) as f64
+}

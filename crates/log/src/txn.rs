@@ -1,0 +1,295 @@
+//! Transactions at the shard's leader (rifl.md §5.8.2–§5.8.4): prepares, decisions, abort
+//! requests and decision records become log entries; their answers come from the applied
+//! state once the entry is applied under the table's acknowledgement rule, exactly like a
+//! write's (`writes.rs`). What an entry does is decided when it is applied (`state::Kv`), so
+//! the leader never answers from anything a new leader could not rebuild.
+
+use bytes::Bytes;
+use strata_rifl::Verdict;
+use strata_wire::log::{LogEntry, LogIndex, LogOp};
+use strata_wire::rifl::{Rifl, RpcId};
+use strata_wire::txn::{AbortReason, Decision, DecisionRecord, Prepare, TxnId, Vote};
+use strata_wire::Instant;
+
+use crate::api::{LogReply, Persist, TxnAnswer, WriteError};
+use crate::config::WritePath;
+use crate::replica::{LogReplica, Role};
+
+/// A transaction request waiting for its entry (or, for a retry, the applied records).
+#[derive(Clone, Debug)]
+pub(crate) struct PendingTxn {
+    pub token: u64,
+    pub txn: TxnId,
+    pub wait: TxnWait,
+    pub index: LogIndex,
+    pub deadline: Instant,
+}
+
+#[derive(Clone, Debug)]
+pub(crate) enum TxnWait {
+    /// A prepare or an abort request: answered with the objects' votes.
+    Votes { seqs: Vec<u64>, whole: bool, recovery: bool },
+    /// A decision or a decision record: answered `Done`.
+    Done,
+}
+
+impl LogReplica {
+    /// The leader's gate for anything it appends for a client (§5.1 step 1, rifl.md §5.7):
+    /// a ready leader under its lease, the shard not moving, room in the epoch's counter.
+    pub(crate) fn append_gate(&mut self, now: Instant) -> Result<(), WriteError> {
+        let Some(l) = self.leader.as_ref() else {
+            return Err(WriteError::NotLeader { hint: self.leader_id });
+        };
+        if !l.synced || (!l.lease_valid(now) && l.hb_started.contains_key(&1)) {
+            return Err(WriteError::Unavailable);
+        }
+        if !l.lease_valid(now) {
+            return Err(WriteError::NotLeader { hint: None });
+        }
+        if let Some(m) = self.moved_to() {
+            return Err(WriteError::Moved { replicas: m.replicas.clone() });
+        }
+        if l.next_counter >= crate::replica::COUNTER_CEILING {
+            self.step_down(now, crate::StepDownReason::CounterExhausted);
+            return Err(WriteError::NotLeader { hint: None });
+        }
+        Ok(())
+    }
+
+    pub(crate) fn on_prepare(
+        &mut self,
+        now: Instant,
+        token: u64,
+        rifl: Rifl,
+        prepare: Prepare,
+        read_only: bool,
+    ) {
+        let reply = |r| LogReply::Txn { token, result: r };
+        if let Err(why) = rifl.check() {
+            return self.effects.reply.push(reply(Err(WriteError::BadEnvelope(why))));
+        }
+        if prepare.ops.is_empty() || prepare.ops.iter().any(|o| o.key.is_empty()) {
+            let why = "a prepare names at least one object, each with a key";
+            return self.effects.reply.push(reply(Err(WriteError::Invalid(why))));
+        }
+        let txn = prepare.txn;
+        if txn.client_id != rifl.rpc.client_id {
+            let why = "a prepare's transaction is its envelope's client's";
+            return self.effects.reply.push(reply(Err(WriteError::BadEnvelope(why))));
+        }
+        self.observed_cluster_time = self.observed_cluster_time.max(rifl.lease.timestamp);
+        if let Err(e) = self.append_gate(now) {
+            return self.effects.reply.push(reply(Err(e)));
+        }
+        if read_only {
+            // P1: the applied state decides; nothing is written or remembered.
+            let votes = self.validate(&prepare);
+            return self.effects.reply.push(reply(Ok(TxnAnswer::Votes { votes, decided: false })));
+        }
+        let seqs: Vec<u64> = prepare.ops.iter().map(|o| o.seq).collect();
+        let wait = TxnWait::Votes { seqs: seqs.clone(), whole: prepare.whole, recovery: false };
+        let deadline = now + self.cfg.write_timeout;
+        let first = RpcId { client_id: txn.client_id, seq: seqs[0] };
+        // A retry whose first object has a record was applied: answer from the records. One
+        // whose entry is appended but not applied waits on it.
+        let known = match self.kv.rifl().peek(first) {
+            Verdict::Stale => return self.effects.reply.push(reply(Err(WriteError::Stale))),
+            Verdict::Completed(c) => Some(c.index),
+            _ if self.kv.is_expired(txn.client_id) => {
+                return self.effects.reply.push(reply(Err(WriteError::ExpiredLease)))
+            }
+            _ => self.leader.as_ref().and_then(|l| l.inflight.get(&first).copied()),
+        };
+        let index = match known {
+            Some(index) => index,
+            None => {
+                if rifl.lease.expiration <= self.observed_cluster_time {
+                    return self.effects.reply.push(reply(Err(WriteError::Unavailable)));
+                }
+                let ack = rifl.first_incomplete - 1;
+                let index = self.append_txn_entry(
+                    txn.client_id,
+                    seqs[0],
+                    ack,
+                    LogOp::Prepare(Box::new(prepare)),
+                );
+                self.leader.as_mut().expect("leader").inflight.entry(first).or_insert(index);
+                index
+            }
+        };
+        self.wait_txn(PendingTxn { token, txn, wait, index, deadline });
+    }
+
+    /// §5.8.2 P1, read-only: per object, locked or changed votes `Abort` (stop); else
+    /// `Prepared`. From the leader's applied state, which holds every acknowledged entry.
+    fn validate(&self, p: &Prepare) -> Vec<(u64, Vote)> {
+        let mut votes = Vec::new();
+        for op in &p.ops {
+            let (value, version) = self.kv.get(&op.key);
+            let vote = if self.kv.is_locked(&op.key) {
+                Vote::Abort(AbortReason::Locked)
+            } else if op.expect.as_ref().is_some_and(|x| !x.holds(value.as_ref(), version)) {
+                Vote::Abort(AbortReason::Conflict)
+            } else {
+                Vote::Prepared
+            };
+            votes.push((op.seq, vote));
+            if vote != Vote::Prepared {
+                break;
+            }
+        }
+        votes
+    }
+
+    /// §5.8.3 at the leader: append the decision (idempotent when applied).
+    pub(crate) fn on_decide(
+        &mut self,
+        now: Instant,
+        token: u64,
+        txn: TxnId,
+        decision: Decision,
+        seqs: Vec<u64>,
+    ) {
+        let op = LogOp::Decide { txn, decision, seqs };
+        self.append_and_wait(now, token, txn, op, TxnWait::Done);
+    }
+
+    /// §5.8.4 RA1-RA3 at the leader: append the abort request; answer the votes it leaves.
+    pub(crate) fn on_request_abort(
+        &mut self,
+        now: Instant,
+        token: u64,
+        txn: TxnId,
+        seqs: Vec<u64>,
+    ) {
+        let wait = TxnWait::Votes { seqs: seqs.clone(), whole: false, recovery: true };
+        self.append_and_wait(now, token, txn, LogOp::RequestAbort { txn, seqs }, wait);
+    }
+
+    pub(crate) fn on_record_decision(&mut self, now: Instant, token: u64, record: DecisionRecord) {
+        let txn = record.txn;
+        self.append_and_wait(now, token, txn, LogOp::Decided(Box::new(record)), TxnWait::Done);
+    }
+
+    pub(crate) fn on_resolve(&mut self, now: Instant, token: u64, txn: TxnId) {
+        self.append_and_wait(now, token, txn, LogOp::Resolved(txn), TxnWait::Done);
+    }
+
+    fn append_and_wait(&mut self, now: Instant, token: u64, txn: TxnId, op: LogOp, wait: TxnWait) {
+        if let Err(e) = self.append_gate(now) {
+            return self.effects.reply.push(LogReply::Txn { token, result: Err(e) });
+        }
+        let index = self.append_txn_entry(0, 0, 0, op);
+        let deadline = now + self.cfg.write_timeout;
+        self.wait_txn(PendingTxn { token, txn, wait, index, deadline });
+    }
+
+    fn append_txn_entry(&mut self, client_id: u64, seq: u64, ack: u64, op: LogOp) -> LogIndex {
+        let l = self.leader.as_mut().expect("only a leader appends");
+        let index = LogIndex::new(self.epoch, l.next_counter);
+        l.next_counter += 1;
+        for p in l.progress.values_mut() {
+            p.needs_send = true;
+        }
+        let e = LogEntry { index, key: Bytes::new(), op, client_id, seq, ack, immediate: false };
+        self.log.append(e.clone());
+        self.persist(Persist::Append(vec![e]));
+        index
+    }
+
+    fn wait_txn(&mut self, p: PendingTxn) {
+        self.leader.as_mut().expect("leader").pending_txns.push(p);
+    }
+
+    /// Answers every waiting transaction request whose entry is applied under the write path's
+    /// acknowledgement rule (§5.1 step 7), times out the rest.
+    pub(crate) fn settle_txns(&mut self, now: Instant) {
+        if self.role != Role::Leader {
+            return;
+        }
+        let (applied, commit) = (self.kv.applied(), self.commit);
+        let path = self.cfg.durability.write_path();
+        let l = self.leader.as_mut().expect("leader");
+        if l.pending_txns.is_empty() {
+            return;
+        }
+        let waiting = std::mem::take(&mut l.pending_txns);
+        let mut keep = Vec::new();
+        for p in waiting {
+            let ready = applied >= p.index && (path == WritePath::Async || commit >= p.index);
+            if ready {
+                let result = self.txn_answer(&p);
+                self.effects.reply.push(LogReply::Txn { token: p.token, result });
+            } else if now >= p.deadline {
+                self.effects
+                    .reply
+                    .push(LogReply::Txn { token: p.token, result: Err(WriteError::Timeout) });
+            } else {
+                keep.push(p);
+            }
+        }
+        self.leader.as_mut().expect("leader").pending_txns.extend(keep);
+    }
+
+    /// The answer of an applied transaction request, from the applied records.
+    fn txn_answer(&self, p: &PendingTxn) -> Result<TxnAnswer, WriteError> {
+        let TxnWait::Votes { seqs, whole, recovery } = &p.wait else {
+            return Ok(TxnAnswer::Done);
+        };
+        let client_id = p.txn.client_id;
+        let mut votes = Vec::new();
+        for &seq in seqs {
+            let vote = match self.kv.rifl().peek(RpcId { client_id, seq }) {
+                Verdict::Stale => return Err(WriteError::Stale),
+                Verdict::Completed(c) => match c.outcome {
+                    strata_wire::log::WriteOutcome::Voted(v) => v,
+                    _ => return Err(WriteError::Invalid("a prepare id names a plain write")),
+                },
+                _ if self.kv.is_expired(client_id) => {
+                    if *recovery {
+                        // A collected client holds no lock here (R-D14): nothing prepared.
+                        Vote::Abort(AbortReason::Recovered)
+                    } else {
+                        return Err(WriteError::ExpiredLease);
+                    }
+                }
+                _ if self.kv.frozen().is_some() => {
+                    let replicas =
+                        self.kv.frozen().map(|(_, m)| m.replicas.clone()).unwrap_or_default();
+                    return Err(WriteError::Moved { replicas });
+                }
+                // No record after an `Abort` (the participant stopped there).
+                _ if !votes.is_empty() => break,
+                // The entry applied as a no-op (e.g. a prepare appended after a `Freeze`
+                // applied first): retry.
+                _ => return Err(WriteError::Timeout),
+            };
+            votes.push((seq, vote));
+            if vote != Vote::Prepared {
+                break;
+            }
+        }
+        let decided =
+            *whole && votes.len() == seqs.len() && votes.iter().all(|(_, v)| *v == Vote::Prepared);
+        Ok(TxnAnswer::Votes { votes, decided })
+    }
+
+    pub(crate) fn txn_deadlines(&self) -> impl Iterator<Item = Instant> + '_ {
+        self.leader.iter().flat_map(|l| l.pending_txns.iter().map(|p| p.deadline))
+    }
+
+    /// The locks this replica's applied state holds (for the node's `T_TX` timers, §5.8.4).
+    pub fn locks(&self) -> impl Iterator<Item = &strata_wire::txn::Lock> {
+        self.kv.participant().locks()
+    }
+
+    /// The recovery coordinators' decision records not yet resolved (R-D12).
+    pub fn decision_records(&self) -> impl Iterator<Item = &DecisionRecord> {
+        self.kv.participant().decisions()
+    }
+
+    /// Whether a transaction holds `key`'s lock.
+    pub fn is_locked(&self, key: &[u8]) -> bool {
+        self.kv.is_locked(key)
+    }
+}

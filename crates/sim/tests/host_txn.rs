@@ -1,0 +1,247 @@
+//! Transactions on whole hosts in the simulator (issue #18 item 2, rifl.md §5.8.4): a client
+//! that stops between its prepares and its decisions is finished by recovery — the `T_TX`
+//! timers of the participants' leaders, the coordinator at the leader of the first object's
+//! shard, abort requests under the prepares' own ids, a durable decision record — also when
+//! the coordinator's node crashes in the middle. Clients speak the wire protocol; every
+//! prepare is sent by hand, so the "crash" is simply never sending the rest.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use strata_sim::host::{HostCluster, HostNet};
+use strata_wire::client::{
+    shard_of, ClientRequest, ClientResponse, LogFailure, Request, Response, TableDef,
+    TableDurability, TableEngine, TableReads, TableReplication, TableTimers, TableTxn,
+};
+use strata_wire::rifl::{LeaseInfo, LeaseStatus, Rifl, RpcId};
+use strata_wire::txn::{AbortReason, TxnAction, TxnObject, TxnOp, Vote};
+
+const NODES: usize = 3;
+const TABLE: &str = "bank";
+const SHARDS: u32 = 2;
+
+fn cluster(seed: u64) -> HostCluster {
+    let mut c =
+        HostCluster::new(NODES, HostNet::uniform(NODES, 200), Duration::from_secs(10), seed, None);
+    c.run_until(c.now + Duration::from_secs(3));
+    let def = TableDef {
+        name: TABLE.into(),
+        engine: TableEngine::Log,
+        durability: TableDurability::Sync,
+        replication: TableReplication::Sync,
+        reads: TableReads::Leader,
+        shards: SHARDS,
+        timers: TableTimers::Default,
+        leaders: Vec::new(),
+        txn: TableTxn::Rifl,
+    };
+    for node in 0..NODES {
+        let created = call(&mut c, 0, node, None, Request::CreateTable { def: def.clone() });
+        assert!(matches!(created, Some(Response::TableCreated { .. })), "{created:?}");
+    }
+    c.run_until(c.now + Duration::from_secs(2));
+    c
+}
+
+/// Sends `body` from `client` to `node` and runs until its answer (`None`: none within 2 s).
+fn call(
+    c: &mut HostCluster,
+    client: usize,
+    node: usize,
+    rifl: Option<Rifl>,
+    body: Request,
+) -> Option<Response> {
+    let corr = c.inputs;
+    c.send_request(client, node, ClientRequest { corr, rifl, body });
+    let until = c.now + Duration::from_secs(2);
+    while c.now < until {
+        if let Some(i) = c.client_inbox.iter().position(|(cl, r)| *cl == client && r.corr == corr) {
+            let (_, ClientResponse { body, .. }) = c.client_inbox.remove(i);
+            return Some(body);
+        }
+        let step_to = c.now + Duration::from_millis(1);
+        c.run_until(step_to);
+    }
+    None
+}
+
+/// Sends `body` to every node in turn until one answers with something other than a
+/// "not here" refusal (the shard's leader), for up to 10 s of simulated time (an election
+/// after a crash included).
+fn call_leader(c: &mut HostCluster, client: usize, rifl: Option<Rifl>, body: Request) -> Response {
+    let mut last = Vec::new();
+    let until = c.now + Duration::from_secs(10);
+    for round in 0.. {
+        if c.now >= until {
+            break;
+        }
+        let node = round % NODES;
+        match call(c, client, node, rifl, body.clone()) {
+            r @ (Some(Response::LogRejected(
+                LogFailure::NotLeader { .. } | LogFailure::Unavailable | LogFailure::Timeout,
+            ))
+            | None) => {
+                last = vec![(node, r)];
+                c.run_until(c.now + Duration::from_millis(20))
+            }
+            Some(r) => return r,
+        }
+    }
+    panic!("no leader answered {body:?}: {last:?}");
+}
+
+fn lease(c: &mut HostCluster, client: usize) -> LeaseStatus {
+    for _ in 0..20 {
+        if let Some(Response::Lease(g)) =
+            call(c, client, 0, None, Request::RenewLease { lease_id: 0 })
+        {
+            return g;
+        }
+        c.run_until(c.now + Duration::from_millis(100));
+    }
+    panic!("no lease granted");
+}
+
+fn envelope(g: &LeaseStatus, base: u64) -> Rifl {
+    Rifl {
+        rpc: RpcId { client_id: g.lease_id, seq: base },
+        first_incomplete: base,
+        lease: LeaseInfo {
+            client_id: g.lease_id,
+            expiration: g.expiration,
+            timestamp: g.cluster_time,
+        },
+    }
+}
+
+/// Two keys in different shards, `a` first in `(table, key)` order.
+fn keys() -> (Bytes, Bytes) {
+    let a = Bytes::from_static(b"a");
+    let b = (0..)
+        .map(|i| Bytes::from(format!("b{i}")))
+        .find(|k| shard_of(k, SHARDS) != shard_of(&a, SHARDS))
+        .unwrap();
+    (a, b)
+}
+
+fn prepare(
+    c: &mut HostCluster,
+    g: &LeaseStatus,
+    base: u64,
+    all: &[TxnObject],
+    which: usize,
+) -> Response {
+    let o = &all[which];
+    let req = Request::TxnPrepare {
+        table: TABLE.into(),
+        shard: shard_of(&o.key, SHARDS),
+        read_only: false,
+        all: all.to_vec(),
+        ops: vec![TxnOp {
+            key: o.key.clone(),
+            seq: o.seq,
+            expect: None,
+            action: TxnAction::Write(Bytes::from(format!("v{base}"))),
+        }],
+    };
+    call_leader(c, 0, Some(envelope(g, base)), req)
+}
+
+fn read(c: &mut HostCluster, key: &Bytes) -> Response {
+    let req = Request::LogRead { table: TABLE.into(), key: key.clone(), min_index: None };
+    call_leader(c, 1, None, req)
+}
+
+fn objects(base: u64) -> Vec<TxnObject> {
+    let (a, b) = keys();
+    vec![
+        TxnObject { table: TABLE.into(), key: a, seq: base + 1 },
+        TxnObject { table: TABLE.into(), key: b, seq: base + 2 },
+    ]
+}
+
+/// Runs until `key` reads as `want` (its lock released by a decision), or panics.
+fn await_value(c: &mut HostCluster, key: &Bytes, want: Option<&str>, within: Duration) {
+    let until = c.now + within;
+    loop {
+        match read(c, key) {
+            Response::LogValue { value, .. } if value.as_deref() == want.map(str::as_bytes) => {
+                return
+            }
+            other if c.now >= until => panic!("{key:?}: {other:?}, want {want:?}"),
+            _ => c.run_until(c.now + Duration::from_millis(20)),
+        }
+    }
+}
+
+#[test]
+fn a_client_gone_after_preparing_everything_is_decided_commit_by_recovery() {
+    let mut c = cluster(1);
+    let g = lease(&mut c, 0);
+    let all = objects(1);
+    for i in 0..2 {
+        match prepare(&mut c, &g, 1, &all, i) {
+            Response::TxnVotes { votes, decided } => {
+                assert_eq!((votes, decided), (vec![(all[i].seq, Vote::Prepared)], false))
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+    // The client is gone. Its keys are locked: plain reads wait (§5.9).
+    assert_eq!(read(&mut c, &all[0].key), Response::LogRejected(LogFailure::Locked));
+    // Within T_TX (2 objects x 50 ms) and recovery, both writes land: every object had voted
+    // Prepared, so the decision is Commit (RC4).
+    await_value(&mut c, &all[0].key, Some("v1"), Duration::from_secs(2));
+    await_value(&mut c, &all[1].key, Some("v1"), Duration::from_secs(2));
+    // The client comes back and retries a prepare: the recorded vote answers, nothing
+    // executes twice; its decision (redundant now) changes nothing.
+    assert!(matches!(prepare(&mut c, &g, 1, &all, 1), Response::TxnVotes { .. }));
+    await_value(&mut c, &all[1].key, Some("v1"), Duration::from_millis(10));
+}
+
+#[test]
+fn a_client_gone_after_some_prepares_is_aborted_and_its_late_prepare_votes_abort() {
+    let mut c = cluster(2);
+    let g = lease(&mut c, 0);
+    let all = objects(1);
+    assert!(matches!(prepare(&mut c, &g, 1, &all, 1), Response::TxnVotes { .. }));
+    assert_eq!(read(&mut c, &all[1].key), Response::LogRejected(LogFailure::Locked));
+    // Recovery asks `a` (never prepared) to abort under its prepare's id: Abort, so the
+    // decision is Abort and `b`'s lock goes without a write.
+    await_value(&mut c, &all[1].key, None, Duration::from_secs(2));
+    // The paused client wakes and sends its other prepare: the record recovery wrote answers.
+    match prepare(&mut c, &g, 1, &all, 0) {
+        Response::TxnVotes { votes, .. } => {
+            assert_eq!(votes, vec![(all[0].seq, Vote::Abort(AbortReason::Recovered))])
+        }
+        other => panic!("{other:?}"),
+    }
+    await_value(&mut c, &all[0].key, None, Duration::from_millis(10));
+}
+
+#[test]
+fn recovery_survives_the_crash_of_its_coordinator() {
+    for seed in 0..6 {
+        let mut c = cluster(100 + seed);
+        let g = lease(&mut c, 0);
+        let all = objects(1);
+        for i in 0..2 {
+            assert!(matches!(prepare(&mut c, &g, 1, &all, i), Response::TxnVotes { .. }));
+        }
+        // Crash the coordinator — the leader of the first object's shard — at a moment of the
+        // recovery (T_TX is 100 ms; then votes, record, decisions), then bring it back. A new
+        // leader resumes from the decision record, or its timers start recovery again.
+        let home = shard_of(&all[0].key, SHARDS);
+        let leads = |c: &mut HostCluster, i| {
+            c.operate(i, |h, _| h.shard_replica(TABLE, home).is_some_and(|r| r.is_leader()))
+                .is_some_and(|(l, _)| l)
+        };
+        let victim = (0..NODES).find(|&i| leads(&mut c, i)).expect("a leader of the home shard");
+        c.run_until(c.now + Duration::from_millis(90 + 20 * seed));
+        c.crash(victim);
+        c.run_until(c.now + Duration::from_millis(300));
+        c.start(victim);
+        await_value(&mut c, &all[0].key, Some("v1"), Duration::from_secs(5));
+        await_value(&mut c, &all[1].key, Some("v1"), Duration::from_secs(5));
+    }
+}

@@ -1,0 +1,427 @@
+//! Transactions over log tables (RIFL's client-driven two-phase commit, `specs/rifl.md` §4.3,
+//! §5.8): the objects of a transaction, the operations a participant prepares, its votes and
+//! the decision. Two-phase commit here says *prepare*, *vote*, *decide*, *decision*, never
+//! "commit" (that word belongs to consensus, whose log entries these ride in).
+//!
+//! A transaction of `n` objects takes a block of `n + 1` consecutive RPC ids of its client
+//! (R-D22): the block's first id names the transaction ([`TxnId`]) and object `i` (in
+//! `(table, key)` order, §5.8.1 T1) is prepared under id `base + 1 + i`. A prepare is a
+//! linearizable RPC whose completion record holds the object's vote; the recovery
+//! coordinator's `RequestAbort` uses the same id, so whichever runs first writes the object's
+//! one record (§5.8.4).
+
+use bytes::{BufMut, Bytes, BytesMut};
+
+use crate::codec::{put_bytes, put_seq, Decode, DecodeError, Encode, Reader};
+use crate::log::{Expect, LogIndex};
+
+/// A transaction: its client and the first id of its block.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+pub struct TxnId {
+    pub client_id: u64,
+    pub base: u64,
+}
+
+impl std::fmt::Display for TxnId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "t{}.{}", self.client_id, self.base)
+    }
+}
+
+/// One object of a transaction (§4.3 `all_objects`): where it lives and the id of its prepare.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct TxnObject {
+    pub table: String,
+    pub key: Bytes,
+    pub seq: u64,
+}
+
+/// What a transaction does to an object once it is decided `Commit`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum TxnAction {
+    /// Only read: validated and locked, never written.
+    Read,
+    Write(Bytes),
+    Delete,
+}
+
+/// One operation of a `Prepare` (§4.3 `ops`): the object's key in this participant, its
+/// prepare id, the version it must still have (`None`: any, a blind write), and the action.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TxnOp {
+    pub key: Bytes,
+    pub seq: u64,
+    pub expect: Option<Expect>,
+    pub action: TxnAction,
+}
+
+/// Why an object voted `Abort`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum AbortReason {
+    /// Another transaction holds the object's lock (transactions never wait: §5.9).
+    Locked,
+    /// The object's version is not the one the transaction read (`expect` failed).
+    Conflict,
+    /// The recovery coordinator asked first (`RequestAbort`, §5.8.4): the client was presumed
+    /// dead.
+    Recovered,
+}
+
+impl std::fmt::Display for AbortReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            AbortReason::Locked => "an object was locked by another transaction",
+            AbortReason::Conflict => "an object changed since it was read",
+            AbortReason::Recovered => "recovery decided for a client presumed dead",
+        })
+    }
+}
+
+/// A participant's vote on one object (§5.8.2): the result kept in the prepare's record.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Vote {
+    /// Validated and locked: the object will take the decision.
+    Prepared,
+    Abort(AbortReason),
+}
+
+/// The outcome of a transaction: `Commit` iff every object voted `Prepared`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Decision {
+    Commit,
+    Abort,
+}
+
+impl Decision {
+    /// §5.8.1 T5 and §5.8.4 RC4: the decision is a function of the votes.
+    pub fn of<'a>(votes: impl IntoIterator<Item = &'a Vote>) -> Decision {
+        if votes.into_iter().all(|v| *v == Vote::Prepared) {
+            Decision::Commit
+        } else {
+            Decision::Abort
+        }
+    }
+}
+
+/// A lock a prepared object holds in its participant's replicated state (§5.8.2 P2 c): what
+/// the decision will do, and the whole transaction, for the recovery coordinator.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Lock {
+    pub txn: TxnId,
+    pub seq: u64,
+    pub key: Bytes,
+    pub action: TxnAction,
+    pub all: Vec<TxnObject>,
+    /// The entry that took the lock.
+    pub since: LogIndex,
+}
+
+/// A participant's entry for one `Prepare` (§5.8.2): the operations on its objects, applied
+/// atomically. `whole`: they are every object of the transaction (one participant), so a
+/// unanimous `Prepared` decides `Commit` at once (P3, R-D17).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Prepare {
+    pub txn: TxnId,
+    pub all: Vec<TxnObject>,
+    pub ops: Vec<TxnOp>,
+    pub whole: bool,
+}
+
+impl Encode for Prepare {
+    fn encode(&self, out: &mut BytesMut) {
+        self.txn.encode(out);
+        put_seq(out, &self.all, |o, x| x.encode(o));
+        put_seq(out, &self.ops, |o, x| x.encode(o));
+        crate::codec::put_bool(out, self.whole);
+    }
+}
+impl Decode for Prepare {
+    fn decode(r: &mut Reader) -> Result<Self, DecodeError> {
+        Ok(Prepare {
+            txn: TxnId::decode(r)?,
+            all: r.seq(TxnObject::decode)?,
+            ops: r.seq(TxnOp::decode)?,
+            whole: r.bool()?,
+        })
+    }
+}
+
+/// The durable decision record of a recovery coordinator (R-D12), kept in the shard of the
+/// transaction's first object until every decision is acknowledged.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DecisionRecord {
+    pub txn: TxnId,
+    pub all: Vec<TxnObject>,
+    pub decision: Decision,
+}
+
+// ---- encodings ----
+
+mod tag {
+    pub const READ: u8 = 0;
+    pub const WRITE: u8 = 1;
+    pub const DELETE: u8 = 2;
+    pub const PREPARED: u8 = 0;
+    pub const ABORT_LOCKED: u8 = 1;
+    pub const ABORT_CONFLICT: u8 = 2;
+    pub const ABORT_RECOVERED: u8 = 3;
+    pub const COMMIT: u8 = 1;
+    pub const ABORT: u8 = 2;
+}
+
+impl Encode for TxnId {
+    fn encode(&self, out: &mut BytesMut) {
+        out.put_u64_le(self.client_id);
+        out.put_u64_le(self.base);
+    }
+}
+impl Decode for TxnId {
+    fn decode(r: &mut Reader) -> Result<Self, DecodeError> {
+        Ok(TxnId { client_id: r.u64()?, base: r.u64()? })
+    }
+}
+
+impl Encode for TxnObject {
+    fn encode(&self, out: &mut BytesMut) {
+        put_bytes(out, self.table.as_bytes());
+        put_bytes(out, &self.key);
+        out.put_u64_le(self.seq);
+    }
+}
+impl Decode for TxnObject {
+    fn decode(r: &mut Reader) -> Result<Self, DecodeError> {
+        Ok(TxnObject { table: r.string()?, key: r.bytes()?, seq: r.u64()? })
+    }
+}
+
+impl Encode for TxnAction {
+    fn encode(&self, out: &mut BytesMut) {
+        match self {
+            TxnAction::Read => out.put_u8(tag::READ),
+            TxnAction::Write(v) => {
+                out.put_u8(tag::WRITE);
+                put_bytes(out, v);
+            }
+            TxnAction::Delete => out.put_u8(tag::DELETE),
+        }
+    }
+}
+impl Decode for TxnAction {
+    fn decode(r: &mut Reader) -> Result<Self, DecodeError> {
+        Ok(match r.u8()? {
+            tag::READ => TxnAction::Read,
+            tag::WRITE => TxnAction::Write(r.bytes()?),
+            tag::DELETE => TxnAction::Delete,
+            v => return Err(DecodeError::Invalid { what: "txn action", value: v as u64 }),
+        })
+    }
+}
+
+impl Encode for TxnOp {
+    fn encode(&self, out: &mut BytesMut) {
+        put_bytes(out, &self.key);
+        out.put_u64_le(self.seq);
+        crate::codec::put_option(out, &self.expect, |o, e| e.encode(o));
+        self.action.encode(out);
+    }
+}
+impl Decode for TxnOp {
+    fn decode(r: &mut Reader) -> Result<Self, DecodeError> {
+        Ok(TxnOp {
+            key: r.bytes()?,
+            seq: r.u64()?,
+            expect: r.option(Expect::decode)?,
+            action: TxnAction::decode(r)?,
+        })
+    }
+}
+
+impl Encode for Vote {
+    fn encode(&self, out: &mut BytesMut) {
+        out.put_u8(match self {
+            Vote::Prepared => tag::PREPARED,
+            Vote::Abort(AbortReason::Locked) => tag::ABORT_LOCKED,
+            Vote::Abort(AbortReason::Conflict) => tag::ABORT_CONFLICT,
+            Vote::Abort(AbortReason::Recovered) => tag::ABORT_RECOVERED,
+        })
+    }
+}
+impl Decode for Vote {
+    fn decode(r: &mut Reader) -> Result<Self, DecodeError> {
+        Ok(match r.u8()? {
+            tag::PREPARED => Vote::Prepared,
+            tag::ABORT_LOCKED => Vote::Abort(AbortReason::Locked),
+            tag::ABORT_CONFLICT => Vote::Abort(AbortReason::Conflict),
+            tag::ABORT_RECOVERED => Vote::Abort(AbortReason::Recovered),
+            v => return Err(DecodeError::Invalid { what: "vote", value: v as u64 }),
+        })
+    }
+}
+
+impl Encode for Decision {
+    fn encode(&self, out: &mut BytesMut) {
+        out.put_u8(match self {
+            Decision::Commit => tag::COMMIT,
+            Decision::Abort => tag::ABORT,
+        })
+    }
+}
+impl Decode for Decision {
+    fn decode(r: &mut Reader) -> Result<Self, DecodeError> {
+        Ok(match r.u8()? {
+            tag::COMMIT => Decision::Commit,
+            tag::ABORT => Decision::Abort,
+            v => return Err(DecodeError::Invalid { what: "decision", value: v as u64 }),
+        })
+    }
+}
+
+impl Encode for Lock {
+    fn encode(&self, out: &mut BytesMut) {
+        self.txn.encode(out);
+        out.put_u64_le(self.seq);
+        put_bytes(out, &self.key);
+        self.action.encode(out);
+        put_seq(out, &self.all, |o, x| x.encode(o));
+        self.since.encode(out);
+    }
+}
+impl Decode for Lock {
+    fn decode(r: &mut Reader) -> Result<Self, DecodeError> {
+        Ok(Lock {
+            txn: TxnId::decode(r)?,
+            seq: r.u64()?,
+            key: r.bytes()?,
+            action: TxnAction::decode(r)?,
+            all: r.seq(TxnObject::decode)?,
+            since: LogIndex::decode(r)?,
+        })
+    }
+}
+
+impl Encode for DecisionRecord {
+    fn encode(&self, out: &mut BytesMut) {
+        self.txn.encode(out);
+        put_seq(out, &self.all, |o, x| x.encode(o));
+        self.decision.encode(out);
+    }
+}
+impl Decode for DecisionRecord {
+    fn decode(r: &mut Reader) -> Result<Self, DecodeError> {
+        Ok(DecisionRecord {
+            txn: TxnId::decode(r)?,
+            all: r.seq(TxnObject::decode)?,
+            decision: Decision::decode(r)?,
+        })
+    }
+}
+
+/// The courier's transaction-recovery messages between nodes (rifl.md §4.3, §5.8.4): each goes
+/// to "the leader of (table, shard)" (`strata_host::courier`, service `SERVICE_TXN`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum RecoveryMail {
+    /// §5.8.4 trigger, to the leader of the first object's shard: a participant's `T_TX`
+    /// fired on a lock of `txn`. Answered `Started` at once.
+    Start { txn: TxnId, all: Vec<TxnObject> },
+    /// RA1-RA3 for the objects `seqs` of `txn` in the receiving shard.
+    RequestAbort { txn: TxnId, seqs: Vec<u64> },
+    /// RC5: the decision for the objects `seqs` in the receiving shard.
+    Decide { txn: TxnId, decision: Decision, seqs: Vec<u64> },
+}
+
+/// The answers to [`RecoveryMail`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum RecoveryAnswer {
+    Started,
+    /// The objects' votes, up to the first `Abort`.
+    Votes(Vec<(u64, Vote)>),
+    /// The client acknowledged the objects: it finished the transaction itself (RC3).
+    Stale,
+    Decided,
+}
+
+mod mail_tag {
+    pub const START: u8 = 1;
+    pub const REQUEST_ABORT: u8 = 2;
+    pub const DECIDE: u8 = 3;
+    pub const STARTED: u8 = 1;
+    pub const VOTES: u8 = 2;
+    pub const STALE: u8 = 3;
+    pub const DECIDED: u8 = 4;
+}
+
+impl Encode for RecoveryMail {
+    fn encode(&self, out: &mut BytesMut) {
+        match self {
+            RecoveryMail::Start { txn, all } => {
+                out.put_u8(mail_tag::START);
+                txn.encode(out);
+                put_seq(out, all, |o, x| x.encode(o));
+            }
+            RecoveryMail::RequestAbort { txn, seqs } => {
+                out.put_u8(mail_tag::REQUEST_ABORT);
+                txn.encode(out);
+                put_seq(out, seqs, |o, s| o.put_u64_le(*s));
+            }
+            RecoveryMail::Decide { txn, decision, seqs } => {
+                out.put_u8(mail_tag::DECIDE);
+                txn.encode(out);
+                decision.encode(out);
+                put_seq(out, seqs, |o, s| o.put_u64_le(*s));
+            }
+        }
+    }
+}
+impl Decode for RecoveryMail {
+    fn decode(r: &mut Reader) -> Result<Self, DecodeError> {
+        Ok(match r.u8()? {
+            mail_tag::START => {
+                RecoveryMail::Start { txn: TxnId::decode(r)?, all: r.seq(TxnObject::decode)? }
+            }
+            mail_tag::REQUEST_ABORT => {
+                RecoveryMail::RequestAbort { txn: TxnId::decode(r)?, seqs: r.seq(|r| r.u64())? }
+            }
+            mail_tag::DECIDE => RecoveryMail::Decide {
+                txn: TxnId::decode(r)?,
+                decision: Decision::decode(r)?,
+                seqs: r.seq(|r| r.u64())?,
+            },
+            v => return Err(DecodeError::Invalid { what: "recovery mail", value: v as u64 }),
+        })
+    }
+}
+
+impl Encode for RecoveryAnswer {
+    fn encode(&self, out: &mut BytesMut) {
+        match self {
+            RecoveryAnswer::Started => out.put_u8(mail_tag::STARTED),
+            RecoveryAnswer::Votes(votes) => {
+                out.put_u8(mail_tag::VOTES);
+                put_seq(out, votes, |o, (s, v)| {
+                    o.put_u64_le(*s);
+                    v.encode(o);
+                });
+            }
+            RecoveryAnswer::Stale => out.put_u8(mail_tag::STALE),
+            RecoveryAnswer::Decided => out.put_u8(mail_tag::DECIDED),
+        }
+    }
+}
+impl Decode for RecoveryAnswer {
+    fn decode(r: &mut Reader) -> Result<Self, DecodeError> {
+        Ok(match r.u8()? {
+            mail_tag::STARTED => RecoveryAnswer::Started,
+            mail_tag::VOTES => RecoveryAnswer::Votes(r.seq(|r| Ok((r.u64()?, Vote::decode(r)?)))?),
+            mail_tag::STALE => RecoveryAnswer::Stale,
+            mail_tag::DECIDED => RecoveryAnswer::Decided,
+            v => return Err(DecodeError::Invalid { what: "recovery answer", value: v as u64 }),
+        })
+    }
+}
+
+/// Encodes a message into its own buffer (a courier body).
+pub fn to_bytes<M: Encode>(m: &M) -> bytes::Bytes {
+    let mut b = BytesMut::new();
+    m.encode(&mut b);
+    b.freeze()
+}
