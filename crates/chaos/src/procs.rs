@@ -201,7 +201,9 @@ pub fn free_base_port(nodes: u16) -> Option<u16> {
         seed ^= seed << 13;
         seed ^= seed >> 17;
         seed ^= seed << 5;
-        let base = 20_000 + (seed % 12_000) as u16;
+        // 10000-31899: wide, so that two harnesses (or a cluster restarting on its ports
+        // while another probes) rarely meet.
+        let base = 10_000 + (seed % 21_900) as u16;
         let free = (0..nodes).all(|i| {
             TcpListener::bind(("127.0.0.1", base + i)).is_ok()
                 && TcpListener::bind(("127.0.0.1", base + 100 + i)).is_ok()

@@ -86,6 +86,16 @@ pub enum PlantedBug {
     /// that breaks an invariant, a stress of the apply-time filter (every replica must still
     /// execute each RPC once, and every `Ok` name the executing entry).
     SkipLeaderDedup,
+    /// Transactions (rifl.md §5.8.2): a prepare ignores the version the transaction read
+    /// (lost updates: a dependency cycle).
+    TxnSkipVersionCheck,
+    /// §5.8.4 RA2: an abort request votes `Abort` without recording it, so a late prepare of
+    /// the same object still votes `Prepared` (the client and recovery decide differently).
+    TxnAbortWithoutRecord,
+    /// R-D14: an `Expire` collects a client that still holds locks (its votes vanish).
+    TxnExpireIgnoresLocks,
+    /// §5.9 (R-D18): plain reads ignore locks (a read after a commit returned can miss it).
+    TxnReadsIgnoreLocks,
 }
 
 /// Configuration of one log replica. Every replica of a shard group must use the same values.
@@ -281,6 +291,16 @@ impl LogConfig {
     }
 
     /// Whether `bug` is planted (always false without the `canaries` feature).
+    /// How applying entries behaves (the correct rules, unless a canary plants a bug).
+    pub(crate) fn apply_rules(&self) -> crate::state::Rules {
+        crate::state::Rules {
+            dedup: !self.planted(PlantedBug::NoDedup),
+            check_versions: !self.planted(PlantedBug::TxnSkipVersionCheck),
+            abort_records: !self.planted(PlantedBug::TxnAbortWithoutRecord),
+            protect_holders: !self.planted(PlantedBug::TxnExpireIgnoresLocks),
+        }
+    }
+
     pub(crate) fn planted(&self, bug: PlantedBug) -> bool {
         #[cfg(feature = "canaries")]
         return self.planted_bug == Some(bug);

@@ -20,7 +20,7 @@ use crate::api::{
     LogEvent, LogReply, LogRequest, LogStats, MarkOutReason, Persist, RecoverError, RecoveredState,
     Snapshot, StepDownReason,
 };
-use crate::config::{majority, LogConfig, PlantedBug, ReadPolicy};
+use crate::config::{majority, LogConfig, ReadPolicy};
 use crate::durability::{DiskState, Round};
 use crate::reads::{FollowerReads, PendingRead};
 use crate::state::{Applied, Kv, Log};
@@ -272,10 +272,10 @@ impl LogReplica {
         }
         let log = Log::new(base, state.entries);
         let mut kv = Kv::from_snapshot(state.snapshot.as_ref());
-        let dedup = !cfg.planted(PlantedBug::NoDedup);
+        let rules = cfg.apply_rules();
         let mut effects = LogEffects::default();
         for e in log.entries() {
-            let applied = kv.apply(e, dedup);
+            let applied = kv.apply_with(e, rules);
             effects.event.extend(executed_event(e, applied));
         }
         let last = log.last_index();
@@ -486,9 +486,9 @@ impl LogReplica {
             return;
         }
         let mut upto = from;
-        let dedup = !self.cfg.planted(PlantedBug::NoDedup);
+        let rules = self.cfg.apply_rules();
         for e in self.log.range(from, bound) {
-            let applied = self.kv.apply(e, dedup);
+            let applied = self.kv.apply_with(e, rules);
             self.effects.event.extend(executed_event(e, applied));
             if applied == Applied::Txn {
                 self.effects.event.extend(self.kv.take_txn_events().into_iter().map(LogEvent::Txn));

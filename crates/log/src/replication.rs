@@ -117,11 +117,11 @@ impl LogReplica {
         if self.kv.applied() > after {
             // The records and watermarks are rebuilt with the items: they are a function of
             // the applied prefix (rifl.md R-D23, `state::Kv`).
-            let dedup = !self.cfg.planted(crate::config::PlantedBug::NoDedup);
+            let rules = self.cfg.apply_rules();
             let mut kv = Kv::from_snapshot(self.snapshot.as_ref());
             for e in self.log.entries() {
                 if e.index > kv.applied() {
-                    let applied = kv.apply(e, dedup);
+                    let applied = kv.apply_with(e, rules);
                     self.effects.event.extend(crate::replica::executed_event(e, applied));
                 }
             }

@@ -125,6 +125,25 @@ pub(crate) enum Applied {
     Txn,
 }
 
+/// How applying behaves: every field true but under a canary (`LogConfig::apply_rules`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Rules {
+    /// The RIFL duplicate filter (`NoDedup` turns it off).
+    pub dedup: bool,
+    /// A prepare checks the version the transaction read.
+    pub check_versions: bool,
+    /// An abort request records the `Abort` votes it gives.
+    pub abort_records: bool,
+    /// `Expire` spares clients holding locks (R-D14).
+    pub protect_holders: bool,
+}
+
+#[cfg(test)]
+impl Rules {
+    pub const CORRECT: Rules =
+        Rules { dedup: true, check_versions: true, abort_records: true, protect_holders: true };
+}
+
 /// What a transaction entry did at this replica (audit, rifl.md §7 inv. 10-14).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum TxnEvent {
@@ -280,7 +299,14 @@ impl Kv {
     /// same at every replica and becomes the completion record with the entry's index. `NoOp`
     /// moves only the applied index. `dedup = false` is the `NoDedup` canary: every entry
     /// executes.
+    #[cfg(test)]
     pub fn apply(&mut self, e: &LogEntry, dedup: bool) -> Applied {
+        self.apply_with(e, Rules { dedup, ..Rules::CORRECT })
+    }
+
+    /// [`Kv::apply`] under `rules` (the canaries' planted bugs).
+    pub fn apply_with(&mut self, e: &LogEntry, rules: Rules) -> Applied {
+        let dedup = rules.dedup;
         assert!(
             e.index > self.applied,
             "entries apply in log order: {} after {}",
@@ -310,18 +336,19 @@ impl Kv {
             LogOp::Expire(clients) => {
                 // R-D14: a client holding a lock here, or whose transaction a coordinator
                 // recovers here, keeps its records (the votes recovery reads).
-                for &c in clients.iter().filter(|&&c| !self.txn.protects(c)) {
+                let protect = rules.protect_holders;
+                for &c in clients.iter().filter(|&&c| !(protect && self.txn.protects(c))) {
                     self.rifl.remove_client(c);
                     self.expired.insert(c);
                 }
                 return Applied::NoOp;
             }
-            LogOp::Prepare(p) => return self.apply_prepare(e, p, dedup),
+            LogOp::Prepare(p) => return self.apply_prepare(e, p, rules),
             LogOp::Decide { txn, decision, seqs } => {
                 return self.apply_decide(e.index, *txn, *decision, seqs)
             }
             LogOp::RequestAbort { txn, seqs } => {
-                return self.apply_request_abort(e.index, *txn, seqs)
+                return self.apply_request_abort(e.index, *txn, seqs, rules)
             }
             LogOp::Decided(d) => {
                 self.txn.record_decision((**d).clone());
@@ -371,7 +398,8 @@ impl Kv {
     /// first `Abort` (the objects after it get no record: the client aborts anyway, and a
     /// recovery's abort request records `Abort` for them). A prepare holding every object of
     /// the transaction whose votes are all `Prepared` applies `Commit` at once.
-    fn apply_prepare(&mut self, e: &LogEntry, p: &Prepare, dedup: bool) -> Applied {
+    fn apply_prepare(&mut self, e: &LogEntry, p: &Prepare, rules: Rules) -> Applied {
+        let dedup = rules.dedup;
         let client_id = p.txn.client_id;
         if dedup && self.expired.contains(&client_id) {
             return Applied::Expired;
@@ -392,7 +420,8 @@ impl Kv {
                     let (value, version) = self.get(&op.key);
                     let vote = if self.txn.is_locked(&op.key) {
                         Vote::Abort(AbortReason::Locked)
-                    } else if op.expect.as_ref().is_some_and(|x| !x.holds(value.as_ref(), version))
+                    } else if rules.check_versions
+                        && op.expect.as_ref().is_some_and(|x| !x.holds(value.as_ref(), version))
                     {
                         Vote::Abort(AbortReason::Conflict)
                     } else {
@@ -463,8 +492,14 @@ impl Kv {
     /// rifl.md §5.8.4 RA2: an object without a record gets `Abort(Recovered)` under its
     /// prepare's id; a recorded vote stands. No acknowledgement is learned (R-D13), and a
     /// collected client gets no new record (its prepare cannot run any more: `Expired`).
-    fn apply_request_abort(&mut self, index: LogIndex, txn: TxnId, seqs: &[u64]) -> Applied {
-        if self.expired.contains(&txn.client_id) {
+    fn apply_request_abort(
+        &mut self,
+        index: LogIndex,
+        txn: TxnId,
+        seqs: &[u64],
+        rules: Rules,
+    ) -> Applied {
+        if self.expired.contains(&txn.client_id) || !rules.abort_records {
             return Applied::Txn;
         }
         for &seq in seqs {

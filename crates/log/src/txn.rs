@@ -245,6 +245,12 @@ impl LogReplica {
                     strata_wire::log::WriteOutcome::Voted(v) => v,
                     _ => return Err(WriteError::Invalid("a prepare id names a plain write")),
                 },
+                // The `TxnAbortWithoutRecord` canary answers the abort it did not record.
+                _ if *recovery
+                    && self.cfg.planted(crate::config::PlantedBug::TxnAbortWithoutRecord) =>
+                {
+                    Vote::Abort(AbortReason::Recovered)
+                }
                 _ if self.kv.is_expired(client_id) => {
                     if *recovery {
                         // A collected client holds no lock here (R-D14): nothing prepared.

@@ -23,6 +23,7 @@ pub mod knobs;
 pub mod net;
 pub mod orca;
 pub mod run;
+pub mod txn;
 pub mod workload;
 
 pub use check::Violation;

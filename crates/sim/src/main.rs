@@ -12,6 +12,7 @@
 //! cargo run -p strata-sim -- --engine log --mode orca --count 50 --log-canary skip-durability-check
 //! cargo run -p strata-sim -- --engine host --seed 7
 //! cargo run -p strata-sim -- --engine host --count 200
+//! cargo run -p strata-sim -- --engine txn --count 300
 //! ```
 //!
 //! `--engine host` runs the whole server (`strata_sim::host`: `strata-host` cores with their
@@ -69,9 +70,10 @@ struct Args {
     /// (a gap of the rc engine, shown as a note otherwise) as a violation.
     #[arg(long)]
     strict_rifl: bool,
-    /// Which engine to simulate: `rc` (Kite, the default), `log` (ORCA) or `host` (the whole
-    /// server: log shards, leases, shard moves, catalog).
-    #[arg(long, default_value = "rc", value_parser = ["rc", "log", "host"])]
+    /// Which engine to simulate: `rc` (Kite, the default), `log` (ORCA), `host` (the whole
+    /// server: log shards, leases, shard moves, catalog) or `txn` (transactions on whole
+    /// hosts: RIFL's two-phase commit and its recovery; `--log-canary txn-…` plants a bug).
+    #[arg(long, default_value = "rc", value_parser = ["rc", "log", "host", "txn"])]
     engine: String,
     /// Log engine: the configuration (orca, orca-sync-repl, cad, strong, weak, weak-sync-repl,
     /// sync-all).
@@ -80,9 +82,10 @@ struct Args {
     /// Log engine: cluster states per run.
     #[arg(long, default_value_t = 12)]
     states: usize,
-    /// Log engine: plant a bug of `strata-log` (skip-durability-check,
+    /// Log and txn engines: plant a bug of `strata-log` (skip-durability-check,
     /// skip-follower-durability-check, serve-outside-active-set, lease-anchored-at-receipt,
-    /// no-dedup, skip-leader-dedup).
+    /// no-dedup, skip-leader-dedup; txn-skip-version-check, txn-abort-without-record,
+    /// txn-expire-ignores-locks, txn-reads-ignore-locks).
     #[arg(long, value_parser = log_canary)]
     log_canary: Option<strata_log::PlantedBug>,
     /// Log engine, with `--seed`: print the injected faults, then the protocol events of this
@@ -113,6 +116,7 @@ fn main() -> ExitCode {
     match args.engine.as_str() {
         "log" => return main_log(&args),
         "host" => return main_host(&args),
+        "txn" => return main_txn(&args),
         _ => {}
     }
     let opts = RunOptions {
@@ -166,6 +170,54 @@ fn sweep_outcome(failed: &[String], total: u64, extra: &str, started: Instant) -
 }
 
 /// `--engine host`: one whole-server run, or a sweep.
+fn main_txn(args: &Args) -> ExitCode {
+    use strata_sim::txn::{run, TxnSimOptions};
+    let seeds = match (args.seed, &args.seeds, args.count) {
+        (Some(s), _, _) => s..s + 1,
+        (None, Some(r), _) => r.clone(),
+        (None, None, Some(count)) => args.start..args.start.saturating_add(count),
+        (None, None, None) => unreachable!("clap requires one of --seed, --seeds, --count"),
+    };
+    let opts = TxnSimOptions { canary: args.log_canary, ..TxnSimOptions::default() };
+    let started = Instant::now();
+    let mut failed = Vec::new();
+    for seed in seeds.clone() {
+        let r = run(seed, &opts);
+        println!(
+            "seed {seed}: {} — {} transactions and reads, {} committed, {} aborted, {} locks left",
+            if r.violations.is_empty() { "ok" } else { "FAILED" },
+            r.records.len(),
+            r.committed(),
+            r.aborted(),
+            r.locks_left
+        );
+        for v in r.violations.iter().take(args.max_violations) {
+            println!("  {v}");
+        }
+        if !r.violations.is_empty() {
+            failed.push(seed);
+        }
+    }
+    println!(
+        "engine txn: {} of {} seeds failed in {:.1?}{}",
+        failed.len(),
+        seeds.end - seeds.start,
+        started.elapsed(),
+        failed.first().map_or(String::new(), |s| format!(
+            "; reproduce: cargo run -p strata-sim -- --engine txn --seed {s}{}",
+            args.log_canary.map_or(String::new(), |b| format!(
+                " --log-canary {}",
+                strata_sim::orca::canary_name(b)
+            ))
+        ))
+    );
+    if failed.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
+}
+
 fn main_host(args: &Args) -> ExitCode {
     use strata_sim::host::{run_host, HostKnobs};
     let seeds = match (args.seed, &args.seeds, args.count) {

@@ -245,3 +245,103 @@ fn recovery_survives_the_crash_of_its_coordinator() {
         await_value(&mut c, &all[1].key, Some("v1"), Duration::from_secs(5));
     }
 }
+
+/// R-D14, with its canary: a client whose lease expires while it holds a lock keeps its
+/// records (the lock's vote, which recovery reads); under `TxnExpireIgnoresLocks` the `Expire`
+/// collects it and the replicas' invariant (§7 inv. 14) breaks.
+#[test]
+fn an_expired_client_holding_a_lock_keeps_its_votes_and_the_canary_is_caught() {
+    use strata_host::catalog;
+    use strata_log::PlantedBug;
+    use strata_sim::host::ClusterOptions;
+    for canary in [None, Some(PlantedBug::TxnExpireIgnoresLocks)] {
+        let def = TableDef {
+            name: TABLE.into(),
+            engine: TableEngine::Log,
+            durability: TableDurability::Sync,
+            replication: TableReplication::Sync,
+            reads: TableReads::Leader,
+            shards: SHARDS,
+            timers: TableTimers::Default,
+            leaders: Vec::new(),
+            txn: TableTxn::Rifl,
+        };
+        let mut over = catalog::log_config(&def, NODES).unwrap();
+        over.planted_bug = canary;
+        let cat =
+            catalog::encode(&[catalog::Catalogued { def: def.clone(), moved: Default::default() }]);
+        let mut c = HostCluster::with(ClusterOptions {
+            nodes: NODES,
+            net: HostNet::uniform(NODES, 200),
+            seed: 9,
+            net_prng: None,
+            clocks: None,
+            start: strata_wire::Instant(1_000_000_000),
+            lease_term: Duration::from_secs(2),
+            shard_rate_limit: None,
+            observe: false,
+            // Recovery much slower than the lease: the lock outlives the lease.
+            tune: Some(Box::new(move |_, cfg| {
+                cfg.txn_timeout_per_object = Duration::from_secs(60);
+                cfg.log_overrides.insert(TABLE.to_string(), over.clone());
+            })),
+            catalog: cat,
+        });
+        c.run_until(c.now + Duration::from_secs(3));
+        let a = lease(&mut c, 0);
+        let all = objects(1);
+        assert!(matches!(prepare(&mut c, &a, 1, &all, 0), Response::TxnVotes { .. }));
+        // Another client keeps renewing and writing: the nodes see the cluster clock move on,
+        // past the first client's lease.
+        let mut b = lease(&mut c, 1);
+        for i in 0..30u64 {
+            if let Some(Response::Lease(g)) =
+                call(&mut c, 1, 0, None, Request::RenewLease { lease_id: b.lease_id })
+            {
+                b = g;
+            }
+            let put = Request::LogWrite {
+                table: TABLE.into(),
+                key: Bytes::from_static(b"other"),
+                op: strata_wire::client::LogWriteOp::Put(Bytes::from(i.to_string())),
+                immediate: false,
+            };
+            call_leader(&mut c, 1, Some(envelope(&b, i + 1)), put);
+            c.run_until(c.now + Duration::from_millis(100));
+        }
+        // The first client comes back with its old lease, at the locked object's shard.
+        let late = Request::LogWrite {
+            table: TABLE.into(),
+            key: all[0].key.clone(),
+            op: strata_wire::client::LogWriteOp::Put(Bytes::from_static(b"late")),
+            immediate: false,
+        };
+        let answer = call_leader(&mut c, 0, Some(envelope(&a, 10)), late);
+        c.run_until(c.now + Duration::from_millis(500));
+        let failures: Vec<String> = c.nodes.iter().filter_map(|n| n.failure.clone()).collect();
+        match canary {
+            None => {
+                assert!(failures.is_empty(), "{failures:?}");
+                let expired = strata_wire::client::ErrorCode::ExpiredLease;
+                assert!(
+                    matches!(answer, Response::Error { code, .. } if code == expired),
+                    "{answer:?}"
+                );
+                let shard = shard_of(&all[0].key, SHARDS);
+                let locks: usize = (0..NODES)
+                    .filter_map(|i| {
+                        c.operate(i, |h, _| {
+                            h.shard_replica(TABLE, shard).map_or(0, |r| r.locks().count())
+                        })
+                    })
+                    .map(|(n, _)| n)
+                    .sum();
+                assert_eq!(locks, NODES, "every replica still holds the lock, with its vote");
+            }
+            Some(_) => assert!(
+                failures.iter().any(|f| f.contains("has no Prepared record")),
+                "the canary was not caught: {failures:?} (answer {answer:?})"
+            ),
+        }
+    }
+}

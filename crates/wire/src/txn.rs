@@ -86,7 +86,7 @@ pub enum Vote {
 }
 
 /// The outcome of a transaction: `Commit` iff every object voted `Prepared`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Decision {
     Commit,
     Abort,

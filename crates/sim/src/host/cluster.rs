@@ -772,8 +772,9 @@ impl HostCluster {
         }
     }
 
-    /// Replies to remote clients cross the client link (and the blackout window).
-    fn send_replies(&mut self, replies: Vec<(Route, ClientResponse)>) {
+    /// Replies to remote clients cross the client link (and the blackout window). An observing
+    /// harness whose clients are remote hands a step's replies back here.
+    pub fn send_replies(&mut self, replies: Vec<(Route, ClientResponse)>) {
         let blackout = self.reply_blackout.is_some_and(|(a, b)| a <= self.now && self.now < b);
         for (route, resp) in replies {
             let ack = matches!(resp.body, strata_wire::client::Response::LogWritten { .. });

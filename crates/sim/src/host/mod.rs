@@ -29,7 +29,7 @@ use strata_wire::log::LogOp;
 use strata_wire::{Instant, NodeId};
 
 pub use client::{ClientLog, MovePlan, MovePlant};
-pub use cluster::{HostCluster, HostNet};
+pub use cluster::{ClusterOptions, HostCluster, HostNet, Step, Stepped, Tune};
 
 use check::{FinalShard, FinalTable};
 use client::{Clients, Outcome};

@@ -19,7 +19,7 @@ use strata_log::{Expect, LogEvent, LogIndex, LogReply, PlantedBug, WriteOp};
 use super::check::{check_all, MONOTONIC_READS};
 use super::cluster::OrcaCluster;
 use super::history::{Anomaly, OrcaHistory};
-use super::Mode;
+use super::{canary_name, Mode};
 use crate::check::Violation;
 use crate::net::NetKnobs;
 
@@ -442,16 +442,5 @@ impl OrcaReport {
             let _ = write!(s, "reproduce: {}", self.repro());
         }
         s
-    }
-}
-
-fn canary_name(b: PlantedBug) -> &'static str {
-    match b {
-        PlantedBug::SkipDurabilityCheck => "skip-durability-check",
-        PlantedBug::SkipFollowerDurabilityCheck => "skip-follower-durability-check",
-        PlantedBug::ServeOutsideActiveSet => "serve-outside-active-set",
-        PlantedBug::LeaseAnchoredAtReceipt => "lease-anchored-at-receipt",
-        PlantedBug::NoDedup => "no-dedup",
-        PlantedBug::SkipLeaderDedup => "skip-leader-dedup",
     }
 }

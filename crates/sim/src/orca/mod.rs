@@ -102,19 +102,32 @@ impl FromStr for Mode {
     }
 }
 
-/// The planted bugs of `strata-log` (feature `canaries`) by CLI name.
-pub fn log_canary(name: &str) -> Result<strata_log::PlantedBug, String> {
+/// The planted bugs of `strata-log` (feature `canaries`) and their CLI names.
+pub const LOG_CANARIES: [(&str, strata_log::PlantedBug); 10] = {
     use strata_log::PlantedBug::*;
-    let all = [
+    [
         ("skip-durability-check", SkipDurabilityCheck),
         ("skip-follower-durability-check", SkipFollowerDurabilityCheck),
         ("serve-outside-active-set", ServeOutsideActiveSet),
         ("lease-anchored-at-receipt", LeaseAnchoredAtReceipt),
         ("no-dedup", NoDedup),
         ("skip-leader-dedup", SkipLeaderDedup),
-    ];
-    all.iter().find(|(n, _)| *n == name).map(|(_, b)| *b).ok_or_else(|| {
-        let names: Vec<&str> = all.iter().map(|(n, _)| *n).collect();
+        ("txn-skip-version-check", TxnSkipVersionCheck),
+        ("txn-abort-without-record", TxnAbortWithoutRecord),
+        ("txn-expire-ignores-locks", TxnExpireIgnoresLocks),
+        ("txn-reads-ignore-locks", TxnReadsIgnoreLocks),
+    ]
+};
+
+/// A planted bug of `strata-log` by CLI name.
+pub fn log_canary(name: &str) -> Result<strata_log::PlantedBug, String> {
+    LOG_CANARIES.iter().find(|(n, _)| *n == name).map(|(_, b)| *b).ok_or_else(|| {
+        let names: Vec<&str> = LOG_CANARIES.iter().map(|(n, _)| *n).collect();
         format!("unknown log canary {name:?}; one of {}", names.join(", "))
     })
+}
+
+/// The CLI name of a planted bug of `strata-log`.
+pub fn canary_name(b: strata_log::PlantedBug) -> &'static str {
+    LOG_CANARIES.iter().find(|(_, x)| *x == b).map_or("?", |(n, _)| n)
 }

@@ -1,0 +1,432 @@
+//! The transaction harness (issue #18 item 4): whole hosts (`HostCluster`) with a transactional
+//! table of several shards, clients running transfers, read-only transactions and plain reads
+//! over the wire protocol, and faults — lost and duplicated messages, a shard leader crashed
+//! (during prepares or decisions) and restarted, a client that crashes after its first
+//! prepare, one that pauses past `T_TX` — then healing and recovery. The checkers
+//! ([`check`]) judge what the clients saw and what every replica applied (its audit events):
+//! strict serializability (the dependency-graph checker of `check::txn`), atomicity, decision
+//! agreement, lock exclusivity, no lock left, conservation of the total, and the replicas'
+//! own invariants (a lock's vote outlives it, §7 inv. 14), each with a canary
+//! (`strata_log::PlantedBug::Txn*`).
+
+pub mod check;
+pub mod client;
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use strata_core::Prng;
+use strata_host::catalog::{self, Catalogued};
+use strata_host::Audit;
+use strata_log::{LogEvent, PlantedBug, TxnEvent};
+use strata_wire::client::{
+    shard_of, ClientRequest, ClientResponse, LogFailure, LogWriteOp, Request, Response, TableDef,
+    TableDurability, TableEngine, TableReads, TableReplication, TableTimers, TableTxn,
+};
+use strata_wire::log::LogIndex;
+use strata_wire::rifl::{LeaseInfo, LeaseStatus, Rifl, RpcId};
+use strata_wire::Instant;
+
+use crate::check::Violation;
+use crate::host::{ClusterOptions, HostCluster, HostNet, Stepped};
+use client::{ClientFault, TxnClient, TxnRecord};
+
+pub const TABLE: &str = "bank";
+pub const SHARDS: u32 = 3;
+pub const NODES: usize = 3;
+pub const ACCOUNTS: usize = 6;
+pub const INITIAL: u64 = 10;
+
+/// One run's knobs.
+#[derive(Clone, Debug)]
+pub struct TxnSimOptions {
+    pub clients: usize,
+    pub txns_per_client: u32,
+    pub canary: Option<PlantedBug>,
+    /// Node crashes, message loss and the clients' own faults.
+    pub faults: bool,
+    /// `T_TX` per object.
+    pub t_tx: Duration,
+    pub lease_term: Duration,
+    /// How long the pausing client sleeps after its first prepare (`None`: 8 `T_TX`).
+    pub pause: Option<Duration>,
+}
+
+impl Default for TxnSimOptions {
+    fn default() -> TxnSimOptions {
+        TxnSimOptions {
+            clients: 4,
+            txns_per_client: 25,
+            canary: None,
+            faults: true,
+            t_tx: strata_host::TXN_TIMEOUT_PER_OBJECT,
+            lease_term: Duration::from_secs(10),
+            pause: None,
+        }
+    }
+}
+
+/// What every replica's transaction entries did, in the order each node applied them.
+#[derive(Clone, Debug)]
+pub enum Applied {
+    Event {
+        node: usize,
+        shard: u32,
+        event: TxnEvent,
+    },
+    /// The node restarted: its replicas rebuild their state by replaying their logs.
+    Restarted {
+        node: usize,
+    },
+}
+
+/// One run's result.
+#[derive(Debug)]
+pub struct TxnReport {
+    pub seed: u64,
+    pub records: Vec<TxnRecord>,
+    /// The initial puts: `(key, version)`.
+    pub setup: Vec<(Bytes, LogIndex)>,
+    pub applied: Vec<Applied>,
+    /// Every account's final value, read at its leader after healing.
+    pub final_values: Vec<(Bytes, Option<Bytes>)>,
+    /// Locks held by any replica after healing and recovery.
+    pub locks_left: usize,
+    /// Panics and broken invariants of the hosts.
+    pub failures: Vec<String>,
+    pub end: Instant,
+    pub violations: Vec<Violation>,
+}
+
+impl TxnReport {
+    pub fn committed(&self) -> usize {
+        self.records
+            .iter()
+            .filter(|r| r.txn.is_some() && r.outcome == client::Known::Committed)
+            .count()
+    }
+    pub fn aborted(&self) -> usize {
+        self.records.iter().filter(|r| r.outcome == client::Known::Aborted).count()
+    }
+}
+
+fn table_def() -> TableDef {
+    TableDef {
+        name: TABLE.into(),
+        engine: TableEngine::Log,
+        durability: TableDurability::Sync,
+        replication: TableReplication::Sync,
+        reads: TableReads::Leader,
+        shards: SHARDS,
+        timers: TableTimers::Default,
+        leaders: Vec::new(),
+        txn: TableTxn::Rifl,
+    }
+}
+
+pub fn accounts() -> Vec<Bytes> {
+    (0..ACCOUNTS).map(|i| Bytes::from(format!("acct{i}"))).collect()
+}
+
+/// Runs one seeded transaction run and checks it.
+pub fn run(seed: u64, opts: &TxnSimOptions) -> TxnReport {
+    let mut rng = Prng::new(seed ^ 0x0074_786e_5f73_696d);
+    let def = table_def();
+    let catalog = catalog::encode(&[Catalogued { def: def.clone(), moved: Default::default() }]);
+    let (loss, client_loss) = if opts.faults { (0.01, 0.01) } else { (0.0, 0.0) };
+    let mut net = HostNet::matrix(vec![vec![300; NODES]; NODES], 100, loss, 200, client_loss);
+    if opts.faults {
+        net.links.dup = 0.01;
+    }
+    let (canary, t_tx) = (opts.canary, opts.t_tx);
+    let over = {
+        let mut cfg = catalog::log_config(&def, NODES).expect("a valid table");
+        cfg.planted_bug = canary;
+        cfg
+    };
+    let tune: crate::host::Tune = Box::new(move |_, cfg| {
+        cfg.txn_timeout_per_object = t_tx;
+        if canary.is_some() {
+            cfg.log_overrides.insert(TABLE.to_string(), over.clone());
+        }
+    });
+    let mut c = HostCluster::with(ClusterOptions {
+        nodes: NODES,
+        net,
+        seed,
+        net_prng: None,
+        clocks: None,
+        start: Instant(1_000_000_000),
+        lease_term: opts.lease_term,
+        shard_rate_limit: None,
+        observe: true,
+        tune: Some(tune),
+        catalog,
+    });
+    let mut applied = Vec::new();
+    run_for(&mut c, Duration::from_secs(3), &mut applied);
+    let setup_client = opts.clients;
+    let lease0 = lease(&mut c, setup_client, &mut applied);
+    let mut setup = Vec::new();
+    for (i, key) in accounts().into_iter().enumerate() {
+        let rifl = envelope(&lease0, i as u64 + 1);
+        let body = Request::LogWrite {
+            table: TABLE.into(),
+            key: key.clone(),
+            op: LogWriteOp::Put(Bytes::from(INITIAL.to_string())),
+            immediate: false,
+        };
+        match call_leader(
+            &mut c,
+            setup_client,
+            shard_of(&key, SHARDS),
+            Some(rifl),
+            body,
+            &mut applied,
+        ) {
+            Response::LogWritten { index, .. } => setup.push((key, index)),
+            other => panic!("seed {seed}: setup write: {other:?}"),
+        }
+    }
+    // The clients, two of them with a fault of their own.
+    let mut clients: Vec<TxnClient> = (0..opts.clients)
+        .map(|i| {
+            let fault = match (opts.faults, i) {
+                (true, 0) if rng.chance(0.5) => Some(ClientFault::CrashAfterPrepare),
+                (true, 1) => {
+                    Some(ClientFault::PauseAfterPrepare(opts.pause.unwrap_or(opts.t_tx * 8)))
+                }
+                _ => None,
+            };
+            let g = lease(&mut c, i, &mut applied);
+            let txns = if matches!(fault, Some(ClientFault::CrashAfterPrepare)) {
+                3
+            } else {
+                opts.txns_per_client
+            };
+            let renew = opts.lease_term / 4;
+            TxnClient::new(i, TABLE, accounts(), SHARDS, NODES, g, txns, fault, renew, rng.fork())
+        })
+        .collect();
+    for cl in &mut clients {
+        let now = c.now;
+        cl.poll(&mut c, now);
+    }
+    // Node faults: crash a node now and then, restart it a little later.
+    const CRASH: u64 = 1 << 32;
+    const RESTART: u64 = 2 << 32;
+    if opts.faults {
+        let mut at = c.now;
+        for _ in 0..rng.range(1, 4) {
+            at += Duration::from_millis(rng.range(100, 1500));
+            let node = rng.range(0, NODES as u64);
+            c.schedule(at, CRASH | node);
+            c.schedule(at + Duration::from_millis(rng.range(200, 900)), RESTART | node);
+        }
+    }
+    let deadline = c.now + Duration::from_secs(60);
+    while c.now < deadline && !clients.iter().all(TxnClient::finished) {
+        let Some(stepped) = c.next(deadline) else { break };
+        match stepped {
+            Stepped::Node(step) => observe(&mut c, step, &mut applied),
+            Stepped::Harness(token) if token & CRASH != 0 => {
+                let node = (token & 0xffff) as usize;
+                if (0..NODES).filter(|&i| c.is_up(i)).count() == NODES {
+                    c.crash(node);
+                }
+            }
+            Stepped::Harness(token) if token & RESTART != 0 => {
+                let node = (token & 0xffff) as usize;
+                if !c.is_up(node) {
+                    restart(&mut c, node, &mut applied);
+                }
+            }
+            _ => {}
+        }
+        let now = c.now;
+        for (client, resp) in std::mem::take(&mut c.client_inbox) {
+            if let Some(cl) = clients.get_mut(client) {
+                cl.on_response(&mut c, now, resp);
+            }
+        }
+        for client in std::mem::take(&mut c.client_wakes) {
+            if let Some(cl) = clients.get_mut(client) {
+                cl.poll(&mut c, now);
+            }
+        }
+    }
+    // Heal: every node up, no loss; then time for recovery to finish what clients left.
+    for i in 0..NODES {
+        if !c.is_up(i) {
+            restart(&mut c, i, &mut applied);
+        }
+    }
+    c.calm();
+    let end = c.now;
+    for cl in &mut clients {
+        cl.abandon(end);
+    }
+    // Recovery needs `T_TX` per object (two at most here), then a few round trips.
+    run_for(&mut c, Duration::from_secs(3) + opts.t_tx * 4, &mut applied);
+    let final_values = accounts()
+        .into_iter()
+        .map(|key| {
+            let body = Request::LogRead { table: TABLE.into(), key: key.clone(), min_index: None };
+            match call_leader(
+                &mut c,
+                setup_client,
+                shard_of(&key, SHARDS),
+                None,
+                body,
+                &mut applied,
+            ) {
+                Response::LogValue { value, .. } => (key, value),
+                other => (key, Some(Bytes::from(format!("unreadable: {other:?}")))),
+            }
+        })
+        .collect();
+    let locks_left = (0..NODES)
+        .filter_map(|i| {
+            c.operate(i, |h, _| {
+                (0..SHARDS)
+                    .filter_map(|s| h.shard_replica(TABLE, s))
+                    .map(|r| r.locks().count())
+                    .sum::<usize>()
+            })
+        })
+        .map(|(n, _)| n)
+        .sum();
+    let failures = c.nodes.iter().filter_map(|n| n.failure.clone()).collect();
+    let mut report = TxnReport {
+        seed,
+        records: clients.into_iter().flat_map(|cl| cl.done).collect(),
+        setup,
+        applied,
+        final_values,
+        locks_left,
+        failures,
+        end,
+        violations: Vec::new(),
+    };
+    report.violations = check::check_all(&report);
+    report
+}
+
+/// Records a step's transaction events and sends its replies on to the clients.
+fn observe(c: &mut HostCluster, step: crate::host::Step, applied: &mut Vec<Applied>) {
+    c.send_replies(step.replies);
+    record(step.node, step.audit, applied);
+}
+
+fn record(node: usize, audit: Vec<Audit>, applied: &mut Vec<Applied>) {
+    for a in audit {
+        if let Audit::Log { table, shard, event: LogEvent::Txn(event) } = a {
+            if table == TABLE {
+                applied.push(Applied::Event { node, shard, event });
+            }
+        }
+    }
+}
+
+fn restart(c: &mut HostCluster, node: usize, applied: &mut Vec<Applied>) {
+    applied.push(Applied::Restarted { node });
+    if let Some(step) = c.start(node) {
+        observe(c, step, applied);
+    }
+}
+
+fn run_for(c: &mut HostCluster, d: Duration, applied: &mut Vec<Applied>) {
+    let until = c.now + d;
+    while let Some(stepped) = c.next(until) {
+        if let Stepped::Node(step) = stepped {
+            observe(c, step, applied);
+        }
+        c.client_inbox.clear();
+        c.client_wakes.clear();
+    }
+    c.now = c.now.max(until);
+}
+
+fn envelope(g: &LeaseStatus, seq: u64) -> Rifl {
+    Rifl {
+        rpc: RpcId { client_id: g.lease_id, seq },
+        first_incomplete: seq,
+        lease: LeaseInfo {
+            client_id: g.lease_id,
+            expiration: g.expiration,
+            timestamp: g.cluster_time,
+        },
+    }
+}
+
+/// Sends `body` from `client` to `node` and runs until its answer (`None`: none within 1 s).
+fn call(
+    c: &mut HostCluster,
+    client: usize,
+    node: usize,
+    rifl: Option<Rifl>,
+    body: Request,
+    applied: &mut Vec<Applied>,
+) -> Option<Response> {
+    let corr = c.inputs | (1 << 62);
+    c.send_request(client, node, ClientRequest { corr, rifl, body });
+    let until = c.now + Duration::from_secs(1);
+    while c.now < until {
+        if let Some(i) = c.client_inbox.iter().position(|(cl, r)| *cl == client && r.corr == corr) {
+            let (_, ClientResponse { body, .. }) = c.client_inbox.remove(i);
+            return Some(body);
+        }
+        match c.next(until) {
+            Some(Stepped::Node(step)) => observe(c, step, applied),
+            Some(_) => {}
+            None => break,
+        }
+    }
+    None
+}
+
+/// `body` to the leader of `shard`, trying every node, for up to 20 s.
+fn call_leader(
+    c: &mut HostCluster,
+    client: usize,
+    _shard: u32,
+    rifl: Option<Rifl>,
+    body: Request,
+    applied: &mut Vec<Applied>,
+) -> Response {
+    let until = c.now + Duration::from_secs(20);
+    let mut node = 0;
+    let mut last = None;
+    while c.now < until {
+        match call(c, client, node, rifl, body.clone(), applied) {
+            Some(Response::LogRejected(
+                LogFailure::NotLeader { .. }
+                | LogFailure::Unavailable
+                | LogFailure::Timeout
+                | LogFailure::Locked,
+            ))
+            | None => {
+                node = (node + 1) % NODES;
+                let later = c.now + Duration::from_millis(20);
+                run_for(c, later.saturating_since(c.now), applied);
+            }
+            Some(r) => return r,
+        }
+        last = Some(node);
+    }
+    panic!("no leader answered {body:?} (last at n{last:?})");
+}
+
+fn lease(c: &mut HostCluster, client: usize, applied: &mut Vec<Applied>) -> LeaseStatus {
+    let mut last = None;
+    for _ in 0..50 {
+        for node in 0..NODES {
+            match call(c, client, node, None, Request::RenewLease { lease_id: 0 }, applied) {
+                Some(Response::Lease(g)) => return g,
+                other => last = other,
+            }
+        }
+        run_for(c, Duration::from_millis(100), applied);
+    }
+    panic!("no lease granted (last answer {last:?})");
+}
