@@ -288,17 +288,18 @@ fn print_status(rows: &[(SocketAddr, Result<NodeStatus, String>)]) {
     }
     println!();
     // `reads`: served by this replica; `made_dur`: of those, reads that waited for MakeDurable
-    // at the leader (ORCA §5.5.1), the reads that triggered durability.
+    // at the leader (ORCA §5.5.1), the reads that triggered durability; `locks`: transaction
+    // locks the replica's applied state holds (prepared, not yet decided).
     println!(
-        "{:<16} {:>5} {:>4}  {:<9} {:>6} {:>5} {:>11} {:>11} {:>11} {:>11}  {:<10} {:<7} {:>10} {:>9}",
+        "{:<16} {:>5} {:>4}  {:<9} {:>6} {:>5} {:>11} {:>11} {:>11} {:>11}  {:<10} {:<7} {:>10} {:>9} {:>6}",
         "table", "shard", "node", "role", "leader", "epoch", "last", "persisted", "applied", "durable", "active_set",
-        "serving", "reads", "made_dur"
+        "serving", "reads", "made_dur", "locks"
     );
     let mut shards = shards;
     shards.sort_by(|a, b| (&a.0.table, a.0.shard, a.1).cmp(&(&b.0.table, b.0.shard, b.1)));
     for (sh, node) in shards {
         println!(
-            "{:<16} {:>5} {:>4}  {:<9} {:>6} {:>5} {:>11} {:>11} {:>11} {:>11}  {:<10} {:<7} {:>10} {:>9}",
+            "{:<16} {:>5} {:>4}  {:<9} {:>6} {:>5} {:>11} {:>11} {:>11} {:>11}  {:<10} {:<7} {:>10} {:>9} {:>6}",
             sh.table,
             sh.shard,
             node.0,
@@ -313,6 +314,7 @@ fn print_status(rows: &[(SocketAddr, Result<NodeStatus, String>)]) {
             if sh.serving { "yes" } else { "no" },
             sh.reads_served,
             sh.reads_made_durable,
+            sh.locks,
         );
     }
 }
@@ -344,6 +346,7 @@ fn shard_json(sh: &ShardStatus) -> serde_json::Value {
         "serving": sh.serving,
         "reads_served": sh.reads_served,
         "reads_made_durable": sh.reads_made_durable,
+        "locks": sh.locks,
     })
 }
 

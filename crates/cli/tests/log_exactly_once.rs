@@ -34,7 +34,6 @@ mod common;
 
 use std::collections::{HashMap, HashSet};
 use std::net::SocketAddr;
-use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -290,47 +289,6 @@ async fn wait_leader(endpoints: &[SocketAddr], at_least: u32, within: Duration) 
             "no leader of epoch {at_least} or later within {within:?}: {vs:#?}"
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
-/// Starts node `i` again as `strata up` started it (same id, addresses, data directory, cluster
-/// id, peers), from `cluster.json`; its output is appended to its log.
-fn restart_node(data_dir: &std::path::Path, i: usize) -> Child {
-    let file: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(data_dir.join("cluster.json")).unwrap())
-            .unwrap();
-    let nodes = file["nodes"].as_array().unwrap();
-    let me = nodes.iter().find(|n| n["id"].as_u64() == Some(i as u64)).unwrap();
-    let log = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(me["log"].as_str().unwrap())
-        .unwrap();
-    let mut cmd = Command::new(STRATA);
-    cmd.arg("node")
-        .args(["--node-id", &i.to_string()])
-        .args(["--cluster-id", &file["cluster_id"].as_u64().unwrap().to_string()])
-        .args(["--client-addr", me["client_addr"].as_str().unwrap()])
-        .args(["--peer-addr", me["peer_addr"].as_str().unwrap()])
-        .arg("--data-dir")
-        .arg(data_dir.join(format!("n{i}")))
-        .arg(PLAIN);
-    for p in nodes.iter().filter(|n| n["id"].as_u64() != Some(i as u64)) {
-        cmd.args(["--peer", &format!("{}={}", p["id"], p["peer_addr"].as_str().unwrap())]);
-    }
-    cmd.stdin(Stdio::null()).stdout(log.try_clone().unwrap()).stderr(log).spawn().unwrap()
-}
-
-/// Node processes this test started itself; killed and reaped when the test ends (before the
-/// `Up` guard removes the data directory).
-struct Restarted(Vec<Child>);
-
-impl Drop for Restarted {
-    fn drop(&mut self) {
-        for c in &mut self.0 {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
     }
 }
 

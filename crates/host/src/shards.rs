@@ -725,6 +725,7 @@ impl Shards {
                     serving: !s.failed && (r.is_ready_leader(now) || r.is_serving(now)),
                     reads_served: r.stats().reads_served,
                     reads_made_durable: r.stats().reads_made_durable,
+                    locks: r.locks().count() as u64,
                 }
             })
             .collect()

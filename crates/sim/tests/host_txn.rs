@@ -10,7 +10,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use strata_sim::host::{HostCluster, HostNet};
 use strata_wire::client::{
-    shard_of, ClientRequest, ClientResponse, LogFailure, Request, Response, TableDef,
+    shard_of, ClientRequest, ClientResponse, LogFailure, Request, Response, ShardRole, TableDef,
     TableDurability, TableEngine, TableReads, TableReplication, TableTimers, TableTxn,
 };
 use strata_wire::rifl::{LeaseInfo, LeaseStatus, Rifl, RpcId};
@@ -174,6 +174,22 @@ fn await_value(c: &mut HostCluster, key: &Bytes, want: Option<&str>, within: Dur
     }
 }
 
+/// The transaction locks each node's replicas of the table report in `Status`
+/// (`ShardStatus::locks`): the leaders' total, and every replica's total.
+fn status_locks(c: &mut HostCluster) -> (u64, u64) {
+    let (mut leaders, mut all) = (0, 0);
+    for node in 0..NODES {
+        let Some((shards, _)) = c.operate(node, |h, now| h.status(now).1) else { continue };
+        for s in shards.into_iter().filter(|s| s.table == TABLE) {
+            all += s.locks;
+            if s.role == ShardRole::Leader {
+                leaders += s.locks;
+            }
+        }
+    }
+    (leaders, all)
+}
+
 #[test]
 fn a_client_gone_after_preparing_everything_is_decided_commit_by_recovery() {
     let mut c = cluster(1);
@@ -187,12 +203,20 @@ fn a_client_gone_after_preparing_everything_is_decided_commit_by_recovery() {
             other => panic!("{other:?}"),
         }
     }
-    // The client is gone. Its keys are locked: plain reads wait (§5.9).
+    // The client is gone. Its keys are locked: plain reads wait (§5.9), and the leaders'
+    // status shows one lock per object.
     assert_eq!(read(&mut c, &all[0].key), Response::LogRejected(LogFailure::Locked));
+    assert_eq!(status_locks(&mut c).0, 2);
     // Within T_TX (2 objects x 50 ms) and recovery, both writes land: every object had voted
     // Prepared, so the decision is Commit (RC4).
     await_value(&mut c, &all[0].key, Some("v1"), Duration::from_secs(2));
     await_value(&mut c, &all[1].key, Some("v1"), Duration::from_secs(2));
+    // Every replica applies the decisions: no lock is left anywhere.
+    let until = c.now + Duration::from_secs(2);
+    while status_locks(&mut c) != (0, 0) {
+        assert!(c.now < until, "locks left after recovery: {:?}", status_locks(&mut c));
+        c.run_until(c.now + Duration::from_millis(20));
+    }
     // The client comes back and retries a prepare: the recorded vote answers, nothing
     // executes twice; its decision (redundant now) changes nothing.
     assert!(matches!(prepare(&mut c, &g, 1, &all, 1), Response::TxnVotes { .. }));

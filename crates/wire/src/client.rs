@@ -584,6 +584,9 @@ pub struct ShardStatus {
     /// Reads that found their data not yet durable at the leader and waited for MakeDurable
     /// (ORCA §5.5.1, `LogStats::reads_made_durable`): the reads that triggered durability.
     pub reads_made_durable: u64,
+    /// Transaction locks this replica's applied state holds (`LogReplica::locks`): objects
+    /// prepared and not yet decided. Extension 3 of `NodeStatus` (absent from older nodes: 0).
+    pub locks: u64,
 }
 
 /// What a node reports about itself.
@@ -1081,6 +1084,8 @@ impl Encode for NodeStatus {
         // Extension 2: the connection counters, as a counted list of u64 (later counters are
         // appended; a decoder skips those it does not know).
         put_seq(out, &self.connections.fields(), |o, v| o.put_u64_le(*v));
+        // Extension 3: the shards' transaction lock counts.
+        put_extension_each(out, &self.shards, |o, s| o.put_u64_le(s.locks));
     }
 }
 impl Decode for NodeStatus {
@@ -1112,6 +1117,10 @@ impl Decode for NodeStatus {
                 *field = v;
             }
         }
+        r.extension_each(&mut status.shards, |r, s| {
+            s.locks = r.u64()?;
+            Ok(())
+        })?;
         Ok(status)
     }
 }
@@ -1417,6 +1426,7 @@ impl Decode for ShardStatus {
             // In `NodeStatus`'s extension.
             reads_served: 0,
             reads_made_durable: 0,
+            locks: 0,
         })
     }
 }

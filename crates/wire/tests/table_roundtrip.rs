@@ -1,8 +1,8 @@
 //! Log-table messages: client requests and responses for log tables and the catalog, shard
 //! status in `NodeStatus`, and `PeerMessage::Shard` survive encode → frame → decode; their tags
 //! are the documented constants; bad enum codes are rejected, never a panic; messages of the
-//! first version (without the trailing extensions: timer presets, shard read counters) still
-//! decode, with defaults.
+//! first version (without the trailing extensions: timer presets, shard read counters,
+//! connection counters, shard lock counts) still decode, with defaults.
 
 mod common;
 
@@ -25,6 +25,11 @@ const MAX_FRAME: usize = 1 << 20;
 
 /// Bytes of `Status` extension 2: a u32 count and eight u64 connection counters.
 const CONNECTIONS_EXT: usize = 4 + 8 * 8;
+
+/// Bytes of `Status` extension 3 for `shards` shards: a u32 count and one u64 lock count each.
+fn locks_ext(shards: usize) -> usize {
+    4 + 8 * shards
+}
 
 fn bytes() -> impl Strategy<Value = Bytes> {
     prop::collection::vec(any::<u8>(), 0..24).prop_map(Bytes::from)
@@ -138,9 +143,9 @@ fn shard_status() -> impl Strategy<Value = ShardStatus> {
         [index(), index(), index(), index()],
         prop::collection::vec(node(), 0..4),
         any::<bool>(),
-        any::<[u64; 2]>(),
+        any::<[u64; 3]>(),
     )
-        .prop_map(|(table, shard, role, leader, epoch, ix, active_set, serving, reads)| {
+        .prop_map(|(table, shard, role, leader, epoch, ix, active_set, serving, counts)| {
             ShardStatus {
                 table,
                 shard,
@@ -153,8 +158,9 @@ fn shard_status() -> impl Strategy<Value = ShardStatus> {
                 durable_index: ix[3],
                 active_set,
                 serving,
-                reads_served: reads[0],
-                reads_made_durable: reads[1],
+                reads_served: counts[0],
+                reads_made_durable: counts[1],
+                locks: counts[2],
             }
         })
 }
@@ -337,11 +343,11 @@ proptest! {
     fn status_without_read_counters_decodes(shards in prop::collection::vec(shard_status(), 0..3)) {
         let msg = ClientResponse { corr: 7, body: Response::Status(NodeStatus { shards: shards.clone(), ..NodeStatus::default() }) };
         // Extension 1: a u32 count, then two u64 per shard; extension 2 (connection
-        // counters): a u32 count and six u64.
-        let old = without_extension(&msg, CONNECTIONS_EXT + 4 + 16 * shards.len());
+        // counters): a u32 count and eight u64; extension 3: a u32 count and a u64 per shard.
+        let old = without_extension(&msg, locks_ext(shards.len()) + CONNECTIONS_EXT + 4 + 16 * shards.len());
         let Response::Status(s) = decode_message::<ClientResponse>(old).unwrap().body else { panic!("a status") };
         let expected: Vec<ShardStatus> =
-            shards.into_iter().map(|s| ShardStatus { reads_served: 0, reads_made_durable: 0, ..s }).collect();
+            shards.into_iter().map(|s| ShardStatus { reads_served: 0, reads_made_durable: 0, locks: 0, ..s }).collect();
         prop_assert_eq!(s.shards, expected);
     }
 
@@ -349,14 +355,35 @@ proptest! {
     #[test]
     fn status_without_connection_counters_decodes(shards in prop::collection::vec(shard_status(), 0..3), c in any::<[u64; 8]>()) {
         let connections = ConnectionStats { open: c[0], refused: c[1], buffered_bytes: c[2], paused: c[3], closed_idle: c[4], closed_slow_frame: c[5], forbidden: c[6], invalid_envelopes: c[7] };
+        let n = shards.len();
         let status = NodeStatus { shards, connections, ..NodeStatus::default() };
         let msg = ClientResponse { corr: 8, body: Response::Status(status.clone()) };
         let mut b = BytesMut::new();
         msg.encode(&mut b);
         prop_assert_eq!(decode_message::<ClientResponse>(b.freeze()).unwrap().body, Response::Status(status.clone()));
-        let old = without_extension(&msg, CONNECTIONS_EXT);
+        let old = without_extension(&msg, locks_ext(n) + CONNECTIONS_EXT);
         let Response::Status(s) = decode_message::<ClientResponse>(old).unwrap().body else { panic!("a status") };
-        prop_assert_eq!(s, NodeStatus { connections: ConnectionStats::default(), ..status });
+        let no_locks: Vec<ShardStatus> =
+            status.shards.iter().cloned().map(|s| ShardStatus { locks: 0, ..s }).collect();
+        prop_assert_eq!(s, NodeStatus { connections: ConnectionStats::default(), shards: no_locks, ..status });
+    }
+
+    /// A `Status` from a node without lock counts (before transactions) decodes with them at
+    /// 0 and every earlier field intact; the full message round-trips the counts.
+    #[test]
+    fn status_without_lock_counts_decodes(shards in prop::collection::vec(shard_status(), 0..3), open in any::<u64>()) {
+        let n = shards.len();
+        let connections = ConnectionStats { open, ..ConnectionStats::default() };
+        let status = NodeStatus { shards, connections, ..NodeStatus::default() };
+        let msg = ClientResponse { corr: 9, body: Response::Status(status.clone()) };
+        let mut b = BytesMut::new();
+        msg.encode(&mut b);
+        prop_assert_eq!(decode_message::<ClientResponse>(b.freeze()).unwrap().body, Response::Status(status.clone()));
+        let old = without_extension(&msg, locks_ext(n));
+        let Response::Status(s) = decode_message::<ClientResponse>(old).unwrap().body else { panic!("a status") };
+        let no_locks: Vec<ShardStatus> =
+            status.shards.iter().cloned().map(|s| ShardStatus { locks: 0, ..s }).collect();
+        prop_assert_eq!(s, NodeStatus { shards: no_locks, ..status });
     }
 
     /// Table definitions from an older client or node decode: without every extension (no
@@ -398,8 +425,15 @@ fn an_extension_must_match_its_sequence() {
     };
     let mut b = BytesMut::new();
     msg.encode(&mut b);
+    let encoded = b.clone();
     // The extension's count (one shard) sits 16 bytes before extension 2; claim two.
-    let at = b.len() - CONNECTIONS_EXT - 20;
+    let at = b.len() - locks_ext(1) - CONNECTIONS_EXT - 20;
+    b[at] = 2;
+    let e = decode_message::<ClientResponse>(b.freeze()).unwrap_err();
+    assert!(matches!(e, DecodeError::Invalid { what: "extension count", value: 2 }), "{e:?}");
+    // So must extension 3 (the lock counts): its count sits right after extension 2.
+    let mut b = encoded;
+    let at = b.len() - locks_ext(1);
     b[at] = 2;
     let e = decode_message::<ClientResponse>(b.freeze()).unwrap_err();
     assert!(matches!(e, DecodeError::Invalid { what: "extension count", value: 2 }), "{e:?}");
