@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use strata_host::catalog::LEASE_TABLE;
 use strata_sim::host::{HostCluster, HostNet};
-use strata_wire::client::{table_id, ClientRequest, ClientResponse, ErrorCode, Request, Response};
+use strata_wire::client::{table_id, ErrorCode, Request, Response};
 use strata_wire::log::LogMessage;
 use strata_wire::peer::PeerMessage;
 use strata_wire::rifl::{ClusterTime, LeaseInfo, LeaseStatus, Rifl, RpcId};
@@ -32,18 +32,7 @@ fn call(
     rifl: Option<Rifl>,
     body: Request,
 ) -> Option<Response> {
-    let corr = c.inputs; // any fresh number will do
-    c.send_request(client, node, ClientRequest { corr, rifl, body });
-    let until = c.now + Duration::from_secs(2);
-    while c.now < until {
-        if let Some(i) = c.client_inbox.iter().position(|(cl, r)| *cl == client && r.corr == corr) {
-            let (_, ClientResponse { body, .. }) = c.client_inbox.remove(i);
-            return Some(body);
-        }
-        let step_to = c.now + Duration::from_millis(1);
-        c.run_until(step_to);
-    }
-    None
+    c.call(client, node, rifl, body, Duration::from_secs(2))
 }
 
 fn grant(c: &mut HostCluster, client: usize) -> LeaseStatus {

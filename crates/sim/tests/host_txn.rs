@@ -9,10 +9,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use strata_sim::host::{HostCluster, HostNet};
-use strata_wire::client::{
-    shard_of, ClientRequest, ClientResponse, LogFailure, Request, Response, ShardRole, TableDef,
-    TableDurability, TableEngine, TableReads, TableReplication, TableTimers, TableTxn,
-};
+use strata_wire::client::{shard_of, LogFailure, Request, Response, ShardRole};
 use strata_wire::rifl::{LeaseInfo, LeaseStatus, Rifl, RpcId};
 use strata_wire::txn::{AbortReason, TxnAction, TxnObject, TxnOp, Vote};
 
@@ -24,17 +21,7 @@ fn cluster(seed: u64) -> HostCluster {
     let mut c =
         HostCluster::new(NODES, HostNet::uniform(NODES, 200), Duration::from_secs(10), seed, None);
     c.run_until(c.now + Duration::from_secs(3));
-    let def = TableDef {
-        name: TABLE.into(),
-        engine: TableEngine::Log,
-        durability: TableDurability::Sync,
-        replication: TableReplication::Sync,
-        reads: TableReads::Leader,
-        shards: SHARDS,
-        timers: TableTimers::Default,
-        leaders: Vec::new(),
-        txn: TableTxn::Rifl,
-    };
+    let def = strata_sim::txn::table_def(SHARDS);
     for node in 0..NODES {
         let created = call(&mut c, 0, node, None, Request::CreateTable { def: def.clone() });
         assert!(matches!(created, Some(Response::TableCreated { .. })), "{created:?}");
@@ -51,18 +38,7 @@ fn call(
     rifl: Option<Rifl>,
     body: Request,
 ) -> Option<Response> {
-    let corr = c.inputs;
-    c.send_request(client, node, ClientRequest { corr, rifl, body });
-    let until = c.now + Duration::from_secs(2);
-    while c.now < until {
-        if let Some(i) = c.client_inbox.iter().position(|(cl, r)| *cl == client && r.corr == corr) {
-            let (_, ClientResponse { body, .. }) = c.client_inbox.remove(i);
-            return Some(body);
-        }
-        let step_to = c.now + Duration::from_millis(1);
-        c.run_until(step_to);
-    }
-    None
+    c.call(client, node, rifl, body, Duration::from_secs(2))
 }
 
 /// Sends `body` to every node in turn until one answers with something other than a
@@ -279,17 +255,7 @@ fn an_expired_client_holding_a_lock_keeps_its_votes_and_the_canary_is_caught() {
     use strata_log::PlantedBug;
     use strata_sim::host::ClusterOptions;
     for canary in [None, Some(PlantedBug::TxnExpireIgnoresLocks)] {
-        let def = TableDef {
-            name: TABLE.into(),
-            engine: TableEngine::Log,
-            durability: TableDurability::Sync,
-            replication: TableReplication::Sync,
-            reads: TableReads::Leader,
-            shards: SHARDS,
-            timers: TableTimers::Default,
-            leaders: Vec::new(),
-            txn: TableTxn::Rifl,
-        };
+        let def = strata_sim::txn::table_def(SHARDS);
         let mut over = catalog::log_config(&def, NODES).unwrap();
         over.planted_bug = canary;
         let cat =

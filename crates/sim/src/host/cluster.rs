@@ -597,6 +597,32 @@ impl HostCluster {
         self.push(at, Ev::Peer { from, to, msg });
     }
 
+    /// Sends `body` from remote client `client` to node `node` and runs until its answer, for
+    /// up to `within` (`None`: no answer). For scripted tests of a cluster that does not
+    /// observe its steps (replies go to `client_inbox`).
+    pub fn call(
+        &mut self,
+        client: usize,
+        node: usize,
+        rifl: Option<strata_wire::rifl::Rifl>,
+        body: strata_wire::client::Request,
+        within: Duration,
+    ) -> Option<strata_wire::client::Response> {
+        let corr = self.inputs | (1 << 61);
+        self.send_request(client, node, ClientRequest { corr, rifl, body });
+        let until = self.now + within;
+        while self.now < until {
+            if let Some(i) =
+                self.client_inbox.iter().position(|(cl, r)| *cl == client && r.corr == corr)
+            {
+                return Some(self.client_inbox.remove(i).1.body);
+            }
+            let step_to = self.now + Duration::from_millis(1);
+            self.run_until(step_to);
+        }
+        None
+    }
+
     /// Wakes client `client` at `at`.
     pub fn wake_client_at(&mut self, client: usize, at: Instant) {
         self.push(at.max(self.now), Ev::Client { client });

@@ -110,14 +110,15 @@ impl TxnReport {
     }
 }
 
-fn table_def() -> TableDef {
+/// A transactional table like the harness's (`sync`, leader reads) with `shards` shards.
+pub fn table_def(shards: u32) -> TableDef {
     TableDef {
         name: TABLE.into(),
         engine: TableEngine::Log,
         durability: TableDurability::Sync,
         replication: TableReplication::Sync,
         reads: TableReads::Leader,
-        shards: SHARDS,
+        shards,
         timers: TableTimers::Default,
         leaders: Vec::new(),
         txn: TableTxn::Rifl,
@@ -131,7 +132,7 @@ pub fn accounts() -> Vec<Bytes> {
 /// Runs one seeded transaction run and checks it.
 pub fn run(seed: u64, opts: &TxnSimOptions) -> TxnReport {
     let mut rng = Prng::new(seed ^ 0x0074_786e_5f73_696d);
-    let def = table_def();
+    let def = table_def(SHARDS);
     let catalog = catalog::encode(&[Catalogued { def: def.clone(), moved: Default::default() }]);
     let (loss, client_loss) = if opts.faults { (0.01, 0.01) } else { (0.0, 0.0) };
     let mut net = HostNet::matrix(vec![vec![300; NODES]; NODES], 100, loss, 200, client_loss);
