@@ -90,7 +90,23 @@ def kite_sweep(results, n_runs, ratios, modes):
             "width": 1300, "height": 500, "panels": panels}
 
 
-CHARTS = {"log": log, "geo": geo, "kite-sweep": kite_sweep}
+def txn(results, participants):
+    """bench-txn.sh: commit latency (p50 bars, p99 ticks) by participant count, beside the
+    paper's ratios 1 : 1.08 : 1.22 : 1.39 : 1.53 scaled to the one-participant p50."""
+    from .tables import txn_commit
+    ks = participants.split()
+    p50 = [txn_commit(runs(results, f"lat-k{k}"), "p50") for k in ks]
+    p99 = [txn_commit(runs(results, f"lat-k{k}"), "p99") for k in ks]
+    paper = [1, 1.08, 1.22, 1.39, 1.53]
+    scaled = [None if p50[0] is None or i >= len(paper) else p50[0] * paper[i] for i in range(len(ks))]
+    return {"width": 900, "height": 480, "panels": [panel(
+        "bars", "Commit latency by participants (3 local nodes, sync tables)", "participants", "µs (median of runs)",
+        [{"label": "Strata p50 (tick: p99)", "values": p50, "marks": p99},
+         {"label": "RIFL paper's ratios x Strata's 1-participant p50", "values": scaled}],
+        categories=ks)]}
+
+
+CHARTS = {"log": log, "geo": geo, "kite-sweep": kite_sweep, "txn": txn}
 
 
 def main(name, args):

@@ -392,7 +392,41 @@ def rifl_leases(results, lruns):
     print()
 
 
-TABLES = {"es": es, "log": log, "etcd": etcd, "zk": zk, "geo": geo, "kite": kite, "move": move, "rifl": rifl}
+def txn_commit(reports, q):
+    """Median commit-latency quantile `q` ("p50", "p99") in µs of `--workload txn` reports."""
+    return median(r["txn"]["commit_us"][f"{q}_us"] for r in reports if r["txn"]["commit_us"]["count"] > 0)
+
+
+def txn_aborts(reports):
+    """Aborted attempts per committed transaction, median."""
+    return median(r["txn"]["aborted_attempts"] / max(r["txn"]["committed"], 1) for r in reports)
+
+
+def txn(results, n_runs, participants, contended):
+    """scripts/bench-txn.sh: transactions by participant count, and under contention against
+    Redis WATCH/MULTI/EXEC (etcd: see the script)."""
+    participants = participants.split()
+    print(f"Strata transactions of K objects in K distinct shards (K participants), 1 client x 1 session; median of {n_runs} runs.\n")
+    print("| participants | commit p50 µs | ratio to 1 | commit p99 µs | transaction p50 µs (reads + commit) | committed/s | committed/s, 4x4 loops |")
+    print("|---:|---:|---:|---:|---:|---:|---:|")
+    base = txn_commit(runs(results, f"lat-k{participants[0]}"), "p50")
+    for k in participants:
+        lat = runs(results, f"lat-k{k}")
+        c50 = txn_commit(lat, "p50")
+        print(f"| {k} | {fmt(c50)} | {fmt(ratio(c50, base), '.2f')} | {fmt(txn_commit(lat, 'p99'))} | "
+              f"{fmt(latency(lat, 'p50'))} | {fmt(throughput(lat))} | {fmt(throughput(runs(results, f'tput-k{k}')))} |")
+    if contended:
+        print(f"\nThe same read-modify-write of {contended} keys (zipfian θ 0.99 over the keys), same clients and sessions, side by side:\n")
+        print("| system | committed/s | aborted attempts per commit | transaction p50 / p99 µs | Strata/system |")
+        print("|---|---:|---:|---:|---:|")
+        strata = throughput(runs(results, "zipf-strata"))
+        for name, label in (("zipf-strata", "Strata (RIFL 2PC, sync tables)"), ("zipf-redis", "Redis WATCH/MULTI/EXEC (in memory, no replication)")):
+            r = runs(results, name)
+            if r:
+                print(f"| {label} | {fmt(throughput(r))} | {fmt(txn_aborts(r), '.2f')} | {p50_p99(r)} | {fmt(ratio(strata, throughput(r)), '.2f')} |")
+
+
+TABLES = {"es": es, "log": log, "etcd": etcd, "zk": zk, "geo": geo, "kite": kite, "move": move, "rifl": rifl, "txn": txn}
 
 
 def ab(results, prefix="baseline", after="after", before="before"):

@@ -185,6 +185,9 @@ pub enum WorkloadKind {
     Msq,
     /// Harris-Michael lists: insert-then-remove pairs.
     Hml,
+    /// Multi-key read-modify-write transactions (`txn.rs`): Strata's on a `--txn rifl`
+    /// table (`--table`), or Redis WATCH/MULTI/EXEC.
+    Txn,
 }
 
 /// The resolved operation mix: percentages of reads and writes that synchronize.
@@ -403,6 +406,16 @@ pub struct WorkloadArgs {
     /// Data-structure workloads: fields per object (4 or 32, of 32 bytes each).
     #[arg(long, value_name = "N", default_value_t = 4)]
     pub fields: usize,
+
+    /// `--workload txn`: objects each transaction reads and writes.
+    #[arg(long, value_name = "K", default_value_t = 2)]
+    #[serde(default)]
+    pub txn_objects: usize,
+
+    /// `--workload txn`: each object of a transaction in another shard (K participants).
+    #[arg(long)]
+    #[serde(default)]
+    pub txn_spread: bool,
 }
 
 impl Default for WorkloadArgs {
@@ -418,6 +431,8 @@ impl Default for WorkloadArgs {
             kind: WorkloadKind::Kv,
             structures: 1000,
             fields: 4,
+            txn_objects: 2,
+            txn_spread: false,
         }
     }
 }
@@ -667,7 +682,10 @@ impl WorkloadArgs {
                 ));
             }
         }
-        if self.kind != WorkloadKind::Kv {
+        if self.kind == WorkloadKind::Txn && self.txn_objects == 0 {
+            return bad("--txn-objects must be at least 1".into());
+        }
+        if !matches!(self.kind, WorkloadKind::Kv | WorkloadKind::Txn) {
             if self.structures == 0 {
                 return bad("--structures must be at least 1".into());
             }
@@ -814,7 +832,16 @@ impl BenchArgs {
                 self.sync.mode, mix.release_pct, mix.acquire_pct, mix.rmw_pct
             ));
         }
-        if let Some(name) = &self.conn.table {
+        let txn = self.workload.kind == WorkloadKind::Txn;
+        if txn && !matches!(target, Target::Strata | Target::Redis) {
+            return bad(format!("--workload txn runs against strata or redis, not {target}"));
+        }
+        if txn && target == Target::Strata && self.conn.table.is_none() {
+            return bad(
+                "--workload txn on Strata needs --table, a table created with --txn rifl".into()
+            );
+        }
+        if let Some(name) = self.conn.table.as_ref().filter(|_| !txn) {
             if mix.has_sync() || self.workload.kind != WorkloadKind::Kv {
                 return bad(format!(
                     "--table {name}: log tables take plain reads and writes from --target strata (no --mode other than es, no --*-pct, no --workload)"
@@ -833,7 +860,9 @@ impl BenchArgs {
                     .into(),
             );
         }
-        if self.workload.kind != WorkloadKind::Kv && target != Target::Strata {
+        if !matches!(self.workload.kind, WorkloadKind::Kv | WorkloadKind::Txn)
+            && target != Target::Strata
+        {
             return bad(format!("--workload ts|msq|hml needs --target strata, not {target}"));
         }
         Ok(())
@@ -1028,6 +1057,8 @@ mod tests {
             "tls-ca",
             "tls-cert",
             "tls-key",
+            "txn-objects",
+            "txn-spread",
             "value-size",
             "virtual-clients",
             "warmup",

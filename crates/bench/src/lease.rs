@@ -432,6 +432,7 @@ pub(crate) async fn run(
         timeline_files: Vec::new(),
         ds: None,
         read_durability: None,
+        txn: None,
         lease: Some(LeaseReport {
             kind: if creations { "creations" } else { "renewals" }.to_string(),
             leases,

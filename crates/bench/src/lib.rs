@@ -61,6 +61,7 @@ pub mod report;
 pub mod resp;
 pub mod target;
 pub mod timeline;
+pub mod txn;
 pub mod zookeeper;
 
 use std::collections::VecDeque;
@@ -167,6 +168,11 @@ pub async fn run(args: &BenchArgs, endpoints: Vec<SocketAddr>) -> Result<BenchRe
     };
     if args.rifl.lease_renewals || args.rifl.lease_creations {
         let report = lease::run(args, endpoints, &relays.addrs, &strata).await?;
+        write_json(args, &report)?;
+        return Ok(report);
+    }
+    if args.workload.kind == WorkloadKind::Txn {
+        let report = txn::run(args, relays.addrs.clone()).await?;
         write_json(args, &report)?;
         return Ok(report);
     }
@@ -340,6 +346,7 @@ pub async fn run(args: &BenchArgs, endpoints: Vec<SocketAddr>) -> Result<BenchRe
         ds: None,
         read_durability,
         lease: None,
+        txn: None,
         preloaded_keys: args.workload.keys,
         preload_s,
         started_at_unix_ms: unix_ms_at(measure_start),

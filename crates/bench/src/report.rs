@@ -204,6 +204,9 @@ pub struct BenchReport {
     /// granted renewals or creations, and `latency_us.all` is theirs).
     #[serde(default)]
     pub lease: Option<crate::lease::LeaseReport>,
+    /// `--workload txn`: transactions committed and attempts aborted.
+    #[serde(default)]
+    pub txn: Option<crate::txn::TxnReport>,
     /// Keys written before measuring, and how long that took.
     pub preloaded_keys: u64,
     pub preload_s: f64,
@@ -211,6 +214,54 @@ pub struct BenchReport {
     pub started_at_unix_ms: u64,
     /// Version of the benchmark tool.
     pub tool_version: String,
+}
+
+impl BenchReport {
+    fn fmt_txn(
+        &self,
+        f: &mut fmt::Formatter<'_>,
+        t: &crate::txn::TxnReport,
+        dist: &str,
+    ) -> fmt::Result {
+        let a = &self.args;
+        writeln!(
+            f,
+            "{} transactions @ {}: {} clients × {} sessions; {} objects each{} over {} keys ({dist})",
+            self.target,
+            self.endpoints.iter().map(|e| e.to_string()).collect::<Vec<_>>().join(","),
+            a.conn.clients,
+            a.conn.sessions,
+            t.objects,
+            if t.spread { " in distinct shards" } else { "" },
+            a.workload.keys,
+        )?;
+        writeln!(
+            f,
+            "{:.0} committed/s   {} committed in {:.2} s   {} aborted attempts ({:.2} per commit)   errors {}",
+            t.committed_s,
+            t.committed,
+            self.duration_s,
+            t.aborted_attempts,
+            t.aborted_attempts as f64 / t.committed.max(1) as f64,
+            self.errors
+        )?;
+        writeln!(
+            f,
+            "{:<11} {:>10} {:>9} {:>9} {:>9} {:>9}",
+            "µs", "count", "mean", "p50", "p99", "max"
+        )?;
+        for (name, l) in [("transaction", &self.latency_us.all), ("commit", &t.commit_us)] {
+            writeln!(
+                f,
+                "{name:<11} {:>10} {:>9.1} {:>9.1} {:>9.1} {:>9.1}",
+                l.count, l.mean_us, l.p50_us, l.p99_us, l.max_us
+            )?;
+        }
+        for e in &self.error_samples {
+            writeln!(f, "error: {e}")?;
+        }
+        Ok(())
+    }
 }
 
 impl fmt::Display for BenchReport {
@@ -225,6 +276,9 @@ impl fmt::Display for BenchReport {
         }
         if let Some(l) = &self.lease {
             return self.fmt_lease(f, l);
+        }
+        if let Some(t) = &self.txn {
+            return self.fmt_txn(f, t, &dist);
         }
         writeln!(
             f,

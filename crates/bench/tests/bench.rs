@@ -498,3 +498,66 @@ async fn lease_renewals_and_creations_against_a_three_node_cluster() {
         n.shutdown().await;
     }
 }
+
+/// `--workload txn` (issue #18 item 6) on a `--txn rifl` table: transactions commit, with the
+/// objects in distinct shards when asked; every committed increment lands (the counters' sum
+/// is at least the transactions committed in the window times their objects).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn transactions_against_a_three_node_cluster() {
+    let nodes = local_cluster(3).await;
+    let endpoints: Vec<SocketAddr> = nodes.iter().map(|n| n.client_addr()).collect();
+    for node in &endpoints {
+        let c = Client::connect(&[*node], ClientOptions::default()).await.unwrap();
+        let def = TableDef {
+            name: "bank".into(),
+            engine: TableEngine::Log,
+            durability: TableDurability::Sync,
+            replication: TableReplication::Sync,
+            reads: TableReads::Leader,
+            shards: 3,
+            timers: TableTimers::Default,
+            leaders: Vec::new(),
+            txn: strata_client::TableTxn::Rifl,
+        };
+        c.create_table(def).await.unwrap();
+    }
+    let args = BenchArgs {
+        conn: ConnArgs {
+            table: Some("bank".into()),
+            clients: 2,
+            sessions: 2,
+            pipeline: 1,
+            ..ConnArgs::default()
+        },
+        workload: WorkloadArgs {
+            keys: 60,
+            kind: strata_bench::args::WorkloadKind::Txn,
+            txn_objects: 3,
+            txn_spread: true,
+            ..WorkloadArgs::default()
+        },
+        run: RunArgs { duration: 1.0, warmup: 0.2, ..RunArgs::default() },
+        output: OutputArgs { quiet: true, ..OutputArgs::default() },
+        ..BenchArgs::default()
+    };
+    let r = strata_bench::run(&args, endpoints.clone()).await.unwrap();
+    assert_eq!(r.errors, 0, "{r}");
+    let t = r.txn.as_ref().expect("a transaction report");
+    assert!(t.committed > 0 && t.commit_us.count == t.committed, "{r}");
+    assert!(r.to_string().contains("committed/s"), "{r}");
+    let client = Client::connect(&endpoints, ClientOptions::default()).await.unwrap();
+    let mut table = client.table("bank").await.unwrap();
+    let mut sum = 0u64;
+    for i in 0..60 {
+        let v = table.get(format!("txk{i}")).await.unwrap().value.unwrap();
+        sum += std::str::from_utf8(&v).unwrap().parse::<u64>().unwrap();
+    }
+    assert!(sum >= t.committed * 3, "{sum} increments for {} transactions of 3", t.committed);
+    // More objects than shards cannot spread.
+    let too_many = BenchArgs {
+        workload: WorkloadArgs { txn_objects: 4, ..args.workload.clone() },
+        ..args.clone()
+    };
+    let e = strata_bench::run(&too_many, endpoints.clone()).await.unwrap_err();
+    assert!(e.to_string().contains("--txn-spread"), "{e}");
+}
