@@ -276,16 +276,32 @@ impl Recovery {
         out: &mut HostEffects,
     ) {
         let Some(t) = self.tasks.get(&txn) else { return };
-        for &sk in &t.waiting {
-            let seqs = t.groups[&sk].clone();
-            let mail = match t.phase {
-                Phase::Votes => RecoveryMail::RequestAbort { txn, seqs },
-                Phase::Deciding => RecoveryMail::Decide { txn, decision: t.decision, seqs },
-                Phase::Recording | Phase::Resolving => continue,
-            };
-            let id = courier.send(now, sk, SERVICE_TXN, to_bytes(&mail), shards, out);
-            self.mail.insert(id, (txn, sk));
+        let waiting: Vec<ShardKey> = t.waiting.iter().copied().collect();
+        for sk in waiting {
+            self.send_to(now, txn, sk, shards, courier, out);
         }
+    }
+
+    /// This phase's message to participant `sk`: the abort request (phase 1) or the decision
+    /// (phase 2) for its objects.
+    fn send_to(
+        &mut self,
+        now: Instant,
+        txn: TxnId,
+        sk: ShardKey,
+        shards: &mut Shards,
+        courier: &mut Courier,
+        out: &mut HostEffects,
+    ) {
+        let Some(t) = self.tasks.get(&txn) else { return };
+        let seqs = t.groups[&sk].clone();
+        let mail = match t.phase {
+            Phase::Votes => RecoveryMail::RequestAbort { txn, seqs },
+            Phase::Deciding => RecoveryMail::Decide { txn, decision: t.decision, seqs },
+            Phase::Recording | Phase::Resolving => return,
+        };
+        let id = courier.send(now, sk, SERVICE_TXN, to_bytes(&mail), shards, out);
+        self.mail.insert(id, (txn, sk));
     }
 
     /// The outcome of a task's courier message. Returns false if the id is not a task's.
@@ -321,16 +337,7 @@ impl Recovery {
             }
             // Not delivered in time, or a confused answer: ask that participant again.
             _ => {
-                let mail = match t.phase {
-                    Phase::Votes => RecoveryMail::RequestAbort { txn, seqs: t.groups[&sk].clone() },
-                    _ => RecoveryMail::Decide {
-                        txn,
-                        decision: t.decision,
-                        seqs: t.groups[&sk].clone(),
-                    },
-                };
-                let id = courier.send(now, sk, SERVICE_TXN, to_bytes(&mail), shards, out);
-                self.mail.insert(id, (txn, sk));
+                self.send_to(now, txn, sk, shards, courier, out);
                 return true;
             }
         }

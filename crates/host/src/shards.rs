@@ -653,9 +653,7 @@ impl Shards {
 
     /// Whether some replica here holds a lock or a decision record (recovery's timers watch).
     pub fn has_txn_state(&self) -> bool {
-        self.shards.values().any(|s| {
-            s.replica.locks().next().is_some() || s.replica.decision_records().next().is_some()
-        })
+        self.shards.values().any(|s| s.replica.has_txn_state())
     }
 
     /// The node's own transaction request to its replica of `sk` (the recovery coordinator's,

@@ -79,6 +79,11 @@ impl Participant {
         self.decisions.remove(&txn);
     }
 
+    /// No lock and no decision record (O(1): the node asks after every input).
+    pub fn is_empty(&self) -> bool {
+        self.locks.is_empty() && self.decisions.is_empty()
+    }
+
     pub fn locks(&self) -> impl Iterator<Item = &Lock> {
         self.locks.values()
     }

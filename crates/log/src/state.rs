@@ -417,16 +417,7 @@ impl Kv {
                     _ => Vote::Abort(AbortReason::Conflict),
                 },
                 _ => {
-                    let (value, version) = self.get(&op.key);
-                    let vote = if self.txn.is_locked(&op.key) {
-                        Vote::Abort(AbortReason::Locked)
-                    } else if rules.check_versions
-                        && op.expect.as_ref().is_some_and(|x| !x.holds(value.as_ref(), version))
-                    {
-                        Vote::Abort(AbortReason::Conflict)
-                    } else {
-                        Vote::Prepared
-                    };
+                    let vote = self.vote_on(op, rules.check_versions);
                     let record = Completion { index: e.index, outcome: WriteOutcome::Voted(vote) };
                     self.rifl.recover_record(rpc, ack, record);
                     if vote == Vote::Prepared {
@@ -460,6 +451,23 @@ impl Kv {
             self.apply_decide(e.index, p.txn, Decision::Commit, &seqs);
         }
         Applied::Txn
+    }
+
+    /// rifl.md §5.8.2 P1/P2 b, the one vote rule of a prepare and of a read-only validation:
+    /// `Abort(Locked)` if a transaction holds the key, `Abort(Conflict)` if it is no longer at
+    /// the version the transaction read (`check_versions = false` is the
+    /// `TxnSkipVersionCheck` canary), else `Prepared`.
+    pub fn vote_on(&self, op: &strata_wire::txn::TxnOp, check_versions: bool) -> Vote {
+        let (value, version) = self.get(&op.key);
+        if self.txn.is_locked(&op.key) {
+            Vote::Abort(AbortReason::Locked)
+        } else if check_versions
+            && op.expect.as_ref().is_some_and(|x| !x.holds(value.as_ref(), version))
+        {
+            Vote::Abort(AbortReason::Conflict)
+        } else {
+            Vote::Prepared
+        }
     }
 
     /// rifl.md §5.8.3 D2-D4: each object of `seqs` still locked by `txn` takes the decision.

@@ -125,14 +125,7 @@ impl LogReplica {
     fn validate(&self, p: &Prepare) -> Vec<(u64, Vote)> {
         let mut votes = Vec::new();
         for op in &p.ops {
-            let (value, version) = self.kv.get(&op.key);
-            let vote = if self.kv.is_locked(&op.key) {
-                Vote::Abort(AbortReason::Locked)
-            } else if op.expect.as_ref().is_some_and(|x| !x.holds(value.as_ref(), version)) {
-                Vote::Abort(AbortReason::Conflict)
-            } else {
-                Vote::Prepared
-            };
+            let vote = self.kv.vote_on(op, true);
             votes.push((op.seq, vote));
             if vote != Vote::Prepared {
                 break;
@@ -287,6 +280,12 @@ impl LogReplica {
     /// The locks this replica's applied state holds (for the node's `T_TX` timers, §5.8.4).
     pub fn locks(&self) -> impl Iterator<Item = &strata_wire::txn::Lock> {
         self.kv.participant().locks()
+    }
+
+    /// Whether the applied state holds a lock or a decision record (cheap: recovery's timers
+    /// are armed only then).
+    pub fn has_txn_state(&self) -> bool {
+        !self.kv.participant().is_empty()
     }
 
     /// The recovery coordinators' decision records not yet resolved (R-D12).
