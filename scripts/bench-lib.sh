@@ -402,6 +402,7 @@ start_etcd() {
     ETCD_PORT=${ETCD_PORT:-$(free_base_port 12379 10 12579 "$NODES" 100)} || die "no free port for etcd"
     for i in $(seq 0 $((NODES - 1))); do initial+="${initial:+,}e$i=http://127.0.0.1:$((ETCD_PORT + 100 + i))"; done
     ETCD_ENDPOINTS=""
+    ETCD_PIDS=()
     for i in $(seq 0 $((NODES - 1))); do
         c=$((ETCD_PORT + i)) p=$((ETCD_PORT + 100 + i))
         etcd --name "e$i" --data-dir "$dir/e$i" \
@@ -410,6 +411,7 @@ start_etcd() {
             --initial-cluster "$initial" --initial-cluster-state new --initial-cluster-token strata-bench \
             --log-level warn >"$RESULTS/etcd-e$i.log" 2>&1 &
         PIDS+=($!)
+        ETCD_PIDS+=($!)
         ETCD_ENDPOINTS+="${ETCD_ENDPOINTS:+,}127.0.0.1:$c"
     done
     for i in $(seq 0 $((NODES - 1))); do
@@ -417,16 +419,29 @@ start_etcd() {
     done
     wait_for 20 etcd_healthy || die "etcd is not healthy (see $RESULTS/etcd-e*.log)"
 }
+# Stops the members start_etcd started (their data stays, under the caller's directory).
+stop_etcd() {
+    local p
+    stop_pids "${ETCD_PIDS[@]}"
+    for p in "${ETCD_PIDS[@]}"; do forget_pid "$p"; done
+    ETCD_PIDS=()
+}
 etcd_healthy() { ETCDCTL_API=3 etcdctl --endpoints "$ETCD_ENDPOINTS" endpoint health >/dev/null 2>&1; }
 
 # Starts redis-server on 127.0.0.1:REDIS_PORT without persistence and waits until it listens;
-# sets REDIS_PID. Stopped on exit with the script's other processes.
+# sets REDIS_PID. Stopped on exit with the script's other processes, or by stop_redis.
+# Arguments are more redis-server options, which override these (e.g. `--appendonly yes`).
 start_redis() {
-    redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --save '' --appendonly no --daemonize no \
-        >"$RESULTS/redis-server.log" 2>&1 &
+    redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --save '' --appendonly no --daemonize no "$@" \
+        >>"$RESULTS/redis-server.log" 2>&1 &
     REDIS_PID=$!
     PIDS+=("$REDIS_PID")
     wait_port 127.0.0.1 "$REDIS_PORT" 20 || die "redis-server did not start (see $RESULTS/redis-server.log)"
+}
+stop_redis() {
+    stop_pids "$REDIS_PID"
+    forget_pid "$REDIS_PID"
+    wait_for 20 port_free "$REDIS_PORT" || die "redis-server did not stop"
 }
 
 # ZooKeeper 3.8 from the Debian package, started directly with java (no systemd). NODES members:

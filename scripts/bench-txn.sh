@@ -3,18 +3,23 @@
 #  (a) commit latency and throughput by participant count: transactions that read and write
 #      K counters in K distinct shards of a 5-shard `--txn rifl` table, K = 1..5; one loop for
 #      latency, 4 clients x 4 sessions for throughput;
-#  (b) contention: the same read-modify-write of CONTENDED keys, zipfian θ 0.99 over KEYS
-#      keys, Strata against Redis WATCH/MULTI/EXEC with the same clients and sessions.
-#      (etcd's `txn` is not measured yet: the bench's etcd target has no multi-key
-#      compare-and-put transaction.)
+#  (b) the same read-modify-write of CONTENDED keys, 4 clients x 4 sessions, against etcd's
+#      `txn` (Range each key, then one Txn: put every key if every mod_revision is unchanged)
+#      and Redis WATCH/MULTI/EXEC, side by side: keys uniform over KEYS, and under
+#      contention (zipfian θ 0.99 over ZKEYS keys). Every system retries an aborted attempt
+#      after the client library's back-off. Strata's transactional tables and etcd fsync
+#      every commit on a majority, both on the same disk (under this script's work
+#      directory); Redis runs twice: in memory as usual, and with `appendfsync always`
+#      (durable on one node).
 #
-#   scripts/bench-txn.sh                       # ~5 minutes on 2 cores
+#   scripts/bench-txn.sh                       # ~8 minutes on 2 cores
 #   RUNS=1 DURATION=1 scripts/bench-txn.sh     # a quick look
 #
 # Knobs (environment): RUNS (3), DURATION (3 s), WARMUP (0.5 s), PARTICIPANTS ("1 2 3 4 5"),
-# KEYS (1000: part a; 100: part b), CONTENDED (2), REDIS (1: also part b against Redis; it
-# installs redis-server with apt-get if missing), RESULTS, CARGO_TARGET_DIR; QUIET_* (the
-# idle-machine gate, scripts/bench-lib.sh). Prints a markdown table (also in
+# KEYS (1000), ZKEYS (100), CONTENDED (2), ETCD (1), REDIS (1) (each also part b against
+# that system; missing etcd-server, protobuf-compiler or redis-server are installed with
+# apt-get, and `strata` is built with `--features etcd`), RESULTS, CARGO_TARGET_DIR;
+# QUIET_* (the idle-machine gate, scripts/bench-lib.sh). Prints markdown tables (also in
 # $RESULTS/summary.md) and draws $RESULTS/txn-participants.png. See docs/benchmarks.md.
 set -euo pipefail
 
@@ -29,6 +34,7 @@ KEYS=${KEYS:-1000}
 ZKEYS=${ZKEYS:-100}
 CONTENDED=${CONTENDED:-2}
 REDIS=${REDIS:-1}
+ETCD=${ETCD:-1}
 RESULTS=${RESULTS:-${CARGO_TARGET_DIR:-$ROOT/target}/bench-results/txn-$(date +%Y%m%d-%H%M%S)}
 REDIS_PORT=${REDIS_PORT:-6399}
 NODES=3
@@ -39,15 +45,35 @@ TAG=bench-txn
 mkdir -p "$RESULTS"
 
 [ "$REDIS" = 1 ] && ensure_commands redis-server=redis-server
-build_strata
+features=()
+if [ "$ETCD" = 1 ]; then
+    ensure_commands etcd=etcd-server etcdctl=etcd-client protoc=protobuf-compiler
+    features=(--features etcd) # the etcd target of `strata bench`
+fi
+build_strata "${features[@]}"
 describe_machine | tee "$RESULTS/machine.txt" >&2
-echo "settings: runs=$RUNS duration=${DURATION}s participants=[$PARTICIPANTS] keys=$KEYS zkeys=$ZKEYS contended=$CONTENDED" \
+echo "settings: runs=$RUNS duration=${DURATION}s participants=[$PARTICIPANTS] keys=$KEYS zkeys=$ZKEYS contended=$CONTENDED etcd=$ETCD redis=$REDIS" \
     | tee -a "$RESULTS/machine.txt" >&2
 
 start_strata
 strata_cli table create bank --txn rifl --shards 5 >&2
 table_leader bank >/dev/null || die "table bank has no leader"
-txn=(--workload txn --table bank --quiet --warmup "$WARMUP" --duration "$DURATION")
+common=(--workload txn --quiet --warmup "$WARMUP" --duration "$DURATION")
+txn=("${common[@]}" --table bank)
+# Part (b)'s two workloads, for every system: NAME and its bench flags.
+uniform=(--txn-objects "$CONTENDED" --keys "$KEYS" --clients 4 --sessions 4)
+zipf=(--txn-objects "$CONTENDED" --keys "$ZKEYS" --dist zipfian --zipf-theta 0.99 --clients 4 --sessions 4)
+# Runs part (b) against SYSTEM with the given target flags: `both SYSTEM RUN FLAGS...`.
+both() {
+    local system=$1 run=$2
+    shift 2
+    wait_quiet
+    log "run $run: uniform, $system"
+    bench_run "uni-$system-r$run" "$@" "${uniform[@]}" --seed "$run"
+    wait_quiet
+    log "run $run: contention, $system"
+    bench_run "zipf-$system-r$run" "$@" "${zipf[@]}" --seed "$run"
+}
 for run in $(seq 1 "$RUNS"); do
     for k in $PARTICIPANTS; do
         wait_quiet
@@ -57,22 +83,28 @@ for run in $(seq 1 "$RUNS"); do
         bench_run "tput-k$k-r$run" --endpoints "$ENDPOINTS" "${txn[@]}" --txn-objects "$k" --txn-spread \
             --keys "$KEYS" --clients 4 --sessions 4 --seed "$run"
     done
-    wait_quiet
-    log "run $run: contention, Strata"
-    bench_run "zipf-strata-r$run" --endpoints "$ENDPOINTS" "${txn[@]}" --txn-objects "$CONTENDED" \
-        --keys "$ZKEYS" --dist zipfian --zipf-theta 0.99 --clients 4 --sessions 4 --seed "$run"
+    both strata "$run" --endpoints "$ENDPOINTS" "${txn[@]}"
 done
 stop_strata
 
+if [ "$ETCD" = 1 ]; then
+    start_etcd "$WORK/etcd"
+    for run in $(seq 1 "$RUNS"); do
+        both etcd "$run" --target etcd --endpoints "$ETCD_ENDPOINTS" "${common[@]}"
+    done
+    stop_etcd
+fi
 if [ "$REDIS" = 1 ]; then
     start_redis
     for run in $(seq 1 "$RUNS"); do
-        wait_quiet
-        log "run $run: contention, Redis"
-        bench_run "zipf-redis-r$run" --target redis --endpoints "127.0.0.1:$REDIS_PORT" --workload txn --quiet \
-            --warmup "$WARMUP" --duration "$DURATION" --txn-objects "$CONTENDED" --keys "$ZKEYS" --dist zipfian \
-            --zipf-theta 0.99 --clients 4 --sessions 4 --seed "$run"
+        both redis "$run" --target redis --endpoints "127.0.0.1:$REDIS_PORT" "${common[@]}"
     done
+    stop_redis
+    start_redis --appendonly yes --appendfsync always --dir "$WORK"
+    for run in $(seq 1 "$RUNS"); do
+        both redis-aof "$run" --target redis --endpoints "127.0.0.1:$REDIS_PORT" "${common[@]}"
+    done
+    stop_redis
 fi
 
 summarize txn "$RESULTS" "$RUNS" "$PARTICIPANTS" "$CONTENDED"

@@ -402,9 +402,26 @@ def txn_aborts(reports):
     return median(r["txn"]["aborted_attempts"] / max(r["txn"]["committed"], 1) for r in reports)
 
 
+TXN_SYSTEMS = (
+    ("strata", "Strata (RIFL 2PC; fsync on a majority)"),
+    ("etcd", "etcd `txn` (compare mod_revision, put; fsync on a majority)"),
+    ("redis-aof", "Redis WATCH/MULTI/EXEC, appendfsync always (one node)"),
+    ("redis", "Redis WATCH/MULTI/EXEC (in memory, one node)"),
+)
+
+
+def txn_abort_mix(reports):
+    """The aborts of every run by reason, summed, as `reason n, ...`."""
+    total = {}
+    for r in reports:
+        for reason, n in r["txn"].get("aborts", {}).items():
+            total[reason] = total.get(reason, 0) + n
+    return ", ".join(f"{k} {v}" for k, v in sorted(total.items(), key=lambda kv: -kv[1])) or "-"
+
+
 def txn(results, n_runs, participants, contended):
-    """scripts/bench-txn.sh: transactions by participant count, and under contention against
-    Redis WATCH/MULTI/EXEC (etcd: see the script)."""
+    """scripts/bench-txn.sh: transactions by participant count, then the same read-modify-write
+    against etcd's `txn` and Redis WATCH/MULTI/EXEC, uniform and under contention."""
     participants = participants.split()
     print(f"Strata transactions of K objects in K distinct shards (K participants), 1 client x 1 session; median of {n_runs} runs.\n")
     print("| participants | commit p50 µs | ratio to 1 | commit p99 µs | transaction p50 µs (reads + commit) | committed/s | committed/s, 4x4 loops |")
@@ -415,15 +432,18 @@ def txn(results, n_runs, participants, contended):
         c50 = txn_commit(lat, "p50")
         print(f"| {k} | {fmt(c50)} | {fmt(ratio(c50, base), '.2f')} | {fmt(txn_commit(lat, 'p99'))} | "
               f"{fmt(latency(lat, 'p50'))} | {fmt(throughput(lat))} | {fmt(throughput(runs(results, f'tput-k{k}')))} |")
-    if contended:
-        print(f"\nThe same read-modify-write of {contended} keys (zipfian θ 0.99 over the keys), same clients and sessions, side by side:\n")
-        print("| system | committed/s | aborted attempts per commit | transaction p50 / p99 µs | Strata/system |")
-        print("|---|---:|---:|---:|---:|")
-        strata = throughput(runs(results, "zipf-strata"))
-        for name, label in (("zipf-strata", "Strata (RIFL 2PC, sync tables)"), ("zipf-redis", "Redis WATCH/MULTI/EXEC (in memory, no replication)")):
-            r = runs(results, name)
+    if not contended:
+        return
+    for prefix, what in (("uni", "keys uniform"), ("zipf", "zipfian θ 0.99 over the keys: contention")):
+        strata = throughput(runs(results, f"{prefix}-strata"))
+        print(f"\nThe same read-modify-write of {contended} keys ({what}), 4 clients x 4 sessions, side by side; median of {n_runs} runs:\n")
+        print("| system | committed/s | Strata/system | aborted attempts per commit | transaction p50 / p99 µs | commit p50 µs | aborts by reason (all runs) |")
+        print("|---|---:|---:|---:|---:|---:|---|")
+        for name, label in TXN_SYSTEMS:
+            r = runs(results, f"{prefix}-{name}")
             if r:
-                print(f"| {label} | {fmt(throughput(r))} | {fmt(txn_aborts(r), '.2f')} | {p50_p99(r)} | {fmt(ratio(strata, throughput(r)), '.2f')} |")
+                print(f"| {label} | {fmt(throughput(r))} | {fmt(ratio(strata, throughput(r)), '.2f')} | "
+                      f"{fmt(txn_aborts(r), '.2f')} | {p50_p99(r)} | {fmt(txn_commit(r, 'p50'))} | {txn_abort_mix(r)} |")
 
 
 TABLES = {"es": es, "log": log, "etcd": etcd, "zk": zk, "geo": geo, "kite": kite, "move": move, "rifl": rifl, "txn": txn}

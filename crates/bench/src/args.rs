@@ -833,8 +833,8 @@ impl BenchArgs {
             ));
         }
         let txn = self.workload.kind == WorkloadKind::Txn;
-        if txn && !matches!(target, Target::Strata | Target::Redis) {
-            return bad(format!("--workload txn runs against strata or redis, not {target}"));
+        if txn && !matches!(target, Target::Strata | Target::Redis | Target::Etcd) {
+            return bad(format!("--workload txn runs against strata, redis or etcd, not {target}"));
         }
         if txn && target == Target::Strata && self.conn.table.is_none() {
             return bad(

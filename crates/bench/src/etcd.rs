@@ -10,6 +10,7 @@
 //! | write, insert, release | relaxed put / release (ABD) | `Put` |
 //! | CAS | strong CAS (per-key Paxos) | `Txn { if value(key) == v then Put(key, v) }` |
 //! | FAA | per-key Paxos | refused: etcd has no fetch-and-add |
+//! | `--workload txn` | a transaction (RIFL 2PC) | `Range` each key, then `Txn { if mod_revision(k) == r for every k then Put every k }` |
 //!
 //! etcd has no sessions; as with Redis, a bench session keeps its own FIFO of outstanding
 //! requests, here each a task on the shared HTTP/2 channel, and yields completions in
@@ -42,9 +43,10 @@ mod with_grpc {
 
     use crate::target::{BenchOp, Done, CONNECT_TIMEOUT};
 
-    /// One gRPC channel to one etcd member.
+    /// One gRPC channel to one etcd member (boxed: the client is large, and enums of
+    /// connections hold it beside small ones).
     pub struct EtcdConn {
-        client: Client,
+        client: Box<Client>,
     }
 
     impl EtcdConn {
@@ -52,18 +54,53 @@ mod with_grpc {
             let opts = ConnectOptions::new().with_connect_timeout(CONNECT_TIMEOUT);
             Client::connect([format!("http://{addr}")], Some(opts))
                 .await
-                .map(|client| EtcdConn { client })
+                .map(|client| EtcdConn { client: Box::new(client) })
                 .map_err(|e| format!("cannot connect to etcd at {addr}: {e}"))
         }
 
         pub fn open_session(&self) -> EtcdSession {
             EtcdSession { client: self.client.clone(), in_flight: VecDeque::new() }
         }
+
+        /// A linearizable read of `key`: its value and `mod_revision` (0: absent).
+        pub async fn read_versioned(&self, key: &[u8]) -> Result<(Option<Vec<u8>>, i64), String> {
+            let r = self.client.kv_client().get(key, None).await.map_err(|e| e.to_string())?;
+            Ok(match r.kvs().first() {
+                Some(kv) => (Some(kv.value().to_vec()), kv.mod_revision()),
+                None => (None, 0),
+            })
+        }
+
+        /// etcd's multi-key compare-and-put: every write if every key's `mod_revision` is
+        /// still the one read (0: still absent); whether it ran.
+        pub async fn put_if_unchanged(
+            &self,
+            read: &[(&[u8], i64)],
+            writes: &[(&[u8], Vec<u8>)],
+        ) -> Result<bool, String> {
+            let txn = Txn::new()
+                .when(
+                    read.iter()
+                        .map(|(k, rev)| Compare::mod_revision(*k, CompareOp::Equal, *rev))
+                        .collect::<Vec<_>>(),
+                )
+                .and_then(
+                    writes.iter().map(|(k, v)| TxnOp::put(*k, v.clone(), None)).collect::<Vec<_>>(),
+                );
+            let r = self.client.kv_client().txn(txn).await.map_err(|e| e.to_string())?;
+            Ok(r.succeeded())
+        }
+
+        /// `key` set to `value` (the transaction workload's preload).
+        pub async fn put(&self, key: &[u8], value: &[u8]) -> Result<(), String> {
+            self.client.kv_client().put(key, value, None).await.map_err(|e| e.to_string())?;
+            Ok(())
+        }
     }
 
     /// A closed-loop session: its outstanding requests, oldest first.
     pub struct EtcdSession {
-        client: Client,
+        client: Box<Client>,
         in_flight: VecDeque<JoinHandle<Result<Done, String>>>,
     }
 
@@ -121,6 +158,22 @@ mod without_grpc {
         }
 
         pub fn open_session(&self) -> EtcdSession {
+            match *self {}
+        }
+
+        pub async fn read_versioned(&self, _key: &[u8]) -> Result<(Option<Vec<u8>>, i64), String> {
+            match *self {}
+        }
+
+        pub async fn put_if_unchanged(
+            &self,
+            _read: &[(&[u8], i64)],
+            _writes: &[(&[u8], Vec<u8>)],
+        ) -> Result<bool, String> {
+            match *self {}
+        }
+
+        pub async fn put(&self, _key: &[u8], _value: &[u8]) -> Result<(), String> {
             match *self {}
         }
     }

@@ -1,10 +1,11 @@
 //! `--workload txn`: multi-key read-modify-write transactions (issue #18 item 6, RIFL §8.3).
 //! Every session runs a closed loop of transactions, each reading `--txn-objects` counters and
-//! writing each back plus one, retried until it commits (a new attempt right away, as
-//! `run_txn` does); the report counts committed transactions and the attempts that aborted,
-//! and times each transaction from its first attempt's start to the commit's answer, and each
+//! writing each back plus one, retried until it commits, after the client library's back-off
+//! (`RetryPolicy::default().pause_before`, what `run_txn` waits; the same for both targets);
+//! the report counts committed transactions and the attempts that aborted, by reason, and
+//! times each transaction from its first attempt's start to the commit's answer, each
 //! successful commit alone (Strata: `commit()`, one parallel round of prepares; Redis:
-//! `MULTI`…`EXEC`).
+//! `MULTI`…`EXEC`) and each attempt's reads.
 //!
 //! * **Strata** (`--target strata --table T`, a table created with `--txn rifl`): the client
 //!   library's transactions. With `--txn-spread` the objects of a transaction are in distinct
@@ -12,10 +13,15 @@
 //! * **Redis** (`--target redis`): `WATCH` the keys, `GET` them, `MULTI`, `SET` them, `EXEC`;
 //!   a nil `EXEC` (a watched key changed) is an abort. One connection per session, as WATCH
 //!   is per connection.
+//! * **etcd** (`--target etcd`, a build with `--features etcd`): a linearizable `Range` of
+//!   each key for its value and `mod_revision`, then one `Txn` that puts every key if every
+//!   `mod_revision` is unchanged (etcd's multi-key compare-and-put); a failed compare is an
+//!   abort. One gRPC channel per session.
 //!
 //! Keys are drawn uniformly or from the YCSB zipfian (`--dist zipfian`, θ `--zipf-theta`) over
 //! `--keys` keys, distinct within a transaction; they start at 0.
 
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -26,10 +32,11 @@ use hdrhistogram::Histogram;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde::{Deserialize, Serialize};
-use strata_client::{Client, TxnOutcome};
+use strata_client::{AbortReason, Client, RetryPolicy, TxnOutcome};
 use strata_wire::client::shard_of;
 
 use crate::args::{BenchArgs, Distribution};
+use crate::etcd::EtcdConn;
 use crate::keys::Zipfian;
 use crate::report::{BenchReport, Latencies, LatencySummary};
 use crate::resp::{await_reply, RedisConn, Reply};
@@ -48,6 +55,12 @@ pub struct TxnReport {
     pub committed_s: f64,
     /// The successful commits alone.
     pub commit_us: LatencySummary,
+    /// Every attempt's reads (Strata: waiting while another transaction holds a key).
+    #[serde(default)]
+    pub read_us: LatencySummary,
+    /// Aborted attempts by reason.
+    #[serde(default)]
+    pub aborts: BTreeMap<String, u64>,
 }
 
 /// The keys a session may draw: all of them, or by shard (for `--txn-spread`).
@@ -101,24 +114,59 @@ impl Keys {
     }
 }
 
-/// One session's counts and latencies (whole transactions, commits alone).
+/// One session's counts and latencies (whole transactions, commits alone, reads).
 struct Counts {
     committed: u64,
     aborted: u64,
     hist: Histogram<u64>,
     commit: Histogram<u64>,
+    reads: Histogram<u64>,
+    aborts: BTreeMap<String, u64>,
 }
 
 impl Counts {
     fn new() -> Counts {
         let h = || Histogram::new(3).expect("histogram");
-        Counts { committed: 0, aborted: 0, hist: h(), commit: h() }
+        Counts {
+            committed: 0,
+            aborted: 0,
+            hist: h(),
+            commit: h(),
+            reads: h(),
+            aborts: BTreeMap::new(),
+        }
+    }
+
+    fn count(&mut self, d: Done) {
+        self.committed += 1;
+        self.aborted += d.aborts.len() as u64;
+        let _ = self.commit.record((d.commit.as_nanos() as u64).max(1));
+        for r in d.reads {
+            let _ = self.reads.record((r.as_nanos() as u64).max(1));
+        }
+        for a in d.aborts {
+            *self.aborts.entry(a).or_default() += 1;
+        }
+    }
+
+    fn add(&mut self, c: Counts) {
+        self.committed += c.committed;
+        self.aborted += c.aborted;
+        self.hist.add(c.hist).expect("same bounds");
+        self.commit.add(c.commit).expect("same bounds");
+        self.reads.add(c.reads).expect("same bounds");
+        for (a, n) in c.aborts {
+            *self.aborts.entry(a).or_default() += n;
+        }
     }
 }
 
-/// What one transaction took: aborted attempts, and its successful commit's duration.
+/// What one transaction took: why each aborted attempt aborted, every attempt's reads, and
+/// its successful commit.
+#[derive(Default)]
 struct Done {
-    aborted: u64,
+    aborts: Vec<String>,
+    reads: Vec<Duration>,
     commit: Duration,
 }
 
@@ -131,6 +179,7 @@ pub(crate) async fn run(
     let target = args.conn.target;
     let invalid = |m: &str| BenchError::InvalidArgs(m.to_string());
     let (client, shards) = match target {
+        Target::Etcd => (None, 1),
         Target::Strata => {
             let table = args.conn.table.as_deref().ok_or_else(|| {
                 invalid("--workload txn on Strata needs --table (a table created with --txn rifl)")
@@ -144,7 +193,7 @@ pub(crate) async fn run(
             (Some(client), shards)
         }
         Target::Redis => (None, 1),
-        _ => return Err(invalid("--workload txn runs against strata or redis")),
+        _ => return Err(invalid("--workload txn runs against strata, redis or etcd")),
     };
     if spread && objects as u32 > shards {
         return Err(invalid("--txn-spread needs at least --txn-objects shards"));
@@ -165,30 +214,17 @@ pub(crate) async fn run(
         tasks.push(tokio::spawn(async move {
             let mut rng = StdRng::seed_from_u64(seed);
             let mut counts = Counts::new();
-            let redis = match client {
-                Some(_) => None,
-                None => Some(
-                    RedisConn::connect(addr, Duration::from_secs(2))
-                        .await
-                        .map_err(|e| e.to_string())?,
-                ),
-            };
+            let session = Session::open(target, client, table, addr).await?;
             while Instant::now() < end {
                 let picked = keys.pick(&mut rng, objects, spread);
                 let t0 = Instant::now();
-                let done_txn = match (&client, &redis) {
-                    (Some(c), _) => strata_txn(c, &table, &picked).await,
-                    (None, Some(r)) => redis_txn(r, &picked).await,
-                    _ => unreachable!("one target"),
-                };
+                let done_txn = session.txn(&picked).await;
                 let done = Instant::now();
                 match done_txn {
                     Ok(d) if t0 >= measure_start && done <= end => {
-                        counts.committed += 1;
-                        counts.aborted += d.aborted;
                         let ns = done.duration_since(t0).as_nanos() as u64;
                         let _ = counts.hist.record(ns.max(1));
-                        let _ = counts.commit.record((d.commit.as_nanos() as u64).max(1));
+                        counts.count(d);
                     }
                     Ok(_) => {}
                     Err(e) => {
@@ -204,12 +240,7 @@ pub(crate) async fn run(
     let mut samples = Vec::new();
     for t in tasks {
         match t.await {
-            Ok(Ok(c)) => {
-                total.committed += c.committed;
-                total.aborted += c.aborted;
-                total.hist.add(c.hist).expect("same bounds");
-                total.commit.add(c.commit).expect("same bounds");
-            }
+            Ok(Ok(c)) => total.add(c),
             Ok(Err(e)) if samples.len() < MAX_ERROR_SAMPLES => samples.push(e),
             Err(e) if samples.len() < MAX_ERROR_SAMPLES => samples.push(e.to_string()),
             _ => {}
@@ -249,6 +280,8 @@ pub(crate) async fn run(
             aborted_attempts: aborted,
             committed_s: per_s,
             commit_us: LatencySummary::from_histogram(&total.commit),
+            read_us: LatencySummary::from_histogram(&total.reads),
+            aborts: total.aborts,
         }),
         preloaded_keys: keys.names.len() as u64,
         preload_s: 0.0,
@@ -275,6 +308,12 @@ async fn preload(
                 t.put(k.clone(), "0").await.map_err(|e| fail(e.to_string()))?;
             }
         }
+        None if args.conn.target == Target::Etcd => {
+            let e = EtcdConn::connect(endpoints[0]).await.map_err(fail)?;
+            for k in &keys.names {
+                e.put(k, b"0").await.map_err(fail)?;
+            }
+        }
         None => {
             let r = RedisConn::connect(endpoints[0], Duration::from_secs(2))
                 .await
@@ -289,26 +328,107 @@ async fn preload(
     Ok(())
 }
 
+/// One closed-loop session's connection to the system under test.
+enum Session {
+    Strata { client: Client, table: String },
+    Redis(Arc<RedisConn>),
+    Etcd(EtcdConn),
+}
+
+impl Session {
+    async fn open(
+        target: Target,
+        client: Option<Client>,
+        table: String,
+        addr: SocketAddr,
+    ) -> Result<Session, String> {
+        Ok(match (target, client) {
+            (Target::Strata, Some(client)) => Session::Strata { client, table },
+            (Target::Etcd, _) => Session::Etcd(EtcdConn::connect(addr).await?),
+            _ => Session::Redis(
+                RedisConn::connect(addr, Duration::from_secs(2))
+                    .await
+                    .map_err(|e| e.to_string())?,
+            ),
+        })
+    }
+
+    /// One read-modify-write transaction of `keys`, retried until it commits.
+    async fn txn(&self, keys: &[Bytes]) -> Result<Done, String> {
+        match self {
+            Session::Strata { client, table } => strata_txn(client, table, keys).await,
+            Session::Redis(r) => redis_txn(r, keys).await,
+            Session::Etcd(e) => etcd_txn(e, keys).await,
+        }
+    }
+}
+
 fn counter(v: Option<&[u8]>) -> u64 {
     v.and_then(|v| std::str::from_utf8(v).ok()?.parse().ok()).unwrap_or(0)
 }
 
-/// One Strata transaction, run again at once until it commits (no back-off: the measured
-/// loop retries as fast as it can, like the Redis loop).
+/// The pause before another attempt of an aborted transaction: the client library's.
+async fn back_off(attempt: u32) {
+    if attempt > 0 {
+        tokio::time::sleep(RetryPolicy::default().pause_before(attempt)).await;
+    }
+}
+
+/// One Strata transaction, run again until it commits.
 async fn strata_txn(client: &Client, table: &str, keys: &[Bytes]) -> Result<Done, String> {
-    let mut aborted = 0;
-    loop {
+    let mut done = Done::default();
+    for attempt in 0.. {
+        back_off(attempt).await;
         let mut tx = client.transaction();
+        let t = Instant::now();
         for k in keys {
             let n = counter(tx.read(table, k.clone()).await.map_err(|e| e.to_string())?.as_deref());
             tx.write(table, k.clone(), (n + 1).to_string());
         }
+        done.reads.push(t.elapsed());
         let t = Instant::now();
         match tx.commit().await.map_err(|e| e.to_string())? {
-            TxnOutcome::Committed => return Ok(Done { aborted, commit: t.elapsed() }),
-            TxnOutcome::Aborted { .. } => aborted += 1,
+            TxnOutcome::Committed => {
+                done.commit = t.elapsed();
+                break;
+            }
+            TxnOutcome::Aborted { reason } => done.aborts.push(abort_name(reason).into()),
         }
     }
+    Ok(done)
+}
+
+fn abort_name(reason: AbortReason) -> &'static str {
+    match reason {
+        AbortReason::Locked => "locked",
+        AbortReason::Conflict => "conflict",
+        AbortReason::Recovered => "recovered",
+    }
+}
+
+/// One etcd transaction: linearizable reads of the keys with their `mod_revision`s, then one
+/// `Txn` that puts every key if no revision changed; retried until it runs.
+async fn etcd_txn(e: &EtcdConn, keys: &[Bytes]) -> Result<Done, String> {
+    let mut done = Done::default();
+    for attempt in 0.. {
+        back_off(attempt).await;
+        let t = Instant::now();
+        let mut read = Vec::with_capacity(keys.len());
+        let mut writes = Vec::with_capacity(keys.len());
+        for k in keys {
+            let (value, rev) = e.read_versioned(k).await?;
+            read.push((&k[..], rev));
+            writes.push((&k[..], (counter(value.as_deref()) + 1).to_string().into_bytes()));
+        }
+        done.reads.push(t.elapsed());
+        let t = Instant::now();
+        if e.put_if_unchanged(&read, &writes).await? {
+            done.commit = t.elapsed();
+            break;
+        }
+        done.aborts.push("revision changed".into());
+    }
+    Ok(done)
 }
 
 /// One Redis optimistic transaction (`WATCH`/`MULTI`/`EXEC`), retried until `EXEC` runs: the
@@ -318,8 +438,10 @@ async fn redis_txn(r: &RedisConn, keys: &[Bytes]) -> Result<Done, String> {
         let slot = r.send(args).map_err(|e| e.to_string());
         async move { await_reply(slot?, r.addr()).await.map_err(|e| e.to_string()) }
     };
-    let mut aborted = 0;
-    loop {
+    let mut done = Done::default();
+    for attempt in 0.. {
+        back_off(attempt).await;
+        let t = Instant::now();
         let mut watch: Vec<&[u8]> = vec![b"WATCH"];
         watch.extend(keys.iter().map(|k| &k[..]));
         call(&watch).await?;
@@ -330,6 +452,7 @@ async fn redis_txn(r: &RedisConn, keys: &[Bytes]) -> Result<Done, String> {
                 other => return Err(format!("GET: {other:?}")),
             });
         }
+        done.reads.push(t.elapsed());
         let t = Instant::now();
         call(&[b"MULTI"]).await?;
         for (k, n) in keys.iter().zip(values) {
@@ -337,9 +460,15 @@ async fn redis_txn(r: &RedisConn, keys: &[Bytes]) -> Result<Done, String> {
             call(&[b"SET", k, v.as_bytes()]).await?;
         }
         match call(&[b"EXEC"]).await? {
-            Reply::Array(Some(_)) => return Ok(Done { aborted, commit: t.elapsed() }),
-            Reply::Array(None) | Reply::Bulk(None) => aborted += 1,
+            Reply::Array(Some(_)) => {
+                done.commit = t.elapsed();
+                break;
+            }
+            Reply::Array(None) | Reply::Bulk(None) => {
+                done.aborts.push("watched key changed".into())
+            }
             other => return Err(format!("EXEC: {other:?}")),
         }
     }
+    Ok(done)
 }

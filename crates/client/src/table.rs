@@ -37,8 +37,9 @@ use crate::session::unexpected;
 
 /// Back-off before retrying at another node (§2.1: 10 ms after `NotInActiveSet`).
 const RETRY_BACKOFF: Duration = Duration::from_millis(10);
-/// Back-off before retrying a key a transaction holds (rifl.md §5.9): its decision usually
-/// follows within a round trip.
+/// Back-off before retrying a key a transaction holds (rifl.md §5.9): a write answered
+/// `Locked`, whose decision usually follows within a round trip, or a read that waited at the
+/// leader for the whole read timeout (a lock recovery has not released yet).
 const LOCK_BACKOFF: Duration = Duration::from_millis(1);
 /// How long a call retries when the client options set no request timeout.
 const DEFAULT_RETRY_FOR: Duration = Duration::from_secs(10);

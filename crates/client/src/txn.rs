@@ -14,9 +14,10 @@
 //!   background; [`Transaction::commit_and_sync`] waits for them too (R-D24), which a process
 //!   about to exit needs. The block is acknowledged (`rpc_completed`) only after every decision
 //!   is (§5.8.1), so the votes outlive them.
-//! * **Locks.** A plain read or write of a key a transaction holds is retried by the library
-//!   until the decision is applied (§5.9); a transaction never waits for one: the object votes
-//!   `Abort(Locked)` and `run_txn` retries the whole transaction with back-off.
+//! * **Locks.** A plain read of a key a transaction holds waits at the leader until the
+//!   decision is applied, and a plain write is retried by the library until then (§5.9); a
+//!   transaction's prepare never waits for one: the object votes `Abort(Locked)` and
+//!   `run_txn` retries the whole transaction with back-off.
 
 use std::collections::{BTreeMap, HashMap};
 use std::future::Future;
@@ -350,6 +351,20 @@ pub struct RetryPolicy {
     pub max_backoff: Duration,
 }
 
+impl RetryPolicy {
+    /// The pause before attempt `attempt` (0-based; none before the first): `backoff`
+    /// doubled per abort up to `max_backoff`, drawn from its upper half so that clients
+    /// that collided spread out.
+    pub fn pause_before(&self, attempt: u32) -> Duration {
+        if attempt == 0 {
+            return Duration::ZERO;
+        }
+        let doublings = (attempt - 1).min(30);
+        let pause = self.backoff.saturating_mul(1 << doublings).min(self.max_backoff);
+        pause / 2 + pause.mul_f64(rand_unit()) / 2
+    }
+}
+
 impl Default for RetryPolicy {
     fn default() -> RetryPolicy {
         RetryPolicy {
@@ -373,13 +388,10 @@ impl Client {
     where
         F: for<'a> FnMut(&'a mut Transaction) -> TxnBody<'a, T>,
     {
-        let mut pause = policy.backoff;
         let mut last = AbortReason::Conflict;
         for attempt in 0..policy.attempts.max(1) {
             if attempt > 0 {
-                let jitter = pause.mul_f64(rand_unit());
-                tokio::time::sleep(pause / 2 + jitter / 2).await;
-                pause = (pause * 2).min(policy.max_backoff);
+                tokio::time::sleep(policy.pause_before(attempt)).await;
             }
             let mut tx = self.transaction();
             let value = body(&mut tx).await?;

@@ -25,7 +25,8 @@ pub(crate) enum ReadOrigin {
     },
 }
 
-/// A read waiting at the leader for its session token or for DI (§5.5.1).
+/// A read waiting at the leader for its session token, for DI (§5.5.1), or for the decision
+/// of a transaction that holds its key (rifl.md §5.9).
 #[derive(Clone, Debug)]
 pub(crate) struct PendingRead {
     pub origin: ReadOrigin,
@@ -229,17 +230,29 @@ impl LogReplica {
         let lease_ok = l.lease_valid(now);
         let check = self.cfg.durability.checks_durability()
             && !self.cfg.planted(PlantedBug::SkipDurabilityCheck);
+        let honour_locks = !self.cfg.planted(PlantedBug::TxnReadsIgnoreLocks);
         let mut keep = Vec::new();
         for mut r in reads {
             if !lease_ok {
                 self.finish_read(r.origin, Err(ReadError::NotLeader { hint: None }));
                 continue;
             }
+            let locked = honour_locks && self.kv.is_locked(&r.key);
             if now >= r.deadline {
-                self.finish_read(r.origin, Err(ReadError::Timeout));
+                let why = if locked { ReadError::Locked } else { ReadError::Timeout };
+                self.finish_read(r.origin, Err(why));
                 continue;
             }
             if r.min_index.is_some_and(|m| self.kv.applied() < m) {
+                keep.push(r);
+                continue;
+            }
+            // rifl.md §5.9 (R-D18): a locked key's value may be about to change, so the read
+            // waits here for the decision and is answered the moment it is applied (this loop
+            // runs after every input); polling from the client would add up to a timer tick
+            // per lock on hot keys. A read still blocked at its deadline answers `Locked`, and
+            // the client asks again (the lock outlives `T_TX` only while recovery runs).
+            if locked {
                 keep.push(r);
                 continue;
             }
