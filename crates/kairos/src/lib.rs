@@ -17,6 +17,6 @@
 pub mod lease;
 
 pub use lease::{
-    AccessStats, HitRates, LeaseLimits, LeaseModel, ModelError, MAX_HITS_PER_LEASE, MAX_LEASE,
-    STATS_WINDOW,
+    find_ideal_lease_duration, AccessStats, HitRates, IdealLease, LeaseDuration, LeaseLimits,
+    LeaseModel, LeasePolicy, ModelError, MAX_HITS_PER_LEASE, MAX_LEASE, STATS_WINDOW,
 };

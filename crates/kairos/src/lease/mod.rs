@@ -9,9 +9,11 @@
 use std::time::Duration;
 
 pub mod model;
+pub mod policy;
 pub mod stats;
 
 pub use model::{HitRates, LeaseModel, ModelError};
+pub use policy::{find_ideal_lease_duration, IdealLease, LeaseDuration, LeasePolicy};
 pub use stats::AccessStats;
 
 /// Gaps averaged by [`AccessStats`] (kairos.md §3.5, §5.10 **[DECISION]**: the paper does not
