@@ -16,6 +16,7 @@
 
 pub mod lease;
 
+pub use lease::monte_carlo;
 pub use lease::{
     find_ideal_lease_duration, AccessStats, HitRates, IdealLease, LeaseDuration, LeaseLimits,
     LeaseModel, LeasePolicy, ModelError, MAX_HITS_PER_LEASE, MAX_LEASE, STATS_WINDOW,

@@ -9,6 +9,7 @@
 use std::time::Duration;
 
 pub mod model;
+pub mod monte_carlo;
 pub mod policy;
 pub mod stats;
 
