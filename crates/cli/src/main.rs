@@ -6,6 +6,7 @@ mod chaos;
 mod cluster_file;
 mod credentials;
 mod exit;
+mod lease_model;
 mod ops;
 mod table_write;
 mod txn;
@@ -144,7 +145,8 @@ enum Command {
     /// Run one transaction over log tables created with --txn rifl, read from standard input,
     /// one operation per line: `get K`, `put K V`, `del K`, `add K DELTA` (a counter change),
     /// `check K V` (abort unless K holds V); a key is TABLE:KEY or KEY of --table. Prints each
-    /// get's value, then `committed`, or `aborted: REASON` (exit code 8).
+    /// get's value, then `committed`, or `aborted: REASON` (exit code 8). `strata txn
+    /// lease-model --r-ms R --w-ms W` prints Kairos's ideal cache lease for a key instead.
     Txn(txn::TxnArgs),
     /// Closed-loop load generator against the local cluster (default), any Strata endpoints, or
     /// a Redis server (`--target redis`); see docs/benchmarks.md.

@@ -12,6 +12,11 @@
 //! values of the `get`s are printed once the transaction is decided, then `committed` or
 //! `aborted: REASON` (exit code 8). `--retry N` runs an aborted transaction again, up to N
 //! more times (not one whose `check` failed: it would fail again on the same data).
+//!
+//! `strata txn lease-model` is a subcommand that needs no cluster and reads nothing: Kairos's
+//! lease model for one key (`crate::lease_model`). A subcommand and the flags of a
+//! transaction exclude each other (`args_conflicts_with_subcommands`), so `strata txn
+//! [--table T] [--retry N] < ops` reads as it always did.
 
 use std::io::{BufRead, Write};
 use std::time::Duration;
@@ -24,7 +29,10 @@ use crate::exit::{Failure, ABORTED, FAILED, OK, USAGE};
 use crate::ops::Target;
 
 #[derive(clap::Args, Debug)]
+#[command(args_conflicts_with_subcommands = true)]
 pub struct TxnArgs {
+    #[command(subcommand)]
+    pub command: Option<TxnCommand>,
     /// The table of keys given without `TABLE:`.
     #[arg(long)]
     pub table: Option<String>,
@@ -33,6 +41,15 @@ pub struct TxnArgs {
     pub retry: u32,
     #[command(flatten)]
     pub target: Target,
+}
+
+#[derive(clap::Subcommand, Debug)]
+pub enum TxnCommand {
+    /// Kairos's lease model for one key (kairos.md §5.11 – §5.13), no cluster needed: the ideal
+    /// lease for mean read gap R and mean write gap W (Algorithm 1), its hits per lease and
+    /// fresh-hit rate, and the fresh / stale / miss rates of leases around it; --monte-carlo N
+    /// adds the simulator's, --sweep prints Fig. 5's data as CSV.
+    LeaseModel(crate::lease_model::LeaseModelArgs),
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -64,6 +81,9 @@ enum Attempt {
 }
 
 pub fn run(args: TxnArgs) -> Result<i32, Failure> {
+    if let Some(TxnCommand::LeaseModel(model)) = args.command {
+        return crate::lease_model::run(model);
+    }
     let mut text = String::new();
     for line in std::io::stdin().lock().lines() {
         let line = line.map_err(|e| Failure::new(FAILED, format!("standard input: {e}")))?;
