@@ -185,7 +185,8 @@ fn main_txn(args: &Args) -> ExitCode {
         let r = run(seed, &opts);
         println!(
             "seed {seed}: {} — {} transactions and reads, {} committed, {} aborted, {} locks left; \
-             {} move(s) carrying {} lock(s) and {} decision record(s)",
+             {} move(s) carrying {} lock(s) and {} decision record(s), {} leader(s) crashed \
+             preparing, {} other crash(es)",
             if r.violations.is_empty() { "ok" } else { "FAILED" },
             r.records.len(),
             r.committed(),
@@ -193,7 +194,9 @@ fn main_txn(args: &Args) -> ExitCode {
             r.locks_left,
             r.moves.len(),
             r.moved_locks,
-            r.moved_decisions
+            r.moved_decisions,
+            r.prepare_crashes,
+            r.crashes
         );
         for v in r.violations.iter().take(args.max_violations) {
             println!("  {v}");

@@ -1,6 +1,6 @@
 //! The transaction harness (issue #18 item 4): seeded runs on whole hosts with faults — among
-//! them a shard move in the middle of transactions, in every run — must be clean, and each
-//! planted bug must be caught.
+//! them a shard move in the middle of transactions and a leader crashed while it prepares, in
+//! every run — must be clean, and each planted bug must be caught.
 
 use strata_log::PlantedBug;
 use strata_sim::txn::mover::MovePlant;
@@ -9,7 +9,7 @@ use strata_sim::txn::{run, TxnReport, TxnSimOptions};
 fn summary(r: &TxnReport) -> String {
     let mut s = format!(
         "seed {}: {} records, {} committed, {} aborted, {} locks left; {} move(s) carrying {} \
-         lock(s) and {} decision record(s)",
+         lock(s) and {} decision record(s), {} leader(s) crashed preparing",
         r.seed,
         r.records.len(),
         r.committed(),
@@ -17,7 +17,8 @@ fn summary(r: &TxnReport) -> String {
         r.locks_left,
         r.moves.len(),
         r.moved_locks,
-        r.moved_decisions
+        r.moved_decisions,
+        r.prepare_crashes
     );
     for v in r.violations.iter().take(5) {
         s += &format!("\n  [{}] {}", v.checker, v.detail);
@@ -26,7 +27,8 @@ fn summary(r: &TxnReport) -> String {
 }
 
 /// Every run also moves a shard while transactions hold locks on it (the move carries them,
-/// or a recovery's decision record, in most runs): by construction, not by chance.
+/// or a recovery's decision record, in most runs) and crashes a shard leader right after it
+/// appended a prepare: the scenarios happen by construction, not by chance.
 #[test]
 fn transaction_runs_with_faults_are_clean() {
     let opts = TxnSimOptions::default();
@@ -35,6 +37,7 @@ fn transaction_runs_with_faults_are_clean() {
         let r = run(seed, &opts);
         assert!(r.violations.is_empty(), "{}", summary(&r));
         assert_eq!(r.moves.len(), 1, "the shard move did not happen: {}", summary(&r));
+        assert!(r.prepare_crashes >= 1, "no leader crashed preparing: {}", summary(&r));
         committed += r.committed();
         carried += usize::from(r.moved_locks + r.moved_decisions > 0);
     }

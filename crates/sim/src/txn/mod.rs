@@ -2,7 +2,7 @@
 //! table of several shards, clients running transfers, read-only transactions and plain reads
 //! over the wire protocol, and faults — lost and duplicated messages, nodes crashed at random
 //! and restarted, a client that crashes after its first prepare, one that pauses past `T_TX`
-//! — then healing and recovery. One fault happens in every faulty run by construction, not by
+//! — then healing and recovery. Two faults happen in every faulty run by construction, not by
 //! chance:
 //!
 //! * **a shard move in the middle of transactions** ([`mover`]): an operator moves a shard of
@@ -11,7 +11,12 @@
 //!   `Prepared` vote (or, in a quarter of the runs, holds a recovery coordinator's decision
 //!   record), so the frozen state (`LogOp::Install`) carries locks, votes and decision
 //!   records to the new group; the clients and the coordinators follow `Moved` answers there
-//!   with the same RPC ids (`client` docs).
+//!   with the same RPC ids (`client` docs);
+//! * **a participant's leader crashed while it prepares** (`Preparing`): twice a run, when a
+//!   shard leader appends a `Prepare` entry, it crashes at once (the entry unsynced, perhaps
+//!   already sent to followers) or a little later while the entry is still unapplied and
+//!   unanswered, and restarts later; the client retries the prepare (same ids) at whoever
+//!   leads next.
 //!
 //! The checkers ([`check`]) judge what the clients saw and what every replica applied (its
 //! audit events, and the locks a move or a restart installed without events):
@@ -19,7 +24,7 @@
 //! agreement, lock exclusivity, no lock left, conservation of the total, and the replicas'
 //! own invariants (a lock's vote outlives it, §7 inv. 14), each with a canary
 //! (`strata_log::PlantedBug::Txn*`; a move that loses its locks, [`mover::MovePlant`]). The
-//! report counts the moves and what they carried.
+//! report counts the moves, what they carried and the targeted crashes.
 
 pub mod check;
 pub mod client;
@@ -31,7 +36,7 @@ use bytes::Bytes;
 use strata_core::Prng;
 use strata_host::catalog::{self, Catalogued};
 use strata_host::Audit;
-use strata_log::{LogEvent, PlantedBug, TxnEvent};
+use strata_log::{LogEvent, Persist, PlantedBug, Role, TxnEvent};
 use strata_wire::client::{
     shard_of, ClientRequest, ClientResponse, LogFailure, LogWriteOp, Request, Response, TableDef,
     TableDurability, TableEngine, TableReads, TableReplication, TableTimers, TableTxn,
@@ -69,6 +74,9 @@ pub struct TxnSimOptions {
     pub move_shard: bool,
     /// A planted bug in that move (its canary).
     pub move_plant: Option<mover::MovePlant>,
+    /// With `faults`: this many times, crash a shard leader right after it appended a
+    /// prepare, before the prepare is applied and answered (then restart it).
+    pub prepare_crashes: u32,
 }
 
 impl Default for TxnSimOptions {
@@ -83,6 +91,7 @@ impl Default for TxnSimOptions {
             pause: None,
             move_shard: true,
             move_plant: None,
+            prepare_crashes: 2,
         }
     }
 }
@@ -131,6 +140,10 @@ pub struct TxnReport {
     /// carried to the new groups.
     pub moved_locks: usize,
     pub moved_decisions: usize,
+    /// Leaders crashed with a prepare appended but not yet applied (the targeted fault).
+    pub prepare_crashes: usize,
+    /// Random node crashes.
+    pub crashes: usize,
     pub end: Instant,
     pub violations: Vec<Violation>,
 }
@@ -246,6 +259,8 @@ pub fn run(seed: u64, opts: &TxnSimOptions) -> TxnReport {
     // Node faults: crash a node now and then, restart it a little later.
     const CRASH: u64 = 1 << 32;
     const RESTART: u64 = 2 << 32;
+    const CRASH_PREPARING: u64 = 4 << 32;
+    let mut crashes = 0;
     if opts.faults {
         let mut at = c.now;
         for _ in 0..rng.range(1, 4) {
@@ -274,6 +289,13 @@ pub fn run(seed: u64, opts: &TxnSimOptions) -> TxnReport {
         m.plant = opts.move_plant;
         m
     });
+    // Leaders crashed in the middle of a prepare (`Preparing` docs).
+    let mut preparing = Preparing {
+        left: if opts.faults { opts.prepare_crashes } else { 0 },
+        next_at: c.now + Duration::from_millis(frng.range(20, 500)),
+        waiting: None,
+        crashes: 0,
+    };
     let deadline = c.now + Duration::from_secs(60);
     let busy = |clients: &[TxnClient], mover: &Option<Mover>| {
         !clients.iter().all(TxnClient::finished) || mover.as_ref().is_some_and(|m| !m.finished())
@@ -285,16 +307,41 @@ pub fn run(seed: u64, opts: &TxnSimOptions) -> TxnReport {
                 if let Some(m) = mover.as_mut() {
                     m.watch(&mut c, &step);
                 }
+                if let Some((node, shard, index)) = preparing.due(&c, &step) {
+                    if frng.chance(0.5) {
+                        preparing.crash(&mut c, node, &mut frng, RESTART);
+                    } else {
+                        // A little later: replicated, perhaps persisted, but not yet applied.
+                        let at = c.now + Duration::from_micros(frng.range(100, 1500));
+                        preparing.waiting = Some((node, shard, index, c.incarnation(node)));
+                        c.schedule(at, CRASH_PREPARING);
+                    }
+                }
                 let (node, adopted) = (step.node, adopted(&step));
                 observe(&mut c, step, &mut applied);
                 if let Some(m) = mover.as_ref().filter(|_| adopted) {
                     record_adopted(&c, node, m.shard, &mut applied);
                 }
             }
+            Stepped::Harness(CRASH_PREPARING) => {
+                if let Some((node, shard, index, incarnation)) = preparing.waiting.take() {
+                    let unapplied = c.incarnation(node) == incarnation
+                        && all_up(&c)
+                        && c.nodes[node]
+                            .host
+                            .as_ref()
+                            .and_then(|h| h.shard_replica(TABLE, shard))
+                            .is_some_and(|r| r.role() == Role::Leader && r.applied_index() < index);
+                    if unapplied {
+                        preparing.crash(&mut c, node, &mut frng, RESTART);
+                    }
+                }
+            }
             Stepped::Harness(token) if token & CRASH != 0 => {
                 let node = (token & 0xffff) as usize;
                 if all_up(&c) {
                     c.crash(node);
+                    crashes += 1;
                 }
             }
             Stepped::Harness(token) if token & RESTART != 0 => {
@@ -370,6 +417,8 @@ pub fn run(seed: u64, opts: &TxnSimOptions) -> TxnReport {
         moves,
         moved_locks: frozen.map_or(0, |s| s.locks.len()),
         moved_decisions: frozen.map_or(0, |s| s.decisions.len()),
+        prepare_crashes: preparing.crashes,
+        crashes,
         end,
         violations: Vec::new(),
     };
@@ -392,6 +441,52 @@ fn adopted(step: &crate::host::Step) -> bool {
 
 fn all_up(c: &HostCluster) -> bool {
     (0..NODES).all(|i| c.is_up(i))
+}
+
+/// The targeted fault: a participant's leader crashes in the middle of a prepare — right after
+/// it appended the `Prepare` entry (its disk has not synced it; the followers may have it), or
+/// a little later while the entry is still unapplied, so unanswered — and restarts later.
+/// Armed `left` times, each from `next_at` on, when every node is up.
+struct Preparing {
+    left: u32,
+    next_at: Instant,
+    /// A crash scheduled a little later: `(node, shard, the entry's index, incarnation)`.
+    waiting: Option<(usize, u32, LogIndex, u64)>,
+    crashes: usize,
+}
+
+impl Preparing {
+    /// Whether `step` is a leader appending a prepare while the fault is armed: `(node,
+    /// shard, the entry's index)`.
+    fn due(&self, c: &HostCluster, step: &crate::host::Step) -> Option<(usize, u32, LogIndex)> {
+        if self.left == 0 || self.waiting.is_some() || c.now < self.next_at || !all_up(c) {
+            return None;
+        }
+        let r = c.nodes[step.node].host.as_ref()?;
+        step.persists.iter().find_map(|(id, records)| {
+            let replica = r.shard_replica(TABLE, id.shard)?;
+            if replica.role() != Role::Leader {
+                return None;
+            }
+            // The leader's own append (in its epoch), not a follower's copy.
+            let own = |e: &&strata_log::LogEntry| {
+                matches!(e.op, LogOp::Prepare(_)) && e.index.epoch == replica.epoch()
+            };
+            records.iter().find_map(|(_, p)| match p {
+                Persist::Append(es) => es.iter().find(own).map(|e| (step.node, id.shard, e.index)),
+                _ => None,
+            })
+        })
+    }
+
+    fn crash(&mut self, c: &mut HostCluster, node: usize, rng: &mut Prng, restart: u64) {
+        c.crash(node);
+        self.crashes += 1;
+        self.left -= 1;
+        let up = c.now + Duration::from_millis(rng.range(200, 900));
+        c.schedule(up, restart | node as u64);
+        self.next_at = up + Duration::from_millis(rng.range(50, 500));
+    }
 }
 
 /// Records a step's transaction events and sends its replies on to the clients.
