@@ -146,6 +146,9 @@ impl Recovery {
             records.extend(s.replica.decision_records().map(|d| (sk, d.clone())));
         }
         self.timers.retain(|k, _| seen.contains(k));
+        // The locks come in hash order: sorted, the `Start`s leave in the same order on every
+        // run (the simulator replays a seed exactly), and one per transaction.
+        fire.sort_by_key(|(txn, _)| *txn);
         fire.dedup_by_key(|(txn, _)| *txn);
         for (txn, all) in fire {
             let Some(first) = all.first() else { continue };

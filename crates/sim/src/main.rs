@@ -184,12 +184,19 @@ fn main_txn(args: &Args) -> ExitCode {
     for seed in seeds.clone() {
         let r = run(seed, &opts);
         println!(
-            "seed {seed}: {} — {} transactions and reads, {} committed, {} aborted, {} locks left",
+            "seed {seed}: {} — {} transactions and reads, {} committed, {} aborted, {} locks left; \
+             {} move(s) carrying {} lock(s) and {} decision record(s), {} leader(s) crashed \
+             preparing, {} other crash(es)",
             if r.violations.is_empty() { "ok" } else { "FAILED" },
             r.records.len(),
             r.committed(),
             r.aborted(),
-            r.locks_left
+            r.locks_left,
+            r.moves.len(),
+            r.moved_locks,
+            r.moved_decisions,
+            r.prepare_crashes,
+            r.crashes
         );
         for v in r.violations.iter().take(args.max_violations) {
             println!("  {v}");

@@ -174,6 +174,13 @@ pub fn lock_exclusivity(r: &TxnReport) -> Vec<Violation> {
     for a in &r.applied {
         match a {
             Applied::Restarted { node } => locks.retain(|(n, _, _), _| n != node),
+            // The replica's state was replaced (a move, a replay from an installed state).
+            Applied::Locks { node, shard, locks: held } => {
+                locks.retain(|(n, s, _), _| (n, s) != (node, shard));
+                for (key, txn, seq) in held {
+                    locks.insert((*node, *shard, key.clone()), (*txn, *seq));
+                }
+            }
             Applied::Event { node, shard, event } => match event {
                 TxnEvent::Voted { txn, seq, key: Some(key), vote: Vote::Prepared, .. } => {
                     let slot = (*node, *shard, key.clone());

@@ -5,6 +5,10 @@
 //! (read both, move one unit if the source has it), read-only transactions and plain reads,
 //! and records what it saw for the checkers. Faults of its own: it may crash for good, or pause
 //! past `T_TX`, right after its first prepare is answered.
+//!
+//! Routing follows shard moves as the client library's tables do (rifl.md §5.7 step 4): a
+//! `Moved { replicas }` answer names the shard's new group, and the request (the same RPC id)
+//! goes to those replicas in turn from then on; a `NotLeader` hint goes to the hinted node.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -119,6 +123,8 @@ pub struct TxnClient {
     /// Requests in flight, by the shard (or key shard for reads) they are for.
     pending: BTreeMap<u32, Pending>,
     leader: BTreeMap<u32, usize>,
+    /// The replicas of each shard a `Moved` answer named (module docs); every node otherwise.
+    placement: BTreeMap<u32, Vec<usize>>,
     txns_left: u32,
     next_corr: u64,
     fault: Option<ClientFault>,
@@ -164,6 +170,7 @@ impl TxnClient {
             current: None,
             pending: BTreeMap::new(),
             leader: BTreeMap::new(),
+            placement: BTreeMap::new(),
             txns_left: txns,
             next_corr: (index as u64 + 1) << 40,
             fault,
@@ -217,8 +224,12 @@ impl TxnClient {
         for shard in stale {
             self.resend(c, now, shard);
         }
-        if let Some((p, _)) = self.follow.as_mut().filter(|(p, _)| now >= p.due) {
-            p.node = (p.node + 1) % self.nodes;
+        let due = self.follow.as_ref().filter(|(p, _)| now >= p.due);
+        if let Some(next) =
+            due.map(|(p, _)| self.after(shard_of_body(&p.body, self.shards), p.node))
+        {
+            let (p, _) = self.follow.as_mut().expect("due");
+            p.node = next;
             p.due = now + RETRY_AFTER;
             self.next_corr += 1;
             p.corr = self.next_corr;
@@ -306,11 +317,14 @@ impl TxnClient {
         rifl: Option<Rifl>,
         body: Request,
     ) {
-        let node = self
-            .leader
-            .get(&shard)
-            .copied()
-            .unwrap_or_else(|| self.rng.range(0, self.nodes as u64) as usize);
+        let node = match self.leader.get(&shard) {
+            Some(&node) => node,
+            None => {
+                let at = self.placement.get(&shard);
+                let i = self.rng.range(0, at.map_or(self.nodes, Vec::len) as u64) as usize;
+                at.map_or(i, |rs| rs[i])
+            }
+        };
         self.next_corr += 1;
         let p = Pending {
             corr: self.next_corr,
@@ -331,10 +345,11 @@ impl TxnClient {
     fn resend(&mut self, c: &mut HostCluster, now: Instant, shard: u32) {
         self.next_corr += 1;
         let corr = self.next_corr;
+        let next = self.after(shard, self.pending[&shard].node);
         let p = self.pending.get_mut(&shard).expect("pending");
         if !p.chosen {
             // Unanswered in time (lost, a crashed node): the next node.
-            p.node = (p.node + 1) % self.nodes;
+            p.node = next;
         }
         p.chosen = false;
         p.corr = corr;
@@ -408,17 +423,10 @@ impl TxnClient {
         }
         match resp.body {
             Response::LogRejected(f) => {
+                let node = self.pending[&shard].node;
+                let next = self.redirect(shard, node, f);
                 let p = self.pending.get_mut(&shard).expect("found");
-                match f {
-                    LogFailure::NotLeader { hint: Some(h) }
-                        if (h.0 as usize) < self.nodes && h.0 as usize != p.node =>
-                    {
-                        p.node = h.0 as usize;
-                    }
-                    // The leader holds the key locked: the same node, next step.
-                    LogFailure::Locked => {}
-                    _ => p.node = (p.node + 1) % self.nodes,
-                }
+                p.node = next;
                 // Resent at the next poll (to the node chosen above).
                 p.due = now;
                 p.chosen = true;
@@ -623,15 +631,12 @@ impl TxnClient {
                 let (_, rec) = self.follow.take().expect("present");
                 self.done.push(rec);
             }
-            // Locked (the decision is on its way), or not the leader: again, shortly.
+            // Locked (the decision is on its way), not the leader, moved: again, shortly.
             Response::LogRejected(f) => {
-                p.node = match f {
-                    LogFailure::NotLeader { hint: Some(h) } if (h.0 as usize) < self.nodes => {
-                        h.0 as usize
-                    }
-                    LogFailure::Locked => p.node,
-                    _ => (p.node + 1) % self.nodes,
-                };
+                let (shard, node) = (shard_of_body(&p.body, self.shards), p.node);
+                let next = self.redirect(shard, node, f);
+                let Some((p, _)) = self.follow.as_mut() else { return };
+                p.node = next;
                 self.next_corr += 1;
                 p.corr = self.next_corr;
                 p.due = now + RETRY_AFTER;
@@ -642,10 +647,45 @@ impl TxnClient {
         }
     }
 
+    /// The node after `node` among the replicas of `shard` (every node, unless a move named
+    /// others): where a request goes when its node does not answer.
+    fn after(&self, shard: u32, node: usize) -> usize {
+        match self.placement.get(&shard) {
+            Some(rs) => {
+                rs.iter().position(|&r| r == node).map_or(rs[0], |i| rs[(i + 1) % rs.len()])
+            }
+            None => (node + 1) % self.nodes,
+        }
+    }
+
+    /// The node to send a request for `shard` to after node `node` refused it with `f`: the
+    /// hinted leader, the same node while a key is locked (the decision is on its way), the
+    /// next of the new replicas after a move (which are remembered), else the next node.
+    fn redirect(&mut self, shard: u32, node: usize, f: LogFailure) -> usize {
+        match f {
+            LogFailure::NotLeader { hint: Some(h) }
+                if (h.0 as usize) < self.nodes && h.0 as usize != node =>
+            {
+                h.0 as usize
+            }
+            LogFailure::Locked => node,
+            LogFailure::Moved { replicas } => {
+                let to: Vec<usize> =
+                    replicas.iter().map(|r| r.0 as usize).filter(|&r| r < self.nodes).collect();
+                if !to.is_empty() {
+                    self.placement.insert(shard, to);
+                }
+                self.after(shard, node)
+            }
+            _ => self.after(shard, node),
+        }
+    }
+
     /// Sends the follow-up read of `key` (module docs of `follow`).
     fn follow_up(&mut self, c: &mut HostCluster, now: Instant, key: Bytes) {
         let shard = shard_of(&key, self.shards);
-        let node = self.leader.get(&shard).copied().unwrap_or(0);
+        let first = self.placement.get(&shard).map_or(0, |rs| rs[0]);
+        let node = self.leader.get(&shard).copied().unwrap_or(first);
         self.next_corr += 1;
         let body = Request::LogRead { table: self.table.clone(), key, min_index: None };
         let p = Pending {
@@ -688,5 +728,14 @@ impl TxnClient {
         self.phase = Phase::Think;
         let think = Duration::from_millis(self.rng.range(0, 20));
         self.sleep_until = Some(now + think);
+    }
+}
+
+/// The shard a request is for (of a table of `shards` shards).
+fn shard_of_body(body: &Request, shards: u32) -> u32 {
+    match body {
+        Request::LogRead { key, .. } => shard_of(key, shards),
+        Request::TxnPrepare { shard, .. } | Request::TxnDecide { shard, .. } => *shard,
+        _ => 0,
     }
 }

@@ -1,16 +1,34 @@
 //! The transaction harness (issue #18 item 4): whole hosts (`HostCluster`) with a transactional
 //! table of several shards, clients running transfers, read-only transactions and plain reads
-//! over the wire protocol, and faults — lost and duplicated messages, a shard leader crashed
-//! (during prepares or decisions) and restarted, a client that crashes after its first
-//! prepare, one that pauses past `T_TX` — then healing and recovery. The checkers
-//! ([`check`]) judge what the clients saw and what every replica applied (its audit events):
+//! over the wire protocol, and faults — lost and duplicated messages, nodes crashed at random
+//! and restarted, a client that crashes after its first prepare, one that pauses past `T_TX`
+//! — then healing and recovery. Two faults happen in every faulty run by construction, not by
+//! chance:
+//!
+//! * **a shard move in the middle of transactions** ([`mover`]): an operator moves a shard of
+//!   the table to another replica set (every node but one, often leaving out its leader), as
+//!   `strata shard move` does, freezing the moment the shard's leader has applied a
+//!   `Prepared` vote (or, in a quarter of the runs, holds a recovery coordinator's decision
+//!   record), so the frozen state (`LogOp::Install`) carries locks, votes and decision
+//!   records to the new group; the clients and the coordinators follow `Moved` answers there
+//!   with the same RPC ids (`client` docs);
+//! * **a participant's leader crashed while it prepares** (`Preparing`): twice a run, when a
+//!   shard leader appends a `Prepare` entry, it crashes at once (the entry unsynced, perhaps
+//!   already sent to followers) or a little later while the entry is still unapplied and
+//!   unanswered, and restarts later; the client retries the prepare (same ids) at whoever
+//!   leads next.
+//!
+//! The checkers ([`check`]) judge what the clients saw and what every replica applied (its
+//! audit events, and the locks a move or a restart installed without events):
 //! strict serializability (the dependency-graph checker of `check::txn`), atomicity, decision
 //! agreement, lock exclusivity, no lock left, conservation of the total, and the replicas'
 //! own invariants (a lock's vote outlives it, §7 inv. 14), each with a canary
-//! (`strata_log::PlantedBug::Txn*`).
+//! (`strata_log::PlantedBug::Txn*`; a move that loses its locks, [`mover::MovePlant`]). The
+//! report counts the moves, what they carried and the targeted crashes.
 
 pub mod check;
 pub mod client;
+pub mod mover;
 
 use std::time::Duration;
 
@@ -18,18 +36,20 @@ use bytes::Bytes;
 use strata_core::Prng;
 use strata_host::catalog::{self, Catalogued};
 use strata_host::Audit;
-use strata_log::{LogEvent, PlantedBug, TxnEvent};
+use strata_log::{LogEvent, Persist, PlantedBug, Role, TxnEvent};
 use strata_wire::client::{
     shard_of, ClientRequest, ClientResponse, LogFailure, LogWriteOp, Request, Response, TableDef,
     TableDurability, TableEngine, TableReads, TableReplication, TableTimers, TableTxn,
 };
-use strata_wire::log::LogIndex;
+use strata_wire::log::{LogIndex, LogOp, ShardMove};
 use strata_wire::rifl::{LeaseInfo, LeaseStatus, Rifl, RpcId};
+use strata_wire::txn::TxnId;
 use strata_wire::Instant;
 
 use crate::check::Violation;
 use crate::host::{ClusterOptions, HostCluster, HostNet, Stepped};
 use client::{ClientFault, TxnClient, TxnRecord};
+use mover::Mover;
 
 pub const TABLE: &str = "bank";
 pub const SHARDS: u32 = 3;
@@ -50,6 +70,13 @@ pub struct TxnSimOptions {
     pub lease_term: Duration,
     /// How long the pausing client sleeps after its first prepare (`None`: 8 `T_TX`).
     pub pause: Option<Duration>,
+    /// With `faults`: move a shard to another replica set while transactions hold locks on it.
+    pub move_shard: bool,
+    /// A planted bug in that move (its canary).
+    pub move_plant: Option<mover::MovePlant>,
+    /// With `faults`: this many times, crash a shard leader right after it appended a
+    /// prepare, before the prepare is applied and answered (then restart it).
+    pub prepare_crashes: u32,
 }
 
 impl Default for TxnSimOptions {
@@ -62,6 +89,9 @@ impl Default for TxnSimOptions {
             t_tx: strata_host::TXN_TIMEOUT_PER_OBJECT,
             lease_term: Duration::from_secs(10),
             pause: None,
+            move_shard: true,
+            move_plant: None,
+            prepare_crashes: 2,
         }
     }
 }
@@ -77,6 +107,16 @@ pub enum Applied {
     /// The node restarted: its replicas rebuild their state by replaying their logs.
     Restarted {
         node: usize,
+    },
+    /// The locks the node's replica of `shard` holds from here on, `(key, txn, seq)`, when its
+    /// state was replaced without events: a shard move adopted at the node (the new group's
+    /// replica starts from the frozen state; a node out of the group hosts the shard no more:
+    /// none), and a restart of a moved-in replica (its replay starts from the `Install` entry,
+    /// whose locks no event reports; the entries after it report their own).
+    Locks {
+        node: usize,
+        shard: u32,
+        locks: Vec<(Bytes, TxnId, u64)>,
     },
 }
 
@@ -94,6 +134,16 @@ pub struct TxnReport {
     pub locks_left: usize,
     /// Panics and broken invariants of the hosts.
     pub failures: Vec<String>,
+    /// Shard moves finished: `(shard, where it went)`.
+    pub moves: Vec<(u32, ShardMove)>,
+    /// Locks, and recovery coordinators' decision records, that the moves' frozen states
+    /// carried to the new groups.
+    pub moved_locks: usize,
+    pub moved_decisions: usize,
+    /// Leaders crashed with a prepare appended but not yet applied (the targeted fault).
+    pub prepare_crashes: usize,
+    /// Random node crashes.
+    pub crashes: usize,
     pub end: Instant,
     pub violations: Vec<Violation>,
 }
@@ -177,14 +227,7 @@ pub fn run(seed: u64, opts: &TxnSimOptions) -> TxnReport {
             op: LogWriteOp::Put(Bytes::from(INITIAL.to_string())),
             immediate: false,
         };
-        match call_leader(
-            &mut c,
-            setup_client,
-            shard_of(&key, SHARDS),
-            Some(rifl),
-            body,
-            &mut applied,
-        ) {
+        match call_leader(&mut c, setup_client, Some(rifl), body, &mut applied) {
             Response::LogWritten { index, .. } => setup.push((key, index)),
             other => panic!("seed {seed}: setup write: {other:?}"),
         }
@@ -216,6 +259,8 @@ pub fn run(seed: u64, opts: &TxnSimOptions) -> TxnReport {
     // Node faults: crash a node now and then, restart it a little later.
     const CRASH: u64 = 1 << 32;
     const RESTART: u64 = 2 << 32;
+    const CRASH_PREPARING: u64 = 4 << 32;
+    let mut crashes = 0;
     if opts.faults {
         let mut at = c.now;
         for _ in 0..rng.range(1, 4) {
@@ -225,15 +270,78 @@ pub fn run(seed: u64, opts: &TxnSimOptions) -> TxnReport {
             c.schedule(at + Duration::from_millis(rng.range(200, 900)), RESTART | node);
         }
     }
+    // The scenarios' own draws, so the draws above stay what they were.
+    let mut frng = Prng::new(seed ^ 0x6d6f_7665_7363_656e);
+    // A shard move while transactions hold locks on it (`mover` docs).
+    let mut mover = (opts.faults && opts.move_shard).then(|| {
+        // A shard that holds accounts (one of the three may hold none).
+        let shard = shard_of(&accounts()[frng.range(0, ACCOUNTS as u64) as usize], SHARDS);
+        // Decision records exist while recovery runs: early on, for the transactions of the
+        // crashing and the pausing client.
+        let want_decision = frng.chance(0.25);
+        let from =
+            c.now + Duration::from_millis(if want_decision { 0 } else { frng.range(200, 1500) });
+        let without_leader = frng.chance(0.5);
+        let pick = frng.next_u64();
+        let client = opts.clients + 1;
+        let mut m =
+            Mover::new(&mut c, client, TABLE, shard, from, want_decision, without_leader, pick);
+        m.plant = opts.move_plant;
+        m
+    });
+    // Leaders crashed in the middle of a prepare (`Preparing` docs).
+    let mut preparing = Preparing {
+        left: if opts.faults { opts.prepare_crashes } else { 0 },
+        next_at: c.now + Duration::from_millis(frng.range(20, 500)),
+        waiting: None,
+        crashes: 0,
+    };
     let deadline = c.now + Duration::from_secs(60);
-    while c.now < deadline && !clients.iter().all(TxnClient::finished) {
+    let busy = |clients: &[TxnClient], mover: &Option<Mover>| {
+        !clients.iter().all(TxnClient::finished) || mover.as_ref().is_some_and(|m| !m.finished())
+    };
+    while c.now < deadline && busy(&clients, &mover) {
         let Some(stepped) = c.next(deadline) else { break };
         match stepped {
-            Stepped::Node(step) => observe(&mut c, step, &mut applied),
+            Stepped::Node(step) => {
+                if let Some(m) = mover.as_mut() {
+                    m.watch(&mut c, &step);
+                }
+                if let Some((node, shard, index)) = preparing.due(&c, &step) {
+                    if frng.chance(0.5) {
+                        preparing.crash(&mut c, node, &mut frng, RESTART);
+                    } else {
+                        // A little later: replicated, perhaps persisted, but not yet applied.
+                        let at = c.now + Duration::from_micros(frng.range(100, 1500));
+                        preparing.waiting = Some((node, shard, index, c.incarnation(node)));
+                        c.schedule(at, CRASH_PREPARING);
+                    }
+                }
+                let (node, adopted) = (step.node, adopted(&step));
+                observe(&mut c, step, &mut applied);
+                if let Some(m) = mover.as_ref().filter(|_| adopted) {
+                    record_adopted(&c, node, m.shard, &mut applied);
+                }
+            }
+            Stepped::Harness(CRASH_PREPARING) => {
+                if let Some((node, shard, index, incarnation)) = preparing.waiting.take() {
+                    let unapplied = c.incarnation(node) == incarnation
+                        && all_up(&c)
+                        && c.nodes[node]
+                            .host
+                            .as_ref()
+                            .and_then(|h| h.shard_replica(TABLE, shard))
+                            .is_some_and(|r| r.role() == Role::Leader && r.applied_index() < index);
+                    if unapplied {
+                        preparing.crash(&mut c, node, &mut frng, RESTART);
+                    }
+                }
+            }
             Stepped::Harness(token) if token & CRASH != 0 => {
                 let node = (token & 0xffff) as usize;
-                if (0..NODES).filter(|&i| c.is_up(i)).count() == NODES {
+                if all_up(&c) {
                     c.crash(node);
+                    crashes += 1;
                 }
             }
             Stepped::Harness(token) if token & RESTART != 0 => {
@@ -248,14 +356,19 @@ pub fn run(seed: u64, opts: &TxnSimOptions) -> TxnReport {
         for (client, resp) in std::mem::take(&mut c.client_inbox) {
             if let Some(cl) = clients.get_mut(client) {
                 cl.on_response(&mut c, now, resp);
+            } else if let Some(m) = mover.as_mut().filter(|m| m.client == client) {
+                m.on_response(&mut c, resp);
             }
         }
         for client in std::mem::take(&mut c.client_wakes) {
             if let Some(cl) = clients.get_mut(client) {
                 cl.poll(&mut c, now);
+            } else if let Some(m) = mover.as_mut().filter(|m| m.client == client) {
+                m.poll(&mut c);
             }
         }
     }
+    let unfinished_move = mover.as_ref().filter(|m| !m.finished()).map(Mover::describe);
     // Heal: every node up, no loss; then time for recovery to finish what clients left.
     for i in 0..NODES {
         if !c.is_up(i) {
@@ -273,14 +386,7 @@ pub fn run(seed: u64, opts: &TxnSimOptions) -> TxnReport {
         .into_iter()
         .map(|key| {
             let body = Request::LogRead { table: TABLE.into(), key: key.clone(), min_index: None };
-            match call_leader(
-                &mut c,
-                setup_client,
-                shard_of(&key, SHARDS),
-                None,
-                body,
-                &mut applied,
-            ) {
+            match call_leader(&mut c, setup_client, None, body, &mut applied) {
                 Response::LogValue { value, .. } => (key, value),
                 other => (key, Some(Bytes::from(format!("unreadable: {other:?}")))),
             }
@@ -298,6 +404,8 @@ pub fn run(seed: u64, opts: &TxnSimOptions) -> TxnReport {
         .map(|(n, _)| n)
         .sum();
     let failures = c.nodes.iter().filter_map(|n| n.failure.clone()).collect();
+    let frozen = mover.as_ref().and_then(|m| m.frozen.as_ref());
+    let moves = mover.iter().filter_map(|m| Some((m.shard, m.done.clone()?))).collect();
     let mut report = TxnReport {
         seed,
         records: clients.into_iter().flat_map(|cl| cl.done).collect(),
@@ -306,17 +414,95 @@ pub fn run(seed: u64, opts: &TxnSimOptions) -> TxnReport {
         final_values,
         locks_left,
         failures,
+        moves,
+        moved_locks: frozen.map_or(0, |s| s.locks.len()),
+        moved_decisions: frozen.map_or(0, |s| s.decisions.len()),
+        prepare_crashes: preparing.crashes,
+        crashes,
         end,
         violations: Vec::new(),
     };
     report.violations = check::check_all(&report);
+    if let Some(m) = unfinished_move {
+        report.violations.push(Violation {
+            checker: "txn-move-finished",
+            at: None,
+            detail: format!("the shard move did not finish within the run: {m}"),
+        });
+    }
     report
+}
+
+/// Whether the step adopted a shard move (answered `ShardAdopted`: the node replaced its
+/// replica in this step).
+fn adopted(step: &crate::host::Step) -> bool {
+    step.replies.iter().any(|(_, r)| matches!(r.body, Response::ShardAdopted { .. }))
+}
+
+fn all_up(c: &HostCluster) -> bool {
+    (0..NODES).all(|i| c.is_up(i))
+}
+
+/// The targeted fault: a participant's leader crashes in the middle of a prepare — right after
+/// it appended the `Prepare` entry (its disk has not synced it; the followers may have it), or
+/// a little later while the entry is still unapplied, so unanswered — and restarts later.
+/// Armed `left` times, each from `next_at` on, when every node is up.
+struct Preparing {
+    left: u32,
+    next_at: Instant,
+    /// A crash scheduled a little later: `(node, shard, the entry's index, incarnation)`.
+    waiting: Option<(usize, u32, LogIndex, u64)>,
+    crashes: usize,
+}
+
+impl Preparing {
+    /// Whether `step` is a leader appending a prepare while the fault is armed: `(node,
+    /// shard, the entry's index)`.
+    fn due(&self, c: &HostCluster, step: &crate::host::Step) -> Option<(usize, u32, LogIndex)> {
+        if self.left == 0 || self.waiting.is_some() || c.now < self.next_at || !all_up(c) {
+            return None;
+        }
+        let r = c.nodes[step.node].host.as_ref()?;
+        step.persists.iter().find_map(|(id, records)| {
+            let replica = r.shard_replica(TABLE, id.shard)?;
+            if replica.role() != Role::Leader {
+                return None;
+            }
+            // The leader's own append (in its epoch), not a follower's copy.
+            let own = |e: &&strata_log::LogEntry| {
+                matches!(e.op, LogOp::Prepare(_)) && e.index.epoch == replica.epoch()
+            };
+            records.iter().find_map(|(_, p)| match p {
+                Persist::Append(es) => es.iter().find(own).map(|e| (step.node, id.shard, e.index)),
+                _ => None,
+            })
+        })
+    }
+
+    fn crash(&mut self, c: &mut HostCluster, node: usize, rng: &mut Prng, restart: u64) {
+        c.crash(node);
+        self.crashes += 1;
+        self.left -= 1;
+        let up = c.now + Duration::from_millis(rng.range(200, 900));
+        c.schedule(up, restart | node as u64);
+        self.next_at = up + Duration::from_millis(rng.range(50, 500));
+    }
 }
 
 /// Records a step's transaction events and sends its replies on to the clients.
 fn observe(c: &mut HostCluster, step: crate::host::Step, applied: &mut Vec<Applied>) {
     c.send_replies(step.replies);
     record(step.node, step.audit, applied);
+}
+
+/// [`Applied::Locks`] of `node`'s replica of `shard` now (after a move's adoption).
+fn record_adopted(c: &HostCluster, node: usize, shard: u32, applied: &mut Vec<Applied>) {
+    let Some(h) = c.nodes[node].host.as_ref() else { return };
+    let locks = h
+        .shard_replica(TABLE, shard)
+        .map(|r| r.locks().map(|l| (l.key.clone(), l.txn, l.seq)).collect())
+        .unwrap_or_default();
+    applied.push(Applied::Locks { node, shard, locks });
 }
 
 fn record(node: usize, audit: Vec<Audit>, applied: &mut Vec<Applied>) {
@@ -331,7 +517,16 @@ fn record(node: usize, audit: Vec<Audit>, applied: &mut Vec<Applied>) {
 
 fn restart(c: &mut HostCluster, node: usize, applied: &mut Vec<Applied>) {
     applied.push(Applied::Restarted { node });
-    if let Some(step) = c.start(node) {
+    let step = c.start(node);
+    // A moved-in replica's log starts with its `Install` entry: its locks come first.
+    for shard in 0..SHARDS {
+        let r = c.nodes[node].host.as_ref().and_then(|h| h.shard_replica(TABLE, shard));
+        if let Some(LogOp::Install(s)) = r.and_then(|r| r.entries().first()).map(|e| &e.op) {
+            let locks = s.locks.iter().map(|l| (l.key.clone(), l.txn, l.seq)).collect();
+            applied.push(Applied::Locks { node, shard, locks });
+        }
+    }
+    if let Some(step) = step {
         observe(c, step, applied);
     }
 }
@@ -386,20 +581,26 @@ fn call(
     None
 }
 
-/// `body` to the leader of `shard`, trying every node, for up to 20 s.
+/// `body` to the leader of its shard, trying every node (the replicas a `Moved` answer names,
+/// once one does), for up to 20 s.
 fn call_leader(
     c: &mut HostCluster,
     client: usize,
-    _shard: u32,
     rifl: Option<Rifl>,
     body: Request,
     applied: &mut Vec<Applied>,
 ) -> Response {
     let until = c.now + Duration::from_secs(20);
+    let mut candidates: Vec<usize> = (0..NODES).collect();
     let mut node = 0;
     let mut last = None;
     while c.now < until {
         match call(c, client, node, rifl, body.clone(), applied) {
+            Some(Response::LogRejected(LogFailure::Moved { replicas })) if !replicas.is_empty() => {
+                candidates = replicas.iter().map(|r| r.0 as usize).collect();
+                let at = candidates.iter().position(|&r| r == node);
+                node = candidates[at.map_or(0, |i| (i + 1) % candidates.len())];
+            }
             Some(Response::LogRejected(
                 LogFailure::NotLeader { .. }
                 | LogFailure::Unavailable
@@ -407,7 +608,8 @@ fn call_leader(
                 | LogFailure::Locked,
             ))
             | None => {
-                node = (node + 1) % NODES;
+                let at = candidates.iter().position(|&r| r == node);
+                node = candidates[at.map_or(0, |i| (i + 1) % candidates.len())];
                 let later = c.now + Duration::from_millis(20);
                 run_for(c, later.saturating_since(c.now), applied);
             }
