@@ -106,7 +106,28 @@ def txn(results, participants):
         categories=ks)]}
 
 
-CHARTS = {"log": log, "geo": geo, "kite-sweep": kite_sweep, "txn": txn}
+def kairos_model(csv_file, r_ms, w_ms):
+    """kairos-model.sh (Kairos Fig. 5): fresh and stale hit rates by lease length, the model
+    (Equation 5) against the Monte Carlo simulation (§5.13), from `strata txn lease-model
+    --sweep`'s CSV."""
+    import csv
+    rows = list(csv.DictReader(open(csv_file)))
+    x = [float(r["d_ms"]) for r in rows]
+    col = lambda name: [float(r[name]) if r.get(name) not in (None, "") else None for r in rows]
+    return {"width": 900, "height": 520, "panels": [panel(
+        "lines", f"Lease length and hit rates, R {r_ms} ms, W {w_ms} ms (Kairos Fig. 5)", "lease d (ms)",
+        "share of reads", [
+            # The simulation wide and light underneath, the model thin on top: where they agree
+            # the model's line runs inside the simulation's.
+            {"label": "fresh hits, Monte Carlo (§5.13)", "values": col("mc_fresh"), "color": [255, 187, 120], "width": 9},
+            {"label": "fresh hits, model (Eq. 5)", "values": col("model_fresh"), "color": [31, 119, 180], "width": 2},
+            {"label": "stale hits, Monte Carlo", "values": col("mc_stale"), "color": [255, 152, 150], "width": 9},
+            {"label": "stale hits, model", "values": col("model_stale"), "color": [140, 30, 30], "width": 2},
+            {"label": "all hits, model (d / (d + R))", "values": [1 - m for m in col("model_miss")], "color": [100, 100, 100], "width": 1},
+        ], x=x, y_min=0.0, y_max=1.0)]}
+
+
+CHARTS = {"log": log, "geo": geo, "kite-sweep": kite_sweep, "txn": txn, "kairos-model": kairos_model}
 
 
 def main(name, args):
