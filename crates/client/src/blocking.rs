@@ -9,7 +9,9 @@ use bytes::Bytes;
 use strata_wire::client::{LinkFault, NodeStatus};
 use strata_wire::{Carstamp, NodeId};
 
-use crate::{ClientError, ClientOptions, Op, Outcome, ReqId, RmwOutcome, Versioned};
+use crate::{
+    ClientError, ClientOptions, Op, Outcome, ReqId, RetryPolicy, RmwOutcome, TxnOutcome, Versioned,
+};
 
 fn runtime() -> Result<Arc<tokio::runtime::Runtime>, ClientError> {
     tokio::runtime::Builder::new_multi_thread()
@@ -53,6 +55,71 @@ impl Client {
 
     pub fn node_addr(&self) -> Option<SocketAddr> {
         self.inner.node_addr()
+    }
+
+    /// Starts a transaction over the cluster's transactional log tables; see
+    /// [`crate::Transaction`]. Its decisions travel on this client's runtime after `commit`
+    /// returns: keep the client until they are applied, or use `commit_and_sync`.
+    pub fn transaction(&self) -> Transaction {
+        Transaction { inner: self.inner.transaction(), rt: self.rt.clone() }
+    }
+
+    /// Runs `body` in a transaction and commits it, again after [`RetryPolicy::pause_before`]
+    /// while it aborts, as [`crate::Client::run_txn`] does; returns the body's value from the
+    /// attempt that committed, or `TxnAborted` with the last reason.
+    pub fn run_txn<T>(
+        &self,
+        policy: RetryPolicy,
+        mut body: impl FnMut(&mut Transaction) -> Result<T, ClientError>,
+    ) -> Result<T, ClientError> {
+        let mut last = crate::AbortReason::Conflict;
+        for attempt in 0..policy.attempts.max(1) {
+            std::thread::sleep(policy.pause_before(attempt));
+            let mut tx = self.transaction();
+            let value = body(&mut tx)?;
+            match tx.commit()? {
+                TxnOutcome::Committed => return Ok(value),
+                TxnOutcome::Aborted { reason } => last = reason,
+            }
+        }
+        Err(ClientError::TxnAborted { attempts: policy.attempts.max(1), reason: last })
+    }
+}
+
+/// Blocking counterpart of [`crate::Transaction`].
+pub struct Transaction {
+    inner: crate::Transaction,
+    rt: Arc<tokio::runtime::Runtime>,
+}
+
+impl Transaction {
+    /// See [`crate::Transaction::read`].
+    pub fn read(
+        &mut self,
+        table: &str,
+        key: impl Into<Bytes>,
+    ) -> Result<Option<Bytes>, ClientError> {
+        self.rt.block_on(self.inner.read(table, key))
+    }
+
+    /// Buffers a write of `key`; nothing is sent before `commit`.
+    pub fn write(&mut self, table: &str, key: impl Into<Bytes>, value: impl Into<Bytes>) {
+        self.inner.write(table, key, value)
+    }
+
+    /// Buffers a delete of `key`.
+    pub fn delete(&mut self, table: &str, key: impl Into<Bytes>) {
+        self.inner.delete(table, key)
+    }
+
+    /// See [`crate::Transaction::commit`].
+    pub fn commit(self) -> Result<TxnOutcome, ClientError> {
+        self.rt.block_on(self.inner.commit())
+    }
+
+    /// See [`crate::Transaction::commit_and_sync`].
+    pub fn commit_and_sync(self) -> Result<TxnOutcome, ClientError> {
+        self.rt.block_on(self.inner.commit_and_sync())
     }
 }
 

@@ -25,7 +25,8 @@
 //! * Requests of a session are pipelined and complete in session order.
 //! * Errors are typed ([`ClientError`]); each variant says what to do, and
 //!   [`ClientError::outcome_unknown`] tells whether a failed write may still have happened.
-//! * [`blocking`] wraps the same API for code without an async runtime.
+//! * [`blocking`] wraps the same API for code without an async runtime: sessions, and
+//!   transactions (`blocking::Client::{transaction, run_txn}`).
 
 pub mod blocking;
 mod client;
