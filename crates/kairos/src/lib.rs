@@ -11,9 +11,13 @@
 //! * [`monte_carlo::simulate`] (§5.13): the simulator that checks the model.
 //!
 //! Nothing here does IO, reads a clock or draws from a thread RNG: event times are arguments
-//! (`strata_wire::Instant`), randomness a seeded `strata_core::Prng`. The validators and the
-//! client cache come later, as modules beside `lease`.
+//! (`strata_wire::Instant`), randomness a seeded `strata_core::Prng`.
+//!
+//! The client cache is in [`cache`] (§5.2 step 4, §5.5, §5.10, §5.14): entries with `vts`,
+//! `lts` and `fts`, LRU eviction, self-invalidation at `lts`, leases from the policies above,
+//! the abort and commit drop rules, and explicit invalidation for the EI baseline.
 
+pub mod cache;
 pub mod lease;
 
 pub use lease::monte_carlo;
