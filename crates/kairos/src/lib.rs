@@ -15,9 +15,14 @@
 //! client cache come later, as modules beside `lease`.
 
 pub mod lease;
+pub mod placement;
+pub mod timestamp;
+pub mod watermark;
 
 pub use lease::monte_carlo;
 pub use lease::{
     find_ideal_lease_duration, AccessStats, HitRates, IdealLease, LeaseDuration, LeaseLimits,
     LeaseModel, LeasePolicy, ModelError, MAX_HITS_PER_LEASE, MAX_LEASE, STATS_WINDOW,
 };
+pub use timestamp::{freshness, ClientClock, Timestamp};
+pub use watermark::{Report, Watermarks};
