@@ -16,7 +16,9 @@
 
 pub mod lease;
 pub mod placement;
+pub mod planted;
 pub mod timestamp;
+pub mod validator;
 pub mod watermark;
 
 pub use lease::monte_carlo;
@@ -24,5 +26,7 @@ pub use lease::{
     find_ideal_lease_duration, AccessStats, HitRates, IdealLease, LeaseDuration, LeaseLimits,
     LeaseModel, LeasePolicy, ModelError, MAX_HITS_PER_LEASE, MAX_LEASE, STATS_WINDOW,
 };
+pub use planted::PlantedBug;
 pub use timestamp::{freshness, ClientClock, Timestamp};
+pub use validator::{AbortReason, Key, ValidateReq, Validator, Vote};
 pub use watermark::{Report, Watermarks};
