@@ -17,6 +17,7 @@
 pub mod lease;
 pub mod placement;
 pub mod planted;
+pub mod primary;
 pub mod timestamp;
 pub mod validator;
 pub mod watermark;
@@ -27,6 +28,7 @@ pub use lease::{
     LeaseModel, LeasePolicy, ModelError, MAX_HITS_PER_LEASE, MAX_LEASE, STATS_WINDOW,
 };
 pub use planted::PlantedBug;
+pub use primary::Primary;
 pub use timestamp::{freshness, ClientClock, Timestamp};
 pub use validator::{AbortReason, Key, ValidateReq, Validator, Vote};
 pub use watermark::{Report, Watermarks};
