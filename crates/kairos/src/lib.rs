@@ -18,6 +18,7 @@ pub mod lease;
 pub mod placement;
 pub mod planted;
 pub mod primary;
+pub mod sim;
 pub mod timestamp;
 pub mod validator;
 pub mod watermark;

@@ -19,6 +19,11 @@ pub enum PlantedBug {
     /// only the abort rate rises, K4). Under skew a client with a slow clock then commits
     /// below a version it read. Caught by the replay (K1, checker (a)).
     NoTimestampBump,
+    /// Clients take `T.commit = now()` (no §5.1 bump) but validators keep step 3. Not a bug
+    /// that breaks an invariant (§5.1: "an implementation that omits the bump is still
+    /// safe, only abort-prone"): the control that shows step 3 alone keeps K1 under skew, at
+    /// the price of `TimestampOrder` aborts (K4).
+    ClientSkipsTimestampBump,
     /// Clients report `c_freshness = wm_view` (Centiman's `ts_GC ≈ WM`, ignoring cached and
     /// in-flight reads) **and** validators skip step 1 (`TooOld`). Caught by the GC checker
     /// (checker (f): a Commit vote below `ts_GC`, or with pruned history it depended on).
