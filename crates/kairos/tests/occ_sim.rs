@@ -171,7 +171,9 @@ fn soak() {
             for mut config in configs(1_000_000 + seed, skew) {
                 config.txns_per_client = 60;
                 let label = format!("seed {} skew {skew:?} {:?}", config.seed, config.placement);
-                let (_, violations) = checked(config);
+                let Ok((_, violations)) = std::panic::catch_unwind(|| checked(config)) else {
+                    panic!("{label}: an assertion failed (above)");
+                };
                 assert!(
                     violations.is_empty(),
                     "{label}: {:#?}",

@@ -215,12 +215,30 @@ pub fn version_order(h: &History) -> Vec<Violation> {
     out
 }
 
-/// (d) Atomicity (K3, §7 inv. 4).
+/// (d) Atomicity (K3, §7 inv. 4). A committed write a primary skipped as superseded counts
+/// as applied only if a newer version of the key was installed there before.
 pub fn atomicity(h: &History) -> Vec<Violation> {
     let mut out = Vec::new();
     let mut installed: BTreeMap<(TxnId, Site, &Key), Timestamp> = BTreeMap::new();
     for i in &h.installs {
         installed.insert((i.txn, i.site, &i.key), i.ts);
+    }
+    for s in &h.superseded {
+        let newer = h
+            .installs
+            .iter()
+            .any(|i| i.site == s.site && i.key == s.key && i.ts > s.ts && i.at < s.at);
+        if newer {
+            installed.insert((s.txn, s.site, &s.key), s.ts);
+        } else {
+            out.push(v(
+                Checker::Atomicity,
+                format!(
+                    "{:?} skipped {}'s {:?}@{} with no newer version",
+                    s.site, s.txn, s.key, s.ts
+                ),
+            ));
+        }
     }
     for t in h.txns.iter().filter(|t| t.kind == TxnKind::ReadWrite) {
         for (k, _) in &t.writes {
@@ -553,6 +571,15 @@ mod tests {
         assert_eq!(atomicity(&h), vec![]);
         h.txns[0].outcome = Some(Outcome::Aborted(vec![Vote::Abort(AbortReason::Refused)]));
         only(atomicity(&h), Checker::Atomicity);
+        // A write skipped as superseded needs a newer version installed before.
+        h.txns[0].outcome = Some(Outcome::Committed);
+        h.installs = vec![install(Site::Validator(0), "x", 10, 1, 2)];
+        h.superseded = vec![install(Site::Primary(0), "x", 10, 1, 3)];
+        only(atomicity(&h), Checker::Atomicity);
+        h.txns.push(txn(2, 12, &[], &["x"], 1));
+        h.installs.push(install(Site::Primary(0), "x", 12, 2, 2));
+        h.installs.push(install(Site::Validator(0), "x", 12, 2, 2));
+        assert_eq!(atomicity(&h), vec![]);
     }
 
     /// (e) T2's write of x prepared while T1's still was; a prepared write left over.

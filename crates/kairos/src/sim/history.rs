@@ -130,6 +130,8 @@ pub struct History {
     pub validations: Vec<ValidationRecord>,
     pub decisions: Vec<DecisionApplied>,
     pub installs: Vec<Install>,
+    /// Committed writes a primary skipped because a newer version was already installed.
+    pub superseded: Vec<Install>,
     pub prunes: Vec<Prune>,
     pub gc_states: Vec<GcState>,
     /// Prepared writes still held when the run ended (liveness of §7 inv. 8).

@@ -782,17 +782,15 @@ impl Sim {
                 self.send(Node::Primary(p), from, Msg::ReplicateResp { txn, ok });
             }
             Msg::Decision { txn, decision, .. } => {
-                if let PrimaryDecideOutcome::Installed(versions) =
+                if let PrimaryDecideOutcome::Committed { installed, superseded } =
                     self.primaries[p].decide(txn, decision)
                 {
-                    for (key, ts) in versions {
-                        self.history.installs.push(Install {
-                            site: Site::Primary(p),
-                            key,
-                            ts,
-                            txn,
-                            at,
-                        });
+                    let site = Site::Primary(p);
+                    for (key, ts) in installed {
+                        self.history.installs.push(Install { site, key, ts, txn, at });
+                    }
+                    for (key, ts) in superseded {
+                        self.history.superseded.push(Install { site, key, ts, txn, at });
                     }
                 }
                 self.history.decisions.push(DecisionApplied { site: Site::Primary(p), txn, at });
