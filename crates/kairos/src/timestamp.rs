@@ -78,7 +78,7 @@ impl ClientClock {
 
     /// §5.1 RW commit timestamp:
     /// `Timestamp(max(now(), max read vts.nanos + 1, last_issued.nanos + 1), client_id)`, then `last_issued = T.commit`. The two extra terms are the spec's
-    /// **[DECISION]** (§9.4): they keep `T.commit` above every version read (K1 when a writer
+    /// **\[DECISION\]** (§9.4): they keep `T.commit` above every version read (K1 when a writer
     /// with a fast clock stamped a version "in the future") and unique per client.
     pub fn rw_commit_ts(
         &mut self,

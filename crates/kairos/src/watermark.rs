@@ -22,7 +22,7 @@ pub fn local_wm(now_ns: u64, incomplete_rw: impl IntoIterator<Item = Timestamp>)
     }
 }
 
-/// §5.9 **[DECISION]** (§9.5) `c_freshness = min(wm_view, min fts over cache entries, min fts
+/// §5.9 **\[DECISION\]** (§9.5) `c_freshness = min(wm_view, min fts over cache entries, min fts
 /// over the read sets of the client's live transactions)`: a lower bound on every `fts` the
 /// client may still put into a validated read set (new fetches get `fts >= wm_view`).
 ///
