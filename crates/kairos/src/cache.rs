@@ -18,12 +18,13 @@
 //!
 //! Versions are generic (`V: Ord + Copy`): the cache only compares them. Time is an input.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 
 use bytes::Bytes;
 use strata_wire::Instant;
 
 use crate::lease::{AccessStats, LeaseLimits, LeasePolicy};
+use crate::planted::PlantedBug;
 
 /// A cached value (§3.1 `CacheEntry`).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -57,14 +58,14 @@ pub struct CacheStats {
     pub dropped: u64,
 }
 
-/// Why an aborted transaction's vote names a key (§2 reasons the cache acts on).
+/// What an aborted transaction's votes tell the cache (the §2 reasons it acts on).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum AbortHint<V> {
+pub enum AbortHint<'a, V> {
     /// `Stale{k}` or `PreparedConflict{k}`: the cached value of `k` is (about to be) old.
-    Key,
+    Stale(&'a [u8]),
     /// `TooOld{ts_gc}`: every entry whose `fts` is below `ts_gc` goes (the validators no
     /// longer keep what validating it needs).
-    TooOld { ts_gc: V },
+    TooOld(V),
 }
 
 /// The client cache of one client.
@@ -73,13 +74,14 @@ pub struct Cache<V> {
     policy: LeasePolicy,
     limits: LeaseLimits,
     capacity: usize,
-    entries: HashMap<Bytes, (CacheEntry<V>, u64)>,
+    entries: BTreeMap<Bytes, (CacheEntry<V>, u64)>,
     /// LRU order: use tick -> key (the smallest tick is the least recently used).
     order: BTreeMap<u64, Bytes>,
     tick: u64,
     /// `R` per cacheable key (§5.10).
-    reads: HashMap<Bytes, AccessStats>,
+    reads: BTreeMap<Bytes, AccessStats>,
     stats: CacheStats,
+    planted: Option<PlantedBug>,
 }
 
 impl<V: Ord + Copy> Cache<V> {
@@ -89,12 +91,20 @@ impl<V: Ord + Copy> Cache<V> {
             policy,
             limits,
             capacity,
-            entries: HashMap::new(),
+            entries: BTreeMap::new(),
             order: BTreeMap::new(),
             tick: 0,
-            reads: HashMap::new(),
+            reads: BTreeMap::new(),
             stats: CacheStats::default(),
+            planted: None,
         }
+    }
+
+    /// The same cache with a planted bug (canaries only; [`PlantedBug::CacheServesPastLease`]
+    /// is the one the cache has).
+    pub fn with_planted(mut self, bug: Option<PlantedBug>) -> Cache<V> {
+        self.planted = bug;
+        self
     }
 
     /// §5.10: a transaction reads cacheable `key` for the first time (its own writes and
@@ -114,7 +124,7 @@ impl<V: Ord + Copy> Cache<V> {
             self.stats.misses += 1;
             return Lookup::Miss;
         };
-        if entry.lts < now {
+        if entry.lts < now && self.planted != Some(PlantedBug::CacheServesPastLease) {
             // Self-invalidation (§5.2 step 4: `e.lts < now()`): never a hit past `lts`.
             let tick = *tick;
             self.remove_at(key, tick);
@@ -166,11 +176,11 @@ impl<V: Ord + Copy> Cache<V> {
     }
 
     /// §5.5 after an abort: drops what the votes said is old.
-    pub fn on_abort<'a>(&mut self, hints: impl IntoIterator<Item = (&'a [u8], AbortHint<V>)>) {
-        for (key, hint) in hints {
+    pub fn on_abort<'a>(&mut self, hints: impl IntoIterator<Item = AbortHint<'a, V>>) {
+        for hint in hints {
             match hint {
-                AbortHint::Key => self.drop_key(key),
-                AbortHint::TooOld { ts_gc } => {
+                AbortHint::Stale(key) => self.drop_key(key),
+                AbortHint::TooOld(ts_gc) => {
                     let old: Vec<Bytes> = self
                         .entries
                         .iter()
@@ -326,7 +336,7 @@ mod tests {
         c.invalidate(b"c", 10);
         assert_eq!(c.lookup(b"c", at(1)), Lookup::Miss);
         // An abort naming `d`, then a TooOld below 6: `a` (fts 5) goes, `b` (6) stays.
-        c.on_abort([(&b"d"[..], AbortHint::Key), (&b""[..], AbortHint::TooOld { ts_gc: 6 })]);
+        c.on_abort([AbortHint::Stale(b"d"), AbortHint::TooOld(6)]);
         assert_eq!(c.lookup(b"a", at(1)), Lookup::Miss);
         assert!(matches!(c.lookup(b"b", at(1)), Lookup::Hit(_)));
         // A commit that wrote `b`.
