@@ -97,12 +97,9 @@ fn every_checker_passes_at_every_skew() {
 #[test]
 fn strict_mode_keeps_real_time_order_when_clock_error_is_within_eps() {
     for eps_ns in [100_000, 1_000_000, 5_000_000] {
-        let skew = Skew { max_offset_ns: eps_ns * 2 / 5, max_drift_ppm: 50 };
         let (mut committed, mut waits, mut reads_from, mut ordered_pairs) = (0, 0, 0, 0);
         for seed in 0..SEEDS / 4 {
-            let mut config = configs(seed * 7 + eps_ns, skew)[(seed % 4) as usize].clone();
-            config.strict = true;
-            config.eps_ns = eps_ns;
+            let config = strict_within_eps(seed * 7 + eps_ns, eps_ns);
             let label = format!("eps {eps_ns} seed {} {:?}", config.seed, config.cache);
             let (run, violations) = checked(config);
             let clocks = run.history.clocks;
@@ -125,6 +122,15 @@ fn strict_mode_keeps_real_time_order_when_clock_error_is_within_eps() {
         assert!(waits > 200, "commits wait");
         assert!(reads_from > 50, "clients read what others wrote after it was reported");
     }
+}
+
+/// Strict mode, one of the sweep's configurations (by seed), clocks within `eps`.
+fn strict_within_eps(seed: u64, eps_ns: u64) -> SimConfig {
+    let skew = Skew { max_offset_ns: eps_ns * 2 / 5, max_drift_ppm: 50 };
+    let mut config = configs(seed, skew)[(seed % 4) as usize].clone();
+    config.strict = true;
+    config.eps_ns = eps_ns;
+    config
 }
 
 /// Committed pairs on different clients with `T1` reported before `T2` began: what (i)
@@ -344,7 +350,8 @@ fn canary_a_primary_losing_commits_is_caught_by_the_atomicity_checker() {
     assert!(found.contains(&Checker::Atomicity), "{found:?}");
 }
 
-/// A longer soak: `KAIROS_SOAK_SEEDS` seeds (default 500) per skew level and placement.
+/// A longer soak: `KAIROS_SOAK_SEEDS` seeds (default 500) per skew level and configuration,
+/// and as many strict runs within eps (100 µs and 1 ms).
 #[test]
 #[ignore]
 fn soak() {
@@ -366,6 +373,23 @@ fn soak() {
                 );
                 runs += 1;
             }
+        }
+    }
+    for seed in 0..seeds {
+        for eps_ns in [100_000, 1_000_000] {
+            let mut config = strict_within_eps(2_000_000 + seed, eps_ns);
+            config.txns_per_client = 60;
+            let label = format!("strict eps {eps_ns} seed {}", config.seed);
+            let Ok((run, violations)) = std::panic::catch_unwind(|| checked(config)) else {
+                panic!("{label}: an assertion failed (above)");
+            };
+            assert!(run.history.clocks.strict_within_eps(), "{label}: clocks beyond eps");
+            assert!(
+                violations.is_empty(),
+                "{label}: {:#?}",
+                &violations[..violations.len().min(5)]
+            );
+            runs += 1;
         }
     }
     eprintln!("soak: {runs} runs, no violation");
