@@ -21,11 +21,13 @@
 //! * [`watermark`] (§5.9): a client's `local_wm` and `c_freshness`, and [`Watermarks`]
 //!   (`client_reports`, `WM`, monotone `ts_GC`) for every process that hears reports;
 //! * [`primary`] (§3.3, §5.7): a reference storage primary (latest versions, prepared write
-//!   sets, decisions with the version-order assertion, `W`);
+//!   sets, decisions with the version-order assertion, `W`, and the sharers and
+//!   invalidations of explicit invalidation, off unless asked for);
 //! * [`placement`] (§4): FNV-1a key placement;
-//! * [`sim`] (§7): a deterministic simulation of clients with skewed clocks and lease caches
-//!   over validators and primaries, and the checkers of §7 ([`sim::check`]), each with a
-//!   canary ([`PlantedBug`]).
+//! * [`sim`] (§7): a deterministic simulation of clients with skewed clocks and caches
+//!   (leases, naive, explicit invalidation) over validators and primaries, with strict
+//!   mode's commit wait (K5), and the checkers of §7 ([`sim::check`]), each with a canary
+//!   ([`PlantedBug`]).
 //!
 //! Nothing here does IO, reads a clock or draws from a thread RNG: event times are arguments
 //! (`strata_wire::Instant`, or clock readings in nanoseconds), randomness a seeded

@@ -36,6 +36,16 @@ pub enum PlantedBug {
     /// to self-invalidate would. Caught by the self-invalidation checker (§7 inv. 10,
     /// checker (h)); the stale reads it serves are caught by validation, not by it.
     CacheServesPastLease,
+    /// Strict mode reports a commit after the `DecisionAck`s without the commit wait (K5
+    /// (b)): with clock error within `eps`, a transaction that begins after the report on a
+    /// slower clock can still take a smaller timestamp. Caught by the real-time checker
+    /// (§7 inv. 11, checker (i)).
+    NoCommitWait,
+    /// The storage primary records sharers and sends `Invalidate`s (§5.14.2) although the
+    /// clients run a lease policy: the server-side state leases exist to avoid. Caught by
+    /// the no-server-lease-state checker (§7 inv. 12, checker (j)); nothing else notices,
+    /// as an invalidation only drops cache entries early.
+    PrimaryTracksSharers,
     /// The simulated network loses COMMIT decisions to one storage primary (acknowledged but
     /// never applied): a harness bug, for the atomicity checker (K3, checker (d)).
     PrimaryLosesCommit,

@@ -1,8 +1,13 @@
 //! A reference storage primary (kairos.md §3.3, §5.3, §5.5, §5.7): the latest committed
 //! version of each key with its `vts`, the write sets prepared in phase 1, decisions, and the
-//! write statistics `W`. Replication to backups (§5.8) and sharers (EI, §5.14.2) are left to
-//! the integration; this is what the simulation's checkers need, and the rules a real
-//! primary must keep.
+//! write statistics `W`, and — for the explicit-invalidation baseline only (§5.14.2) — the
+//! sharers of each key and the `Invalidate` messages a commit owes them. Replication to
+//! backups (§5.8) is left to the integration; this is what the simulation's checkers need,
+//! and the rules a real primary must keep.
+//!
+//! Sharer tracking is **off** unless [`Primary::with_sharer_tracking`] turns it on: in lease
+//! mode a primary keeps no per-client state and sends nothing (§1.1, §7 inv. 12);
+//! [`Primary::sharer_stats`] counts what it held and sent, so a test can tell.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
@@ -12,6 +17,7 @@ use strata_wire::txn::{Decision, TxnId};
 use strata_wire::Instant;
 
 use crate::lease::AccessStats;
+use crate::planted::PlantedBug;
 use crate::timestamp::Timestamp;
 use crate::validator::Key;
 
@@ -49,6 +55,26 @@ pub enum PrimaryDecideOutcome {
     Refused,
 }
 
+/// §4 `Invalidate{key, new_vts}` to one sharer (EI only, §5.14.2).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Invalidate {
+    pub client: u32,
+    pub key: Key,
+    pub new_vts: Timestamp,
+}
+
+/// What a primary's sharer tracking held and sent (§7 inv. 12: all zero in lease mode).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SharerStats {
+    /// `(key, client)` pairs added to `sharers` (a client already registered for the key
+    /// is not counted again).
+    pub registrations: u64,
+    /// The most pairs held at once.
+    pub max_held: u64,
+    /// `Invalidate` messages produced.
+    pub invalidations: u64,
+}
+
 /// One shard's primary.
 #[derive(Clone, Debug, Default)]
 pub struct Primary {
@@ -58,11 +84,65 @@ pub struct Primary {
     /// (`prepared` holds the `true` ones).
     refused: BTreeSet<TxnId>,
     write_stats: BTreeMap<Key, AccessStats>,
+    /// EI only (§3.3 `sharers`): whether `get_for` records sharers.
+    track_sharers: bool,
+    sharers: BTreeMap<Key, BTreeSet<u32>>,
+    held: u64,
+    /// Invalidations owed since the last [`Primary::take_invalidations`].
+    outbox: Vec<Invalidate>,
+    sharer_stats: SharerStats,
 }
 
 impl Primary {
     pub fn new() -> Primary {
         Primary::default()
+    }
+
+    /// The same primary with sharer tracking on or off (§5.14.2: on for explicit
+    /// invalidation only). Every key is taken as cacheable: the caller (the client cache
+    /// policy) decides which keys it asks about with [`Primary::get_for`].
+    pub fn with_sharer_tracking(mut self, on: bool) -> Primary {
+        self.track_sharers = on;
+        self
+    }
+
+    /// The same primary with a planted bug; [`PlantedBug::PrimaryTracksSharers`] is the
+    /// one it has (sharer tracking whatever the configuration says).
+    pub fn with_planted_bug(mut self, bug: Option<PlantedBug>) -> Primary {
+        if bug == Some(PlantedBug::PrimaryTracksSharers) {
+            self.track_sharers = true;
+        }
+        self
+    }
+
+    /// §5.3 with the EI rule: [`Primary::get`], and with sharer tracking on, `client` joins
+    /// `sharers[key]`.
+    pub fn get_for(&mut self, key: &[u8], client: u32) -> GetResp {
+        if self.track_sharers {
+            let set = self.sharers.entry(Bytes::copy_from_slice(key)).or_default();
+            if set.insert(client) {
+                self.held += 1;
+                self.sharer_stats.registrations += 1;
+                self.sharer_stats.max_held = self.sharer_stats.max_held.max(self.held);
+            }
+        }
+        self.get(key)
+    }
+
+    /// The `Invalidate` messages owed since the last call (§5.7, EI: sent after the commit
+    /// is applied, asynchronously — the commit does not wait for them).
+    pub fn take_invalidations(&mut self) -> Vec<Invalidate> {
+        std::mem::take(&mut self.outbox)
+    }
+
+    /// The sharer tracking's counters (§7 inv. 12).
+    pub fn sharer_stats(&self) -> SharerStats {
+        self.sharer_stats
+    }
+
+    /// `(key, client)` pairs held now.
+    pub fn sharers_held(&self) -> u64 {
+        self.held
     }
 
     /// §5.3: the latest committed version (`None, ZERO` for a key never written) and `W`
@@ -158,6 +238,12 @@ impl Primary {
                 .on_access(Instant::from_nanos(p.commit_ts.nanos));
             if p.commit_ts > slot.vts {
                 *slot = Versioned { value, vts: p.commit_ts };
+                // EI (§5.7): every sharer hears of the new version; the set is cleared.
+                for client in self.sharers.remove(&k).into_iter().flatten() {
+                    self.held -= 1;
+                    self.sharer_stats.invalidations += 1;
+                    self.outbox.push(Invalidate { client, key: k.clone(), new_vts: p.commit_ts });
+                }
                 installed.push((k, p.commit_ts));
             } else {
                 superseded.push((k, p.commit_ts));
@@ -243,6 +329,42 @@ mod tests {
             }
         );
         assert_eq!(p.version(b"x"), Versioned { value: Some(k("b")), vts: Timestamp::new(10, 1) });
+    }
+
+    #[test]
+    fn sharers_are_tracked_and_invalidated_only_when_asked_to() {
+        let ts = Timestamp::new(10, 1);
+        let mut lease = Primary::new();
+        lease.get_for(b"x", 3);
+        lease.replicate(t(1), ts, vec![(k("x"), None)]);
+        lease.decide(t(1), Decision::Commit);
+        assert_eq!(lease.sharer_stats(), SharerStats::default());
+        assert_eq!(lease.take_invalidations(), vec![]);
+
+        let mut ei = Primary::new().with_sharer_tracking(true);
+        ei.get_for(b"x", 3);
+        ei.get_for(b"x", 3);
+        ei.get_for(b"x", 4);
+        ei.get_for(b"y", 3);
+        assert_eq!(ei.sharers_held(), 3);
+        ei.replicate(t(1), ts, vec![(k("x"), None)]);
+        ei.decide(t(1), Decision::Commit);
+        assert_eq!(
+            ei.take_invalidations(),
+            vec![
+                Invalidate { client: 3, key: k("x"), new_vts: ts },
+                Invalidate { client: 4, key: k("x"), new_vts: ts },
+            ]
+        );
+        assert_eq!(ei.sharers_held(), 1, "x's sharers are cleared, y's stay");
+        assert_eq!(
+            ei.sharer_stats(),
+            SharerStats { registrations: 3, max_held: 3, invalidations: 2 }
+        );
+        // The canary's primary tracks sharers although nobody asked it to.
+        let mut bug = Primary::new().with_planted_bug(Some(PlantedBug::PrimaryTracksSharers));
+        bug.get_for(b"x", 1);
+        assert_eq!(bug.sharers_held(), 1);
     }
 
     #[test]

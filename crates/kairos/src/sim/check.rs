@@ -12,6 +12,12 @@
 //! | [`gc_safety`] (f) | inv. 7 | `WM`, `ts_GC` never decrease; a pruned version is below `ts_GC`; no Commit vote with `T.freshness < ts_GC` or below a version already pruned there |
 //! | [`freshness`] (g) | inv. 6 | no committed write of a key has a timestamp in `(vts, fts]` of any read of it |
 //! | [`self_invalidation`] (h) | inv. 10 | no cache hit from an entry past its lease end (`lts < now` on the client's clock) |
+//! | [`real_time_order`] (i) | inv. 11, K5 | strict mode with clock error within `eps`: a committed `T1` reported before a committed `T2` began precedes it in the serial order (`T1.commit < T2.commit`) |
+//! | [`no_server_lease_state`] (j) | inv. 12 | unless the cache policy is explicit invalidation, no primary held a sharer or sent an `Invalidate` |
+//!
+//! [`check_all`] runs (i) only on strict runs whose recorded clock spread is within `eps`
+//! (the invariant's premise); a run outside it may fail (i) by design (K5), which the tests
+//! show by calling [`real_time_order`] directly.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -19,6 +25,8 @@ use std::fmt;
 use strata_wire::txn::TxnId;
 
 use super::history::{History, Moment, Site, TxnKind, TxnRecord, ValidationRecord};
+use crate::lease::LeasePolicy;
+use crate::primary::SharerStats;
 use crate::timestamp::Timestamp;
 use crate::validator::{Key, Vote};
 
@@ -33,6 +41,8 @@ pub enum Checker {
     GcSafety,
     Freshness,
     SelfInvalidation,
+    RealTimeOrder,
+    ServerLeaseState,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -51,7 +61,8 @@ fn v(checker: Checker, what: String) -> Violation {
     Violation { checker, what }
 }
 
-/// Every checker.
+/// Every checker whose premise the run meets ((i) needs strict mode with clock error within
+/// `eps`).
 pub fn check_all(h: &History) -> Vec<Violation> {
     let mut out = replay(h);
     out.extend(stale_reads(h));
@@ -61,7 +72,97 @@ pub fn check_all(h: &History) -> Vec<Violation> {
     out.extend(gc_safety(h));
     out.extend(freshness(h));
     out.extend(self_invalidation(h));
+    if h.clocks.strict_within_eps() {
+        out.extend(real_time_order(h));
+    }
+    out.extend(no_server_lease_state(h));
     out
+}
+
+/// The position of a committed transaction in K1's serial order.
+fn serial_key(t: &TxnRecord) -> (Timestamp, TxnKind) {
+    (t.commit_ts, t.kind)
+}
+
+/// (i) §7 inv. 11 (K5): for every pair of committed transactions where `T1` was reported to
+/// the application before `T2` began (global time), `T1` precedes `T2` in the serial order:
+/// `T1.commit < T2.commit`, or equal with `T1` RW and `T2` RO (K1's tie rule). Holds in
+/// strict mode when the clock error is within `eps`; any other run may fail it (K5). One
+/// violation per late `T2`, naming the latest-ordered `T1` it contradicts.
+pub fn real_time_order(h: &History) -> Vec<Violation> {
+    let mut done: Vec<(Moment, &TxnRecord)> =
+        committed(h).filter_map(|t| Some((t.reported_at?, t))).collect();
+    done.sort_by_key(|(at, _)| *at);
+    // prefix[i]: the transaction latest in the serial order among the first i + 1 reported.
+    let mut prefix: Vec<&TxnRecord> = Vec::with_capacity(done.len());
+    for (_, t) in &done {
+        let best = match prefix.last() {
+            Some(b) if serial_key(b) >= serial_key(t) => *b,
+            _ => *t,
+        };
+        prefix.push(best);
+    }
+    let mut out = Vec::new();
+    for t2 in committed(h) {
+        let n = done.partition_point(|(at, _)| *at < t2.begun_at);
+        let Some(t1) = n.checked_sub(1).map(|i| prefix[i]) else { continue };
+        if serial_key(t1) >= serial_key(t2) {
+            out.push(v(
+                Checker::RealTimeOrder,
+                format!(
+                    "{} (client {}, commit {}) was reported at {} ns, before {} (client {}) began \
+                     at {} ns, yet {} committed at {}",
+                    t1.id,
+                    t1.client,
+                    t1.commit_ts,
+                    t1.reported_at.map_or(0, |m| m.ns),
+                    t2.id,
+                    t2.client,
+                    t2.begun_at.ns,
+                    t2.id,
+                    t2.commit_ts
+                ),
+            ));
+        }
+    }
+    out
+}
+
+/// (j) §7 inv. 12: in lease mode (and with naive caching or no cache) the primaries keep no
+/// sharer lists and send no invalidations: every counter of every primary is zero.
+pub fn no_server_lease_state(h: &History) -> Vec<Violation> {
+    if h.cache_policy == Some(LeasePolicy::ExplicitInvalidation) {
+        return Vec::new();
+    }
+    let busy = h.sharers.iter().enumerate().filter(|(_, s)| **s != SharerStats::default());
+    busy.map(|(shard, s)| {
+        v(
+            Checker::ServerLeaseState,
+            format!(
+                "primary {shard} held {} sharer entries (at most {} at once) and sent {} \
+                 invalidations under the cache policy {:?}",
+                s.registrations, s.max_held, s.invalidations, h.cache_policy
+            ),
+        )
+    })
+    .collect()
+}
+
+/// Not a checker: the cross-client real-time dependencies a run gave (i) to judge directly —
+/// committed `T2` read the version committed `T1` (another client) wrote, and `T1` was
+/// reported before `T2` began.
+pub fn real_time_reads_from(h: &History) -> u64 {
+    let writers: BTreeMap<(&Key, Timestamp), &TxnRecord> = committed(h)
+        .flat_map(|t| t.writes.iter().map(move |(k, _)| ((k, t.commit_ts), t)))
+        .collect();
+    committed(h)
+        .flat_map(|t2| t2.reads.iter().map(move |r| (t2, r)))
+        .filter(|(t2, r)| {
+            writers.get(&(&r.key, r.vts)).is_some_and(|t1| {
+                t1.client != t2.client && t1.reported_at.is_some_and(|at| at < t2.begun_at)
+            })
+        })
+        .count() as u64
 }
 
 /// (h) §7 inv. 10: no cache hit is served from an entry whose lease ended (`lts < now` on the
@@ -495,6 +596,8 @@ mod tests {
             freshness: reads.iter().map(|r| ts(r.2)).min(),
             outcome: Some(Outcome::Committed),
             decided_at: Some(at(decided)),
+            begun_at: at(0),
+            reported_at: Some(at(decided)),
         }
     }
     fn validation(n: u64, step: u64, reads: &[(&str, u64)], writes: &[&str]) -> ValidationRecord {
@@ -672,5 +775,51 @@ mod tests {
         only(self_invalidation(&h), Checker::SelfInvalidation);
         h.txns[0].reads[0].lease = Some((Instant::from_millis(6), Instant::from_millis(6)));
         assert_eq!(self_invalidation(&h), vec![]);
+    }
+
+    /// (i) T1 (commit 30) reported at step 5; T2 began at step 6 and committed at 20. A run
+    /// within eps is judged by check_all, one outside is not; T2 beginning at step 5 (before
+    /// the report) or committing above 30 is fine, and so is an RO at T1's RW timestamp.
+    #[test]
+    fn real_time_order_flags_a_later_transaction_ordered_first() {
+        let mut h = base();
+        h.txns = vec![txn(1, 30, &[], &["x"], 5), txn(2, 20, &[("y", 0, 20)], &[], 7)];
+        h.txns[1].begun_at = at(6);
+        h.txns[1].client = 1;
+        only(real_time_order(&h), Checker::RealTimeOrder);
+        let applied = |h: &History| {
+            check_all(h).iter().filter(|x| x.checker == Checker::RealTimeOrder).count()
+        };
+        assert_eq!(applied(&h), 0, "not strict: (i) is not applied");
+        h.clocks = Clocks { strict_eps_ns: Some(100), min_error_ns: -50, max_error_ns: 50 };
+        assert_eq!(applied(&h), 1);
+        h.clocks.max_error_ns = 51;
+        assert_eq!(applied(&h), 0, "clock error above eps: the premise fails");
+        h.txns[1].begun_at = at(5);
+        assert_eq!(real_time_order(&h), vec![]);
+        h.txns[1].begun_at = at(6);
+        h.txns[1].commit_ts = ts(31);
+        assert_eq!(real_time_order(&h), vec![]);
+        h.txns[1].commit_ts = ts(30);
+        assert_eq!(real_time_order(&h), vec![], "RW before RO at one timestamp");
+        h.txns[0].kind = TxnKind::ReadOnly;
+        h.txns[0].writes.clear();
+        only(real_time_order(&h), Checker::RealTimeOrder);
+    }
+
+    /// (j) a primary that held sharers in lease mode; the same counters under EI are fine.
+    #[test]
+    fn no_server_lease_state_flags_sharers_outside_explicit_invalidation() {
+        let mut h = base();
+        h.sharers = vec![SharerStats::default(), SharerStats::default()];
+        assert_eq!(no_server_lease_state(&h), vec![]);
+        h.sharers[1].registrations = 1;
+        only(no_server_lease_state(&h), Checker::ServerLeaseState);
+        h.cache_policy = Some(LeasePolicy::Fixed(std::time::Duration::from_millis(2)));
+        only(no_server_lease_state(&h), Checker::ServerLeaseState);
+        h.sharers[1] = SharerStats { registrations: 0, max_held: 0, invalidations: 1 };
+        only(no_server_lease_state(&h), Checker::ServerLeaseState);
+        h.cache_policy = Some(LeasePolicy::ExplicitInvalidation);
+        assert_eq!(no_server_lease_state(&h), vec![]);
     }
 }

@@ -1,12 +1,17 @@
 //! What the simulation records (kairos.md §7, "Test harness"), with the global simulated
 //! time: every transaction (reads with versions, `fts` and whether each was a cache hit,
 //! writes, timestamps, outcome and decision time), every vote, decision applied, version
-//! installed and pruned, and every watermark state. The checkers read only this.
+//! installed and pruned, and every watermark state; per transaction also when it began and
+//! when its outcome was reported to the application (K5); per run the clock error the
+//! clients actually had, the cache policy and the primaries' sharer counters (§7 inv. 11,
+//! 12). The checkers read only this.
 
 use bytes::Bytes;
 use strata_wire::txn::TxnId;
 use strata_wire::Instant;
 
+use crate::lease::LeasePolicy;
+use crate::primary::SharerStats;
 use crate::timestamp::Timestamp;
 use crate::validator::{Key, Vote};
 
@@ -65,6 +70,12 @@ pub struct TxnRecord {
     pub outcome: Option<Outcome>,
     /// When the coordinator logged the decision.
     pub decided_at: Option<Moment>,
+    /// When the transaction began (the application's `begin`).
+    pub begun_at: Moment,
+    /// When the outcome was reported to the application (§5.5): at the decision by default
+    /// and for aborts; in strict mode, a commit after every `DecisionAck` **and** the commit
+    /// wait (the client's clock past `T.commit + 2 eps`, K5).
+    pub reported_at: Option<Moment>,
 }
 
 impl TxnRecord {
@@ -124,6 +135,29 @@ pub struct GcState {
     pub ts_gc: Timestamp,
 }
 
+/// The clocks of a run, for §7 inv. 11: every client reading's error against global time
+/// (`reading - global`), as the smallest and largest seen, and strict mode's `eps`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Clocks {
+    /// `Some(eps_ns)` in strict mode (K5).
+    pub strict_eps_ns: Option<u64>,
+    pub min_error_ns: i64,
+    pub max_error_ns: i64,
+}
+
+impl Clocks {
+    /// The largest difference between two client clocks at any moment is at most this.
+    pub fn spread_ns(&self) -> u64 {
+        self.max_error_ns.abs_diff(self.min_error_ns)
+    }
+
+    /// Strict mode with the clocks within its bound (spread `<= eps`, as offsets within
+    /// `±eps/2` give): §7 inv. 11 must hold.
+    pub fn strict_within_eps(&self) -> bool {
+        self.strict_eps_ns.is_some_and(|eps| self.spread_ns() <= eps)
+    }
+}
+
 /// A whole run.
 #[derive(Clone, Debug, Default)]
 pub struct History {
@@ -139,6 +173,11 @@ pub struct History {
     pub gc_states: Vec<GcState>,
     /// Prepared writes still held when the run ended (liveness of §7 inv. 8).
     pub leftover_prepared: Vec<(Site, TxnId)>,
+    pub clocks: Clocks,
+    /// The clients' cache policy (`None`: no cache).
+    pub cache_policy: Option<LeasePolicy>,
+    /// Every primary's sharer counters at the end (§7 inv. 12), by shard.
+    pub sharers: Vec<SharerStats>,
 }
 
 impl History {

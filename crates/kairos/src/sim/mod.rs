@@ -5,14 +5,34 @@
 //! checkers of [`check`].
 //!
 //! Two placements: server-side (one validator per shard, validating the shard's keys, §9.12)
-//! and sharded (`V` validators by key hash). An optional client cache with fixed leases on
-//! the client's own clock (§5.14.3 `Fixed(d)`) creates stale reads. Reports (§5.9) go to
-//! every validator and client, so `WM`, `fts` and `ts_GC` move as in a real run.
+//! and sharded (`V` validators by key hash). An optional client cache (§1.3) creates stale
+//! reads; its [`LeasePolicy`] is one of
 //!
-//! Not simulated: message loss and retries, failures (§5.16, §6), backups.
+//! * a lease policy: `Fixed(d)` (§5.14.3), `Ideal` (Algorithm 1 from the client's read
+//!   statistics `R` and the `W` the primary sends with every `GetResp`), `StaticP`, `Mean`
+//!   — leases on the client's own clock, no server-side state;
+//! * `Naive` (§5.14.1): no expiry, dropped only by the abort and commit rules;
+//! * `ExplicitInvalidation` (§5.14.2): no expiry; the primaries record sharers on every
+//!   `Get` and, after applying a committed write, send `Invalidate{key, new_vts}` to each
+//!   (asynchronously), and the client calls [`Cache::invalidate`].
+//!
+//! Validation is the fallback of every policy: stale reads never commit.
+//!
+//! **Strict mode** (`strict`, K5): RO transactions take `T.commit = max(max fts, now)`, and
+//! a committed transaction is reported to the application only after every `DecisionAck`
+//! and after the client's clock passes `T.commit + 2 eps` (`eps_ns`): the client waits in
+//! simulated time and starts its next transaction only then. Every transaction records
+//! when it began and when it was reported; the run records the clock error the clients
+//! really had ([`history::Clocks`]), so the real-time checker applies exactly when the
+//! error was within `eps`.
+//!
+//! Reports (§5.9) go to every validator and client, so `WM`, `fts` and `ts_GC` move as in a
+//! real run.
+//!
+//! Not simulated: message loss and retries, failures (§5.16, §6), backups; every key is
+//! cacheable.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::time::Duration;
 
 use bytes::Bytes;
 use strata_core::Prng;
@@ -23,7 +43,7 @@ use crate::cache::{AbortHint, Cache, Lookup};
 use crate::lease::{LeaseLimits, LeasePolicy};
 use crate::placement::owner;
 use crate::planted::PlantedBug;
-use crate::primary::{GetResp, Primary, PrimaryDecideOutcome};
+use crate::primary::{GetResp, Invalidate, Primary, PrimaryDecideOutcome};
 use crate::timestamp::{freshness, ClientClock, Timestamp};
 use crate::validator::{AbortReason, Key, ValidateReq, Validator, ValidatorEvent, Vote};
 use crate::watermark::{self, Report, ReportOutcome, Watermarks};
@@ -32,8 +52,8 @@ pub mod check;
 pub mod history;
 
 use history::{
-    DecisionApplied, GcState, History, Install, Moment, Outcome, Prune, ReadRecord, Site, TxnKind,
-    TxnRecord, ValidationRecord,
+    Clocks, DecisionApplied, GcState, History, Install, Moment, Outcome, Prune, ReadRecord, Site,
+    TxnKind, TxnRecord, ValidationRecord,
 };
 
 /// The global time the simulation starts at, so that clocks set 1 s behind stay positive.
@@ -82,8 +102,9 @@ pub struct SimConfig {
     pub ro_fraction: f64,
     /// Keys per transaction: 1 ..= this.
     pub max_keys_per_txn: u32,
-    /// Client cache with fixed leases; `None`: no cache.
-    pub lease: Option<Duration>,
+    /// The client cache's policy (§1.3); `None`: no cache. `ExplicitInvalidation` also
+    /// turns on the primaries' sharer tracking.
+    pub cache: Option<LeasePolicy>,
     /// One-way delay of every message, uniform in `[lo, hi]` ns; links are FIFO.
     pub delay_ns: (u64, u64),
     /// Chance that a `ValidateReq`, `ReplicateReq` or `Decision` is delivered twice.
@@ -91,8 +112,11 @@ pub struct SimConfig {
     pub report_period_ns: u64,
     /// Pause between a client's transactions, uniform in `[0, think_ns]`.
     pub think_ns: u64,
-    /// RO timestamps `max(max fts, now)` (K5 (a)).
+    /// Strict mode (K5): RO timestamps `max(max fts, now)` and the commit wait.
     pub strict: bool,
+    /// Strict mode's bound on clock error: a commit is reported once the client's clock
+    /// passes `T.commit + 2 eps`.
+    pub eps_ns: u64,
     pub planted_bug: Option<PlantedBug>,
 }
 
@@ -110,12 +134,13 @@ impl SimConfig {
             txns_per_client: 30,
             ro_fraction: 0.5,
             max_keys_per_txn: 3,
-            lease: Some(Duration::from_millis(2)),
+            cache: Some(LeasePolicy::Fixed(std::time::Duration::from_millis(2))),
             delay_ns: (20_000, 500_000),
             duplicate_chance: 0.05,
             report_period_ns: 1_000_000,
             think_ns: 200_000,
             strict: false,
+            eps_ns: 400_000,
             planted_bug: None,
         }
     }
@@ -140,6 +165,11 @@ pub struct SimStats {
     pub fetches: u64,
     /// Reports a validator or client dropped as `Regressed` (0 for a correct client).
     pub regressed_reports: u64,
+    /// `Invalidate` messages clients received (EI).
+    pub invalidations_received: u64,
+    /// Committed transactions that went through the commit wait (strict mode; the wait
+    /// ends at once if the clock already passed `T.commit + 2 eps`).
+    pub commit_waits: u64,
     pub final_ts_gc: Vec<Timestamp>,
     pub final_wm: Vec<Timestamp>,
     pub sim_time_ns: u64,
@@ -170,13 +200,24 @@ enum Msg {
     Decision { txn: TxnId, decision: Decision, ts: Timestamp },
     DecisionAck { txn: TxnId },
     Report { client: u32, report: Report },
+    Invalidate { key: Key, new_vts: Timestamp },
 }
 
 #[derive(Clone, Debug)]
 enum Event {
-    Deliver { from: Node, to: Node, msg: Msg },
+    Deliver {
+        from: Node,
+        to: Node,
+        msg: Msg,
+    },
     Begin(u32),
     Report(u32),
+    /// Strict mode: client, transaction record, the clock reading to wait for.
+    CommitWait {
+        client: u32,
+        record: usize,
+        until_ns: u64,
+    },
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -206,7 +247,8 @@ struct ActiveTxn {
 struct Client {
     clock: ClientClock,
     drift_ppm: i64,
-    /// The client library's cache ([`crate::cache`]) with fixed leases, or of capacity 0.
+    /// The client library's cache ([`crate::cache`]) with the configured policy, or of
+    /// capacity 0.
     cache: Cache<Timestamp>,
     watermarks: Watermarks,
     wm_view: Timestamp,
@@ -231,6 +273,7 @@ struct Sim {
     history: History,
     stats: SimStats,
     active_clients: u32,
+    clocks: Clocks,
 }
 
 /// Runs one simulation to the end (every transaction decided and completed).
@@ -260,11 +303,9 @@ pub fn run(config: SimConfig) -> SimRun {
             Client {
                 clock: ClientClock::new(id, offset),
                 drift_ppm,
-                cache: match config.lease {
-                    Some(d) => {
-                        Cache::new(LeasePolicy::Fixed(d), LeaseLimits::default(), usize::MAX)
-                            .with_planted(config.planted_bug)
-                    }
+                cache: match config.cache {
+                    Some(policy) => Cache::new(policy, LeaseLimits::default(), usize::MAX)
+                        .with_planted(config.planted_bug),
                     None => Cache::new(LeasePolicy::Naive, LeaseLimits::default(), 0),
                 },
                 watermarks: Watermarks::new(members.iter().copied()),
@@ -276,11 +317,23 @@ pub fn run(config: SimConfig) -> SimRun {
             }
         })
         .collect();
+    let cache_policy = config.cache;
+    let clocks = Clocks {
+        strict_eps_ns: config.strict.then_some(config.eps_ns),
+        min_error_ns: i64::MAX,
+        max_error_ns: i64::MIN,
+    };
     let mut sim = Sim {
         validators: (0..v)
             .map(|_| Validator::new(members.iter().copied()).with_planted_bug(config.planted_bug))
             .collect(),
-        primaries: (0..config.shards).map(|_| Primary::new()).collect(),
+        primaries: (0..config.shards)
+            .map(|_| {
+                Primary::new()
+                    .with_sharer_tracking(config.cache == Some(LeasePolicy::ExplicitInvalidation))
+                    .with_planted_bug(config.planted_bug)
+            })
+            .collect(),
         active_clients: config.clients,
         config,
         prng,
@@ -291,8 +344,9 @@ pub fn run(config: SimConfig) -> SimRun {
         links: BTreeMap::new(),
         clients,
         keys,
-        history: History { placement, ..History::default() },
+        history: History { placement, cache_policy, ..History::default() },
         stats: SimStats::default(),
+        clocks,
     };
     for c in 0..sim.config.clients {
         let think = sim.prng.range(0, sim.config.think_ns + 1);
@@ -345,7 +399,16 @@ impl Sim {
 
     fn client_now(&mut self, c: u32) -> u64 {
         let physical = self.physical(c);
-        self.clients[c as usize].clock.now(physical)
+        let now = self.clients[c as usize].clock.now(physical);
+        self.note_clock(now);
+        now
+    }
+
+    /// Records a client clock reading's error against global time (§7 inv. 11).
+    fn note_clock(&mut self, reading: u64) {
+        let error = reading as i64 - self.now as i64;
+        self.clocks.min_error_ns = self.clocks.min_error_ns.min(error);
+        self.clocks.max_error_ns = self.clocks.max_error_ns.max(error);
     }
 
     fn owners(&self, key: &[u8]) -> (usize, usize) {
@@ -360,6 +423,9 @@ impl Sim {
         match event {
             Event::Begin(c) => self.begin(c),
             Event::Report(c) => self.report(c),
+            Event::CommitWait { client, record, until_ns } => {
+                self.commit_wait(client, record, until_ns)
+            }
             Event::Deliver { from, to, msg } => match to {
                 Node::Client(c) => self.at_client(c, from, msg),
                 Node::Validator(v) => self.at_validator(v, from, msg),
@@ -421,6 +487,8 @@ impl Sim {
             freshness: None,
             outcome: None,
             decided_at: None,
+            begun_at: self.moment(),
+            reported_at: None,
         });
         self.clients[c as usize].txn = Some(ActiveTxn {
             record: self.history.txns.len() - 1,
@@ -444,7 +512,12 @@ impl Sim {
             let Some(key) = t.to_read.get(t.next_read).cloned() else { break };
             let now = self.client_now(c);
             let at = self.moment();
+            let caching = self.config.cache.is_some();
             let client = &mut self.clients[c as usize];
+            if caching {
+                // §5.10: `R` counts each transaction's first read of a cacheable key.
+                client.cache.record_read(&key, Instant::from_nanos(now));
+            }
             match client.cache.lookup(&key, Instant::from_nanos(now)) {
                 Lookup::Hit(e) => {
                     let read = ReadRecord {
@@ -485,8 +558,10 @@ impl Sim {
         t.next_read += 1;
         let record = t.record;
         let fetched = Instant::from_nanos(now);
-        let fts =
-            client.cache.on_fetch(key.clone(), resp.value.clone(), resp.vts, wm, None, fetched).fts;
+        let fts = client
+            .cache
+            .on_fetch(key.clone(), resp.value.clone(), resp.vts, wm, resp.w_mean, fetched)
+            .fts;
         self.history.txns[record].reads.push(ReadRecord {
             key,
             value: resp.value,
@@ -531,6 +606,9 @@ impl Sim {
         }
         t.phase = Phase::Voting;
         let rec = rec.clone();
+        if let Some(reading) = client.clock.last_now() {
+            self.note_clock(reading);
+        }
         let mut per_validator: BTreeMap<usize, ValidateReq> = BTreeMap::new();
         let mut per_primary: BTreeMap<usize, Vec<(Key, Option<Bytes>)>> = BTreeMap::new();
         let blank = |txn| ValidateReq {
@@ -576,6 +654,11 @@ impl Sim {
             Msg::VoteResp { txn, vote } => self.on_phase1_answer(c, from, txn, Some(vote), true),
             Msg::ReplicateResp { txn, ok } => self.on_phase1_answer(c, from, txn, None, ok),
             Msg::DecisionAck { txn } => self.on_decision_ack(c, from, txn),
+            Msg::Invalidate { key, new_vts } => {
+                // §5.14.2: drop the entry if it is older than the new version.
+                self.stats.invalidations_received += 1;
+                self.clients[c as usize].cache.invalidate(&key, new_vts);
+            }
             Msg::Report { client, report } => {
                 let cl = &mut self.clients[c as usize];
                 if cl.watermarks.on_report(client, report) == ReportOutcome::Regressed {
@@ -613,6 +696,10 @@ impl Sim {
             Outcome::Aborted(t.votes.iter().filter(|v| **v != Vote::Commit).cloned().collect())
         });
         rec.decided_at = Some(at);
+        if !(commit && self.config.strict) {
+            // §5.5: reported as soon as the decision is logged (strict mode: a commit waits).
+            rec.reported_at = Some(at);
+        }
         let (ts, writes) = (rec.commit_ts, rec.writes.clone());
         if commit {
             self.stats.committed += 1;
@@ -662,9 +749,42 @@ impl Sim {
             return;
         }
         // Complete (§9.11): every participant applied the decision.
+        let record = t.record;
         let client = &mut self.clients[c as usize];
         client.incomplete_rw.remove(&txn);
         client.txn = None;
+        let rec = &self.history.txns[record];
+        if rec.reported_at.is_some() {
+            self.next_txn(c);
+        } else if self.bug(PlantedBug::NoCommitWait) {
+            self.history.txns[record].reported_at = Some(self.moment());
+            self.next_txn(c);
+        } else {
+            // Strict mode (K5 (b)): the commit wait, on the client's own clock.
+            self.stats.commit_waits += 1;
+            let until_ns = rec.commit_ts.nanos.saturating_add(2 * self.config.eps_ns);
+            self.commit_wait(c, record, until_ns);
+        }
+    }
+
+    /// Strict mode: report the commit once the client's clock reads `until_ns`, else wait
+    /// (in simulated time) until it should and look again.
+    fn commit_wait(&mut self, c: u32, record: usize, until_ns: u64) {
+        let now = self.client_now(c);
+        if now >= until_ns {
+            self.history.txns[record].reported_at = Some(self.moment());
+            self.next_txn(c);
+            return;
+        }
+        // The clock runs at 1 + drift of global time.
+        let drift = self.clients[c as usize].drift_ppm;
+        let global = (u128::from(until_ns - now) * 1_000_000).div_ceil((1_000_000 + drift) as u128);
+        let at = self.now + (global as u64).max(1);
+        self.schedule(at, Event::CommitWait { client: c, record, until_ns });
+    }
+
+    /// The think time, then the client's next transaction.
+    fn next_txn(&mut self, c: u32) {
         let think = self.prng.range(0, self.config.think_ns + 1);
         self.schedule(self.now + think, Event::Begin(c));
     }
@@ -767,7 +887,8 @@ impl Sim {
         let at = self.moment();
         match msg {
             Msg::Get { key } => {
-                let resp = self.primaries[p].get(&key);
+                let Node::Client(c) = from else { unreachable!("a Get from {from:?}") };
+                let resp = self.primaries[p].get_for(&key, c);
                 self.send(Node::Primary(p), from, Msg::GetResp { key, resp });
             }
             Msg::Replicate { txn, commit_ts, writes } => {
@@ -788,6 +909,11 @@ impl Sim {
                 }
                 self.history.decisions.push(DecisionApplied { site: Site::Primary(p), txn, at });
                 self.send(Node::Primary(p), from, Msg::DecisionAck { txn });
+                // EI (§5.7): after the commit is applied, not waited for.
+                for Invalidate { client, key, new_vts } in self.primaries[p].take_invalidations() {
+                    let msg = Msg::Invalidate { key, new_vts };
+                    self.send(Node::Primary(p), Node::Client(client), msg);
+                }
             }
             other => unreachable!("a primary got {other:?}"),
         }
@@ -805,7 +931,9 @@ impl Sim {
             for txn in p.prepared().keys() {
                 self.history.leftover_prepared.push((Site::Primary(i), *txn));
             }
+            self.history.sharers.push(p.sharer_stats());
         }
+        self.history.clocks = self.clocks;
         self.stats.sim_time_ns = self.now - START_NS;
         SimRun { history: self.history, stats: self.stats }
     }
