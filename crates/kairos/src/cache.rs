@@ -11,7 +11,7 @@
 //!   invalidated: `Naive` (dropped only by the abort rules) and explicit invalidation
 //!   ([`Cache::invalidate`], the server's push).
 //! * **Capacity** is in entries, least recently used first out (§1.3: 0.1 % of the data).
-//! * **Drop rules** (§5.5 [DECISION]s): after an abort, the keys its votes named stale or
+//! * **Drop rules** (§5.5 \[DECISION\]s): after an abort, the keys its votes named stale or
 //!   conflicting, and on `TooOld{ts_gc}` every entry with `fts < ts_gc`; after a commit, the
 //!   keys it wrote.
 //! * [`Cache::min_fts`] is the cache's part of the client's freshness report (§5.9).

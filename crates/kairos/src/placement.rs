@@ -1,6 +1,6 @@
 //! Key placement (kairos.md §4): `shard(key) = hash(key) mod S`, `validator(key) = hash(key)
 //! mod V` (server-side validation: the validator of a key is its shard's primary, §9.12), with
-//! 64-bit FNV-1a as the one hash every process uses (**[DECISION]** of §4).
+//! 64-bit FNV-1a as the one hash every process uses (**\[DECISION\]** of §4).
 
 /// 64-bit FNV-1a of `key`.
 pub fn fnv1a64(key: &[u8]) -> u64 {

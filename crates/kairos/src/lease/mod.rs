@@ -17,16 +17,16 @@ pub use model::{HitRates, LeaseModel, ModelError};
 pub use policy::{find_ideal_lease_duration, IdealLease, LeaseDuration, LeasePolicy};
 pub use stats::AccessStats;
 
-/// Gaps averaged by [`AccessStats`] (kairos.md §3.5, §5.10 **[DECISION]**: the paper does not
+/// Gaps averaged by [`AccessStats`] (kairos.md §3.5, §5.10 **\[DECISION\]**: the paper does not
 /// say how its means are computed; a sliding window of the last 64 follows a key whose
 /// popularity drifts while smoothing single bursts).
 pub const STATS_WINDOW: usize = 64;
 
-/// Algorithm 1 stops after this many hits per lease (kairos.md §3.5, §9.9 **[DECISION]**):
+/// Algorithm 1 stops after this many hits per lease (kairos.md §3.5, §9.9 **\[DECISION\]**):
 /// with `lambda = 0` (a key never written) the fresh-hit rate grows for ever.
 pub const MAX_HITS_PER_LEASE: u32 = 10_000;
 
-/// No lease is longer (kairos.md §3.5 **[DECISION]**: the largest lease the paper observed).
+/// No lease is longer (kairos.md §3.5 **\[DECISION\]**: the largest lease the paper observed).
 pub const MAX_LEASE: Duration = Duration::from_secs(5);
 
 /// The guards of Algorithm 1 and the cap on every lease a policy computes from statistics.

@@ -26,7 +26,7 @@ pub struct IdealLease {
 /// Algorithm 1, `find_ideal_lease_duration(R, lambda)` for the `R` and `lambda` of `model`:
 /// the first peak of `FreshHitRate(k R)` over `k = 1, 2, ...` (the rate is unimodal in `d`),
 /// stopping after `limits.max_hits_per_lease` or once `k R` passes `limits.max_lease`
-/// (§9.9 **[DECISION]**, needed when `lambda = 0`: the rate then grows for ever).
+/// (§9.9 **\[DECISION\]**, needed when `lambda = 0`: the rate then grows for ever).
 ///
 /// `k = 1` is always tried, so the lease is at least `R` — possibly longer than the cap,
 /// which [`LeasePolicy::lease_duration`] applies afterwards, as the spec's pseudocode does.

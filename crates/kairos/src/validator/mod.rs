@@ -225,7 +225,7 @@ impl Validator {
     }
 
     /// §5.6 `validate(txn)`, Algorithm 3 step by step. A vote is recorded (Commit and, a
-    /// Strata **[DECISION]**, Abort too) so that a duplicate gets the same answer and a
+    /// Strata **\[DECISION\]**, Abort too) so that a duplicate gets the same answer and a
     /// termination query the vote; an Abort vote changes no per-key state.
     pub fn validate(&mut self, req: &ValidateReq) -> Vote {
         // Step 0: the termination protocol's promise, then duplicates.

@@ -1,4 +1,4 @@
-//! Rebuilding a validator's state after a restart (kairos.md §6.4 **[DECISION]**).
+//! Rebuilding a validator's state after a restart (kairos.md §6.4 **\[DECISION\]**).
 //!
 //! Validator state is soft. A restarted instance votes Abort (`Recovering`) until every
 //! client has answered with (a) the largest commit timestamp it issued and (b) its in-flight
