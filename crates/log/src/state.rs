@@ -688,9 +688,21 @@ impl Kv {
         &self.txn
     }
 
-    /// Each lock's prepare still has its `Prepared` record (rifl.md §7 inv. 13, 14).
+    /// Each lock's prepare still has its `Prepared` record (rifl.md §7 inv. 13, 14); the
+    /// Kairos validator waits only for transactions holding prepared writes, each write held
+    /// under that transaction's lock (kairos.md §7 inv. 8, with RIFL's lock as its carrier).
     pub fn check_txn(&self) -> Result<(), String> {
         self.txn.check()?;
+        for (txn, p) in self.kairos.pending() {
+            if p.vote != kv_validator::Vote::Commit || p.writes.is_empty() {
+                return Err(format!("kairos: {txn} is pending without prepared writes"));
+            }
+            for k in &p.writes {
+                if self.txn.lock_on(k).map(|l| l.txn) != Some(*txn) {
+                    return Err(format!("kairos: {txn}'s prepared write of {k:?} has no lock"));
+                }
+            }
+        }
         for l in self.txn.locks() {
             let rpc = RpcId { client_id: l.txn.client_id, seq: l.seq };
             match self.rifl.peek(rpc) {
