@@ -526,6 +526,10 @@ impl Kv {
             // A lock the validator no longer holds prepared: a client's decision named only
             // some of its objects (the rest wait for recovery). Never two locks on a key.
             Vote::Abort(AbortReason::PreparedConflict)
+        } else if self.kairos.pending().contains_key(&p.txn) {
+            // A second prepare of one transaction in this shard (an honest client sends
+            // one): its writes would be locked without being validated.
+            Vote::Abort(AbortReason::Refused)
         } else {
             let req = ValidateReq {
                 txn: p.txn,
@@ -1260,11 +1264,18 @@ mod tests {
                 kv.apply(&kprepare(2, T2, ts(200, 8), two, false), true);
                 kv.apply(&decide(3, T2, Decision::Commit, vec![21]), true);
                 assert!(kv.is_locked(b"c") && !kv.validator().is_prepared(b"c"));
-                kv.apply(&kprepare(4, T3, ts(300, 9), vec![("c", 31, None, w)], false), true);
+                kv.apply(
+                    &kprepare(4, T3, ts(300, 9), vec![("c", 31, None, w.clone())], false),
+                    true,
+                );
                 assert_eq!(vote(&kv, 9, 31), Some(Vote::Abort(AbortReason::PreparedConflict)));
+                // A second prepare of a transaction holding prepared writes here is refused.
+                kv.apply(&kprepare(5, T1, ts(100, 7), vec![("d", 13, None, w)], false), true);
+                assert_eq!(vote(&kv, 7, 13), Some(Vote::Abort(AbortReason::Refused)));
+                assert!(!kv.is_locked(b"d"));
                 kv.check_txn().unwrap();
                 // Recovery's decision releases it later, writing the value.
-                kv.apply(&decide(5, T2, Decision::Commit, vec![21, 22]), true);
+                kv.apply(&decide(6, T2, Decision::Commit, vec![21, 22]), true);
                 assert_eq!((kv.get(b"c").0, kv.vts(b"c")), (Some(b("1")), ts(200, 8)));
                 assert!(!kv.is_locked(b"c"));
             }
