@@ -403,6 +403,13 @@ fn abort_name(reason: AbortReason) -> &'static str {
         AbortReason::Locked => "locked",
         AbortReason::Conflict => "conflict",
         AbortReason::Recovered => "recovered",
+        AbortReason::Stale => "stale",
+        AbortReason::PreparedConflict => "prepared-conflict",
+        AbortReason::ReadWriteConflict => "read-write-conflict",
+        AbortReason::WriteWriteConflict => "write-write-conflict",
+        AbortReason::TimestampOrder => "timestamp-order",
+        AbortReason::TooOld => "too-old",
+        AbortReason::Refused => "refused",
     }
 }
 

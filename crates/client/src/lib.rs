@@ -51,7 +51,7 @@ pub use strata_wire::client::{
     TableDurability, TableEngine, TableReads, TableReplication, TableTimers,
 };
 pub use strata_wire::log::{Expect, LogIndex, ShardMove, WriteOutcome};
-pub use strata_wire::txn::{AbortReason, Decision, Vote};
+pub use strata_wire::txn::{AbortReason, Decision, Timestamp, Vote};
 pub use strata_wire::Role;
 pub use strata_wire::{Carstamp, ClusterId, NodeId, SessionId};
 pub use table::{Conditional, LogRead, Table, WriteOpts, Written};

@@ -26,6 +26,7 @@ use strata_wire::client::{
 };
 use strata_wire::counter;
 use strata_wire::log::{Expect, LogIndex, WriteOutcome};
+use strata_wire::txn::Timestamp;
 use strata_wire::{NodeId, Rifl, RpcId};
 use tokio::time::Instant;
 
@@ -78,6 +79,9 @@ pub struct LogRead {
     pub update_index: LogIndex,
     pub served_by: NodeId,
     pub epoch: u32,
+    /// A Kairos table's version timestamp of the value (kairos.md §0 `vts`; `ZERO` for a key
+    /// never written by a transaction, and for any other table).
+    pub vts: Timestamp,
 }
 
 #[derive(Clone)]
@@ -326,11 +330,12 @@ impl Table {
         reply: Response,
     ) -> Result<LogRead, ClientError> {
         match reply {
-            Response::LogValue { value, update_index, served_by, epoch } => {
+            Response::LogValue { value, update_index, served_by, epoch, vts } => {
                 if self.def.reads == strata_wire::client::TableReads::Leader {
                     self.leader[shard] = Some(node);
                 }
-                Ok(LogRead { value, update_index, served_by, epoch })
+                let vts = vts.unwrap_or(Timestamp::ZERO);
+                Ok(LogRead { value, update_index, served_by, epoch, vts })
             }
             other => Err(unexpected(other)),
         }

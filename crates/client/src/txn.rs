@@ -14,6 +14,13 @@
 //!   background; [`Transaction::commit_and_sync`] waits for them too (R-D24), which a process
 //!   about to exit needs. The block is acknowledged (`rpc_completed`) only after every decision
 //!   is (§5.8.1), so the votes outlive them.
+//! * **Kairos tables** (`--txn kairos`, kairos.md): the same rounds, ids, records and
+//!   recovery; reads remember the value's `vts` (`fts = vts`: no watermarks yet), `commit`
+//!   stamps the transaction with a commit timestamp (§5.1: RW from the client's clock and
+//!   lease id, bumped above every version read; RO `max fts`), and each participant
+//!   validates its part with Algorithm 3 when the prepare's entry is applied. A read-only
+//!   transaction is validated through the log too (validation raises `latest_read`) and
+//!   needs no decision. Reads never wait for prepared writes (§5.3).
 //! * **Locks.** A plain read of a key a transaction holds waits at the leader until the
 //!   decision is applied, and a plain write is retried by the library until then (§5.9); a
 //!   transaction's prepare never waits for one: the object votes `Abort(Locked)` and
@@ -26,10 +33,13 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
+use strata_kairos::timestamp::ClientClock;
 use strata_rifl::SequenceError;
 use strata_wire::client::{shard_of, Request, Response, TableTxn};
 use strata_wire::log::{Expect, LogIndex};
-use strata_wire::txn::{AbortReason, Decision, TxnAction, TxnObject, TxnOp, Vote};
+use strata_wire::txn::{
+    AbortReason, Decision, KairosPrepare, Timestamp, TxnAction, TxnObject, TxnOp, Vote,
+};
 use strata_wire::{LeaseInfo, Rifl, RpcId};
 use tokio::sync::Notify;
 use tokio::task::JoinSet;
@@ -55,11 +65,33 @@ pub(crate) struct TxnShared {
     /// Woken when a block completes (a transaction waiting for room in the window).
     completed: Notify,
     tables: Mutex<HashMap<String, Table>>,
+    /// Kairos's client clock (kairos.md §3.1), for the lease id it stamps (`node`).
+    clock: Mutex<Option<ClientClock>>,
 }
 
 impl TxnShared {
     pub(crate) fn new(rifl: RiflClient) -> TxnShared {
-        TxnShared { rifl: Mutex::new(rifl), completed: Notify::new(), tables: Mutex::default() }
+        TxnShared {
+            rifl: Mutex::new(rifl),
+            completed: Notify::new(),
+            tables: Mutex::default(),
+            clock: Mutex::default(),
+        }
+    }
+
+    /// kairos.md §5.1: a read-write commit timestamp for a transaction of lease `lease_id`
+    /// that read versions `read_vts`: the client clock (monotone, fed by the system clock),
+    /// bumped above every version read and every timestamp issued before. `node` is the lease
+    /// id's low 32 bits (lease ids are never reused; two leases 2^32 apart would share a
+    /// `node`, and then only a same-nanosecond tie could repeat a timestamp).
+    fn rw_commit_ts(&self, lease_id: u64, read_vts: impl Iterator<Item = Timestamp>) -> Timestamp {
+        let node = lease_id as u32;
+        let mut clock = self.clock.lock().unwrap_or_else(|e| e.into_inner());
+        let clock = match clock.as_mut() {
+            Some(c) if c.client_id() == node => c,
+            _ => clock.insert(ClientClock::new(node, 0)),
+        };
+        clock.rw_commit_ts(physical_now_ns(), read_vts)
     }
 
     fn rifl(&self) -> std::sync::MutexGuard<'_, RiflClient> {
@@ -116,8 +148,8 @@ impl TxnShared {
 /// One transaction (rifl.md §2.4). Obtain it with [`Client::transaction`].
 pub struct Transaction {
     client: Client,
-    /// `(table, key)` -> the value read and its version.
-    reads: BTreeMap<(String, Bytes), (Option<Bytes>, LogIndex)>,
+    /// `(table, key)` -> the value read, its version and (Kairos) its version timestamp.
+    reads: BTreeMap<(String, Bytes), (Option<Bytes>, LogIndex, Timestamp)>,
     /// `(table, key)` -> the buffered write (`None`: delete).
     writes: BTreeMap<(String, Bytes), Option<Bytes>>,
 }
@@ -146,12 +178,12 @@ impl Transaction {
         if let Some(w) = self.writes.get(&id) {
             return Ok(w.clone());
         }
-        if let Some((v, _)) = self.reads.get(&id) {
+        if let Some((v, _, _)) = self.reads.get(&id) {
             return Ok(v.clone());
         }
         let mut t = self.client.txn_table(table).await?;
         let r = t.get(id.1.clone()).await?;
-        self.reads.insert(id, (r.value.clone(), r.update_index));
+        self.reads.insert(id, (r.value.clone(), r.update_index, r.vts));
         Ok(r.value)
     }
 
@@ -182,20 +214,31 @@ impl Transaction {
     async fn run(self, sync: bool) -> Result<TxnOutcome, ClientError> {
         // T1: every object, in (table, key) order, with its action and expected version.
         let mut objects: BTreeMap<(String, Bytes), (TxnAction, Option<Expect>)> = BTreeMap::new();
-        for (id, (_, version)) in &self.reads {
+        for (id, (_, version, _)) in &self.reads {
             objects.insert(id.clone(), (TxnAction::Read, Some(Expect::Version(*version))));
         }
         for (id, w) in &self.writes {
             let action = w.clone().map_or(TxnAction::Delete, TxnAction::Write);
-            let expect = self.reads.get(id).map(|(_, v)| Expect::Version(*v));
+            let expect = self.reads.get(id).map(|(_, v, _)| Expect::Version(*v));
             objects.insert(id.clone(), (action, expect));
         }
         if objects.is_empty() {
             return Ok(TxnOutcome::Committed); // T0
         }
         let read_only = self.writes.is_empty();
+        let kairos = self.kairos_mode(objects.keys().map(|(t, _)| t.as_str())).await?;
         let shared = self.client.txns();
         let (lease, base) = shared.block(objects.len() as u64 + 1).await?;
+        // kairos.md §5.1, §5.4: the timestamps, once the lease (`node`) is known.
+        let kairos = kairos.then(|| {
+            let vts = self.reads.values().map(|(_, _, t)| *t);
+            let commit_ts = if read_only {
+                vts.clone().max().unwrap_or(Timestamp::ZERO) // RO: max fts (fts = vts)
+            } else {
+                shared.rw_commit_ts(lease.client_id, vts.clone())
+            };
+            (commit_ts, vts.min())
+        });
         let all: Vec<TxnObject> = objects
             .keys()
             .enumerate()
@@ -214,9 +257,12 @@ impl Transaction {
                 shard,
                 ops: Vec::new(),
             });
+            // Kairos validates timestamps, not log indexes: no `expect`.
+            let expect = if kairos.is_some() { None } else { expect };
             part.ops.push(TxnOp { key: obj.key.clone(), seq: obj.seq, expect, action });
         }
-        let result = self.prepare(&shared, lease, base, read_only, &all, &parts).await;
+        let stamps = kairos.map(|(commit_ts, freshness)| (commit_ts, freshness, read_only));
+        let result = self.prepare(&shared, lease, base, read_only, stamps, &all, &parts).await;
         let (votes, decided) = match result {
             Ok(v) => v,
             Err(e) => {
@@ -262,12 +308,14 @@ impl Transaction {
 
     /// T3-T4: one prepare per participant, concurrently, each retried with the same ids
     /// until it is answered. Returns the votes by id and whether every participant decided.
+    #[allow(clippy::too_many_arguments)]
     async fn prepare(
         &self,
         shared: &Arc<TxnShared>,
         lease: LeaseInfo,
         base: u64,
         read_only: bool,
+        kairos: Option<(Timestamp, Option<Timestamp>, bool)>,
         all: &[TxnObject],
         parts: &BTreeMap<(String, u32), Part>,
     ) -> Result<(BTreeMap<u64, Vote>, bool), ClientError> {
@@ -275,12 +323,23 @@ impl Transaction {
         for part in parts.values() {
             let mut t = self.client.txn_table(&part.table).await?;
             let shared = shared.clone();
+            let kairos = kairos.map(|(commit_ts, freshness, read_only)| KairosPrepare {
+                commit_ts,
+                freshness,
+                read_only,
+                read_vts: part
+                    .ops
+                    .iter()
+                    .map(|o| self.reads.get(&(part.table.clone(), o.key.clone())).map(|r| r.2))
+                    .collect(),
+            });
             let req = Request::TxnPrepare {
                 table: part.table.clone(),
                 shard: part.shard,
                 read_only,
                 all: all.to_vec(),
                 ops: part.ops.clone(),
+                kairos,
             };
             let shard = part.shard;
             tasks.spawn(
@@ -300,6 +359,34 @@ impl Transaction {
         }
         Ok((votes, decided))
     }
+
+    /// Whether the transaction's tables are Kairos tables (all of them) or RIFL tables (all
+    /// of them): one concurrency control per transaction, since a RIFL participant's vote
+    /// and a Kairos participant's do not compose into one serial order.
+    async fn kairos_mode<'a>(
+        &self,
+        tables: impl Iterator<Item = &'a str>,
+    ) -> Result<bool, ClientError> {
+        let mut mode = None;
+        for table in tables {
+            let kairos = self.client.txn_table(table).await?.def().txn == TableTxn::Kairos;
+            if mode.is_some_and(|m| m != kairos) {
+                return Err(ClientError::InvalidArgument(
+                    "a transaction spans either kairos tables or rifl tables, not both".into(),
+                ));
+            }
+            mode = Some(kairos);
+        }
+        Ok(mode.unwrap_or(false))
+    }
+}
+
+/// The system clock in nanoseconds since the Unix epoch: the one physical reading of
+/// Kairos's client clock (kairos.md §3.1; the library is not sans-IO, so this is its place).
+fn physical_now_ns() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64)
 }
 
 /// T7: the decision at every participant, retried until each applied it; then the block is
@@ -376,7 +463,8 @@ impl Default for RetryPolicy {
 }
 
 impl Client {
-    /// Starts a transaction over this cluster's transactional log tables (`--txn rifl`).
+    /// Starts a transaction over this cluster's transactional log tables (`--txn rifl` or
+    /// `--txn kairos`; one kind per transaction).
     pub fn transaction(&self) -> Transaction {
         Transaction::new(self.clone())
     }
@@ -414,7 +502,7 @@ impl Client {
         let mut t = self.table(table).await?;
         if t.def().txn == TableTxn::None {
             return Err(ClientError::InvalidArgument(format!(
-                "table {table:?} does not take transactions (create it with --txn rifl)"
+                "table {table:?} does not take transactions (create it with --txn rifl or --txn kairos)"
             )));
         }
         t.connect_all().await;

@@ -485,6 +485,131 @@ async fn transactions_across_shards_are_atomic_and_conflicts_abort() {
     assert!(e.to_string().contains("does not take transactions"), "{e}");
 }
 
+fn kairos_table(name: &str, shards: u32) -> TableDef {
+    TableDef { txn: strata_client::TableTxn::Kairos, ..txn_table(name, shards) }
+}
+
+/// Kairos tables (issue #19 items 1-2, kairos.md, server-side validation): the same
+/// transaction API over the same prepare/decide rounds, validated by Algorithm 3 when each
+/// prepare's entry applies. A transfer across two shards commits and is visible with the
+/// keys' versions at its commit timestamp; a transaction that read a value changed since
+/// aborts `Stale`; a read-only one commits; concurrent `run_txn` increments of one counter
+/// all land exactly once; plain writes are refused; rifl and kairos tables do not mix.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kairos_transactions_validate_in_the_shards_logs() {
+    use strata_client::{AbortReason, RetryPolicy, TxnOutcome};
+    let (cfgs, _nodes) = cluster().await;
+    let endpoints: Vec<SocketAddr> = cfgs.iter().map(|c| c.client_addr).collect();
+    for &addr in &endpoints {
+        let c = Client::connect_node(addr, opts()).await.unwrap();
+        c.create_table(kairos_table("kbank", 2)).await.unwrap();
+        c.create_table(txn_table("rbank", 1)).await.unwrap();
+    }
+    let client = Client::connect(&endpoints, opts()).await.unwrap();
+    let mut bank = client.table("kbank").await.unwrap();
+    let (a, b) = (
+        "alice",
+        (0..)
+            .map(|i| format!("bob{i}"))
+            .find(|k| bank.shard_of(k.as_bytes()) != bank.shard_of(b"alice"))
+            .unwrap(),
+    );
+    let num = |v: Option<bytes::Bytes>| -> u64 {
+        std::str::from_utf8(&v.unwrap()).unwrap().parse().unwrap()
+    };
+
+    // Plain writes are refused: a Kairos key's version is a commit timestamp.
+    let e = bank.put(a, "1").await.unwrap_err();
+    assert!(e.to_string().contains("kairos table"), "{e}");
+
+    // Blind writes create the accounts; reads return them with their versions.
+    let mut init = client.transaction();
+    init.write("kbank", a, "100");
+    init.write("kbank", b.clone(), "0");
+    assert_eq!(init.commit_and_sync().await.unwrap(), TxnOutcome::Committed);
+    let ra = bank.get(a).await.unwrap();
+    assert_eq!(ra.value.as_deref(), Some(&b"100"[..]));
+    assert!(ra.vts > strata_client::Timestamp::ZERO, "a version at the commit timestamp");
+    assert_eq!(bank.get(b.clone()).await.unwrap().vts, ra.vts, "one timestamp per transaction");
+
+    // A transfer across the two shards.
+    let mut tx = client.transaction();
+    let x = num(tx.read("kbank", a).await.unwrap());
+    let y = num(tx.read("kbank", b.clone()).await.unwrap());
+    tx.write("kbank", a, (x - 30).to_string());
+    tx.write("kbank", b.clone(), (y + 30).to_string());
+    assert_eq!(tx.commit_and_sync().await.unwrap(), TxnOutcome::Committed);
+    let (ra2, rb2) = (bank.get(a).await.unwrap(), bank.get(b.clone()).await.unwrap());
+    assert_eq!((ra2.value.as_deref(), rb2.value.as_deref()), (Some(&b"70"[..]), Some(&b"30"[..])));
+    assert!(ra2.vts > ra.vts && ra2.vts == rb2.vts);
+
+    // A transaction that read a value changed since aborts (Stale) and changes nothing.
+    let mut stale = client.transaction();
+    stale.read("kbank", a).await.unwrap();
+    let mut change = client.transaction();
+    change.write("kbank", a, "71");
+    assert_eq!(change.commit_and_sync().await.unwrap(), TxnOutcome::Committed);
+    stale.write("kbank", b.clone(), "999");
+    stale.write("kbank", a, "0");
+    assert_eq!(
+        stale.commit_and_sync().await.unwrap(),
+        TxnOutcome::Aborted { reason: AbortReason::Stale }
+    );
+    assert_eq!(bank.get(b.clone()).await.unwrap().value.as_deref(), Some(&b"30"[..]));
+    assert_eq!(bank.get(a).await.unwrap().value.as_deref(), Some(&b"71"[..]));
+
+    // A read-only transaction commits (validated through the logs, no decision to send).
+    let mut ro = client.transaction();
+    ro.read("kbank", a).await.unwrap();
+    ro.read("kbank", b.clone()).await.unwrap();
+    assert_eq!(ro.commit().await.unwrap(), TxnOutcome::Committed);
+
+    // Concurrent increments of one counter through run_txn: every one lands exactly once.
+    let mut init = client.transaction();
+    init.write("kbank", "counter", "0");
+    assert_eq!(init.commit_and_sync().await.unwrap(), TxnOutcome::Committed);
+    let mut tasks = Vec::new();
+    for _ in 0..4 {
+        let client = client.clone();
+        tasks.push(tokio::spawn(async move {
+            for _ in 0..10 {
+                client
+                    .run_txn(RetryPolicy { attempts: 1000, ..RetryPolicy::default() }, |tx| {
+                        Box::pin(async move {
+                            let v = tx.read("kbank", "counter").await?.unwrap();
+                            let n: u64 = std::str::from_utf8(&v).unwrap().parse().unwrap();
+                            tx.write("kbank", "counter", (n + 1).to_string());
+                            Ok(())
+                        })
+                    })
+                    .await
+                    .unwrap();
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    // `commit` returns before the decisions, and a Kairos read does not wait for them
+    // (kairos.md §5.3): wait for the last one to apply.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let v = bank.get("counter").await.unwrap().value;
+        if v.as_deref() == Some(&b"40"[..]) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "counter at {v:?}, not 40");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+
+    // One kind of table per transaction.
+    let mut mixed = client.transaction();
+    mixed.read("kbank", a).await.unwrap();
+    mixed.write("rbank", "k", "v");
+    let e = mixed.commit().await.unwrap_err();
+    assert!(e.to_string().contains("not both"), "{e}");
+}
+
 /// The blocking API of transactions (issue #18 item 3): threads without a runtime move units
 /// between two shards with `run_txn`; a transaction that read a value changed since aborts;
 /// the total holds, and every transfer landed exactly once.

@@ -95,7 +95,8 @@ pub fn check_table_def(def: &TableDef, n: usize) -> Result<LogConfig, String> {
     if def.shards == 0 || def.shards > MAX_SHARDS {
         return Err(format!("a table has 1 to {MAX_SHARDS} shards, not {}", def.shards));
     }
-    if def.txn == TableTxn::Rifl {
+    if def.txn != TableTxn::None {
+        let mode = txn_name(def.txn);
         // Votes and decisions are acknowledged only once applied from entries committed on a
         // majority (the write path of `sync` durability): an `async` or `cad` leader applies
         // before replicating, and a vote it gave could vanish with it — the client would
@@ -104,13 +105,13 @@ pub fn check_table_def(def: &TableDef, n: usize) -> Result<LogConfig, String> {
         // holds them all.
         if def.durability != TableDurability::Sync {
             return Err(format!(
-                "--txn rifl needs --durability sync: a prepare's vote must be durable on a majority before it is answered (this table is {})",
+                "--txn {mode} needs --durability sync: a prepare's vote must be durable on a majority before it is answered (this table is {})",
                 durability_name(def.durability)
             ));
         }
         if def.reads != TableReads::Leader {
             return Err(format!(
-                "--txn rifl needs --reads leader: transactions read the latest decided values, which only the leader is sure to hold (this table reads at {})",
+                "--txn {mode} needs --reads leader: transactions read the latest decided values, which only the leader is sure to hold (this table reads at {})",
                 reads_name(def.reads)
             ));
         }
@@ -198,6 +199,7 @@ pub fn txn_name(t: TableTxn) -> &'static str {
     match t {
         TableTxn::None => "none",
         TableTxn::Rifl => "rifl",
+        TableTxn::Kairos => "kairos",
     }
 }
 pub fn timers_name(t: TableTimers) -> &'static str {
@@ -273,6 +275,7 @@ impl CatalogEntry {
             txn: match self.txn.as_deref() {
                 None | Some("none") => TableTxn::None,
                 Some("rifl") => TableTxn::Rifl,
+                Some("kairos") => TableTxn::Kairos,
                 Some(v) => return Err(bad("transactions", v)),
             },
         })
@@ -319,6 +322,7 @@ pub fn describe(d: &TableDef) -> String {
     let txn = match d.txn {
         TableTxn::None => "",
         TableTxn::Rifl => ", transactions rifl",
+        TableTxn::Kairos => ", transactions kairos (server-side validation)",
     };
     format!(
         "engine log, durability {}, replication {}, reads {}, timers {}, {} shard(s){leaders}{txn}",

@@ -514,10 +514,10 @@ impl Host {
             Request::LogRead { table, key, min_index } => {
                 self.shards.on_read(now, route, corr, &table, key, min_index, &mut self.out)
             }
-            Request::TxnPrepare { table, shard, read_only, all, ops } => {
+            Request::TxnPrepare { table, shard, read_only, all, ops, kairos } => {
                 let out = &mut self.out;
-                self.shards
-                    .on_txn_prepare(now, route, corr, rifl, &table, shard, read_only, all, ops, out)
+                let p = crate::txn::PrepareReq { read_only, all, ops, kairos };
+                self.shards.on_txn_prepare(now, route, corr, rifl, &table, shard, p, out)
             }
             Request::TxnDecide { table, shard, decision, seqs } => {
                 let out = &mut self.out;

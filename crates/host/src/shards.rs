@@ -349,6 +349,21 @@ impl Shards {
             };
             return out.reply.push((route, ClientResponse { corr, body }));
         }
+        // A Kairos table's versions are commit timestamps given by validation (kairos.md §0
+        // `vts`): a plain write would have none, and would bypass validation. Refused.
+        if self
+            .tables
+            .get(table)
+            .is_some_and(|t| t.def.txn == strata_wire::client::TableTxn::Kairos)
+        {
+            let body = Response::Error {
+                code: ErrorCode::InvalidArgument,
+                message: format!(
+                    "table {table:?} is a kairos table: its keys are written by transactions only (strata txn, client.transaction())"
+                ),
+            };
+            return out.reply.push((route, ClientResponse { corr, body }));
+        }
         let sk = match self.shard_key(table, &key) {
             Ok(k) => k,
             Err(body) => return out.reply.push((route, ClientResponse { corr, body })),
@@ -768,6 +783,8 @@ pub(crate) fn reply_body(reply: LogReply) -> Response {
             update_index: v.update_index,
             served_by: v.served_by,
             epoch: v.epoch,
+            // Only a Kairos table's keys have a timestamp (absent: `ZERO`).
+            vts: (v.vts != strata_wire::txn::Timestamp::ZERO).then_some(v.vts),
         },
         LogReply::Read { result: Err(e), .. } => Response::LogRejected(match e {
             ReadError::NotLeader { hint } => LogFailure::NotLeader { hint },

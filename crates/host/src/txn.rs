@@ -7,7 +7,7 @@ use strata_core::Route;
 use strata_log::LogRequest;
 use strata_wire::client::{shard_of, ClientResponse, ErrorCode, Response, TableTxn};
 use strata_wire::rifl::WINDOW;
-use strata_wire::txn::{Decision, Prepare, TxnAction, TxnId, TxnObject, TxnOp};
+use strata_wire::txn::{Decision, KairosPrepare, Prepare, TxnAction, TxnId, TxnObject, TxnOp};
 use strata_wire::{Instant, Rifl};
 
 use crate::catalog::SYSTEM_PREFIX;
@@ -27,6 +27,14 @@ struct Checked {
     rifl: Rifl,
 }
 
+/// The body of a client's `TxnPrepare`.
+pub struct PrepareReq {
+    pub read_only: bool,
+    pub all: Vec<TxnObject>,
+    pub ops: Vec<TxnOp>,
+    pub kairos: Option<KairosPrepare>,
+}
+
 impl Shards {
     /// A client's `TxnPrepare`; the reply comes through `out` (now or later).
     #[allow(clippy::too_many_arguments)]
@@ -38,21 +46,21 @@ impl Shards {
         rifl: Option<Rifl>,
         table: &str,
         shard: u32,
-        read_only: bool,
-        all: Vec<TxnObject>,
-        ops: Vec<TxnOp>,
+        req: PrepareReq,
         out: &mut HostEffects,
     ) {
+        let PrepareReq { read_only, all, ops, kairos } = req;
         let checked = self
             .check_txn_request(rifl, table, shard)
-            .and_then(|c| self.check_prepare(table, shard, &c.rifl, &all, &ops).map(|()| c));
+            .and_then(|c| self.check_prepare(table, shard, &c.rifl, &all, &ops).map(|()| c))
+            .and_then(|c| self.check_kairos(table, &ops, kairos.as_ref()).map(|()| c));
         let c = match checked {
             Ok(c) => c,
             Err(r) => return refuse(route, corr, r, out),
         };
         let txn = TxnId { client_id: c.rifl.rpc.client_id, base: c.rifl.rpc.seq };
         let whole = ops.len() == all.len();
-        let prepare = Prepare { txn, all, ops, whole };
+        let prepare = Prepare { txn, all, ops, whole, kairos };
         let token = self.take_token();
         let req = LogRequest::Prepare { token, rifl: c.rifl, prepare, read_only };
         self.request(now, c.sk, route, corr, req, out);
@@ -111,7 +119,7 @@ impl Shards {
         };
         if t.def.txn == TableTxn::None {
             return Err(invalid(format!(
-                "table {table:?} does not take transactions (create it with --txn rifl)"
+                "table {table:?} does not take transactions (create it with --txn rifl or --txn kairos)"
             )));
         }
         if shard >= t.def.shards {
@@ -158,6 +166,31 @@ impl Shards {
             }
         }
         Ok(())
+    }
+}
+
+impl Shards {
+    /// A Kairos table's prepare carries its timestamps and one read version slot per op
+    /// (kairos.md §4 `PrepareReq`); a RIFL table's carries none.
+    fn check_kairos(
+        &self,
+        table: &str,
+        ops: &[TxnOp],
+        kairos: Option<&KairosPrepare>,
+    ) -> Result<(), Refusal> {
+        let is_kairos = self.tables.get(table).is_some_and(|t| t.def.txn == TableTxn::Kairos);
+        match kairos {
+            None if is_kairos => Err(invalid(format!(
+                "table {table:?} is a kairos table: a prepare carries the transaction's commit timestamp and the versions read (update the client)"
+            ))),
+            Some(_) if !is_kairos => Err(invalid(format!(
+                "table {table:?} is not a kairos table: a prepare carries no timestamps"
+            ))),
+            Some(k) if k.read_vts.len() != ops.len() => {
+                Err(invalid("a kairos prepare names one read version slot per op"))
+            }
+            _ => Ok(()),
+        }
     }
 }
 

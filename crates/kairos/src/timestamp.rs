@@ -4,33 +4,10 @@
 //! Time is an input: [`ClientClock::now`] takes the process's physical reading (in the
 //! simulator, the global time plus an emulated drift) and adds the emulated offset of §9.3.
 
-use std::fmt;
-
 /// A version / commit timestamp (§0): `nanos` from the issuing process's clock, `node` (the
-/// client id) breaking ties, so read-write commit timestamps are unique. Ordered
-/// lexicographically, `nanos` first (the derived order, by field order).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct Timestamp {
-    pub nanos: u64,
-    pub node: u32,
-}
-
-impl Timestamp {
-    /// The version of every key before its first write (§0: initial load).
-    pub const ZERO: Timestamp = Timestamp { nanos: 0, node: 0 };
-    /// Above every timestamp a client can issue.
-    pub const MAX: Timestamp = Timestamp { nanos: u64::MAX, node: u32::MAX };
-
-    pub const fn new(nanos: u64, node: u32) -> Timestamp {
-        Timestamp { nanos, node }
-    }
-}
-
-impl fmt::Display for Timestamp {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}@{}", self.nanos, self.node)
-    }
-}
+/// client id) breaking ties, so read-write commit timestamps are unique. Defined in
+/// `strata-wire` (log entries, snapshots and replies carry it).
+pub use strata_wire::txn::Timestamp;
 
 /// A client's protocol clock (§3.1 `clock`, §9.3): `now() = max(last + 1 ns, physical +
 /// offset)`, strictly increasing whatever the physical input does, plus the RW commit

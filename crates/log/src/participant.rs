@@ -37,6 +37,11 @@ impl Participant {
         self.locks.contains_key(key)
     }
 
+    /// The lock on `key`, if any.
+    pub fn lock_on(&self, key: &[u8]) -> Option<&Lock> {
+        self.locks.get(key)
+    }
+
     pub fn lock(&mut self, l: Lock) {
         let rpc = RpcId { client_id: l.txn.client_id, seq: l.seq };
         assert!(!self.locks.contains_key(&l.key), "one lock per object (rifl.md §7 inv. 13)");

@@ -150,10 +150,11 @@ impl LogReplica {
         // rifl.md §5.9 (R-D18): a locked key's value may be about to change; the read waits
         // for the decision (the client retries), or it could miss a transaction whose
         // outcome was already returned.
-        if self.kv.is_locked(&key) && !self.cfg.planted(PlantedBug::TxnReadsIgnoreLocks) {
+        if self.kv.blocks_reads(&key) && !self.cfg.planted(PlantedBug::TxnReadsIgnoreLocks) {
             return self.finish_read(origin, Err(ReadError::Locked));
         }
         self.stats.reads_served += 1;
+        let key_vts = key.clone();
         let epoch = self.epoch;
         let applied = self.kv.applied();
         self.emit(LogEvent::ReadServed {
@@ -165,9 +166,10 @@ impl LogReplica {
             min_index,
             applied,
         });
+        let vts = self.kv.vts(&key_vts);
         self.finish_read(
             origin,
-            Ok(ReadValue { value, update_index: u, served_by: self.id, epoch }),
+            Ok(ReadValue { value, update_index: u, served_by: self.id, epoch, vts }),
         );
     }
 
@@ -237,7 +239,7 @@ impl LogReplica {
                 self.finish_read(r.origin, Err(ReadError::NotLeader { hint: None }));
                 continue;
             }
-            let locked = honour_locks && self.kv.is_locked(&r.key);
+            let locked = honour_locks && self.kv.blocks_reads(&r.key);
             if now >= r.deadline {
                 let why = if locked { ReadError::Locked } else { ReadError::Timeout };
                 self.finish_read(r.origin, Err(why));

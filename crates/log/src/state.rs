@@ -4,9 +4,13 @@
 use std::collections::{BTreeSet, HashMap};
 
 use bytes::Bytes;
+use strata_kairos::validator::{self as kv_validator, ValidateReq, Validator};
 use strata_rifl::{ResultTracker, RiflConfig, RpcId, Verdict};
 use strata_wire::log::{Completion, LogEntry, LogIndex, LogOp, ShardMove, WriteOutcome};
-use strata_wire::txn::{AbortReason, Decision, Lock, Prepare, TxnAction, TxnId, Vote};
+use strata_wire::txn::{
+    AbortReason, Decision, KairosKey, KairosPrepare, Lock, Prepare, Timestamp, TxnAction, TxnId,
+    Vote,
+};
 
 use crate::participant::Participant;
 
@@ -179,7 +183,15 @@ pub(crate) struct Kv {
     txn: Participant,
     /// What transaction entries did since the replica last took them.
     txn_events: Vec<TxnEvent>,
+    /// A Kairos table's validator (kairos.md §3.2, server-side placement, §9.12): per key
+    /// `latest_read`, `latest_committed` (the key's `vts`) and the prepared write, fed only
+    /// by applied entries. Empty for any other table.
+    kairos: Validator,
     applied: LogIndex,
+}
+
+fn empty_validator() -> Validator {
+    Validator::new([]).without_version_history()
 }
 
 impl Default for Kv {
@@ -191,6 +203,7 @@ impl Default for Kv {
             frozen: None,
             txn: Participant::default(),
             txn_events: Vec::new(),
+            kairos: empty_validator(),
             applied: LogIndex::ZERO,
         }
     }
@@ -208,6 +221,11 @@ impl Kv {
             applied: s.last_included,
             expired: s.expired.iter().copied().collect(),
             txn: Participant::from_parts(&s.locks, &s.decisions),
+            kairos: Validator::from_keys(
+                s.kairos
+                    .iter()
+                    .map(|k| (k.key.clone(), k.latest_read, k.latest_committed, k.prepared_write)),
+            ),
             ..Kv::default()
         };
         for c in &s.clients {
@@ -239,7 +257,21 @@ impl Kv {
             expired: self.expired.iter().copied().collect(),
             locks,
             decisions,
+            kairos: self.kairos_keys(),
         }
+    }
+
+    /// The validator's per-key state, by key (a snapshot's Kairos section).
+    fn kairos_keys(&self) -> Vec<KairosKey> {
+        self.kairos
+            .key_states()
+            .map(|(k, s)| KairosKey {
+                key: k.clone(),
+                latest_read: s.latest_read,
+                latest_committed: s.latest_committed,
+                prepared_write: s.prepared_write,
+            })
+            .collect()
     }
 
     pub fn applied(&self) -> LogIndex {
@@ -283,6 +315,10 @@ impl Kv {
             let (locks, decisions) = self.txn.to_parts();
             strata_wire::codec::put_seq(&mut b, &locks, |o, l| l.encode(o));
             strata_wire::codec::put_seq(&mut b, &decisions, |o, d| d.encode(o));
+            let kairos = self.kairos_keys();
+            if !kairos.is_empty() {
+                strata_wire::codec::put_seq(&mut b, &kairos, |o, k| k.encode(o));
+            }
             b.len()
         };
         8 + 4 + items + 4 + clients + 4 + 8 * self.expired.len() + 4 + outcomes + txn
@@ -399,6 +435,9 @@ impl Kv {
     /// recovery's abort request records `Abort` for them). A prepare holding every object of
     /// the transaction whose votes are all `Prepared` applies `Commit` at once.
     fn apply_prepare(&mut self, e: &LogEntry, p: &Prepare, rules: Rules) -> Applied {
+        if let Some(k) = &p.kairos {
+            return self.apply_kairos_prepare(e, p, k, rules);
+        }
         let dedup = rules.dedup;
         let client_id = p.txn.client_id;
         if dedup && self.expired.contains(&client_id) {
@@ -453,6 +492,120 @@ impl Kv {
         Applied::Txn
     }
 
+    /// kairos.md §5.6 at apply time (server-side validation, §9.12): the prepare's ops are
+    /// validated together by Algorithm 3, from applied state only, so every replica, a
+    /// replay and a new leader give the same vote. Every op records that vote as its
+    /// completion record (a retry, or an abort request after it, finds it; one recorded
+    /// before it, by an abort request, makes this a retry that validates nothing). A Commit
+    /// vote locks the written objects (the validator's `prepared_write` as RIFL's lock, so
+    /// `T_TX`, recovery and record protection work unchanged); reads take no lock, their
+    /// `latest_read` is raised. A prepare holding every object decides at once, as RIFL's.
+    fn apply_kairos_prepare(
+        &mut self,
+        e: &LogEntry,
+        p: &Prepare,
+        k: &KairosPrepare,
+        rules: Rules,
+    ) -> Applied {
+        let client_id = p.txn.client_id;
+        if rules.dedup && self.expired.contains(&client_id) {
+            return Applied::Expired;
+        }
+        let ack = self.txn.ack_bound(client_id, e.ack);
+        self.rifl.recover_ack(client_id, ack);
+        for op in &p.ops {
+            match self.rifl.peek(RpcId { client_id, seq: op.seq }) {
+                Verdict::Stale => return Applied::Stale,
+                Verdict::Completed(_) if rules.dedup => return Applied::Txn,
+                _ => {}
+            }
+        }
+        let vote = if k.read_vts.len() != p.ops.len() {
+            Vote::Abort(AbortReason::Refused) // malformed (the host refuses it before)
+        } else if p.ops.iter().any(|op| self.txn.is_locked(&op.key)) {
+            // A lock the validator no longer holds prepared: a client's decision named only
+            // some of its objects (the rest wait for recovery). Never two locks on a key.
+            Vote::Abort(AbortReason::PreparedConflict)
+        } else if self.kairos.pending().contains_key(&p.txn) {
+            // A second prepare of one transaction in this shard (an honest client sends
+            // one): its writes would be locked without being validated.
+            Vote::Abort(AbortReason::Refused)
+        } else {
+            let req = ValidateReq {
+                txn: p.txn,
+                commit_ts: k.commit_ts,
+                freshness: k.freshness,
+                read_only: k.read_only,
+                reads: p
+                    .ops
+                    .iter()
+                    .zip(&k.read_vts)
+                    .filter_map(|(op, v)| v.map(|v| (Bytes::copy_from_slice(&op.key), v)))
+                    .collect(),
+                writes: p
+                    .ops
+                    .iter()
+                    .filter(|op| op.action != TxnAction::Read)
+                    .map(|op| Bytes::copy_from_slice(&op.key))
+                    .collect(),
+            };
+            let vote = wire_vote(self.kairos.validate(&req));
+            // Nothing waits for the decision of an Abort vote or of reads only.
+            self.kairos.forget(p.txn);
+            vote
+        };
+        for op in &p.ops {
+            let rpc = RpcId { client_id, seq: op.seq };
+            let record = Completion { index: e.index, outcome: WriteOutcome::Voted(vote) };
+            self.rifl.recover_record(rpc, ack, record);
+            // (A key named twice by one prepare is locked once.)
+            if vote == Vote::Prepared
+                && op.action != TxnAction::Read
+                && !self.txn.is_locked(&op.key)
+            {
+                self.txn.lock(Lock {
+                    txn: p.txn,
+                    seq: op.seq,
+                    key: Bytes::copy_from_slice(&op.key),
+                    action: op.action.clone(),
+                    all: p.all.clone(),
+                    since: e.index,
+                });
+            }
+            let key = Some(op.key.clone());
+            self.txn_events.push(TxnEvent::Voted {
+                index: e.index,
+                txn: p.txn,
+                seq: op.seq,
+                key,
+                vote,
+            });
+        }
+        if p.whole && vote == Vote::Prepared {
+            let seqs: Vec<u64> = p.ops.iter().map(|o| o.seq).collect();
+            self.apply_decide(e.index, p.txn, Decision::Commit, &seqs);
+        }
+        Applied::Txn
+    }
+
+    /// A Kairos key's version timestamp (`ZERO` if never written by a transaction).
+    pub fn vts(&self, key: &[u8]) -> Timestamp {
+        self.kairos.latest_committed(key)
+    }
+
+    /// Whether a plain read of `key` must wait for a decision: RIFL's locks block reads
+    /// (§5.9), a Kairos prepared write does not (kairos.md §5.3: a `Get` never waits; the
+    /// latest committed version is returned and validation judges it).
+    pub fn blocks_reads(&self, key: &[u8]) -> bool {
+        self.txn.is_locked(key) && !self.kairos.is_prepared(key)
+    }
+
+    /// The Kairos validator (tests).
+    #[cfg(test)]
+    pub fn validator(&self) -> &Validator {
+        &self.kairos
+    }
+
     /// rifl.md §5.8.2 P1/P2 b, the one vote rule of a prepare and of a read-only validation:
     /// `Abort(Locked)` if a transaction holds the key, `Abort(Conflict)` if it is no longer at
     /// the version the transaction read (`check_versions = false` is the
@@ -478,6 +631,13 @@ impl Kv {
         decision: Decision,
         seqs: &[u64],
     ) -> Applied {
+        // Kairos (§5.6 "on Decision"): the validator clears the prepared writes and, on
+        // Commit, installs the validated commit timestamp as the keys' `vts`; then the locks
+        // apply the writes below, as RIFL's do.
+        if let Some(ts) = self.kairos.pending().get(&txn).map(|p| p.commit_ts) {
+            self.kairos.decide(txn, decision, ts);
+            self.kairos.take_events();
+        }
         for &seq in seqs {
             let Some(l) = self.txn.unlock(RpcId { client_id: txn.client_id, seq }) else {
                 continue; // decided before: idempotent
@@ -532,9 +692,21 @@ impl Kv {
         &self.txn
     }
 
-    /// Each lock's prepare still has its `Prepared` record (rifl.md §7 inv. 13, 14).
+    /// Each lock's prepare still has its `Prepared` record (rifl.md §7 inv. 13, 14); the
+    /// Kairos validator waits only for transactions holding prepared writes, each write held
+    /// under that transaction's lock (kairos.md §7 inv. 8, with RIFL's lock as its carrier).
     pub fn check_txn(&self) -> Result<(), String> {
         self.txn.check()?;
+        for (txn, p) in self.kairos.pending() {
+            if p.vote != kv_validator::Vote::Commit || p.writes.is_empty() {
+                return Err(format!("kairos: {txn} is pending without prepared writes"));
+            }
+            for k in &p.writes {
+                if self.txn.lock_on(k).map(|l| l.txn) != Some(*txn) {
+                    return Err(format!("kairos: {txn}'s prepared write of {k:?} has no lock"));
+                }
+            }
+        }
         for l in self.txn.locks() {
             let rpc = RpcId { client_id: l.txn.client_id, seq: l.seq };
             match self.rifl.peek(rpc) {
@@ -570,6 +742,23 @@ impl Kv {
     /// `(value, update_index)`; an absent key has `(None, ZERO)` (§5.5.1 step 3).
     pub fn get(&self, key: &[u8]) -> (Option<Bytes>, LogIndex) {
         self.items.get(key).map_or((None, LogIndex::ZERO), |i| (i.value.clone(), i.update_index))
+    }
+}
+
+/// A Kairos vote as a participant's vote on each object (the same record machinery as RIFL's).
+fn wire_vote(v: kv_validator::Vote) -> Vote {
+    use kv_validator::AbortReason as K;
+    match v {
+        kv_validator::Vote::Commit => Vote::Prepared,
+        kv_validator::Vote::Abort(r) => Vote::Abort(match r {
+            K::Stale { .. } => AbortReason::Stale,
+            K::PreparedConflict { .. } => AbortReason::PreparedConflict,
+            K::ReadWriteConflict { .. } => AbortReason::ReadWriteConflict,
+            K::WriteWriteConflict { .. } => AbortReason::WriteWriteConflict,
+            K::TimestampOrder { .. } => AbortReason::TimestampOrder,
+            K::TooOld { .. } => AbortReason::TooOld,
+            K::Refused | K::Recovering => AbortReason::Refused,
+        }),
     }
 }
 
@@ -706,7 +895,7 @@ mod tests {
                 .map(|o| TxnObject { table: "t".into(), key: o.key.clone(), seq: o.seq })
                 .collect();
             LogEntry {
-                op: LogOp::Prepare(Box::new(Prepare { txn, all, ops, whole })),
+                op: LogOp::Prepare(Box::new(Prepare { txn, all, ops, whole, kairos: None })),
                 key: Bytes::new(),
                 client_id: txn.client_id,
                 seq: 0,
@@ -858,6 +1047,279 @@ mod tests {
             let mut buf = bytes::BytesMut::new();
             strata_wire::Encode::encode(&kv.to_snapshot(), &mut buf);
             assert_eq!(kv.snapshot_encoded_len(), buf.len());
+        }
+
+        mod kairos {
+            use super::*;
+            use strata_wire::txn::{KairosPrepare, Timestamp};
+
+            fn ts(nanos: u64, node: u32) -> Timestamp {
+                Timestamp::new(nanos, node)
+            }
+
+            /// A Kairos prepare of `txn` at `counter`: `ops` as `(key, seq, vts read, action)`.
+            fn kprepare(
+                counter: u32,
+                txn: TxnId,
+                commit_ts: Timestamp,
+                ops: Vec<(&'static str, u64, Option<Timestamp>, TxnAction)>,
+                whole: bool,
+            ) -> LogEntry {
+                let read_vts: Vec<Option<Timestamp>> = ops.iter().map(|o| o.2).collect();
+                let read_only = ops.iter().all(|o| o.3 == TxnAction::Read);
+                let ops = ops.into_iter().map(|(k, seq, _, a)| op(k, seq, None, a)).collect();
+                let mut e = prepare(counter, txn, ops, whole, txn.base);
+                let LogOp::Prepare(p) = &mut e.op else { unreachable!() };
+                p.kairos = Some(KairosPrepare {
+                    commit_ts,
+                    freshness: read_vts.iter().flatten().min().copied(),
+                    read_only,
+                    read_vts,
+                });
+                e
+            }
+
+            fn decide(counter: u32, txn: TxnId, decision: Decision, seqs: Vec<u64>) -> LogEntry {
+                node_entry(counter, LogOp::Decide { txn, decision, seqs })
+            }
+
+            const T1: TxnId = TxnId { client_id: 7, base: 10 };
+            const T2: TxnId = TxnId { client_id: 8, base: 20 };
+            const T3: TxnId = TxnId { client_id: 9, base: 30 };
+
+            /// T1 writes `a` (and `b`) at `(100, 7)`, decided Commit: `a`'s vts is T1's
+            /// timestamp.
+            fn committed_a() -> Kv {
+                let mut kv = Kv::default();
+                let w = TxnAction::Write(b("1"));
+                let e = kprepare(
+                    1,
+                    T1,
+                    ts(100, 7),
+                    vec![("a", 11, Some(Timestamp::ZERO), w.clone()), ("b", 12, None, w)],
+                    false,
+                );
+                assert_eq!(kv.apply(&e, true), Applied::Txn);
+                assert_eq!(
+                    (vote(&kv, 7, 11), vote(&kv, 7, 12)),
+                    (Some(Vote::Prepared), Some(Vote::Prepared))
+                );
+                assert!(kv.is_locked(b"a") && kv.is_locked(b"b"), "prepared writes hold locks");
+                assert!(!kv.blocks_reads(b"a"), "kairos §5.3: a Get never waits");
+                assert_eq!(kv.vts(b"a"), Timestamp::ZERO, "not installed before the decision");
+                kv.check_txn().unwrap();
+                kv.validator().check_invariants();
+                kv.apply(&decide(2, T1, Decision::Commit, vec![11, 12]), true);
+                kv
+            }
+
+            #[test]
+            fn a_commit_vote_prepares_and_the_decision_installs_values_at_the_commit_timestamp() {
+                let kv = committed_a();
+                assert_eq!(kv.get(b"a").0, Some(b("1")));
+                assert_eq!(kv.vts(b"a"), ts(100, 7));
+                assert_eq!(kv.vts(b"b"), ts(100, 7));
+                assert!(!kv.is_locked(b"a") && !kv.is_locked(b"b"));
+                assert!(kv.validator().pending().is_empty());
+                assert_eq!(kv.validator().key(b"a").latest_read, ts(100, 7));
+                kv.check_txn().unwrap();
+                kv.validator().check_invariants();
+            }
+
+            #[test]
+            fn a_read_of_a_superseded_version_votes_stale_and_changes_nothing() {
+                let mut kv = committed_a();
+                let w = TxnAction::Write(b("2"));
+                let e =
+                    kprepare(3, T2, ts(200, 8), vec![("a", 21, Some(Timestamp::ZERO), w)], false);
+                kv.apply(&e, true);
+                assert_eq!(vote(&kv, 8, 21), Some(Vote::Abort(AbortReason::Stale)));
+                assert!(!kv.is_locked(b"a"));
+                assert!(kv.validator().pending().is_empty(), "an abort vote is forgotten");
+                assert_eq!(kv.validator().key(b"a").latest_read, ts(100, 7), "unchanged");
+            }
+
+            #[test]
+            fn a_prepared_write_makes_readers_and_writers_vote_prepared_conflict() {
+                let mut kv = committed_a();
+                let w = TxnAction::Write(b("2"));
+                kv.apply(
+                    &kprepare(3, T2, ts(200, 8), vec![("a", 21, Some(ts(100, 7)), w)], false),
+                    true,
+                );
+                assert_eq!(vote(&kv, 8, 21), Some(Vote::Prepared));
+                let read = kprepare(
+                    4,
+                    T3,
+                    ts(300, 9),
+                    vec![("a", 31, Some(ts(100, 7)), TxnAction::Read)],
+                    false,
+                );
+                kv.apply(&read, true);
+                assert_eq!(vote(&kv, 9, 31), Some(Vote::Abort(AbortReason::PreparedConflict)));
+                let t4 = TxnId { client_id: 10, base: 40 };
+                kv.apply(
+                    &kprepare(5, t4, ts(400, 10), vec![("a", 41, None, TxnAction::Delete)], false),
+                    true,
+                );
+                assert_eq!(vote(&kv, 10, 41), Some(Vote::Abort(AbortReason::PreparedConflict)));
+                // The abort decision releases the write, installing nothing.
+                kv.apply(&decide(6, T2, Decision::Abort, vec![21]), true);
+                assert_eq!((kv.get(b"a").0, kv.vts(b"a")), (Some(b("1")), ts(100, 7)));
+                assert!(!kv.is_locked(b"a"));
+                kv.check_txn().unwrap();
+                kv.validator().check_invariants();
+            }
+
+            #[test]
+            fn a_commit_timestamp_not_above_a_version_read_votes_timestamp_order() {
+                let mut kv = committed_a();
+                let w = TxnAction::Write(b("2"));
+                kv.apply(
+                    &kprepare(3, T2, ts(50, 8), vec![("a", 21, Some(ts(100, 7)), w)], false),
+                    true,
+                );
+                assert_eq!(vote(&kv, 8, 21), Some(Vote::Abort(AbortReason::TimestampOrder)));
+            }
+
+            #[test]
+            fn a_read_only_validation_raises_latest_read_so_an_older_writer_aborts() {
+                let mut kv = committed_a();
+                let read = kprepare(
+                    3,
+                    T3,
+                    ts(500, 9),
+                    vec![("a", 31, Some(ts(100, 7)), TxnAction::Read)],
+                    false,
+                );
+                kv.apply(&read, true);
+                assert_eq!(vote(&kv, 9, 31), Some(Vote::Prepared));
+                assert!(!kv.is_locked(b"a"), "reads take no lock");
+                assert!(kv.validator().pending().is_empty(), "nothing waits for its decision");
+                assert_eq!(kv.validator().key(b"a").latest_read, ts(500, 9));
+                let blind = kprepare(
+                    4,
+                    T2,
+                    ts(400, 8),
+                    vec![("a", 21, None, TxnAction::Write(b("x")))],
+                    false,
+                );
+                kv.apply(&blind, true);
+                assert_eq!(vote(&kv, 8, 21), Some(Vote::Abort(AbortReason::ReadWriteConflict)));
+            }
+
+            #[test]
+            fn a_duplicate_prepare_gets_the_same_vote_and_validates_nothing() {
+                let mut kv = committed_a();
+                let w = TxnAction::Write(b("2"));
+                let e = kprepare(3, T2, ts(200, 8), vec![("a", 21, Some(ts(100, 7)), w)], false);
+                kv.apply(&e, true);
+                // Appended again (a retry across a leader change): the record stands; a
+                // second validation would have voted PreparedConflict against itself.
+                kv.apply(&LogEntry { index: LogIndex::new(1, 4), ..e }, true);
+                assert_eq!(vote(&kv, 8, 21), Some(Vote::Prepared));
+                kv.check_txn().unwrap();
+                kv.validator().check_invariants();
+                // An abort request after it finds the record too; the decision still applies.
+                kv.apply(&node_entry(5, LogOp::RequestAbort { txn: T2, seqs: vec![21] }), true);
+                assert_eq!(vote(&kv, 8, 21), Some(Vote::Prepared));
+                kv.apply(&decide(6, T2, Decision::Commit, vec![21]), true);
+                assert_eq!(kv.vts(b"a"), ts(200, 8));
+                assert_eq!(kv.get(b"a").0, Some(b("2")));
+            }
+
+            #[test]
+            fn an_abort_request_first_makes_the_late_prepare_validate_nothing() {
+                let mut kv = Kv::default();
+                kv.apply(&node_entry(1, LogOp::RequestAbort { txn: T2, seqs: vec![21] }), true);
+                let w = TxnAction::Write(b("2"));
+                kv.apply(&kprepare(2, T2, ts(200, 8), vec![("a", 21, None, w)], false), true);
+                assert_eq!(vote(&kv, 8, 21), Some(Vote::Abort(AbortReason::Recovered)));
+                assert!(!kv.is_locked(b"a") && !kv.validator().is_prepared(b"a"));
+            }
+
+            #[test]
+            fn a_prepare_holding_every_object_decides_at_once_with_its_timestamp() {
+                let mut kv = Kv::default();
+                let w = TxnAction::Write(b("1"));
+                kv.apply(&kprepare(1, T1, ts(100, 7), vec![("a", 11, None, w)], true), true);
+                assert_eq!((kv.get(b"a").0, kv.vts(b"a")), (Some(b("1")), ts(100, 7)));
+                assert!(!kv.is_locked(b"a"));
+                assert!(kv.validator().pending().is_empty());
+            }
+
+            #[test]
+            fn hostile_prepares_and_partial_decisions_never_lock_a_key_twice() {
+                let mut kv = Kv::default();
+                let w = TxnAction::Write(b("1"));
+                // One object named twice: locked once.
+                let twice = vec![("a", 11, None, w.clone()), ("a", 11, None, w.clone())];
+                kv.apply(&kprepare(1, T1, ts(100, 7), twice, false), true);
+                assert_eq!(vote(&kv, 7, 11), Some(Vote::Prepared));
+                kv.check_txn().unwrap();
+                // A decision naming only some objects: the validator is decided, the other
+                // lock stays (for recovery); a writer of that key aborts instead of locking it
+                // again.
+                let two = vec![("b", 21, None, w.clone()), ("c", 22, None, w.clone())];
+                kv.apply(&kprepare(2, T2, ts(200, 8), two, false), true);
+                kv.apply(&decide(3, T2, Decision::Commit, vec![21]), true);
+                assert!(kv.is_locked(b"c") && !kv.validator().is_prepared(b"c"));
+                kv.apply(
+                    &kprepare(4, T3, ts(300, 9), vec![("c", 31, None, w.clone())], false),
+                    true,
+                );
+                assert_eq!(vote(&kv, 9, 31), Some(Vote::Abort(AbortReason::PreparedConflict)));
+                // A second prepare of a transaction holding prepared writes here is refused.
+                kv.apply(&kprepare(5, T1, ts(100, 7), vec![("d", 13, None, w)], false), true);
+                assert_eq!(vote(&kv, 7, 13), Some(Vote::Abort(AbortReason::Refused)));
+                assert!(!kv.is_locked(b"d"));
+                kv.check_txn().unwrap();
+                // Recovery's decision releases it later, writing the value.
+                kv.apply(&decide(6, T2, Decision::Commit, vec![21, 22]), true);
+                assert_eq!((kv.get(b"c").0, kv.vts(b"c")), (Some(b("1")), ts(200, 8)));
+                assert!(!kv.is_locked(b"c"));
+            }
+
+            #[test]
+            fn the_validator_state_and_versions_travel_in_snapshots() {
+                let mut kv = committed_a();
+                let w = TxnAction::Write(b("2"));
+                kv.apply(
+                    &kprepare(3, T2, ts(200, 8), vec![("a", 21, Some(ts(100, 7)), w)], false),
+                    true,
+                );
+                let read = kprepare(
+                    4,
+                    T3,
+                    ts(300, 9),
+                    vec![("b", 31, Some(ts(100, 7)), TxnAction::Read)],
+                    false,
+                );
+                kv.apply(&read, true);
+                let snap = kv.to_snapshot();
+                let mut buf = bytes::BytesMut::new();
+                strata_wire::Encode::encode(&snap, &mut buf);
+                assert_eq!(kv.snapshot_encoded_len(), buf.len());
+                // Through an `Install` entry's encoding (tag 15) and back.
+                let install = node_entry(5, LogOp::Install(Box::new(snap.clone())));
+                let mut ebuf = bytes::BytesMut::new();
+                strata_wire::Encode::encode(&install, &mut ebuf);
+                let back_entry: LogEntry = strata_wire::Decode::decode(
+                    &mut strata_wire::codec::Reader::new(ebuf.freeze()),
+                )
+                .unwrap();
+                assert_eq!(back_entry, install);
+                let mut back = Kv::from_snapshot(Some(&snap));
+                assert_eq!(back.vts(b"a"), ts(100, 7));
+                assert!(back.validator().is_prepared(b"a") && back.is_locked(b"a"));
+                assert_eq!(back.validator().key(b"b").latest_read, ts(300, 9));
+                back.validator().check_invariants();
+                back.check_txn().unwrap();
+                // The restored prepared write takes its decision as before the move.
+                back.apply(&decide(6, T2, Decision::Commit, vec![21]), true);
+                assert_eq!((back.get(b"a").0, back.vts(b"a")), (Some(b("2")), ts(200, 8)));
+                assert!(!back.validator().is_prepared(b"a"));
+            }
         }
 
         struct DecisionRecordFor;

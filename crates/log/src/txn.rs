@@ -81,7 +81,9 @@ impl LogReplica {
         if let Err(e) = self.append_gate(now) {
             return self.effects.reply.push(reply(Err(e)));
         }
-        if read_only {
+        // A Kairos prepare is always appended, read-only or not: validation raises
+        // `latest_read` (kairos.md §5.6 step 5), which every replica must hold.
+        if read_only && prepare.kairos.is_none() {
             // P1: the applied state decides; nothing is written or remembered.
             let votes = self.validate(&prepare);
             return self.effects.reply.push(reply(Ok(TxnAnswer::Votes { votes, decided: false })));

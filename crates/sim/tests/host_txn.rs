@@ -119,6 +119,7 @@ fn prepare(
             expect: None,
             action: TxnAction::Write(Bytes::from(format!("v{base}"))),
         }],
+        kairos: None,
     };
     call_leader(c, 0, Some(envelope(g, base)), req)
 }

@@ -67,6 +67,7 @@ fn read(
             update_index: u,
             served_by: NodeId(by),
             epoch: 1,
+            vts: Default::default(),
         },
     }
 }

@@ -13,7 +13,7 @@ use crate::codec::{
 use crate::ids::{Carstamp, NodeId, SessionId};
 use crate::log::{Expect, LogIndex, ShardMove, Snapshot, WriteOutcome};
 use crate::rifl::{LeaseStatus, Rifl};
-use crate::txn::{Decision, TxnObject, TxnOp, Vote};
+use crate::txn::{Decision, KairosPrepare, Timestamp, TxnObject, TxnOp, Vote};
 
 /// Request tags (0x01..=0x3f). Never reuse a retired tag.
 pub mod request_tag {
@@ -244,6 +244,9 @@ pub enum Request {
         read_only: bool,
         all: Vec<TxnObject>,
         ops: Vec<TxnOp>,
+        /// A Kairos table's prepare (kairos.md §4 `PrepareReq`): its timestamps and the
+        /// versions read. A trailing extension, absent for RIFL.
+        kairos: Option<KairosPrepare>,
     },
     /// rifl.md §4.3 `Decision` for these objects (their prepare ids) of the envelope's
     /// transaction. Idempotent; answered `TxnDecided`.
@@ -386,6 +389,9 @@ pub enum TableTxn {
     None,
     /// RIFL's client-driven two-phase commit with locks (rifl.md §5.8).
     Rifl,
+    /// Kairos (kairos.md): OCC on commit timestamps, validated by Algorithm 3 in the shard's
+    /// log (server-side validation, §9.12), over RIFL's prepare/decide machinery.
+    Kairos,
 }
 
 impl TableDef {
@@ -512,6 +518,9 @@ pub enum Response {
         update_index: LogIndex,
         served_by: NodeId,
         epoch: u32,
+        /// A Kairos table's version timestamp of the value (kairos.md §4 `GetResp.vts`); a
+        /// trailing extension, absent for other tables.
+        vts: Option<Timestamp>,
     },
     LogRejected(LogFailure),
     /// `created`: false if an identical definition already existed.
@@ -868,12 +877,15 @@ impl Encode for ClientRequest {
                 }
                 put_bool(out, *immediate);
             }
-            Request::TxnPrepare { table, shard, read_only, all, ops } => {
+            Request::TxnPrepare { table, shard, read_only, all, ops, kairos } => {
                 put_bytes(out, table.as_bytes());
                 out.put_u32_le(*shard);
                 put_bool(out, *read_only);
                 put_seq(out, all, |o, x| x.encode(o));
                 put_seq(out, ops, |o, x| x.encode(o));
+                if let Some(k) = kairos {
+                    k.encode(out);
+                }
             }
             Request::TxnDecide { table, shard, decision, seqs } => {
                 put_bytes(out, table.as_bytes());
@@ -988,6 +1000,7 @@ impl Decode for ClientRequest {
                 read_only: r.bool()?,
                 all: r.seq(TxnObject::decode)?,
                 ops: r.seq(TxnOp::decode)?,
+                kairos: if r.has_more() { Some(KairosPrepare::decode(r)?) } else { None },
             },
             TXN_DECIDE => Request::TxnDecide {
                 table: r.string()?,
@@ -1177,11 +1190,14 @@ impl Encode for ClientResponse {
                     outcome.encode(out);
                 }
             }
-            Response::LogValue { value, update_index, served_by, epoch } => {
+            Response::LogValue { value, update_index, served_by, epoch, vts } => {
                 put_value(out, value);
                 update_index.encode(out);
                 served_by.encode(out);
                 out.put_u32_le(*epoch);
+                if let Some(t) = vts {
+                    t.encode(out);
+                }
             }
             Response::LogRejected(f) => f.encode(out),
             Response::TableCreated { created } => put_bool(out, *created),
@@ -1240,6 +1256,7 @@ impl Decode for ClientResponse {
                 update_index: LogIndex::decode(r)?,
                 served_by: NodeId::decode(r)?,
                 epoch: r.u32()?,
+                vts: if r.has_more() { Some(Timestamp::decode(r)?) } else { None },
             },
             LOG_REJECTED => Response::LogRejected(LogFailure::decode(r)?),
             TABLE_CREATED => Response::TableCreated { created: r.bool()? },
@@ -1288,7 +1305,7 @@ const READS: [(TableReads, u8); 3] =
 const ROLES: [(ShardRole, u8); 3] =
     [(ShardRole::Follower, 0), (ShardRole::Candidate, 1), (ShardRole::Leader, 2)];
 const TIMERS: [(TableTimers, u8); 2] = [(TableTimers::Default, 1), (TableTimers::Geo, 2)];
-const TXNS: [(TableTxn, u8); 2] = [(TableTxn::None, 0), (TableTxn::Rifl, 1)];
+const TXNS: [(TableTxn, u8); 3] = [(TableTxn::None, 0), (TableTxn::Rifl, 1), (TableTxn::Kairos, 2)];
 
 /// The fields of the first version; see `Decode for TableDef`.
 impl Encode for TableDef {

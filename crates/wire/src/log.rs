@@ -14,7 +14,7 @@ use crate::codec::{
     Reader,
 };
 use crate::ids::NodeId;
-use crate::txn::{Decision, DecisionRecord, Lock, Prepare, TxnId, Vote};
+use crate::txn::{Decision, DecisionRecord, KairosKey, Lock, Prepare, Timestamp, TxnId, Vote};
 
 pub mod log_tag {
     pub const APPEND_ENTRIES: u8 = 0x90;
@@ -228,6 +228,10 @@ pub struct Snapshot {
     pub locks: Vec<Lock>,
     /// Recovery coordinators' decision records not yet resolved (R-D12).
     pub decisions: Vec<DecisionRecord>,
+    /// A Kairos table's validator state, per key (kairos.md §3.2): written only when not
+    /// empty (`Install` then takes tag 15; a standalone snapshot has it as a trailing
+    /// section), so a RIFL or plain table's snapshot keeps its old encoding.
+    pub kairos: Vec<KairosKey>,
 }
 
 /// One client's RIFL state in a snapshot (rifl.md §3.3, R-D8): the ack watermark, which must
@@ -344,6 +348,9 @@ pub struct ReadValue {
     pub update_index: LogIndex,
     pub served_by: NodeId,
     pub epoch: u32,
+    /// A Kairos table's version timestamp of the value (kairos.md §0 `vts`; `ZERO` for any
+    /// other table). A trailing extension of `ReadRelay`, absent when `ZERO`.
+    pub vts: Timestamp,
 }
 
 /// Why a read was not served (ORCA §2.1 `Error`). Each variant says what the caller should do.
@@ -442,6 +449,10 @@ mod op_tag {
     pub const REQUEST_ABORT: u8 = 11;
     pub const DECIDED: u8 = 12;
     pub const RESOLVED: u8 = 13;
+    /// A Kairos prepare: `Prepare`'s fields, then `KairosPrepare`'s.
+    pub const PREPARE_KAIROS: u8 = 14;
+    /// `Install` (as tag 8) followed by the Kairos validator section.
+    pub const INSTALL_WITH_KAIROS: u8 = 15;
 }
 
 mod expect_tag {
@@ -623,7 +634,11 @@ impl Encode for LogEntry {
                 m.encode(out);
             }
             LogOp::Install(snapshot) => {
-                out.put_u8(op_tag::INSTALL_WITH_OUTCOMES);
+                out.put_u8(if snapshot.kairos.is_empty() {
+                    op_tag::INSTALL_WITH_OUTCOMES
+                } else {
+                    op_tag::INSTALL_WITH_KAIROS
+                });
                 snapshot.encode(out);
             }
             LogOp::Cond { expect, put } => {
@@ -641,6 +656,7 @@ impl Encode for LogEntry {
             | LogOp::Decided(_)
             | LogOp::Resolved(_) => {
                 out.put_u8(match &self.op {
+                    LogOp::Prepare(p) if p.kairos.is_some() => op_tag::PREPARE_KAIROS,
                     LogOp::Prepare(_) => op_tag::PREPARE,
                     LogOp::Decide { .. } => op_tag::DECIDE,
                     LogOp::RequestAbort { .. } => op_tag::REQUEST_ABORT,
@@ -666,13 +682,17 @@ impl Decode for LogEntry {
             op_tag::NOOP => LogOp::NoOp,
             op_tag::EXPIRE => LogOp::Expire(r.seq(|r| r.u64())?),
             op_tag::FREEZE => LogOp::Freeze(ShardMove::decode(r)?),
-            op_tag::INSTALL => LogOp::Install(Box::new(Snapshot::decode_fields(r, false)?)),
+            op_tag::INSTALL => LogOp::Install(Box::new(Snapshot::decode_fields(r, false, false)?)),
             op_tag::INSTALL_WITH_OUTCOMES => {
-                LogOp::Install(Box::new(Snapshot::decode_fields(r, true)?))
+                LogOp::Install(Box::new(Snapshot::decode_fields(r, true, false)?))
+            }
+            op_tag::INSTALL_WITH_KAIROS => {
+                LogOp::Install(Box::new(Snapshot::decode_fields(r, true, true)?))
             }
             op_tag::COND => LogOp::Cond { expect: Expect::decode(r)?, put: get_value(r)? },
             op_tag::ADD => LogOp::Add(r.i64()?),
-            op_tag::PREPARE => LogOp::Prepare(Box::new(Prepare::decode(r)?)),
+            op_tag::PREPARE => LogOp::Prepare(Box::new(Prepare::decode_fields(r, false)?)),
+            op_tag::PREPARE_KAIROS => LogOp::Prepare(Box::new(Prepare::decode_fields(r, true)?)),
             op_tag::DECIDE => LogOp::Decide {
                 txn: TxnId::decode(r)?,
                 decision: Decision::decode(r)?,
@@ -733,18 +753,33 @@ impl Encode for Snapshot {
         // Then the transactions' state (same section, same tag).
         put_seq(out, &self.locks, |o, l| l.encode(o));
         put_seq(out, &self.decisions, |o, d| d.encode(o));
+        // A Kairos table's validator section, only when there is one (see the field).
+        if !self.kairos.is_empty() {
+            put_seq(out, &self.kairos, |o, k| k.encode(o));
+        }
     }
 }
+/// A standalone snapshot (the last field of `ShardFrozen` and `AdoptShard`): the Kairos
+/// section is trailing.
 impl Decode for Snapshot {
     fn decode(r: &mut Reader) -> Result<Self, DecodeError> {
-        Snapshot::decode_fields(r, true)
+        let mut s = Snapshot::decode_fields(r, true, false)?;
+        if r.has_more() {
+            s.kairos = r.seq(KairosKey::decode)?;
+        }
+        Ok(s)
     }
 }
 
 impl Snapshot {
     /// `outcomes`: whether the outcome section follows (see `encode`); without it (an
     /// `Install` entry written before outcomes existed) every record is `Done`.
-    fn decode_fields(r: &mut Reader, outcomes: bool) -> Result<Snapshot, DecodeError> {
+    /// `kairos`: whether the Kairos section follows (an `Install` with tag 15).
+    fn decode_fields(
+        r: &mut Reader,
+        outcomes: bool,
+        kairos: bool,
+    ) -> Result<Snapshot, DecodeError> {
         let mut s = Snapshot {
             last_included: LogIndex::decode(r)?,
             items: r.seq(|r| Ok((r.bytes()?, get_value(r)?, LogIndex::decode(r)?)))?,
@@ -762,6 +797,7 @@ impl Snapshot {
             expired: r.seq(|r| r.u64())?,
             locks: Vec::new(),
             decisions: Vec::new(),
+            kairos: Vec::new(),
         };
         if outcomes {
             let mismatch =
@@ -781,6 +817,9 @@ impl Snapshot {
             }
             s.locks = r.seq(Lock::decode)?;
             s.decisions = r.seq(DecisionRecord::decode)?;
+        }
+        if kairos {
+            s.kairos = r.seq(KairosKey::decode)?;
         }
         Ok(s)
     }
@@ -822,6 +861,9 @@ fn put_read_result(out: &mut BytesMut, r: &Result<ReadValue, ReadError>) {
             v.update_index.encode(out);
             v.served_by.encode(out);
             out.put_u32_le(v.epoch);
+            if v.vts != Timestamp::ZERO {
+                v.vts.encode(out);
+            }
         }
         Err(ReadError::NotLeader { hint }) => {
             out.put_u8(NOT_LEADER);
@@ -846,6 +888,7 @@ fn get_read_result(r: &mut Reader) -> Result<Result<ReadValue, ReadError>, Decod
             update_index: LogIndex::decode(r)?,
             served_by: NodeId::decode(r)?,
             epoch: r.u32()?,
+            vts: if r.has_more() { Timestamp::decode(r)? } else { Timestamp::ZERO },
         }),
         NOT_LEADER => Err(ReadError::NotLeader { hint: r.option(NodeId::decode)? }),
         NOT_IN_ACTIVE_SET => Err(ReadError::NotInActiveSet),

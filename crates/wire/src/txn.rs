@@ -15,6 +15,113 @@ use bytes::{BufMut, Bytes, BytesMut};
 use crate::codec::{put_bytes, put_seq, Decode, DecodeError, Encode, Reader};
 use crate::log::{Expect, LogIndex};
 
+/// A Kairos version / commit timestamp (kairos.md §0): `nanos` from the issuing process's
+/// clock, `node` (the client's lease id, truncated) breaking ties, so read-write commit
+/// timestamps are unique. Ordered lexicographically, `nanos` first (the derived order, by
+/// field order). Defined here so that log entries, snapshots and replies can carry it;
+/// `strata_kairos::timestamp` re-exports it with the clock that issues it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Timestamp {
+    pub nanos: u64,
+    pub node: u32,
+}
+
+impl Timestamp {
+    /// The version of every key before its first write (§0: initial load).
+    pub const ZERO: Timestamp = Timestamp { nanos: 0, node: 0 };
+    /// Above every timestamp a client can issue.
+    pub const MAX: Timestamp = Timestamp { nanos: u64::MAX, node: u32::MAX };
+
+    pub const fn new(nanos: u64, node: u32) -> Timestamp {
+        Timestamp { nanos, node }
+    }
+}
+
+impl std::fmt::Display for Timestamp {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}@{}", self.nanos, self.node)
+    }
+}
+
+impl Encode for Timestamp {
+    fn encode(&self, out: &mut BytesMut) {
+        out.put_u64_le(self.nanos);
+        out.put_u32_le(self.node);
+    }
+}
+impl Decode for Timestamp {
+    fn decode(r: &mut Reader) -> Result<Self, DecodeError> {
+        Ok(Timestamp { nanos: r.u64()?, node: r.u32()? })
+    }
+}
+
+/// What a Kairos prepare adds to RIFL's (kairos.md §4 `PrepareReq`, server-side validation,
+/// §9.12): the transaction's timestamps and, per op of the prepare (same order), the version
+/// the transaction read (`None`: not read, a blind write). The participant validates it with
+/// Algorithm 3 when its entry is applied, instead of RIFL's lock-and-version rule.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct KairosPrepare {
+    pub commit_ts: Timestamp,
+    /// `T.freshness` (min `fts` of the whole read set); `None` if it read nothing.
+    pub freshness: Option<Timestamp>,
+    /// The whole transaction writes nothing (RO, §5.4).
+    pub read_only: bool,
+    /// Per op of the prepare, in order: the `vts` read.
+    pub read_vts: Vec<Option<Timestamp>>,
+}
+
+impl Encode for KairosPrepare {
+    fn encode(&self, out: &mut BytesMut) {
+        self.commit_ts.encode(out);
+        crate::codec::put_option(out, &self.freshness, |o, t| t.encode(o));
+        crate::codec::put_bool(out, self.read_only);
+        put_seq(out, &self.read_vts, |o, v| crate::codec::put_option(o, v, |o, t| t.encode(o)));
+    }
+}
+impl Decode for KairosPrepare {
+    fn decode(r: &mut Reader) -> Result<Self, DecodeError> {
+        Ok(KairosPrepare {
+            commit_ts: Timestamp::decode(r)?,
+            freshness: r.option(Timestamp::decode)?,
+            read_only: r.bool()?,
+            read_vts: r.seq(|r| r.option(Timestamp::decode))?,
+        })
+    }
+}
+
+/// One key's Kairos validator state in a snapshot (kairos.md §3.2; the version list is not
+/// kept in the log embedding): the latest validated read, the latest committed version (the
+/// key's `vts`) and the prepared write, if any.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct KairosKey {
+    pub key: Bytes,
+    pub latest_read: Timestamp,
+    pub latest_committed: Timestamp,
+    pub prepared_write: Option<(TxnId, Timestamp)>,
+}
+
+impl Encode for KairosKey {
+    fn encode(&self, out: &mut BytesMut) {
+        put_bytes(out, &self.key);
+        self.latest_read.encode(out);
+        self.latest_committed.encode(out);
+        crate::codec::put_option(out, &self.prepared_write, |o, (t, ts)| {
+            t.encode(o);
+            ts.encode(o);
+        });
+    }
+}
+impl Decode for KairosKey {
+    fn decode(r: &mut Reader) -> Result<Self, DecodeError> {
+        Ok(KairosKey {
+            key: r.bytes()?,
+            latest_read: Timestamp::decode(r)?,
+            latest_committed: Timestamp::decode(r)?,
+            prepared_write: r.option(|r| Ok((TxnId::decode(r)?, Timestamp::decode(r)?)))?,
+        })
+    }
+}
+
 /// A transaction: its client and the first id of its block.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
 pub struct TxnId {
@@ -65,6 +172,20 @@ pub enum AbortReason {
     /// The recovery coordinator asked first (`RequestAbort`, §5.8.4): the client was presumed
     /// dead.
     Recovered,
+    /// Kairos (kairos.md §5.6 step 2): a read key has a newer committed version.
+    Stale,
+    /// Kairos (steps 2, 4): another transaction's write of a key is prepared.
+    PreparedConflict,
+    /// Kairos (step 4): a validated reader of a written key has a timestamp `>=` this one.
+    ReadWriteConflict,
+    /// Kairos (step 4): a committed write of a written key has a timestamp `>=` this one.
+    WriteWriteConflict,
+    /// Kairos (step 3, §9.4): the commit timestamp is not above a version read.
+    TimestampOrder,
+    /// Kairos (step 1): `T.freshness < ts_GC`.
+    TooOld,
+    /// Kairos (§5.16, §6.4): the validator refused (termination promise, or recovering).
+    Refused,
 }
 
 impl std::fmt::Display for AbortReason {
@@ -73,6 +194,13 @@ impl std::fmt::Display for AbortReason {
             AbortReason::Locked => "an object was locked by another transaction",
             AbortReason::Conflict => "an object changed since it was read",
             AbortReason::Recovered => "recovery decided for a client presumed dead",
+            AbortReason::Stale => "a value read has a newer committed version",
+            AbortReason::PreparedConflict => "another transaction's write of a key is prepared",
+            AbortReason::ReadWriteConflict => "a later transaction read a key written",
+            AbortReason::WriteWriteConflict => "a later version of a key written is committed",
+            AbortReason::TimestampOrder => "the commit timestamp is not above a version read",
+            AbortReason::TooOld => "the values read are older than the validator's history",
+            AbortReason::Refused => "the validator refused the transaction",
         })
     }
 }
@@ -125,23 +253,33 @@ pub struct Prepare {
     pub all: Vec<TxnObject>,
     pub ops: Vec<TxnOp>,
     pub whole: bool,
+    /// A Kairos table's prepare: validated by Algorithm 3 (its own log tag, 14, since the
+    /// entry's fields follow it).
+    pub kairos: Option<KairosPrepare>,
 }
 
+/// RIFL's fields; a Kairos prepare's follow (see `LogEntry`'s tag 14 and `TxnPrepare`'s
+/// trailing extension).
 impl Encode for Prepare {
     fn encode(&self, out: &mut BytesMut) {
         self.txn.encode(out);
         put_seq(out, &self.all, |o, x| x.encode(o));
         put_seq(out, &self.ops, |o, x| x.encode(o));
         crate::codec::put_bool(out, self.whole);
+        if let Some(k) = &self.kairos {
+            k.encode(out);
+        }
     }
 }
-impl Decode for Prepare {
-    fn decode(r: &mut Reader) -> Result<Self, DecodeError> {
+impl Prepare {
+    /// `kairos`: whether the Kairos fields follow RIFL's.
+    pub fn decode_fields(r: &mut Reader, kairos: bool) -> Result<Self, DecodeError> {
         Ok(Prepare {
             txn: TxnId::decode(r)?,
             all: r.seq(TxnObject::decode)?,
             ops: r.seq(TxnOp::decode)?,
             whole: r.bool()?,
+            kairos: if kairos { Some(KairosPrepare::decode(r)?) } else { None },
         })
     }
 }
@@ -165,6 +303,13 @@ mod tag {
     pub const ABORT_LOCKED: u8 = 1;
     pub const ABORT_CONFLICT: u8 = 2;
     pub const ABORT_RECOVERED: u8 = 3;
+    pub const ABORT_STALE: u8 = 4;
+    pub const ABORT_PREPARED_CONFLICT: u8 = 5;
+    pub const ABORT_READ_WRITE: u8 = 6;
+    pub const ABORT_WRITE_WRITE: u8 = 7;
+    pub const ABORT_TIMESTAMP_ORDER: u8 = 8;
+    pub const ABORT_TOO_OLD: u8 = 9;
+    pub const ABORT_REFUSED: u8 = 10;
     pub const COMMIT: u8 = 1;
     pub const ABORT: u8 = 2;
 }
@@ -243,6 +388,13 @@ impl Encode for Vote {
             Vote::Abort(AbortReason::Locked) => tag::ABORT_LOCKED,
             Vote::Abort(AbortReason::Conflict) => tag::ABORT_CONFLICT,
             Vote::Abort(AbortReason::Recovered) => tag::ABORT_RECOVERED,
+            Vote::Abort(AbortReason::Stale) => tag::ABORT_STALE,
+            Vote::Abort(AbortReason::PreparedConflict) => tag::ABORT_PREPARED_CONFLICT,
+            Vote::Abort(AbortReason::ReadWriteConflict) => tag::ABORT_READ_WRITE,
+            Vote::Abort(AbortReason::WriteWriteConflict) => tag::ABORT_WRITE_WRITE,
+            Vote::Abort(AbortReason::TimestampOrder) => tag::ABORT_TIMESTAMP_ORDER,
+            Vote::Abort(AbortReason::TooOld) => tag::ABORT_TOO_OLD,
+            Vote::Abort(AbortReason::Refused) => tag::ABORT_REFUSED,
         })
     }
 }
@@ -253,6 +405,13 @@ impl Decode for Vote {
             tag::ABORT_LOCKED => Vote::Abort(AbortReason::Locked),
             tag::ABORT_CONFLICT => Vote::Abort(AbortReason::Conflict),
             tag::ABORT_RECOVERED => Vote::Abort(AbortReason::Recovered),
+            tag::ABORT_STALE => Vote::Abort(AbortReason::Stale),
+            tag::ABORT_PREPARED_CONFLICT => Vote::Abort(AbortReason::PreparedConflict),
+            tag::ABORT_READ_WRITE => Vote::Abort(AbortReason::ReadWriteConflict),
+            tag::ABORT_WRITE_WRITE => Vote::Abort(AbortReason::WriteWriteConflict),
+            tag::ABORT_TIMESTAMP_ORDER => Vote::Abort(AbortReason::TimestampOrder),
+            tag::ABORT_TOO_OLD => Vote::Abort(AbortReason::TooOld),
+            tag::ABORT_REFUSED => Vote::Abort(AbortReason::Refused),
             v => return Err(DecodeError::Invalid { what: "vote", value: v as u64 }),
         })
     }

@@ -58,7 +58,7 @@ fn table_def() -> impl Strategy<Value = TableDef> {
         prop_oneof![Just(TableReads::Leader), Just(TableReads::ActiveSet), Just(TableReads::Any)];
     let timers = prop_oneof![Just(TableTimers::Default), Just(TableTimers::Geo)];
     let leaders = prop::collection::vec(any::<u32>().prop_map(NodeId), 0..4);
-    let txn = prop_oneof![Just(TableTxn::None), Just(TableTxn::Rifl)];
+    let txn = prop_oneof![Just(TableTxn::None), Just(TableTxn::Rifl), Just(TableTxn::Kairos)];
     (name(), durability, replication, reads, any::<u32>(), timers, leaders, txn).prop_map(
         |(name, durability, replication, reads, shards, timers, leaders, txn)| TableDef {
             name,
@@ -99,15 +99,17 @@ fn request() -> impl Strategy<Value = ClientRequest> {
                 Request::AdoptShard { table, shard, placement, snapshot }
             }
         ),
-        (name(), any::<u32>(), any::<bool>(), common::objects(), common::txn_ops()).prop_map(
-            |(table, shard, read_only, all, ops)| Request::TxnPrepare {
-                table,
-                shard,
-                read_only,
-                all,
-                ops
-            }
-        ),
+        (
+            name(),
+            any::<u32>(),
+            any::<bool>(),
+            common::objects(),
+            common::txn_ops(),
+            proptest::option::of(common::kairos_prepare())
+        )
+            .prop_map(|(table, shard, read_only, all, ops, kairos)| {
+                Request::TxnPrepare { table, shard, read_only, all, ops, kairos }
+            }),
         (name(), any::<u32>(), common::decision(), prop::collection::vec(any::<u64>(), 0..4))
             .prop_map(|(table, shard, decision, seqs)| Request::TxnDecide {
                 table,
@@ -169,14 +171,16 @@ fn response() -> impl Strategy<Value = ClientResponse> {
     let body = prop_oneof![
         (index(), common::outcome())
             .prop_map(|(index, outcome)| Response::LogWritten { index, outcome }),
-        (proptest::option::of(bytes()), index(), node(), any::<u32>()).prop_map(
-            |(value, update_index, served_by, epoch)| Response::LogValue {
-                value,
-                update_index,
-                served_by,
-                epoch
-            }
-        ),
+        (
+            proptest::option::of(bytes()),
+            index(),
+            node(),
+            any::<u32>(),
+            proptest::option::of(common::timestamp())
+        )
+            .prop_map(|(value, update_index, served_by, epoch, vts)| {
+                Response::LogValue { value, update_index, served_by, epoch, vts }
+            }),
         failure().prop_map(Response::LogRejected),
         any::<bool>().prop_map(|created| Response::TableCreated { created }),
         prop::collection::vec(table_def(), 0..3).prop_map(Response::Tables),
@@ -233,6 +237,12 @@ proptest! {
                 let ext3 = if def.txn == TableTxn::None { 0 } else { 5 };
                 let ext2 = 8 + 4 * def.leaders.len();
                 [ext3, ext3 + ext2, ext3 + ext2 + 5].iter().any(|e| cut + e == b.len())
+            }
+            // A RIFL prepare is a Kairos prepare without its trailing extension.
+            Request::TxnPrepare { kairos: Some(k), .. } => {
+                let mut kb = BytesMut::new();
+                k.encode(&mut kb);
+                cut + kb.len() == b.len()
             }
             _ => false,
         };
@@ -338,6 +348,28 @@ fn without_extension<M: Encode>(msg: &M, cut: usize) -> Bytes {
 }
 
 proptest! {
+    /// A prepare from a client before Kairos (no trailing extension) decodes as a RIFL
+    /// prepare, and a `LogValue` from a node before Kairos decodes without a `vts`.
+    #[test]
+    fn prepares_and_log_values_before_kairos_decode(
+        ops in common::txn_ops(),
+        all in common::objects(),
+        k in common::kairos_prepare(),
+        vts in common::timestamp(),
+    ) {
+        let mut kb = BytesMut::new();
+        k.encode(&mut kb);
+        let body = Request::TxnPrepare { table: "t".into(), shard: 1, read_only: false, all, ops, kairos: Some(k) };
+        let msg = ClientRequest::new(3, body.clone());
+        let old = decode_message::<ClientRequest>(without_extension(&msg, kb.len())).unwrap();
+        let Request::TxnPrepare { kairos: None, ops: o, .. } = old.body else { panic!("a rifl prepare") };
+        let Request::TxnPrepare { ops, .. } = body else { unreachable!() };
+        prop_assert_eq!(o, ops);
+        let value = |vts| ClientResponse { corr: 1, body: Response::LogValue { value: None, update_index: LogIndex::ZERO, served_by: NodeId(2), epoch: 3, vts } };
+        let old = decode_message::<ClientResponse>(without_extension(&value(Some(vts)), 12)).unwrap();
+        prop_assert_eq!(old, value(None));
+    }
+
     /// A `Status` from an older node (no read counters) decodes with the counters at 0.
     #[test]
     fn status_without_read_counters_decodes(shards in prop::collection::vec(shard_status(), 0..3)) {

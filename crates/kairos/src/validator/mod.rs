@@ -150,6 +150,9 @@ pub struct Validator {
     read_floor: Timestamp,
     recovery: Option<recovery::Recovery>,
     planted_bug: Option<PlantedBug>,
+    /// Whether committed versions are appended to `versions` (off in a shard's log, where
+    /// nothing reads them and, until watermarks prune them, they would only grow).
+    keep_versions: bool,
     events: Vec<ValidatorEvent>,
     pub counters: ValidatorCounters,
 }
@@ -165,8 +168,70 @@ impl Validator {
             read_floor: Timestamp::ZERO,
             recovery: None,
             planted_bug: None,
+            keep_versions: true,
             events: Vec::new(),
             counters: ValidatorCounters::default(),
+        }
+    }
+
+    /// A validator that keeps no version list (§3.2 `versions` is for the optional relaxed
+    /// RO mode and audits only): the embedding in a shard's log, where `ts_GC` does not
+    /// advance yet and the list would grow with every write.
+    pub fn without_version_history(mut self) -> Validator {
+        self.keep_versions = false;
+        self
+    }
+
+    /// The key's latest committed version (its `vts`; `ZERO` if never written), without
+    /// cloning its state.
+    pub fn latest_committed(&self, key: &[u8]) -> Timestamp {
+        self.keys.get(key).map_or(Timestamp::ZERO, |s| s.latest_committed)
+    }
+
+    /// Whether a transaction's write of `key` is prepared here.
+    pub fn is_prepared(&self, key: &[u8]) -> bool {
+        self.keys.get(key).is_some_and(|s| s.prepared_write.is_some())
+    }
+
+    /// Every key's state (ascending keys): a snapshot's form. Versions and `pending` are
+    /// not included: a shard's log keeps no versions, and its only pending transactions
+    /// are those holding prepared writes, rebuilt by [`Validator::from_keys`].
+    pub fn key_states(&self) -> impl Iterator<Item = (&Key, &KeyState)> {
+        self.keys.iter()
+    }
+
+    /// A validator without version history holding these key states; every prepared write
+    /// becomes a pending Commit vote of its transaction (the decision will clear and
+    /// install it). Reads of pending transactions are not needed after validation.
+    pub fn from_keys(
+        keys: impl IntoIterator<Item = (Key, Timestamp, Timestamp, Option<(TxnId, Timestamp)>)>,
+    ) -> Validator {
+        let mut v = Validator::new([]).without_version_history();
+        for (key, latest_read, latest_committed, prepared_write) in keys {
+            if let Some((txn, ts)) = prepared_write {
+                let p = v.pending.entry(txn).or_insert_with(|| Pending {
+                    reads: Vec::new(),
+                    writes: Vec::new(),
+                    commit_ts: ts,
+                    vote: Vote::Commit,
+                });
+                p.writes.push(key.clone());
+            }
+            let state =
+                KeyState { latest_read, prepared_write, latest_committed, versions: Vec::new() };
+            v.keys.insert(key, state);
+        }
+        v
+    }
+
+    /// Drops a pending transaction that holds no prepared write here (an Abort vote, or a
+    /// Commit vote on reads only): nothing waits for its decision. Its vote is the caller's
+    /// to remember (a shard's log keeps it as the prepare's completion record).
+    pub fn forget(&mut self, txn: TxnId) {
+        let holds =
+            self.pending.get(&txn).is_some_and(|p| p.vote == Vote::Commit && !p.writes.is_empty());
+        if !holds {
+            self.pending.remove(&txn);
         }
     }
 
@@ -344,6 +409,7 @@ impl Validator {
             return DecideOutcome::Applied;
         }
         let ts_gc = self.ts_gc();
+        let keep_versions = self.keep_versions;
         for k in &p.writes {
             let s = self.key_mut(k);
             if s.prepared_write.is_some_and(|(t, _)| t == txn) {
@@ -360,7 +426,7 @@ impl Validator {
                 );
                 s.latest_committed = p.commit_ts;
                 let pruned = p.commit_ts < ts_gc;
-                if !pruned {
+                if !pruned && keep_versions {
                     s.versions.push(p.commit_ts);
                 }
                 self.events.push(ValidatorEvent::Installed {

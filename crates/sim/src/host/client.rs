@@ -135,7 +135,7 @@ pub struct MovePlan {
 enum OpStep {
     Create { node: usize },
     Freeze,
-    Adopt { placement: ShardMove, snapshot: Option<Snapshot>, order: Vec<usize>, next: usize },
+    Adopt { placement: ShardMove, snapshot: Option<Box<Snapshot>>, order: Vec<usize>, next: usize },
     Idle,
 }
 
@@ -534,7 +534,7 @@ impl Clients {
                     table: op.def.name.clone(),
                     shard: m.shard,
                     placement: placement.clone(),
-                    snapshot: snapshot.clone(),
+                    snapshot: snapshot.as_deref().cloned(),
                 };
                 self.operator_send(c, body);
             }
@@ -575,7 +575,8 @@ impl Clients {
                 let mut order: Vec<usize> =
                     placement.replicas.iter().map(|r| r.0 as usize).collect();
                 order.extend((0..n).filter(|i| !placement.replicas.contains(&NodeId(*i as u32))));
-                op.step = OpStep::Adopt { placement, snapshot, order, next: 0 };
+                op.step =
+                    OpStep::Adopt { placement, snapshot: snapshot.map(Box::new), order, next: 0 };
             }
             (OpStep::Freeze, Response::LogRejected(LogFailure::NotLeader { hint: Some(h) })) => {
                 op.node = h.0 as usize;

@@ -970,8 +970,9 @@ fn decode_reply(token: u64, asked: Asked, body: Response) -> LogReply {
         Asked::Read => LogReply::Read {
             token,
             result: match body {
-                Response::LogValue { value, update_index, served_by, epoch } => {
-                    Ok(ReadValue { value, update_index, served_by, epoch })
+                Response::LogValue { value, update_index, served_by, epoch, vts } => {
+                    let vts = vts.unwrap_or_default();
+                    Ok(ReadValue { value, update_index, served_by, epoch, vts })
                 }
                 Response::LogRejected(f) => Err(match f {
                     LogFailure::NotLeader { hint } => ReadError::NotLeader { hint },

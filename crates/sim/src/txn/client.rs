@@ -552,6 +552,7 @@ impl TxnClient {
                 read_only,
                 all: all.clone(),
                 ops,
+                kairos: None,
             };
             self.send(c, now, shard, Some(rifl), body);
         }

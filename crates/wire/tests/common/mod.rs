@@ -8,7 +8,8 @@ use strata_wire::log::{
     ClientRecords, Completion, Expect, LogIndex, ShardMove, Snapshot, WriteOutcome,
 };
 use strata_wire::txn::{
-    AbortReason, Decision, DecisionRecord, Lock, Prepare, TxnAction, TxnId, TxnObject, TxnOp, Vote,
+    AbortReason, Decision, DecisionRecord, KairosKey, KairosPrepare, Lock, Prepare, Timestamp,
+    TxnAction, TxnId, TxnObject, TxnOp, Vote,
 };
 use strata_wire::NodeId;
 
@@ -60,14 +61,40 @@ pub fn snapshot() -> impl Strategy<Value = Snapshot> {
         prop::collection::vec(any::<u64>(), 0..3),
         prop::collection::vec(lock(), 0..3),
         prop::collection::vec(decision_record(), 0..2),
+        prop::collection::vec(kairos_key(), 0..3),
     )
-        .prop_map(|(last_included, items, clients, expired, locks, decisions)| Snapshot {
-            last_included,
-            items,
-            clients,
-            expired,
-            locks,
-            decisions,
+        .prop_map(|(last_included, items, clients, expired, locks, decisions, kairos)| {
+            Snapshot { last_included, items, clients, expired, locks, decisions, kairos }
+        })
+}
+
+pub fn timestamp() -> impl Strategy<Value = Timestamp> {
+    (any::<u64>(), any::<u32>()).prop_map(|(nanos, node)| Timestamp { nanos, node })
+}
+
+pub fn kairos_key() -> impl Strategy<Value = KairosKey> {
+    (bytes(), timestamp(), timestamp(), proptest::option::of((txn_id(), timestamp()))).prop_map(
+        |(key, latest_read, latest_committed, prepared_write)| KairosKey {
+            key,
+            latest_read,
+            latest_committed,
+            prepared_write,
+        },
+    )
+}
+
+pub fn kairos_prepare() -> impl Strategy<Value = KairosPrepare> {
+    (
+        timestamp(),
+        proptest::option::of(timestamp()),
+        any::<bool>(),
+        prop::collection::vec(proptest::option::of(timestamp()), 0..3),
+    )
+        .prop_map(|(commit_ts, freshness, read_only, read_vts)| KairosPrepare {
+            commit_ts,
+            freshness,
+            read_only,
+            read_vts,
         })
 }
 
@@ -104,6 +131,13 @@ pub fn vote() -> impl Strategy<Value = Vote> {
         Just(Vote::Abort(AbortReason::Locked)),
         Just(Vote::Abort(AbortReason::Conflict)),
         Just(Vote::Abort(AbortReason::Recovered)),
+        Just(Vote::Abort(AbortReason::Stale)),
+        Just(Vote::Abort(AbortReason::PreparedConflict)),
+        Just(Vote::Abort(AbortReason::ReadWriteConflict)),
+        Just(Vote::Abort(AbortReason::WriteWriteConflict)),
+        Just(Vote::Abort(AbortReason::TimestampOrder)),
+        Just(Vote::Abort(AbortReason::TooOld)),
+        Just(Vote::Abort(AbortReason::Refused)),
     ]
 }
 
@@ -125,10 +159,6 @@ pub fn decision_record() -> impl Strategy<Value = DecisionRecord> {
 }
 
 pub fn prepare() -> impl Strategy<Value = Prepare> {
-    (txn_id(), objects(), txn_ops(), any::<bool>()).prop_map(|(txn, all, ops, whole)| Prepare {
-        txn,
-        all,
-        ops,
-        whole,
-    })
+    (txn_id(), objects(), txn_ops(), any::<bool>(), proptest::option::of(kairos_prepare()))
+        .prop_map(|(txn, all, ops, whole, kairos)| Prepare { txn, all, ops, whole, kairos })
 }
