@@ -9,7 +9,7 @@ use strata_rifl::{ResultTracker, RiflConfig, RpcId, Verdict};
 use strata_wire::log::{Completion, LogEntry, LogIndex, LogOp, ShardMove, WriteOutcome};
 use strata_wire::txn::{
     AbortReason, Decision, KairosKey, KairosPrepare, Lock, Prepare, Timestamp, TxnAction, TxnId,
-    Vote,
+    TxnOp, Vote,
 };
 
 use crate::participant::Participant;
@@ -430,6 +430,37 @@ impl Kv {
         Applied::Executed
     }
 
+    /// One object's vote (§5.8.2): the completion record of its prepare's RPC id, its lock
+    /// when `lock`, and the audit event. Both modes (RIFL, Kairos) record votes here.
+    fn record_vote(
+        &mut self,
+        index: LogIndex,
+        p: &Prepare,
+        op: &TxnOp,
+        ack: u64,
+        vote: Vote,
+        lock: bool,
+    ) {
+        let rpc = RpcId { client_id: p.txn.client_id, seq: op.seq };
+        self.rifl.recover_record(
+            rpc,
+            ack,
+            Completion { index, outcome: WriteOutcome::Voted(vote) },
+        );
+        if lock {
+            self.txn.lock(Lock {
+                txn: p.txn,
+                seq: op.seq,
+                key: Bytes::copy_from_slice(&op.key),
+                action: op.action.clone(),
+                all: p.all.clone(),
+                since: index,
+            });
+        }
+        let key = Some(op.key.clone());
+        self.txn_events.push(TxnEvent::Voted { index, txn: p.txn, seq: op.seq, key, vote });
+    }
+
     /// rifl.md §5.8.2 P2-P3: votes per object, in order, from applied state; stops at the
     /// first `Abort` (the objects after it get no record: the client aborts anyway, and a
     /// recovery's abort request records `Abort` for them). A prepare holding every object of
@@ -457,26 +488,7 @@ impl Kv {
                 },
                 _ => {
                     let vote = self.vote_on(op, rules.check_versions);
-                    let record = Completion { index: e.index, outcome: WriteOutcome::Voted(vote) };
-                    self.rifl.recover_record(rpc, ack, record);
-                    if vote == Vote::Prepared {
-                        self.txn.lock(Lock {
-                            txn: p.txn,
-                            seq: op.seq,
-                            key: Bytes::copy_from_slice(&op.key),
-                            action: op.action.clone(),
-                            all: p.all.clone(),
-                            since: e.index,
-                        });
-                    }
-                    let key = Some(op.key.clone());
-                    self.txn_events.push(TxnEvent::Voted {
-                        index: e.index,
-                        txn: p.txn,
-                        seq: op.seq,
-                        key,
-                        vote,
-                    });
+                    self.record_vote(e.index, p, op, ack, vote, vote == Vote::Prepared);
                     vote
                 }
             };
@@ -555,31 +567,11 @@ impl Kv {
             vote
         };
         for op in &p.ops {
-            let rpc = RpcId { client_id, seq: op.seq };
-            let record = Completion { index: e.index, outcome: WriteOutcome::Voted(vote) };
-            self.rifl.recover_record(rpc, ack, record);
             // (A key named twice by one prepare is locked once.)
-            if vote == Vote::Prepared
+            let lock = vote == Vote::Prepared
                 && op.action != TxnAction::Read
-                && !self.txn.is_locked(&op.key)
-            {
-                self.txn.lock(Lock {
-                    txn: p.txn,
-                    seq: op.seq,
-                    key: Bytes::copy_from_slice(&op.key),
-                    action: op.action.clone(),
-                    all: p.all.clone(),
-                    since: e.index,
-                });
-            }
-            let key = Some(op.key.clone());
-            self.txn_events.push(TxnEvent::Voted {
-                index: e.index,
-                txn: p.txn,
-                seq: op.seq,
-                key,
-                vote,
-            });
+                && !self.txn.is_locked(&op.key);
+            self.record_vote(e.index, p, op, ack, vote, lock);
         }
         if p.whole && vote == Vote::Prepared {
             let seqs: Vec<u64> = p.ops.iter().map(|o| o.seq).collect();
