@@ -106,6 +106,33 @@ impl ClientClock {
     }
 }
 
+/// §9.3: the physical reading of a clock that runs `drift_ppm` parts per million fast (slow
+/// if negative) since `start_ns`: `base + (base - start) * ppm / 1e6`. The offset is
+/// [`ClientClock`]'s, which also makes the readings monotone. Saturates at the ends of `u64`.
+pub fn drifted_ns(base_ns: u64, start_ns: u64, drift_ppm: i64) -> u64 {
+    let elapsed = i128::from(base_ns) - i128::from(start_ns);
+    let drift = elapsed * i128::from(drift_ppm) / 1_000_000;
+    (i128::from(base_ns) + drift).clamp(0, i128::from(u64::MAX)) as u64
+}
+
+/// K5 commit wait (kairos.md §1.2, §5.5): how long, in base time, until a clock that reads
+/// `now_ns` and runs `drift_ppm` fast reaches `until_ns` (0 if it already did; at least 1 ns
+/// otherwise, rounded up so that one wait is enough unless the clock was set back).
+pub fn base_ns_until(now_ns: u64, until_ns: u64, drift_ppm: i64) -> u64 {
+    if now_ns >= until_ns {
+        return 0;
+    }
+    let rate = (1_000_000 + i128::from(drift_ppm)).max(1) as u128;
+    let base = (u128::from(until_ns - now_ns) * 1_000_000).div_ceil(rate);
+    base.clamp(1, u128::from(u64::MAX)) as u64
+}
+
+/// K5 (kairos.md §1.2, §5.5): the clock reading at which a strict transaction committed at
+/// `commit` may be reported, `T.commit.nanos + 2 eps`.
+pub fn commit_wait_until(commit: Timestamp, eps_ns: u64) -> u64 {
+    commit.nanos.saturating_add(eps_ns.saturating_mul(2))
+}
+
 /// §5.1 `T.freshness = min fts` over the read set; `None` (no `TooOld` check) if it is empty.
 pub fn freshness(read_fts: impl IntoIterator<Item = Timestamp>) -> Option<Timestamp> {
     read_fts.into_iter().min()
@@ -128,6 +155,27 @@ mod tests {
         assert!(Timestamp::ZERO < ts(0, 1));
         assert!(ts(u64::MAX, u32::MAX - 1) < Timestamp::MAX);
         assert_eq!(ts(5, 3).to_string(), "5@3");
+    }
+
+    #[test]
+    fn drift_scales_the_time_elapsed_since_the_start() {
+        assert_eq!(drifted_ns(1_000, 1_000, 500), 1_000, "no drift at the start");
+        assert_eq!(drifted_ns(2_001_000, 1_000, 500), 2_002_000, "+500 ppm of 2 ms");
+        assert_eq!(drifted_ns(2_001_000, 1_000, -1000), 1_999_000, "-1000 ppm of 2 ms");
+        assert_eq!(drifted_ns(5, 0, -2_000_000), 0, "saturates at zero");
+    }
+
+    #[test]
+    fn the_commit_wait_lasts_until_a_drifting_clock_reaches_t_commit_plus_two_eps() {
+        let until = commit_wait_until(ts(1_000, 4), 100);
+        assert_eq!(until, 1_200);
+        assert_eq!(base_ns_until(1_200, until, 0), 0, "reached");
+        assert_eq!(base_ns_until(1_000, until, 0), 200);
+        // A clock running 1000 ppm slow needs a little more base time, rounded up.
+        let wait = base_ns_until(1_000, until, -1000);
+        assert_eq!(wait, 201);
+        assert!(drifted_ns(wait, 0, -1000) >= 200, "one wait is enough");
+        assert_eq!(base_ns_until(1_000, until, 1000), 200, "a fast clock: 199.8 rounded up");
     }
 
     #[test]

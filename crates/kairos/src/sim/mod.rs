@@ -44,7 +44,9 @@ use crate::lease::{LeaseLimits, LeasePolicy};
 use crate::placement::owner;
 use crate::planted::PlantedBug;
 use crate::primary::{GetResp, Invalidate, Primary, PrimaryDecideOutcome};
-use crate::timestamp::{freshness, ClientClock, Timestamp};
+use crate::timestamp::{
+    base_ns_until, commit_wait_until, drifted_ns, freshness, ClientClock, Timestamp,
+};
 use crate::validator::{AbortReason, Key, ValidateReq, Validator, ValidatorEvent, Vote};
 use crate::watermark::{self, Report, ReportOutcome, Watermarks};
 
@@ -392,9 +394,7 @@ impl Sim {
 
     /// The client's physical clock (§9.3): global time plus its drift since the start.
     fn physical(&self, c: u32) -> u64 {
-        let elapsed = (self.now - START_NS) as i128;
-        let drift = elapsed * i128::from(self.clients[c as usize].drift_ppm) / 1_000_000;
-        (i128::from(self.now) + drift) as u64
+        drifted_ns(self.now, START_NS, self.clients[c as usize].drift_ppm)
     }
 
     fn client_now(&mut self, c: u32) -> u64 {
@@ -762,7 +762,7 @@ impl Sim {
         } else {
             // Strict mode (K5 (b)): the commit wait, on the client's own clock.
             self.stats.commit_waits += 1;
-            let until_ns = rec.commit_ts.nanos.saturating_add(2 * self.config.eps_ns);
+            let until_ns = commit_wait_until(rec.commit_ts, self.config.eps_ns);
             self.commit_wait(c, record, until_ns);
         }
     }
@@ -777,9 +777,7 @@ impl Sim {
             return;
         }
         // The clock runs at 1 + drift of global time.
-        let drift = self.clients[c as usize].drift_ppm;
-        let global = (u128::from(until_ns - now) * 1_000_000).div_ceil((1_000_000 + drift) as u128);
-        let at = self.now + (global as u64).max(1);
+        let at = self.now + base_ns_until(now, until_ns, self.clients[c as usize].drift_ppm);
         self.schedule(at, Event::CommitWait { client: c, record, until_ns });
     }
 
