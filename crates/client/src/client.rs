@@ -46,6 +46,8 @@ pub struct ClientOptions {
     /// (`strata_tls::ClientTls::from_dir("strata-data/tls")` loads what `strata up` made).
     /// `None`: plain TCP, for nodes started with `--insecure-plaintext`.
     pub tls: Option<strata_tls::ClientTls>,
+    /// Kairos tables (kairos.md): the emulated clock offset and drift, and strict mode.
+    pub kairos: crate::kairos::KairosOptions,
 }
 
 impl Default for ClientOptions {
@@ -58,6 +60,7 @@ impl Default for ClientOptions {
             exactly_once: true,
             retry_for: Duration::from_secs(30),
             tls: None,
+            kairos: crate::kairos::KairosOptions::default(),
         }
     }
 }
@@ -82,6 +85,8 @@ pub(crate) struct Shared {
     cursor: AtomicUsize,
     /// The transactions' lease, window and routing (`txn`), made on first use.
     txns: std::sync::OnceLock<Arc<crate::txn::TxnShared>>,
+    /// Kairos's client clock (kairos.md §3.1), started with the client (§9.3 drift).
+    pub(crate) kairos_clock: crate::kairos::KairosClock,
 }
 
 /// The client side of RIFL (rifl.md §3.1): a lease (its id is the RIFL client id) and a
@@ -173,6 +178,11 @@ impl Client {
             .clone()
     }
 
+    /// Kairos's client clock (kairos.md §3.1).
+    pub(crate) fn kairos_clock(&self) -> &crate::kairos::KairosClock {
+        &self.shared.kairos_clock
+    }
+
     pub fn options(&self) -> &ClientOptions {
         &self.shared.opts
     }
@@ -260,6 +270,7 @@ impl Shared {
         let (pushes, _) = broadcast::channel(PUSH_BACKLOG);
         Shared {
             endpoints,
+            kairos_clock: crate::kairos::KairosClock::new(opts.kairos),
             opts,
             conn: Mutex::new(None),
             pushes,

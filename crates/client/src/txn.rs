@@ -33,7 +33,6 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
-use strata_kairos::timestamp::ClientClock;
 use strata_rifl::SequenceError;
 use strata_wire::client::{shard_of, Request, Response, TableTxn};
 use strata_wire::log::{Expect, LogIndex};
@@ -46,6 +45,7 @@ use tokio::task::JoinSet;
 
 use crate::client::{Client, RiflClient};
 use crate::error::ClientError;
+use crate::kairos::{CommitInfo, ReadInfo};
 use crate::session::unexpected;
 use crate::table::Table;
 
@@ -65,33 +65,11 @@ pub(crate) struct TxnShared {
     /// Woken when a block completes (a transaction waiting for room in the window).
     completed: Notify,
     tables: Mutex<HashMap<String, Table>>,
-    /// Kairos's client clock (kairos.md §3.1), for the lease id it stamps (`node`).
-    clock: Mutex<Option<ClientClock>>,
 }
 
 impl TxnShared {
     pub(crate) fn new(rifl: RiflClient) -> TxnShared {
-        TxnShared {
-            rifl: Mutex::new(rifl),
-            completed: Notify::new(),
-            tables: Mutex::default(),
-            clock: Mutex::default(),
-        }
-    }
-
-    /// kairos.md §5.1: a read-write commit timestamp for a transaction of lease `lease_id`
-    /// that read versions `read_vts`: the client clock (monotone, fed by the system clock),
-    /// bumped above every version read and every timestamp issued before. `node` is the lease
-    /// id's low 32 bits (lease ids are never reused; two leases 2^32 apart would share a
-    /// `node`, and then only a same-nanosecond tie could repeat a timestamp).
-    fn rw_commit_ts(&self, lease_id: u64, read_vts: impl Iterator<Item = Timestamp>) -> Timestamp {
-        let node = lease_id as u32;
-        let mut clock = self.clock.lock().unwrap_or_else(|e| e.into_inner());
-        let clock = match clock.as_mut() {
-            Some(c) if c.client_id() == node => c,
-            _ => clock.insert(ClientClock::new(node, 0)),
-        };
-        clock.rw_commit_ts(physical_now_ns(), read_vts)
+        TxnShared { rifl: Mutex::new(rifl), completed: Notify::new(), tables: Mutex::default() }
     }
 
     fn rifl(&self) -> std::sync::MutexGuard<'_, RiflClient> {
@@ -202,16 +180,40 @@ impl Transaction {
     /// (`ExpiredLease`: whether it committed is then decided by recovery, unknown here), a
     /// table unavailable beyond the retry time, or an invalid transaction.
     pub async fn commit(self) -> Result<TxnOutcome, ClientError> {
-        self.run(false).await
+        Ok(self.run(false).await?.0)
+    }
+
+    /// [`Transaction::commit`], and for a committed transaction over Kairos tables what it saw
+    /// ([`CommitInfo`]: its commit timestamp, each read's version timestamp, its writes).
+    pub async fn commit_detailed(self) -> Result<(TxnOutcome, Option<CommitInfo>), ClientError> {
+        let (reads, writes) = self.seen();
+        let (outcome, commit_ts) = self.run(false).await?;
+        let info = commit_ts
+            .filter(|_| outcome == TxnOutcome::Committed)
+            .map(|commit_ts| CommitInfo { commit_ts, read_only: writes.is_empty(), reads, writes });
+        Ok((outcome, info))
+    }
+
+    /// The reads (with their version timestamps) and writes, in `(table, key)` order.
+    fn seen(&self) -> (Vec<ReadInfo>, Vec<(String, Bytes, Option<Bytes>)>) {
+        let reads = self.reads.iter().map(|((table, key), (value, _, vts))| ReadInfo {
+            table: table.clone(),
+            key: key.clone(),
+            value: value.clone(),
+            vts: *vts,
+        });
+        let writes = self.writes.iter().map(|((t, k), v)| (t.clone(), k.clone(), v.clone()));
+        (reads.collect(), writes.collect())
     }
 
     /// [`Transaction::commit`], then waits until every participant applied the decision
     /// (R-D24): what a process that exits right after needs, or its locks wait for recovery.
     pub async fn commit_and_sync(self) -> Result<TxnOutcome, ClientError> {
-        self.run(true).await
+        Ok(self.run(true).await?.0)
     }
 
-    async fn run(self, sync: bool) -> Result<TxnOutcome, ClientError> {
+    /// The outcome and, for Kairos tables, the commit timestamp.
+    async fn run(self, sync: bool) -> Result<(TxnOutcome, Option<Timestamp>), ClientError> {
         // T1: every object, in (table, key) order, with its action and expected version.
         let mut objects: BTreeMap<(String, Bytes), (TxnAction, Option<Expect>)> = BTreeMap::new();
         for (id, (_, version, _)) in &self.reads {
@@ -223,7 +225,7 @@ impl Transaction {
             objects.insert(id.clone(), (action, expect));
         }
         if objects.is_empty() {
-            return Ok(TxnOutcome::Committed); // T0
+            return Ok((TxnOutcome::Committed, None)); // T0
         }
         let read_only = self.writes.is_empty();
         let kairos = self.kairos_mode(objects.keys().map(|(t, _)| t.as_str())).await?;
@@ -232,10 +234,11 @@ impl Transaction {
         // kairos.md §5.1, §5.4: the timestamps, once the lease (`node`) is known.
         let kairos = kairos.then(|| {
             let vts = self.reads.values().map(|(_, _, t)| *t);
+            let clock = self.client.kairos_clock();
             let commit_ts = if read_only {
-                vts.clone().max().unwrap_or(Timestamp::ZERO) // RO: max fts (fts = vts)
+                clock.ro_commit_ts(lease.client_id, vts.clone()) // fts = vts
             } else {
-                shared.rw_commit_ts(lease.client_id, vts.clone())
+                clock.rw_commit_ts(lease.client_id, vts.clone())
             };
             (commit_ts, vts.min())
         });
@@ -287,11 +290,34 @@ impl Transaction {
                     .unwrap_or(AbortReason::Conflict),
             },
         };
+        let commit_ts = kairos.map(|(ts, _)| ts);
+        // K5 (b), §5.5: a strict commit is reported after every decision is acknowledged and
+        // the commit wait.
+        let strict_wait = commit_ts
+            .filter(|_| outcome == TxnOutcome::Committed && self.client.kairos_clock().strict());
         // T7: nothing to decide for a validation or a prepare that decided at once.
         if read_only || (parts.len() == 1 && decided) {
             shared.complete(lease.client_id, base);
-            return Ok(outcome);
+        } else {
+            let sync = sync || strict_wait.is_some();
+            self.decide(&shared, lease, base, decision, parts, sync).await?;
         }
+        if let Some(ts) = strict_wait {
+            self.client.kairos_clock().commit_wait(lease.client_id, ts).await;
+        }
+        Ok((outcome, commit_ts))
+    }
+
+    /// T7: the decisions, awaited if `sync`, else in the background.
+    async fn decide(
+        &self,
+        shared: &Arc<TxnShared>,
+        lease: LeaseInfo,
+        base: u64,
+        decision: Decision,
+        parts: BTreeMap<(String, u32), Part>,
+        sync: bool,
+    ) -> Result<(), ClientError> {
         let decide = decide_all(self.client.clone(), shared.clone(), lease, base, decision, parts);
         if sync {
             decide.await?;
@@ -303,7 +329,7 @@ impl Transaction {
                 }
             });
         }
-        Ok(outcome)
+        Ok(())
     }
 
     /// T3-T4: one prepare per participant, concurrently, each retried with the same ids
@@ -379,14 +405,6 @@ impl Transaction {
         }
         Ok(mode.unwrap_or(false))
     }
-}
-
-/// The system clock in nanoseconds since the Unix epoch: the one physical reading of
-/// Kairos's client clock (kairos.md §3.1; the library is not sans-IO, so this is its place).
-fn physical_now_ns() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos() as u64)
 }
 
 /// T7: the decision at every participant, retried until each applied it; then the block is
@@ -472,7 +490,20 @@ impl Client {
     /// Runs `body` in a transaction and commits it, again with back-off while it aborts
     /// (conflicts, locks); returns the body's value from the attempt that committed, or
     /// `TxnAborted` with the last reason once `policy.attempts` aborted.
-    pub async fn run_txn<T, F>(&self, policy: RetryPolicy, mut body: F) -> Result<T, ClientError>
+    pub async fn run_txn<T, F>(&self, policy: RetryPolicy, body: F) -> Result<T, ClientError>
+    where
+        F: for<'a> FnMut(&'a mut Transaction) -> TxnBody<'a, T>,
+    {
+        Ok(self.run_txn_detailed(policy, body).await?.0)
+    }
+
+    /// [`Client::run_txn`], also returning what the committed attempt saw (Kairos tables:
+    /// [`Transaction::commit_detailed`]).
+    pub async fn run_txn_detailed<T, F>(
+        &self,
+        policy: RetryPolicy,
+        mut body: F,
+    ) -> Result<(T, Option<CommitInfo>), ClientError>
     where
         F: for<'a> FnMut(&'a mut Transaction) -> TxnBody<'a, T>,
     {
@@ -483,9 +514,9 @@ impl Client {
             }
             let mut tx = self.transaction();
             let value = body(&mut tx).await?;
-            match tx.commit().await? {
-                TxnOutcome::Committed => return Ok(value),
-                TxnOutcome::Aborted { reason } => last = reason,
+            match tx.commit_detailed().await? {
+                (TxnOutcome::Committed, info) => return Ok((value, info)),
+                (TxnOutcome::Aborted { reason }, _) => last = reason,
             }
         }
         Err(ClientError::TxnAborted { attempts: policy.attempts.max(1), reason: last })

@@ -610,6 +610,81 @@ async fn kairos_transactions_validate_in_the_shards_logs() {
     assert!(e.to_string().contains("not both"), "{e}");
 }
 
+/// Strict mode (K5, kairos.md §1.2, §5.1, §5.5) with emulated clock offsets within `eps`
+/// (a spread of `eps`: +eps/2 and -eps/2): a writer whose clock runs ahead commits a
+/// transfer and is answered only after the commit wait; a read-only transaction a client
+/// whose clock lags starts afterwards observes the transfer and is ordered after it
+/// (`T2.commit > T1.commit`), also when it reads only a key the transfer did not write. The
+/// control: the same read-only transaction outside strict mode takes `max fts`, a timestamp
+/// before the transfer's, which is what strict mode exists to prevent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kairos_strict_mode_orders_transactions_by_real_time_under_clock_offsets() {
+    use strata_client::{KairosOptions, TxnOutcome};
+    let (cfgs, _nodes) = cluster().await;
+    let endpoints: Vec<SocketAddr> = cfgs.iter().map(|c| c.client_addr).collect();
+    for &addr in &endpoints {
+        let c = Client::connect_node(addr, opts()).await.unwrap();
+        c.create_table(kairos_table("strict", 2)).await.unwrap();
+    }
+    let eps = Duration::from_millis(20);
+    let half = eps.as_nanos() as i64 / 2;
+    let with_clock = |offset_ns: i64, strict: bool| ClientOptions {
+        kairos: KairosOptions {
+            clock_offset_ns: offset_ns,
+            clock_drift_ppm: 0,
+            strict_eps: strict.then_some(eps),
+        },
+        ..opts()
+    };
+    let ahead = Client::connect(&endpoints, with_clock(half, true)).await.unwrap();
+    let behind = Client::connect(&endpoints, with_clock(-half, true)).await.unwrap();
+    let lax = Client::connect(&endpoints, with_clock(-half, false)).await.unwrap();
+
+    let mut init = ahead.transaction();
+    init.write("strict", "a", "100");
+    init.write("strict", "b", "0");
+    init.write("strict", "other", "1");
+    let (outcome, _) = init.commit_detailed().await.unwrap();
+    assert_eq!(outcome, TxnOutcome::Committed);
+
+    // T1: a transfer by the client whose clock is ahead; reported after the commit wait.
+    let mut t1 = ahead.transaction();
+    t1.read("strict", "a").await.unwrap();
+    t1.read("strict", "b").await.unwrap();
+    t1.write("strict", "a", "60");
+    t1.write("strict", "b", "40");
+    let started = Instant::now();
+    let (outcome, info) = t1.commit_detailed().await.unwrap();
+    let waited = started.elapsed();
+    assert_eq!(outcome, TxnOutcome::Committed);
+    let t1 = info.expect("a committed Kairos transaction says what it saw").commit_ts;
+    assert!(waited >= 2 * eps, "reported after {waited:?}, before the commit wait of 2 eps");
+
+    // T2, begun after T1 was reported: a strict RO at the lagging client.
+    let mut t2 = behind.transaction();
+    let b = t2.read("strict", "b").await.unwrap();
+    let other = t2.read("strict", "other").await.unwrap();
+    let (outcome, info) = t2.commit_detailed().await.unwrap();
+    assert_eq!(outcome, TxnOutcome::Committed);
+    let info = info.unwrap();
+    assert!(info.read_only);
+    assert_eq!((b.as_deref(), other.as_deref()), (Some(&b"40"[..]), Some(&b"1"[..])));
+    assert!(info.commit_ts > t1, "K5: {} began after {t1} was reported", info.commit_ts);
+    let read_b = info.reads.iter().find(|r| &r.key[..] == b"b").unwrap();
+    assert_eq!(read_b.vts, t1, "it read T1's version of b");
+
+    // Reading only a key T1 did not write: strict mode still orders it after T1 ...
+    let mut t3 = behind.transaction();
+    t3.read("strict", "other").await.unwrap();
+    let t3 = t3.commit_detailed().await.unwrap().1.unwrap().commit_ts;
+    assert!(t3 > t1, "K5: {t3} began after {t1} was reported");
+    // ... the control without strict mode does not (RO at `max fts`, in T1's past).
+    let mut t4 = lax.transaction();
+    t4.read("strict", "other").await.unwrap();
+    let t4 = t4.commit_detailed().await.unwrap().1.unwrap().commit_ts;
+    assert!(t4 < t1, "not strict: RO at max fts {t4}, before {t1}");
+}
+
 /// The blocking API of transactions (issue #18 item 3): threads without a runtime move units
 /// between two shards with `run_txn`; a transaction that read a value changed since aborts;
 /// the total holds, and every transfer landed exactly once.
