@@ -30,24 +30,20 @@
 mod common;
 
 use std::io::{Read, Write};
-use std::net::SocketAddr;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
+use common::bank::*;
 use common::*;
-use strata_client::{
-    Client, ClientError, ClientOptions, NodeId, NodeStatus, RetryPolicy, ShardRole, ShardStatus,
-    Table,
-};
-use tokio::net::TcpStream;
+use strata_client::{Client, ClientOptions, Table};
 use tokio::sync::RwLock;
 
 const TABLE: &str = "bank";
 const SHARDS: u32 = 3;
+const BANK: Sharded = Sharded { table: TABLE, shards: SHARDS };
 const ACCOUNTS: usize = 12;
 const INITIAL: u64 = 100;
 const MAX_AMOUNT: u64 = 20;
@@ -60,357 +56,11 @@ const BETWEEN: usize = 15;
 const MIN_PAUSES: usize = 6;
 const MAX_PAUSES: usize = 30;
 
-fn acct(a: usize) -> String {
-    format!("acct{a}")
-}
-
 fn opts() -> ClientOptions {
     ClientOptions {
         retry_for: Duration::from_secs(30),
         request_timeout: Some(Duration::from_secs(30)),
         ..ClientOptions::default()
-    }
-}
-
-/// SplitMix64: the test's random choices, reproducible from the seed it prints.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-
-    fn pick<T: Copy>(&mut self, from: &[T]) -> T {
-        from[self.below(from.len() as u64) as usize]
-    }
-}
-
-/// One committed transfer.
-#[derive(Clone, Copy, Debug)]
-struct Transfer {
-    from: usize,
-    to: usize,
-    amount: u64,
-}
-
-#[derive(Default)]
-struct Counters {
-    committed: AtomicUsize,
-    /// The source held less than the amount: the body wrote nothing.
-    skipped: AtomicUsize,
-    /// Attempts that aborted (conflicts, locks) and were run again by `run_txn`.
-    aborted_attempts: AtomicU64,
-    /// Transfers whose every attempt aborted (nothing took effect).
-    gave_up: AtomicUsize,
-    /// Transfers between `run_txn`'s call and its return.
-    in_flight: AtomicUsize,
-}
-
-fn balance(v: Option<Bytes>, a: usize) -> u64 {
-    let v = v.unwrap_or_else(|| panic!("{} is absent", acct(a)));
-    std::str::from_utf8(&v)
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| panic!("{} holds {v:?}, not a balance", acct(a)))
-}
-
-/// One in-process client's transfers, one at a time, until `stop`.
-#[allow(clippy::too_many_arguments)]
-async fn transfers(
-    task: usize,
-    endpoints: Vec<SocketAddr>,
-    seed: u64,
-    gate: Arc<RwLock<()>>,
-    stop: Arc<AtomicBool>,
-    log: Arc<Mutex<Vec<Transfer>>>,
-    counters: Arc<Counters>,
-) {
-    let client = Client::connect(&endpoints, opts()).await.unwrap();
-    let mut rng = Rng(seed);
-    let policy = RetryPolicy {
-        attempts: 200,
-        backoff: Duration::from_micros(100),
-        max_backoff: Duration::from_millis(20),
-    };
-    while !stop.load(Ordering::Relaxed) {
-        let from = rng.below(ACCOUNTS as u64) as usize;
-        let mut to = rng.below(ACCOUNTS as u64 - 1) as usize;
-        if to >= from {
-            to += 1;
-        }
-        let amount = 1 + rng.below(MAX_AMOUNT);
-        let attempts = Arc::new(AtomicU64::new(0));
-        let result = {
-            let _open = gate.read().await;
-            counters.in_flight.fetch_add(1, Ordering::Relaxed);
-            let tries = attempts.clone();
-            let r = client
-                .run_txn(policy, move |tx| {
-                    let tries = tries.clone();
-                    Box::pin(async move {
-                        tries.fetch_add(1, Ordering::Relaxed);
-                        let mine = balance(tx.read(TABLE, acct(from)).await?, from);
-                        if mine < amount {
-                            return Ok(false);
-                        }
-                        let theirs = balance(tx.read(TABLE, acct(to)).await?, to);
-                        tx.write(TABLE, acct(from), (mine - amount).to_string());
-                        tx.write(TABLE, acct(to), (theirs + amount).to_string());
-                        Ok(true)
-                    })
-                })
-                .await;
-            counters.in_flight.fetch_sub(1, Ordering::Relaxed);
-            r
-        };
-        let attempts = attempts.load(Ordering::Relaxed);
-        match result {
-            Ok(true) => {
-                log.lock().unwrap().push(Transfer { from, to, amount });
-                counters.committed.fetch_add(1, Ordering::Relaxed);
-                counters.aborted_attempts.fetch_add(attempts - 1, Ordering::Relaxed);
-            }
-            Ok(false) => {
-                counters.skipped.fetch_add(1, Ordering::Relaxed);
-                counters.aborted_attempts.fetch_add(attempts - 1, Ordering::Relaxed);
-            }
-            Err(ClientError::TxnAborted { .. }) => {
-                counters.gave_up.fetch_add(1, Ordering::Relaxed);
-                counters.aborted_attempts.fetch_add(attempts, Ordering::Relaxed);
-            }
-            Err(e) => panic!(
-                "task {task}: transfer of {amount} from {} to {}: the library must hide the faults, got {e}",
-                acct(from),
-                acct(to)
-            ),
-        }
-    }
-}
-
-async fn wait_committed(counters: &Counters, n: usize, within: Duration) {
-    let deadline = Instant::now() + within;
-    while counters.committed.load(Ordering::Relaxed) < n {
-        assert!(
-            Instant::now() < deadline,
-            "no progress: {} of {n} transfers committed within {within:?}",
-            counters.committed.load(Ordering::Relaxed)
-        );
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-}
-
-// ---- what the nodes report ----
-
-/// A node's status, or `None` if it does not answer soon (killed, restarting).
-async fn node_status(addr: SocketAddr) -> Option<NodeStatus> {
-    let o = ClientOptions {
-        connect_timeout: Duration::from_millis(500),
-        request_timeout: Some(Duration::from_secs(1)),
-        ..ClientOptions::default()
-    };
-    let ask = async { Client::connect_node(addr, o).await.ok()?.status().await.ok() };
-    tokio::time::timeout(Duration::from_secs(2), ask).await.ok().flatten()
-}
-
-/// Every node's status; node `i` is endpoint `i` (`strata up` numbers them so).
-async fn statuses(endpoints: &[SocketAddr]) -> Vec<Option<NodeStatus>> {
-    let mut out = Vec::new();
-    for &e in endpoints {
-        out.push(node_status(e).await);
-    }
-    out
-}
-
-fn view(status: &Option<NodeStatus>, shard: u32) -> Option<&ShardStatus> {
-    status.as_ref()?.shards.iter().find(|s| s.table == TABLE && s.shard == shard)
-}
-
-/// The shard's leader as the nodes see it: a node that says it leads, in the highest epoch any
-/// leader claims, which some other node also names as its leader in that epoch (a majority of
-/// three with itself).
-fn leader_of(sts: &[Option<NodeStatus>], shard: u32) -> Option<(usize, u32)> {
-    let (i, epoch) = sts
-        .iter()
-        .enumerate()
-        .filter_map(|(i, st)| {
-            view(st, shard).filter(|s| s.role == ShardRole::Leader).map(|s| (i, s.epoch))
-        })
-        .max_by_key(|&(_, e)| e)?;
-    let followers = sts
-        .iter()
-        .enumerate()
-        .filter(|&(j, st)| {
-            j != i
-                && view(st, shard)
-                    .is_some_and(|s| s.leader == Some(NodeId(i as u32)) && s.epoch == epoch)
-        })
-        .count();
-    (followers >= 1).then_some((i, epoch))
-}
-
-/// Polls until `shard` has a leader in epoch `at_least` or a later one.
-async fn wait_leader(
-    endpoints: &[SocketAddr],
-    shard: u32,
-    at_least: u32,
-    within: Duration,
-) -> (usize, u32) {
-    let deadline = Instant::now() + within;
-    loop {
-        let sts = statuses(endpoints).await;
-        if let Some(l) = leader_of(&sts, shard).filter(|&(_, e)| e >= at_least) {
-            return l;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "shard {shard}: no leader of epoch {at_least} or later within {within:?}: {sts:#?}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
-/// The bank's replicas that hold locks: `(node, shard, role, locks)`.
-fn locked(sts: &[Option<NodeStatus>]) -> Vec<(usize, u32, ShardRole, u64)> {
-    let mut out = Vec::new();
-    for (i, st) in sts.iter().enumerate() {
-        for s in st.iter().flat_map(|st| &st.shards) {
-            if s.table == TABLE && s.locks > 0 {
-                out.push((i, s.shard, s.role, s.locks));
-            }
-        }
-    }
-    out
-}
-
-/// The locks all replicas hold, and those the shards' leaders hold.
-fn lock_totals(sts: &[Option<NodeStatus>]) -> (u64, u64) {
-    let l = locked(sts);
-    let leaders = l.iter().filter(|r| r.2 == ShardRole::Leader).map(|r| r.3).sum();
-    (l.iter().map(|r| r.3).sum(), leaders)
-}
-
-/// Whether every node answers, with every shard of the bank and no lock on any.
-fn quiet(sts: &[Option<NodeStatus>]) -> bool {
-    sts.iter().all(|st| (0..SHARDS).all(|sh| view(st, sh).is_some_and(|s| s.locks == 0)))
-}
-
-/// Polls until every replica of every shard reports no lock (transactions decided
-/// everywhere); returns how long that took.
-async fn wait_quiet(endpoints: &[SocketAddr], within: Duration) -> Duration {
-    let start = Instant::now();
-    loop {
-        let sts = statuses(endpoints).await;
-        if quiet(&sts) {
-            return start.elapsed();
-        }
-        assert!(
-            start.elapsed() < within,
-            "locks still held (node, shard, locks) after {within:?}: {:?}; nodes answering: {:?}",
-            locked(&sts),
-            sts.iter().map(Option::is_some).collect::<Vec<_>>()
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-}
-
-/// Polls until node `i`'s replicas have applied what the other nodes had applied when it
-/// was called.
-async fn wait_caught_up(endpoints: &[SocketAddr], i: usize, within: Duration) {
-    let deadline = Instant::now() + within;
-    let sts = statuses(endpoints).await;
-    let targets: Vec<_> = (0..SHARDS)
-        .map(|sh| {
-            sts.iter()
-                .enumerate()
-                .filter(|&(j, _)| j != i)
-                .filter_map(|(_, st)| view(st, sh).map(|s| s.applied_index))
-                .max()
-                .expect("another node answers")
-        })
-        .collect();
-    loop {
-        let st = node_status(endpoints[i]).await;
-        let behind: Vec<u32> = (0..SHARDS)
-            .filter(|&sh| view(&st, sh).is_none_or(|s| s.applied_index < targets[sh as usize]))
-            .collect();
-        if behind.is_empty() {
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "restarted n{i} did not catch up on shards {behind:?} within {within:?}: {st:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
-
-async fn read_balances(table: &mut Table) -> Vec<u64> {
-    let mut out = Vec::new();
-    for a in 0..ACCOUNTS {
-        out.push(balance(table.get(acct(a)).await.unwrap().value, a));
-    }
-    out
-}
-
-// ---- leader kills ----
-
-struct Kill {
-    shard: u32,
-    node: usize,
-    epoch: u32,
-    in_flight: usize,
-    new_leader: usize,
-    new_epoch: u32,
-    /// From the kill to a new leader seen, and to the restarted node caught up.
-    failed_over: Duration,
-    caught_up: Duration,
-}
-
-/// SIGKILLs the leader of `shard`, waits for the next one, restarts the node from its
-/// directory and waits until it caught up.
-async fn kill_leader(
-    up: &Up,
-    pids: &mut [i32],
-    restarted: &mut Restarted,
-    shard: u32,
-    counters: &Counters,
-) -> Kill {
-    let endpoints = &up.endpoints;
-    let (victim, epoch) = wait_leader(endpoints, shard, 1, Duration::from_secs(10)).await;
-    let in_flight = counters.in_flight.load(Ordering::Relaxed);
-    let at = Instant::now();
-    // SAFETY: a node process of this test's cluster (started by `strata up` or by this test).
-    assert_eq!(unsafe { libc::kill(pids[victim], libc::SIGKILL) }, 0);
-    let (new_leader, new_epoch) =
-        wait_leader(endpoints, shard, epoch + 1, Duration::from_secs(15)).await;
-    assert_ne!(new_leader, victim);
-    let failed_over = at.elapsed();
-    let child = restart_node(&up.data_dir, victim);
-    pids[victim] = child.id() as i32;
-    restarted.0.push(child);
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while TcpStream::connect(endpoints[victim]).await.is_err() {
-        assert!(Instant::now() < deadline, "restarted n{victim} does not listen");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    wait_caught_up(endpoints, victim, Duration::from_secs(15)).await;
-    Kill {
-        shard,
-        node: victim,
-        epoch,
-        in_flight,
-        new_leader,
-        new_epoch,
-        failed_over,
-        caught_up: at.elapsed(),
     }
 }
 
@@ -582,8 +232,8 @@ async fn pause_one(bank: &mut Bank<'_>, rng: &mut Rng) -> Pause {
     let endpoints = bank.up.endpoints.clone();
     let quiet_gate = bank.gate.write().await;
     // The in-process transfers are paused; their last decisions are applied everywhere.
-    wait_quiet(&endpoints, Duration::from_secs(15)).await;
-    let before = read_balances(&mut bank.table).await;
+    BANK.wait_quiet(&endpoints, Duration::from_secs(15)).await;
+    let before = read_balances(&mut bank.table, ACCOUNTS).await;
     let amount = 1 + rng.below(MAX_AMOUNT);
     let sources: Vec<usize> = (0..ACCOUNTS).filter(|&a| before[a] >= amount).collect();
     let from = rng.pick(&sources);
@@ -608,7 +258,7 @@ async fn pause_one(bank: &mut Bank<'_>, rng: &mut Rng) -> Pause {
     let unlocked_after = loop {
         let sts = statuses(&endpoints).await;
         let at = stopped.elapsed();
-        let (all, leaders) = lock_totals(&sts);
+        let (all, leaders) = BANK.lock_totals(&sts);
         locks_seen = locks_seen.max(all);
         leader_locks_seen = leader_locks_seen.max(leaders);
         if leaders > 0 {
@@ -617,19 +267,19 @@ async fn pause_one(bank: &mut Bank<'_>, rng: &mut Rng) -> Pause {
         if locks_seen == 0 && at >= Duration::from_millis(60) {
             break None;
         }
-        if locks_seen > 0 && quiet(&sts) {
+        if locks_seen > 0 && BANK.quiet(&sts) {
             break Some(at);
         }
         assert!(
             at < Duration::from_secs(15),
             "{transfer:?} stopped: locks (node, shard, role, locks) still held after {at:?}: {:?}",
-            locked(&sts)
+            BANK.locked(&sts)
         );
         tokio::time::sleep(Duration::from_millis(5)).await;
     };
     // No transaction holds a lock now and no other runs: the balances show whether the
     // transfer took effect (all of it, or none).
-    let now = read_balances(&mut bank.table).await;
+    let now = read_balances(&mut bank.table, ACCOUNTS).await;
     let took_effect = if now == moved {
         true
     } else if now == before {
@@ -671,13 +321,7 @@ async fn pause_one(bank: &mut Bank<'_>, rng: &mut Rng) -> Pause {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bank_transfers_keep_every_balance_under_leader_kills_and_stopped_clients() {
     let t0 = Instant::now();
-    let seed =
-        std::env::var("STRATA_BANK_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or_else(|| {
-            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos()
-                as u64
-        });
-    eprintln!("STRATA_BANK_SEED={seed}");
-    let mut rng = Rng(seed);
+    let mut rng = Rng::from_env();
     let up = Up::start_with(3, &[PLAIN]);
     let mut restarted = Restarted(Vec::new());
     let endpoints = up.endpoints.clone();
@@ -685,7 +329,7 @@ async fn bank_transfers_keep_every_balance_under_leader_kills_and_stopped_client
     let out = up.strata(&["table", "create", TABLE, "--txn", "rifl", "--shards", "3"]);
     assert!(out.status.success(), "table create: {}{}", stdout(&out), stderr(&out));
     for shard in 0..SHARDS {
-        wait_leader(&endpoints, shard, 1, Duration::from_secs(15)).await;
+        BANK.wait_leader(&endpoints, shard, 1, Duration::from_secs(15)).await;
     }
     let client = Client::connect(&endpoints, opts()).await.unwrap();
     let mut table = client.table(TABLE).await.unwrap();
@@ -707,7 +351,19 @@ async fn bank_transfers_keep_every_balance_under_leader_kills_and_stopped_client
         .map(|i| {
             let (gate, stop, log, counters) =
                 (gate.clone(), stop.clone(), log.clone(), counters.clone());
-            tokio::spawn(transfers(i, endpoints.clone(), rng.next(), gate, stop, log, counters))
+            tokio::spawn(transfers(TransferTask {
+                task: i,
+                endpoints: endpoints.clone(),
+                opts: opts(),
+                table: TABLE,
+                accounts: ACCOUNTS,
+                max_amount: MAX_AMOUNT,
+                seed: rng.next(),
+                gate,
+                stop,
+                log,
+                counters,
+            }))
         })
         .collect();
 
@@ -752,7 +408,9 @@ async fn bank_transfers_keep_every_balance_under_leader_kills_and_stopped_client
         if let Some(shard) = kill {
             let n = counters.committed.load(Ordering::Relaxed);
             wait_committed(&counters, n + BETWEEN, Duration::from_secs(30)).await;
-            let k = kill_leader(&up, &mut pids, &mut restarted, shard, &counters).await;
+            let k = BANK
+                .kill_leader(&up, &mut pids, &mut restarted, shard, libc::SIGKILL, &counters)
+                .await;
             eprintln!(
                 "[{:?}] killed n{}, leader of shard {} in epoch {} with {} transfers in flight; n{} led in epoch {} after {:?}; n{} restarted and caught up after {:?}",
                 t0.elapsed(),
@@ -792,17 +450,12 @@ async fn bank_transfers_keep_every_balance_under_leader_kills_and_stopped_client
 
     // Every transaction decided everywhere (the in-process clients send their last decisions
     // in the background); then every account holds what the committed transfers say.
-    let settled = wait_quiet(&endpoints, Duration::from_secs(15)).await;
-    let mut committed: Vec<Transfer> = log.lock().unwrap().clone();
+    let settled = BANK.wait_quiet(&endpoints, Duration::from_secs(15)).await;
+    let mut committed: Vec<Transfer> = log.lock().unwrap().iter().map(|c| c.transfer).collect();
     let in_process = committed.len();
     committed.extend(pauses.iter().filter(|p| p.committed()).map(|p| p.transfer));
-    // (The list is not in the order the transfers took effect: sums only.)
-    let mut expected = vec![INITIAL as i64; ACCOUNTS];
-    for t in &committed {
-        expected[t.from] -= t.amount as i64;
-        expected[t.to] += t.amount as i64;
-    }
-    let balances = read_balances(&mut bank.table).await;
+    let expected = expected_balances(INITIAL, ACCOUNTS, &committed);
+    let balances = read_balances(&mut bank.table, ACCOUNTS).await;
     let total: u64 = balances.iter().sum();
     assert_eq!(total, INITIAL * ACCOUNTS as u64, "money created or destroyed: {balances:?}");
     let as_i64: Vec<i64> = balances.iter().map(|&b| b as i64).collect();
@@ -812,19 +465,7 @@ async fn bank_transfers_keep_every_balance_under_leader_kills_and_stopped_client
         "the balances (left) differ from what the {} committed transfers ({in_process} in-process) say; the stopped processes: {pauses:#?}",
         committed.len()
     );
-    // `strata status --json` shows no lock on any replica.
-    let out = up.strata(&["status", "--json"]);
-    assert!(out.status.success(), "{}", stderr(&out));
-    let nodes: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
-    let replicas: Vec<&serde_json::Value> = nodes
-        .as_array()
-        .unwrap()
-        .iter()
-        .flat_map(|n| n["shards"].as_array().unwrap())
-        .filter(|s| s["table"] == TABLE)
-        .collect();
-    assert_eq!(replicas.len(), 3 * SHARDS as usize, "{nodes:#}");
-    assert!(replicas.iter().all(|s| s["locks"] == 0), "{replicas:#?}");
+    BANK.assert_no_locks_in_status(&up);
     let text = stdout(&up.strata(&["status"]));
     assert!(text.lines().any(|l| l.contains("made_dur") && l.ends_with("locks")), "{text}");
 

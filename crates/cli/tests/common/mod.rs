@@ -3,6 +3,7 @@
 
 #![allow(dead_code)]
 
+pub mod bank;
 pub mod proxy;
 
 use std::io::{BufRead, BufReader};
@@ -43,6 +44,8 @@ pub struct Up {
     stdout: mpsc::Receiver<String>,
     /// How it was started, for `crash_and_restart`.
     args: Vec<String>,
+    /// `cluster.json` as it wrote it, for `outlive_supervisor`.
+    cluster_file: String,
 }
 
 impl Up {
@@ -117,13 +120,19 @@ impl Up {
                 }
             }
         });
-        let mut up = Up { child, data_dir, endpoints: Vec::new(), pids: Vec::new(), stdout, args };
+        let mut up = Up {
+            child,
+            data_dir,
+            endpoints: Vec::new(),
+            pids: Vec::new(),
+            stdout,
+            args,
+            cluster_file: String::new(),
+        };
         let line = up.try_wait_for_line("endpoints: ", Duration::from_secs(30))?;
         up.endpoints = line["endpoints: ".len()..].split(',').map(|a| a.parse().unwrap()).collect();
-        let file: serde_json::Value = serde_json::from_str(
-            &std::fs::read_to_string(up.data_dir.join("cluster.json")).unwrap(),
-        )
-        .unwrap();
+        up.cluster_file = std::fs::read_to_string(up.data_dir.join("cluster.json")).unwrap();
+        let file: serde_json::Value = serde_json::from_str(&up.cluster_file).unwrap();
         up.pids = file["nodes"]
             .as_array()
             .unwrap()
@@ -150,6 +159,20 @@ impl Up {
                 Err(_) => return None,
             }
         }
+    }
+
+    /// Once every node `strata up` started has exited (each killed and restarted by the test),
+    /// the supervisor stops and removes `cluster.json`: waits for that, then writes the file
+    /// back, so that `strata` commands and `restart_node` still find the cluster that the
+    /// restarted nodes serve. Does nothing while one of its nodes runs.
+    pub fn outlive_supervisor(&self) {
+        if self.pids.iter().any(|&p| alive(p)) {
+            return;
+        }
+        eventually("`strata up` to stop", Duration::from_secs(15), || {
+            !alive(self.child.id() as i32)
+        });
+        std::fs::write(self.data_dir.join("cluster.json"), &self.cluster_file).unwrap();
     }
 
     /// Runs a `strata` command against this cluster.
