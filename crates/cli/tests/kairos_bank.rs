@@ -33,7 +33,8 @@ use bytes::Bytes;
 use common::bank::*;
 use common::*;
 use strata_client::{
-    Client, ClientError, ClientOptions, CommitInfo, KairosOptions, ReadInfo, RetryPolicy, Timestamp,
+    Client, ClientError, ClientOptions, CommitInfo, KairosOptions, ReadInfo, RetryPolicy,
+    Timestamp, WriteInfo,
 };
 use tokio::sync::RwLock;
 
@@ -409,7 +410,7 @@ fn ts(nanos: u64, node: u32) -> Timestamp {
     Timestamp::new(nanos, node)
 }
 
-fn write(key: &str, value: &str) -> (String, Bytes, Option<Bytes>) {
+fn write(key: &str, value: &str) -> WriteInfo {
     (TABLE.into(), Bytes::from(key.to_string()), Some(Bytes::from(value.to_string())))
 }
 
@@ -422,11 +423,7 @@ fn read(key: &str, value: Option<&str>, vts: Timestamp) -> ReadInfo {
     }
 }
 
-fn txn(
-    commit_ts: Timestamp,
-    reads: Vec<ReadInfo>,
-    writes: Vec<(String, Bytes, Option<Bytes>)>,
-) -> CommitInfo {
+fn txn(commit_ts: Timestamp, reads: Vec<ReadInfo>, writes: Vec<WriteInfo>) -> CommitInfo {
     CommitInfo { commit_ts, read_only: writes.is_empty(), reads, writes }
 }
 

@@ -45,9 +45,12 @@ pub struct CommitInfo {
     /// No writes: validated at `commit_ts = max fts` (strict: `max(max fts, now)`).
     pub read_only: bool,
     pub reads: Vec<ReadInfo>,
-    /// `(table, key, value)`; `None` is a delete. Installed at `commit_ts`.
-    pub writes: Vec<(String, Bytes, Option<Bytes>)>,
+    /// Installed at `commit_ts`.
+    pub writes: Vec<WriteInfo>,
 }
+
+/// One write of a transaction: `(table, key, value)`; a `None` value is a delete.
+pub type WriteInfo = (String, Bytes, Option<Bytes>);
 
 /// One read of a transaction: the value it returned and that value's version timestamp
 /// (`Timestamp::ZERO`: never written).

@@ -42,7 +42,7 @@ mod txn;
 pub use client::{Client, ClientOptions};
 pub use conn::Push;
 pub use error::ClientError;
-pub use kairos::{CommitInfo, KairosOptions, ReadInfo};
+pub use kairos::{CommitInfo, KairosOptions, ReadInfo, WriteInfo};
 pub use session::{Op, Outcome, ReqId, RmwOutcome, Session, Versioned};
 pub use shard_move::{MovePlant, MoveReport, MovedState};
 pub use strata_tls::{ClientTls, TlsError};

@@ -45,7 +45,7 @@ use tokio::task::JoinSet;
 
 use crate::client::{Client, RiflClient};
 use crate::error::ClientError;
-use crate::kairos::{CommitInfo, ReadInfo};
+use crate::kairos::{CommitInfo, ReadInfo, WriteInfo};
 use crate::session::unexpected;
 use crate::table::Table;
 
@@ -195,7 +195,7 @@ impl Transaction {
     }
 
     /// The reads (with their version timestamps) and writes, in `(table, key)` order.
-    fn seen(&self) -> (Vec<ReadInfo>, Vec<(String, Bytes, Option<Bytes>)>) {
+    fn seen(&self) -> (Vec<ReadInfo>, Vec<WriteInfo>) {
         let reads = self.reads.iter().map(|((table, key), (value, _, vts))| ReadInfo {
             table: table.clone(),
             key: key.clone(),
