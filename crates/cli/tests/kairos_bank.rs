@@ -183,6 +183,9 @@ fn check_real_time_order(recorded: &[Recorded]) -> Result<usize, String> {
 struct Audits {
     contended: AtomicUsize,
     gated: AtomicUsize,
+    /// Held by the test while it stops a leader (with transfers in flight): an audit does not
+    /// pause the transfers meanwhile.
+    no_pause: tokio::sync::Mutex<()>,
 }
 
 impl Audits {
@@ -212,6 +215,7 @@ async fn audits(
                 r
             }
             Err(ClientError::TxnAborted { .. }) => {
+                let _allowed = done.no_pause.lock().await;
                 let _paused = gate.write().await;
                 done.gated.fetch_add(1, Ordering::Relaxed);
                 audit(&client, policy).await.expect("an audit alone commits")
@@ -322,7 +326,13 @@ async fn kairos_bank_keeps_every_balance_and_commits_no_stale_read_under_skew_an
     {
         let n = counters.committed.load(Ordering::Relaxed);
         wait_committed(&counters, n + BETWEEN, Duration::from_secs(30)).await;
+        let no_pause = audited.no_pause.lock().await;
+        eventually_async("a transfer in flight", Duration::from_secs(10), || {
+            counters.in_flight.load(Ordering::Relaxed) >= 1
+        })
+        .await;
         let k = BANK.kill_leader(&up, &mut pids, &mut restarted, shard, signal, &counters).await;
+        drop(no_pause);
         eprintln!(
             "[{:?}] {} n{}, leader of shard {} in epoch {} with {} transfers in flight; n{} led in epoch {} after {:?}; n{} restarted and caught up after {:?}",
             t0.elapsed(),
