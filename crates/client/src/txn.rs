@@ -17,7 +17,8 @@
 //! * **Kairos tables** (`--txn kairos`, kairos.md): the same rounds, ids, records and
 //!   recovery; reads remember the value's `vts` (`fts = vts`: no watermarks yet), `commit`
 //!   stamps the transaction with a commit timestamp (§5.1: RW from the client's clock and
-//!   lease id, bumped above every version read; RO `max fts`), and each participant
+//!   lease id, bumped above every version read; RO `max fts`; the clock, its emulated skew
+//!   and strict mode are `crate::kairos`'s), and each participant
 //!   validates its part with Algorithm 3 when the prepare's entry is applied. A read-only
 //!   transaction is validated through the log too (validation raises `latest_read`) and
 //!   needs no decision. Reads never wait for prepared writes (§5.3).
