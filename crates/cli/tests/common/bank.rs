@@ -223,6 +223,13 @@ async fn transfer(
 
 // ---- what the nodes report ----
 
+/// A table and its shard count, whose replicas the helpers below look at.
+#[derive(Clone, Copy, Debug)]
+pub struct Sharded {
+    pub table: &'static str,
+    pub shards: u32,
+}
+
 impl Sharded {
     /// `strata status --json` lists every replica of the table (three per shard), none
     /// holding a lock.
@@ -240,16 +247,7 @@ impl Sharded {
         assert_eq!(replicas.len(), 3 * self.shards as usize, "{nodes:#}");
         assert!(replicas.iter().all(|s| s["locks"] == 0), "{replicas:#?}");
     }
-}
 
-/// A table and its shard count, whose replicas the helpers below look at.
-#[derive(Clone, Copy, Debug)]
-pub struct Sharded {
-    pub table: &'static str,
-    pub shards: u32,
-}
-
-impl Sharded {
     pub fn view<'s>(&self, status: &'s Option<NodeStatus>, shard: u32) -> Option<&'s ShardStatus> {
         status.as_ref()?.shards.iter().find(|s| s.table == self.table && s.shard == shard)
     }
