@@ -780,6 +780,15 @@ pub fn rifl_config(term: Duration) -> RiflConfig {
     leases::rifl_config(term)
 }
 
+/// The tables a `CreateTable` of `def` makes, in one catalog change: the table and, for a
+/// sharded Kairos table, its companion validator table (kairos.md §3.2 "CV").
+fn created_tables(def: &strata_wire::client::TableDef) -> Vec<Catalogued> {
+    std::iter::once(def.clone())
+        .chain(def.validators_def())
+        .map(|def| Catalogued { def, moved: Default::default() })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use strata_log::{DurabilityMode, LogConfig, LogEvent, Replication};
@@ -863,13 +872,4 @@ mod tests {
         let (_, silent) = run_alone(false);
         assert!(silent.is_empty(), "no audit events without HostConfig::audit");
     }
-}
-
-/// The tables a `CreateTable` of `def` makes, in one catalog change: the table and, for a
-/// sharded Kairos table, its companion validator table (kairos.md §3.2 "CV").
-fn created_tables(def: &strata_wire::client::TableDef) -> Vec<Catalogued> {
-    std::iter::once(def.clone())
-        .chain(def.validators_def())
-        .map(|def| Catalogued { def, moved: Default::default() })
-        .collect()
 }
