@@ -603,6 +603,12 @@ impl Kv {
         self.txn.is_locked(key) && !self.kairos.is_prepared(key)
     }
 
+    /// The `KairosValidatorSoftState` canary: the validator's state is dropped (what §6.4's
+    /// restart would lose, never rebuilt). Nothing correct calls it.
+    pub(crate) fn forget_validator(&mut self) {
+        self.kairos = empty_validator();
+    }
+
     /// The Kairos validator (tests).
     #[cfg(test)]
     pub fn validator(&self) -> &Validator {

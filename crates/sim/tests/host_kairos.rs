@@ -9,6 +9,7 @@
 use std::time::Duration;
 
 use bytes::Bytes;
+use strata_log::PlantedBug;
 use strata_sim::host::{ClusterOptions, HostCluster, HostNet};
 use strata_wire::client::{
     shard_of, validators_table, LogFailure, Request, Response, TableDef, TableTxn, TableValidation,
@@ -49,17 +50,31 @@ fn layout(table: &str) -> (u32, KairosRole) {
 }
 
 fn cluster(seed: u64) -> HostCluster {
-    cluster_of(seed, def(), None)
+    cluster_of(seed, def(), None, None)
 }
 
 /// Three hosts with the table `def`; `t_tx`: the recovery timer per object, if not the
-/// default.
-fn cluster_of(seed: u64, def: TableDef, t_tx: Option<Duration>) -> HostCluster {
-    let tune: Option<strata_sim::host::Tune> = t_tx.map(|t| {
-        Box::new(move |_: usize, cfg: &mut strata_host::HostConfig| {
-            cfg.txn_timeout_per_object = t;
-        }) as strata_sim::host::Tune
+/// default; `canary`: a bug planted in the shards of `def`'s validator table.
+fn cluster_of(
+    seed: u64,
+    def: TableDef,
+    t_tx: Option<Duration>,
+    canary: Option<PlantedBug>,
+) -> HostCluster {
+    let planted = def.validators_def().map(|v| {
+        let mut cfg = strata_host::catalog::log_config(&v, NODES).unwrap();
+        cfg.planted_bug = canary;
+        (v.name, cfg)
     });
+    let tune: Option<strata_sim::host::Tune> =
+        Some(Box::new(move |_: usize, cfg: &mut strata_host::HostConfig| {
+            if let Some(t) = t_tx {
+                cfg.txn_timeout_per_object = t;
+            }
+            if let Some((name, log)) = planted.clone().filter(|_| canary.is_some()) {
+                cfg.log_overrides.insert(name, log);
+            }
+        }));
     let mut c = HostCluster::with(ClusterOptions {
         nodes: NODES,
         net: HostNet::uniform(NODES, 200),
@@ -350,7 +365,7 @@ fn leader_of(c: &mut HostCluster, table: &str, key: &Bytes) -> usize {
 /// nothing installed, the late prepare finds `Abort(Recovered)` and the keys are free again.
 #[test]
 fn a_sharded_kairos_client_gone_mid_transaction_is_resolved_by_recovery() {
-    let mut c = cluster_of(3, sharded_def(), None);
+    let mut c = cluster_of(3, sharded_def(), None, None);
     let vt = vtable();
     let (a, b) = sharded_keys();
     let g = lease(&mut c, 0);
@@ -400,64 +415,90 @@ fn a_sharded_kairos_client_gone_mid_transaction_is_resolved_by_recovery() {
 /// only: a read of the old value (at the data shard, not decided yet) validates `Stale` at the
 /// new leader. A write decided at its data shard only: a read of the new value validates
 /// `PreparedConflict` (the prepared write survived). Once both apply, the new value validates.
+/// Canary: with `KairosValidatorSoftState` (a new leader forgets the validator's state, §6.4
+/// without its rebuild) the stale read validates, and the scenario says so.
 #[test]
 fn a_validator_leader_crash_mid_transaction_keeps_k2() {
     for seed in 0..3 {
-        // (Recovery slower than the test: the client decides each object itself.)
-        let mut c = cluster_of(30 + seed, sharded_def(), Some(Duration::from_secs(60)));
-        let vt = vtable();
-        let (a, _) = keys();
-        let gw = lease(&mut c, 0);
-        let gr = lease(&mut c, 1);
-        // A read-only reader of `a` having read version `v`: its one validator object.
-        let mut reader_base = 100;
-        let mut validate_read = |c: &mut HostCluster, v: Timestamp| {
-            reader_base += 10;
-            let r = numbered(reader_base, &[(vt.as_str(), &a)]);
-            prepare(c, 1, &gr, reader_base, &r, 0, TxnAction::Read, Some(v), v)
-        };
-        // W1 prepares `a` at both; its decision reaches the validator only.
-        let ts1 = Timestamp::new(1_000, gw.lease_id as u32);
-        let w1 = sharded_writes(1, &[&a]);
-        for (i, o) in w1.iter().enumerate() {
-            assert_eq!(
-                prepare(&mut c, 0, &gw, 1, &w1, i, sharded_action(o, "v1"), None, ts1),
-                Vote::Prepared
-            );
-        }
-        let seen = read_in(&mut c, SHARDED, &a);
-        assert_eq!(seen, (None, Timestamp::ZERO));
-        let (data, validator) = (&w1[0], &w1[1]);
-        assert_eq!((data.table.as_str(), validator.table.as_str()), (SHARDED, vt.as_str()));
-        decide(&mut c, &gw, 1, validator, Decision::Commit);
-        let victim = leader_of(&mut c, &vt, &a);
-        c.run_until(c.now + Duration::from_millis(5 * seed));
-        c.crash(victim);
-        assert_eq!(validate_read(&mut c, seen.1), Vote::Abort(AbortReason::Stale), "K2");
-        assert_eq!(read_in(&mut c, SHARDED, &a), seen, "the data shard is not decided yet");
-        decide(&mut c, &gw, 1, data, Decision::Commit);
-        await_read_in(&mut c, SHARDED, &a, (Some("v1"), ts1));
-        assert_eq!(validate_read(&mut c, ts1), Vote::Prepared);
-        c.start(victim);
-        c.run_until(c.now + Duration::from_secs(1));
-        // W2: its decision reaches the data shard only; the validator's leader crashes.
-        let ts2 = Timestamp::new(2_000, gw.lease_id as u32);
-        let w2 = sharded_writes(10, &[&a]);
-        for (i, o) in w2.iter().enumerate() {
-            assert_eq!(
-                prepare(&mut c, 0, &gw, 10, &w2, i, sharded_action(o, "v2"), Some(ts1), ts2),
-                Vote::Prepared
-            );
-        }
-        decide(&mut c, &gw, 10, &w2[0], Decision::Commit);
-        await_read_in(&mut c, SHARDED, &a, (Some("v2"), ts2));
-        let victim = leader_of(&mut c, &vt, &a);
-        c.crash(victim);
-        let vote = validate_read(&mut c, ts2);
-        assert_eq!(vote, Vote::Abort(AbortReason::PreparedConflict), "the prepared write survived");
-        decide(&mut c, &gw, 10, &w2[1], Decision::Commit);
-        assert_eq!(validate_read(&mut c, ts2), Vote::Prepared);
-        assert_eq!(validate_read(&mut c, ts1), Vote::Abort(AbortReason::Stale));
-        c.start(victim);
+        k2_across_validator_crashes(30 + seed, None).unwrap();
+        let caught =
+            k2_across_validator_crashes(30 + seed, Some(PlantedBug::KairosValidatorSoftState));
+        assert!(caught.is_err_and(|e| e.contains("K2")), "seed {seed}: the canary was not caught");
     }
+}
+
+/// Checks `want == got`, else says `what` went wrong.
+fn expect<T: PartialEq + std::fmt::Debug>(what: &str, got: T, want: T) -> Result<(), String> {
+    if got == want {
+        Ok(())
+    } else {
+        Err(format!("{what}: {got:?}, want {want:?}"))
+    }
+}
+
+/// The scenario of [`a_validator_leader_crash_mid_transaction_keeps_k2`], with `canary`
+/// planted in the validators; the first expectation not met, if any.
+fn k2_across_validator_crashes(seed: u64, canary: Option<PlantedBug>) -> Result<(), String> {
+    // (Recovery slower than the test: the client decides each object itself.)
+    let mut c = cluster_of(seed, sharded_def(), Some(Duration::from_secs(60)), canary);
+    let vt = vtable();
+    let (a, _) = keys();
+    let gw = lease(&mut c, 0);
+    let gr = lease(&mut c, 1);
+    // A read-only reader of `a` having read version `v`: its one validator object.
+    let mut reader_base = 100;
+    let mut validate_read = |c: &mut HostCluster, v: Timestamp| {
+        reader_base += 10;
+        let r = numbered(reader_base, &[(vt.as_str(), &a)]);
+        prepare(c, 1, &gr, reader_base, &r, 0, TxnAction::Read, Some(v), v)
+    };
+    // W1 prepares `a` at both; its decision reaches the validator only.
+    let ts1 = Timestamp::new(1_000, gw.lease_id as u32);
+    let w1 = sharded_writes(1, &[&a]);
+    for (i, o) in w1.iter().enumerate() {
+        let vote = prepare(&mut c, 0, &gw, 1, &w1, i, sharded_action(o, "v1"), None, ts1);
+        expect("W1's prepare", vote, Vote::Prepared)?;
+    }
+    let seen = read_in(&mut c, SHARDED, &a);
+    expect("the initial version", seen.clone(), (None, Timestamp::ZERO))?;
+    let (data, validator) = (&w1[0], &w1[1]);
+    assert_eq!((data.table.as_str(), validator.table.as_str()), (SHARDED, vt.as_str()));
+    decide(&mut c, &gw, 1, validator, Decision::Commit);
+    let victim = leader_of(&mut c, &vt, &a);
+    c.run_until(c.now + Duration::from_millis(5 * (seed % 4)));
+    c.crash(victim);
+    let vote = validate_read(&mut c, seen.1);
+    expect("K2: a read of the old value", vote, Vote::Abort(AbortReason::Stale))?;
+    expect("the data shard, not decided yet", read_in(&mut c, SHARDED, &a), seen)?;
+    decide(&mut c, &gw, 1, data, Decision::Commit);
+    await_read_in(&mut c, SHARDED, &a, (Some("v1"), ts1));
+    expect("a read of W1's value", validate_read(&mut c, ts1), Vote::Prepared)?;
+    c.start(victim);
+    c.run_until(c.now + Duration::from_secs(1));
+    // W2: its decision reaches the data shard only; the validator's leader crashes.
+    let ts2 = Timestamp::new(2_000, gw.lease_id as u32);
+    let w2 = sharded_writes(10, &[&a]);
+    for (i, o) in w2.iter().enumerate() {
+        let vote = prepare(&mut c, 0, &gw, 10, &w2, i, sharded_action(o, "v2"), Some(ts1), ts2);
+        expect("W2's prepare", vote, Vote::Prepared)?;
+    }
+    decide(&mut c, &gw, 10, &w2[0], Decision::Commit);
+    await_read_in(&mut c, SHARDED, &a, (Some("v2"), ts2));
+    let victim = leader_of(&mut c, &vt, &a);
+    c.crash(victim);
+    let vote = validate_read(&mut c, ts2);
+    expect(
+        "K2: a read of W2's value before its validator's decision",
+        vote,
+        Vote::Abort(AbortReason::PreparedConflict),
+    )?;
+    decide(&mut c, &gw, 10, &w2[1], Decision::Commit);
+    expect("a read of W2's value", validate_read(&mut c, ts2), Vote::Prepared)?;
+    expect(
+        "K2: a read of W1's value",
+        validate_read(&mut c, ts1),
+        Vote::Abort(AbortReason::Stale),
+    )?;
+    c.start(victim);
+    Ok(())
 }
