@@ -471,6 +471,39 @@ mod tests {
         assert!(describe(&txn_def("x")).ends_with("transactions rifl"));
     }
 
+    /// A sharded Kairos table's companion: `T.validators`, V shards, at most one preferred
+    /// leader per validator; it is valid (only under its reserved name) and the catalog keeps
+    /// both tables' validation; V out of 1..=64 and validation without Kairos are refused.
+    #[test]
+    fn a_sharded_kairos_table_has_a_valid_companion_and_the_catalog_keeps_both() {
+        let kairos = |v| TableDef {
+            txn: TableTxn::Kairos,
+            validation: v,
+            leaders: vec![NodeId(1), NodeId(2)],
+            ..txn_def("k")
+        };
+        let t = kairos(TableValidation::Sharded(1));
+        let v = t.validators_def().expect("a companion");
+        assert_eq!((v.name.as_str(), v.shards, v.leaders.len()), ("k.validators", 1, 1));
+        assert_eq!(v.validation, TableValidation::Validators);
+        assert!(check_table_def(&t, 3).is_ok() && check_table_def(&v, 3).is_ok());
+        let renamed = TableDef { name: "k.v".into(), ..v.clone() };
+        assert!(check_table_def(&renamed, 3).is_err(), "only the reserved suffix");
+        let user = TableDef { validation: TableValidation::Server, ..v.clone() };
+        assert!(check_table_def(&user, 3).unwrap_err().contains("invalid table name"));
+        for bad in [0, MAX_VALIDATORS + 1] {
+            assert!(check_table_def(&kairos(TableValidation::Sharded(bad)), 3).is_err());
+        }
+        let rifl = TableDef { validation: TableValidation::Sharded(2), ..txn_def("r") };
+        assert!(check_table_def(&rifl, 3).unwrap_err().contains("--txn kairos"));
+        assert!(kairos(TableValidation::Server).validators_def().is_none());
+        let tables: Vec<Catalogued> =
+            [t, v].into_iter().map(|def| Catalogued { def, moved: BTreeMap::new() }).collect();
+        assert_eq!(decode(&encode(&tables)).unwrap(), tables);
+        assert!(describe(&tables[0].def).contains("1 validator(s), the shards of k.validators"));
+        assert!(describe(&tables[1].def).ends_with("the kairos validators of table k"));
+    }
+
     #[test]
     fn the_geo_preset_sets_the_geo_timers() {
         let geo = log_config(&def(TableTimers::Geo), 5).unwrap();

@@ -420,13 +420,14 @@ pub fn validated_table(companion: &str) -> Option<&str> {
 impl TableDef {
     /// A sharded Kairos table's companion (its validators, kairos.md §3.2 "CV"): as durable
     /// and read at the leader as the table (a vote must be durable before it is answered),
-    /// one shard per validator, the same timers and preferred leaders. `None` for any other
-    /// table.
+    /// one shard per validator, the same timers and preferred leaders (at most one per
+    /// validator). `None` for any other table.
     pub fn validators_def(&self) -> Option<TableDef> {
         let TableValidation::Sharded(v) = self.validation else { return None };
         Some(TableDef {
             name: validators_table(&self.name),
             shards: v,
+            leaders: self.leaders.iter().copied().take(v as usize).collect(),
             validation: TableValidation::Validators,
             ..self.clone()
         })
