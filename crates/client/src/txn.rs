@@ -20,7 +20,9 @@
 //!   lease id, bumped above every version read; RO `max fts`), and each participant
 //!   validates its part with Algorithm 3 when the prepare's entry is applied. A read-only
 //!   transaction is validated through the log too (validation raises `latest_read`) and
-//!   needs no decision. Reads never wait for prepared writes (§5.3).
+//!   needs no decision. Reads never wait for prepared writes (§5.3). A table with sharded
+//!   validators (`--validation sharded:V`) is prepared at the validators of its keys and at
+//!   the data shards of its written keys instead (`txn_sharded`).
 //! * **Locks.** A plain read of a key a transaction holds waits at the leader until the
 //!   decision is applied, and a plain write is retried by the library until then (§5.9); a
 //!   transaction's prepare never waits for one: the object votes `Abort(Locked)` and
