@@ -337,6 +337,7 @@ async fn create_table(
             timers: TableTimers::Default,
             leaders: Vec::new(),
             txn: Default::default(),
+            validation: Default::default(),
         };
         c.create_table(def).await.unwrap();
     }
@@ -518,6 +519,7 @@ async fn transactions_against_a_three_node_cluster() {
             timers: TableTimers::Default,
             leaders: Vec::new(),
             txn: strata_client::TableTxn::Rifl,
+            validation: Default::default(),
         };
         c.create_table(def).await.unwrap();
     }

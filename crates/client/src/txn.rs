@@ -21,7 +21,9 @@
 //!   and strict mode are `crate::kairos`'s), and each participant
 //!   validates its part with Algorithm 3 when the prepare's entry is applied. A read-only
 //!   transaction is validated through the log too (validation raises `latest_read`) and
-//!   needs no decision. Reads never wait for prepared writes (§5.3).
+//!   needs no decision. Reads never wait for prepared writes (§5.3). A table with sharded
+//!   validators (`--validation sharded:V`) is prepared at the validators of its keys and at
+//!   the data shards of its written keys instead (`txn_sharded`).
 //! * **Locks.** A plain read of a key a transaction holds waits at the leader until the
 //!   decision is applied, and a plain write is retried by the library until then (§5.9); a
 //!   transaction's prepare never waits for one: the object votes `Abort(Locked)` and
@@ -49,6 +51,7 @@ use crate::error::ClientError;
 use crate::kairos::{CommitInfo, ReadInfo, WriteInfo};
 use crate::session::unexpected;
 use crate::table::Table;
+use crate::txn_sharded;
 
 /// What `commit` decided.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -230,6 +233,10 @@ impl Transaction {
         }
         let read_only = self.writes.is_empty();
         let kairos = self.kairos_mode(objects.keys().map(|(t, _)| t.as_str())).await?;
+        let objects = match kairos {
+            true => txn_sharded::kairos_objects(&self.client, objects).await?,
+            false => objects,
+        };
         let shared = self.client.txns();
         let (lease, base) = shared.block(objects.len() as u64 + 1).await?;
         // kairos.md §5.1, §5.4: the timestamps, once the lease (`node`) is known.
@@ -350,15 +357,20 @@ impl Transaction {
         for part in parts.values() {
             let mut t = self.client.txn_table(&part.table).await?;
             let shared = shared.clone();
+            let (role, reads_from) = txn_sharded::part_role(t.def());
+            let vts_of = |table: &str, key: &Bytes| {
+                self.reads.get(&(table.to_string(), key.clone())).map(|r| r.2)
+            };
             let kairos = kairos.map(|(commit_ts, freshness, read_only)| KairosPrepare {
                 commit_ts,
                 freshness,
                 read_only,
-                read_vts: part
-                    .ops
-                    .iter()
-                    .map(|o| self.reads.get(&(part.table.clone(), o.key.clone())).map(|r| r.2))
-                    .collect(),
+                read_vts: txn_sharded::read_vts(
+                    part.ops.iter().map(|o| &o.key),
+                    reads_from,
+                    vts_of,
+                ),
+                role,
             });
             let req = Request::TxnPrepare {
                 table: part.table.clone(),

@@ -96,6 +96,10 @@ pub enum PlantedBug {
     TxnExpireIgnoresLocks,
     /// §5.9 (R-D18): plain reads ignore locks (a read after a commit returned can miss it).
     TxnReadsIgnoreLocks,
+    /// kairos.md §6.4 without its rebuild: a new leader starts from an empty Kairos
+    /// validator, as if the validator's state were soft (a validator that forgot a committed
+    /// write lets a stale read commit: breaks K2).
+    KairosValidatorSoftState,
 }
 
 /// Configuration of one log replica. Every replica of a shard group must use the same values.

@@ -105,6 +105,9 @@ impl LogReplica {
 
     /// Sync phase step 1: append the NoOp `(e,1)`, start replicating with `flush_upto = (e,1)`.
     fn become_leader(&mut self, now: Instant) {
+        if self.cfg.planted(crate::config::PlantedBug::KairosValidatorSoftState) {
+            self.kv.forget_validator();
+        }
         self.fresh_group = false;
         let epoch = self.epoch;
         let noop = LogIndex::new(epoch, 1);

@@ -103,7 +103,7 @@ impl FromStr for Mode {
 }
 
 /// The planted bugs of `strata-log` (feature `canaries`) and their CLI names.
-pub const LOG_CANARIES: [(&str, strata_log::PlantedBug); 10] = {
+pub const LOG_CANARIES: [(&str, strata_log::PlantedBug); 11] = {
     use strata_log::PlantedBug::*;
     [
         ("skip-durability-check", SkipDurabilityCheck),
@@ -116,6 +116,7 @@ pub const LOG_CANARIES: [(&str, strata_log::PlantedBug); 10] = {
         ("txn-abort-without-record", TxnAbortWithoutRecord),
         ("txn-expire-ignores-locks", TxnExpireIgnoresLocks),
         ("txn-reads-ignore-locks", TxnReadsIgnoreLocks),
+        ("kairos-validator-soft-state", KairosValidatorSoftState),
     ]
 };
 
