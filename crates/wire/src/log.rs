@@ -232,6 +232,10 @@ pub struct Snapshot {
     /// empty (`Install` then takes tag 15; a standalone snapshot has it as a trailing
     /// section), so a RIFL or plain table's snapshot keeps its old encoding.
     pub kairos: Vec<KairosKey>,
+    /// The Kairos validator's `ts_GC` (kairos.md §5.9; the monotone max of the leaders'
+    /// stamps in applied prepares): written only when not `ZERO`, after the Kairos section
+    /// (which is then written even if empty; `Install` takes tag 17).
+    pub kairos_ts_gc: Timestamp,
 }
 
 /// One client's RIFL state in a snapshot (rifl.md §3.3, R-D8): the ack watermark, which must
@@ -453,6 +457,11 @@ mod op_tag {
     pub const PREPARE_KAIROS: u8 = 14;
     /// `Install` (as tag 8) followed by the Kairos validator section.
     pub const INSTALL_WITH_KAIROS: u8 = 15;
+    /// A Kairos prepare stamped with the leader's `ts_GC` (kairos.md §5.9): tag 14's fields,
+    /// then the stamp. Tag 14 stays for a `ZERO` stamp.
+    pub const PREPARE_KAIROS_GC: u8 = 16;
+    /// `Install` as tag 15, then the validator's `ts_GC` (when it is not `ZERO`).
+    pub const INSTALL_WITH_KAIROS_GC: u8 = 17;
 }
 
 mod expect_tag {
@@ -564,7 +573,12 @@ impl LogEntry {
     /// The fields of a transaction entry's op, after its tag.
     fn op_payload(&self, out: &mut BytesMut) {
         match &self.op {
-            LogOp::Prepare(p) => p.encode(out),
+            LogOp::Prepare(p) => {
+                p.encode(out);
+                if let Some(ts_gc) = p.stamped_ts_gc() {
+                    ts_gc.encode(out);
+                }
+            }
             LogOp::Decide { txn, decision, seqs } => {
                 txn.encode(out);
                 decision.encode(out);
@@ -634,7 +648,9 @@ impl Encode for LogEntry {
                 m.encode(out);
             }
             LogOp::Install(snapshot) => {
-                out.put_u8(if snapshot.kairos.is_empty() {
+                out.put_u8(if snapshot.kairos_ts_gc != Timestamp::ZERO {
+                    op_tag::INSTALL_WITH_KAIROS_GC
+                } else if snapshot.kairos.is_empty() {
                     op_tag::INSTALL_WITH_OUTCOMES
                 } else {
                     op_tag::INSTALL_WITH_KAIROS
@@ -656,6 +672,7 @@ impl Encode for LogEntry {
             | LogOp::Decided(_)
             | LogOp::Resolved(_) => {
                 out.put_u8(match &self.op {
+                    LogOp::Prepare(p) if p.stamped_ts_gc().is_some() => op_tag::PREPARE_KAIROS_GC,
                     LogOp::Prepare(p) if p.kairos.is_some() => op_tag::PREPARE_KAIROS,
                     LogOp::Prepare(_) => op_tag::PREPARE,
                     LogOp::Decide { .. } => op_tag::DECIDE,
@@ -689,10 +706,22 @@ impl Decode for LogEntry {
             op_tag::INSTALL_WITH_KAIROS => {
                 LogOp::Install(Box::new(Snapshot::decode_fields(r, true, true)?))
             }
+            op_tag::INSTALL_WITH_KAIROS_GC => {
+                let mut s = Snapshot::decode_fields(r, true, true)?;
+                s.kairos_ts_gc = Timestamp::decode(r)?;
+                LogOp::Install(Box::new(s))
+            }
             op_tag::COND => LogOp::Cond { expect: Expect::decode(r)?, put: get_value(r)? },
             op_tag::ADD => LogOp::Add(r.i64()?),
             op_tag::PREPARE => LogOp::Prepare(Box::new(Prepare::decode_fields(r, false)?)),
             op_tag::PREPARE_KAIROS => LogOp::Prepare(Box::new(Prepare::decode_fields(r, true)?)),
+            op_tag::PREPARE_KAIROS_GC => {
+                let mut p = Prepare::decode_fields(r, true)?;
+                if let Some(k) = p.kairos.as_mut() {
+                    k.ts_gc = Timestamp::decode(r)?;
+                }
+                LogOp::Prepare(Box::new(p))
+            }
             op_tag::DECIDE => LogOp::Decide {
                 txn: TxnId::decode(r)?,
                 decision: Decision::decode(r)?,
@@ -753,9 +782,13 @@ impl Encode for Snapshot {
         // Then the transactions' state (same section, same tag).
         put_seq(out, &self.locks, |o, l| l.encode(o));
         put_seq(out, &self.decisions, |o, d| d.encode(o));
-        // A Kairos table's validator section, only when there is one (see the field).
-        if !self.kairos.is_empty() {
+        // A Kairos table's validator section, only when there is one (see the field), then
+        // its `ts_GC` when not `ZERO`.
+        if !self.kairos.is_empty() || self.kairos_ts_gc != Timestamp::ZERO {
             put_seq(out, &self.kairos, |o, k| k.encode(o));
+        }
+        if self.kairos_ts_gc != Timestamp::ZERO {
+            self.kairos_ts_gc.encode(out);
         }
     }
 }
@@ -766,6 +799,9 @@ impl Decode for Snapshot {
         let mut s = Snapshot::decode_fields(r, true, false)?;
         if r.has_more() {
             s.kairos = r.seq(KairosKey::decode)?;
+        }
+        if r.has_more() {
+            s.kairos_ts_gc = Timestamp::decode(r)?;
         }
         Ok(s)
     }
@@ -798,6 +834,7 @@ impl Snapshot {
             locks: Vec::new(),
             decisions: Vec::new(),
             kairos: Vec::new(),
+            kairos_ts_gc: Timestamp::ZERO,
         };
         if outcomes {
             let mismatch =

@@ -68,6 +68,11 @@ pub struct KairosPrepare {
     pub read_only: bool,
     /// Per op of the prepare, in order: the `vts` read.
     pub read_vts: Vec<Option<Timestamp>>,
+    /// The shard leader's `ts_GC` when it appended the prepare's entry (kairos.md §5.9,
+    /// Algorithm 3 step 1): every replica validates against it, so `TooOld` is a function of
+    /// the log. Set by the leader, never by a client: not part of this type's own encoding
+    /// (so not of `TxnPrepare`'s); a log entry carries it under its own tag when non-zero.
+    pub ts_gc: Timestamp,
 }
 
 impl Encode for KairosPrepare {
@@ -85,6 +90,7 @@ impl Decode for KairosPrepare {
             freshness: r.option(Timestamp::decode)?,
             read_only: r.bool()?,
             read_vts: r.seq(|r| r.option(Timestamp::decode))?,
+            ts_gc: Timestamp::ZERO,
         })
     }
 }
@@ -281,6 +287,12 @@ impl Prepare {
             whole: r.bool()?,
             kairos: if kairos { Some(KairosPrepare::decode(r)?) } else { None },
         })
+    }
+
+    /// A Kairos prepare's leader stamp, `ts_gc`, when it is not `ZERO` (a log entry's tag 16
+    /// writes it after the Kairos fields).
+    pub fn stamped_ts_gc(&self) -> Option<Timestamp> {
+        self.kairos.as_ref().map(|k| k.ts_gc).filter(|t| *t != Timestamp::ZERO)
     }
 }
 
