@@ -96,6 +96,10 @@ pub enum PlantedBug {
     TxnExpireIgnoresLocks,
     /// §5.9 (R-D18): plain reads ignore locks (a read after a commit returned can miss it).
     TxnReadsIgnoreLocks,
+    /// kairos.md §5.9: the leader folds reports into `ts_GC` but does not stamp it into the
+    /// prepares it appends, so the replicated validator's `ts_GC` stays `ZERO` and `TooOld`
+    /// never fires.
+    KairosUnstampedTsGc,
 }
 
 /// Configuration of one log replica. Every replica of a shard group must use the same values.
