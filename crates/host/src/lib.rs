@@ -524,6 +524,10 @@ impl Host {
                 self.shards
                     .on_txn_decide(now, route, corr, rifl, &table, shard, decision, seqs, out)
             }
+            Request::KairosReport { table, shard, client, seq, local_wm, c_freshness } => {
+                let r = crate::txn::Report { client, seq, local_wm, c_freshness };
+                self.shards.on_kairos_report(now, route, corr, &table, shard, r, &mut self.out)
+            }
             Request::CreateTable { def } => self.create_table(route, corr, def),
             Request::RenewLease { .. } | Request::LeaseInfo { .. } => {
                 self.leases.on_request(now, route, corr, &body, &mut self.shards, &mut self.out)
@@ -765,6 +769,7 @@ fn is_rc_request(req: &Request) -> bool {
             | Request::LogRead { .. }
             | Request::TxnPrepare { .. }
             | Request::TxnDecide { .. }
+            | Request::KairosReport { .. }
             | Request::CreateTable { .. }
             | Request::RenewLease { .. }
             | Request::LeaseInfo { .. }
