@@ -120,6 +120,7 @@ fn prepare(
             freshness: read,
             read_only: false,
             read_vts: vec![read],
+            ts_gc: Timestamp::ZERO,
         }),
     };
     match call_leader(c, client, Some(envelope(g, base)), req) {
@@ -213,4 +214,147 @@ fn a_kairos_client_gone_after_some_prepares_is_aborted_and_installs_nothing() {
     let ts2 = Timestamp::new(2_000, g2.lease_id as u32);
     let vote = prepare(&mut c, 1, &g2, 10, &other_at(&all, 10), 0, write("x"), None, ts2);
     assert_eq!(vote, Vote::Prepared);
+}
+
+// ---- watermarks, ts_GC and TooOld (kairos.md §5.9, §6.5) ----
+
+/// A cluster whose shard leaders do not stamp their `ts_GC` into prepares (the canary).
+fn cluster_unstamped(seed: u64) -> HostCluster {
+    use strata_sim::host::ClusterOptions;
+    let tune: strata_sim::host::Tune = Box::new(|_, cfg| {
+        let mut log = strata_host::catalog::log_config(&def(), NODES).unwrap();
+        log.planted_bug = Some(strata_log::PlantedBug::KairosUnstampedTsGc);
+        cfg.log_overrides.insert(TABLE.into(), log);
+    });
+    let mut c = HostCluster::with(ClusterOptions {
+        nodes: NODES,
+        net: HostNet::uniform(NODES, 200),
+        seed,
+        net_prng: None,
+        clocks: None,
+        start: strata_wire::Instant(1_000_000_000),
+        lease_term: Duration::from_secs(10),
+        shard_rate_limit: None,
+        observe: false,
+        tune: Some(tune),
+        catalog: Vec::new(),
+    });
+    c.run_until(c.now + Duration::from_secs(3));
+    for node in 0..NODES {
+        let created = c.call(0, node, None, Request::CreateTable { def: def() }, SECOND);
+        assert!(matches!(created, Some(Response::TableCreated { .. })), "{created:?}");
+    }
+    c.run_until(c.now + Duration::from_secs(2));
+    c
+}
+
+/// Client `g`'s watermark report to the leader of `key`'s shard: the shard's `(WM, ts_GC)`.
+fn report(
+    c: &mut HostCluster,
+    client: usize,
+    g: &LeaseStatus,
+    seq: u64,
+    key: &Bytes,
+    marks: (u64, u64),
+) -> (Timestamp, Timestamp) {
+    let req = Request::KairosReport {
+        table: TABLE.into(),
+        shard: shard_of(key, SHARDS),
+        client: g.lease_id,
+        seq,
+        local_wm: Timestamp::new(marks.0, u32::MAX),
+        c_freshness: Timestamp::new(marks.1, 0),
+    };
+    match call_leader(c, client, None, req) {
+        Response::KairosWatermarks { wm, ts_gc } => (wm, ts_gc),
+        other => panic!("{other:?}"),
+    }
+}
+
+/// A read-write transaction of one object, `key` read at `ZERO` with freshness `fresh_ns`
+/// (an `fts` above its `vts`, as a watermark gives): its vote.
+fn prepare_with_freshness(
+    c: &mut HostCluster,
+    client: usize,
+    g: &LeaseStatus,
+    base: u64,
+    key: &Bytes,
+    fresh_ns: u64,
+) -> Vote {
+    let req = Request::TxnPrepare {
+        table: TABLE.into(),
+        shard: shard_of(key, SHARDS),
+        read_only: false,
+        all: vec![TxnObject { table: TABLE.into(), key: key.clone(), seq: base + 1 }],
+        ops: vec![TxnOp { key: key.clone(), seq: base + 1, expect: None, action: write("w") }],
+        kairos: Some(KairosPrepare {
+            commit_ts: Timestamp::new(1_000_000 + base, g.lease_id as u32),
+            freshness: Some(Timestamp::new(fresh_ns, 0)),
+            read_only: false,
+            read_vts: vec![Some(Timestamp::ZERO)],
+            ts_gc: Timestamp::ZERO,
+        }),
+    };
+    match call_leader(c, client, Some(envelope(g, base)), req) {
+        Response::TxnVotes { votes, .. } if votes.len() == 1 => votes[0].1,
+        other => panic!("{other:?}"),
+    }
+}
+
+/// The scenario of §6.5 on whole hosts: a client whose reports stop holds `ts_GC` back until
+/// its report expires; then the other client's freshness moves `ts_GC`, and the silent
+/// client's prepare with older reads votes `TooOld` — at every replica, since the vote comes
+/// from the leader's stamp in the entry. Returns what went wrong, if anything.
+fn silent_client_scenario(mut c: HostCluster) -> Result<(), String> {
+    let (silent, live) = (lease(&mut c, 0), lease(&mut c, 1));
+    let key = keys().0;
+    let shard = shard_of(&key, SHARDS);
+    assert_eq!(report(&mut c, 0, &silent, 1, &key, (10_000, 100)).1, Timestamp::new(100, 0));
+    let (wm, gc) = report(&mut c, 1, &live, 1, &key, (9_000, 5_000));
+    assert_eq!((wm, gc), (Timestamp::new(9_000, u32::MAX), Timestamp::new(100, 0)));
+    // While the silent client's report is live, its reads at 200 are fresh enough.
+    let first = prepare_with_freshness(&mut c, 0, &silent, 10, &key, 200);
+    if first != Vote::Prepared {
+        return Err(format!("a prepare above ts_GC voted {first:?}"));
+    }
+    // The live client keeps reporting; the silent one's report expires (1 s).
+    let mut last = (wm, gc);
+    for seq in 2..=8 {
+        c.run_until(c.now + Duration::from_millis(200));
+        last = report(&mut c, 1, &live, seq, &key, (9_000 + seq, 5_000 + seq));
+    }
+    assert_eq!(last, (Timestamp::new(9_008, u32::MAX), Timestamp::new(5_008, 0)), "only one");
+    // Another key of the shard (never written, so only step 1 can refuse the read).
+    let other =
+        (0..).map(|i| Bytes::from(format!("c{i}"))).find(|k| shard_of(k, SHARDS) == shard).unwrap();
+    let second = prepare_with_freshness(&mut c, 0, &silent, 20, &other, 200);
+    c.run_until(c.now + Duration::from_millis(200)); // every replica applies it
+    let rpc = RpcId { client_id: silent.lease_id, seq: 21 };
+    for node in 0..NODES {
+        let host = c.nodes[node].host.as_ref().expect("up");
+        let r = host.shard_replica(TABLE, shard).expect("a replica");
+        let gc = r.applied_snapshot().kairos_ts_gc;
+        let vote = match r.write_record(rpc) {
+            strata_log::Verdict::Completed(rec) => Some(rec.outcome),
+            _ => None,
+        };
+        let want = Some(strata_wire::log::WriteOutcome::Voted(Vote::Abort(AbortReason::TooOld)));
+        if vote != want || gc < Timestamp::new(5_000, 0) {
+            return Err(format!("node {node}: vote {vote:?}, ts_GC {gc} (leader's: {second:?})"));
+        }
+    }
+    Ok(())
+}
+
+#[test]
+fn a_silent_clients_old_reads_vote_too_old_at_every_replica_once_its_report_expires() {
+    silent_client_scenario(cluster(4)).unwrap();
+}
+
+/// Canary: leaders that fold the reports but do not stamp `ts_GC` into the entries leave the
+/// replicated `ts_GC` at `ZERO`, and `TooOld` never fires; the scenario must say so.
+#[test]
+fn canary_unstamped_ts_gc_is_caught() {
+    let e = silent_client_scenario(cluster_unstamped(4)).unwrap_err();
+    assert!(e.contains("Prepared") && e.contains("ts_GC 0@0"), "{e}");
 }
