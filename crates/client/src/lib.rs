@@ -32,6 +32,7 @@ pub mod blocking;
 mod client;
 mod conn;
 mod error;
+mod kairos_wm;
 mod lease;
 mod session;
 mod shard_move;

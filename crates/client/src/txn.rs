@@ -46,6 +46,7 @@ use tokio::task::JoinSet;
 
 use crate::client::{Client, RiflClient};
 use crate::error::ClientError;
+use crate::kairos_wm::{self, Incomplete, Marks, TxnFreshness, Watermarks};
 use crate::session::unexpected;
 use crate::table::Table;
 
@@ -67,6 +68,8 @@ pub(crate) struct TxnShared {
     tables: Mutex<HashMap<String, Table>>,
     /// Kairos's client clock (kairos.md §3.1), for the lease id it stamps (`node`).
     clock: Mutex<Option<ClientClock>>,
+    /// Kairos's watermarks (kairos.md §5.9): incomplete transactions, reports, `wm_view`.
+    watermarks: Arc<Watermarks>,
 }
 
 impl TxnShared {
@@ -76,7 +79,22 @@ impl TxnShared {
             completed: Notify::new(),
             tables: Mutex::default(),
             clock: Mutex::default(),
+            watermarks: Arc::default(),
         }
+    }
+
+    pub(crate) fn watermarks(&self) -> &Arc<Watermarks> {
+        &self.watermarks
+    }
+
+    /// kairos.md §5.9: this client's report under its lease, `local_wm` read from the client
+    /// clock under the lock that [`TxnShared::rw_commit_ts`] issues and registers under.
+    pub(crate) async fn report_marks(&self) -> Result<(u64, Marks), ClientError> {
+        let keeper = self.rifl().keeper.clone();
+        let lease = keeper.acquire().await?;
+        let mut clock = self.clock.lock().unwrap_or_else(|e| e.into_inner());
+        let now = clock.as_mut().map_or_else(physical_now_ns, |c| c.now(physical_now_ns()));
+        Ok((lease.client_id, self.watermarks.marks(now)))
     }
 
     /// kairos.md §5.1: a read-write commit timestamp for a transaction of lease `lease_id`
@@ -84,14 +102,22 @@ impl TxnShared {
     /// bumped above every version read and every timestamp issued before. `node` is the lease
     /// id's low 32 bits (lease ids are never reused; two leases 2^32 apart would share a
     /// `node`, and then only a same-nanosecond tie could repeat a timestamp).
-    fn rw_commit_ts(&self, lease_id: u64, read_vts: impl Iterator<Item = Timestamp>) -> Timestamp {
+    ///
+    /// The timestamp is registered as incomplete under the clock's lock (kairos.md §5.9
+    /// bullet 1, see `kairos_wm`); the transaction is complete when the guard is dropped.
+    fn rw_commit_ts(
+        &self,
+        lease_id: u64,
+        read_vts: impl Iterator<Item = Timestamp>,
+    ) -> (Timestamp, Incomplete) {
         let node = lease_id as u32;
         let mut clock = self.clock.lock().unwrap_or_else(|e| e.into_inner());
         let clock = match clock.as_mut() {
             Some(c) if c.client_id() == node => c,
             _ => clock.insert(ClientClock::new(node, 0)),
         };
-        clock.rw_commit_ts(physical_now_ns(), read_vts)
+        let ts = clock.rw_commit_ts(physical_now_ns(), read_vts);
+        (ts, self.watermarks.register_incomplete(ts))
     }
 
     fn rifl(&self) -> std::sync::MutexGuard<'_, RiflClient> {
@@ -152,6 +178,8 @@ pub struct Transaction {
     reads: BTreeMap<(String, Bytes), (Option<Bytes>, LogIndex, Timestamp)>,
     /// `(table, key)` -> the buffered write (`None`: delete).
     writes: BTreeMap<(String, Bytes), Option<Bytes>>,
+    /// Kairos (kairos.md §5.2, §5.9): each read's `fts` and the read set's floor.
+    freshness: TxnFreshness,
 }
 
 /// One participant's part: a shard of a table and its operations.
@@ -163,7 +191,12 @@ struct Part {
 
 impl Transaction {
     pub(crate) fn new(client: Client) -> Transaction {
-        Transaction { client, reads: BTreeMap::new(), writes: BTreeMap::new() }
+        Transaction {
+            client,
+            reads: BTreeMap::new(),
+            writes: BTreeMap::new(),
+            freshness: TxnFreshness::default(),
+        }
     }
 
     /// The value of `key` in `table` as this transaction sees it: its own buffered write, else
@@ -182,9 +215,41 @@ impl Transaction {
             return Ok(v.clone());
         }
         let mut t = self.client.txn_table(table).await?;
+        let wm = self.kairos_before_read(&t, &id.1);
         let r = t.get(id.1.clone()).await?;
+        if let Some(wm) = wm {
+            self.freshness.after_read(id.clone(), r.vts, wm);
+        }
         self.reads.insert(id, (r.value.clone(), r.update_index, r.vts));
         Ok(r.value)
+    }
+
+    /// kairos.md §5.2: for a read of a Kairos table, the `wm_view` read before it is sent
+    /// (and the shard joins those this client reports to, §5.9).
+    fn kairos_before_read(&mut self, t: &Table, key: &[u8]) -> Option<Timestamp> {
+        if t.def().txn != TableTxn::Kairos {
+            return None;
+        }
+        self.kairos_report_to([(t.def().name.clone(), t.shard_of(key))]);
+        Some(self.freshness.before_read(self.client.txns().watermarks()))
+    }
+
+    /// kairos.md §5.9: the shards this client reads or prepares at get its reports.
+    fn kairos_report_to(&self, shards: impl IntoIterator<Item = (String, u32)>) {
+        let wm = self.client.txns().watermarks().clone();
+        let mut new = false;
+        for (table, shard) in shards {
+            new |= wm.use_shard(&table, shard);
+        }
+        if new {
+            kairos_wm::start_reporter(&self.client, &wm);
+        }
+    }
+
+    /// The `fts` of this transaction's read of `key` in a Kairos table (kairos.md §5.2:
+    /// `max(vts, wm)`), `None` if it did not read it. For tests and diagnostics.
+    pub fn kairos_fts(&self, table: &str, key: impl Into<Bytes>) -> Option<Timestamp> {
+        self.freshness.fts.get(&(table.to_string(), key.into())).copied()
     }
 
     /// Buffers a write of `key`; nothing is sent before `commit`.
@@ -229,15 +294,20 @@ impl Transaction {
         let kairos = self.kairos_mode(objects.keys().map(|(t, _)| t.as_str())).await?;
         let shared = self.client.txns();
         let (lease, base) = shared.block(objects.len() as u64 + 1).await?;
-        // kairos.md §5.1, §5.4: the timestamps, once the lease (`node`) is known.
+        // kairos.md §5.1, §5.4: the timestamps, once the lease (`node`) is known. An RW
+        // transaction is incomplete (§5.9) until its decisions are applied.
+        let mut incomplete = None;
         let kairos = kairos.then(|| {
             let vts = self.reads.values().map(|(_, _, t)| *t);
+            let fts = self.freshness.fts.values().copied();
             let commit_ts = if read_only {
-                vts.clone().max().unwrap_or(Timestamp::ZERO) // RO: max fts (fts = vts)
+                fts.clone().max().unwrap_or(Timestamp::ZERO) // RO: max fts
             } else {
-                shared.rw_commit_ts(lease.client_id, vts.clone())
+                let (ts, guard) = shared.rw_commit_ts(lease.client_id, vts);
+                incomplete = Some(guard);
+                ts
             };
-            (commit_ts, vts.min())
+            (commit_ts, fts.min())
         });
         let all: Vec<TxnObject> = objects
             .keys()
@@ -260,6 +330,9 @@ impl Transaction {
             // Kairos validates timestamps, not log indexes: no `expect`.
             let expect = if kairos.is_some() { None } else { expect };
             part.ops.push(TxnOp { key: obj.key.clone(), seq: obj.seq, expect, action });
+        }
+        if kairos.is_some() {
+            self.kairos_report_to(parts.keys().cloned());
         }
         let stamps = kairos.map(|(commit_ts, freshness)| (commit_ts, freshness, read_only));
         let result = self.prepare(&shared, lease, base, read_only, stamps, &all, &parts).await;
@@ -287,12 +360,21 @@ impl Transaction {
                     .unwrap_or(AbortReason::Conflict),
             },
         };
+        if outcome == (TxnOutcome::Aborted { reason: AbortReason::TooOld }) {
+            self.on_too_old(&shared).await;
+        }
         // T7: nothing to decide for a validation or a prepare that decided at once.
         if read_only || (parts.len() == 1 && decided) {
             shared.complete(lease.client_id, base);
             return Ok(outcome);
         }
         let decide = decide_all(self.client.clone(), shared.clone(), lease, base, decision, parts);
+        // (Complete, §5.9, once every participant applied the decision, or given up.)
+        let decide = async move {
+            let r = decide.await;
+            drop(incomplete);
+            r
+        };
         if sync {
             decide.await?;
         } else {
@@ -304,6 +386,15 @@ impl Transaction {
             });
         }
         Ok(outcome)
+    }
+
+    /// kairos.md §5.9, §6.5: `TooOld` means this client's reads are older than a shard's
+    /// `ts_GC` (its reports were late or dropped). One report round at once brings
+    /// `wm_view` up to the shards' `ts_GC`, so a retry's reads are fresh enough; cache
+    /// entries below it would abort again.
+    async fn on_too_old(&self, shared: &TxnShared) {
+        kairos_wm::report_round(&self.client).await;
+        kairos_wm::drop_cache_entries_below(shared.watermarks().ts_gc());
     }
 
     /// T3-T4: one prepare per participant, concurrently, each retried with the same ids
@@ -327,6 +418,7 @@ impl Transaction {
                 commit_ts,
                 freshness,
                 read_only,
+                ts_gc: Timestamp::ZERO, // the shard's leader stamps its own (kairos.md §5.9)
                 read_vts: part
                     .ops
                     .iter()

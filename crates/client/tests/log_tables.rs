@@ -489,6 +489,94 @@ fn kairos_table(name: &str, shards: u32) -> TableDef {
     TableDef { txn: strata_client::TableTxn::Kairos, ..txn_table(name, shards) }
 }
 
+/// Three nodes with a two-shard Kairos table `kbank` and a RIFL table `rbank`; the nodes
+/// (kept running while held) and their client endpoints.
+async fn kairos_cluster() -> (Vec<Option<RunningNode>>, Vec<SocketAddr>) {
+    let (cfgs, nodes) = cluster().await;
+    let endpoints: Vec<SocketAddr> = cfgs.iter().map(|c| c.client_addr).collect();
+    for &addr in &endpoints {
+        let c = Client::connect_node(addr, opts()).await.unwrap();
+        c.create_table(kairos_table("kbank", 2)).await.unwrap();
+        c.create_table(txn_table("rbank", 1)).await.unwrap();
+    }
+    (nodes, endpoints)
+}
+
+/// Polls `cond` every 10 ms until it holds, for up to `within`.
+async fn eventually(what: &str, within: Duration, mut cond: impl FnMut() -> bool) {
+    let deadline = Instant::now() + within;
+    while !cond() {
+        assert!(Instant::now() < deadline, "timed out after {within:?} waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// Kairos watermarks (issue #19 item 3, kairos.md §5.2, §5.9, §6.5) between real nodes and
+/// clients: once a client's reports come back with the shards' `WM`, a read's `fts` is above
+/// the value's `vts` (and a read-only transaction at it commits). A client that stops
+/// reporting while it holds a read set keeps `ts_GC` below that read set until the leader
+/// drops its report (1 s); then the other client's freshness moves `ts_GC` above it, the
+/// silent client's commit aborts `TooOld`, and its retry (after the one report round a
+/// `TooOld` triggers) commits.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kairos_watermarks_raise_freshness_and_a_silent_clients_old_reads_abort_too_old() {
+    use strata_client::{AbortReason, Timestamp, TxnOutcome};
+    let (_nodes, endpoints) = kairos_cluster().await;
+    let other = Client::connect(&endpoints, opts()).await.unwrap();
+    let silent = Client::connect(&endpoints, opts()).await.unwrap();
+    let mut bank = other.table("kbank").await.unwrap();
+    let mut init = other.transaction();
+    init.write("kbank", "x", "1");
+    assert_eq!(init.commit_and_sync().await.unwrap(), TxnOutcome::Committed);
+    let vts = bank.get("x").await.unwrap().vts;
+
+    // Reports flow (the writer's prepare made `other` report to x's shard): `wm_view`
+    // passes the version, and a read's `fts = max(vts, wm)` is above it.
+    eventually("wm_view above x's version", Duration::from_secs(5), || {
+        other.kairos_watermarks().0 > vts
+    })
+    .await;
+    let mut ro = other.transaction();
+    ro.read("kbank", "x").await.unwrap();
+    let fts = ro.kairos_fts("kbank", "x").unwrap();
+    assert!(fts > vts, "fts {fts} not above vts {vts}");
+    assert_eq!(ro.commit().await.unwrap(), TxnOutcome::Committed, "an RO at max fts");
+
+    // The silent client reads once (its reports start), then stops reporting and holds a
+    // read set while the other client's freshness advances.
+    let mut warm = silent.transaction();
+    warm.read("kbank", "x").await.unwrap();
+    drop(warm);
+    eventually("the silent client's first answers", Duration::from_secs(5), || {
+        silent.kairos_watermarks().0 > Timestamp::ZERO
+    })
+    .await;
+    silent.pause_kairos_reports(true);
+    let mut old = silent.transaction();
+    old.read("kbank", "x").await.unwrap();
+    let old_fts = old.kairos_fts("kbank", "x").unwrap();
+    // Its report holds ts_GC at or below old_fts until the leader drops it (1 s); after
+    // that the other client's c_freshness moves ts_GC above.
+    eventually("ts_GC above the silent client's reads", Duration::from_secs(10), || {
+        other.kairos_watermarks().1 > old_fts
+    })
+    .await;
+    old.write("kbank", "x", "2");
+    assert_eq!(
+        old.commit_and_sync().await.unwrap(),
+        TxnOutcome::Aborted { reason: AbortReason::TooOld }
+    );
+    assert_eq!(bank.get("x").await.unwrap().value.as_deref(), Some(&b"1"[..]), "nothing done");
+    // The abort brought the silent client's view up to ts_GC: its retry commits.
+    assert!(silent.kairos_watermarks().1 > old_fts, "the TooOld round told it ts_GC");
+    let mut retry = silent.transaction();
+    retry.read("kbank", "x").await.unwrap();
+    assert!(retry.kairos_fts("kbank", "x").unwrap() > old_fts);
+    retry.write("kbank", "x", "3");
+    assert_eq!(retry.commit_and_sync().await.unwrap(), TxnOutcome::Committed);
+    assert_eq!(bank.get("x").await.unwrap().value.as_deref(), Some(&b"3"[..]));
+}
+
 /// Kairos tables (issue #19 items 1-2, kairos.md, server-side validation): the same
 /// transaction API over the same prepare/decide rounds, validated by Algorithm 3 when each
 /// prepare's entry applies. A transfer across two shards commits and is visible with the
@@ -498,13 +586,7 @@ fn kairos_table(name: &str, shards: u32) -> TableDef {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kairos_transactions_validate_in_the_shards_logs() {
     use strata_client::{AbortReason, RetryPolicy, TxnOutcome};
-    let (cfgs, _nodes) = cluster().await;
-    let endpoints: Vec<SocketAddr> = cfgs.iter().map(|c| c.client_addr).collect();
-    for &addr in &endpoints {
-        let c = Client::connect_node(addr, opts()).await.unwrap();
-        c.create_table(kairos_table("kbank", 2)).await.unwrap();
-        c.create_table(txn_table("rbank", 1)).await.unwrap();
-    }
+    let (_nodes, endpoints) = kairos_cluster().await;
     let client = Client::connect(&endpoints, opts()).await.unwrap();
     let mut bank = client.table("kbank").await.unwrap();
     let (a, b) = (
