@@ -95,8 +95,13 @@ pub enum HostError {
 /// A catalog change waiting for its `Storage::Catalog` (one at a time: each save carries the
 /// whole catalog, so two in flight could undo each other).
 enum Change {
-    Create { def: strata_wire::client::TableDef, route: Route, corr: u64 },
-    Adopt(Adoption),
+    Create {
+        def: strata_wire::client::TableDef,
+        route: Route,
+        corr: u64,
+    },
+    /// (Boxed: an adoption carries the moved snapshot, much larger than a `Create`.)
+    Adopt(Box<Adoption>),
 }
 
 /// The host core (crate docs).
@@ -406,7 +411,7 @@ impl Host {
             Change::Adopt(a) => {
                 let (route, corr) = (a.route, a.corr);
                 let body = match saved {
-                    Ok(()) => self.shards.finish_adopt(now, a, &mut self.out),
+                    Ok(()) => self.shards.finish_adopt(now, *a, &mut self.out),
                     Err(e) => {
                         self.discard_adoption(&a);
                         e
@@ -551,7 +556,7 @@ impl Host {
                     Ok(body) => reply(&mut self.out, body),
                     Err(adoption) => {
                         let member = adoption.member;
-                        self.change = Some((None, Change::Adopt(adoption)));
+                        self.change = Some((None, Change::Adopt(Box::new(adoption))));
                         if !member {
                             self.save_catalog();
                         }
