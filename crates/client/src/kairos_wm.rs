@@ -15,8 +15,11 @@
 //!   wm_view, the floors of live read sets, min fts of the cache)` (§5.9, with Strata's
 //!   in-flight reads: the floor is taken before the read is sent).
 //! * **Reports.** Every [`REPORT_PERIOD`] a background task sends `KairosReport{lease id,
-//!   seq, local_wm, c_freshness}` to the leader of every shard of a Kairos table this client
-//!   read or prepared at; each answer raises `wm_view` to the shard's `WM` and `ts_GC`.
+//!   seq, local_wm, c_freshness}` to the leader of every shard of each Kairos table this
+//!   client read or prepared at; each answer raises `wm_view` to the shard's `WM` and `ts_GC`.
+//!   Before its first read of a table, a client runs one report round and waits for it
+//!   (§5.9's registration): its first reads then get `fts >= ts_GC` of the table's shards,
+//!   instead of aborting `TooOld` for reading below what other clients already reported.
 //!   `ts_GC` is below some client's reported `c_freshness`, itself below a `WM` some leader
 //!   announced, so it is as sound a watermark as `WM` (§5.2's note); taking it lets a client
 //!   that was told `TooOld` read fresh enough to pass next time.
@@ -112,9 +115,14 @@ impl Watermarks {
         self.lock().ts_gc
     }
 
-    /// Adds a shard to those reported to; true if it is new.
-    pub(crate) fn use_shard(&self, table: &str, shard: u32) -> bool {
-        self.lock().shards.insert((table.to_string(), shard))
+    /// Adds every shard of `table` to those reported to; true if the table is new.
+    pub(crate) fn use_table(&self, table: &str, shards: u32) -> bool {
+        let mut s = self.lock();
+        let mut new = false;
+        for shard in 0..shards {
+            new |= s.shards.insert((table.to_string(), shard));
+        }
+        new
     }
 
     /// §5.9 the report: `now_ns` is a reading of the client clock taken under its lock, which

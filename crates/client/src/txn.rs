@@ -35,7 +35,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use strata_kairos::timestamp::ClientClock;
 use strata_rifl::SequenceError;
-use strata_wire::client::{shard_of, Request, Response, TableTxn};
+use strata_wire::client::{shard_of, Request, Response, TableDef, TableTxn};
 use strata_wire::log::{Expect, LogIndex};
 use strata_wire::txn::{
     AbortReason, Decision, KairosPrepare, Timestamp, TxnAction, TxnObject, TxnOp, Vote,
@@ -215,7 +215,7 @@ impl Transaction {
             return Ok(v.clone());
         }
         let mut t = self.client.txn_table(table).await?;
-        let wm = self.kairos_before_read(&t, &id.1);
+        let wm = self.kairos_before_read(&t).await;
         let r = t.get(id.1.clone()).await?;
         if let Some(wm) = wm {
             self.freshness.after_read(id.clone(), r.vts, wm);
@@ -224,26 +224,28 @@ impl Transaction {
         Ok(r.value)
     }
 
-    /// kairos.md §5.2: for a read of a Kairos table, the `wm_view` read before it is sent
-    /// (and the shard joins those this client reports to, §5.9).
-    fn kairos_before_read(&mut self, t: &Table, key: &[u8]) -> Option<Timestamp> {
+    /// kairos.md §5.2: for a read of a Kairos table, the `wm_view` read before it is sent.
+    /// The table's first read registers this client with its shards first (§5.9: one report
+    /// round, awaited, see `kairos_wm`).
+    async fn kairos_before_read(&mut self, t: &Table) -> Option<Timestamp> {
         if t.def().txn != TableTxn::Kairos {
             return None;
         }
-        self.kairos_report_to([(t.def().name.clone(), t.shard_of(key))]);
+        if self.kairos_report_to(t.def()) {
+            kairos_wm::report_round(&self.client).await;
+        }
         Some(self.freshness.before_read(self.client.txns().watermarks()))
     }
 
-    /// kairos.md §5.9: the shards this client reads or prepares at get its reports.
-    fn kairos_report_to(&self, shards: impl IntoIterator<Item = (String, u32)>) {
+    /// kairos.md §5.9: the shards of the Kairos tables this client reads or prepares at get
+    /// its reports. True if `table` is new to this client.
+    fn kairos_report_to(&self, table: &TableDef) -> bool {
         let wm = self.client.txns().watermarks().clone();
-        let mut new = false;
-        for (table, shard) in shards {
-            new |= wm.use_shard(&table, shard);
-        }
+        let new = wm.use_table(&table.name, table.shards);
         if new {
             kairos_wm::start_reporter(&self.client, &wm);
         }
+        new
     }
 
     /// The `fts` of this transaction's read of `key` in a Kairos table (kairos.md §5.2:
@@ -332,7 +334,9 @@ impl Transaction {
             part.ops.push(TxnOp { key: obj.key.clone(), seq: obj.seq, expect, action });
         }
         if kairos.is_some() {
-            self.kairos_report_to(parts.keys().cloned());
+            for (table, _) in parts.keys() {
+                self.kairos_report_to(self.client.txn_table(table).await?.def());
+            }
         }
         let stamps = kairos.map(|(commit_ts, freshness)| (commit_ts, freshness, read_only));
         let result = self.prepare(&shared, lease, base, read_only, stamps, &all, &parts).await;
