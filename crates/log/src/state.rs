@@ -1380,7 +1380,7 @@ mod tests {
                 assert_eq!(vote(&kv, 8, 21), Some(Vote::Prepared));
             }
 
-            /// The replicated `ts_GC` travels in snapshots and `Install` entries (tag 17), so a
+            /// The replicated `ts_GC` travels in snapshots and `Install` entries (tag 18), so a
             /// moved or restored shard keeps refusing what its old replicas refused.
             #[test]
             fn the_ts_gc_travels_in_snapshots() {

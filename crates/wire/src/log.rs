@@ -234,7 +234,7 @@ pub struct Snapshot {
     pub kairos: Vec<KairosKey>,
     /// The Kairos validator's `ts_GC` (kairos.md §5.9; the monotone max of the leaders'
     /// stamps in applied prepares): written only when not `ZERO`, after the Kairos section
-    /// (which is then written even if empty; `Install` takes tag 17).
+    /// (which is then written even if empty; `Install` takes tag 18).
     pub kairos_ts_gc: Timestamp,
 }
 
@@ -457,11 +457,12 @@ mod op_tag {
     pub const PREPARE_KAIROS: u8 = 14;
     /// `Install` (as tag 8) followed by the Kairos validator section.
     pub const INSTALL_WITH_KAIROS: u8 = 15;
+    // 16 is taken (branch kairos-sharded: `PREPARE_KAIROS_ROLE`, tag 14 then a role byte).
     /// A Kairos prepare stamped with the leader's `ts_GC` (kairos.md §5.9): tag 14's fields,
     /// then the stamp. Tag 14 stays for a `ZERO` stamp.
-    pub const PREPARE_KAIROS_GC: u8 = 16;
+    pub const PREPARE_KAIROS_GC: u8 = 17;
     /// `Install` as tag 15, then the validator's `ts_GC` (when it is not `ZERO`).
-    pub const INSTALL_WITH_KAIROS_GC: u8 = 17;
+    pub const INSTALL_WITH_KAIROS_GC: u8 = 18;
 }
 
 mod expect_tag {

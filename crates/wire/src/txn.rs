@@ -289,7 +289,7 @@ impl Prepare {
         })
     }
 
-    /// A Kairos prepare's leader stamp, `ts_gc`, when it is not `ZERO` (a log entry's tag 16
+    /// A Kairos prepare's leader stamp, `ts_gc`, when it is not `ZERO` (a log entry's tag 17
     /// writes it after the Kairos fields).
     pub fn stamped_ts_gc(&self) -> Option<Timestamp> {
         self.kairos.as_ref().map(|k| k.ts_gc).filter(|t| *t != Timestamp::ZERO)

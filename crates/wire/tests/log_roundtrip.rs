@@ -304,10 +304,10 @@ fn rifl_prepares_and_snapshots_without_kairos_keep_their_old_tags() {
     };
     let kp = Prepare { kairos: Some(kairos.clone()), ..prepare };
     assert_eq!(tag_of(&entry(LogOp::Prepare(Box::new(kp.clone())))), 14);
-    // Stamped with the leader's ts_GC (kairos.md §5.9): tag 16, the stamp after tag 14's bytes.
+    // Stamped with the leader's ts_GC (kairos.md §5.9): tag 17, the stamp after tag 14's bytes.
     let stamped = KairosPrepare { ts_gc: Timestamp::new(9, 2), ..kairos };
     let skp = Prepare { kairos: Some(stamped), ..kp };
-    assert_eq!(tag_of(&entry(LogOp::Prepare(Box::new(skp)))), 16);
+    assert_eq!(tag_of(&entry(LogOp::Prepare(Box::new(skp)))), 17);
     let snap = Snapshot::default();
     assert_eq!(tag_of(&entry(LogOp::Install(Box::new(snap.clone())))), 8);
     let key = KairosKey {
@@ -319,9 +319,9 @@ fn rifl_prepares_and_snapshots_without_kairos_keep_their_old_tags() {
     let ksnap = Snapshot { kairos: vec![key], ..snap };
     assert_eq!(tag_of(&entry(LogOp::Install(Box::new(ksnap.clone())))), 15);
     let gc = Snapshot { kairos_ts_gc: Timestamp::new(7, 0), ..ksnap.clone() };
-    assert_eq!(tag_of(&entry(LogOp::Install(Box::new(gc.clone())))), 17);
+    assert_eq!(tag_of(&entry(LogOp::Install(Box::new(gc.clone())))), 18);
     let gc_only = Snapshot { kairos: vec![], ..gc.clone() };
-    assert_eq!(tag_of(&entry(LogOp::Install(Box::new(gc_only)))), 17);
+    assert_eq!(tag_of(&entry(LogOp::Install(Box::new(gc_only)))), 18);
     // A standalone snapshot: its ts_GC is a trailing field (absent: `ZERO`, an older node's).
     let standalone = |s: &Snapshot| {
         let mut b = BytesMut::new();
