@@ -167,6 +167,29 @@ impl Client {
         Ok(client)
     }
 
+    /// A handle that does not keep the client alive (its background tasks hold one).
+    pub(crate) fn downgrade(&self) -> std::sync::Weak<Shared> {
+        Arc::downgrade(&self.shared)
+    }
+
+    pub(crate) fn upgrade(weak: &std::sync::Weak<Shared>) -> Option<Client> {
+        weak.upgrade().map(|shared| Client { shared })
+    }
+
+    /// Kairos (kairos.md §5.9): this client's `wm_view` and the highest `ts_GC` a shard
+    /// leader answered its watermark reports with. For tests and diagnostics.
+    pub fn kairos_watermarks(&self) -> (strata_wire::txn::Timestamp, strata_wire::txn::Timestamp) {
+        let wm = self.txns().watermarks().clone();
+        (wm.wm_view(), wm.ts_gc())
+    }
+
+    /// Test-only: stops (`true`) or resumes the periodic Kairos watermark reports, as a client
+    /// gone silent (kairos.md §6.5). A `TooOld` abort still sends one report round.
+    #[doc(hidden)]
+    pub fn pause_kairos_reports(&self, paused: bool) {
+        self.txns().watermarks().set_paused(paused);
+    }
+
     /// The transactions' shared state (one lease for all of this client's transactions).
     pub(crate) fn txns(&self) -> Arc<crate::txn::TxnShared> {
         let s = &self.shared;

@@ -15,13 +15,15 @@
 //!   larger commit timestamp (K5). Aborts are reported at once (docs/design.md, "Kairos:
 //!   timestamps and validation").
 
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
 use strata_kairos::timestamp::{
     base_ns_until, commit_wait_until, drifted_ns, ClientClock, Timestamp,
 };
+
+use crate::kairos_wm::{Incomplete, Marks, Watermarks};
 
 /// Kairos options of a client (kairos.md §3.1, §9.3, K5). The default is production's: the
 /// system clock as it is, strict mode off.
@@ -97,16 +99,28 @@ impl KairosClock {
     }
 
     /// §5.1 RW commit timestamp: the clock, bumped above every version read and every
-    /// timestamp issued before.
+    /// timestamp issued before; registered as incomplete in `wm` under the clock's lock
+    /// (§5.9 bullet 1, see `kairos_wm`): complete when the guard is dropped.
     pub(crate) fn rw_commit_ts(
         &self,
         lease_id: u64,
         read_vts: impl Iterator<Item = Timestamp>,
-    ) -> Timestamp {
-        self.with_clock(lease_id, |c, physical| c.rw_commit_ts(physical, read_vts))
+        wm: &Arc<Watermarks>,
+    ) -> (Timestamp, Incomplete) {
+        self.with_clock(lease_id, |c, physical| {
+            let ts = c.rw_commit_ts(physical, read_vts);
+            (ts, wm.register_incomplete(ts))
+        })
     }
 
-    /// §5.1 RO commit timestamp: `max fts` (`fts = vts`: no watermarks yet); strict mode
+    /// §5.9: the report of lease `lease_id`, its `local_wm` read from the clock under the lock
+    /// [`KairosClock::rw_commit_ts`] issues and registers under (no timestamp issued between
+    /// the reading and the report's computation can fall below it).
+    pub(crate) fn marks(&self, lease_id: u64, wm: &Watermarks) -> Marks {
+        self.with_clock(lease_id, |c, physical| wm.marks(c.now(physical)))
+    }
+
+    /// §5.1 RO commit timestamp: `max fts` (§5.2 `fts = max(vts, wm)`); strict mode
     /// `max(that, now)`.
     pub(crate) fn ro_commit_ts(
         &self,
@@ -156,10 +170,14 @@ mod tests {
         })
     }
 
+    fn rw_ts(c: &KairosClock, lease_id: u64) -> Timestamp {
+        c.rw_commit_ts(lease_id, std::iter::empty(), &Arc::default()).0
+    }
+
     #[test]
     fn commit_timestamps_carry_the_offset() {
-        let ahead = clock(10_000, None).rw_commit_ts(7, std::iter::empty());
-        let behind = clock(-10_000, None).rw_commit_ts(7, std::iter::empty());
+        let ahead = rw_ts(&clock(10_000, None), 7);
+        let behind = rw_ts(&clock(-10_000, None), 7);
         let system = system_now_ns();
         assert!(ahead.nanos > system + 9_000_000_000, "{ahead} vs {system}");
         assert!(behind.nanos < system - 9_000_000_000, "{behind} vs {system}");
@@ -178,7 +196,7 @@ mod tests {
     #[tokio::test]
     async fn the_commit_wait_lasts_two_eps_past_the_commit_timestamp() {
         let c = clock(0, Some(20));
-        let commit = c.rw_commit_ts(1, std::iter::empty());
+        let commit = rw_ts(&c, 1);
         let start = std::time::Instant::now();
         c.commit_wait(1, commit).await;
         assert!(start.elapsed() >= Duration::from_millis(39), "{:?}", start.elapsed());

@@ -33,6 +33,7 @@ mod client;
 mod conn;
 mod error;
 mod kairos;
+mod kairos_wm;
 mod lease;
 mod session;
 mod shard_move;

@@ -406,6 +406,17 @@ impl Table {
         envelope: impl Fn() -> Rifl,
         req: Request,
     ) -> Result<Response, ClientError> {
+        self.leader_call_with(shard, || Some(envelope()), req).await
+    }
+
+    /// [`Table::leader_call`] for a request with or without RIFL's envelope (a Kairos
+    /// watermark report has none: it is soft state, not an RPC to execute once).
+    pub(crate) async fn leader_call_with(
+        &mut self,
+        shard: u32,
+        envelope: impl Fn() -> Option<Rifl>,
+        req: Request,
+    ) -> Result<Response, ClientError> {
         let shard = shard as usize;
         let deadline = Instant::now() + self.retry_for();
         let mut target = self.leader[shard].unwrap_or(self.cursor);
@@ -413,7 +424,7 @@ impl Table {
         let mut moved_tries = 0;
         loop {
             let backoff;
-            match self.call(target, Some(envelope()), req.clone(), deadline).await {
+            match self.call(target, envelope(), req.clone(), deadline).await {
                 Ok(Response::LogRejected(LogFailure::Invalid(m))) => {
                     return Err(ClientError::InvalidArgument(m))
                 }

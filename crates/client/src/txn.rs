@@ -15,15 +15,15 @@
 //!   about to exit needs. The block is acknowledged (`rpc_completed`) only after every decision
 //!   is (§5.8.1), so the votes outlive them.
 //! * **Kairos tables** (`--txn kairos`, kairos.md): the same rounds, ids, records and
-//!   recovery; reads remember the value's `vts` (`fts = vts`: no watermarks yet), `commit`
-//!   stamps the transaction with a commit timestamp (§5.1: RW from the client's clock and
-//!   lease id, bumped above every version read; RO `max fts`; the clock, its emulated skew
-//!   and strict mode are `crate::kairos`'s), and each participant
-//!   validates its part with Algorithm 3 when the prepare's entry is applied. A read-only
-//!   transaction is validated through the log too (validation raises `latest_read`) and
-//!   needs no decision. Reads never wait for prepared writes (§5.3). A table with sharded
-//!   validators (`--validation sharded:V`) is prepared at the validators of its keys and at
-//!   the data shards of its written keys instead (`txn_sharded`).
+//!   recovery; reads remember the value's `vts` and `fts = max(vts, wm)` (§5.2, watermarks
+//!   and reports are `kairos_wm`'s), `commit` stamps the transaction with a commit timestamp
+//!   (§5.1: RW from the client's clock and lease id, bumped above every version read; RO
+//!   `max fts`; the clock, its emulated skew and strict mode are `crate::kairos`'s), and each
+//!   participant validates its part with Algorithm 3 when the prepare's entry is applied. A
+//!   read-only transaction is validated through the log too (validation raises
+//!   `latest_read`) and needs no decision. Reads never wait for prepared writes (§5.3). A
+//!   table with sharded validators (`--validation sharded:V`) is prepared at the validators
+//!   of its keys and at the data shards of its written keys instead (`txn_sharded`).
 //! * **Locks.** A plain read of a key a transaction holds waits at the leader until the
 //!   decision is applied, and a plain write is retried by the library until then (§5.9); a
 //!   transaction's prepare never waits for one: the object votes `Abort(Locked)` and
@@ -37,7 +37,9 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use strata_rifl::SequenceError;
-use strata_wire::client::{shard_of, Request, Response, TableTxn};
+use strata_wire::client::{
+    shard_of, validators_table, Request, Response, TableDef, TableTxn, TableValidation,
+};
 use strata_wire::log::{Expect, LogIndex};
 use strata_wire::txn::{
     AbortReason, Decision, KairosPrepare, Timestamp, TxnAction, TxnObject, TxnOp, Vote,
@@ -49,6 +51,7 @@ use tokio::task::JoinSet;
 use crate::client::{Client, RiflClient};
 use crate::error::ClientError;
 use crate::kairos::{CommitInfo, ReadInfo, WriteInfo};
+use crate::kairos_wm::{self, Incomplete, TxnFreshness, Watermarks};
 use crate::session::unexpected;
 use crate::table::Table;
 use crate::txn_sharded;
@@ -69,11 +72,28 @@ pub(crate) struct TxnShared {
     /// Woken when a block completes (a transaction waiting for room in the window).
     completed: Notify,
     tables: Mutex<HashMap<String, Table>>,
+    /// Kairos's watermarks (kairos.md §5.9): incomplete transactions, reports, `wm_view`.
+    watermarks: Arc<Watermarks>,
 }
 
 impl TxnShared {
     pub(crate) fn new(rifl: RiflClient) -> TxnShared {
-        TxnShared { rifl: Mutex::new(rifl), completed: Notify::new(), tables: Mutex::default() }
+        TxnShared {
+            rifl: Mutex::new(rifl),
+            completed: Notify::new(),
+            tables: Mutex::default(),
+            watermarks: Arc::default(),
+        }
+    }
+
+    pub(crate) fn watermarks(&self) -> &Arc<Watermarks> {
+        &self.watermarks
+    }
+
+    /// The lease this client's reports go under (kairos.md §5.9 `WatermarkReport.client`).
+    pub(crate) async fn lease(&self) -> Result<LeaseInfo, ClientError> {
+        let keeper = self.rifl().keeper.clone();
+        keeper.acquire().await
     }
 
     fn rifl(&self) -> std::sync::MutexGuard<'_, RiflClient> {
@@ -134,6 +154,8 @@ pub struct Transaction {
     reads: BTreeMap<(String, Bytes), (Option<Bytes>, LogIndex, Timestamp)>,
     /// `(table, key)` -> the buffered write (`None`: delete).
     writes: BTreeMap<(String, Bytes), Option<Bytes>>,
+    /// Kairos (kairos.md §5.2, §5.9): each read's `fts` and the read set's floor.
+    freshness: TxnFreshness,
 }
 
 /// One participant's part: a shard of a table and its operations.
@@ -145,7 +167,12 @@ struct Part {
 
 impl Transaction {
     pub(crate) fn new(client: Client) -> Transaction {
-        Transaction { client, reads: BTreeMap::new(), writes: BTreeMap::new() }
+        Transaction {
+            client,
+            reads: BTreeMap::new(),
+            writes: BTreeMap::new(),
+            freshness: TxnFreshness::default(),
+        }
     }
 
     /// The value of `key` in `table` as this transaction sees it: its own buffered write, else
@@ -164,9 +191,49 @@ impl Transaction {
             return Ok(v.clone());
         }
         let mut t = self.client.txn_table(table).await?;
+        let wm = self.kairos_before_read(&t).await;
         let r = t.get(id.1.clone()).await?;
+        if let Some(wm) = wm {
+            self.freshness.after_read(id.clone(), r.vts, wm);
+        }
         self.reads.insert(id, (r.value.clone(), r.update_index, r.vts));
         Ok(r.value)
+    }
+
+    /// kairos.md §5.2: for a read of a Kairos table, the `wm_view` read before it is sent.
+    /// The table's first read registers this client with its shards first (§5.9: one report
+    /// round, awaited, see `kairos_wm`).
+    async fn kairos_before_read(&mut self, t: &Table) -> Option<Timestamp> {
+        if t.def().txn != TableTxn::Kairos {
+            return None;
+        }
+        if self.kairos_report_to(t.def()) {
+            kairos_wm::report_round(&self.client).await;
+        }
+        Some(self.freshness.before_read(self.client.txns().watermarks()))
+    }
+
+    /// kairos.md §5.9: the shards of the Kairos tables this client reads or prepares at get
+    /// its reports. True if `table` is new to this client.
+    /// A table with sharded validators adds its validators (`T.validators`, V shards): their
+    /// prepares are where `TooOld` is decided (§5.6), so their `ts_GC` must be learned at the
+    /// registration too.
+    fn kairos_report_to(&self, table: &TableDef) -> bool {
+        let wm = self.client.txns().watermarks().clone();
+        let mut new = wm.use_table(&table.name, table.shards);
+        if let TableValidation::Sharded(v) = table.validation {
+            new |= wm.use_table(&validators_table(&table.name), v);
+        }
+        if new {
+            kairos_wm::start_reporter(&self.client, &wm);
+        }
+        new
+    }
+
+    /// The `fts` of this transaction's read of `key` in a Kairos table (kairos.md §5.2:
+    /// `max(vts, wm)`), `None` if it did not read it. For tests and diagnostics.
+    pub fn kairos_fts(&self, table: &str, key: impl Into<Bytes>) -> Option<Timestamp> {
+        self.freshness.fts.get(&(table.to_string(), key.into())).copied()
     }
 
     /// Buffers a write of `key`; nothing is sent before `commit`.
@@ -239,16 +306,21 @@ impl Transaction {
         };
         let shared = self.client.txns();
         let (lease, base) = shared.block(objects.len() as u64 + 1).await?;
-        // kairos.md §5.1, §5.4: the timestamps, once the lease (`node`) is known.
+        // kairos.md §5.1, §5.4: the timestamps, once the lease (`node`) is known. An RW
+        // transaction is incomplete (§5.9) until its decisions are applied.
+        let mut incomplete = None;
         let kairos = kairos.then(|| {
             let vts = self.reads.values().map(|(_, _, t)| *t);
+            let fts = self.freshness.fts.values().copied();
             let clock = self.client.kairos_clock();
             let commit_ts = if read_only {
-                clock.ro_commit_ts(lease.client_id, vts.clone()) // fts = vts
+                clock.ro_commit_ts(lease.client_id, fts.clone()) // max fts (strict: and now)
             } else {
-                clock.rw_commit_ts(lease.client_id, vts.clone())
+                let (ts, guard) = clock.rw_commit_ts(lease.client_id, vts, shared.watermarks());
+                incomplete = Some(guard);
+                ts
             };
-            (commit_ts, vts.min())
+            (commit_ts, fts.min())
         });
         let all: Vec<TxnObject> = objects
             .keys()
@@ -271,6 +343,11 @@ impl Transaction {
             // Kairos validates timestamps, not log indexes: no `expect`.
             let expect = if kairos.is_some() { None } else { expect };
             part.ops.push(TxnOp { key: obj.key.clone(), seq: obj.seq, expect, action });
+        }
+        if kairos.is_some() {
+            for (table, _) in parts.keys() {
+                self.kairos_report_to(self.client.txn_table(table).await?.def());
+            }
         }
         let stamps = kairos.map(|(commit_ts, freshness)| (commit_ts, freshness, read_only));
         let result = self.prepare(&shared, lease, base, read_only, stamps, &all, &parts).await;
@@ -299,6 +376,9 @@ impl Transaction {
             },
         };
         let commit_ts = kairos.map(|(ts, _)| ts);
+        if outcome == (TxnOutcome::Aborted { reason: AbortReason::TooOld }) {
+            self.on_too_old(&shared).await;
+        }
         // K5 (b), §5.5: a strict commit is reported after every decision is acknowledged and
         // the commit wait.
         let strict_wait = commit_ts
@@ -308,7 +388,7 @@ impl Transaction {
             shared.complete(lease.client_id, base);
         } else {
             let sync = sync || strict_wait.is_some();
-            self.decide(&shared, lease, base, decision, parts, sync).await?;
+            self.decide(&shared, lease, base, decision, parts, sync, incomplete).await?;
         }
         if let Some(ts) = strict_wait {
             self.client.kairos_clock().commit_wait(lease.client_id, ts).await;
@@ -316,7 +396,9 @@ impl Transaction {
         Ok((outcome, commit_ts))
     }
 
-    /// T7: the decisions, awaited if `sync`, else in the background.
+    /// T7: the decisions, awaited if `sync`, else in the background. A Kairos RW transaction
+    /// is `incomplete` (§5.9) until they are all applied (or given up on).
+    #[allow(clippy::too_many_arguments)]
     async fn decide(
         &self,
         shared: &Arc<TxnShared>,
@@ -325,8 +407,15 @@ impl Transaction {
         decision: Decision,
         parts: BTreeMap<(String, u32), Part>,
         sync: bool,
+        incomplete: Option<Incomplete>,
     ) -> Result<(), ClientError> {
         let decide = decide_all(self.client.clone(), shared.clone(), lease, base, decision, parts);
+        // (Complete, §5.9, once every participant applied the decision, or given up.)
+        let decide = async move {
+            let r = decide.await;
+            drop(incomplete);
+            r
+        };
         if sync {
             decide.await?;
         } else {
@@ -338,6 +427,15 @@ impl Transaction {
             });
         }
         Ok(())
+    }
+
+    /// kairos.md §5.9, §6.5: `TooOld` means this client's reads are older than a shard's
+    /// `ts_GC` (its reports were late or dropped). One report round at once brings
+    /// `wm_view` up to the shards' `ts_GC`, so a retry's reads are fresh enough; cache
+    /// entries below it would abort again.
+    async fn on_too_old(&self, shared: &TxnShared) {
+        kairos_wm::report_round(&self.client).await;
+        kairos_wm::drop_cache_entries_below(shared.watermarks().ts_gc());
     }
 
     /// T3-T4: one prepare per participant, concurrently, each retried with the same ids
@@ -371,6 +469,7 @@ impl Transaction {
                     vts_of,
                 ),
                 role,
+                ts_gc: Timestamp::ZERO, // the shard's leader stamps its own (kairos.md §5.9)
             });
             let req = Request::TxnPrepare {
                 table: part.table.clone(),

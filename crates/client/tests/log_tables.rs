@@ -491,6 +491,120 @@ fn kairos_table(name: &str, shards: u32) -> TableDef {
     TableDef { txn: strata_client::TableTxn::Kairos, ..txn_table(name, shards) }
 }
 
+/// Three nodes with the Kairos table `def` (`kbank`) and a RIFL table `rbank`; the nodes
+/// (kept running while held) and their client endpoints.
+async fn kairos_cluster(def: TableDef) -> (Vec<Option<RunningNode>>, Vec<SocketAddr>) {
+    let (cfgs, nodes) = cluster().await;
+    let endpoints: Vec<SocketAddr> = cfgs.iter().map(|c| c.client_addr).collect();
+    for &addr in &endpoints {
+        let c = Client::connect_node(addr, opts()).await.unwrap();
+        c.create_table(def.clone()).await.unwrap();
+        c.create_table(txn_table("rbank", 1)).await.unwrap();
+    }
+    (nodes, endpoints)
+}
+
+/// Polls `cond` every 10 ms until it holds, for up to `within`.
+async fn eventually(what: &str, within: Duration, mut cond: impl FnMut() -> bool) {
+    let deadline = Instant::now() + within;
+    while !cond() {
+        assert!(Instant::now() < deadline, "timed out after {within:?} waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// Kairos watermarks (issue #19 item 3, kairos.md §5.2, §5.9, §6.5) between real nodes and
+/// clients: once a client's reports come back with the shards' `WM`, a read's `fts` is above
+/// the value's `vts` (and a read-only transaction at it commits). A client that stops
+/// reporting while it holds a read set keeps `ts_GC` below that read set until the leader
+/// drops its report (1 s); then the other client's freshness moves `ts_GC` above it, the
+/// silent client's commit aborts `TooOld`, and its retry (after the one report round a
+/// `TooOld` triggers) commits.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kairos_watermarks_raise_freshness_and_a_silent_clients_old_reads_abort_too_old() {
+    kairos_watermark_scenario(kairos_table("kbank", 2)).await;
+}
+
+/// The same with sharded validators (`--validation sharded:3`): `TooOld` is decided by the
+/// validator of `x` (a shard of `kbank.validators`, kairos.md §5.6), which learns `ts_GC`
+/// from the reports the clients send to the validators they read through and prepare at.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kairos_watermarks_and_too_old_with_sharded_validators() {
+    let def = TableDef { validation: TableValidation::Sharded(3), ..kairos_table("kbank", 2) };
+    kairos_watermark_scenario(def).await;
+}
+
+/// The watermark scenario above over the Kairos table `def` (`kbank`).
+async fn kairos_watermark_scenario(def: TableDef) {
+    use strata_client::{AbortReason, Timestamp, TxnOutcome};
+    let (_nodes, endpoints) = kairos_cluster(def).await;
+    let other = Client::connect(&endpoints, opts()).await.unwrap();
+    let silent = Client::connect(&endpoints, opts()).await.unwrap();
+    let mut bank = other.table("kbank").await.unwrap();
+    let mut init = other.transaction();
+    init.write("kbank", "x", "1");
+    assert_eq!(init.commit_and_sync().await.unwrap(), TxnOutcome::Committed);
+    let vts = bank.get("x").await.unwrap().vts;
+
+    // Reports flow (the writer's prepare made `other` report to x's shard): `wm_view`
+    // passes the version, and a read's `fts = max(vts, wm)` is above it.
+    eventually("wm_view above x's version", Duration::from_secs(5), || {
+        other.kairos_watermarks().0 > vts
+    })
+    .await;
+    let mut ro = other.transaction();
+    ro.read("kbank", "x").await.unwrap();
+    let fts = ro.kairos_fts("kbank", "x").unwrap();
+    assert!(fts > vts, "fts {fts} not above vts {vts}");
+    assert_eq!(ro.commit().await.unwrap(), TxnOutcome::Committed, "an RO at max fts");
+
+    // The silent client reads once (its reports start), then stops reporting and holds a
+    // read set while the other client's freshness advances.
+    let mut warm = silent.transaction();
+    warm.read("kbank", "x").await.unwrap();
+    drop(warm);
+    eventually("the silent client's first answers", Duration::from_secs(5), || {
+        silent.kairos_watermarks().0 > Timestamp::ZERO
+    })
+    .await;
+    silent.pause_kairos_reports(true);
+    let mut old = silent.transaction();
+    old.read("kbank", "x").await.unwrap();
+    let old_fts = old.kairos_fts("kbank", "x").unwrap();
+    // Until then a read-only transaction over such reads commits: the silent client's last
+    // report holds `ts_GC` below them at every shard that decides on x (with sharded
+    // validators, x's validator: it got the report because the client registered with the
+    // validators at its first read of the table).
+    let mut held = silent.transaction();
+    held.read("kbank", "x").await.unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(held.commit().await.unwrap(), TxnOutcome::Committed, "an RO under its report");
+    // Its report holds ts_GC at or below old_fts until the leader drops it (1 s); after
+    // that the other client's c_freshness moves ts_GC above.
+    eventually("ts_GC above the silent client's reads", Duration::from_secs(10), || {
+        other.kairos_watermarks().1 > old_fts
+    })
+    .await;
+    // That view is the highest of the shards' `ts_GC`s; every leader drops the silent report
+    // within a few report periods of the first, so x's deciding shard (its own, or with
+    // sharded validators its validator) is there too after twenty periods.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    old.write("kbank", "x", "2");
+    assert_eq!(
+        old.commit_and_sync().await.unwrap(),
+        TxnOutcome::Aborted { reason: AbortReason::TooOld }
+    );
+    assert_eq!(bank.get("x").await.unwrap().value.as_deref(), Some(&b"1"[..]), "nothing done");
+    // The abort brought the silent client's view up to ts_GC: its retry commits.
+    assert!(silent.kairos_watermarks().1 > old_fts, "the TooOld round told it ts_GC");
+    let mut retry = silent.transaction();
+    retry.read("kbank", "x").await.unwrap();
+    assert!(retry.kairos_fts("kbank", "x").unwrap() > old_fts);
+    retry.write("kbank", "x", "3");
+    assert_eq!(retry.commit_and_sync().await.unwrap(), TxnOutcome::Committed);
+    assert_eq!(bank.get("x").await.unwrap().value.as_deref(), Some(&b"3"[..]));
+}
+
 /// Kairos tables (issue #19 items 1-2, kairos.md, server-side validation): the same
 /// transaction API over the same prepare/decide rounds, validated by Algorithm 3 when each
 /// prepare's entry applies. A transfer across two shards commits and is visible with the
@@ -525,13 +639,7 @@ async fn kairos_transactions_with_sharded_validators() {
 /// table `rbank`; returns the client and the nodes (alive while held).
 async fn kairos_scenarios(def: TableDef) -> (Client, Vec<Option<RunningNode>>) {
     use strata_client::{AbortReason, RetryPolicy, TxnOutcome};
-    let (cfgs, nodes) = cluster().await;
-    let endpoints: Vec<SocketAddr> = cfgs.iter().map(|c| c.client_addr).collect();
-    for &addr in &endpoints {
-        let c = Client::connect_node(addr, opts()).await.unwrap();
-        c.create_table(def.clone()).await.unwrap();
-        c.create_table(txn_table("rbank", 1)).await.unwrap();
-    }
+    let (nodes, endpoints) = kairos_cluster(def).await;
     let client = Client::connect(&endpoints, opts()).await.unwrap();
     let mut bank = client.table("kbank").await.unwrap();
     let (a, b) = (
@@ -674,6 +782,14 @@ async fn kairos_strict_mode_orders_transactions_by_real_time_under_clock_offsets
     init.write("strict", "other", "1");
     let (outcome, _) = init.commit_detailed().await.unwrap();
     assert_eq!(outcome, TxnOutcome::Committed);
+    // The control's client learns the watermarks now, before T1, and then stops reporting:
+    // its later reads take `fts = max(vts, wm)` with this `wm` (kairos.md §5.2), which is
+    // below T1. (A client still reporting would learn a `WM` past T1 within the commit
+    // wait, and its RO at `max fts` would land after T1 by the watermarks alone.)
+    let mut warm = lax.transaction();
+    warm.read("strict", "other").await.unwrap();
+    drop(warm);
+    lax.pause_kairos_reports(true);
 
     // T1: a transfer by the client whose clock is ahead; reported after the commit wait.
     let mut t1 = ahead.transaction();
@@ -706,7 +822,8 @@ async fn kairos_strict_mode_orders_transactions_by_real_time_under_clock_offsets
     t3.read("strict", "other").await.unwrap();
     let t3 = t3.commit_detailed().await.unwrap().1.unwrap().commit_ts;
     assert!(t3 > t1, "K5: {t3} began after {t1} was reported");
-    // ... the control without strict mode does not (RO at `max fts`, in T1's past).
+    // ... the control without strict mode does not (RO at `max fts`, in T1's past: its
+    // `wm` predates T1).
     let mut t4 = lax.transaction();
     t4.read("strict", "other").await.unwrap();
     let t4 = t4.commit_detailed().await.unwrap().1.unwrap().commit_ts;

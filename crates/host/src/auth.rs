@@ -15,7 +15,7 @@ use strata_wire::Role;
 /// | role | requests |
 /// |---|---|
 /// | `read` | sessions, `Get`, `Acquire`, `LogRead`, `ListTables`, `LeaseInfo`, `Status`, `Ping` |
-/// | `write` | `Put`, `Delete`, `Release`, `Faa`, `Cas`, `LogWrite`, `RenewLease`, `TxnPrepare`, `TxnDecide` (read-only transactions too: they take a lease) |
+/// | `write` | `Put`, `Delete`, `Release`, `Faa`, `Cas`, `LogWrite`, `RenewLease`, `TxnPrepare`, `TxnDecide` (read-only transactions too: they take a lease), `KairosReport` (a transaction client's watermarks: they move `ts_GC`, which can abort others' transactions `TooOld`) |
 /// | `admin` | `SetFault`, `CreateTable`, `FreezeShard`, `AdoptShard` (shard moves) |
 pub fn required_role(req: &Request) -> Role {
     match req {
@@ -37,6 +37,7 @@ pub fn required_role(req: &Request) -> Role {
         | Request::LogWrite { .. }
         | Request::TxnPrepare { .. }
         | Request::TxnDecide { .. }
+        | Request::KairosReport { .. }
         // A lease is what a writer holds (rifl.md §5.5); creating one changes the lease table.
         | Request::RenewLease { .. } => Role::Write,
         Request::SetFault { .. }
@@ -94,6 +95,7 @@ fn request_name(req: &Request) -> &'static str {
         Request::AdoptShard { .. } => "adopting a shard (shard move)",
         Request::TxnPrepare { .. } => "a transaction's prepare",
         Request::TxnDecide { .. } => "a transaction's decision",
+        Request::KairosReport { .. } => "a kairos watermark report",
     }
 }
 

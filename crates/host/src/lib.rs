@@ -95,8 +95,13 @@ pub enum HostError {
 /// A catalog change waiting for its `Storage::Catalog` (one at a time: each save carries the
 /// whole catalog, so two in flight could undo each other).
 enum Change {
-    Create { def: strata_wire::client::TableDef, route: Route, corr: u64 },
-    Adopt(Adoption),
+    Create {
+        def: strata_wire::client::TableDef,
+        route: Route,
+        corr: u64,
+    },
+    /// (Boxed: an adoption carries the moved snapshot, much larger than a `Create`.)
+    Adopt(Box<Adoption>),
 }
 
 /// The host core (crate docs).
@@ -408,7 +413,7 @@ impl Host {
             Change::Adopt(a) => {
                 let (route, corr) = (a.route, a.corr);
                 let body = match saved {
-                    Ok(()) => self.shards.finish_adopt(now, a, &mut self.out),
+                    Ok(()) => self.shards.finish_adopt(now, *a, &mut self.out),
                     Err(e) => {
                         self.discard_adoption(&a);
                         e
@@ -526,6 +531,10 @@ impl Host {
                 self.shards
                     .on_txn_decide(now, route, corr, rifl, &table, shard, decision, seqs, out)
             }
+            Request::KairosReport { table, shard, client, seq, local_wm, c_freshness } => {
+                let r = crate::txn::Report { client, seq, local_wm, c_freshness };
+                self.shards.on_kairos_report(now, route, corr, &table, shard, r, &mut self.out)
+            }
             Request::CreateTable { def } => self.create_table(route, corr, def),
             Request::RenewLease { .. } | Request::LeaseInfo { .. } => {
                 self.leases.on_request(now, route, corr, &body, &mut self.shards, &mut self.out)
@@ -549,7 +558,7 @@ impl Host {
                     Ok(body) => reply(&mut self.out, body),
                     Err(adoption) => {
                         let member = adoption.member;
-                        self.change = Some((None, Change::Adopt(adoption)));
+                        self.change = Some((None, Change::Adopt(Box::new(adoption))));
                         if !member {
                             self.save_catalog();
                         }
@@ -765,6 +774,7 @@ fn is_rc_request(req: &Request) -> bool {
             | Request::LogRead { .. }
             | Request::TxnPrepare { .. }
             | Request::TxnDecide { .. }
+            | Request::KairosReport { .. }
             | Request::CreateTable { .. }
             | Request::RenewLease { .. }
             | Request::LeaseInfo { .. }

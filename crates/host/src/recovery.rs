@@ -396,6 +396,8 @@ impl Recovery {
                     Ok(TxnAnswer::Votes { votes, .. }) => Some(RecoveryAnswer::Votes(votes)),
                     Ok(TxnAnswer::Done) => Some(RecoveryAnswer::Decided),
                     Err(WriteError::Stale) => Some(RecoveryAnswer::Stale),
+                    // (Recovery never sends a watermark report.)
+                    Ok(TxnAnswer::Watermarks { .. }) => None,
                     // Not applied here (lost leadership, a move, a time-out): the sender's
                     // courier tries again, at whichever node leads then.
                     Err(_) => None,

@@ -822,6 +822,9 @@ pub(crate) fn reply_body(reply: LogReply) -> Response {
             Response::TxnVotes { votes, decided }
         }
         LogReply::Txn { result: Ok(TxnAnswer::Done), .. } => Response::TxnDecided,
+        LogReply::Txn { result: Ok(TxnAnswer::Watermarks { wm, ts_gc }), .. } => {
+            Response::KairosWatermarks { wm, ts_gc }
+        }
         LogReply::Txn { result: Err(e), .. } => write_error_body(e),
         LogReply::Frozen { result: Err(e), .. } => write_error_body(e),
         // Answered in `drain`, which knows the placement the snapshot goes to.

@@ -10,7 +10,7 @@ use strata_wire::client::{
 };
 use strata_wire::rifl::WINDOW;
 use strata_wire::txn::{
-    Decision, KairosPrepare, KairosRole, Prepare, TxnAction, TxnId, TxnObject, TxnOp,
+    Decision, KairosPrepare, KairosRole, Prepare, Timestamp, TxnAction, TxnId, TxnObject, TxnOp,
 };
 use strata_wire::{Instant, Rifl};
 
@@ -29,6 +29,14 @@ fn refuse(route: Route, corr: u64, (code, message): Refusal, out: &mut HostEffec
 struct Checked {
     sk: ShardKey,
     rifl: Rifl,
+}
+
+/// The body of a client's `KairosReport` (kairos.md §4 `WatermarkReport`).
+pub struct Report {
+    pub client: u64,
+    pub seq: u64,
+    pub local_wm: Timestamp,
+    pub c_freshness: Timestamp,
 }
 
 /// The body of a client's `TxnPrepare`.
@@ -68,6 +76,33 @@ impl Shards {
         let token = self.take_token();
         let req = LogRequest::Prepare { token, rifl: c.rifl, prepare, read_only };
         self.request(now, c.sk, route, corr, req, out);
+    }
+
+    /// A client's Kairos `WatermarkReport` (kairos.md §5.9), to the shard's leader replica,
+    /// which folds it (soft state) and answers `WM` and `ts_GC`. Refused for a table that is
+    /// not a Kairos table.
+    #[allow(clippy::too_many_arguments)]
+    pub fn on_kairos_report(
+        &mut self,
+        now: Instant,
+        route: Route,
+        corr: u64,
+        table: &str,
+        shard: u32,
+        report: Report,
+        out: &mut HostEffects,
+    ) {
+        let sk = match self.tables.get(table) {
+            Some(t) if t.def.txn == TableTxn::Kairos && shard < t.def.shards => (t.id, shard),
+            _ => {
+                let why = format!("table {table:?} has no kairos shard {shard}");
+                return refuse(route, corr, invalid(why), out);
+            }
+        };
+        let Report { client, seq, local_wm, c_freshness } = report;
+        let token = self.take_token();
+        let req = LogRequest::KairosReport { token, client, seq, local_wm, c_freshness };
+        self.request(now, sk, route, corr, req, out);
     }
 
     /// A client's `TxnDecide`.

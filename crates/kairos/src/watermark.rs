@@ -90,6 +90,13 @@ impl Watermarks {
         self
     }
 
+    /// Raises `ts_GC` to at least `floor` (monotone; a lower `floor` changes nothing): the
+    /// value another process folded from the reports (a shard leader's, stamped into a log
+    /// entry).
+    pub fn raise_ts_gc(&mut self, floor: Timestamp) {
+        self.ts_gc = self.ts_gc.max(floor);
+    }
+
     /// The global watermark `WM`: every transaction with a commit timestamp `<= WM` has
     /// completed (§0, §9.11).
     pub fn wm(&self) -> Timestamp {

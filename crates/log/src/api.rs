@@ -4,7 +4,7 @@
 use bytes::Bytes;
 use strata_wire::log::{LogEntry, LogIndex, ShardMove};
 use strata_wire::rifl::Rifl;
-use strata_wire::txn::{Decision, DecisionRecord, Prepare, TxnId, Vote};
+use strata_wire::txn::{Decision, DecisionRecord, Prepare, Timestamp, TxnId, Vote};
 use strata_wire::NodeId;
 use thiserror::Error;
 
@@ -73,6 +73,16 @@ pub enum LogRequest {
         token: u64,
         txn: TxnId,
     },
+    /// kairos.md §5.9 `WatermarkReport` of client `client` (its lease id), at the leader of a
+    /// Kairos table's shard: soft state (`kairos_wm`), no log entry. Answered
+    /// `TxnAnswer::Watermarks` with the shard's `WM` and `ts_GC`, or `NotLeader`.
+    KairosReport {
+        token: u64,
+        client: u64,
+        seq: u64,
+        local_wm: Timestamp,
+        c_freshness: Timestamp,
+    },
 }
 
 impl LogRequest {
@@ -85,7 +95,8 @@ impl LogRequest {
             | LogRequest::Decide { token, .. }
             | LogRequest::RequestAbort { token, .. }
             | LogRequest::RecordDecision { token, .. }
-            | LogRequest::Resolve { token, .. } => *token,
+            | LogRequest::Resolve { token, .. }
+            | LogRequest::KairosReport { token, .. } => *token,
         }
     }
 }
@@ -98,6 +109,8 @@ pub enum TxnAnswer {
     Votes { votes: Vec<(u64, Vote)>, decided: bool },
     /// A decision, a decision record or its removal is applied and durable.
     Done,
+    /// The answer to a `KairosReport`: the shard's `WM` and `ts_GC` (kairos.md §5.9).
+    Watermarks { wm: Timestamp, ts_gc: Timestamp },
 }
 
 /// What a write does to its key: the client's operation, evaluated when its entry is applied.

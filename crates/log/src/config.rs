@@ -100,6 +100,10 @@ pub enum PlantedBug {
     /// validator, as if the validator's state were soft (a validator that forgot a committed
     /// write lets a stale read commit: breaks K2).
     KairosValidatorSoftState,
+    /// kairos.md §5.9: the leader folds reports into `ts_GC` but does not stamp it into the
+    /// prepares it appends, so the replicated validator's `ts_GC` stays `ZERO` and `TooOld`
+    /// never fires.
+    KairosUnstampedTsGc,
 }
 
 /// Configuration of one log replica. Every replica of a shard group must use the same values.

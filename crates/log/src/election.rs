@@ -149,6 +149,7 @@ impl LogReplica {
             pending_freezes: Vec::new(),
             pending_txns: Vec::new(),
             freezing,
+            kairos_reports: crate::kairos_wm::Reports::new(self.kv.kairos_ts_gc()),
         });
         let e = LogEntry {
             index: noop,

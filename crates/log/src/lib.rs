@@ -16,6 +16,8 @@
 //!   linearizable RPCs, exactly once (`writes` module docs, rifl.md §5.3);
 //! * `replica`: state, dispatch of inputs, timers, the `Node` contract;
 //! * `invariants`: the local state invariants of §7 behind `check_invariants`;
+//! * `kairos_wm`: a Kairos table's watermark reports, `WM` and `ts_GC` at the leader
+//!   (kairos.md §5.9), the `ts_GC` it stamps into prepares;
 //! * `state`: the in-memory log and the applied key-value state (pure data);
 //! * `core_tests` (tests only): one core driven by hand (votes, persist tokens, recovery).
 //!   The cluster scenarios, the §7 fault-injection harness, the history checkers of §7 and
@@ -32,6 +34,7 @@ mod config;
 mod durability;
 mod election;
 mod invariants;
+pub mod kairos_wm;
 mod lease;
 mod participant;
 mod reads;

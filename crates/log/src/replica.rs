@@ -159,6 +159,8 @@ pub(crate) struct LeaderState {
     /// The `Freeze` entry in this leader's log, once appended (rifl.md §5.7 step 1): no write
     /// is appended after it.
     pub freezing: Option<(LogIndex, ShardMove)>,
+    /// A Kairos table's watermark reports (kairos.md §5.9): soft state of the term.
+    pub kairos_reports: crate::kairos_wm::Reports,
 }
 
 impl LeaderState {
@@ -712,6 +714,9 @@ impl Node for LogReplica {
                 self.on_record_decision(now, token, record)
             }
             LogRequest::Resolve { token, txn } => self.on_resolve(now, token, txn),
+            LogRequest::KairosReport { token, client, seq, local_wm, c_freshness } => {
+                self.on_kairos_report(now, token, client, seq, local_wm, c_freshness)
+            }
         }
         self.settle(now);
     }

@@ -228,6 +228,7 @@ impl Kv {
             ),
             ..Kv::default()
         };
+        kv.kairos.raise_ts_gc(s.kairos_ts_gc);
         for c in &s.clients {
             kv.rifl.recover_ack(c.client_id, c.ack);
             for &(seq, record) in &c.records {
@@ -258,6 +259,7 @@ impl Kv {
             locks,
             decisions,
             kairos: self.kairos_keys(),
+            kairos_ts_gc: self.kairos.ts_gc(),
         }
     }
 
@@ -316,8 +318,12 @@ impl Kv {
             strata_wire::codec::put_seq(&mut b, &locks, |o, l| l.encode(o));
             strata_wire::codec::put_seq(&mut b, &decisions, |o, d| d.encode(o));
             let kairos = self.kairos_keys();
-            if !kairos.is_empty() {
+            let ts_gc = self.kairos.ts_gc();
+            if !kairos.is_empty() || ts_gc != Timestamp::ZERO {
                 strata_wire::codec::put_seq(&mut b, &kairos, |o, k| k.encode(o));
+            }
+            if ts_gc != Timestamp::ZERO {
+                ts_gc.encode(&mut b);
             }
             b.len()
         };
@@ -525,6 +531,10 @@ impl Kv {
         k: &KairosPrepare,
         rules: Rules,
     ) -> Applied {
+        // kairos.md §5.9: the leader's `ts_GC` when it appended the entry, whatever the entry
+        // then does (an entry applies alike everywhere, so every replica holds the same
+        // `ts_GC`); Algorithm 3 step 1 checks the freshness against it below.
+        self.kairos.raise_ts_gc(k.ts_gc);
         let client_id = p.txn.client_id;
         if rules.dedup && self.expired.contains(&client_id) {
             return Applied::Expired;
@@ -589,6 +599,12 @@ impl Kv {
             self.apply_decide(e.index, p.txn, Decision::Commit, &seqs);
         }
         Applied::Txn
+    }
+
+    /// A Kairos table's replicated `ts_GC` (kairos.md §5.9): the highest leader stamp of an
+    /// applied prepare (`ZERO` before any).
+    pub fn kairos_ts_gc(&self) -> Timestamp {
+        self.kairos.ts_gc()
     }
 
     /// A Kairos key's version timestamp (`ZERO` if never written by a transaction).
@@ -1106,6 +1122,7 @@ mod tests {
                     read_only,
                     read_vts,
                     role,
+                    ts_gc: Timestamp::ZERO,
                 });
                 e
             }
@@ -1427,6 +1444,92 @@ mod tests {
                 back.apply(&decide(6, T2, Decision::Commit, vec![21]), true);
                 assert_eq!((back.get(b"a").0, back.vts(b"a")), (Some(b("2")), ts(200, 8)));
                 assert!(!back.validator().is_prepared(b"a"));
+            }
+
+            /// `e` (a Kairos prepare) as the leader stamps it with its `ts_GC`.
+            fn stamped(mut e: LogEntry, ts_gc: Timestamp) -> LogEntry {
+                let LogOp::Prepare(p) = &mut e.op else { unreachable!() };
+                p.kairos.as_mut().expect("a kairos prepare").ts_gc = ts_gc;
+                e
+            }
+
+            /// kairos.md §5.9, Algorithm 3 step 1: a prepare whose freshness is below the
+            /// `ts_GC` its leader stamped votes `TooOld` on every replica (each applies the
+            /// same entries) and changes nothing; one at the stamp passes.
+            #[test]
+            fn a_prepare_older_than_the_stamped_ts_gc_votes_too_old_and_changes_nothing() {
+                let replicas = [committed_a(), committed_a()];
+                for mut kv in replicas {
+                    let before = kv.validator().key(b"a");
+                    let w = TxnAction::Write(b("2"));
+                    // Read `a` at its current version (100, 7), but `ts_GC` is 150 now.
+                    let old =
+                        kprepare(3, T2, ts(200, 8), vec![("a", 21, Some(ts(100, 7)), w)], true);
+                    assert_eq!(kv.apply(&stamped(old, ts(150, 0)), true), Applied::Txn);
+                    assert_eq!(vote(&kv, 8, 21), Some(Vote::Abort(AbortReason::TooOld)));
+                    assert_eq!(kv.kairos_ts_gc(), ts(150, 0));
+                    assert_eq!(kv.validator().key(b"a"), before, "an abort vote changes no key");
+                    assert!(!kv.is_locked(b"a") && kv.get(b"a").0 == Some(b("1")));
+                    // A later prepare stamped lower (an older leader's) does not lower it, and
+                    // its freshness is judged against 150 still.
+                    let r = TxnAction::Read;
+                    let ro =
+                        kprepare(4, T3, ts(140, 9), vec![("a", 31, Some(ts(100, 7)), r)], true);
+                    kv.apply(&stamped(ro, ts(120, 0)), true);
+                    assert_eq!(vote(&kv, 9, 31), Some(Vote::Abort(AbortReason::TooOld)));
+                    assert_eq!(kv.kairos_ts_gc(), ts(150, 0), "monotone");
+                    kv.validator().check_invariants();
+                    kv.check_txn().unwrap();
+                }
+                // Freshness at the stamp passes (the check is `freshness < ts_GC`).
+                let mut kv = committed_a();
+                let mut fresh = kprepare(
+                    3,
+                    T2,
+                    ts(200, 8),
+                    vec![("a", 21, Some(ts(100, 7)), TxnAction::Read)],
+                    true,
+                );
+                let LogOp::Prepare(p) = &mut fresh.op else { unreachable!() };
+                p.kairos.as_mut().unwrap().freshness = Some(ts(150, 0));
+                kv.apply(&stamped(fresh, ts(150, 0)), true);
+                assert_eq!(vote(&kv, 8, 21), Some(Vote::Prepared));
+            }
+
+            /// The replicated `ts_GC` travels in snapshots and `Install` entries (tag 18), so a
+            /// moved or restored shard keeps refusing what its old replicas refused.
+            #[test]
+            fn the_ts_gc_travels_in_snapshots() {
+                let mut kv = committed_a();
+                let r = TxnAction::Read;
+                let e = kprepare(3, T2, ts(200, 8), vec![("b", 21, Some(ts(100, 7)), r)], true);
+                kv.apply(&stamped(e, ts(90, 0)), true);
+                assert_eq!(vote(&kv, 8, 21), Some(Vote::Prepared));
+                let snap = kv.to_snapshot();
+                assert_eq!(snap.kairos_ts_gc, ts(90, 0));
+                let mut buf = bytes::BytesMut::new();
+                strata_wire::Encode::encode(&snap, &mut buf);
+                assert_eq!(kv.snapshot_encoded_len(), buf.len());
+                let install = node_entry(4, LogOp::Install(Box::new(snap.clone())));
+                let mut ebuf = bytes::BytesMut::new();
+                strata_wire::Encode::encode(&install, &mut ebuf);
+                let back_entry: LogEntry = strata_wire::Decode::decode(
+                    &mut strata_wire::codec::Reader::new(ebuf.freeze()),
+                )
+                .unwrap();
+                assert_eq!(back_entry, install);
+                let mut back = Kv::from_snapshot(Some(&snap));
+                assert_eq!(back.kairos_ts_gc(), ts(90, 0));
+                // An unstamped prepare (ZERO) after the restore is still judged against 90.
+                let old = kprepare(
+                    5,
+                    T3,
+                    ts(300, 9),
+                    vec![("a", 31, Some(ts(80, 0)), TxnAction::Read)],
+                    true,
+                );
+                back.apply(&old, true);
+                assert_eq!(vote(&back, 9, 31), Some(Vote::Abort(AbortReason::TooOld)));
             }
         }
 

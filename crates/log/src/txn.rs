@@ -8,11 +8,11 @@ use bytes::Bytes;
 use strata_rifl::Verdict;
 use strata_wire::log::{LogEntry, LogIndex, LogOp};
 use strata_wire::rifl::{Rifl, RpcId};
-use strata_wire::txn::{AbortReason, Decision, DecisionRecord, Prepare, TxnId, Vote};
+use strata_wire::txn::{AbortReason, Decision, DecisionRecord, Prepare, Timestamp, TxnId, Vote};
 use strata_wire::Instant;
 
 use crate::api::{LogReply, Persist, TxnAnswer, WriteError};
-use crate::config::WritePath;
+use crate::config::{PlantedBug, WritePath};
 use crate::replica::{LogReplica, Role};
 
 /// A transaction request waiting for its entry (or, for a retry, the applied records).
@@ -109,6 +109,10 @@ impl LogReplica {
                     return self.effects.reply.push(reply(Err(WriteError::Unavailable)));
                 }
                 let ack = rifl.first_incomplete - 1;
+                let mut prepare = prepare;
+                if let Some(k) = prepare.kairos.as_mut() {
+                    k.ts_gc = self.kairos_ts_gc_stamp(now);
+                }
                 let index = self.append_txn_entry(
                     txn.client_id,
                     seqs[0],
@@ -120,6 +124,48 @@ impl LogReplica {
             }
         };
         self.wait_txn(PendingTxn { token, txn, wait, index, deadline });
+    }
+
+    /// kairos.md §5.9, Algorithm 3 step 1: the `ts_GC` a Kairos prepare appended now carries,
+    /// the leader's (reports heard this term, silent clients dropped) and never below the
+    /// applied state's. Applying the entry raises the replicated `ts_GC` to it, so `TooOld`
+    /// is decided by the log, alike at every replica (`state::Kv::apply_kairos_prepare`).
+    fn kairos_ts_gc_stamp(&mut self, now: Instant) -> Timestamp {
+        if self.cfg.planted(PlantedBug::KairosUnstampedTsGc) {
+            return Timestamp::ZERO;
+        }
+        let applied = self.kv.kairos_ts_gc();
+        match self.leader.as_mut() {
+            Some(l) => {
+                l.kairos_reports.expire(now);
+                l.kairos_reports.ts_gc().max(applied)
+            }
+            None => applied,
+        }
+    }
+
+    /// kairos.md §5.9 "on WatermarkReport" at the shard's leader: fold the report (soft
+    /// state, nothing appended) and answer the shard's `WM` and `ts_GC`. A follower answers
+    /// `NotLeader`: the client reports to the leader, which stamps the prepares.
+    pub(crate) fn on_kairos_report(
+        &mut self,
+        now: Instant,
+        token: u64,
+        client: u64,
+        seq: u64,
+        local_wm: Timestamp,
+        c_freshness: Timestamp,
+    ) {
+        let applied = self.kv.kairos_ts_gc();
+        let result = match self.leader.as_mut() {
+            None => Err(WriteError::NotLeader { hint: self.leader_id }),
+            Some(l) => {
+                let r = &mut l.kairos_reports;
+                r.on_report(now, client, seq, local_wm, c_freshness);
+                Ok(TxnAnswer::Watermarks { wm: r.wm(), ts_gc: r.ts_gc().max(applied) })
+            }
+        };
+        self.effects.reply.push(LogReply::Txn { token, result });
     }
 
     /// §5.8.2 P1, read-only: per object, locked or changed votes `Abort` (stop); else

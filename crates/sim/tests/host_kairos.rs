@@ -54,24 +54,26 @@ fn cluster(seed: u64) -> HostCluster {
 }
 
 /// Three hosts with the table `def`; `t_tx`: the recovery timer per object, if not the
-/// default; `canary`: a bug planted in the shards of `def`'s validator table.
+/// default; `canary`: a bug planted in the shards that validate `def` (its validator table's
+/// if it has one, else its own).
 fn cluster_of(
     seed: u64,
     def: TableDef,
     t_tx: Option<Duration>,
     canary: Option<PlantedBug>,
 ) -> HostCluster {
-    let planted = def.validators_def().map(|v| {
-        let mut cfg = strata_host::catalog::log_config(&v, NODES).unwrap();
-        cfg.planted_bug = canary;
-        (v.name, cfg)
+    let validating = def.validators_def().unwrap_or_else(|| def.clone());
+    let planted = canary.map(|bug| {
+        let mut cfg = strata_host::catalog::log_config(&validating, NODES).unwrap();
+        cfg.planted_bug = Some(bug);
+        (validating.name, cfg)
     });
     let tune: Option<strata_sim::host::Tune> =
         Some(Box::new(move |_: usize, cfg: &mut strata_host::HostConfig| {
             if let Some(t) = t_tx {
                 cfg.txn_timeout_per_object = t;
             }
-            if let Some((name, log)) = planted.clone().filter(|_| canary.is_some()) {
+            if let Some((name, log)) = planted.clone() {
                 cfg.log_overrides.insert(name, log);
             }
         }));
@@ -189,6 +191,7 @@ fn prepare(
             read_only,
             read_vts: vec![read],
             role,
+            ts_gc: Timestamp::ZERO,
         }),
     };
     match call_leader(c, client, Some(envelope(g, base)), req) {
@@ -501,4 +504,142 @@ fn k2_across_validator_crashes(seed: u64, canary: Option<PlantedBug>) -> Result<
     )?;
     c.start(victim);
     Ok(())
+}
+
+// ---- watermarks, ts_GC and TooOld (kairos.md §5.9, §6.5) ----
+
+/// Client `g`'s watermark report to the leader of `table`'s shard of `key`: the shard's
+/// `(WM, ts_GC)`.
+fn report(
+    c: &mut HostCluster,
+    table: &str,
+    (client, g): (usize, &LeaseStatus),
+    seq: u64,
+    key: &Bytes,
+    marks: (u64, u64),
+) -> (Timestamp, Timestamp) {
+    let req = Request::KairosReport {
+        table: table.into(),
+        shard: shard_of(key, layout(table).0),
+        client: g.lease_id,
+        seq,
+        local_wm: Timestamp::new(marks.0, u32::MAX),
+        c_freshness: Timestamp::new(marks.1, 0),
+    };
+    match call_leader(c, client, None, req) {
+        Response::KairosWatermarks { wm, ts_gc } => (wm, ts_gc),
+        other => panic!("{other:?}"),
+    }
+}
+
+/// A read-write transaction of one object of `table` (where it is validated: `TABLE`'s
+/// shard, or a validator of `SHARDED`), `key` read at `ZERO` with freshness `fresh_ns` (an
+/// `fts` above its `vts`, as a watermark gives): its vote.
+fn prepare_with_freshness(
+    c: &mut HostCluster,
+    table: &str,
+    (client, g): (usize, &LeaseStatus),
+    base: u64,
+    key: &Bytes,
+    fresh_ns: u64,
+) -> Vote {
+    let (shards, role) = layout(table);
+    let o = TxnObject { table: table.into(), key: key.clone(), seq: base + 1 };
+    let action = if role == KairosRole::Validate { TxnAction::Delete } else { write("w") };
+    let req = Request::TxnPrepare {
+        table: table.into(),
+        shard: shard_of(key, shards),
+        read_only: false,
+        all: vec![o],
+        ops: vec![TxnOp { key: key.clone(), seq: base + 1, expect: None, action }],
+        kairos: Some(KairosPrepare {
+            commit_ts: Timestamp::new(1_000_000 + base, g.lease_id as u32),
+            freshness: Some(Timestamp::new(fresh_ns, 0)),
+            read_only: false,
+            read_vts: vec![Some(Timestamp::ZERO)],
+            role,
+            ts_gc: Timestamp::ZERO,
+        }),
+    };
+    match call_leader(c, client, Some(envelope(g, base)), req) {
+        Response::TxnVotes { votes, .. } if votes.len() == 1 => votes[0].1,
+        other => panic!("{other:?}"),
+    }
+}
+
+/// The scenario of §6.5 on whole hosts, at the shards of `table` that decide `TooOld`: a
+/// client whose reports stop holds `ts_GC` back until its report expires; then the other
+/// client's freshness moves `ts_GC`, and the silent client's prepare with older reads votes
+/// `TooOld` — at every replica, since the vote comes from the leader's stamp in the entry.
+/// Returns what went wrong, if anything.
+fn silent_client_scenario(mut c: HostCluster, table: &str) -> Result<(), String> {
+    let (silent, live) = (lease(&mut c, 0), lease(&mut c, 1));
+    let (silent, live) = ((0, &silent), (1, &live));
+    let shards = layout(table).0;
+    let key = Bytes::from_static(b"a");
+    let shard = shard_of(&key, shards);
+    assert_eq!(report(&mut c, table, silent, 1, &key, (10_000, 100)).1, Timestamp::new(100, 0));
+    let (wm, gc) = report(&mut c, table, live, 1, &key, (9_000, 5_000));
+    assert_eq!((wm, gc), (Timestamp::new(9_000, u32::MAX), Timestamp::new(100, 0)));
+    // While the silent client's report is live, its reads at 200 are fresh enough.
+    let first = prepare_with_freshness(&mut c, table, silent, 10, &key, 200);
+    if first != Vote::Prepared {
+        return Err(format!("a prepare above ts_GC voted {first:?}"));
+    }
+    // The live client keeps reporting; the silent one's report expires (1 s).
+    let mut last = (wm, gc);
+    for seq in 2..=8 {
+        c.run_until(c.now + Duration::from_millis(200));
+        last = report(&mut c, table, live, seq, &key, (9_000 + seq, 5_000 + seq));
+    }
+    assert_eq!(last, (Timestamp::new(9_008, u32::MAX), Timestamp::new(5_008, 0)), "only one");
+    // Another key of the shard (never written, so only step 1 can refuse the read).
+    let other =
+        (0..).map(|i| Bytes::from(format!("c{i}"))).find(|k| shard_of(k, shards) == shard).unwrap();
+    let second = prepare_with_freshness(&mut c, table, silent, 20, &other, 200);
+    c.run_until(c.now + Duration::from_millis(200)); // every replica applies it
+    let rpc = RpcId { client_id: silent.1.lease_id, seq: 21 };
+    for node in 0..NODES {
+        let host = c.nodes[node].host.as_ref().expect("up");
+        let r = host.shard_replica(table, shard).expect("a replica");
+        let gc = r.applied_snapshot().kairos_ts_gc;
+        let vote = match r.write_record(rpc) {
+            strata_log::Verdict::Completed(rec) => Some(rec.outcome),
+            _ => None,
+        };
+        let want = Some(strata_wire::log::WriteOutcome::Voted(Vote::Abort(AbortReason::TooOld)));
+        if vote != want || gc < Timestamp::new(5_000, 0) {
+            return Err(format!("node {node}: vote {vote:?}, ts_GC {gc} (leader's: {second:?})"));
+        }
+    }
+    Ok(())
+}
+
+#[test]
+fn a_silent_clients_old_reads_vote_too_old_at_every_replica_once_its_report_expires() {
+    silent_client_scenario(cluster(4), TABLE).unwrap();
+}
+
+/// With sharded validators `TooOld` is the validators' to decide (kairos.md §5.6): the same
+/// scenario at a shard of `ksh.validators`, whose stamped prepares carry a role too (log
+/// tag 19).
+#[test]
+fn sharded_validators_vote_too_old_once_a_silent_clients_report_expires() {
+    let c = cluster_of(5, sharded_def(), None, None);
+    silent_client_scenario(c, &vtable()).unwrap();
+}
+
+/// Canary: leaders that fold the reports but do not stamp `ts_GC` into the entries leave the
+/// replicated `ts_GC` at `ZERO`, and `TooOld` never fires; the scenario must say so, with
+/// validation in the table's shards and in sharded validators alike.
+#[test]
+fn canary_unstamped_ts_gc_is_caught() {
+    let bug = Some(PlantedBug::KairosUnstampedTsGc);
+    for (c, table) in [
+        (cluster_of(4, def(), None, bug), TABLE.to_string()),
+        (cluster_of(5, sharded_def(), None, bug), vtable()),
+    ] {
+        let e = silent_client_scenario(c, &table).unwrap_err();
+        assert!(e.contains("Prepared") && e.contains("ts_GC 0@0"), "{table}: {e}");
+    }
 }

@@ -46,6 +46,8 @@ pub mod request_tag {
     /// Transactions on log tables (rifl.md §4.3 `Prepare`, `Decision`).
     pub const TXN_PREPARE: u8 = 0x26;
     pub const TXN_DECIDE: u8 = 0x27;
+    /// Kairos's `WatermarkReport` (kairos.md §4, §5.9), to a shard leader.
+    pub const KAIROS_REPORT: u8 = 0x28;
 }
 
 /// Response tags (0x40..=0x7f).
@@ -75,6 +77,8 @@ pub mod response_tag {
     /// Transactions (rifl.md §4.3): a participant's votes; a decision applied.
     pub const TXN_VOTES: u8 = 0x66;
     pub const TXN_DECIDED: u8 = 0x67;
+    /// A Kairos shard leader's `WM` and `ts_GC`, the answer to a `KairosReport`.
+    pub const KAIROS_WATERMARKS: u8 = 0x68;
     pub const ERROR: u8 = 0x7f;
 }
 
@@ -255,6 +259,18 @@ pub enum Request {
         shard: u32,
         decision: Decision,
         seqs: Vec<u64>,
+    },
+    /// Kairos's `WatermarkReport{client, report_seq, local_wm, c_freshness}` (kairos.md §4,
+    /// §5.9), to the leader of a Kairos table's `shard`: `client` is the reporter's lease id.
+    /// Soft state at the leader, idempotent (an older `seq` is ignored); answered
+    /// `KairosWatermarks` with the shard's `WM` and `ts_GC`, or `LogRejected(NotLeader)`.
+    KairosReport {
+        table: String,
+        shard: u32,
+        client: u64,
+        seq: u64,
+        local_wm: Timestamp,
+        c_freshness: Timestamp,
     },
     /// Admin, the second step (§5.7 steps 3-4), sent to every node: the shard now lives at
     /// `placement`. A node of `placement.replicas` gets `snapshot` (the frozen state), writes
@@ -565,6 +581,12 @@ pub enum Response {
     },
     /// A `TxnDecide` is applied (durably, like a write).
     TxnDecided,
+    /// A Kairos shard leader's `WM` (min reported `local_wm` over live reports) and `ts_GC`
+    /// (monotone), after folding a `KairosReport` (kairos.md §5.9).
+    KairosWatermarks {
+        wm: Timestamp,
+        ts_gc: Timestamp,
+    },
     /// ORCA §2.1 `ReadResult`.
     LogValue {
         value: Option<Bytes>,
@@ -900,6 +922,7 @@ impl Encode for ClientRequest {
             Request::AdoptShard { .. } => ADOPT_SHARD,
             Request::TxnPrepare { .. } => TXN_PREPARE,
             Request::TxnDecide { .. } => TXN_DECIDE,
+            Request::KairosReport { .. } => KAIROS_REPORT,
         };
         out.put_u8(tag);
         out.put_u64_le(self.corr);
@@ -945,6 +968,14 @@ impl Encode for ClientRequest {
                 out.put_u32_le(*shard);
                 decision.encode(out);
                 put_seq(out, seqs, |o, s| o.put_u64_le(*s));
+            }
+            Request::KairosReport { table, shard, client, seq, local_wm, c_freshness } => {
+                put_bytes(out, table.as_bytes());
+                out.put_u32_le(*shard);
+                out.put_u64_le(*client);
+                out.put_u64_le(*seq);
+                local_wm.encode(out);
+                c_freshness.encode(out);
             }
             Request::LogRead { table, key, min_index } => {
                 put_bytes(out, table.as_bytes());
@@ -1060,6 +1091,14 @@ impl Decode for ClientRequest {
                 shard: r.u32()?,
                 decision: Decision::decode(r)?,
                 seqs: r.seq(|r| r.u64())?,
+            },
+            KAIROS_REPORT => Request::KairosReport {
+                table: r.string()?,
+                shard: r.u32()?,
+                client: r.u64()?,
+                seq: r.u64()?,
+                local_wm: Timestamp::decode(r)?,
+                c_freshness: Timestamp::decode(r)?,
             },
             LOG_READ => Request::LogRead {
                 table: r.string()?,
@@ -1215,6 +1254,7 @@ impl Encode for ClientResponse {
             Response::Push { .. } => PUSH,
             Response::TxnVotes { .. } => TXN_VOTES,
             Response::TxnDecided => TXN_DECIDED,
+            Response::KairosWatermarks { .. } => KAIROS_WATERMARKS,
         };
         out.put_u8(tag);
         out.put_u64_le(self.corr);
@@ -1268,6 +1308,10 @@ impl Encode for ClientResponse {
                 put_bool(out, *decided);
             }
             Response::TxnDecided => {}
+            Response::KairosWatermarks { wm, ts_gc } => {
+                wm.encode(out);
+                ts_gc.encode(out);
+            }
             Response::Tables(defs) => {
                 put_seq(out, defs, |o, d| d.encode(o));
                 put_table_extension(out, defs);
@@ -1324,6 +1368,10 @@ impl Decode for ClientResponse {
                 decided: r.bool()?,
             },
             TXN_DECIDED => Response::TxnDecided,
+            KAIROS_WATERMARKS => Response::KairosWatermarks {
+                wm: Timestamp::decode(r)?,
+                ts_gc: Timestamp::decode(r)?,
+            },
             TABLES => {
                 let mut defs = r.seq(TableDef::decode)?;
                 get_table_extension(r, &mut defs)?;

@@ -234,6 +234,10 @@ pub struct Snapshot {
     /// empty (`Install` then takes tag 15; a standalone snapshot has it as a trailing
     /// section), so a RIFL or plain table's snapshot keeps its old encoding.
     pub kairos: Vec<KairosKey>,
+    /// The Kairos validator's `ts_GC` (kairos.md §5.9; the monotone max of the leaders'
+    /// stamps in applied prepares): written only when not `ZERO`, after the Kairos section
+    /// (which is then written even if empty; `Install` takes tag 18).
+    pub kairos_ts_gc: Timestamp,
 }
 
 /// One client's RIFL state in a snapshot (rifl.md §3.3, R-D8): the ack watermark, which must
@@ -458,6 +462,14 @@ mod op_tag {
     /// A sharded Kairos table's prepare (validator or data shard): as tag 14, then the
     /// role's byte (`KairosPrepare::role`).
     pub const PREPARE_KAIROS_ROLE: u8 = 16;
+    /// A Kairos prepare stamped with the leader's `ts_GC` (kairos.md §5.9): tag 14's fields,
+    /// then the stamp. Tag 14 stays for a `ZERO` stamp.
+    pub const PREPARE_KAIROS_GC: u8 = 17;
+    /// `Install` as tag 15, then the validator's `ts_GC` (when it is not `ZERO`).
+    pub const INSTALL_WITH_KAIROS_GC: u8 = 18;
+    /// A sharded table's prepare stamped with the leader's `ts_GC`: tag 16's fields (with
+    /// the role's byte), then the stamp. Tag 16 stays for a `ZERO` stamp.
+    pub const PREPARE_KAIROS_ROLE_GC: u8 = 19;
 }
 
 mod expect_tag {
@@ -569,7 +581,12 @@ impl LogEntry {
     /// The fields of a transaction entry's op, after its tag.
     fn op_payload(&self, out: &mut BytesMut) {
         match &self.op {
-            LogOp::Prepare(p) => p.encode(out),
+            LogOp::Prepare(p) => {
+                p.encode(out);
+                if let Some(ts_gc) = p.stamped_ts_gc() {
+                    ts_gc.encode(out);
+                }
+            }
             LogOp::Decide { txn, decision, seqs } => {
                 txn.encode(out);
                 decision.encode(out);
@@ -619,6 +636,28 @@ impl LogEntry {
     }
 }
 
+/// A prepare entry's tag: whether Kairos fields follow RIFL's, whether a role's byte follows
+/// them (a sharded table's, §5.5/§5.6) and whether the leader's `ts_GC` stamp ends it (§5.9).
+fn prepare_tag(p: &Prepare) -> u8 {
+    let stamped = p.stamped_ts_gc().is_some();
+    match &p.kairos {
+        None => op_tag::PREPARE,
+        Some(k) if k.role == KairosRole::Full && !stamped => op_tag::PREPARE_KAIROS,
+        Some(k) if k.role == KairosRole::Full => op_tag::PREPARE_KAIROS_GC,
+        Some(_) if !stamped => op_tag::PREPARE_KAIROS_ROLE,
+        Some(_) => op_tag::PREPARE_KAIROS_ROLE_GC,
+    }
+}
+
+/// A Kairos prepare entry with the leader's stamp after its fields (tags 17 and 19).
+fn stamped_prepare(r: &mut Reader, role: bool) -> Result<Prepare, DecodeError> {
+    let mut p = Prepare::decode_fields(r, true, role)?;
+    if let Some(k) = p.kairos.as_mut() {
+        k.ts_gc = Timestamp::decode(r)?;
+    }
+    Ok(p)
+}
+
 impl Encode for LogEntry {
     fn encode(&self, out: &mut BytesMut) {
         self.index.encode(out);
@@ -639,7 +678,9 @@ impl Encode for LogEntry {
                 m.encode(out);
             }
             LogOp::Install(snapshot) => {
-                out.put_u8(if snapshot.kairos.is_empty() {
+                out.put_u8(if snapshot.kairos_ts_gc != Timestamp::ZERO {
+                    op_tag::INSTALL_WITH_KAIROS_GC
+                } else if snapshot.kairos.is_empty() {
                     op_tag::INSTALL_WITH_OUTCOMES
                 } else {
                     op_tag::INSTALL_WITH_KAIROS
@@ -661,11 +702,7 @@ impl Encode for LogEntry {
             | LogOp::Decided(_)
             | LogOp::Resolved(_) => {
                 out.put_u8(match &self.op {
-                    LogOp::Prepare(p) => match &p.kairos {
-                        None => op_tag::PREPARE,
-                        Some(k) if k.role == KairosRole::Full => op_tag::PREPARE_KAIROS,
-                        Some(_) => op_tag::PREPARE_KAIROS_ROLE,
-                    },
+                    LogOp::Prepare(p) => prepare_tag(p),
                     LogOp::Decide { .. } => op_tag::DECIDE,
                     LogOp::RequestAbort { .. } => op_tag::REQUEST_ABORT,
                     LogOp::Decided(_) => op_tag::DECIDED,
@@ -697,6 +734,11 @@ impl Decode for LogEntry {
             op_tag::INSTALL_WITH_KAIROS => {
                 LogOp::Install(Box::new(Snapshot::decode_fields(r, true, true)?))
             }
+            op_tag::INSTALL_WITH_KAIROS_GC => {
+                let mut s = Snapshot::decode_fields(r, true, true)?;
+                s.kairos_ts_gc = Timestamp::decode(r)?;
+                LogOp::Install(Box::new(s))
+            }
             op_tag::COND => LogOp::Cond { expect: Expect::decode(r)?, put: get_value(r)? },
             op_tag::ADD => LogOp::Add(r.i64()?),
             op_tag::PREPARE => LogOp::Prepare(Box::new(Prepare::decode_fields(r, false, false)?)),
@@ -706,6 +748,8 @@ impl Decode for LogEntry {
             op_tag::PREPARE_KAIROS_ROLE => {
                 LogOp::Prepare(Box::new(Prepare::decode_fields(r, true, true)?))
             }
+            op_tag::PREPARE_KAIROS_GC => LogOp::Prepare(Box::new(stamped_prepare(r, false)?)),
+            op_tag::PREPARE_KAIROS_ROLE_GC => LogOp::Prepare(Box::new(stamped_prepare(r, true)?)),
             op_tag::DECIDE => LogOp::Decide {
                 txn: TxnId::decode(r)?,
                 decision: Decision::decode(r)?,
@@ -766,9 +810,13 @@ impl Encode for Snapshot {
         // Then the transactions' state (same section, same tag).
         put_seq(out, &self.locks, |o, l| l.encode(o));
         put_seq(out, &self.decisions, |o, d| d.encode(o));
-        // A Kairos table's validator section, only when there is one (see the field).
-        if !self.kairos.is_empty() {
+        // A Kairos table's validator section, only when there is one (see the field), then
+        // its `ts_GC` when not `ZERO`.
+        if !self.kairos.is_empty() || self.kairos_ts_gc != Timestamp::ZERO {
             put_seq(out, &self.kairos, |o, k| k.encode(o));
+        }
+        if self.kairos_ts_gc != Timestamp::ZERO {
+            self.kairos_ts_gc.encode(out);
         }
     }
 }
@@ -779,6 +827,9 @@ impl Decode for Snapshot {
         let mut s = Snapshot::decode_fields(r, true, false)?;
         if r.has_more() {
             s.kairos = r.seq(KairosKey::decode)?;
+        }
+        if r.has_more() {
+            s.kairos_ts_gc = Timestamp::decode(r)?;
         }
         Ok(s)
     }
@@ -811,6 +862,7 @@ impl Snapshot {
             locks: Vec::new(),
             decisions: Vec::new(),
             kairos: Vec::new(),
+            kairos_ts_gc: Timestamp::ZERO,
         };
         if outcomes {
             let mismatch =

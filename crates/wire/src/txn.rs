@@ -70,6 +70,12 @@ pub struct KairosPrepare {
     pub read_vts: Vec<Option<Timestamp>>,
     /// What the participant does with it (a trailing byte, written only when not `Full`).
     pub role: KairosRole,
+    /// The shard leader's `ts_GC` when it appended the prepare's entry (kairos.md §5.9,
+    /// Algorithm 3 step 1): every replica validates against it, so `TooOld` is a function of
+    /// the log. Set by the leader, never by a client: not part of this type's own encoding
+    /// (so not of `TxnPrepare`'s); a log entry carries it under its own tag when non-zero
+    /// (17 for a `Full` role, 19 for another).
+    pub ts_gc: Timestamp,
 }
 
 /// A Kairos participant's part in a prepare (kairos.md §4, §5.5, §5.6).
@@ -95,6 +101,7 @@ impl KairosPrepare {
             read_only: r.bool()?,
             read_vts: r.seq(|r| r.option(Timestamp::decode))?,
             role: if role { KairosRole::decode(r)? } else { KairosRole::Full },
+            ts_gc: Timestamp::ZERO,
         })
     }
 }
@@ -111,7 +118,7 @@ impl Decode for KairosRole {
 }
 
 /// The role's byte only when it is not `Full`, so a server-side prepare keeps its encoding
-/// (a log entry's tag says whether the byte is there: 14 without, 16 with).
+/// (a log entry's tag says whether the byte is there: 14 and 17 without, 16 and 19 with).
 impl Encode for KairosPrepare {
     fn encode(&self, out: &mut BytesMut) {
         self.commit_ts.encode(out);
@@ -329,6 +336,12 @@ impl Prepare {
             whole: r.bool()?,
             kairos: if kairos { Some(KairosPrepare::decode_fields(r, role)?) } else { None },
         })
+    }
+
+    /// A Kairos prepare's leader stamp, `ts_gc`, when it is not `ZERO` (a log entry's tag 17,
+    /// or 19 with a role, writes it after the Kairos fields).
+    pub fn stamped_ts_gc(&self) -> Option<Timestamp> {
+        self.kairos.as_ref().map(|k| k.ts_gc).filter(|t| *t != Timestamp::ZERO)
     }
 }
 

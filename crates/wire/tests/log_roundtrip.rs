@@ -203,7 +203,7 @@ proptest! {
     #[test]
     fn an_install_entry_of_the_older_format_decodes_with_done_outcomes(s in snapshot(), key in bytes()) {
         use strata_wire::log::{Completion, WriteOutcome};
-        let s = Snapshot { kairos: Vec::new(), ..s }; // older than Kairos too
+        let s = Snapshot { kairos: Vec::new(), kairos_ts_gc: strata_wire::txn::Timestamp::ZERO, ..s }; // older than Kairos too
         let e = LogEntry { index: LogIndex::new(1, 1), key, op: LogOp::Install(Box::new(s.clone())), client_id: 0, seq: 0, ack: 0, immediate: true };
         let mut buf = BytesMut::new();
         strata_wire::Encode::encode(&e, &mut buf);
@@ -301,14 +301,24 @@ fn rifl_prepares_and_snapshots_without_kairos_keep_their_old_tags() {
         read_only: false,
         read_vts: vec![],
         role: KairosRole::Full,
+        ts_gc: Timestamp::ZERO,
     };
     let kp = Prepare { kairos: Some(kairos.clone()), ..prepare.clone() };
     assert_eq!(tag_of(&entry(LogOp::Prepare(Box::new(kp)))), 14);
-    // A sharded table's prepares (validator, data shard) carry their role: tag 16.
+    // Stamped with the leader's ts_GC (kairos.md §5.9): tag 17, the stamp after tag 14's bytes.
+    let stamp = Timestamp::new(9, 2);
+    let stamped = KairosPrepare { ts_gc: stamp, ..kairos.clone() };
+    let skp = Prepare { kairos: Some(stamped), ..prepare.clone() };
+    assert_eq!(tag_of(&entry(LogOp::Prepare(Box::new(skp)))), 17);
+    // A sharded table's prepares (validator, data shard) carry their role: tag 16, and tag 19
+    // (tag 16's bytes, then the stamp) when stamped.
     for role in [KairosRole::Validate, KairosRole::Replicate] {
         let k = KairosPrepare { role, ..kairos.clone() };
-        let kp = Prepare { kairos: Some(k), ..prepare.clone() };
+        let kp = Prepare { kairos: Some(k.clone()), ..prepare.clone() };
         assert_eq!(tag_of(&entry(LogOp::Prepare(Box::new(kp)))), 16);
+        let sk = KairosPrepare { ts_gc: stamp, ..k };
+        let skp = Prepare { kairos: Some(sk), ..prepare.clone() };
+        assert_eq!(tag_of(&entry(LogOp::Prepare(Box::new(skp)))), 19);
     }
     let snap = Snapshot::default();
     assert_eq!(tag_of(&entry(LogOp::Install(Box::new(snap.clone())))), 8);
@@ -319,5 +329,19 @@ fn rifl_prepares_and_snapshots_without_kairos_keep_their_old_tags() {
         prepared_write: Some((txn, Timestamp::new(4, 1))),
     };
     let ksnap = Snapshot { kairos: vec![key], ..snap };
-    assert_eq!(tag_of(&entry(LogOp::Install(Box::new(ksnap)))), 15);
+    assert_eq!(tag_of(&entry(LogOp::Install(Box::new(ksnap.clone())))), 15);
+    let gc = Snapshot { kairos_ts_gc: Timestamp::new(7, 0), ..ksnap.clone() };
+    assert_eq!(tag_of(&entry(LogOp::Install(Box::new(gc.clone())))), 18);
+    let gc_only = Snapshot { kairos: vec![], ..gc.clone() };
+    assert_eq!(tag_of(&entry(LogOp::Install(Box::new(gc_only)))), 18);
+    // A standalone snapshot: its ts_GC is a trailing field (absent: `ZERO`, an older node's).
+    let standalone = |s: &Snapshot| {
+        let mut b = BytesMut::new();
+        s.encode(&mut b);
+        b
+    };
+    let (with, without) = (standalone(&gc), standalone(&ksnap));
+    assert_eq!(with.len(), without.len() + 12, "only the trailing stamp differs");
+    assert_eq!(Snapshot::decode(&mut Reader::new(with.freeze())).unwrap(), gc);
+    assert_eq!(Snapshot::decode(&mut Reader::new(without.freeze())).unwrap(), ksnap);
 }

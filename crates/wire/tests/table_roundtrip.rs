@@ -132,6 +132,17 @@ fn request() -> impl Strategy<Value = ClientRequest> {
                 decision,
                 seqs
             }),
+        (
+            name(),
+            any::<u32>(),
+            any::<u64>(),
+            any::<u64>(),
+            common::timestamp(),
+            common::timestamp()
+        )
+            .prop_map(|(table, shard, client, seq, local_wm, c_freshness)| {
+                Request::KairosReport { table, shard, client, seq, local_wm, c_freshness }
+            }),
     ];
     (any::<u64>(), body).prop_map(|(corr, body)| ClientRequest::new(corr, body))
 }
@@ -205,6 +216,8 @@ fn response() -> impl Strategy<Value = ClientResponse> {
         (prop::collection::vec((any::<u64>(), common::vote()), 0..4), any::<bool>())
             .prop_map(|(votes, decided)| Response::TxnVotes { votes, decided }),
         Just(Response::TxnDecided),
+        (common::timestamp(), common::timestamp())
+            .prop_map(|(wm, ts_gc)| Response::KairosWatermarks { wm, ts_gc }),
         (any::<u32>(), prop::collection::vec(any::<u8>(), 0..16))
             .prop_map(|(topic, body)| Response::Push { topic, body: Bytes::from(body) }),
         (any::<u64>(), any::<u64>(), any::<u64>()).prop_map(|(lease_id, e, t)| Response::Lease(
@@ -300,6 +313,17 @@ fn tags_are_the_documented_constants() {
     .encode(&mut b);
     assert_eq!(b[0], 0xa0);
     assert_eq!(b[13], 0x95, "the log message keeps its own tag after table, shard and generation");
+    assert_eq!(request_tag::KAIROS_REPORT, 0x28);
+    let report = Request::KairosReport {
+        table: "t".into(),
+        shard: 0,
+        client: 1,
+        seq: 1,
+        local_wm: strata_wire::txn::Timestamp::ZERO,
+        c_freshness: strata_wire::txn::Timestamp::ZERO,
+    };
+    assert_eq!(tag(report), 0x28);
+    assert_eq!(response_tag::KAIROS_WATERMARKS, 0x68);
 }
 
 /// A one-shard cad table named `t`.

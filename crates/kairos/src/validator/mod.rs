@@ -461,6 +461,22 @@ impl Validator {
     pub fn on_report(&mut self, client: u32, report: Report) -> ReportOutcome {
         let before = self.ts_gc();
         let outcome = self.watermarks.on_report(client, report);
+        self.prune_if_raised(before);
+        outcome
+    }
+
+    /// Raises `ts_GC` to at least `floor` (monotone) and prunes as a report would. For an
+    /// embedding where the reports are heard elsewhere and `ts_GC` reaches the validator as
+    /// an input: a shard's log, whose leader folds the reports and stamps its `ts_GC` into
+    /// each prepare entry, so every replica validates against the same value (§5.9, §6.5).
+    pub fn raise_ts_gc(&mut self, floor: Timestamp) {
+        let before = self.ts_gc();
+        self.watermarks.raise_ts_gc(floor);
+        self.prune_if_raised(before);
+    }
+
+    /// §5.9: prunes `versions` below `ts_GC` if it rose above `before`.
+    fn prune_if_raised(&mut self, before: Timestamp) {
         let ts_gc = self.ts_gc();
         if ts_gc > before {
             for (k, s) in &mut self.keys {
@@ -470,7 +486,6 @@ impl Validator {
                 }
             }
         }
-        outcome
     }
 
     /// The structural invariants (DESIGN.md `check_invariants`), run after every input by the

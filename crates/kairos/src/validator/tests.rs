@@ -274,6 +274,24 @@ fn versions_below_ts_gc_are_pruned_but_the_latest_stays() {
 }
 
 #[test]
+fn a_raised_ts_gc_is_monotone_prunes_and_makes_older_reads_too_old() {
+    let mut v = Validator::new([]);
+    for (n, t) in [(1, 10), (2, 20)] {
+        assert_eq!(v.validate(&req(n, ts(t, 0), &[], &["x"])), Vote::Commit);
+        v.decide(txn(n), Decision::Commit, ts(t, 0));
+    }
+    v.raise_ts_gc(ts(15, 0));
+    assert_eq!(v.ts_gc(), ts(15, 0));
+    assert_eq!(v.key(b"x").versions, vec![ts(20, 0)], "pruned below the raised ts_GC");
+    v.raise_ts_gc(ts(12, 0));
+    assert_eq!(v.ts_gc(), ts(15, 0), "a lower floor changes nothing");
+    let mut old = req(3, ts(30, 1), &[("x", ts(20, 0))], &[]);
+    old.freshness = Some(ts(14, 0));
+    assert_eq!(v.validate(&old), abort(AbortReason::TooOld { ts_gc: ts(15, 0) }));
+    v.check_invariants();
+}
+
+#[test]
 fn a_restarted_validator_votes_abort_until_rebuilt_and_keeps_the_read_floor() {
     let mut v = Validator::restarted([0, 1], ts(7, 0));
     assert_eq!(v.ts_gc(), ts(7, 0));

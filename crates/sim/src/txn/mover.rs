@@ -51,7 +51,8 @@ enum Step {
     },
     Adopt {
         placement: ShardMove,
-        snapshot: Option<Snapshot>,
+        /// (Boxed: a whole shard's state, much larger than the other steps.)
+        snapshot: Option<Box<Snapshot>>,
         order: Vec<usize>,
         next: usize,
     },
@@ -189,7 +190,7 @@ impl Mover {
                     table: self.table.clone(),
                     shard: self.shard,
                     placement: placement.clone(),
-                    snapshot: snapshot.clone(),
+                    snapshot: snapshot.as_deref().cloned(),
                 };
                 self.send(c, body);
             }
@@ -260,6 +261,7 @@ impl Mover {
                 let mut order: Vec<usize> =
                     placement.replicas.iter().map(|r| r.0 as usize).collect();
                 order.extend((0..n).filter(|i| !placement.replicas.contains(&NodeId(*i as u32))));
+                let snapshot = snapshot.map(Box::new);
                 self.step = Step::Adopt { placement, snapshot, order, next: 0 };
             }
             (

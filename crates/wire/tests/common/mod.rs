@@ -62,10 +62,27 @@ pub fn snapshot() -> impl Strategy<Value = Snapshot> {
         prop::collection::vec(lock(), 0..3),
         prop::collection::vec(decision_record(), 0..2),
         prop::collection::vec(kairos_key(), 0..3),
+        ts_gc(),
     )
-        .prop_map(|(last_included, items, clients, expired, locks, decisions, kairos)| {
-            Snapshot { last_included, items, clients, expired, locks, decisions, kairos }
-        })
+        .prop_map(
+            |(last_included, items, clients, expired, locks, decisions, kairos, kairos_ts_gc)| {
+                Snapshot {
+                    last_included,
+                    items,
+                    clients,
+                    expired,
+                    locks,
+                    decisions,
+                    kairos,
+                    kairos_ts_gc,
+                }
+            },
+        )
+}
+
+/// A `ts_GC`: `ZERO` (not written) as often as not.
+pub fn ts_gc() -> impl Strategy<Value = Timestamp> {
+    prop_oneof![Just(Timestamp::ZERO), timestamp()]
 }
 
 pub fn timestamp() -> impl Strategy<Value = Timestamp> {
@@ -101,7 +118,13 @@ pub fn kairos_prepare() -> impl Strategy<Value = KairosPrepare> {
             read_only,
             read_vts,
             role,
+            ts_gc: Timestamp::ZERO, // a client's: the leader stamps it
         })
+}
+
+/// A Kairos prepare as a log entry holds it: stamped with the leader's `ts_GC`, or not.
+pub fn stamped_kairos_prepare() -> impl Strategy<Value = KairosPrepare> {
+    (kairos_prepare(), ts_gc()).prop_map(|(k, ts_gc)| KairosPrepare { ts_gc, ..k })
 }
 
 pub fn txn_id() -> impl Strategy<Value = TxnId> {
@@ -165,6 +188,6 @@ pub fn decision_record() -> impl Strategy<Value = DecisionRecord> {
 }
 
 pub fn prepare() -> impl Strategy<Value = Prepare> {
-    (txn_id(), objects(), txn_ops(), any::<bool>(), proptest::option::of(kairos_prepare()))
+    (txn_id(), objects(), txn_ops(), any::<bool>(), proptest::option::of(stamped_kairos_prepare()))
         .prop_map(|(txn, all, ops, whole, kairos)| Prepare { txn, all, ops, whole, kairos })
 }

@@ -1,0 +1,181 @@
+//! A Kairos table's watermarks at the shard's leader (kairos.md §5.9, §6.2, §6.5): the latest
+//! `WatermarkReport` of each client that reported here, `WM` and `ts_GC`.
+//!
+//! Soft state of the leader's term (kairos.md §3.3: a primary keeps `ts_GC` and
+//! `client_reports`): a new leader starts with no report and `ts_GC` at the applied state's.
+//! What makes `TooOld` deterministic is not this table but its output: the leader stamps
+//! [`Reports::ts_gc`] into every Kairos prepare it appends (`KairosPrepare::ts_gc`), and the
+//! replicated state validates against the highest stamp applied (`state::Kv`), so every
+//! replica, a replay and the next leader vote alike.
+//!
+//! Membership is not static (§5.9 assumes it is): a client is a member while its report is
+//! fresher than [`REPORT_TIMEOUT`]. A silent client's report is dropped (§6.5 "removed from
+//! the membership", here by a timeout rather than an operator); its later transactions may
+//! then abort `TooOld`, which is safe: K2 rests on validation (§5.15), not on watermarks.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use strata_wire::txn::Timestamp;
+use strata_wire::Instant;
+
+/// How long a report keeps its client in the membership without a newer one: 100 report
+/// periods of 10 ms (kairos.md §3.5), so a client that is only slow is not dropped.
+pub const REPORT_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// One client's latest report and when the leader heard it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Heard {
+    seq: u64,
+    local_wm: Timestamp,
+    c_freshness: Timestamp,
+    at: Instant,
+}
+
+/// What [`Reports::on_report`] did with a report.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ReportOutcome {
+    /// Newer than the client's last live report (or the first): kept.
+    Applied,
+    /// Not newer (a duplicate or reordered report): ignored, the client's report is not
+    /// refreshed.
+    Old,
+    /// Newer, but moving the client's `local_wm` or `c_freshness` back, which a correct
+    /// client never does (§5.9): dropped and counted, so one faulty client cannot move `WM`
+    /// back below what it said before.
+    Regressed,
+}
+
+/// The leader's `client_reports`, `WM` and `ts_GC` for one shard (kairos.md §3.2, §3.3).
+#[derive(Clone, Debug, Default)]
+pub struct Reports {
+    by_client: BTreeMap<u64, Heard>,
+    ts_gc: Timestamp,
+    /// Reports dropped as `Regressed`.
+    pub dropped: u64,
+}
+
+impl Reports {
+    /// A leader's table at the start of its term: no report, `ts_GC` at least `floor` (the
+    /// applied state's: `ts_GC` never goes back across leaders).
+    pub fn new(floor: Timestamp) -> Reports {
+        Reports { ts_gc: floor, ..Reports::default() }
+    }
+
+    /// §5.9 "on WatermarkReport": keeps the report if it is newer than the client's live one,
+    /// then raises `ts_GC` to the minimum `c_freshness` of the live reports.
+    pub fn on_report(
+        &mut self,
+        now: Instant,
+        client: u64,
+        seq: u64,
+        local_wm: Timestamp,
+        c_freshness: Timestamp,
+    ) -> ReportOutcome {
+        self.expire(now);
+        if let Some(prev) = self.by_client.get(&client) {
+            if seq <= prev.seq {
+                return ReportOutcome::Old;
+            }
+            if local_wm < prev.local_wm || c_freshness < prev.c_freshness {
+                self.dropped += 1;
+                return ReportOutcome::Regressed;
+            }
+        }
+        self.by_client.insert(client, Heard { seq, local_wm, c_freshness, at: now });
+        self.raise_ts_gc();
+        ReportOutcome::Applied
+    }
+
+    /// Drops every report not refreshed within [`REPORT_TIMEOUT`] (§6.5). `ts_GC` stays
+    /// where it is (monotone); it may rise at the next report, now that the silent client's
+    /// `c_freshness` no longer holds it back.
+    pub fn expire(&mut self, now: Instant) {
+        self.by_client.retain(|_, h| now < h.at + REPORT_TIMEOUT);
+    }
+
+    /// `ts_GC = max(ts_GC, min c_freshness over live reports)` (§5.9; unchanged with none).
+    fn raise_ts_gc(&mut self) {
+        if let Some(min) = self.by_client.values().map(|h| h.c_freshness).min() {
+            self.ts_gc = self.ts_gc.max(min);
+        }
+    }
+
+    /// `ts_GC`: monotone over the leader's term.
+    pub fn ts_gc(&self) -> Timestamp {
+        self.ts_gc
+    }
+
+    /// `WM = min local_wm` over the live reports (§5.9), `ZERO` with none. Not monotone here
+    /// (a client that joins may report a lower one); clients keep `wm_view = max(wm_view,
+    /// WM)`.
+    pub fn wm(&self) -> Timestamp {
+        self.by_client.values().map(|h| h.local_wm).min().unwrap_or(Timestamp::ZERO)
+    }
+
+    /// The clients whose reports are live (tests, status).
+    pub fn live(&self) -> usize {
+        self.by_client.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ts(nanos: u64) -> Timestamp {
+        Timestamp::new(nanos, 0)
+    }
+
+    fn at_ms(ms: u64) -> Instant {
+        Instant::ZERO + Duration::from_millis(ms)
+    }
+
+    #[test]
+    fn wm_and_ts_gc_are_the_minimums_of_the_live_reports() {
+        let mut r = Reports::new(Timestamp::ZERO);
+        assert_eq!((r.wm(), r.ts_gc()), (Timestamp::ZERO, Timestamp::ZERO), "no report");
+        assert_eq!(r.on_report(at_ms(0), 1, 1, ts(100), ts(40)), ReportOutcome::Applied);
+        assert_eq!(r.on_report(at_ms(1), 2, 1, ts(90), ts(60)), ReportOutcome::Applied);
+        assert_eq!((r.wm(), r.ts_gc()), (ts(90), ts(40)));
+        assert_eq!(r.on_report(at_ms(2), 1, 2, ts(120), ts(70)), ReportOutcome::Applied);
+        assert_eq!((r.wm(), r.ts_gc()), (ts(90), ts(60)), "the other client holds both back");
+    }
+
+    #[test]
+    fn a_silent_clients_report_expires_and_stops_holding_ts_gc_back() {
+        let mut r = Reports::new(Timestamp::ZERO);
+        r.on_report(at_ms(0), 1, 1, ts(10), ts(5)); // goes silent
+        r.on_report(at_ms(0), 2, 1, ts(100), ts(50));
+        assert_eq!((r.wm(), r.ts_gc()), (ts(10), ts(5)));
+        let just_before = REPORT_TIMEOUT.as_millis() as u64 - 1;
+        r.on_report(at_ms(just_before), 2, 2, ts(200), ts(150));
+        assert_eq!((r.live(), r.ts_gc()), (2, ts(5)), "still live one ms before the timeout");
+        r.on_report(at_ms(just_before + 1), 2, 3, ts(300), ts(250));
+        assert_eq!(r.live(), 1, "client 1 expired");
+        assert_eq!((r.wm(), r.ts_gc()), (ts(300), ts(250)));
+        // Once everyone is silent: no member, WM ZERO, ts_GC kept.
+        r.expire(at_ms(10_000));
+        assert_eq!((r.live(), r.wm(), r.ts_gc()), (0, Timestamp::ZERO, ts(250)));
+        // The silent client comes back with its old marks: a fresh member, ts_GC unmoved.
+        assert_eq!(r.on_report(at_ms(10_001), 1, 2, ts(10), ts(5)), ReportOutcome::Applied);
+        assert_eq!((r.wm(), r.ts_gc()), (ts(10), ts(250)));
+    }
+
+    #[test]
+    fn ts_gc_is_monotone_and_old_or_regressing_reports_change_nothing() {
+        let mut r = Reports::new(ts(30));
+        r.on_report(at_ms(0), 1, 5, ts(100), ts(20));
+        assert_eq!(r.ts_gc(), ts(30), "a new leader's floor: never below the applied ts_GC");
+        r.on_report(at_ms(1), 1, 6, ts(110), ts(80));
+        assert_eq!(r.ts_gc(), ts(80));
+        assert_eq!(r.on_report(at_ms(2), 1, 6, ts(200), ts(90)), ReportOutcome::Old);
+        assert_eq!(r.on_report(at_ms(2), 1, 4, ts(200), ts(90)), ReportOutcome::Old);
+        assert_eq!(r.on_report(at_ms(3), 1, 7, ts(105), ts(90)), ReportOutcome::Regressed);
+        assert_eq!(r.on_report(at_ms(3), 1, 8, ts(120), ts(70)), ReportOutcome::Regressed);
+        assert_eq!((r.wm(), r.ts_gc(), r.dropped), (ts(110), ts(80), 2));
+        // A second client with older freshness joins: ts_GC does not go back.
+        r.on_report(at_ms(4), 2, 1, ts(50), ts(10));
+        assert_eq!((r.wm(), r.ts_gc()), (ts(50), ts(80)));
+    }
+}
