@@ -131,7 +131,8 @@ fn prepare(
 
 /// A plain read at the leader: the value and its version timestamp.
 fn read(c: &mut HostCluster, key: &Bytes) -> (Option<Bytes>, Timestamp) {
-    let req = Request::LogRead { table: TABLE.into(), key: key.clone(), min_index: None };
+    let req =
+        Request::LogRead { table: TABLE.into(), key: key.clone(), min_index: None, sharer: false };
     match call_leader(c, 2, None, req) {
         Response::LogValue { value, vts, .. } => (value, vts.unwrap_or_default()),
         other => panic!("{key:?}: {other:?}"),
