@@ -243,6 +243,12 @@ impl KairosCache {
         s.cache.on_abort(stale.iter().map(|k| AbortHint::Stale(&k[..])));
     }
 
+    /// Entries cached now.
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        self.lock().cache.len()
+    }
+
     pub fn stats(&self) -> KairosCacheStats {
         let s = self.lock();
         KairosCacheStats { cache: s.cache.stats(), ..s.stats }
@@ -377,7 +383,8 @@ mod tests {
     /// older one does not; a dropped sharer set orphans the shard's entries.
     #[test]
     fn decisions_and_pushes_drop_what_they_say_is_old() {
-        let c = KairosCache::new(KairosCacheOptions::new(LeasePolicy::Naive, 8));
+        // (No runtime here: no push task; pushes are handed to the state directly.)
+        let c = KairosCache::new(KairosCacheOptions::new(LeasePolicy::ExplicitInvalidation, 8));
         let ts = |n| Timestamp::new(n, 1);
         {
             let mut s = c.lock();
@@ -397,10 +404,10 @@ mod tests {
         ]);
         let hits = BTreeSet::from([("t".to_string(), Bytes::from("a"))]);
         c.after_decision(Decision::Abort, &objects, &votes, std::iter::empty(), &hits);
-        assert_eq!((c.lock().cache.len(), c.stats().stale_hits), (2, 1));
+        assert_eq!((c.len(), c.stats().stale_hits), (2, 1));
         let written = [("t".to_string(), Bytes::from("b"))];
         c.after_decision(Decision::Commit, &objects, &BTreeMap::new(), written.iter(), &hits);
-        assert_eq!(c.lock().cache.len(), 1);
+        assert_eq!(c.len(), 1);
         let push = |topic, key: &str, n| {
             let m = KairosInvalidate {
                 table: "t".into(),
@@ -413,9 +420,9 @@ mod tests {
             Push { node: "127.0.0.1:1".parse().unwrap(), topic, body: b.freeze() }
         };
         c.lock().on_push(&push(push_topic::KAIROS_INVALIDATE, "c", 5));
-        assert_eq!(c.lock().cache.len(), 1, "not newer than the entry");
+        assert_eq!(c.len(), 1, "not newer than the entry");
         c.lock().on_push(&push(push_topic::KAIROS_INVALIDATE, "c", 6));
-        assert_eq!((c.lock().cache.len(), c.stats().invalidations), (0, 2));
+        assert_eq!((c.len(), c.stats().invalidations), (0, 2));
         // Entries registered through a connection: orphaned when its leader says it forgot
         // them, or when the connection is gone.
         for (k, shard) in [("d", 0), ("e", 1)] {
@@ -425,9 +432,9 @@ mod tests {
             s.sharing.insert(("t".into(), shard), (Weak::new(), BTreeSet::from([ck])));
         }
         c.lock().on_push(&push(push_topic::KAIROS_SHARERS_DROPPED, "", 0));
-        assert_eq!((c.lock().cache.len(), c.stats().orphaned), (1, 1));
+        assert_eq!((c.len(), c.stats().orphaned), (1, 1));
         assert!(!c.lock().connection_up(("t", 1)), "its connection is gone");
         assert_eq!(c.lookup(&cache_key("t", b"e"), ("t", 1)), None);
-        assert_eq!((c.lock().cache.len(), c.stats().orphaned), (0, 2));
+        assert_eq!((c.len(), c.stats().orphaned), (0, 2));
     }
 }
