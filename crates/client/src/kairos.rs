@@ -116,8 +116,14 @@ impl KairosClock {
     /// §5.9: the report of lease `lease_id`, its `local_wm` read from the clock under the lock
     /// [`KairosClock::rw_commit_ts`] issues and registers under (no timestamp issued between
     /// the reading and the report's computation can fall below it).
-    pub(crate) fn marks(&self, lease_id: u64, wm: &Watermarks) -> Marks {
-        self.with_clock(lease_id, |c, physical| wm.marks(c.now(physical)))
+    /// `cache_fts`: the cache's smallest `fts` (see `Watermarks::marks`).
+    pub(crate) fn marks(
+        &self,
+        lease_id: u64,
+        wm: &Watermarks,
+        cache_fts: impl FnOnce() -> Option<Timestamp>,
+    ) -> Marks {
+        self.with_clock(lease_id, |c, physical| wm.marks(c.now(physical), cache_fts))
     }
 
     /// §5.1 RO commit timestamp: `max fts` (§5.2 `fts = max(vts, wm)`); strict mode

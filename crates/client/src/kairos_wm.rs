@@ -126,12 +126,20 @@ impl Watermarks {
     }
 
     /// §5.9 the report: `now_ns` is a reading of the client clock taken under its lock, which
-    /// the caller still holds (so no commit timestamp is issued in between).
-    pub(crate) fn marks(&self, now_ns: u64) -> Marks {
+    /// the caller still holds (so no commit timestamp is issued in between). `cache_fts`
+    /// reads the cache's smallest `fts` after the read-set floors: an entry a transaction
+    /// cached after that reading was read under a floor still registered then (a floor goes
+    /// only when its transaction ends, after its reads).
+    pub(crate) fn marks(
+        &self,
+        now_ns: u64,
+        cache_fts: impl FnOnce() -> Option<Timestamp>,
+    ) -> Marks {
         let mut s = self.lock();
         s.seq += 1;
         let local_wm = local_wm(now_ns, s.incomplete.values().copied());
-        let c_freshness = c_freshness(s.wm_view, cache_fts(), s.live_reads.values().copied());
+        let floors: Vec<Timestamp> = s.live_reads.values().copied().collect();
+        let c_freshness = c_freshness(s.wm_view, cache_fts(), floors);
         Marks { seq: s.seq, local_wm, c_freshness }
     }
 
@@ -154,15 +162,18 @@ impl Watermarks {
 }
 
 /// kairos.md §5.9 `min fts over cache entries`: the client cache's contribution to
-/// `c_freshness`. The cache (`strata_kairos::cache::Cache::min_fts`) is not in this library
-/// yet: nothing to add.
-fn cache_fts() -> Option<Timestamp> {
-    None
+/// `c_freshness` (`None`: no cache, or an empty one).
+fn cache_fts(client: &Client) -> Option<Timestamp> {
+    client.kairos_cache().and_then(|c| c.min_fts())
 }
 
-/// kairos.md §5.9 / §6.5, after a `TooOld` abort: the cache entries read before `ts_gc`
-/// would abort again; they are to be dropped here once the library has a cache (none yet).
-pub(crate) fn drop_cache_entries_below(_ts_gc: Timestamp) {}
+/// kairos.md §5.5 \[DECISION\], §6.5, after a `TooOld` abort: the cache entries with
+/// `fts < ts_gc` would abort again; they go.
+pub(crate) fn drop_cache_entries_below(client: &Client, ts_gc: Timestamp) {
+    if let Some(cache) = client.kairos_cache() {
+        cache.drop_below(ts_gc);
+    }
+}
 
 /// An incomplete RW transaction (§5.9): complete when dropped.
 pub(crate) struct Incomplete {
@@ -204,9 +215,9 @@ impl TxnFreshness {
         wm.wm_view()
     }
 
-    /// §5.2 `fts = max(vts, wm)`.
-    pub(crate) fn after_read(&mut self, id: (String, bytes::Bytes), vts: Timestamp, wm: Timestamp) {
-        self.fts.insert(id, vts.max(wm));
+    /// A read's §5.2 `fts = max(vts, wm)` (`CachedRead::fts`: a cache hit's is its fetch's).
+    pub(crate) fn record(&mut self, id: (String, bytes::Bytes), fts: Timestamp) {
+        self.fts.insert(id, fts);
     }
 }
 
@@ -240,7 +251,7 @@ pub(crate) async fn report_round(client: &Client) {
     let Ok(lease) = shared.lease().await else { return };
     let lease_id = lease.client_id;
     let wm = shared.watermarks().clone();
-    let marks = client.kairos_clock().marks(lease_id, &wm);
+    let marks = client.kairos_clock().marks(lease_id, &wm, || cache_fts(client));
     let mut tasks = JoinSet::new();
     for (table, shard) in wm.shards() {
         let Ok(mut t) = client.txn_table(&table).await else { continue };

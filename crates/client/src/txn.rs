@@ -29,7 +29,7 @@
 //!   transaction's prepare never waits for one: the object votes `Abort(Locked)` and
 //!   `run_txn` retries the whole transaction with back-off.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
@@ -51,6 +51,7 @@ use tokio::task::JoinSet;
 use crate::client::{Client, RiflClient};
 use crate::error::ClientError;
 use crate::kairos::{CommitInfo, ReadInfo, WriteInfo};
+use crate::kairos_cache::CachedRead;
 use crate::kairos_wm::{self, Incomplete, TxnFreshness, Watermarks};
 use crate::session::unexpected;
 use crate::table::Table;
@@ -156,6 +157,8 @@ pub struct Transaction {
     writes: BTreeMap<(String, Bytes), Option<Bytes>>,
     /// Kairos (kairos.md §5.2, §5.9): each read's `fts` and the read set's floor.
     freshness: TxnFreshness,
+    /// The reads served by the Kairos cache (`kairos_cache`).
+    cache_hits: BTreeSet<(String, Bytes)>,
 }
 
 /// One participant's part: a shard of a table and its operations.
@@ -172,6 +175,7 @@ impl Transaction {
             reads: BTreeMap::new(),
             writes: BTreeMap::new(),
             freshness: TxnFreshness::default(),
+            cache_hits: BTreeSet::new(),
         }
     }
 
@@ -191,10 +195,19 @@ impl Transaction {
             return Ok(v.clone());
         }
         let mut t = self.client.txn_table(table).await?;
-        let wm = self.kairos_before_read(&t).await;
-        let r = t.get(id.1.clone()).await?;
-        if let Some(wm) = wm {
-            self.freshness.after_read(id.clone(), r.vts, wm);
+        let Some(wm) = self.kairos_before_read(&t).await else {
+            let r = t.get(id.1.clone()).await?;
+            self.reads.insert(id, (r.value.clone(), r.update_index, r.vts));
+            return Ok(r.value);
+        };
+        // kairos.md §5.2 steps 3-4, through the cache if the client has one (`kairos_cache`).
+        let r = match self.client.kairos_cache() {
+            Some(cache) => cache.read(&mut t, id.1.clone(), wm).await?,
+            None => CachedRead::fetched(t.get(id.1.clone()).await?, wm),
+        };
+        self.freshness.record(id.clone(), r.fts);
+        if r.hit {
+            self.cache_hits.insert(id.clone());
         }
         self.reads.insert(id, (r.value.clone(), r.update_index, r.vts));
         Ok(r.value)
@@ -376,6 +389,10 @@ impl Transaction {
             },
         };
         let commit_ts = kairos.map(|(ts, _)| ts);
+        // kairos.md §5.5: the cache drops what the votes and the writes made old.
+        if let Some(cache) = self.client.kairos_cache().filter(|_| kairos.is_some()) {
+            cache.after_decision(decision, &all, &votes, self.writes.keys(), &self.cache_hits);
+        }
         if outcome == (TxnOutcome::Aborted { reason: AbortReason::TooOld }) {
             self.on_too_old(&shared).await;
         }
@@ -435,7 +452,7 @@ impl Transaction {
     /// entries below it would abort again.
     async fn on_too_old(&self, shared: &TxnShared) {
         kairos_wm::report_round(&self.client).await;
-        kairos_wm::drop_cache_entries_below(shared.watermarks().ts_gc());
+        kairos_wm::drop_cache_entries_below(&self.client, shared.watermarks().ts_gc());
     }
 
     /// T3-T4: one prepare per participant, concurrently, each retried with the same ids
@@ -647,6 +664,9 @@ impl Client {
             return Err(ClientError::InvalidArgument(format!(
                 "table {table:?} does not take transactions (create it with --txn rifl or --txn kairos)"
             )));
+        }
+        if let Some(cache) = self.kairos_cache().filter(|_| t.def().txn == TableTxn::Kairos) {
+            cache.attach(&mut t); // explicit invalidation's pushes
         }
         t.connect_all().await;
         let mut tables = shared.tables.lock().unwrap_or_else(|e| e.into_inner());

@@ -36,8 +36,8 @@
 //! The client cache is in [`cache`] (§5.2 step 4, §5.5, §5.10, §5.14): entries with `vts`,
 //! `lts` and `fts`, LRU eviction, self-invalidation at `lts`, leases from the policies above,
 //! the abort and commit drop rules, and explicit invalidation for the EI baseline. The client
-//! library (Algorithm 2, the 2PC driver) and the wiring into the network and a shard's log
-//! come later.
+//! library drives it (Algorithm 2: `strata-client`'s `kairos_cache` module); a shard's log
+//! embeds the validator and keeps `W` (`strata-log`).
 
 pub mod cache;
 pub mod lease;
