@@ -114,16 +114,24 @@ fi
 echo "settings: runs=$RUNS duration=${DURATION}s warmup=${WARMUP}s figs=[$FIGS] configs=[$CONFIGS] clients=$CLIENTS sessions=$SESSIONS keys=$KEYS value=${VALUE_SIZE}B shard-rate-limit=${RATE_LIMIT}/s client-delay=${CLIENT_DELAY_MS}ms peer-delay=${PEER_DELAY_MS}ms fig11-rate=$FIG11_RATE" |
     tee -a "$RESULTS/machine.txt" >&2
 
-# One measured point: `point NAME CONFIG FLAGS...`, RUNS runs named NAME-rN.
+# One measured point: `point NAME CONFIG FLAGS...`, RUNS runs named NAME-rN. Beside each report,
+# NAME-rN.cpu.json: the nodes' CPU seconds and the whole machine's (every process, the load
+# generator and anything else running included) over the invocation, to tell a saturated
+# machine from a saturated rate limit.
 point() {
-    local name=$1 cfg=$2 run
+    local name=$1 cfg=$2 run s0 m0 t0
     shift 2
     for run in $(seq 1 "$RUNS"); do
         wait_quiet
         log "run $run: $name"
+        s0=$(cpu_seconds "${STRATA_PIDS[@]}") m0=$(machine_busy_seconds) t0=$(date +%s%N)
         # shellcheck disable=SC2046 # the flags are words
         bench_run "$name-r$run" "${common[@]}" $(config_flags "$cfg") --skip-preload --clients "$CLIENTS" \
             --sessions "$SESSIONS" --duration "$DURATION" --warmup "$WARMUP" --seed "$run" "$@"
+        awk -v s0="$s0" -v s1="$(cpu_seconds "${STRATA_PIDS[@]}")" -v m0="$m0" -v m1="$(machine_busy_seconds)" \
+            -v ns="$(($(date +%s%N) - t0))" 'BEGIN {
+                printf "{\"wall_s\": %.3f, \"server_cpu_s\": %.2f, \"machine_cpu_s\": %.2f}\n", ns / 1e9, s1 - s0, m1 - m0
+            }' >"$RESULTS/$name-r$run.cpu.json"
     done
 }
 

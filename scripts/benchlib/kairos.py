@@ -7,7 +7,10 @@ the script did not run them separately.
 
 Every median comes from benchlib.summary.
 """
-from .summary import fmt, median, ratio, runs, throughput
+import re
+from pathlib import Path
+
+from .summary import fmt, load, median, ratio, runs, throughput
 
 LABELS = {
     "baseline": "Baseline",
@@ -38,10 +41,12 @@ def fig9_runs(results, cfg, z):
     return point(results, f"f9-{cfg}-z{z}", fig8_name(cfg, "90") if z == "0.99" else None)
 
 
+def fig13_name(policy):
+    return fig8_name("ideal", "90") if policy == "ideal" else f"f13-{policy.replace(':', '')}"
+
+
 def fig13_runs(results, policy):
-    if policy == "ideal":
-        return point(results, fig8_name("ideal", "90"))
-    return runs(results, f"f13-{policy.replace(':', '')}")
+    return runs(results, fig13_name(policy))
 
 
 def kairos_of(reports, field):
@@ -75,6 +80,14 @@ def txn_latency(reports, q):
     return median(r["latency_us"]["all"][f"{q}_us"] for r in reports if r["latency_us"]["all"]["count"])
 
 
+def cores(results, name, field):
+    """Median cores busy over a point's invocations (`NAME-rN.cpu.json`: `server_cpu_s`, the
+    nodes; `machine_cpu_s`, every process on the machine), or None."""
+    pat = re.compile(re.escape(name) + r"-r\d+\.cpu\.json")
+    found = [load(f) for f in Path(results).iterdir() if pat.fullmatch(f.name)]
+    return median(c[field] / c["wall_s"] for c in found if c.get("wall_s"))
+
+
 def pct(x):
     return "-" if x is None else f"{100 * x:.1f}%"
 
@@ -90,17 +103,19 @@ def knee(xs, tputs):
 
 
 def detail_rows(results, names):
-    """One row per (label, runs): throughput, ratio to the first row, aborts, cache, latency."""
+    """One row per (label, run name, runs): throughput, ratio to the first row, aborts, cache,
+    latency, and the cores the nodes and the whole machine kept busy."""
     print("| configuration | committed/s | vs first row | aborted attempts per commit | aborts by reason (all runs) |"
-          " cache hit rate | stale hits per run | txn p50 / p99 µs | commit p50 µs |")
-    print("|---|---:|---:|---:|---|---:|---:|---:|---:|")
+          " cache hit rate | stale hits per run | txn p50 / p99 µs | commit p50 µs | node cores | machine cores |")
+    print("|---|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|")
     base = None
-    for label, reps in names:
+    for label, name, reps in names:
         t = throughput(reps)
         base = t if base is None else base
         print(f"| {label} | {fmt(t)} | {fmt(ratio(t, base), '.2f')} | {fmt(aborts_per_commit(reps) if reps else None, '.3f')} | "
               f"{abort_mix(reps) if reps else '-'} | {pct(kairos_of(reps, 'hit_rate'))} | {fmt(cache_stat(reps, 'stale_hits'))} | "
-              f"{fmt(txn_latency(reps, 'p50'))} / {fmt(txn_latency(reps, 'p99'))} | {fmt(commit_p50(reps) if reps else None)} |")
+              f"{fmt(txn_latency(reps, 'p50'))} / {fmt(txn_latency(reps, 'p99'))} | {fmt(commit_p50(reps) if reps else None)} | "
+              f"{fmt(cores(results, name, 'server_cpu_s'), '.2f')} | {fmt(cores(results, name, 'machine_cpu_s'), '.2f')} |")
 
 
 def sweep_table(title, xs, configs, get, x_label):
@@ -134,7 +149,8 @@ def table(results, n_runs, configs, ro_pcts, zipfs, statics, fig11_clients, figs
                     ro_pcts, configs, lambda c, x: runs(results, fig8_name(c, x)), "read-only %")
         if "90" in ro_pcts:
             print("At 90 % read-only (the §8.1 default), every configuration:\n")
-            detail_rows(results, [(LABELS.get(c, c), runs(results, fig8_name(c, "90"))) for c in configs])
+            detail_rows(results, [(LABELS.get(c, c), fig8_name(c, "90"), runs(results, fig8_name(c, "90")))
+                                  for c in configs])
             print()
     if "9a" in figs:
         sweep_table("**Fig. 9a**: throughput by read skew (90 % read-only, write zipf 0.5).",
@@ -143,7 +159,7 @@ def table(results, n_runs, configs, ro_pcts, zipfs, statics, fig11_clients, figs
         policies = [f"static:{s}" for s in statics] + ["mean", "ideal"]
         print("**Fig. 13**: static leases against ideal ones (server-side validation, §8.1 defaults); "
               "ratios to StaticP(first).\n")
-        detail_rows(results, [(p, fig13_runs(results, p)) for p in policies])
+        detail_rows(results, [(p, fig13_name(p), fig13_runs(results, p)) for p in policies])
         print()
     if "11" in figs:
         print("**Fig. 11**: EI against ideal leases as clients grow at a fixed offered load (each session paced).\n")

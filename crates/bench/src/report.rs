@@ -277,10 +277,8 @@ impl BenchReport {
         let kk = &a.kairos;
         writeln!(
             f,
-            "kairos: {}% read-only (read zipf {}, write zipf {}); committed {} read-only, {} read-write{}",
+            "kairos: {}% read-only; committed {} read-only, {} read-write{}",
             kk.ro_pct,
-            kk.read_zipf,
-            kk.write_zipf,
             k.ro_committed,
             k.rw_committed,
             k.offered_rate.map_or(String::new(), |r| format!("; offered {r:.0} txn/s")),
@@ -322,6 +320,13 @@ impl fmt::Display for BenchReport {
             return self.fmt_lease(f, l);
         }
         if let Some(t) = &self.txn {
+            let dist = match &self.kairos {
+                Some(_) => format!(
+                    "zipfian {} for read-only, {} for read-write transactions",
+                    a.kairos.read_zipf, a.kairos.write_zipf
+                ),
+                None => dist,
+            };
             return self.fmt_txn(f, t, &dist);
         }
         writeln!(
