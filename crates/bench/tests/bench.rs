@@ -337,6 +337,7 @@ async fn create_table(
             timers: TableTimers::Default,
             leaders: Vec::new(),
             txn: Default::default(),
+            validation: Default::default(),
         };
         c.create_table(def).await.unwrap();
     }
@@ -567,6 +568,7 @@ async fn create_txn_table(
             timers: TableTimers::Default,
             leaders: Vec::new(),
             txn,
+            validation: Default::default(),
         };
         c.create_table(def).await.unwrap();
     }

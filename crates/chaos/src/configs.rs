@@ -76,6 +76,7 @@ impl TableConfig {
             timers: Default::default(),
             leaders: Vec::new(),
             txn: Default::default(),
+            validation: Default::default(),
         }
     }
 

@@ -12,9 +12,10 @@ use strata_client::{
     ShardStatus, TableDef, TableDurability, TableEngine, TableReads, TableReplication,
 };
 use strata_host::catalog::{
-    check_table_def, describe, durability_name, reads_name, replication_name, timers_name, txn_name,
+    check_table_def, describe, durability_name, parse_validation, reads_name, replication_name,
+    timers_name, txn_name, validation_name,
 };
-use strata_wire::client::{TableTimers, TableTxn};
+use strata_wire::client::{TableTimers, TableTxn, TableValidation, MAX_VALIDATORS};
 
 use crate::cluster_file::ClusterFile;
 use crate::exit::{
@@ -587,8 +588,9 @@ pub struct CreateArgs {
     #[arg(long, value_parser = ["none", "rifl", "kairos"], default_value = "none")]
     pub txn: String,
     /// Where a `--txn kairos` table's transactions are validated: `server` (in each shard's
-    /// log, kairos.md §9.12). `sharded:V` (V validators apart from the shards) is not
-    /// implemented yet.
+    /// log, kairos.md §9.12; the default) or `sharded:V` (V validators, `hash(key) mod V`,
+    /// kairos.md §1.3: the shards of a companion table `NAME.validators` made with it, placed
+    /// and replicated like any table's; the table's own shards then only replicate writes).
     #[arg(long, value_name = "server|sharded:V")]
     pub validation: Option<String>,
 }
@@ -600,24 +602,21 @@ impl CreateArgs {
             "kairos" => TableTxn::Kairos,
             _ => TableTxn::None,
         };
-        match (txn, self.validation.as_deref()) {
-            (_, None) | (TableTxn::Kairos, Some("server")) => {}
-            (TableTxn::Kairos, Some(v)) if v.starts_with("sharded") => {
-                return Err(Failure::new(
-                    USAGE,
-                    "--validation sharded:V is not implemented yet: kairos tables validate in their shards' logs (--validation server)",
-                ))
-            }
-            (TableTxn::Kairos, Some(v)) => {
-                return Err(Failure::new(
-                    USAGE,
-                    format!("--validation {v:?}: expected server (or, later, sharded:V)"),
-                ))
-            }
+        let validation = match (txn, self.validation.as_deref()) {
+            (_, None) => TableValidation::Server,
+            (TableTxn::Kairos, Some(v)) => match parse_validation(v) {
+                Some(TableValidation::Validators) | None => {
+                    return Err(Failure::new(
+                        USAGE,
+                        format!("--validation {v:?}: expected server or sharded:V (V validators, 1 to {MAX_VALIDATORS})"),
+                    ))
+                }
+                Some(v) => v,
+            },
             (_, Some(_)) => {
                 return Err(Failure::new(USAGE, "--validation applies to --txn kairos tables only"))
             }
-        }
+        };
         let transactional = txn != TableTxn::None;
         let durability = match self.durability.as_deref() {
             Some("sync") => TableDurability::Sync,
@@ -652,6 +651,7 @@ impl CreateArgs {
             timers,
             leaders: self.leaders.iter().copied().map(NodeId).collect(),
             txn,
+            validation,
         })
     }
 }
@@ -768,13 +768,27 @@ async fn table_list(target: &Target) -> Result<i32, Failure> {
     let client = target.client().await?;
     let defs = client.list_tables().await?;
     println!(
-        "{:<20} {:<6} {:<10} {:<11} {:<10} {:>6} {:<7} {:<5} leaders",
-        "name", "engine", "durability", "replication", "reads", "shards", "timers", "txn"
+        "{:<20} {:<6} {:<10} {:<11} {:<10} {:>6} {:<7} {:<6} {:<11} leaders",
+        "name",
+        "engine",
+        "durability",
+        "replication",
+        "reads",
+        "shards",
+        "timers",
+        "txn",
+        "validation"
     );
     for d in defs {
         let leaders: Vec<String> = d.leaders.iter().map(|n| n.0.to_string()).collect();
+        // Where a Kairos table validates (`server`, `sharded:V`, or `validators` for the
+        // companion table holding a sharded table's validators).
+        let validation = match d.txn {
+            TableTxn::Kairos => validation_name(d.validation),
+            _ => "-".to_string(),
+        };
         println!(
-            "{:<20} {:<6} {:<10} {:<11} {:<10} {:>6} {:<7} {:<5} {}",
+            "{:<20} {:<6} {:<10} {:<11} {:<10} {:>6} {:<7} {:<6} {:<11} {}",
             d.name,
             "log",
             durability_name(d.durability),
@@ -783,6 +797,7 @@ async fn table_list(target: &Target) -> Result<i32, Failure> {
             d.shards,
             timers_name(d.timers),
             txn_name(d.txn),
+            validation,
             if leaders.is_empty() { "-".to_string() } else { leaders.join(",") }
         );
     }

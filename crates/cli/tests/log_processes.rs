@@ -225,11 +225,7 @@ fn log_tables_through_the_cli_survive_sigkill_of_every_node() {
     let out = txn("put t:k v\n", &[]);
     assert!(text(&out.stderr).contains("does not take transactions"), "{}", text(&out.stderr));
     // Kairos tables (issue #19): the same `strata txn`, validated in the shards' logs; plain
-    // writes refused; sharded validation not there yet.
-    let out =
-        nodes.strata(&["table", "create", "kb", "--txn", "kairos", "--validation", "sharded:3"]);
-    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
-    assert!(text(&out.stderr).contains("not implemented yet"), "{}", text(&out.stderr));
+    // writes refused.
     let kairos = ["table", "create", "kb", "--txn", "kairos", "--validation", "server"];
     ok(&nodes.strata(&[&kairos[..], &["--shards", "2"]].concat()));
     assert!(ok(&nodes.strata(&["table", "list"]))
@@ -243,6 +239,27 @@ fn log_tables_through_the_cli_survive_sigkill_of_every_node() {
     assert!(!out.status.success());
     assert!(text(&out.stderr).contains("kairos table"), "{}", text(&out.stderr));
     assert!(ok(&nodes.strata(&["get", "--table", "kb", "alice"])).contains("70"));
+    // Sharded validators (kairos.md §1.3 "CV"): V in 1..=64, in a companion table made with
+    // the table; `strata txn` unchanged.
+    for bad in ["sharded:0", "sharded:65", "sharded", "validators"] {
+        let out = nodes.strata(&["table", "create", "ks", "--txn", "kairos", "--validation", bad]);
+        assert_eq!(out.status.code(), Some(2), "{bad}: {}", text(&out.stderr));
+    }
+    let sharded = ["table", "create", "ks", "--txn", "kairos", "--validation", "sharded:3"];
+    let created = ok(&nodes.strata(&[&sharded[..], &["--shards", "2"]].concat()));
+    assert!(created.contains("3 validator(s), the shards of ks.validators"), "{created}");
+    let list = ok(&nodes.strata(&["table", "list"]));
+    let row = |name: &str| list.lines().find(|l| l.split_whitespace().next() == Some(name));
+    assert!(row("ks").is_some_and(|l| l.contains("kairos") && l.contains("sharded:3")), "{list}");
+    assert!(row("kb").is_some_and(|l| l.contains("server")), "{list}");
+    let v = row("ks.validators").unwrap_or_else(|| panic!("{list}"));
+    assert_eq!(v.split_whitespace().nth(5), Some("3"), "3 shards: {list}");
+    assert!(v.contains("validators"), "{list}");
+    let stxn = |input: &str| nodes.strata_stdin(&["txn", "--table", "ks"], input);
+    assert_eq!(ok(&stxn("put alice 100\nput bob 5\n")), "committed\n");
+    assert_eq!(ok(&stxn(transfer)), "70\n35\n(absent)\ncommitted\n");
+    assert_eq!(stxn(transfer).status.code(), Some(8), "the check fails now");
+    assert!(!nodes.strata(&["put", "--table", "ks", "alice", "1"]).status.success());
 
     let out = nodes.strata(&["get", "--table", "nope", "k"]);
     assert_eq!(out.status.code(), Some(1));
@@ -259,8 +276,8 @@ fn log_tables_through_the_cli_survive_sigkill_of_every_node() {
         .collect();
     assert_eq!(
         shards.len(),
-        21,
-        "two tables of one shard and two of two on three nodes, and the lease service's __leases"
+        36,
+        "two tables of one shard, three of two and one of three (ks.validators) on three nodes, and the lease service's __leases"
     );
     assert_eq!(
         shards.iter().filter(|s| s["table"] == "__leases" && s["role"] == "leader").count(),
@@ -323,6 +340,12 @@ fn log_tables_through_the_cli_survive_sigkill_of_every_node() {
     assert_eq!(ok(&nodes.strata(&["get", "--table", "kb", "alice"])), "70\n");
     let transfer = "check alice 70\nadd alice -10\nadd bob 10\nget bob\n";
     assert_eq!(ok(&nodes.strata_stdin(&["txn", "--table", "kb"], transfer)), "45\ncommitted\n");
+    // So is a sharded table's validator state (the companion table's log): a transaction
+    // that read the values at their versions validates there and commits — with the
+    // validators' `latest_committed` lost it would abort as stale.
+    assert_eq!(ok(&nodes.strata(&["get", "--table", "ks", "alice"])), "70\n");
+    assert_eq!(ok(&nodes.strata_stdin(&["txn", "--table", "ks"], transfer)), "45\ncommitted\n");
+    assert_eq!(ok(&nodes.strata(&["get", "--table", "ks", "alice"])), "60\n");
     ok(&nodes.strata(&["put", "--table", "t", "k", "v2"]));
     assert_eq!(ok(&nodes.strata(&["get", "--table", "t", "k"])), "v2\n");
     let list = ok(&nodes.strata(&["table", "list"]));

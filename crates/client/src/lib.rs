@@ -37,6 +37,7 @@ mod session;
 mod shard_move;
 mod table;
 mod txn;
+mod txn_sharded;
 
 pub use client::{Client, ClientOptions};
 pub use conn::Push;
@@ -48,7 +49,7 @@ pub use strata_wire::client::LogWriteOp;
 pub use strata_wire::client::TableTxn;
 pub use strata_wire::client::{
     push_topic, LinkFault, LogFailure, NodeStatus, PeerStatus, ShardRole, ShardStatus, TableDef,
-    TableDurability, TableEngine, TableReads, TableReplication, TableTimers,
+    TableDurability, TableEngine, TableReads, TableReplication, TableTimers, TableValidation,
 };
 pub use strata_wire::log::{Expect, LogIndex, ShardMove, WriteOutcome};
 pub use strata_wire::txn::{AbortReason, Decision, Timestamp, Vote};

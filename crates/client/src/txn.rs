@@ -48,6 +48,7 @@ use crate::client::{Client, RiflClient};
 use crate::error::ClientError;
 use crate::session::unexpected;
 use crate::table::Table;
+use crate::txn_sharded;
 
 /// What `commit` decided.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -227,6 +228,10 @@ impl Transaction {
         }
         let read_only = self.writes.is_empty();
         let kairos = self.kairos_mode(objects.keys().map(|(t, _)| t.as_str())).await?;
+        let objects = match kairos {
+            true => txn_sharded::kairos_objects(&self.client, objects).await?,
+            false => objects,
+        };
         let shared = self.client.txns();
         let (lease, base) = shared.block(objects.len() as u64 + 1).await?;
         // kairos.md §5.1, §5.4: the timestamps, once the lease (`node`) is known.
@@ -323,15 +328,20 @@ impl Transaction {
         for part in parts.values() {
             let mut t = self.client.txn_table(&part.table).await?;
             let shared = shared.clone();
+            let (role, reads_from) = txn_sharded::part_role(t.def());
+            let vts_of = |table: &str, key: &Bytes| {
+                self.reads.get(&(table.to_string(), key.clone())).map(|r| r.2)
+            };
             let kairos = kairos.map(|(commit_ts, freshness, read_only)| KairosPrepare {
                 commit_ts,
                 freshness,
                 read_only,
-                read_vts: part
-                    .ops
-                    .iter()
-                    .map(|o| self.reads.get(&(part.table.clone(), o.key.clone())).map(|r| r.2))
-                    .collect(),
+                read_vts: txn_sharded::read_vts(
+                    part.ops.iter().map(|o| &o.key),
+                    reads_from,
+                    vts_of,
+                ),
+                role,
             });
             let req = Request::TxnPrepare {
                 table: part.table.clone(),

@@ -28,6 +28,7 @@ fn sync_table() -> TableDef {
         timers: TableTimers::Default,
         leaders: vec![NodeId(0)],
         txn: Default::default(),
+        validation: Default::default(),
     }
 }
 

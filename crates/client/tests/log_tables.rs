@@ -10,7 +10,8 @@ use std::time::{Duration, Instant};
 
 use strata_client::{
     Client, ClientError, ClientOptions, LogIndex, NodeId, ShardRole, ShardStatus, TableDef,
-    TableDurability, TableEngine, TableReads, TableReplication, TableTimers, WriteOpts,
+    TableDurability, TableEngine, TableReads, TableReplication, TableTimers, TableValidation,
+    WriteOpts,
 };
 use strata_node::{NodeConfig, PeerConfig, RunningNode};
 
@@ -25,6 +26,7 @@ fn cad_table(name: &str, shards: u32) -> TableDef {
         timers: TableTimers::Default,
         leaders: Vec::new(),
         txn: Default::default(),
+        validation: Default::default(),
     }
 }
 
@@ -497,12 +499,37 @@ fn kairos_table(name: &str, shards: u32) -> TableDef {
 /// all land exactly once; plain writes are refused; rifl and kairos tables do not mix.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kairos_transactions_validate_in_the_shards_logs() {
+    kairos_scenarios(kairos_table("kbank", 2)).await;
+}
+
+/// Kairos with sharded validators (`--validation sharded:3`, kairos.md §1.3 "CV", §4): the
+/// same scenarios, each transaction prepared at the validators of its keys (the shards of
+/// `kbank.validators`) and at the data shards of its written keys. The validators are a
+/// table of three shards created with `kbank`; a validator keeps a key's timestamps, not its
+/// value, and after the decisions its `latest_committed` is the data's `vts`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kairos_transactions_with_sharded_validators() {
+    let def = TableDef { validation: TableValidation::Sharded(3), ..kairos_table("kbank", 2) };
+    let (client, _nodes) = kairos_scenarios(def).await;
+    let tables = client.list_tables().await.unwrap();
+    let v = tables.iter().find(|d| d.name == "kbank.validators").expect("the validator table");
+    assert_eq!((v.shards, v.validation), (3, TableValidation::Validators));
+    let (mut data, mut validators) =
+        (client.table("kbank").await.unwrap(), client.table("kbank.validators").await.unwrap());
+    let (d, v) = (data.get("counter").await.unwrap(), validators.get("counter").await.unwrap());
+    assert_eq!(v.value, None, "a validator keeps no values");
+    assert!(d.vts > strata_client::Timestamp::ZERO && v.vts == d.vts, "{d:?} {v:?}");
+}
+
+/// The Kairos client scenarios over the table `def` (named `kbank`, two shards) and a RIFL
+/// table `rbank`; returns the client and the nodes (alive while held).
+async fn kairos_scenarios(def: TableDef) -> (Client, Vec<Option<RunningNode>>) {
     use strata_client::{AbortReason, RetryPolicy, TxnOutcome};
-    let (cfgs, _nodes) = cluster().await;
+    let (cfgs, nodes) = cluster().await;
     let endpoints: Vec<SocketAddr> = cfgs.iter().map(|c| c.client_addr).collect();
     for &addr in &endpoints {
         let c = Client::connect_node(addr, opts()).await.unwrap();
-        c.create_table(kairos_table("kbank", 2)).await.unwrap();
+        c.create_table(def.clone()).await.unwrap();
         c.create_table(txn_table("rbank", 1)).await.unwrap();
     }
     let client = Client::connect(&endpoints, opts()).await.unwrap();
@@ -608,6 +635,7 @@ async fn kairos_transactions_validate_in_the_shards_logs() {
     mixed.write("rbank", "k", "v");
     let e = mixed.commit().await.unwrap_err();
     assert!(e.to_string().contains("not both"), "{e}");
+    (client, nodes)
 }
 
 /// The blocking API of transactions (issue #18 item 3): threads without a runtime move units

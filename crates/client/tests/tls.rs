@@ -55,6 +55,7 @@ fn table_def() -> TableDef {
         timers: Default::default(),
         leaders: Vec::new(),
         txn: Default::default(),
+        validation: Default::default(),
     }
 }
 

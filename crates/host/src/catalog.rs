@@ -14,7 +14,8 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 use strata_log::{DurabilityMode, LogConfig, ReadPolicy, Replication};
 use strata_wire::client::{
-    TableDef, TableDurability, TableEngine, TableReads, TableReplication, TableTimers, TableTxn,
+    validated_table, validators_table, TableDef, TableDurability, TableEngine, TableReads,
+    TableReplication, TableTimers, TableTxn, TableValidation, MAX_VALIDATORS, VALIDATORS_SUFFIX,
 };
 use strata_wire::log::ShardMove;
 use strata_wire::NodeId;
@@ -43,6 +44,7 @@ pub fn lease_table_def() -> TableDef {
         timers: TableTimers::Default,
         leaders: Vec::new(),
         txn: TableTxn::None,
+        validation: Default::default(),
     }
 }
 
@@ -76,10 +78,18 @@ pub fn log_config(def: &TableDef, n: usize) -> Result<LogConfig, strata_log::Con
 
 /// Checks a definition before it enters a catalog; the message says what is wrong.
 pub fn check_table_def(def: &TableDef, n: usize) -> Result<LogConfig, String> {
-    let name_ok = !def.name.is_empty()
-        && def.name.len() <= MAX_TABLE_NAME
-        && def.name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
-        && !def.name.starts_with('-');
+    // A companion validator table is named after its table (`T.validators`, a name no user
+    // table can have) and made by the node with it, never asked for on its own.
+    let name = match def.validation {
+        TableValidation::Validators => validated_table(&def.name).ok_or_else(|| {
+            format!("a validator table's name ends in {VALIDATORS_SUFFIX:?}: {:?}", def.name)
+        })?,
+        _ => def.name.as_str(),
+    };
+    let name_ok = !name.is_empty()
+        && name.len() <= MAX_TABLE_NAME
+        && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+        && !name.starts_with('-');
     if !name_ok {
         return Err(format!(
             "invalid table name {:?}: use 1-{MAX_TABLE_NAME} letters, digits, '_' or '-'",
@@ -115,6 +125,18 @@ pub fn check_table_def(def: &TableDef, n: usize) -> Result<LogConfig, String> {
                 reads_name(def.reads)
             ));
         }
+    }
+    match def.validation {
+        TableValidation::Server => {}
+        _ if def.txn != TableTxn::Kairos => {
+            return Err("--validation applies to --txn kairos tables only".into())
+        }
+        TableValidation::Sharded(v) if v == 0 || v > MAX_VALIDATORS => {
+            return Err(format!(
+                "--validation sharded:V takes 1 to {MAX_VALIDATORS} validators, not {v}"
+            ))
+        }
+        TableValidation::Sharded(_) | TableValidation::Validators => {}
     }
     if def.leaders.len() > def.shards as usize {
         return Err(format!(
@@ -154,6 +176,10 @@ struct CatalogEntry {
     /// Transactions (`rifl`); absent: none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     txn: Option<String>,
+    /// Where a Kairos table validates (`sharded:V`, or `validators` for a companion table);
+    /// absent: in its shards (`server`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    validation: Option<String>,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -202,6 +228,25 @@ pub fn txn_name(t: TableTxn) -> &'static str {
         TableTxn::Kairos => "kairos",
     }
 }
+/// `server`, `sharded:V` or `validators` (the catalog's and the CLI's spelling).
+pub fn validation_name(v: TableValidation) -> String {
+    match v {
+        TableValidation::Server => "server".into(),
+        TableValidation::Sharded(n) => format!("sharded:{n}"),
+        TableValidation::Validators => "validators".into(),
+    }
+}
+
+/// The inverse of [`validation_name`] (`None`: not one of them; the bounds of `V` are
+/// checked with the rest of the definition).
+pub fn parse_validation(s: &str) -> Option<TableValidation> {
+    match s {
+        "server" => Some(TableValidation::Server),
+        "validators" => Some(TableValidation::Validators),
+        _ => s.strip_prefix("sharded:")?.parse().ok().map(TableValidation::Sharded),
+    }
+}
+
 pub fn timers_name(t: TableTimers) -> &'static str {
     match t {
         TableTimers::Default => "default",
@@ -237,6 +282,8 @@ impl CatalogEntry {
             timers: timers_name(d.timers).into(),
             leaders: d.leaders.iter().map(|n| n.0).collect(),
             txn: (d.txn != TableTxn::None).then(|| txn_name(d.txn).into()),
+            validation: (d.validation != TableValidation::Server)
+                .then(|| validation_name(d.validation)),
         }
     }
 
@@ -277,6 +324,10 @@ impl CatalogEntry {
                 Some("rifl") => TableTxn::Rifl,
                 Some("kairos") => TableTxn::Kairos,
                 Some(v) => return Err(bad("transactions", v)),
+            },
+            validation: match self.validation.as_deref() {
+                None => TableValidation::Server,
+                Some(v) => parse_validation(v).ok_or_else(|| bad("validation", v))?,
             },
         })
     }
@@ -319,10 +370,22 @@ pub fn describe(d: &TableDef) -> String {
         let ids: Vec<String> = d.leaders.iter().map(|n| n.0.to_string()).collect();
         format!(", preferred leaders {}", ids.join(","))
     };
-    let txn = match d.txn {
-        TableTxn::None => "",
-        TableTxn::Rifl => ", transactions rifl",
-        TableTxn::Kairos => ", transactions kairos (server-side validation)",
+    let txn: std::borrow::Cow<'_, str> = match d.txn {
+        TableTxn::None => "".into(),
+        TableTxn::Rifl => ", transactions rifl".into(),
+        TableTxn::Kairos => match d.validation {
+            TableValidation::Server => ", transactions kairos (server-side validation)".into(),
+            TableValidation::Sharded(v) => format!(
+                ", transactions kairos (sharded validation: {v} validator(s), the shards of {})",
+                validators_table(&d.name)
+            )
+            .into(),
+            TableValidation::Validators => format!(
+                ", the kairos validators of table {}",
+                validated_table(&d.name).unwrap_or("?")
+            )
+            .into(),
+        },
     };
     format!(
         "engine log, durability {}, replication {}, reads {}, timers {}, {} shard(s){leaders}{txn}",
@@ -356,6 +419,7 @@ mod tests {
             timers,
             leaders: Vec::new(),
             txn: TableTxn::None,
+            validation: Default::default(),
         }
     }
 

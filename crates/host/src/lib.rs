@@ -395,9 +395,11 @@ impl Host {
                 let body = saved.map_or_else(
                     |e| e,
                     |()| {
-                        info!(table = %def.name, definition = %describe(&def), "table created");
-                        let new = Catalogued { def, moved: Default::default() };
-                        self.shards.start_table(new, true, &mut self.out);
+                        for new in created_tables(&def) {
+                            let (name, definition) = (&new.def.name, describe(&new.def));
+                            info!(table = %name, definition = %definition, "table created");
+                            self.shards.start_table(new, true, &mut self.out);
+                        }
                         Response::TableCreated { created: true }
                     },
                 );
@@ -588,20 +590,18 @@ impl Host {
     /// Asks for the catalog with the pending change to be stored.
     fn save_catalog(&mut self) {
         let Some((token, change)) = &mut self.change else { return };
-        let entry = match change {
-            Change::Create { def, .. } => {
-                Catalogued { def: def.clone(), moved: Default::default() }
-            }
+        let entries = match change {
+            Change::Create { def, .. } => created_tables(def),
             Change::Adopt(a) => {
                 let t = &self.shards.tables[&a.table];
                 let mut entry = t.catalogued();
                 entry.moved.insert(a.new.shard, a.placement.clone());
-                entry
+                vec![entry]
             }
         };
         self.next_catalog_token += 1;
         *token = Some(self.next_catalog_token);
-        let bytes = catalog::encode(&self.shards.catalog_with(Some(&entry)));
+        let bytes = catalog::encode(&self.shards.catalog_with(&entries));
         self.out.storage.push(Storage::Catalog { token: self.next_catalog_token, bytes });
     }
 
@@ -780,6 +780,15 @@ pub fn rifl_config(term: Duration) -> RiflConfig {
     leases::rifl_config(term)
 }
 
+/// The tables a `CreateTable` of `def` makes, in one catalog change: the table and, for a
+/// sharded Kairos table, its companion validator table (kairos.md §3.2 "CV").
+fn created_tables(def: &strata_wire::client::TableDef) -> Vec<Catalogued> {
+    std::iter::once(def.clone())
+        .chain(def.validators_def())
+        .map(|def| Catalogued { def, moved: Default::default() })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use strata_log::{DurabilityMode, LogConfig, LogEvent, Replication};
@@ -806,6 +815,7 @@ mod tests {
             timers: TableTimers::Default,
             leaders: Vec::new(),
             txn: Default::default(),
+            validation: Default::default(),
         };
         let stored = catalog::encode([&Catalogued { def, moved: Default::default() }]);
         let cfg = HostConfig {

@@ -18,7 +18,7 @@ use strata_log::{
 };
 use strata_wire::client::{
     shard_of, ClientResponse, ErrorCode, LogFailure, LogWriteOp, Response, ShardRole, ShardStatus,
-    TableDef,
+    TableDef, TableValidation,
 };
 use strata_wire::log::{Expect, LogIndex, LogMessage, ShardMove};
 use strata_wire::peer::PeerMessage;
@@ -238,6 +238,30 @@ impl Shards {
     /// Checks a new definition: `Ok(None)` to create it, `Ok(Some(reply))` when it exists
     /// already (an identical definition is harmless), `Err` when it is refused.
     pub fn check_create(&self, def: &TableDef) -> Result<Option<Response>, String> {
+        if def.validation == TableValidation::Validators {
+            return Err(format!(
+                "{}: a validator table is created with its kairos table (--validation sharded:V)",
+                def.name
+            ));
+        }
+        let done = self.check_create_one(def)?;
+        // A sharded Kairos table's validators (kairos.md §3.2 "CV") are the shards of a
+        // companion table, created with it in one catalog change.
+        match def.validators_def() {
+            Some(companion) => match (done, self.check_create_one(&companion)?) {
+                (Some(done), Some(_)) => Ok(Some(done)),
+                (None, None) => Ok(None),
+                _ => Err(format!(
+                    "table {} and its validator table {} are not both there",
+                    def.name, companion.name
+                )),
+            },
+            None => Ok(done),
+        }
+    }
+
+    /// [`Shards::check_create`] for one definition.
+    fn check_create_one(&self, def: &TableDef) -> Result<Option<Response>, String> {
         check_table_def(def, self.nodes.len())?;
         if let Some(n) = def.leaders.iter().find(|n| !self.nodes.contains(n)) {
             let all: Vec<String> = self.nodes.iter().map(|n| n.to_string()).collect();
@@ -266,16 +290,16 @@ impl Shards {
         Ok(None)
     }
 
-    /// The catalog as it is now, with `change` added (or replacing the table of its name).
-    pub fn catalog_with(&self, change: Option<&Catalogued>) -> Vec<Catalogued> {
+    /// The catalog as it is now, with `change` added (each replacing the table of its name).
+    pub fn catalog_with(&self, change: &[Catalogued]) -> Vec<Catalogued> {
         let mut tables: Vec<Catalogued> = self
             .tables
             .values()
             .filter(|t| !t.def.name.starts_with(SYSTEM_PREFIX))
-            .filter(|t| change.is_none_or(|x| x.def.name != t.def.name))
+            .filter(|t| change.iter().all(|x| x.def.name != t.def.name))
             .map(TableEntry::catalogued)
             .collect();
-        tables.extend(change.cloned());
+        tables.extend(change.iter().cloned());
         tables
     }
 

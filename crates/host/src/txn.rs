@@ -5,9 +5,13 @@
 
 use strata_core::Route;
 use strata_log::LogRequest;
-use strata_wire::client::{shard_of, ClientResponse, ErrorCode, Response, TableTxn};
+use strata_wire::client::{
+    shard_of, validators_table, ClientResponse, ErrorCode, Response, TableTxn, TableValidation,
+};
 use strata_wire::rifl::WINDOW;
-use strata_wire::txn::{Decision, KairosPrepare, Prepare, TxnAction, TxnId, TxnObject, TxnOp};
+use strata_wire::txn::{
+    Decision, KairosPrepare, KairosRole, Prepare, TxnAction, TxnId, TxnObject, TxnOp,
+};
 use strata_wire::{Instant, Rifl};
 
 use crate::catalog::SYSTEM_PREFIX;
@@ -171,14 +175,24 @@ impl Shards {
 
 impl Shards {
     /// A Kairos table's prepare carries its timestamps and one read version slot per op
-    /// (kairos.md §4 `PrepareReq`); a RIFL table's carries none.
+    /// (kairos.md §4 `PrepareReq`); a RIFL table's carries none. Its role is the table's: a
+    /// server-side table validates and holds values (`Full`), a sharded table's validator
+    /// table validates (`Validate`, §4 `ValidateReq`), its data table only replicates writes
+    /// (`Replicate`, §4 `ReplicateReq`: no reads, no read versions). Any other role would
+    /// skip validation, or validate where nothing decides the keys' versions.
     fn check_kairos(
         &self,
         table: &str,
         ops: &[TxnOp],
         kairos: Option<&KairosPrepare>,
     ) -> Result<(), Refusal> {
-        let is_kairos = self.tables.get(table).is_some_and(|t| t.def.txn == TableTxn::Kairos);
+        let def = self.tables.get(table).map(|t| &t.def);
+        let is_kairos = def.is_some_and(|d| d.txn == TableTxn::Kairos);
+        let role = match def.map(|d| d.validation) {
+            Some(TableValidation::Sharded(_)) => KairosRole::Replicate,
+            Some(TableValidation::Validators) => KairosRole::Validate,
+            _ => KairosRole::Full,
+        };
         match kairos {
             None if is_kairos => Err(invalid(format!(
                 "table {table:?} is a kairos table: a prepare carries the transaction's commit timestamp and the versions read (update the client)"
@@ -188,6 +202,20 @@ impl Shards {
             ))),
             Some(k) if k.read_vts.len() != ops.len() => {
                 Err(invalid("a kairos prepare names one read version slot per op"))
+            }
+            Some(k) if k.role != role => Err(invalid(format!(
+                "table {table:?} takes {role:?} kairos prepares, not {:?}",
+                k.role
+            ))),
+            Some(k)
+                if role == KairosRole::Replicate
+                    && (k.read_vts.iter().any(Option::is_some)
+                        || ops.iter().any(|o| o.action == TxnAction::Read)) =>
+            {
+                Err(invalid(format!(
+                    "table {table:?} validates in {}: its prepares carry writes only",
+                    validators_table(table)
+                )))
             }
             _ => Ok(()),
         }

@@ -8,8 +8,8 @@ use strata_kairos::validator::{self as kv_validator, ValidateReq, Validator};
 use strata_rifl::{ResultTracker, RiflConfig, RpcId, Verdict};
 use strata_wire::log::{Completion, LogEntry, LogIndex, LogOp, ShardMove, WriteOutcome};
 use strata_wire::txn::{
-    AbortReason, Decision, KairosKey, KairosPrepare, Lock, Prepare, Timestamp, TxnAction, TxnId,
-    TxnOp, Vote,
+    AbortReason, Decision, KairosKey, KairosPrepare, KairosRole, Lock, Prepare, Timestamp,
+    TxnAction, TxnId, TxnOp, Vote,
 };
 
 use crate::participant::Participant;
@@ -512,6 +512,12 @@ impl Kv {
     /// vote locks the written objects (the validator's `prepared_write` as RIFL's lock, so
     /// `T_TX`, recovery and record protection work unchanged); reads take no lock, their
     /// `latest_read` is raised. A prepare holding every object decides at once, as RIFL's.
+    ///
+    /// The prepare's role (a sharded table's, §4): a validator (`Validate`) validates the
+    /// same way but its locks carry no value, so a decision installs only the keys'
+    /// `latest_committed`; a data shard (`Replicate`, §5.5 `ReplicateReq`) validates no read
+    /// (it gets none) and votes `Prepared` unless a written key is held — the same step 4
+    /// over the writes alone, whose `latest_committed` check keeps its versions growing.
     fn apply_kairos_prepare(
         &mut self,
         e: &LogEntry,
@@ -532,7 +538,7 @@ impl Kv {
                 _ => {}
             }
         }
-        let vote = if k.read_vts.len() != p.ops.len() {
+        let vote = if k.read_vts.len() != p.ops.len() || !role_fits(k, &p.ops) {
             Vote::Abort(AbortReason::Refused) // malformed (the host refuses it before)
         } else if p.ops.iter().any(|op| self.txn.is_locked(&op.key)) {
             // A lock the validator no longer holds prepared: a client's decision named only
@@ -571,6 +577,11 @@ impl Kv {
             let lock = vote == Vote::Prepared
                 && op.action != TxnAction::Read
                 && !self.txn.is_locked(&op.key);
+            // A validator's lock holds the key for the decision and installs no value.
+            let op = match k.role {
+                KairosRole::Validate => &TxnOp { action: TxnAction::Read, ..op.clone() },
+                KairosRole::Full | KairosRole::Replicate => op,
+            };
             self.record_vote(e.index, p, op, ack, vote, lock);
         }
         if p.whole && vote == Vote::Prepared {
@@ -735,6 +746,15 @@ impl Kv {
     pub fn get(&self, key: &[u8]) -> (Option<Bytes>, LogIndex) {
         self.items.get(key).map_or((None, LogIndex::ZERO), |i| (i.value.clone(), i.update_index))
     }
+}
+
+/// Whether a Kairos prepare fits its role: a data shard's (`Replicate`) writes only, with
+/// no read versions (kairos.md §4 `ReplicateReq`: the write set). The host refuses the rest
+/// before; an entry that does not fit votes `Refused`.
+fn role_fits(k: &KairosPrepare, ops: &[TxnOp]) -> bool {
+    k.role != KairosRole::Replicate
+        || (k.read_vts.iter().all(Option::is_none)
+            && ops.iter().all(|o| o.action != TxnAction::Read))
 }
 
 /// A Kairos vote as a participant's vote on each object (the same record machinery as RIFL's).
@@ -1057,6 +1077,18 @@ mod tests {
                 ops: Vec<(&'static str, u64, Option<Timestamp>, TxnAction)>,
                 whole: bool,
             ) -> LogEntry {
+                kprepare_as(KairosRole::Full, counter, txn, commit_ts, ops, whole)
+            }
+
+            /// [`kprepare`] in a sharded table's `role` (validator or data shard).
+            fn kprepare_as(
+                role: KairosRole,
+                counter: u32,
+                txn: TxnId,
+                commit_ts: Timestamp,
+                ops: Vec<(&'static str, u64, Option<Timestamp>, TxnAction)>,
+                whole: bool,
+            ) -> LogEntry {
                 let read_vts: Vec<Option<Timestamp>> = ops.iter().map(|o| o.2).collect();
                 let read_only = ops.iter().all(|o| o.3 == TxnAction::Read);
                 let ops = ops.into_iter().map(|(k, seq, _, a)| op(k, seq, None, a)).collect();
@@ -1067,6 +1099,7 @@ mod tests {
                     freshness: read_vts.iter().flatten().min().copied(),
                     read_only,
                     read_vts,
+                    role,
                 });
                 e
             }
@@ -1114,6 +1147,83 @@ mod tests {
                 assert!(!kv.is_locked(b"a") && !kv.is_locked(b"b"));
                 assert!(kv.validator().pending().is_empty());
                 assert_eq!(kv.validator().key(b"a").latest_read, ts(100, 7));
+                kv.check_txn().unwrap();
+                kv.validator().check_invariants();
+            }
+
+            /// A sharded table's validator (kairos.md §4 `ValidateReq`, §5.6): Algorithm 3
+            /// over the keys read and the "will write" flags; its locks carry no value, so a
+            /// decision installs only `latest_committed`.
+            #[test]
+            fn a_validator_validates_and_its_decision_installs_only_the_timestamp() {
+                let mut kv = Kv::default();
+                let v = KairosRole::Validate;
+                let (will_write, read) = (TxnAction::Delete, TxnAction::Read);
+                let ops = vec![("a", 11, None, will_write.clone()), ("b", 12, None, read.clone())];
+                kv.apply(&kprepare_as(v, 1, T1, ts(100, 7), ops, false), true);
+                assert_eq!(vote(&kv, 7, 11), Some(Vote::Prepared));
+                assert!(kv.is_locked(b"a") && !kv.is_locked(b"b"), "a will-write flag locks");
+                kv.check_txn().unwrap();
+                // A reader of the prepared key conflicts; a writer too.
+                let r = vec![("a", 21, Some(Timestamp::ZERO), read.clone())];
+                kv.apply(&kprepare_as(v, 2, T2, ts(200, 8), r, false), true);
+                assert_eq!(vote(&kv, 8, 21), Some(Vote::Abort(AbortReason::PreparedConflict)));
+                kv.apply(&decide(3, T1, Decision::Commit, vec![11, 12]), true);
+                assert_eq!(kv.vts(b"a"), ts(100, 7), "the validator's latest_committed");
+                assert_eq!(kv.get(b"a"), (None, LogIndex::ZERO), "no value, no item");
+                assert!(!kv.is_locked(b"a"));
+                // It validates: a read of the version before is stale now, of this one not.
+                let stale = vec![("a", 31, Some(Timestamp::ZERO), read.clone())];
+                kv.apply(&kprepare_as(v, 4, T3, ts(300, 9), stale, false), true);
+                assert_eq!(vote(&kv, 9, 31), Some(Vote::Abort(AbortReason::Stale)));
+                let t4 = TxnId { client_id: 10, base: 40 };
+                let fresh = vec![("a", 41, Some(ts(100, 7)), will_write)];
+                kv.apply(&kprepare_as(v, 5, t4, ts(400, 10), fresh, false), true);
+                assert_eq!(vote(&kv, 10, 41), Some(Vote::Prepared));
+                // Its state travels in snapshots like a server-side shard's.
+                let back = Kv::from_snapshot(Some(&kv.to_snapshot()));
+                assert_eq!(back.validator().key(b"a"), kv.validator().key(b"a"));
+                back.check_txn().unwrap();
+                kv.check_txn().unwrap();
+                kv.validator().check_invariants();
+            }
+
+            /// A sharded table's data shard (kairos.md §4 `ReplicateReq`, §5.5): it stores
+            /// and locks the write set, votes `Prepared` unless a key is held, and the
+            /// decision installs the values at the commit timestamp (§5.7).
+            #[test]
+            fn a_data_shard_replicates_writes_and_installs_them_at_the_commit_timestamp() {
+                let mut kv = Kv::default();
+                let r = KairosRole::Replicate;
+                let w = |v| vec![("a", 0, None, TxnAction::Write(b(v)))];
+                let with_seq = |mut ops: Vec<(&'static str, u64, Option<Timestamp>, TxnAction)>,
+                                seq| {
+                    ops[0].1 = seq;
+                    ops
+                };
+                kv.apply(&kprepare_as(r, 1, T1, ts(100, 7), with_seq(w("1"), 11), false), true);
+                assert_eq!(vote(&kv, 7, 11), Some(Vote::Prepared));
+                assert!(kv.is_locked(b"a") && !kv.blocks_reads(b"a"), "§5.3: reads never wait");
+                // Held by T1: another writer votes PreparedConflict (locked by another txn).
+                kv.apply(&kprepare_as(r, 2, T2, ts(200, 8), with_seq(w("2"), 21), false), true);
+                assert_eq!(vote(&kv, 8, 21), Some(Vote::Abort(AbortReason::PreparedConflict)));
+                kv.apply(&decide(3, T1, Decision::Commit, vec![11]), true);
+                assert_eq!((kv.get(b"a").0, kv.vts(b"a")), (Some(b("1")), ts(100, 7)));
+                // A write below the installed version would move it back: refused (the
+                // validators never let one through, a hostile client could).
+                kv.apply(&kprepare_as(r, 4, T3, ts(50, 9), with_seq(w("3"), 31), false), true);
+                assert_eq!(vote(&kv, 9, 31), Some(Vote::Abort(AbortReason::WriteWriteConflict)));
+                // A data shard validates no read: a prepare carrying one is refused.
+                let t4 = TxnId { client_id: 10, base: 40 };
+                let read = vec![("a", 41, Some(ts(100, 7)), TxnAction::Write(b("4")))];
+                kv.apply(&kprepare_as(r, 5, t4, ts(400, 10), read, false), true);
+                assert_eq!(vote(&kv, 10, 41), Some(Vote::Abort(AbortReason::Refused)));
+                let t5 = TxnId { client_id: 11, base: 50 };
+                let read_op = vec![("a", 51, None, TxnAction::Read)];
+                kv.apply(&kprepare_as(r, 6, t5, ts(500, 11), read_op, false), true);
+                assert_eq!(vote(&kv, 11, 51), Some(Vote::Abort(AbortReason::Refused)));
+                assert_eq!((kv.get(b"a").0, kv.vts(b"a")), (Some(b("1")), ts(100, 7)));
+                assert!(!kv.is_locked(b"a"));
                 kv.check_txn().unwrap();
                 kv.validator().check_invariants();
             }

@@ -217,6 +217,7 @@ fn attacks(session: SessionId) -> Vec<(&'static str, Request, Role)> {
         timers: Default::default(),
         leaders: Vec::new(),
         txn: Default::default(),
+        validation: Default::default(),
     };
     vec![
         ("put", put(session, "k", "overwritten"), Role::Write),

@@ -9,10 +9,14 @@
 use std::time::Duration;
 
 use bytes::Bytes;
-use strata_sim::host::{HostCluster, HostNet};
-use strata_wire::client::{shard_of, LogFailure, Request, Response, TableDef, TableTxn};
+use strata_sim::host::{ClusterOptions, HostCluster, HostNet};
+use strata_wire::client::{
+    shard_of, validators_table, LogFailure, Request, Response, TableDef, TableTxn, TableValidation,
+};
 use strata_wire::rifl::{LeaseInfo, LeaseStatus, Rifl, RpcId};
-use strata_wire::txn::{AbortReason, KairosPrepare, Timestamp, TxnAction, TxnObject, TxnOp, Vote};
+use strata_wire::txn::{
+    AbortReason, Decision, KairosPrepare, KairosRole, Timestamp, TxnAction, TxnObject, TxnOp, Vote,
+};
 
 const NODES: usize = 3;
 const TABLE: &str = "kbank";
@@ -22,12 +26,56 @@ fn def() -> TableDef {
     TableDef { name: TABLE.into(), txn: TableTxn::Kairos, ..strata_sim::txn::table_def(SHARDS) }
 }
 
+/// A table with sharded validators (kairos.md §1.3 "CV"): `ksh`, its validators the
+/// [`VALIDATORS`] shards of `ksh.validators`.
+const SHARDED: &str = "ksh";
+const VALIDATORS: u32 = 3;
+
+fn sharded_def() -> TableDef {
+    TableDef { name: SHARDED.into(), validation: TableValidation::Sharded(VALIDATORS), ..def() }
+}
+
+fn vtable() -> String {
+    validators_table(SHARDED)
+}
+
+/// A table's shard count and the role of its Kairos prepares.
+fn layout(table: &str) -> (u32, KairosRole) {
+    match table {
+        TABLE => (SHARDS, KairosRole::Full),
+        SHARDED => (SHARDS, KairosRole::Replicate),
+        _ => (VALIDATORS, KairosRole::Validate),
+    }
+}
+
 fn cluster(seed: u64) -> HostCluster {
-    let mut c =
-        HostCluster::new(NODES, HostNet::uniform(NODES, 200), Duration::from_secs(10), seed, None);
+    cluster_of(seed, def(), None)
+}
+
+/// Three hosts with the table `def`; `t_tx`: the recovery timer per object, if not the
+/// default.
+fn cluster_of(seed: u64, def: TableDef, t_tx: Option<Duration>) -> HostCluster {
+    let tune: Option<strata_sim::host::Tune> = t_tx.map(|t| {
+        Box::new(move |_: usize, cfg: &mut strata_host::HostConfig| {
+            cfg.txn_timeout_per_object = t;
+        }) as strata_sim::host::Tune
+    });
+    let mut c = HostCluster::with(ClusterOptions {
+        nodes: NODES,
+        net: HostNet::uniform(NODES, 200),
+        seed,
+        net_prng: None,
+        clocks: None,
+        start: strata_wire::Instant(1_000_000_000),
+        lease_term: Duration::from_secs(10),
+        shard_rate_limit: None,
+        observe: false,
+        tune,
+        catalog: Vec::new(),
+    });
     c.run_until(c.now + Duration::from_secs(3));
     for node in 0..NODES {
-        let created = c.call(0, node, None, Request::CreateTable { def: def() }, SECOND);
+        let created = c.call(0, node, None, Request::CreateTable { def: def.clone() }, SECOND);
         assert!(matches!(created, Some(Response::TableCreated { .. })), "{created:?}");
     }
     c.run_until(c.now + Duration::from_secs(2));
@@ -109,17 +157,23 @@ fn prepare(
     commit_ts: Timestamp,
 ) -> Vote {
     let o = &all[which];
+    let (shards, role) = layout(&o.table);
+    // A data shard of a sharded table is sent the write only (§4 `ReplicateReq`).
+    let read = read.filter(|_| role != KairosRole::Replicate);
+    // (A read-only transaction's one object: kairos.md §5.4.)
+    let read_only = action == TxnAction::Read;
     let req = Request::TxnPrepare {
-        table: TABLE.into(),
-        shard: shard_of(&o.key, SHARDS),
-        read_only: false,
+        table: o.table.clone(),
+        shard: shard_of(&o.key, shards),
+        read_only,
         all: all.to_vec(),
         ops: vec![TxnOp { key: o.key.clone(), seq: o.seq, expect: None, action }],
         kairos: Some(KairosPrepare {
             commit_ts,
             freshness: read,
-            read_only: false,
+            read_only,
             read_vts: vec![read],
+            role,
         }),
     };
     match call_leader(c, client, Some(envelope(g, base)), req) {
@@ -131,7 +185,12 @@ fn prepare(
 
 /// A plain read at the leader: the value and its version timestamp.
 fn read(c: &mut HostCluster, key: &Bytes) -> (Option<Bytes>, Timestamp) {
-    let req = Request::LogRead { table: TABLE.into(), key: key.clone(), min_index: None };
+    read_in(c, TABLE, key)
+}
+
+/// [`read`] in `table`.
+fn read_in(c: &mut HostCluster, table: &str, key: &Bytes) -> (Option<Bytes>, Timestamp) {
+    let req = Request::LogRead { table: table.into(), key: key.clone(), min_index: None };
     match call_leader(c, 2, None, req) {
         Response::LogValue { value, vts, .. } => (value, vts.unwrap_or_default()),
         other => panic!("{key:?}: {other:?}"),
@@ -139,9 +198,13 @@ fn read(c: &mut HostCluster, key: &Bytes) -> (Option<Bytes>, Timestamp) {
 }
 
 fn await_read(c: &mut HostCluster, key: &Bytes, want: (Option<&str>, Timestamp)) {
-    let until = c.now + Duration::from_secs(2);
+    await_read_in(c, TABLE, key, want)
+}
+
+fn await_read_in(c: &mut HostCluster, table: &str, key: &Bytes, want: (Option<&str>, Timestamp)) {
+    let until = c.now + Duration::from_secs(5);
     loop {
-        let (v, vts) = read(c, key);
+        let (v, vts) = read_in(c, table, key);
         if (v.as_deref(), vts) == (want.0.map(str::as_bytes), want.1) {
             return;
         }
@@ -213,4 +276,188 @@ fn a_kairos_client_gone_after_some_prepares_is_aborted_and_installs_nothing() {
     let ts2 = Timestamp::new(2_000, g2.lease_id as u32);
     let vote = prepare(&mut c, 1, &g2, 10, &other_at(&all, 10), 0, write("x"), None, ts2);
     assert_eq!(vote, Vote::Prepared);
+}
+
+// ---- sharded validators (`--validation sharded:V`) ----
+
+/// The objects `(table, key)` of a transaction `base`, in `(table, key)` order, numbered
+/// `base + 1, ...` (rifl.md §5.8.1 T1).
+fn numbered(base: u64, objects: &[(&str, &Bytes)]) -> Vec<TxnObject> {
+    let mut all: Vec<(String, Bytes)> =
+        objects.iter().map(|(t, k)| (t.to_string(), (*k).clone())).collect();
+    all.sort();
+    all.into_iter()
+        .enumerate()
+        .map(|(i, (table, key))| TxnObject { table, key, seq: base + 1 + i as u64 })
+        .collect()
+}
+
+/// Two keys in different data shards and different validators, `a` first in key order.
+fn sharded_keys() -> (Bytes, Bytes) {
+    let a = Bytes::from_static(b"a");
+    let apart = |k: &Bytes, n| shard_of(k, n) != shard_of(&a, n);
+    let b = (0..)
+        .map(|i| Bytes::from(format!("b{i}")))
+        .find(|k| apart(k, SHARDS) && apart(k, VALIDATORS))
+        .unwrap();
+    (a, b)
+}
+
+/// A sharded transaction writing `keys`: a data object and a validator object per key.
+fn sharded_writes(base: u64, keys: &[&Bytes]) -> Vec<TxnObject> {
+    let vt = vtable();
+    let objects: Vec<(&str, &Bytes)> =
+        keys.iter().flat_map(|k| [(SHARDED, *k), (vt.as_str(), *k)]).collect();
+    numbered(base, &objects)
+}
+
+/// What a sharded write prepares at `o`: the value at its data shard, Algorithm 3's
+/// "will write" flag (no value) at its validator.
+fn sharded_action(o: &TxnObject, value: &'static str) -> TxnAction {
+    if o.table == SHARDED {
+        write(value)
+    } else {
+        TxnAction::Delete
+    }
+}
+
+/// The client's decision for object `o` of transaction `base`, at its shard's leader.
+fn decide(c: &mut HostCluster, g: &LeaseStatus, base: u64, o: &TxnObject, decision: Decision) {
+    let (shards, _) = layout(&o.table);
+    let shard = shard_of(&o.key, shards);
+    let req = Request::TxnDecide { table: o.table.clone(), shard, decision, seqs: vec![o.seq] };
+    match call_leader(c, 0, Some(envelope(g, base)), req) {
+        Response::TxnDecided => {}
+        other => panic!("{other:?}"),
+    }
+}
+
+/// The node leading `table`'s shard of `key` (the simulator's view).
+fn leader_of(c: &mut HostCluster, table: &str, key: &Bytes) -> usize {
+    let shard = shard_of(key, layout(table).0);
+    (0..NODES)
+        .find(|&i| {
+            c.operate(i, |h, _| h.shard_replica(table, shard).is_some_and(|r| r.is_leader()))
+                .is_some_and(|(l, _)| l)
+        })
+        .expect("a leader")
+}
+
+/// kairos.md §5.16 as RIFL's recovery, with sharded validators: a client gone after its
+/// prepares is finished by recovery over every object — validator objects and data objects
+/// alike. All four voted `Prepared`: Commit, the values at the data shards and the
+/// validators' `latest_committed` at its timestamp. One object never prepared: Abort,
+/// nothing installed, the late prepare finds `Abort(Recovered)` and the keys are free again.
+#[test]
+fn a_sharded_kairos_client_gone_mid_transaction_is_resolved_by_recovery() {
+    let mut c = cluster_of(3, sharded_def(), None);
+    let vt = vtable();
+    let (a, b) = sharded_keys();
+    let g = lease(&mut c, 0);
+    let all = sharded_writes(1, &[&a, &b]);
+    assert_eq!(all.iter().filter(|o| o.table == vt).count(), 2, "{all:?}");
+    let ts = Timestamp::new(1_000, g.lease_id as u32);
+    for (i, o) in all.iter().enumerate() {
+        let vote = prepare(&mut c, 0, &g, 1, &all, i, sharded_action(o, "v1"), None, ts);
+        assert_eq!(vote, Vote::Prepared, "{o:?}");
+    }
+    // Gone. Reads do not wait (§5.3): the initial version, at the data shard.
+    assert_eq!(read_in(&mut c, SHARDED, &a), (None, Timestamp::ZERO));
+    for k in [&a, &b] {
+        await_read_in(&mut c, SHARDED, k, (Some("v1"), ts));
+        await_read_in(&mut c, &vt, k, (None, ts));
+    }
+    // A second transaction prepares three of its four objects (not `b`'s validator).
+    let g2 = lease(&mut c, 1);
+    let ts2 = Timestamp::new(2_000, g2.lease_id as u32);
+    let all2 = sharded_writes(10, &[&a, &b]);
+    let skipped = all2.iter().position(|o| o.table == vt && o.key == b).unwrap();
+    for (i, o) in all2.iter().enumerate().filter(|(i, _)| *i != skipped) {
+        let vote = prepare(&mut c, 1, &g2, 10, &all2, i, sharded_action(o, "v2"), Some(ts), ts2);
+        assert_eq!(vote, Vote::Prepared, "{o:?}");
+    }
+    c.run_until(c.now + Duration::from_millis(800));
+    let o = &all2[skipped];
+    let late = prepare(&mut c, 1, &g2, 10, &all2, skipped, sharded_action(o, "v2"), Some(ts), ts2);
+    assert_eq!(late, Vote::Abort(AbortReason::Recovered));
+    for k in [&a, &b] {
+        await_read_in(&mut c, SHARDED, k, (Some("v1"), ts));
+        await_read_in(&mut c, &vt, k, (None, ts));
+    }
+    // Released everywhere: a new writer of `a` prepares at its validator and data shard.
+    let g3 = lease(&mut c, 2);
+    let ts3 = Timestamp::new(3_000, g3.lease_id as u32);
+    let all3 = sharded_writes(20, &[&a]);
+    for (i, o) in all3.iter().enumerate() {
+        let vote = prepare(&mut c, 2, &g3, 20, &all3, i, sharded_action(o, "v3"), Some(ts), ts3);
+        assert_eq!(vote, Vote::Prepared, "{o:?}");
+    }
+}
+
+/// K2 (kairos.md §1.2, §6.4) across a validator leader's crash while the two decisions of a
+/// write apply at different times (design.md, "sharded validators"): the validator's state is
+/// its shard's replicated log, so the next leader has it. A write decided at its validator
+/// only: a read of the old value (at the data shard, not decided yet) validates `Stale` at the
+/// new leader. A write decided at its data shard only: a read of the new value validates
+/// `PreparedConflict` (the prepared write survived). Once both apply, the new value validates.
+#[test]
+fn a_validator_leader_crash_mid_transaction_keeps_k2() {
+    for seed in 0..3 {
+        // (Recovery slower than the test: the client decides each object itself.)
+        let mut c = cluster_of(30 + seed, sharded_def(), Some(Duration::from_secs(60)));
+        let vt = vtable();
+        let (a, _) = keys();
+        let gw = lease(&mut c, 0);
+        let gr = lease(&mut c, 1);
+        // A read-only reader of `a` having read version `v`: its one validator object.
+        let mut reader_base = 100;
+        let mut validate_read = |c: &mut HostCluster, v: Timestamp| {
+            reader_base += 10;
+            let r = numbered(reader_base, &[(vt.as_str(), &a)]);
+            prepare(c, 1, &gr, reader_base, &r, 0, TxnAction::Read, Some(v), v)
+        };
+        // W1 prepares `a` at both; its decision reaches the validator only.
+        let ts1 = Timestamp::new(1_000, gw.lease_id as u32);
+        let w1 = sharded_writes(1, &[&a]);
+        for (i, o) in w1.iter().enumerate() {
+            assert_eq!(
+                prepare(&mut c, 0, &gw, 1, &w1, i, sharded_action(o, "v1"), None, ts1),
+                Vote::Prepared
+            );
+        }
+        let seen = read_in(&mut c, SHARDED, &a);
+        assert_eq!(seen, (None, Timestamp::ZERO));
+        let (data, validator) = (&w1[0], &w1[1]);
+        assert_eq!((data.table.as_str(), validator.table.as_str()), (SHARDED, vt.as_str()));
+        decide(&mut c, &gw, 1, validator, Decision::Commit);
+        let victim = leader_of(&mut c, &vt, &a);
+        c.run_until(c.now + Duration::from_millis(5 * seed));
+        c.crash(victim);
+        assert_eq!(validate_read(&mut c, seen.1), Vote::Abort(AbortReason::Stale), "K2");
+        assert_eq!(read_in(&mut c, SHARDED, &a), seen, "the data shard is not decided yet");
+        decide(&mut c, &gw, 1, data, Decision::Commit);
+        await_read_in(&mut c, SHARDED, &a, (Some("v1"), ts1));
+        assert_eq!(validate_read(&mut c, ts1), Vote::Prepared);
+        c.start(victim);
+        c.run_until(c.now + Duration::from_secs(1));
+        // W2: its decision reaches the data shard only; the validator's leader crashes.
+        let ts2 = Timestamp::new(2_000, gw.lease_id as u32);
+        let w2 = sharded_writes(10, &[&a]);
+        for (i, o) in w2.iter().enumerate() {
+            assert_eq!(
+                prepare(&mut c, 0, &gw, 10, &w2, i, sharded_action(o, "v2"), Some(ts1), ts2),
+                Vote::Prepared
+            );
+        }
+        decide(&mut c, &gw, 10, &w2[0], Decision::Commit);
+        await_read_in(&mut c, SHARDED, &a, (Some("v2"), ts2));
+        let victim = leader_of(&mut c, &vt, &a);
+        c.crash(victim);
+        let vote = validate_read(&mut c, ts2);
+        assert_eq!(vote, Vote::Abort(AbortReason::PreparedConflict), "the prepared write survived");
+        decide(&mut c, &gw, 10, &w2[1], Decision::Commit);
+        assert_eq!(validate_read(&mut c, ts2), Vote::Prepared);
+        assert_eq!(validate_read(&mut c, ts1), Vote::Abort(AbortReason::Stale));
+        c.start(victim);
+    }
 }

@@ -379,6 +379,58 @@ pub struct TableDef {
     /// Whether the table takes transactions, and how they are made serializable (extension 3
     /// of `CreateTable` and `Tables`; absent: `None`).
     pub txn: TableTxn,
+    /// Where a Kairos table's transactions are validated (extension 4 of `CreateTable` and
+    /// `Tables`, written only when some table is not `Server`; absent: `Server`).
+    pub validation: TableValidation,
+}
+
+/// Where a Kairos table's transactions are validated (kairos.md §1.3, §3.2).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum TableValidation {
+    /// In each shard's own log (server-side placement, §9.12); also every non-Kairos table.
+    #[default]
+    Server,
+    /// By `V` validators, `validator(key) = hash(key) mod V` (§1.3 "CV", §4): the shards of
+    /// the companion table [`validators_table`], created with this one. This table's shards
+    /// only replicate the writes (§5.5 `ReplicateReq`).
+    Sharded(u32),
+    /// This table is a Kairos table's companion: its shards are the validators of the table
+    /// [`validated_table`] names (validate-only: no values, only timestamps).
+    Validators,
+}
+
+/// The most validators of a `--validation sharded:V` table (each is a shard of its companion
+/// table, so the shard bound holds for it too).
+pub const MAX_VALIDATORS: u32 = 64;
+
+/// The suffix of a companion validator table's name (not a character user names may have).
+pub const VALIDATORS_SUFFIX: &str = ".validators";
+
+/// The companion table holding the validators of the sharded Kairos table `table`.
+pub fn validators_table(table: &str) -> String {
+    format!("{table}{VALIDATORS_SUFFIX}")
+}
+
+/// The table whose validators the companion table `companion` holds (`None`: not a
+/// companion's name).
+pub fn validated_table(companion: &str) -> Option<&str> {
+    companion.strip_suffix(VALIDATORS_SUFFIX).filter(|t| !t.is_empty())
+}
+
+impl TableDef {
+    /// A sharded Kairos table's companion (its validators, kairos.md §3.2 "CV"): as durable
+    /// and read at the leader as the table (a vote must be durable before it is answered),
+    /// one shard per validator, the same timers and preferred leaders. `None` for any other
+    /// table.
+    pub fn validators_def(&self) -> Option<TableDef> {
+        let TableValidation::Sharded(v) = self.validation else { return None };
+        Some(TableDef {
+            name: validators_table(&self.name),
+            shards: v,
+            validation: TableValidation::Validators,
+            ..self.clone()
+        })
+    }
 }
 
 /// A table's transactions (issue #18: tables opt in at creation).
@@ -1332,18 +1384,32 @@ impl Decode for TableDef {
             timers: TableTimers::Default,
             leaders: Vec::new(),
             txn: TableTxn::None,
+            validation: TableValidation::Server,
         })
     }
 }
 
 /// The extensions of the messages carrying table definitions: 1, each one's timer preset;
-/// 2, each one's preferred leaders.
+/// 2, each one's preferred leaders; 3, its transactions; 4, where a Kairos table validates.
 fn put_table_extension(out: &mut BytesMut, defs: &[TableDef]) {
     put_extension_each(out, defs, |o, d| o.put_u8(enum_code(&TIMERS, d.timers)));
     put_extension_each(out, defs, |o, d| put_seq(o, &d.leaders, |o, n| n.encode(o)));
     // Extension 3 only when some table takes transactions: an older node reads the rest.
-    if defs.iter().any(|d| d.txn != TableTxn::None) {
+    // (Extension 4 needs it before it: a table not validated server-side is a Kairos one.)
+    let validation = defs.iter().any(|d| d.validation != TableValidation::Server);
+    if validation || defs.iter().any(|d| d.txn != TableTxn::None) {
         put_extension_each(out, defs, |o, d| o.put_u8(enum_code(&TXNS, d.txn)));
+    }
+    // Extension 4 only when some table is not validated server-side (kairos.md §1.3).
+    if validation {
+        put_extension_each(out, defs, |o, d| match d.validation {
+            TableValidation::Server => o.put_u8(0),
+            TableValidation::Sharded(v) => {
+                o.put_u8(1);
+                o.put_u32_le(v);
+            }
+            TableValidation::Validators => o.put_u8(2),
+        });
     }
 }
 fn get_table_extension(r: &mut Reader, defs: &mut [TableDef]) -> Result<(), DecodeError> {
@@ -1357,6 +1423,15 @@ fn get_table_extension(r: &mut Reader, defs: &mut [TableDef]) -> Result<(), Deco
     })?;
     r.extension_each(defs, |r, d| {
         d.txn = enum_from(&TXNS, r.u8()?, "table transactions")?;
+        Ok(())
+    })?;
+    r.extension_each(defs, |r, d| {
+        d.validation = match r.u8()? {
+            0 => TableValidation::Server,
+            1 => TableValidation::Sharded(r.u32()?),
+            2 => TableValidation::Validators,
+            v => return Err(DecodeError::Invalid { what: "table validation", value: v as u64 }),
+        };
         Ok(())
     })
 }

@@ -14,7 +14,9 @@ use crate::codec::{
     Reader,
 };
 use crate::ids::NodeId;
-use crate::txn::{Decision, DecisionRecord, KairosKey, Lock, Prepare, Timestamp, TxnId, Vote};
+use crate::txn::{
+    Decision, DecisionRecord, KairosKey, KairosRole, Lock, Prepare, Timestamp, TxnId, Vote,
+};
 
 pub mod log_tag {
     pub const APPEND_ENTRIES: u8 = 0x90;
@@ -453,6 +455,9 @@ mod op_tag {
     pub const PREPARE_KAIROS: u8 = 14;
     /// `Install` (as tag 8) followed by the Kairos validator section.
     pub const INSTALL_WITH_KAIROS: u8 = 15;
+    /// A sharded Kairos table's prepare (validator or data shard): as tag 14, then the
+    /// role's byte (`KairosPrepare::role`).
+    pub const PREPARE_KAIROS_ROLE: u8 = 16;
 }
 
 mod expect_tag {
@@ -656,8 +661,11 @@ impl Encode for LogEntry {
             | LogOp::Decided(_)
             | LogOp::Resolved(_) => {
                 out.put_u8(match &self.op {
-                    LogOp::Prepare(p) if p.kairos.is_some() => op_tag::PREPARE_KAIROS,
-                    LogOp::Prepare(_) => op_tag::PREPARE,
+                    LogOp::Prepare(p) => match &p.kairos {
+                        None => op_tag::PREPARE,
+                        Some(k) if k.role == KairosRole::Full => op_tag::PREPARE_KAIROS,
+                        Some(_) => op_tag::PREPARE_KAIROS_ROLE,
+                    },
                     LogOp::Decide { .. } => op_tag::DECIDE,
                     LogOp::RequestAbort { .. } => op_tag::REQUEST_ABORT,
                     LogOp::Decided(_) => op_tag::DECIDED,
@@ -691,8 +699,13 @@ impl Decode for LogEntry {
             }
             op_tag::COND => LogOp::Cond { expect: Expect::decode(r)?, put: get_value(r)? },
             op_tag::ADD => LogOp::Add(r.i64()?),
-            op_tag::PREPARE => LogOp::Prepare(Box::new(Prepare::decode_fields(r, false)?)),
-            op_tag::PREPARE_KAIROS => LogOp::Prepare(Box::new(Prepare::decode_fields(r, true)?)),
+            op_tag::PREPARE => LogOp::Prepare(Box::new(Prepare::decode_fields(r, false, false)?)),
+            op_tag::PREPARE_KAIROS => {
+                LogOp::Prepare(Box::new(Prepare::decode_fields(r, true, false)?))
+            }
+            op_tag::PREPARE_KAIROS_ROLE => {
+                LogOp::Prepare(Box::new(Prepare::decode_fields(r, true, true)?))
+            }
             op_tag::DECIDE => LogOp::Decide {
                 txn: TxnId::decode(r)?,
                 decision: Decision::decode(r)?,

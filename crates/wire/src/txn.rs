@@ -68,24 +68,71 @@ pub struct KairosPrepare {
     pub read_only: bool,
     /// Per op of the prepare, in order: the `vts` read.
     pub read_vts: Vec<Option<Timestamp>>,
+    /// What the participant does with it (a trailing byte, written only when not `Full`).
+    pub role: KairosRole,
 }
 
+/// A Kairos participant's part in a prepare (kairos.md §4, §5.5, §5.6).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum KairosRole {
+    /// Server-side validation (§9.12): the shard validates its keys and holds their values.
+    #[default]
+    Full,
+    /// A sharded table's validator (§4 `ValidateReq`, §5.6): Algorithm 3 over the keys read
+    /// (with their `vts`) and written (the "will write" flag; no value), no values kept.
+    Validate,
+    /// A sharded table's data shard (§4 `ReplicateReq`, §5.5): stores the write set and locks
+    /// it; validates nothing (no read version slots).
+    Replicate,
+}
+
+impl KairosPrepare {
+    /// The fields; `role`: whether the role's byte follows them (else `Full`).
+    pub fn decode_fields(r: &mut Reader, role: bool) -> Result<Self, DecodeError> {
+        Ok(KairosPrepare {
+            commit_ts: Timestamp::decode(r)?,
+            freshness: r.option(Timestamp::decode)?,
+            read_only: r.bool()?,
+            read_vts: r.seq(|r| r.option(Timestamp::decode))?,
+            role: if role { KairosRole::decode(r)? } else { KairosRole::Full },
+        })
+    }
+}
+
+impl Decode for KairosRole {
+    fn decode(r: &mut Reader) -> Result<Self, DecodeError> {
+        Ok(match r.u8()? {
+            0 => KairosRole::Full,
+            1 => KairosRole::Validate,
+            2 => KairosRole::Replicate,
+            v => return Err(DecodeError::Invalid { what: "kairos role", value: v as u64 }),
+        })
+    }
+}
+
+/// The role's byte only when it is not `Full`, so a server-side prepare keeps its encoding
+/// (a log entry's tag says whether the byte is there: 14 without, 16 with).
 impl Encode for KairosPrepare {
     fn encode(&self, out: &mut BytesMut) {
         self.commit_ts.encode(out);
         crate::codec::put_option(out, &self.freshness, |o, t| t.encode(o));
         crate::codec::put_bool(out, self.read_only);
         put_seq(out, &self.read_vts, |o, v| crate::codec::put_option(o, v, |o, t| t.encode(o)));
+        match self.role {
+            KairosRole::Full => {}
+            KairosRole::Validate => out.put_u8(1),
+            KairosRole::Replicate => out.put_u8(2),
+        }
     }
 }
+/// As the last field of a message: the role's byte, if any, is what is left.
 impl Decode for KairosPrepare {
     fn decode(r: &mut Reader) -> Result<Self, DecodeError> {
-        Ok(KairosPrepare {
-            commit_ts: Timestamp::decode(r)?,
-            freshness: r.option(Timestamp::decode)?,
-            read_only: r.bool()?,
-            read_vts: r.seq(|r| r.option(Timestamp::decode))?,
-        })
+        let mut k = KairosPrepare::decode_fields(r, false)?;
+        if r.has_more() {
+            k.role = KairosRole::decode(r)?;
+        }
+        Ok(k)
     }
 }
 
@@ -272,14 +319,15 @@ impl Encode for Prepare {
     }
 }
 impl Prepare {
-    /// `kairos`: whether the Kairos fields follow RIFL's.
-    pub fn decode_fields(r: &mut Reader, kairos: bool) -> Result<Self, DecodeError> {
+    /// `kairos`: whether the Kairos fields follow RIFL's; `role`: whether their role byte
+    /// follows them.
+    pub fn decode_fields(r: &mut Reader, kairos: bool, role: bool) -> Result<Self, DecodeError> {
         Ok(Prepare {
             txn: TxnId::decode(r)?,
             all: r.seq(TxnObject::decode)?,
             ops: r.seq(TxnOp::decode)?,
             whole: r.bool()?,
-            kairos: if kairos { Some(KairosPrepare::decode(r)?) } else { None },
+            kairos: if kairos { Some(KairosPrepare::decode_fields(r, role)?) } else { None },
         })
     }
 }

@@ -274,7 +274,7 @@ fn tags_are_the_documented_ones_and_index_orders_by_epoch_first() {
 /// Kairos section): a log written before Kairos replays, and its bytes are unchanged.
 #[test]
 fn rifl_prepares_and_snapshots_without_kairos_keep_their_old_tags() {
-    use strata_wire::txn::{KairosKey, KairosPrepare, Prepare, Timestamp, TxnId};
+    use strata_wire::txn::{KairosKey, KairosPrepare, KairosRole, Prepare, Timestamp, TxnId};
     use strata_wire::{Decode, Encode};
     let txn = TxnId { client_id: 1, base: 2 };
     let prepare = Prepare { txn, all: vec![], ops: vec![], whole: true, kairos: None };
@@ -300,9 +300,16 @@ fn rifl_prepares_and_snapshots_without_kairos_keep_their_old_tags() {
         freshness: None,
         read_only: false,
         read_vts: vec![],
+        role: KairosRole::Full,
     };
-    let kp = Prepare { kairos: Some(kairos), ..prepare };
+    let kp = Prepare { kairos: Some(kairos.clone()), ..prepare.clone() };
     assert_eq!(tag_of(&entry(LogOp::Prepare(Box::new(kp)))), 14);
+    // A sharded table's prepares (validator, data shard) carry their role: tag 16.
+    for role in [KairosRole::Validate, KairosRole::Replicate] {
+        let k = KairosPrepare { role, ..kairos.clone() };
+        let kp = Prepare { kairos: Some(k), ..prepare.clone() };
+        assert_eq!(tag_of(&entry(LogOp::Prepare(Box::new(kp)))), 16);
+    }
     let snap = Snapshot::default();
     assert_eq!(tag_of(&entry(LogOp::Install(Box::new(snap.clone())))), 8);
     let key = KairosKey {

@@ -13,9 +13,11 @@ use strata_wire::client::{
     request_tag, response_tag, shard_of, table_id, ClientRequest, ClientResponse, ConnectionStats,
     LogFailure, LogWriteOp, NodeStatus, Request, Response, ShardRole, ShardStatus, TableDef,
     TableDurability, TableEngine, TableReads, TableReplication, TableTimers, TableTxn,
+    TableValidation,
 };
 use strata_wire::log::{LogIndex, LogMessage};
 use strata_wire::peer::{peer_tag, PeerMessage};
+use strata_wire::txn::KairosRole;
 use strata_wire::{
     decode_frame, decode_message, encode_frame, ClusterId, DecodeError, Encode, NodeId,
 };
@@ -58,18 +60,31 @@ fn table_def() -> impl Strategy<Value = TableDef> {
         prop_oneof![Just(TableReads::Leader), Just(TableReads::ActiveSet), Just(TableReads::Any)];
     let timers = prop_oneof![Just(TableTimers::Default), Just(TableTimers::Geo)];
     let leaders = prop::collection::vec(any::<u32>().prop_map(NodeId), 0..4);
-    let txn = prop_oneof![Just(TableTxn::None), Just(TableTxn::Rifl), Just(TableTxn::Kairos)];
+    let validation = prop_oneof![
+        Just(TableValidation::Server),
+        any::<u32>().prop_map(TableValidation::Sharded),
+        Just(TableValidation::Validators)
+    ];
+    // (Only a Kairos table is validated anywhere but in its shards.)
+    let txn = prop_oneof![
+        Just((TableTxn::None, TableValidation::Server)),
+        Just((TableTxn::Rifl, TableValidation::Server)),
+        validation.prop_map(|v| (TableTxn::Kairos, v))
+    ];
     (name(), durability, replication, reads, any::<u32>(), timers, leaders, txn).prop_map(
-        |(name, durability, replication, reads, shards, timers, leaders, txn)| TableDef {
-            name,
-            engine: TableEngine::Log,
-            durability,
-            replication,
-            reads,
-            shards,
-            timers,
-            leaders,
-            txn,
+        |(name, durability, replication, reads, shards, timers, leaders, (txn, validation))| {
+            TableDef {
+                name,
+                engine: TableEngine::Log,
+                durability,
+                replication,
+                reads,
+                shards,
+                timers,
+                leaders,
+                txn,
+                validation,
+            }
         },
     )
 }
@@ -234,15 +249,17 @@ proptest! {
         msg.encode(&mut b);
         let older_version = match &msg.body {
             Request::CreateTable { def } => {
-                let ext3 = if def.txn == TableTxn::None { 0 } else { 5 };
+                let ext4 = ext4(std::slice::from_ref(def));
+                let ext3 = ext4 + if def.txn == TableTxn::None { 0 } else { 5 };
                 let ext2 = 8 + 4 * def.leaders.len();
-                [ext3, ext3 + ext2, ext3 + ext2 + 5].iter().any(|e| cut + e == b.len())
+                [ext4, ext3, ext3 + ext2, ext3 + ext2 + 5].iter().any(|e| cut + e == b.len())
             }
-            // A RIFL prepare is a Kairos prepare without its trailing extension.
+            // A RIFL prepare is a Kairos prepare without its trailing extension, and a
+            // server-side Kairos prepare one without its role's byte.
             Request::TxnPrepare { kairos: Some(k), .. } => {
                 let mut kb = BytesMut::new();
                 k.encode(&mut kb);
-                cut + kb.len() == b.len()
+                cut + kb.len() == b.len() || (k.role != KairosRole::Full && cut + 1 == b.len())
             }
             _ => false,
         };
@@ -297,6 +314,7 @@ fn cad_table(timers: TableTimers) -> TableDef {
         timers,
         leaders: vec![],
         txn: Default::default(),
+        validation: Default::default(),
     }
 }
 
@@ -340,6 +358,18 @@ fn crc32c_of(data: &[u8]) -> u32 {
 
 /// A message's payload with its last `cut` bytes removed: what an encoder of the first
 /// version (before the trailing extension) sent.
+/// The size of `CreateTable`'s or `Tables`'s extension 4 (where Kairos tables validate): only
+/// when some table is not validated server-side, a u32 count, then per definition a byte and,
+/// for `Sharded`, a u32.
+fn ext4(defs: &[TableDef]) -> usize {
+    if defs.iter().all(|d| d.validation == TableValidation::Server) {
+        return 0;
+    }
+    let each =
+        |d: &TableDef| if matches!(d.validation, TableValidation::Sharded(_)) { 5 } else { 1 };
+    4 + defs.iter().map(each).sum::<usize>()
+}
+
 fn without_extension<M: Encode>(msg: &M, cut: usize) -> Bytes {
     let mut b = BytesMut::new();
     msg.encode(&mut b);
@@ -423,16 +453,20 @@ proptest! {
     /// later ones with what the earlier carry.
     #[test]
     fn table_defs_from_before_the_extensions_decode(defs in prop::collection::vec(table_def(), 1..3)) {
-        let no_txn = |d: TableDef| TableDef { txn: TableTxn::None, ..d };
+        let no_validation = |d: TableDef| TableDef { validation: TableValidation::Server, ..d };
+        let no_txn = |d: TableDef| TableDef { txn: TableTxn::None, ..no_validation(d) };
         let no_leaders = |d: TableDef| TableDef { leaders: vec![], ..no_txn(d) };
         let oldest = |d: TableDef| TableDef { timers: TableTimers::Default, ..no_leaders(d) };
         // Extension 1: a u32 count, then one byte per definition; extension 2: a u32 count,
         // then per definition a u32 count and 4 bytes per leader; extension 3 (only when a
-        // table takes transactions): a u32 count and a byte per definition.
-        let ext3 = |ds: &[TableDef]| if ds.iter().any(|d| d.txn != TableTxn::None) { 4 + ds.len() } else { 0 };
+        // table takes transactions): a u32 count and a byte per definition; extension 4 (only
+        // when a table is not validated server-side) after it.
+        let ext3 = |ds: &[TableDef]| if ds.iter().any(|d| d.txn != TableTxn::None) { 4 + ds.len() + ext4(ds) } else { 0 };
         let ext2 = |ds: &[TableDef]| 4 + ds.iter().map(|d| 4 + 4 * d.leaders.len()).sum::<usize>();
         let create = ClientRequest { corr: 1, rifl: None, body: Request::CreateTable { def: defs[0].clone() } };
         let one = &defs[..1];
+        let body = decode_message::<ClientRequest>(without_extension(&create, ext4(one))).unwrap().body;
+        prop_assert_eq!(body, Request::CreateTable { def: no_validation(defs[0].clone()) });
         let body = decode_message::<ClientRequest>(without_extension(&create, ext3(one))).unwrap().body;
         prop_assert_eq!(body, Request::CreateTable { def: no_txn(defs[0].clone()) });
         let body = decode_message::<ClientRequest>(without_extension(&create, ext3(one) + ext2(one))).unwrap().body;

@@ -147,6 +147,7 @@ impl HostKnobs {
             timers: TableTimers::Default,
             leaders: self.preferred_leaders.clone(),
             txn: Default::default(),
+            validation: Default::default(),
         }
     }
 }

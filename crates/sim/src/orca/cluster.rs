@@ -163,6 +163,7 @@ fn catalog() -> Vec<u8> {
         timers: TableTimers::Default,
         leaders: Vec::new(),
         txn: Default::default(),
+        validation: Default::default(),
     };
     encode([&Catalogued { def, moved: BTreeMap::new() }])
 }

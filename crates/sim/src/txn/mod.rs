@@ -172,6 +172,7 @@ pub fn table_def(shards: u32) -> TableDef {
         timers: TableTimers::Default,
         leaders: Vec::new(),
         txn: TableTxn::Rifl,
+        validation: Default::default(),
     }
 }
 

@@ -8,8 +8,8 @@ use strata_wire::log::{
     ClientRecords, Completion, Expect, LogIndex, ShardMove, Snapshot, WriteOutcome,
 };
 use strata_wire::txn::{
-    AbortReason, Decision, DecisionRecord, KairosKey, KairosPrepare, Lock, Prepare, Timestamp,
-    TxnAction, TxnId, TxnObject, TxnOp, Vote,
+    AbortReason, Decision, DecisionRecord, KairosKey, KairosPrepare, KairosRole, Lock, Prepare,
+    Timestamp, TxnAction, TxnId, TxnObject, TxnOp, Vote,
 };
 use strata_wire::NodeId;
 
@@ -89,12 +89,18 @@ pub fn kairos_prepare() -> impl Strategy<Value = KairosPrepare> {
         proptest::option::of(timestamp()),
         any::<bool>(),
         prop::collection::vec(proptest::option::of(timestamp()), 0..3),
+        prop_oneof![
+            Just(KairosRole::Full),
+            Just(KairosRole::Validate),
+            Just(KairosRole::Replicate)
+        ],
     )
-        .prop_map(|(commit_ts, freshness, read_only, read_vts)| KairosPrepare {
+        .prop_map(|(commit_ts, freshness, read_only, read_vts, role)| KairosPrepare {
             commit_ts,
             freshness,
             read_only,
             read_vts,
+            role,
         })
 }
 
