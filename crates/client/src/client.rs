@@ -46,6 +46,9 @@ pub struct ClientOptions {
     /// (`strata_tls::ClientTls::from_dir("strata-data/tls")` loads what `strata up` made).
     /// `None`: plain TCP, for nodes started with `--insecure-plaintext`.
     pub tls: Option<strata_tls::ClientTls>,
+    /// Kairos tables (kairos.md §5.2, §5.14): a cache of cacheable keys shared by this
+    /// client's transactions, and its lease policy. `None` (the default): no cache.
+    pub kairos_cache: Option<crate::KairosCacheOptions>,
 }
 
 impl Default for ClientOptions {
@@ -58,6 +61,7 @@ impl Default for ClientOptions {
             exactly_once: true,
             retry_for: Duration::from_secs(30),
             tls: None,
+            kairos_cache: None,
         }
     }
 }
@@ -82,6 +86,8 @@ pub(crate) struct Shared {
     cursor: AtomicUsize,
     /// The transactions' lease, window and routing (`txn`), made on first use.
     txns: std::sync::OnceLock<Arc<crate::txn::TxnShared>>,
+    /// The Kairos cache of `opts.kairos_cache` (`kairos_cache`), made on first use.
+    kairos_cache: std::sync::OnceLock<Option<Arc<crate::kairos_cache::KairosCache>>>,
 }
 
 /// The client side of RIFL (rifl.md §3.1): a lease (its id is the RIFL client id) and a
@@ -171,6 +177,22 @@ impl Client {
                 Arc::new(crate::txn::TxnShared::new(RiflClient::new(keeper)))
             })
             .clone()
+    }
+
+    /// The Kairos cache, if `ClientOptions::kairos_cache` asks for one (made on first use,
+    /// on the caller's runtime).
+    pub(crate) fn kairos_cache(&self) -> Option<Arc<crate::kairos_cache::KairosCache>> {
+        let s = &self.shared;
+        let make = |o: &crate::KairosCacheOptions| {
+            Arc::new(crate::kairos_cache::KairosCache::new(o.clone()))
+        };
+        s.kairos_cache.get_or_init(|| s.opts.kairos_cache.as_ref().map(make)).clone()
+    }
+
+    /// What the Kairos cache did so far (`None` without one): hits, misses, stale hits caught
+    /// by validation, invalidations received.
+    pub fn kairos_cache_stats(&self) -> Option<crate::KairosCacheStats> {
+        self.kairos_cache().map(|c| c.stats())
     }
 
     pub fn options(&self) -> &ClientOptions {
@@ -265,6 +287,7 @@ impl Shared {
             pushes,
             cursor: AtomicUsize::new(cursor),
             txns: std::sync::OnceLock::new(),
+            kairos_cache: std::sync::OnceLock::new(),
         }
     }
 

@@ -28,10 +28,11 @@ use strata_wire::counter;
 use strata_wire::log::{Expect, LogIndex, WriteOutcome};
 use strata_wire::txn::Timestamp;
 use strata_wire::{NodeId, Rifl, RpcId};
+use tokio::sync::broadcast;
 use tokio::time::Instant;
 
 use crate::client::ClientOptions;
-use crate::conn::{Conn, ConnHandle};
+use crate::conn::{Conn, ConnHandle, Push};
 use crate::error::ClientError;
 use crate::lease::LeaseKeeper;
 use crate::session::unexpected;
@@ -82,6 +83,9 @@ pub struct LogRead {
     /// A Kairos table's version timestamp of the value (kairos.md §0 `vts`; `ZERO` for a key
     /// never written by a transaction, and for any other table).
     pub vts: Timestamp,
+    /// A Kairos key's `W` (kairos.md §5.10): the mean gap between its last committed
+    /// writes' timestamps, in nanoseconds, once it has two; `None` otherwise.
+    pub w_mean_ns: Option<u64>,
 }
 
 #[derive(Clone)]
@@ -109,6 +113,9 @@ pub struct Table {
     client_id: u64,
     next_seq: u64,
     cursor: usize,
+    /// Where the connections this handle opens send the nodes' pushes (the Kairos cache's
+    /// invalidations, kairos.md §5.14.2); `None`: dropped.
+    pushes: Option<broadcast::Sender<Push>>,
 }
 
 /// What went wrong at the last attempt, for the error returned once retries run out.
@@ -133,7 +140,27 @@ impl Table {
             opts,
             client_id: 0,
             next_seq: 0,
+            pushes: None,
         }
+    }
+
+    /// The connections this handle opens from now on hand the nodes' pushes to `pushes`.
+    pub(crate) fn set_pushes(&mut self, pushes: broadcast::Sender<Push>) {
+        self.pushes = Some(pushes);
+    }
+
+    /// The connection to the endpoint believed to lead `shard`, if open.
+    pub(crate) fn leader_conn(&self, shard: u32) -> Option<Arc<ConnHandle>> {
+        let i = (*self.leader.get(shard as usize)?)?;
+        self.nodes[i].conn.clone()
+    }
+
+    /// [`Table::get`] at the believed leader, asking it to register this connection as a
+    /// sharer of `key` (kairos.md §5.14.2: a Kairos table's explicit invalidation).
+    pub(crate) async fn get_sharing(&mut self, key: Bytes) -> Result<LogRead, ClientError> {
+        let shard = self.shard_of(&key) as usize;
+        let start = self.leader[shard].unwrap_or(self.cursor);
+        self.read(key, start, true).await
     }
 
     pub fn def(&self) -> &TableDef {
@@ -274,7 +301,7 @@ impl Table {
                 self.cursor
             }
         };
-        self.read(key, start).await
+        self.read(key, start, false).await
     }
 
     /// Reads `key` starting at endpoint `node` (an index into the client's endpoints); if that
@@ -284,7 +311,7 @@ impl Table {
         key: impl Into<Bytes>,
         node: usize,
     ) -> Result<LogRead, ClientError> {
-        self.read(key.into(), node % self.nodes.len()).await
+        self.read(key.into(), node % self.nodes.len(), false).await
     }
 
     /// One attempt to read `key` at endpoint `node`, without retries or moving elsewhere: the
@@ -303,6 +330,7 @@ impl Table {
             table: self.def.name.clone(),
             key,
             min_index: self.last_write[shard],
+            sharer: false,
         };
         let deadline = Instant::now() + self.retry_for();
         match self.call(node, None, req, deadline).await {
@@ -330,12 +358,12 @@ impl Table {
         reply: Response,
     ) -> Result<LogRead, ClientError> {
         match reply {
-            Response::LogValue { value, update_index, served_by, epoch, vts } => {
+            Response::LogValue { value, update_index, served_by, epoch, vts, w_mean_ns } => {
                 if self.def.reads == strata_wire::client::TableReads::Leader {
                     self.leader[shard] = Some(node);
                 }
                 let vts = vts.unwrap_or(Timestamp::ZERO);
-                Ok(LogRead { value, update_index, served_by, epoch, vts })
+                Ok(LogRead { value, update_index, served_by, epoch, vts, w_mean_ns })
             }
             other => Err(unexpected(other)),
         }
@@ -477,7 +505,12 @@ impl Table {
         }
     }
 
-    async fn read(&mut self, key: Bytes, start: usize) -> Result<LogRead, ClientError> {
+    async fn read(
+        &mut self,
+        key: Bytes,
+        start: usize,
+        sharer: bool,
+    ) -> Result<LogRead, ClientError> {
         let shard = self.shard_of(&key) as usize;
         let deadline = Instant::now() + self.retry_for();
         let mut target = start;
@@ -488,6 +521,7 @@ impl Table {
                 table: self.def.name.clone(),
                 key: key.clone(),
                 min_index: self.last_write[shard],
+                sharer,
             };
             let mut backoff = true;
             match self.call(target, None, req, deadline).await {
@@ -573,7 +607,9 @@ impl Table {
             return Ok(c.clone());
         }
         let addr = self.nodes[i].addr;
-        let conn = Conn::open(addr, &self.opts).await.map_err(|e| e.into_client_error(addr))?;
+        let conn = Conn::open_with_pushes(addr, &self.opts, self.pushes.clone())
+            .await
+            .map_err(|e| e.into_client_error(addr))?;
         if self.nodes[i].id.is_none() {
             match conn.call(Request::Status, Some(self.opts.connect_timeout)).await? {
                 Response::Status(s) => self.nodes[i].id = Some(s.node),

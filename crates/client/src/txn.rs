@@ -26,7 +26,7 @@
 //!   transaction's prepare never waits for one: the object votes `Abort(Locked)` and
 //!   `run_txn` retries the whole transaction with back-off.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
@@ -153,6 +153,8 @@ pub struct Transaction {
     reads: BTreeMap<(String, Bytes), (Option<Bytes>, LogIndex, Timestamp)>,
     /// `(table, key)` -> the buffered write (`None`: delete).
     writes: BTreeMap<(String, Bytes), Option<Bytes>>,
+    /// The reads served by the Kairos cache (`kairos_cache`).
+    cache_hits: BTreeSet<(String, Bytes)>,
 }
 
 /// One participant's part: a shard of a table and its operations.
@@ -164,7 +166,12 @@ struct Part {
 
 impl Transaction {
     pub(crate) fn new(client: Client) -> Transaction {
-        Transaction { client, reads: BTreeMap::new(), writes: BTreeMap::new() }
+        Transaction {
+            client,
+            reads: BTreeMap::new(),
+            writes: BTreeMap::new(),
+            cache_hits: BTreeSet::new(),
+        }
     }
 
     /// The value of `key` in `table` as this transaction sees it: its own buffered write, else
@@ -183,7 +190,17 @@ impl Transaction {
             return Ok(v.clone());
         }
         let mut t = self.client.txn_table(table).await?;
-        let r = t.get(id.1.clone()).await?;
+        let cache = self.client.kairos_cache().filter(|_| t.def().txn == TableTxn::Kairos);
+        let Some(cache) = cache else {
+            let r = t.get(id.1.clone()).await?;
+            self.reads.insert(id, (r.value.clone(), r.update_index, r.vts));
+            return Ok(r.value);
+        };
+        // kairos.md §5.2 steps 3-4 (`kairos_cache`); `fts = vts` until watermarks.
+        let r = cache.read(&mut t, id.1.clone()).await?;
+        if r.hit {
+            self.cache_hits.insert(id.clone());
+        }
         self.reads.insert(id, (r.value.clone(), r.update_index, r.vts));
         Ok(r.value)
     }
@@ -292,6 +309,10 @@ impl Transaction {
                     .unwrap_or(AbortReason::Conflict),
             },
         };
+        // kairos.md §5.5: the cache drops what the votes and the writes made old.
+        if let Some(cache) = self.client.kairos_cache().filter(|_| kairos.is_some()) {
+            cache.after_decision(decision, &all, &votes, self.writes.keys(), &self.cache_hits);
+        }
         // T7: nothing to decide for a validation or a prepare that decided at once.
         if read_only || (parts.len() == 1 && decided) {
             shared.complete(lease.client_id, base);
@@ -514,6 +535,9 @@ impl Client {
             return Err(ClientError::InvalidArgument(format!(
                 "table {table:?} does not take transactions (create it with --txn rifl or --txn kairos)"
             )));
+        }
+        if let Some(cache) = self.kairos_cache().filter(|_| t.def().txn == TableTxn::Kairos) {
+            cache.attach(&mut t); // explicit invalidation's pushes
         }
         t.connect_all().await;
         let mut tables = shared.tables.lock().unwrap_or_else(|e| e.into_inner());

@@ -712,3 +712,197 @@ fn blocking_transactions_from_threads_keep_the_total() {
     assert_eq!(check.commit().unwrap(), TxnOutcome::Committed);
     assert_eq!((x, y), (50 - 30 + 10 + 100, 50 + 30 - 10), "every transfer exactly once");
 }
+
+/// The shard replicas of `table`'s shard 0, one per node that answered.
+async fn table_shards(endpoints: &[SocketAddr], table: &str) -> Vec<ShardStatus> {
+    let mut shards = Vec::new();
+    for &addr in endpoints {
+        if let Ok(c) = Client::connect_node(addr, opts()).await {
+            if let Ok(s) = c.status().await {
+                shards.extend(s.shards.into_iter().filter(|s| s.table == table && s.shard == 0));
+            }
+        }
+    }
+    shards
+}
+
+/// Reads served by `table`'s shard-0 leader so far.
+async fn leader_reads(endpoints: &[SocketAddr], table: &str) -> u64 {
+    leader_of(&table_shards(endpoints, table).await).expect("a leader").reads_served
+}
+
+/// A client of `endpoints` whose Kairos cache uses `policy`.
+async fn caching_client(endpoints: &[SocketAddr], policy: strata_client::LeasePolicy) -> Client {
+    let cache = strata_client::KairosCacheOptions::new(policy, 100);
+    let opts = ClientOptions { kairos_cache: Some(cache), ..opts() };
+    Client::connect(endpoints, opts).await.unwrap()
+}
+
+/// One transaction of `client` reading `key` of `table` (and writing `also`, if given):
+/// the value read and the outcome.
+async fn read_txn(
+    client: &Client,
+    table: &str,
+    key: &str,
+    also: Option<(&str, &str)>,
+) -> (Option<bytes::Bytes>, strata_client::TxnOutcome) {
+    let mut tx = client.transaction();
+    let v = tx.read(table, key.to_string()).await.unwrap();
+    if let Some((k, v)) = also {
+        tx.write(table, k.to_string(), v.to_string());
+    }
+    (v, tx.commit_and_sync().await.unwrap())
+}
+
+/// A blind write of `key = value` in `table`, committed and applied.
+async fn put_txn(client: &Client, table: &str, key: &str, value: &str) {
+    let mut tx = client.transaction();
+    tx.write(table, key.to_string(), value.to_string());
+    assert_eq!(tx.commit_and_sync().await.unwrap(), strata_client::TxnOutcome::Committed);
+}
+
+/// Polls `cond` every 10 ms for up to 10 s.
+async fn eventually(what: &str, mut cond: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !cond() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// The Kairos client cache under self-invalidating leases (kairos.md §5.2, §5.5, §5.10,
+/// §5.12, §7 inv. 3, 10, 12), on three in-process nodes. With `Fixed(60 s)` a second
+/// transaction's read of a hot key is a hit and the leader serves no read for it; a value
+/// made stale by another client's commit is still served from the cache, and both an RW and
+/// an RO transaction that read it abort `Stale` (no stale read commits), the entry is dropped
+/// and the retry reads the new value and commits. A `Fixed(300 ms)` lease expires and the
+/// next read fetches again. `W` appears after a key's second commit and `Ideal` then caches
+/// it. The servers keep no sharer state and push nothing in lease mode.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kairos_cache_serves_hot_keys_and_validation_rejects_its_stale_hits() {
+    use strata_client::{AbortReason, LeasePolicy, TxnOutcome};
+    let (cfgs, _nodes) = cluster().await;
+    let endpoints: Vec<SocketAddr> = cfgs.iter().map(|c| c.client_addr).collect();
+    for &addr in &endpoints {
+        let c = Client::connect_node(addr, opts()).await.unwrap();
+        c.create_table(kairos_table("kc", 1)).await.unwrap();
+    }
+    let writer = Client::connect(&endpoints, opts()).await.unwrap();
+    assert_eq!(writer.kairos_cache_stats(), None, "no cache unless asked for");
+    put_txn(&writer, "kc", "hot", "1").await;
+    let reader = caching_client(&endpoints, LeasePolicy::Fixed(Duration::from_secs(60))).await;
+    let stats = || reader.kairos_cache_stats().unwrap();
+
+    // A miss fetches and caches; the next transaction's read is a hit: no read reaches
+    // the leader.
+    assert_eq!(read_txn(&reader, "kc", "hot", None).await.1, TxnOutcome::Committed);
+    assert_eq!((stats().cache.hits, stats().cache.misses), (0, 1));
+    let served = leader_reads(&endpoints, "kc").await;
+    let (v, outcome) = read_txn(&reader, "kc", "hot", None).await;
+    assert_eq!((v.as_deref(), outcome), (Some(&b"1"[..]), TxnOutcome::Committed));
+    assert_eq!((stats().cache.hits, stats().cache.misses), (1, 1));
+    assert_eq!(leader_reads(&endpoints, "kc").await, served, "a hit sends no read");
+
+    // Another client's commit makes the cached value stale: the hit still serves "1", and
+    // validation aborts the RW transaction that read it (§5.15); the entry is dropped.
+    put_txn(&writer, "kc", "hot", "2").await;
+    let (v, outcome) = read_txn(&reader, "kc", "hot", Some(("other", "x"))).await;
+    assert_eq!(v.as_deref(), Some(&b"1"[..]), "a stale hit");
+    assert_eq!(outcome, TxnOutcome::Aborted { reason: AbortReason::Stale });
+    assert_eq!((stats().stale_hits, stats().cache.dropped), (1, 1));
+    let (v, outcome) = read_txn(&reader, "kc", "hot", Some(("other", "y"))).await;
+    assert_eq!((v.as_deref(), outcome), (Some(&b"2"[..]), TxnOutcome::Committed));
+    assert_eq!((stats().cache.hits, stats().cache.misses), (2, 2));
+    // The same for a read-only transaction.
+    put_txn(&writer, "kc", "hot", "3").await;
+    let (v, outcome) = read_txn(&reader, "kc", "hot", None).await;
+    assert_eq!(v.as_deref(), Some(&b"2"[..]));
+    assert_eq!(outcome, TxnOutcome::Aborted { reason: AbortReason::Stale });
+    assert_eq!(read_txn(&reader, "kc", "hot", None).await.0.as_deref(), Some(&b"3"[..]));
+    assert_eq!(stats().stale_hits, 2);
+    // A commit drops the keys it wrote (§5.5): the reader's own write of a cached key.
+    assert_eq!(read_txn(&reader, "kc", "other", None).await.0.as_deref(), Some(&b"y"[..]));
+    let before = stats().cache;
+    put_txn(&reader, "kc", "other", "z").await;
+    assert_eq!(read_txn(&reader, "kc", "other", None).await.0.as_deref(), Some(&b"z"[..]));
+    let after = stats().cache;
+    assert_eq!((after.dropped, after.misses), (before.dropped + 1, before.misses + 1));
+
+    // Self-invalidation (§7 inv. 10): a 300 ms lease is served, then fetched again.
+    let short = caching_client(&endpoints, LeasePolicy::Fixed(Duration::from_millis(300))).await;
+    read_txn(&short, "kc", "hot", None).await;
+    read_txn(&short, "kc", "hot", None).await;
+    assert_eq!(short.kairos_cache_stats().unwrap().cache.hits, 1);
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    let served = leader_reads(&endpoints, "kc").await;
+    read_txn(&short, "kc", "hot", None).await;
+    let s = short.kairos_cache_stats().unwrap().cache;
+    assert_eq!((s.hits, s.expired), (1, 1), "{s:?}");
+    assert_eq!(leader_reads(&endpoints, "kc").await, served + 1, "an expired lease fetches");
+
+    // §5.10: W after a key's second commit (commit timestamps at least 20 ms apart).
+    let mut table = writer.table("kc").await.unwrap();
+    put_txn(&writer, "kc", "warm", "1").await;
+    assert_eq!(table.get("warm").await.unwrap().w_mean_ns, None, "one write, no gap");
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    put_txn(&writer, "kc", "warm", "2").await;
+    let w = table.get("warm").await.unwrap().w_mean_ns.expect("W after two commits");
+    assert!(w >= 20_000_000, "W = {w} ns");
+    // Ideal (Algorithm 1): no R yet, no caching; reads a few ms apart give R, and the
+    // lease the model gives for (R, W) is finite and serves hits.
+    let ideal = caching_client(&endpoints, LeasePolicy::Ideal).await;
+    for _ in 0..20 {
+        read_txn(&ideal, "kc", "warm", None).await;
+    }
+    let s = ideal.kairos_cache_stats().unwrap().cache;
+    assert!(s.hits > 0 && s.misses >= 2, "{s:?}");
+    let lease = LeasePolicy::Ideal.lease_duration(
+        Some(Duration::from_millis(2)),
+        Some(Duration::from_nanos(w)),
+        &Default::default(),
+    );
+    assert!(
+        matches!(lease, strata_client::LeaseDuration::For(d) if d < Duration::from_secs(5)),
+        "{lease:?}"
+    );
+
+    // §7 inv. 12: lease mode keeps no sharer state and pushes nothing.
+    for s in table_shards(&endpoints, "kc").await {
+        assert_eq!((s.kairos_sharers, s.kairos_invalidations), (0, 0), "{s:?}");
+    }
+}
+
+/// Explicit invalidation (kairos.md §5.14.2), on three in-process nodes: a cached key's
+/// reader is registered as a sharer at the leader; another client's commit pushes an
+/// invalidation that drops the entry (waited for), and the next read fetches the new value;
+/// the sharer set is cleared by the push and refilled by the fetch.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn explicit_invalidation_pushes_drop_cached_entries() {
+    use strata_client::{LeasePolicy, TxnOutcome};
+    let (cfgs, _nodes) = cluster().await;
+    let endpoints: Vec<SocketAddr> = cfgs.iter().map(|c| c.client_addr).collect();
+    for &addr in &endpoints {
+        let c = Client::connect_node(addr, opts()).await.unwrap();
+        c.create_table(kairos_table("ke", 1)).await.unwrap();
+    }
+    let writer = Client::connect(&endpoints, opts()).await.unwrap();
+    put_txn(&writer, "ke", "hot", "1").await;
+    let reader = caching_client(&endpoints, LeasePolicy::ExplicitInvalidation).await;
+    let stats = || reader.kairos_cache_stats().unwrap();
+    read_txn(&reader, "ke", "hot", None).await;
+    let leader = |shards: Vec<ShardStatus>| leader_of(&shards).cloned().expect("a leader");
+    assert_eq!(leader(table_shards(&endpoints, "ke").await).kairos_sharers, 1);
+    let (v, outcome) = read_txn(&reader, "ke", "hot", None).await;
+    assert_eq!((v.as_deref(), outcome), (Some(&b"1"[..]), TxnOutcome::Committed));
+    assert_eq!(stats().cache.hits, 1);
+
+    put_txn(&writer, "ke", "hot", "2").await;
+    eventually("the invalidation", || stats().invalidations == 1).await;
+    assert_eq!(stats().cache.dropped, 1);
+    let l = leader(table_shards(&endpoints, "ke").await);
+    assert_eq!((l.kairos_sharers, l.kairos_invalidations), (0, 1));
+    let (v, outcome) = read_txn(&reader, "ke", "hot", None).await;
+    assert_eq!((v.as_deref(), outcome), (Some(&b"2"[..]), TxnOutcome::Committed));
+    assert_eq!((stats().cache.hits, stats().cache.misses, stats().stale_hits), (1, 2, 0));
+    assert_eq!(leader(table_shards(&endpoints, "ke").await).kairos_sharers, 1);
+}

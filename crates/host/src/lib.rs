@@ -28,6 +28,7 @@ mod moves;
 mod rate;
 mod recovery;
 mod shards;
+mod sharers;
 mod txn;
 
 use std::time::Duration;
@@ -213,6 +214,7 @@ impl Host {
     /// Connection `route` is gone: its rc sessions close (Kite §6, client crash).
     pub fn on_disconnected(&mut self, now: Instant, route: Route) {
         self.roles.remove(&route);
+        self.shards.sharers.on_disconnected(route);
         self.rc.on_client_request(now, RcInput::Disconnected { route });
     }
 
@@ -513,8 +515,9 @@ impl Host {
                     &mut self.out,
                 )
             }
-            Request::LogRead { table, key, min_index } => {
-                self.shards.on_read(now, route, corr, &table, key, min_index, &mut self.out)
+            Request::LogRead { table, key, min_index, sharer } => {
+                let read = shards::ReadReq { key, min_index, sharer };
+                self.shards.on_read(now, route, corr, &table, read, &mut self.out)
             }
             Request::TxnPrepare { table, shard, read_only, all, ops, kairos } => {
                 let out = &mut self.out;

@@ -14,14 +14,15 @@ use bytes::Bytes;
 use strata_core::{Node, Route};
 use strata_log::{
     LogEffects, LogEvent, LogReplica, LogReply, LogRequest, ReadError, RecoveredState, Role,
-    TxnAnswer, WriteAck, WriteError, WriteOp,
+    TxnAnswer, TxnEvent, WriteAck, WriteError, WriteOp,
 };
 use strata_wire::client::{
     shard_of, ClientResponse, ErrorCode, LogFailure, LogWriteOp, Response, ShardRole, ShardStatus,
-    TableDef, TableValidation,
+    TableDef, TableTxn, TableValidation,
 };
 use strata_wire::log::{Expect, LogIndex, LogMessage, ShardMove};
 use strata_wire::peer::PeerMessage;
+use strata_wire::txn::Decision;
 use strata_wire::{Instant, LimitError, Limits, NodeId, Rifl};
 use tracing::{debug, error, info, warn};
 
@@ -30,6 +31,15 @@ use crate::catalog::{
 };
 use crate::effects::{Audit, HostEffects, ShardId, ShardKey, Storage};
 use crate::rate::{Admission, Queued, RateLimit};
+use crate::sharers::Sharers;
+
+/// A client's `LogRead` (`Request::LogRead`'s fields after the table).
+pub(crate) struct ReadReq {
+    pub key: Bytes,
+    pub min_index: Option<LogIndex>,
+    /// kairos.md §5.14.2: register the connection as a sharer of the key (Kairos tables).
+    pub sharer: bool,
+}
 
 /// A running shard replica.
 pub(crate) struct Shard {
@@ -104,6 +114,8 @@ pub(crate) struct Shards {
     pub audit: bool,
     /// `HostConfig::log_overrides`.
     pub log_overrides: BTreeMap<String, strata_log::LogConfig>,
+    /// Explicit invalidation's sharers of the Kairos shards this node leads (`sharers`).
+    pub sharers: Sharers,
 }
 
 impl Shards {
@@ -131,6 +143,7 @@ impl Shards {
             limits,
             audit: false,
             log_overrides: BTreeMap::new(),
+            sharers: Sharers::default(),
         }
     }
 
@@ -405,10 +418,10 @@ impl Shards {
         route: Route,
         corr: u64,
         table: &str,
-        key: Bytes,
-        min_index: Option<LogIndex>,
+        read: ReadReq,
         out: &mut HostEffects,
     ) {
+        let ReadReq { key, min_index, sharer } = read;
         if let Err(e) = self.limits.check_key(&key) {
             return out.reply.push((route, ClientResponse { corr, body: limit_error(table, &e) }));
         }
@@ -417,6 +430,11 @@ impl Shards {
             Err(body) => return out.reply.push((route, ClientResponse { corr, body })),
         };
         let token = self.take_token();
+        // kairos.md §5.3 "EI: add the requesting client to sharers[key]" — for Kairos
+        // tables only, and only when the client asks (§7 inv. 12: none in lease mode).
+        if sharer && self.tables.get(table).is_some_and(|t| t.def.txn == TableTxn::Kairos) {
+            self.sharers.expect(token, route, key.clone());
+        }
         self.request(now, sk, route, corr, LogRequest::Read { token, key, min_index }, out);
     }
 
@@ -582,6 +600,11 @@ impl Shards {
             let Some((route, corr)) = s.waiting.remove(&reply.token()) else {
                 continue;
             };
+            if let LogReply::Read { token, result } = &reply {
+                // Registered only where the leader served the value (its sharers, §5.14.2).
+                let vts = result.as_ref().ok().filter(|v| v.served_by == self.me).map(|v| v.vts);
+                self.sharers.on_read_reply(*token, key, route, vts);
+            }
             let body = match reply {
                 LogReply::Frozen { result: Ok(snapshot), .. } => Response::ShardFrozen {
                     placement: s
@@ -607,10 +630,21 @@ impl Shards {
             out.reply.push((route, ClientResponse { corr, body }));
         }
         for event in fx.event.drain(..) {
+            // kairos.md §5.7 "EI: send Invalidate{k, ts} to every client in sharers[k]".
+            if let LogEvent::Txn(TxnEvent::Decided { key: k, decision: Decision::Commit, .. }) =
+                &event
+            {
+                let vts = s.replica.vts(k);
+                self.sharers.on_installed(&s.table, key, k, vts, out);
+            }
             log_event(&s.table, id.shard, &event);
             if self.audit {
                 out.audit.push(Audit::Log { table: s.table.clone(), shard: id.shard, event });
             }
+        }
+        // Sharers are the leader's soft state (`sharers`): gone when it stops leading.
+        if s.replica.role() != Role::Leader && self.sharers.has_shard(key) {
+            self.sharers.drop_shard(&s.table, key, out);
         }
     }
 
@@ -763,6 +797,8 @@ impl Shards {
                     reads_served: r.stats().reads_served,
                     reads_made_durable: r.stats().reads_made_durable,
                     locks: r.locks().count() as u64,
+                    kairos_sharers: self.sharers.count(s.id.key()),
+                    kairos_invalidations: self.sharers.invalidations_sent(s.id.key()),
                 }
             })
             .collect()
@@ -809,6 +845,7 @@ pub(crate) fn reply_body(reply: LogReply) -> Response {
             epoch: v.epoch,
             // Only a Kairos table's keys have a timestamp (absent: `ZERO`).
             vts: (v.vts != strata_wire::txn::Timestamp::ZERO).then_some(v.vts),
+            w_mean_ns: v.w_mean_ns,
         },
         LogReply::Read { result: Err(e), .. } => Response::LogRejected(match e {
             ReadError::NotLeader { hint } => LogFailure::NotLeader { hint },

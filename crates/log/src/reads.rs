@@ -166,10 +166,10 @@ impl LogReplica {
             min_index,
             applied,
         });
-        let vts = self.kv.vts(&key_vts);
+        let (vts, w_mean_ns) = (self.kv.vts(&key_vts), self.kv.w_mean_ns(&key_vts));
         self.finish_read(
             origin,
-            Ok(ReadValue { value, update_index: u, served_by: self.id, epoch, vts }),
+            Ok(ReadValue { value, update_index: u, served_by: self.id, epoch, vts, w_mean_ns }),
         );
     }
 

@@ -356,6 +356,13 @@ impl LogReplica {
     pub fn get(&self, key: &[u8]) -> (Option<Bytes>, LogIndex) {
         self.kv.get(key)
     }
+
+    /// A Kairos key's version timestamp in the applied state (`ZERO` if never written by a
+    /// transaction, and for any other table).
+    pub fn vts(&self, key: &[u8]) -> strata_wire::txn::Timestamp {
+        self.kv.vts(key)
+    }
+
     /// Visits every applied key that has a value (no tombstones), unordered. For system
     /// tables read whole (the lease service's state), without copying them.
     pub fn for_each_item(&self, f: impl FnMut(&[u8], &[u8])) {

@@ -4,6 +4,7 @@
 use std::collections::{BTreeSet, HashMap};
 
 use bytes::Bytes;
+use strata_kairos::lease::AccessStats;
 use strata_kairos::validator::{self as kv_validator, ValidateReq, Validator};
 use strata_rifl::{ResultTracker, RiflConfig, RpcId, Verdict};
 use strata_wire::log::{Completion, LogEntry, LogIndex, LogOp, ShardMove, WriteOutcome};
@@ -187,6 +188,11 @@ pub(crate) struct Kv {
     /// `latest_read`, `latest_committed` (the key's `vts`) and the prepared write, fed only
     /// by applied entries. Empty for any other table.
     kairos: Validator,
+    /// kairos.md §3.3 `write_stats`, §5.10: per Kairos key that has a value, the gaps between
+    /// the commit timestamps its Commit decisions installed (`W`, sent with every read).
+    /// Fed only by applied decisions, so every replica that applied the same entries agrees;
+    /// soft state: not in snapshots (a replica started from one begins without `W`).
+    write_stats: HashMap<Bytes, AccessStats>,
     applied: LogIndex,
 }
 
@@ -204,6 +210,7 @@ impl Default for Kv {
             txn: Participant::default(),
             txn_events: Vec::new(),
             kairos: empty_validator(),
+            write_stats: HashMap::new(),
             applied: LogIndex::ZERO,
         }
     }
@@ -596,6 +603,25 @@ impl Kv {
         self.kairos.latest_committed(key)
     }
 
+    /// A Kairos key's `W` (kairos.md §5.10): the mean gap between the commit timestamps of
+    /// its last 64 committed writes, in nanoseconds; `None` before its second.
+    pub fn w_mean_ns(&self, key: &[u8]) -> Option<u64> {
+        let mean = self.write_stats.get(key)?.mean()?;
+        Some(u64::try_from(mean.as_nanos()).unwrap_or(u64::MAX))
+    }
+
+    /// kairos.md §5.7 "update write_stats[k]": a Commit decision installed `ts` as `key`'s
+    /// version, with a value (`Some`) or a delete. A deleted key's statistics go, so only
+    /// keys with a value hold any (memory bounded by the data).
+    fn record_kairos_write(&mut self, key: &Bytes, ts: Timestamp, has_value: bool) {
+        if !has_value {
+            self.write_stats.remove(key);
+            return;
+        }
+        let at = strata_wire::Instant::from_nanos(ts.nanos);
+        self.write_stats.entry(key.clone()).or_default().on_access(at);
+    }
+
     /// Whether a plain read of `key` must wait for a decision: RIFL's locks block reads
     /// (§5.9), a Kairos prepared write does not (kairos.md §5.3: a `Get` never waits; the
     /// latest committed version is returned and validation judges it).
@@ -637,7 +663,8 @@ impl Kv {
         // Kairos (§5.6 "on Decision"): the validator clears the prepared writes and, on
         // Commit, installs the validated commit timestamp as the keys' `vts`; then the locks
         // apply the writes below, as RIFL's do.
-        if let Some(ts) = self.kairos.pending().get(&txn).map(|p| p.commit_ts) {
+        let kairos_ts = self.kairos.pending().get(&txn).map(|p| p.commit_ts);
+        if let Some(ts) = kairos_ts {
             self.kairos.decide(txn, decision, ts);
             self.kairos.take_events();
         }
@@ -652,6 +679,9 @@ impl Kv {
                     TxnAction::Delete => Some(None),
                 };
                 if let Some(value) = value {
+                    if let Some(ts) = kairos_ts {
+                        self.record_kairos_write(&l.key, ts, value.is_some());
+                    }
                     self.items.insert(l.key.clone(), Item { value, update_index: index });
                 }
             }
@@ -1136,6 +1166,48 @@ mod tests {
                 kv.validator().check_invariants();
                 kv.apply(&decide(2, T1, Decision::Commit, vec![11, 12]), true);
                 kv
+            }
+
+            /// kairos.md §5.10: `W` is the mean gap between the commit timestamps installed
+            /// (none after one write), from applied decisions only; an aborted write adds no
+            /// gap; a delete drops the key's statistics; a snapshot does not carry them.
+            #[test]
+            fn write_statistics_follow_the_commit_timestamps_decisions_install() {
+                let mut kv = committed_a(); // a at 100
+                assert_eq!(kv.w_mean_ns(b"a"), None, "one write: no gap yet");
+                let w = |v: &'static str| TxnAction::Write(b(v));
+                let write_a = |kv: &mut Kv, n: u32, txn: TxnId, at: u64, read: Timestamp, d| {
+                    let seq = txn.base + 1;
+                    let e = kprepare(
+                        n,
+                        txn,
+                        ts(at, txn.client_id as u32),
+                        vec![("a", seq, Some(read), w("x"))],
+                        false,
+                    );
+                    kv.apply(&e, true);
+                    kv.apply(&decide(n + 1, txn, d, vec![seq]), true);
+                };
+                write_a(&mut kv, 3, T2, 300, ts(100, 7), Decision::Commit); // gap 200
+                assert_eq!(kv.w_mean_ns(b"a"), Some(200));
+                write_a(&mut kv, 5, T3, 350, ts(300, 8), Decision::Abort); // no gap
+                assert_eq!(kv.w_mean_ns(b"a"), Some(200));
+                const T4: TxnId = TxnId { client_id: 10, base: 40 };
+                write_a(&mut kv, 7, T4, 700, ts(300, 8), Decision::Commit); // gap 400
+                assert_eq!(kv.w_mean_ns(b"a"), Some(300));
+                assert_eq!(kv.w_mean_ns(b"b"), None, "b was written once");
+                assert_eq!(Kv::from_snapshot(Some(&kv.to_snapshot())).w_mean_ns(b"a"), None);
+                const T5: TxnId = TxnId { client_id: 11, base: 50 };
+                let e = kprepare(
+                    9,
+                    T5,
+                    ts(900, 11),
+                    vec![("a", 51, Some(ts(700, 10)), TxnAction::Delete)],
+                    false,
+                );
+                kv.apply(&e, true);
+                kv.apply(&decide(10, T5, Decision::Commit, vec![51]), true);
+                assert_eq!(kv.w_mean_ns(b"a"), None, "a deleted key keeps no statistics");
             }
 
             #[test]

@@ -125,7 +125,8 @@ fn prepare(
 }
 
 fn read(c: &mut HostCluster, key: &Bytes) -> Response {
-    let req = Request::LogRead { table: TABLE.into(), key: key.clone(), min_index: None };
+    let req =
+        Request::LogRead { table: TABLE.into(), key: key.clone(), min_index: None, sharer: false };
     call_leader(c, 1, None, req)
 }
 

@@ -68,6 +68,7 @@ fn read(
             served_by: NodeId(by),
             epoch: 1,
             vts: Default::default(),
+            w_mean_ns: None,
         },
     }
 }

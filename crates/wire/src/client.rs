@@ -205,6 +205,10 @@ pub enum Request {
         table: String,
         key: Bytes,
         min_index: Option<LogIndex>,
+        /// kairos.md §5.14.2 (explicit invalidation): register this connection as a sharer of
+        /// the key at the shard's leader, which pushes `push_topic::KAIROS_INVALIDATE` when a
+        /// transaction installs a newer version. A trailing extension, absent when false.
+        sharer: bool,
     },
     /// Admin: add a table to this node's catalog (idempotent for an identical definition).
     CreateTable {
@@ -573,6 +577,10 @@ pub enum Response {
         /// A Kairos table's version timestamp of the value (kairos.md §4 `GetResp.vts`); a
         /// trailing extension, absent for other tables.
         vts: Option<Timestamp>,
+        /// A Kairos key's `W` (kairos.md §4 `GetResp.w_mean_ns`, §5.10): the mean gap between
+        /// its last committed writes' timestamps, once it has two. A trailing extension after
+        /// `vts` (which is then encoded, `ZERO` if absent).
+        w_mean_ns: Option<u64>,
     },
     LogRejected(LogFailure),
     /// `created`: false if an identical definition already existed.
@@ -610,6 +618,45 @@ pub mod push_topic {
     /// The node is shutting down gracefully and will close this connection: go elsewhere.
     /// The body is the node's id (u32, little-endian).
     pub const NODE_STOPPING: u32 = 1;
+    /// kairos.md §5.14.2: a transaction installed a newer version of a key this connection
+    /// is a sharer of. The body is a [`super::KairosInvalidate`].
+    pub const KAIROS_INVALIDATE: u32 = 2;
+    /// kairos.md §5.14.2, (Strata): the shard's leader stopped leading and forgot its
+    /// sharers; the connection's cached entries of that shard will not be invalidated any
+    /// more. The body is a [`super::KairosInvalidate`] naming the table and shard (no key).
+    pub const KAIROS_SHARERS_DROPPED: u32 = 3;
+}
+
+/// The body of a Kairos push (`push_topic::KAIROS_INVALIDATE`, `KAIROS_SHARERS_DROPPED`):
+/// `Invalidate{key, new_vts}` of kairos.md §4, with the table and shard it belongs to.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct KairosInvalidate {
+    pub table: String,
+    pub shard: u32,
+    /// The key (empty for `KAIROS_SHARERS_DROPPED`).
+    pub key: Bytes,
+    /// The key's newly installed version (`ZERO` for `KAIROS_SHARERS_DROPPED`).
+    pub new_vts: Timestamp,
+}
+
+impl Encode for KairosInvalidate {
+    fn encode(&self, out: &mut BytesMut) {
+        put_bytes(out, self.table.as_bytes());
+        out.put_u32_le(self.shard);
+        put_bytes(out, &self.key);
+        self.new_vts.encode(out);
+    }
+}
+
+impl Decode for KairosInvalidate {
+    fn decode(r: &mut Reader) -> Result<Self, DecodeError> {
+        Ok(KairosInvalidate {
+            table: r.string()?,
+            shard: r.u32()?,
+            key: r.bytes()?,
+            new_vts: Timestamp::decode(r)?,
+        })
+    }
 }
 
 /// The role of a shard replica, as reported by `Status`.
@@ -648,6 +695,11 @@ pub struct ShardStatus {
     /// Transaction locks this replica's applied state holds (`LogReplica::locks`): objects
     /// prepared and not yet decided. Extension 3 of `NodeStatus` (absent from older nodes: 0).
     pub locks: u64,
+    /// Explicit invalidation (kairos.md §5.14.2) at a Kairos shard's leader: sharer
+    /// registrations held now (a key and a connection each) and invalidations pushed since
+    /// the node started; both 0 in lease mode (§7 inv. 12). Extension 4 of `NodeStatus`.
+    pub kairos_sharers: u64,
+    pub kairos_invalidations: u64,
 }
 
 /// What a node reports about itself.
@@ -945,10 +997,13 @@ impl Encode for ClientRequest {
                 decision.encode(out);
                 put_seq(out, seqs, |o, s| o.put_u64_le(*s));
             }
-            Request::LogRead { table, key, min_index } => {
+            Request::LogRead { table, key, min_index, sharer } => {
                 put_bytes(out, table.as_bytes());
                 put_bytes(out, key);
                 put_option(out, min_index, |o, i| i.encode(o));
+                if *sharer {
+                    put_bool(out, true);
+                }
             }
             Request::CreateTable { def } => {
                 def.encode(out);
@@ -1064,6 +1119,7 @@ impl Decode for ClientRequest {
                 table: r.string()?,
                 key: r.bytes()?,
                 min_index: r.option(LogIndex::decode)?,
+                sharer: if r.has_more() { r.bool()? } else { false },
             },
             CREATE_TABLE => {
                 let mut def = TableDef::decode(r)?;
@@ -1151,6 +1207,11 @@ impl Encode for NodeStatus {
         put_seq(out, &self.connections.fields(), |o, v| o.put_u64_le(*v));
         // Extension 3: the shards' transaction lock counts.
         put_extension_each(out, &self.shards, |o, s| o.put_u64_le(s.locks));
+        // Extension 4: the shards' explicit-invalidation counters.
+        put_extension_each(out, &self.shards, |o, s| {
+            o.put_u64_le(s.kairos_sharers);
+            o.put_u64_le(s.kairos_invalidations);
+        });
     }
 }
 impl Decode for NodeStatus {
@@ -1184,6 +1245,11 @@ impl Decode for NodeStatus {
         }
         r.extension_each(&mut status.shards, |r, s| {
             s.locks = r.u64()?;
+            Ok(())
+        })?;
+        r.extension_each(&mut status.shards, |r, s| {
+            s.kairos_sharers = r.u64()?;
+            s.kairos_invalidations = r.u64()?;
             Ok(())
         })?;
         Ok(status)
@@ -1242,13 +1308,16 @@ impl Encode for ClientResponse {
                     outcome.encode(out);
                 }
             }
-            Response::LogValue { value, update_index, served_by, epoch, vts } => {
+            Response::LogValue { value, update_index, served_by, epoch, vts, w_mean_ns } => {
                 put_value(out, value);
                 update_index.encode(out);
                 served_by.encode(out);
                 out.put_u32_le(*epoch);
-                if let Some(t) = vts {
-                    t.encode(out);
+                if vts.is_some() || w_mean_ns.is_some() {
+                    vts.unwrap_or(Timestamp::ZERO).encode(out);
+                }
+                if let Some(w) = w_mean_ns {
+                    out.put_u64_le(*w);
                 }
             }
             Response::LogRejected(f) => f.encode(out),
@@ -1309,6 +1378,7 @@ impl Decode for ClientResponse {
                 served_by: NodeId::decode(r)?,
                 epoch: r.u32()?,
                 vts: if r.has_more() { Some(Timestamp::decode(r)?) } else { None },
+                w_mean_ns: if r.has_more() { Some(r.u64()?) } else { None },
             },
             LOG_REJECTED => Response::LogRejected(LogFailure::decode(r)?),
             TABLE_CREATED => Response::TableCreated { created: r.bool()? },
@@ -1519,6 +1589,8 @@ impl Decode for ShardStatus {
             reads_served: 0,
             reads_made_durable: 0,
             locks: 0,
+            kairos_sharers: 0,
+            kairos_invalidations: 0,
         })
     }
 }

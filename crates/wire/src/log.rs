@@ -351,8 +351,11 @@ pub struct ReadValue {
     pub served_by: NodeId,
     pub epoch: u32,
     /// A Kairos table's version timestamp of the value (kairos.md §0 `vts`; `ZERO` for any
-    /// other table). A trailing extension of `ReadRelay`, absent when `ZERO`.
+    /// other table). A trailing extension of `ReadRelay`, absent when `ZERO` (and no `W`).
     pub vts: Timestamp,
+    /// A Kairos key's `W` in nanoseconds (kairos.md §4 `GetResp.w_mean_ns`, §5.10); a
+    /// trailing extension after `vts`.
+    pub w_mean_ns: Option<u64>,
 }
 
 /// Why a read was not served (ORCA §2.1 `Error`). Each variant says what the caller should do.
@@ -874,8 +877,11 @@ fn put_read_result(out: &mut BytesMut, r: &Result<ReadValue, ReadError>) {
             v.update_index.encode(out);
             v.served_by.encode(out);
             out.put_u32_le(v.epoch);
-            if v.vts != Timestamp::ZERO {
+            if v.vts != Timestamp::ZERO || v.w_mean_ns.is_some() {
                 v.vts.encode(out);
+            }
+            if let Some(w) = v.w_mean_ns {
+                out.put_u64_le(w);
             }
         }
         Err(ReadError::NotLeader { hint }) => {
@@ -902,6 +908,7 @@ fn get_read_result(r: &mut Reader) -> Result<Result<ReadValue, ReadError>, Decod
             served_by: NodeId::decode(r)?,
             epoch: r.u32()?,
             vts: if r.has_more() { Timestamp::decode(r)? } else { Timestamp::ZERO },
+            w_mean_ns: if r.has_more() { Some(r.u64()?) } else { None },
         }),
         NOT_LEADER => Err(ReadError::NotLeader { hint: r.option(NodeId::decode)? }),
         NOT_IN_ACTIVE_SET => Err(ReadError::NotInActiveSet),

@@ -65,13 +65,21 @@ fn grant() -> impl Strategy<Value = Grant> {
 
 fn read_result() -> impl Strategy<Value = Result<ReadValue, ReadError>> {
     prop_oneof![
-        (proptest::option::of(bytes()), index(), any::<u32>(), any::<u32>(), common::timestamp())
-            .prop_map(|(value, update_index, n, epoch, vts)| Ok(ReadValue {
+        (
+            proptest::option::of(bytes()),
+            index(),
+            any::<u32>(),
+            any::<u32>(),
+            common::timestamp(),
+            proptest::option::of(any::<u64>())
+        )
+            .prop_map(|(value, update_index, n, epoch, vts, w_mean_ns)| Ok(ReadValue {
                 value,
                 update_index,
                 served_by: NodeId(n),
                 epoch,
-                vts
+                vts,
+                w_mean_ns
             })),
         proptest::option::of(any::<u32>().prop_map(NodeId))
             .prop_map(|hint| Err(ReadError::NotLeader { hint })),
@@ -242,14 +250,24 @@ proptest! {
 
     /// Any byte string either decodes or is rejected with an error; truncating a valid message
     /// is always an error — except a `ReadRelay` cut exactly before its value's trailing
-    /// `vts`, which is the message of a node before Kairos.
+    /// `vts` or `w_mean_ns`, which is the message of a node before Kairos or its cache.
     #[test]
     fn hostile_bytes_never_panic(raw in prop::collection::vec(any::<u8>(), 0..128), msg in log_message(), cut in 0usize..64) {
         let _ = decode_message::<LogMessage>(Bytes::from(raw));
         let mut buf = BytesMut::new();
         strata_wire::Encode::encode(&msg, &mut buf);
         let cut = cut.min(buf.len().saturating_sub(1));
-        let older_version = matches!(&msg, LogMessage::ReadRelay(ReadRelay { result: Ok(v), .. }) if v.vts != strata_wire::txn::Timestamp::ZERO && cut + 12 == buf.len());
+        // Trailing extensions of a relayed value: `vts` (12 bytes, sent if non-zero or with a
+        // `W`), then `w_mean_ns` (8 bytes). A cut before either is an older node's message.
+        let older_version = match &msg {
+            LogMessage::ReadRelay(ReadRelay { result: Ok(v), .. }) => {
+                let w = if v.w_mean_ns.is_some() { 8 } else { 0 };
+                let vts_sent = v.vts != strata_wire::txn::Timestamp::ZERO || w > 0;
+                let removed = buf.len() - cut;
+                (w > 0 && removed == w) || (vts_sent && removed == 12 + w)
+            }
+            _ => false,
+        };
         if !older_version {
             prop_assert!(decode_message::<LogMessage>(buf.freeze().slice(..cut)).is_err());
         }

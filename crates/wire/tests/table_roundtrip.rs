@@ -10,10 +10,10 @@ use bytes::{Bytes, BytesMut};
 use common::{shard_move, snapshot};
 use proptest::prelude::*;
 use strata_wire::client::{
-    request_tag, response_tag, shard_of, table_id, ClientRequest, ClientResponse, ConnectionStats,
-    LogFailure, LogWriteOp, NodeStatus, Request, Response, ShardRole, ShardStatus, TableDef,
-    TableDurability, TableEngine, TableReads, TableReplication, TableTimers, TableTxn,
-    TableValidation,
+    push_topic, request_tag, response_tag, shard_of, table_id, ClientRequest, ClientResponse,
+    ConnectionStats, KairosInvalidate, LogFailure, LogWriteOp, NodeStatus, Request, Response,
+    ShardRole, ShardStatus, TableDef, TableDurability, TableEngine, TableReads, TableReplication,
+    TableTimers, TableTxn, TableValidation,
 };
 use strata_wire::log::{LogIndex, LogMessage};
 use strata_wire::peer::{peer_tag, PeerMessage};
@@ -27,6 +27,12 @@ const MAX_FRAME: usize = 1 << 20;
 
 /// Bytes of `Status` extension 2: a u32 count and eight u64 connection counters.
 const CONNECTIONS_EXT: usize = 4 + 8 * 8;
+
+/// Bytes of `Status` extension 4 for `shards` shards: a u32 count and two u64 each (the
+/// explicit-invalidation counters).
+fn kairos_ext(shards: usize) -> usize {
+    4 + 16 * shards
+}
 
 /// Bytes of `Status` extension 3 for `shards` shards: a u32 count and one u64 lock count each.
 fn locks_ext(shards: usize) -> usize {
@@ -101,8 +107,9 @@ fn request() -> impl Strategy<Value = ClientRequest> {
         (name(), bytes(), op, any::<bool>()).prop_map(|(table, key, op, immediate)| {
             Request::LogWrite { table, key, op, immediate }
         }),
-        (name(), bytes(), proptest::option::of(index()))
-            .prop_map(|(table, key, min_index)| { Request::LogRead { table, key, min_index } }),
+        (name(), bytes(), proptest::option::of(index()), any::<bool>()).prop_map(
+            |(table, key, min_index, sharer)| Request::LogRead { table, key, min_index, sharer }
+        ),
         table_def().prop_map(|def| Request::CreateTable { def }),
         Just(Request::ListTables),
         any::<u64>().prop_map(|lease_id| Request::RenewLease { lease_id }),
@@ -160,7 +167,7 @@ fn shard_status() -> impl Strategy<Value = ShardStatus> {
         [index(), index(), index(), index()],
         prop::collection::vec(node(), 0..4),
         any::<bool>(),
-        any::<[u64; 3]>(),
+        any::<[u64; 5]>(),
     )
         .prop_map(|(table, shard, role, leader, epoch, ix, active_set, serving, counts)| {
             ShardStatus {
@@ -178,6 +185,8 @@ fn shard_status() -> impl Strategy<Value = ShardStatus> {
                 reads_served: counts[0],
                 reads_made_durable: counts[1],
                 locks: counts[2],
+                kairos_sharers: counts[3],
+                kairos_invalidations: counts[4],
             }
         })
 }
@@ -191,10 +200,13 @@ fn response() -> impl Strategy<Value = ClientResponse> {
             index(),
             node(),
             any::<u32>(),
-            proptest::option::of(common::timestamp())
+            proptest::option::of(common::timestamp()),
+            proptest::option::of(any::<u64>())
         )
-            .prop_map(|(value, update_index, served_by, epoch, vts)| {
-                Response::LogValue { value, update_index, served_by, epoch, vts }
+            .prop_map(|(value, update_index, served_by, epoch, vts, w)| {
+                // `W` travels after `vts`: a node sends it only with a version.
+                let w_mean_ns = vts.and(w);
+                Response::LogValue { value, update_index, served_by, epoch, vts, w_mean_ns }
             }),
         failure().prop_map(Response::LogRejected),
         any::<bool>().prop_map(|created| Response::TableCreated { created }),
@@ -395,9 +407,33 @@ proptest! {
         let Request::TxnPrepare { kairos: None, ops: o, .. } = old.body else { panic!("a rifl prepare") };
         let Request::TxnPrepare { ops, .. } = body else { unreachable!() };
         prop_assert_eq!(o, ops);
-        let value = |vts| ClientResponse { corr: 1, body: Response::LogValue { value: None, update_index: LogIndex::ZERO, served_by: NodeId(2), epoch: 3, vts } };
+        let value = |vts| ClientResponse { corr: 1, body: Response::LogValue { value: None, update_index: LogIndex::ZERO, served_by: NodeId(2), epoch: 3, vts, w_mean_ns: None } };
         let old = decode_message::<ClientResponse>(without_extension(&value(Some(vts)), 12)).unwrap();
         prop_assert_eq!(old, value(None));
+    }
+
+    /// The Kairos cache's fields (kairos.md §4, §5.14.2): a `LogRead` of a client before
+    /// them decodes without the sharer flag, a `LogValue` of a node before them without `W`;
+    /// the invalidation push's body round-trips.
+    #[test]
+    fn kairos_cache_fields_decode_without_their_extensions(
+        key in bytes(),
+        vts in common::timestamp(),
+        w in any::<u64>(),
+        shard in any::<u32>(),
+    ) {
+        let read = |sharer| ClientRequest::new(2, Request::LogRead { table: "t".into(), key: key.clone(), min_index: None, sharer });
+        let old = decode_message::<ClientRequest>(without_extension(&read(true), 1)).unwrap();
+        prop_assert_eq!(old, read(false));
+        let value = |w_mean_ns| ClientResponse { corr: 1, body: Response::LogValue { value: None, update_index: LogIndex::ZERO, served_by: NodeId(2), epoch: 3, vts: Some(vts), w_mean_ns } };
+        let old = decode_message::<ClientResponse>(without_extension(&value(Some(w)), 8)).unwrap();
+        prop_assert_eq!(old, value(None));
+        let push = KairosInvalidate { table: "t".into(), shard, key, new_vts: vts };
+        round_trip(push.clone());
+        let mut b = BytesMut::new();
+        push.encode(&mut b);
+        let body = Response::Push { topic: push_topic::KAIROS_INVALIDATE, body: b.freeze() };
+        round_trip(ClientResponse { corr: strata_wire::client::PUSH_CORR, body });
     }
 
     /// A `Status` from an older node (no read counters) decodes with the counters at 0.
@@ -406,10 +442,10 @@ proptest! {
         let msg = ClientResponse { corr: 7, body: Response::Status(NodeStatus { shards: shards.clone(), ..NodeStatus::default() }) };
         // Extension 1: a u32 count, then two u64 per shard; extension 2 (connection
         // counters): a u32 count and eight u64; extension 3: a u32 count and a u64 per shard.
-        let old = without_extension(&msg, locks_ext(shards.len()) + CONNECTIONS_EXT + 4 + 16 * shards.len());
+        let old = without_extension(&msg, kairos_ext(shards.len()) + locks_ext(shards.len()) + CONNECTIONS_EXT + 4 + 16 * shards.len());
         let Response::Status(s) = decode_message::<ClientResponse>(old).unwrap().body else { panic!("a status") };
         let expected: Vec<ShardStatus> =
-            shards.into_iter().map(|s| ShardStatus { reads_served: 0, reads_made_durable: 0, locks: 0, ..s }).collect();
+            shards.into_iter().map(|s| ShardStatus { reads_served: 0, reads_made_durable: 0, locks: 0, kairos_sharers: 0, kairos_invalidations: 0, ..s }).collect();
         prop_assert_eq!(s.shards, expected);
     }
 
@@ -423,10 +459,10 @@ proptest! {
         let mut b = BytesMut::new();
         msg.encode(&mut b);
         prop_assert_eq!(decode_message::<ClientResponse>(b.freeze()).unwrap().body, Response::Status(status.clone()));
-        let old = without_extension(&msg, locks_ext(n) + CONNECTIONS_EXT);
+        let old = without_extension(&msg, kairos_ext(n) + locks_ext(n) + CONNECTIONS_EXT);
         let Response::Status(s) = decode_message::<ClientResponse>(old).unwrap().body else { panic!("a status") };
         let no_locks: Vec<ShardStatus> =
-            status.shards.iter().cloned().map(|s| ShardStatus { locks: 0, ..s }).collect();
+            status.shards.iter().cloned().map(|s| ShardStatus { locks: 0, kairos_sharers: 0, kairos_invalidations: 0, ..s }).collect();
         prop_assert_eq!(s, NodeStatus { connections: ConnectionStats::default(), shards: no_locks, ..status });
     }
 
@@ -441,11 +477,17 @@ proptest! {
         let mut b = BytesMut::new();
         msg.encode(&mut b);
         prop_assert_eq!(decode_message::<ClientResponse>(b.freeze()).unwrap().body, Response::Status(status.clone()));
-        let old = without_extension(&msg, locks_ext(n));
+        let old = without_extension(&msg, kairos_ext(n) + locks_ext(n));
         let Response::Status(s) = decode_message::<ClientResponse>(old).unwrap().body else { panic!("a status") };
         let no_locks: Vec<ShardStatus> =
-            status.shards.iter().cloned().map(|s| ShardStatus { locks: 0, ..s }).collect();
-        prop_assert_eq!(s, NodeStatus { shards: no_locks, ..status });
+            status.shards.iter().cloned().map(|s| ShardStatus { locks: 0, kairos_sharers: 0, kairos_invalidations: 0, ..s }).collect();
+        prop_assert_eq!(s, NodeStatus { shards: no_locks, ..status.clone() });
+        // Without extension 4 only (a node before the Kairos cache): its counters are 0.
+        let old = without_extension(&msg, kairos_ext(n));
+        let Response::Status(s) = decode_message::<ClientResponse>(old).unwrap().body else { panic!("a status") };
+        let no_ei: Vec<ShardStatus> =
+            status.shards.iter().cloned().map(|s| ShardStatus { kairos_sharers: 0, kairos_invalidations: 0, ..s }).collect();
+        prop_assert_eq!(s, NodeStatus { shards: no_ei, ..status });
     }
 
     /// Table definitions from an older client or node decode: without every extension (no
@@ -493,13 +535,13 @@ fn an_extension_must_match_its_sequence() {
     msg.encode(&mut b);
     let encoded = b.clone();
     // The extension's count (one shard) sits 16 bytes before extension 2; claim two.
-    let at = b.len() - locks_ext(1) - CONNECTIONS_EXT - 20;
+    let at = b.len() - kairos_ext(1) - locks_ext(1) - CONNECTIONS_EXT - 20;
     b[at] = 2;
     let e = decode_message::<ClientResponse>(b.freeze()).unwrap_err();
     assert!(matches!(e, DecodeError::Invalid { what: "extension count", value: 2 }), "{e:?}");
     // So must extension 3 (the lock counts): its count sits right after extension 2.
     let mut b = encoded;
-    let at = b.len() - locks_ext(1);
+    let at = b.len() - kairos_ext(1) - locks_ext(1);
     b[at] = 2;
     let e = decode_message::<ClientResponse>(b.freeze()).unwrap_err();
     assert!(matches!(e, DecodeError::Invalid { what: "extension count", value: 2 }), "{e:?}");

@@ -508,7 +508,7 @@ impl OrcaCluster {
             token,
             Invocation { client, node: i, key: key.clone(), min_index, at: self.now },
         );
-        let body = Request::LogRead { table: TABLE.to_string(), key, min_index };
+        let body = Request::LogRead { table: TABLE.to_string(), key, min_index, sharer: false };
         self.request(client, i, token, Asked::Read, None, body);
         token
     }
@@ -971,9 +971,9 @@ fn decode_reply(token: u64, asked: Asked, body: Response) -> LogReply {
         Asked::Read => LogReply::Read {
             token,
             result: match body {
-                Response::LogValue { value, update_index, served_by, epoch, vts } => {
+                Response::LogValue { value, update_index, served_by, epoch, vts, w_mean_ns } => {
                     let vts = vts.unwrap_or_default();
-                    Ok(ReadValue { value, update_index, served_by, epoch, vts })
+                    Ok(ReadValue { value, update_index, served_by, epoch, vts, w_mean_ns })
                 }
                 Response::LogRejected(f) => Err(match f {
                     LogFailure::NotLeader { hint } => ReadError::NotLeader { hint },

@@ -292,7 +292,8 @@ impl TxnClient {
         let Phase::Read { keys, next } = &self.phase else { return };
         let key = keys[*next].clone();
         let shard = shard_of(&key, self.shards);
-        let body = Request::LogRead { table: self.table.clone(), key, min_index: None };
+        let body =
+            Request::LogRead { table: self.table.clone(), key, min_index: None, sharer: false };
         self.send(c, now, shard, None, body);
     }
 
@@ -688,7 +689,8 @@ impl TxnClient {
         let first = self.placement.get(&shard).map_or(0, |rs| rs[0]);
         let node = self.leader.get(&shard).copied().unwrap_or(first);
         self.next_corr += 1;
-        let body = Request::LogRead { table: self.table.clone(), key, min_index: None };
+        let body =
+            Request::LogRead { table: self.table.clone(), key, min_index: None, sharer: false };
         let p = Pending {
             corr: self.next_corr,
             node,

@@ -386,7 +386,12 @@ pub fn run(seed: u64, opts: &TxnSimOptions) -> TxnReport {
     let final_values = accounts()
         .into_iter()
         .map(|key| {
-            let body = Request::LogRead { table: TABLE.into(), key: key.clone(), min_index: None };
+            let body = Request::LogRead {
+                table: TABLE.into(),
+                key: key.clone(),
+                min_index: None,
+                sharer: false,
+            };
             match call_leader(&mut c, setup_client, None, body, &mut applied) {
                 Response::LogValue { value, .. } => (key, value),
                 other => (key, Some(Bytes::from(format!("unreadable: {other:?}")))),
