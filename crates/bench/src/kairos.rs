@@ -22,6 +22,7 @@
 //!   no plain writes), batched by shard so that each batch is one participant and decides at
 //!   its prepare; `--skip-preload` when an earlier run on the same table wrote them.
 
+use std::collections::HashSet;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -31,7 +32,9 @@ use bytes::{BufMut, Bytes, BytesMut};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde::{Deserialize, Serialize};
-use strata_client::{Client, ClientOptions, TxnOutcome};
+use strata_client::{
+    Cacheable, Client, ClientOptions, KairosCacheOptions, LeasePolicy, TxnOutcome,
+};
 use strata_wire::client::shard_of;
 
 use crate::args::{BenchArgs, CachePolicy, KairosArgs};
@@ -148,24 +151,43 @@ fn value_of(n: u64, size: usize) -> Bytes {
     v.freeze()
 }
 
-/// The client options of one Kairos client: the run's, with the cache `--cache` asks for.
+/// The client-library policy of `--cache` (`None`: no cache).
+fn lease_policy(cache: CachePolicy) -> Option<LeasePolicy> {
+    Some(match cache {
+        CachePolicy::None => return None,
+        CachePolicy::Naive => LeasePolicy::Naive,
+        CachePolicy::Ei => LeasePolicy::ExplicitInvalidation,
+        CachePolicy::Ideal => LeasePolicy::Ideal,
+        CachePolicy::StaticP(x) => LeasePolicy::StaticP(x),
+        CachePolicy::Mean => LeasePolicy::Mean,
+        CachePolicy::FixedMs(ms) => LeasePolicy::Fixed(Duration::from_secs_f64(ms / 1000.0)),
+    })
+}
+
+/// The client options of one Kairos client: the run's, with the cache `--cache` asks for,
+/// of `capacity` entries, caching the keys of `cacheable` in `table` only.
 fn client_options(
     base: ClientOptions,
     k: &KairosArgs,
-    _cacheable: &Arc<[Bytes]>,
-    _capacity: usize,
-) -> Result<ClientOptions, BenchError> {
-    match k.cache {
-        CachePolicy::None => Ok(base),
-        other => Err(BenchError::InvalidArgs(format!(
-            "--cache {other}: this build's client library has no Kairos cache; only --cache none runs"
-        ))),
-    }
+    table: &str,
+    cacheable: &Arc<HashSet<Bytes>>,
+    capacity: usize,
+) -> ClientOptions {
+    let kairos_cache = lease_policy(k.cache).map(|policy| {
+        let (table, keys) = (table.to_string(), cacheable.clone());
+        let cacheable: Cacheable = Arc::new(move |t, key| t == table && keys.contains(key));
+        KairosCacheOptions { policy, capacity, cacheable }
+    });
+    ClientOptions { kairos_cache, ..base }
 }
 
 /// A client's cache counters so far (zero without a cache).
-fn cache_counts(_client: &Client) -> CacheCounts {
-    CacheCounts::default()
+fn cache_counts(client: &Client) -> CacheCounts {
+    client.kairos_cache_stats().map_or(CacheCounts::default(), |s| CacheCounts {
+        hits: s.cache.hits,
+        misses: s.cache.misses,
+        stale_hits: s.stale_hits,
+    })
 }
 
 pub(crate) async fn run(
@@ -180,13 +202,14 @@ pub(crate) async fn run(
     })?;
     let work = Arc::new(Workload::new(args));
     let (cacheable_keys, capacity) = k.cache_sizes(work.names.len() as u64);
-    let cacheable: Arc<[Bytes]> = work.names[..cacheable_keys as usize].into();
+    let cacheable: Arc<HashSet<Bytes>> =
+        Arc::new(work.names[..cacheable_keys as usize].iter().cloned().collect());
     let base = args.conn.strata_options()?;
     let mut clients = Vec::with_capacity(args.conn.clients);
     for c in 0..args.conn.clients {
         let mut order = endpoints.clone();
         order.rotate_left(c % endpoints.len());
-        let opts = client_options(base.clone(), k, &cacheable, capacity)?;
+        let opts = client_options(base.clone(), k, &table, &cacheable, capacity);
         let client = Client::connect(&order, opts).await.map_err(|e| BenchError::Connect {
             target: args.conn.target,
             addr: order[0],
