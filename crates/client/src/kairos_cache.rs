@@ -30,7 +30,7 @@ use std::time::Duration;
 use bytes::{BufMut, Bytes, BytesMut};
 use strata_kairos::cache::{AbortHint, Cache, CacheStats, Lookup};
 use strata_kairos::{LeaseLimits, LeasePolicy};
-use strata_wire::client::{push_topic, shard_of, KairosInvalidate};
+use strata_wire::client::{push_topic, shard_of, validated_table, KairosInvalidate};
 use strata_wire::log::LogIndex;
 use strata_wire::txn::{AbortReason, Decision, Timestamp, TxnObject, Vote};
 use strata_wire::{decode_message, Instant};
@@ -235,10 +235,13 @@ impl KairosCache {
         let mut stale = Vec::new();
         let mut stale_hit = false;
         for o in objects {
+            // With sharded validators a read's object is in the companion table
+            // (`T.validators`): the cached key is `(T, key)`.
+            let table = validated_table(&o.table).unwrap_or(&o.table);
             match votes.get(&o.seq) {
                 Some(Vote::Abort(AbortReason::Stale | AbortReason::PreparedConflict)) | None => {
-                    stale_hit |= hits.contains(&(o.table.clone(), o.key.clone()));
-                    stale.push(cache_key(&o.table, &o.key));
+                    stale_hit |= hits.contains(&(table.to_string(), o.key.clone()));
+                    stale.push(cache_key(table, &o.key));
                 }
                 // No `ts_GC` on the wire yet: every entry may be below it.
                 Some(Vote::Abort(AbortReason::TooOld)) => {
@@ -434,6 +437,13 @@ mod tests {
         );
         let len = c.lock().cache.len();
         assert_eq!((len, c.stats().stale_hits), (1, 2), "c goes too");
+        // A sharded table's validator object (`t.validators`) names the cached `(t, c)`.
+        c.lock().cache.on_fetch(cache_key("t", b"c"), None, ts(7), WM_VIEW, None, now());
+        let v = TxnObject { table: "t.validators".into(), key: Bytes::from("c"), seq: 9 };
+        let votes = BTreeMap::from([(9, Vote::Abort(AbortReason::Stale))]);
+        c.after_decision(Decision::Abort, &[v], &votes, std::iter::empty(), &hits);
+        let len = c.lock().cache.len();
+        assert_eq!((len, c.stats().stale_hits), (1, 3), "c goes, a stale hit");
         let written = [("t".to_string(), Bytes::from("b"))];
         c.after_decision(Decision::Commit, &objects, &BTreeMap::new(), written.iter(), &hits);
         assert_eq!(c.lock().cache.len(), 0);
