@@ -12,6 +12,7 @@ p99 over a p50 bar), "color" ([r, g, b])}]}. A missing value (null) is not drawn
 import json
 from pathlib import Path
 
+from . import kairos
 from .summary import latency, ratio, runs, throughput
 from .tables import durable_pct, log_runs
 
@@ -127,7 +128,8 @@ def kairos_model(csv_file, r_ms, w_ms):
         ], x=x, y_min=0.0, y_max=1.0)]}
 
 
-CHARTS = {"log": log, "geo": geo, "kite-sweep": kite_sweep, "txn": txn, "kairos-model": kairos_model}
+CHARTS = {"log": log, "geo": geo, "kite-sweep": kite_sweep, "txn": txn, "kairos-model": kairos_model,
+          **kairos.CHARTS}
 
 
 def main(name, args):

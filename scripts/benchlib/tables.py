@@ -8,6 +8,7 @@ import json
 import re
 from pathlib import Path
 
+from . import kairos
 from .summary import (errors, fmt, latency, load, mean, median, median_ratio, p50_p99, ratio,
                       runs, throughput)
 
@@ -446,7 +447,8 @@ def txn(results, n_runs, participants, contended):
                       f"{fmt(txn_aborts(r), '.2f')} | {p50_p99(r)} | {fmt(txn_commit(r, 'p50'))} | {txn_abort_mix(r)} |")
 
 
-TABLES = {"es": es, "log": log, "etcd": etcd, "zk": zk, "geo": geo, "kite": kite, "move": move, "rifl": rifl, "txn": txn}
+TABLES = {"es": es, "log": log, "etcd": etcd, "zk": zk, "geo": geo, "kite": kite, "move": move, "rifl": rifl, "txn": txn,
+          "kairos": kairos.table}
 
 
 def ab(results, prefix="baseline", after="after", before="before"):

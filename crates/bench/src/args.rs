@@ -188,6 +188,92 @@ pub enum WorkloadKind {
     /// Multi-key read-modify-write transactions (`txn.rs`): Strata's on a `--txn rifl`
     /// table (`--table`), or Redis WATCH/MULTI/EXEC.
     Txn,
+    /// Kairos's social-network YCSB variant (kairos.md §8.1, `kairos.rs`) on a `--txn
+    /// kairos` table (`--table`): read-only and read-write transactions with separate
+    /// zipfian popularity, an optional client cache (`--cache`).
+    Kairos,
+}
+
+/// `--cache`: a Kairos client's cache policy (kairos.md §1.3; §5.12 Algorithm 1, §5.14
+/// baselines and static leases).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(into = "String", try_from = "String")]
+pub enum CachePolicy {
+    /// No inter-transaction cache (Baseline, CV only).
+    #[default]
+    None,
+    /// Cache with no lease; drop an entry only when a transaction that read it aborts
+    /// (§5.14.1).
+    Naive,
+    /// Explicit invalidation: no lease, the shard leader pushes invalidations (§5.14.2).
+    Ei,
+    /// Self-invalidating leases sized by Algorithm 1 (§5.12): "ideal leases".
+    Ideal,
+    /// `StaticP(x)`: the lease in which a write comes with probability `x` (§5.14.3).
+    StaticP(f64),
+    /// The lease is the key's mean write gap `W` (§5.14.3).
+    Mean,
+    /// A fixed lease of this many milliseconds (§5.14.3).
+    FixedMs(f64),
+}
+
+impl std::str::FromStr for CachePolicy {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        let num = |v: &str, what: &str| {
+            v.parse::<f64>()
+                .ok()
+                .filter(|x| x.is_finite() && *x > 0.0)
+                .ok_or_else(|| format!("--cache {s}: {what} must be a positive number"))
+        };
+        match s.split_once(':') {
+            None => match s {
+                "none" => Ok(CachePolicy::None),
+                "naive" => Ok(CachePolicy::Naive),
+                "ei" => Ok(CachePolicy::Ei),
+                "ideal" => Ok(CachePolicy::Ideal),
+                "mean" => Ok(CachePolicy::Mean),
+                _ => Err(format!(
+                    "--cache {s}: use none, naive, ei, ideal, static:X (0 < X < 1), mean or fixed:MS"
+                )),
+            },
+            Some(("static", x)) => match num(x, "X")? {
+                x if x < 1.0 => Ok(CachePolicy::StaticP(x)),
+                _ => Err(format!("--cache {s}: X is a probability, 0 < X < 1")),
+            },
+            Some(("fixed", ms)) => Ok(CachePolicy::FixedMs(num(ms, "MS")?)),
+            Some(_) => Err(format!("--cache {s}: unknown policy")),
+        }
+    }
+}
+
+impl std::fmt::Display for CachePolicy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            CachePolicy::None => f.write_str("none"),
+            CachePolicy::Naive => f.write_str("naive"),
+            CachePolicy::Ei => f.write_str("ei"),
+            CachePolicy::Ideal => f.write_str("ideal"),
+            CachePolicy::StaticP(x) => write!(f, "static:{x}"),
+            CachePolicy::Mean => f.write_str("mean"),
+            CachePolicy::FixedMs(ms) => write!(f, "fixed:{ms}"),
+        }
+    }
+}
+
+impl From<CachePolicy> for String {
+    fn from(p: CachePolicy) -> String {
+        p.to_string()
+    }
+}
+
+impl TryFrom<String> for CachePolicy {
+    type Error = String;
+
+    fn try_from(s: String) -> Result<Self, String> {
+        s.parse()
+    }
 }
 
 /// The resolved operation mix: percentages of reads and writes that synchronize.
@@ -239,6 +325,9 @@ pub struct BenchArgs {
     #[command(flatten)]
     #[serde(flatten)]
     pub rifl: RiflArgs,
+    #[command(flatten)]
+    #[serde(flatten)]
+    pub kairos: KairosArgs,
 }
 
 /// What to load and how: the target, its endpoints, the connections and sessions.
@@ -359,9 +448,11 @@ impl ConnArgs {
 #[derive(clap::Args, Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[command(next_help_heading = "Workload")]
 pub struct WorkloadArgs {
-    /// Number of distinct keys.
-    #[arg(long, value_name = "N", default_value_t = 100_000)]
-    pub keys: u64,
+    /// Number of distinct keys (default 100,000; 200,000 with `--workload kairos`, kairos.md
+    /// §8.3 P1).
+    #[arg(long, value_name = "N")]
+    #[serde(default)]
+    pub keys: Option<u64>,
 
     /// Key size in bytes (`k` + zero-padded index).
     #[arg(long, value_name = "B", default_value_t = 16)]
@@ -421,7 +512,7 @@ pub struct WorkloadArgs {
 impl Default for WorkloadArgs {
     fn default() -> Self {
         WorkloadArgs {
-            keys: 100_000,
+            keys: None,
             key_size: 16,
             value_size: 64,
             dist: None,
@@ -434,6 +525,111 @@ impl Default for WorkloadArgs {
             txn_objects: 2,
             txn_spread: false,
         }
+    }
+}
+
+/// `--workload kairos`: Kairos's social-network YCSB variant (kairos.md §8.1, §8.3 P1–P3).
+/// Keys are ranked by popularity (rank 0 the hottest, the same ranking for reads and writes,
+/// as in Fig. 9b where the hottest read key is also the most written); each transaction is
+/// read-only with probability `--ro-pct`, drawing `--txn-keys` distinct keys from a zipfian
+/// of skew `--read-zipf`, else read-write, drawing them with skew `--write-zipf` and writing
+/// each key after reading it.
+#[derive(clap::Args, Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[command(next_help_heading = "Kairos workload (--workload kairos)")]
+#[serde(default)]
+pub struct KairosArgs {
+    /// Percentage of transactions that are read-only (the rest read then write their keys).
+    #[arg(long, value_name = "PERCENT", default_value_t = 90.0)]
+    pub ro_pct: f64,
+
+    /// Distinct keys per transaction.
+    #[arg(long, value_name = "K", default_value_t = 4)]
+    pub txn_keys: usize,
+
+    /// Zipfian skew (any value above 0) of the keys read-only transactions read.
+    #[arg(long, value_name = "ALPHA", default_value_t = 0.99)]
+    pub read_zipf: f64,
+
+    /// Zipfian skew (above 0) of the keys read-write transactions read and write.
+    #[arg(long, value_name = "ALPHA", default_value_t = 0.5)]
+    pub write_zipf: f64,
+
+    /// Percentage of the keys that may be cached: the most popular ones by the read
+    /// distribution (kairos.md §8.1: the top 1 %).
+    #[arg(long, value_name = "PERCENT", default_value_t = 1.0)]
+    pub cacheable_pct: f64,
+
+    /// Each client's cache capacity, as a percentage of the keys (LRU; §8.1: 0.1 %).
+    #[arg(long, value_name = "PERCENT", default_value_t = 0.1)]
+    pub cache_pct: f64,
+
+    /// Each client's cache policy: none (Baseline / CV only), naive, ei (explicit
+    /// invalidation), ideal (Algorithm 1 leases), static:X (StaticP(x) leases), mean (lease =
+    /// W), fixed:MS (a fixed lease).
+    #[arg(long, value_name = "POLICY", default_value = "none")]
+    pub cache: CachePolicy,
+
+    /// Offered load, transactions per second over all sessions (kairos.md §8.2 Fig. 11): each
+    /// session starts a transaction at most every `clients x sessions / RATE` seconds (its
+    /// retries included), and runs closed-loop when it falls behind. Default: closed loops.
+    #[arg(long, value_name = "TXN_PER_S")]
+    pub offered_rate: Option<f64>,
+
+    /// The keys were written by an earlier run on this table: do not write them again.
+    #[arg(long)]
+    pub skip_preload: bool,
+}
+
+impl Default for KairosArgs {
+    fn default() -> Self {
+        KairosArgs {
+            ro_pct: 90.0,
+            txn_keys: 4,
+            read_zipf: 0.99,
+            write_zipf: 0.5,
+            cacheable_pct: 1.0,
+            cache_pct: 0.1,
+            cache: CachePolicy::None,
+            offered_rate: None,
+            skip_preload: false,
+        }
+    }
+}
+
+impl KairosArgs {
+    /// The Kairos flags on their own.
+    pub fn validate(&self) -> Checked {
+        check_pct("--ro-pct", Some(self.ro_pct))?;
+        check_pct("--cacheable-pct", Some(self.cacheable_pct))?;
+        check_pct("--cache-pct", Some(self.cache_pct))?;
+        if self.txn_keys == 0 {
+            return bad("--txn-keys must be at least 1".into());
+        }
+        for (flag, a) in [("--read-zipf", self.read_zipf), ("--write-zipf", self.write_zipf)] {
+            if !(a > 0.0 && a <= 10.0) {
+                return bad(format!("{flag} {a} must be above 0 (and at most 10)"));
+            }
+        }
+        if self.offered_rate.is_some_and(|r| !(r > 0.0 && r.is_finite())) {
+            return bad(
+                "--offered-rate must be a positive number of transactions per second".into()
+            );
+        }
+        Ok(())
+    }
+
+    /// Whether any flag differs from its default (they only mean something to the Kairos
+    /// workload).
+    fn is_default(&self) -> bool {
+        *self == KairosArgs::default()
+    }
+
+    /// The cacheable keys (the `--cacheable-pct` most popular of `keys`, at least one when
+    /// the share is above 0) and each client's cache capacity in entries (`--cache-pct`, at
+    /// least one).
+    pub fn cache_sizes(&self, keys: u64) -> (u64, usize) {
+        let share = |pct: f64| ((keys as f64 * pct / 100.0).round() as u64).max((pct > 0.0) as u64);
+        (share(self.cacheable_pct).min(keys), share(self.cache_pct).max(1) as usize)
     }
 }
 
@@ -651,14 +847,15 @@ impl ConnArgs {
 impl WorkloadArgs {
     /// The workload flags on their own.
     pub fn validate(&self) -> Checked {
-        if self.keys == 0 {
+        if self.keys() == 0 {
             return bad("--keys must be at least 1".into());
         }
-        let min = min_key_size(self.keys);
+        let min = min_key_size(self.keys());
         if self.key_size < min {
             return bad(format!(
                 "--key-size {} cannot hold {} keys: use at least {min}",
-                self.key_size, self.keys
+                self.key_size,
+                self.keys()
             ));
         }
         check_pct("--write-ratio", self.write_ratio)?;
@@ -674,18 +871,19 @@ impl WorkloadArgs {
         }
         if self.ycsb_mix().is_some_and(|m| m.insert_pct > 0.0) {
             // Inserts write keys past --keys: leave room for ten times as many.
-            let need = min_key_size(self.keys.saturating_mul(10));
+            let need = min_key_size(self.keys().saturating_mul(10));
             if self.key_size < need {
                 return bad(format!(
                     "--key-size {} leaves no room for inserted keys after {} keys: use at least {need}",
-                    self.key_size, self.keys
+                    self.key_size,
+                    self.keys()
                 ));
             }
         }
         if self.kind == WorkloadKind::Txn && self.txn_objects == 0 {
             return bad("--txn-objects must be at least 1".into());
         }
-        if !matches!(self.kind, WorkloadKind::Kv | WorkloadKind::Txn) {
+        if !matches!(self.kind, WorkloadKind::Kv | WorkloadKind::Txn | WorkloadKind::Kairos) {
             if self.structures == 0 {
                 return bad("--structures must be at least 1".into());
             }
@@ -694,6 +892,13 @@ impl WorkloadArgs {
             }
         }
         Ok(())
+    }
+
+    /// `--keys`, else the workload's default: 200,000 for Kairos (kairos.md §8.3 P1), else
+    /// 100,000.
+    pub fn keys(&self) -> u64 {
+        let default = if self.kind == WorkloadKind::Kairos { 200_000 } else { 100_000 };
+        self.keys.unwrap_or(default)
     }
 
     /// Percentage of operations that are writes: `--write-ratio`, else the `--ycsb` preset's
@@ -817,6 +1022,7 @@ impl BenchArgs {
         self.run.validate()?;
         self.output.validate()?;
         self.rifl.validate()?;
+        self.kairos.validate()?;
         self.check_target()?;
         self.check_rifl()?;
         self.check_workload()?;
@@ -841,7 +1047,17 @@ impl BenchArgs {
                 "--workload txn on Strata needs --table, a table created with --txn rifl".into()
             );
         }
-        if let Some(name) = self.conn.table.as_ref().filter(|_| !txn) {
+        let kairos = self.workload.kind == WorkloadKind::Kairos;
+        if kairos && (target != Target::Strata || self.conn.table.is_none()) {
+            return bad(
+                "--workload kairos runs on Strata with --table, a table created with --txn kairos"
+                    .into(),
+            );
+        }
+        if !kairos && !self.kairos.is_default() {
+            return bad("--ro-pct, --txn-keys, --read-zipf, --write-zipf, --cacheable-pct, --cache-pct, --cache, --offered-rate and --skip-preload go with --workload kairos".into());
+        }
+        if let Some(name) = self.conn.table.as_ref().filter(|_| !txn && !kairos) {
             if mix.has_sync() || self.workload.kind != WorkloadKind::Kv {
                 return bad(format!(
                     "--table {name}: log tables take plain reads and writes from --target strata (no --mode other than es, no --*-pct, no --workload)"
@@ -1025,6 +1241,9 @@ mod tests {
         flags.sort();
         let mut want = [
             "acquire-pct",
+            "cache",
+            "cache-pct",
+            "cacheable-pct",
             "client-delay-ms",
             "clients",
             "cluster-id",
@@ -1041,14 +1260,18 @@ mod tests {
             "lease-renewals",
             "mode",
             "no-exactly-once",
+            "offered-rate",
             "ops",
             "pipeline",
             "quiet",
+            "read-zipf",
             "release-pct",
             "rmw",
             "rmw-pct",
+            "ro-pct",
             "seed",
             "sessions",
+            "skip-preload",
             "structures",
             "table",
             "target",
@@ -1057,6 +1280,7 @@ mod tests {
             "tls-ca",
             "tls-cert",
             "tls-key",
+            "txn-keys",
             "txn-objects",
             "txn-spread",
             "value-size",
@@ -1064,6 +1288,7 @@ mod tests {
             "warmup",
             "workload",
             "write-ratio",
+            "write-zipf",
             "ycsb",
             "zipf-theta",
         ];
@@ -1083,7 +1308,7 @@ mod tests {
     fn each_group_checks_its_own_flags() {
         let conn = ConnArgs { pipeline: 0, ..ConnArgs::default() };
         assert!(conn.validate().unwrap_err().to_string().contains("--pipeline"));
-        let w = WorkloadArgs { keys: 0, ..WorkloadArgs::default() };
+        let w = WorkloadArgs { keys: Some(0), ..WorkloadArgs::default() };
         assert!(w.validate().unwrap_err().to_string().contains("--keys"));
         let s = SyncArgs { rmw_pct: Some(101.0), ..SyncArgs::default() };
         assert!(s.validate().unwrap_err().to_string().contains("--rmw-pct"));
@@ -1371,5 +1596,60 @@ mod tests {
         .validate()
         .unwrap_err();
         assert!(e.to_string().contains("zookeeper"), "{e}");
+    }
+
+    #[test]
+    fn kairos_flags_parse_check_and_belong_to_the_kairos_workload() {
+        let args = |a: &[&str]| {
+            let mut v = vec!["bench"];
+            v.extend_from_slice(a);
+            Cli::try_parse_from(v).map(|c| c.bench)
+        };
+        let k = args(&["--workload", "kairos", "--table", "t"]).unwrap();
+        k.validate().unwrap();
+        assert_eq!((k.workload.keys(), k.kairos.clone()), (200_000, KairosArgs::default()));
+        assert_eq!(args(&[]).unwrap().workload.keys(), 100_000, "other workloads keep 100k");
+        let k = args(&[
+            "--workload",
+            "kairos",
+            "--table",
+            "t",
+            "--keys",
+            "1000",
+            "--ro-pct",
+            "50",
+            "--read-zipf",
+            "1.2",
+            "--cache",
+            "static:0.3",
+            "--offered-rate",
+            "500",
+        ])
+        .unwrap();
+        k.validate().unwrap();
+        assert_eq!(k.workload.keys(), 1000);
+        assert_eq!(k.kairos.cache, CachePolicy::StaticP(0.3));
+        assert_eq!((k.kairos.read_zipf, k.kairos.offered_rate), (1.2, Some(500.0)));
+        // Every policy reads back from its name, also through the JSON report.
+        for p in ["none", "naive", "ei", "ideal", "static:0.1", "mean", "fixed:2.5"] {
+            let c: CachePolicy = p.parse().unwrap();
+            assert_eq!(c.to_string(), p);
+            let json = serde_json::to_string(&c).unwrap();
+            assert_eq!(serde_json::from_str::<CachePolicy>(&json).unwrap(), c);
+        }
+        for bad in ["lru", "static:1", "static:0", "static:x", "fixed:-1", "mean:2"] {
+            assert!(bad.parse::<CachePolicy>().is_err(), "{bad} accepted");
+        }
+        let refused = |a: &[&str], needle: &str| {
+            let e = args(a).unwrap().validate().unwrap_err().to_string();
+            assert!(e.contains(needle), "{a:?}: {e}");
+        };
+        refused(&["--workload", "kairos"], "--table");
+        refused(&["--ro-pct", "50"], "--workload kairos");
+        refused(&["--workload", "kairos", "--table", "t", "--ro-pct", "101"], "--ro-pct");
+        refused(&["--workload", "kairos", "--table", "t", "--write-zipf", "0"], "--write-zipf");
+        refused(&["--workload", "kairos", "--table", "t", "--txn-keys", "0"], "--txn-keys");
+        refused(&["--workload", "kairos", "--table", "t", "--offered-rate", "0"], "--offered-rate");
+        refused(&["--workload", "kairos", "--target", "redis"], "--workload kairos runs on Strata");
     }
 }

@@ -23,7 +23,9 @@ pub(crate) async fn run(
         WorkloadKind::Ts => DsKind::Stack,
         WorkloadKind::Msq => DsKind::Queue,
         WorkloadKind::Hml => DsKind::List,
-        WorkloadKind::Kv | WorkloadKind::Txn => unreachable!("kv and txn run elsewhere"),
+        WorkloadKind::Kv | WorkloadKind::Txn | WorkloadKind::Kairos => {
+            unreachable!("kv, txn and kairos run elsewhere")
+        }
     };
     let layout = if args.workload.fields == 32 { Layout::THIRTY_TWO } else { Layout::FOUR };
     // One root per kind and layout, so objects of another shape from an earlier run never meet.
@@ -110,6 +112,7 @@ pub(crate) async fn run(
         read_durability: None,
         lease: None,
         txn: None,
+        kairos: None,
         preloaded_keys: 0,
         preload_s: 0.0,
         started_at_unix_ms: unix_ms_at(measure_start),

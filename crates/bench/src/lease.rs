@@ -433,6 +433,7 @@ pub(crate) async fn run(
         ds: None,
         read_durability: None,
         txn: None,
+        kairos: None,
         lease: Some(LeaseReport {
             kind: if creations { "creations" } else { "renewals" }.to_string(),
             leases,

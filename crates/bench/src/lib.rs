@@ -46,6 +46,9 @@
 //! window, from the nodes' shard counters ([`durability`]); `--client-delay-ms` puts the
 //! clients at an emulated distance from each node ([`relay`]).
 //!
+//! `--workload kairos` runs Kairos's social-network transactions on a `--txn kairos` table
+//! (kairos.md §8.1), with an optional client cache ([`kairos`]).
+//!
 //! `--lease-renewals` and `--lease-creations` load RIFL's lease service instead of the keyspace
 //! (RIFL §8.3 Q4): closed loops that renew their own lease, or create new ones ([`lease`]).
 
@@ -53,6 +56,7 @@ pub mod args;
 mod ds;
 mod durability;
 pub mod etcd;
+pub mod kairos;
 pub mod keys;
 pub mod lease;
 pub mod plot;
@@ -173,6 +177,11 @@ pub async fn run(args: &BenchArgs, endpoints: Vec<SocketAddr>) -> Result<BenchRe
     }
     if args.workload.kind == WorkloadKind::Txn {
         let report = txn::run(args, relays.addrs.clone()).await?;
+        write_json(args, &report)?;
+        return Ok(report);
+    }
+    if args.workload.kind == WorkloadKind::Kairos {
+        let report = kairos::run(args, relays.addrs.clone()).await?;
         write_json(args, &report)?;
         return Ok(report);
     }
@@ -347,7 +356,8 @@ pub async fn run(args: &BenchArgs, endpoints: Vec<SocketAddr>) -> Result<BenchRe
         read_durability,
         lease: None,
         txn: None,
-        preloaded_keys: args.workload.keys,
+        kairos: None,
+        preloaded_keys: args.workload.keys(),
         preload_s,
         started_at_unix_ms: unix_ms_at(measure_start),
         tool_version: env!("CARGO_PKG_VERSION").to_string(),
@@ -411,7 +421,7 @@ async fn preload(
     let done = Arc::new(AtomicU64::new(0));
     let progress = (!args.output.quiet).then(|| {
         let done = done.clone();
-        let total = args.workload.keys;
+        let total = args.workload.keys();
         tokio::spawn(async move {
             let mut tick = tokio::time::interval(Duration::from_secs(1));
             tick.tick().await;
@@ -424,7 +434,8 @@ async fn preload(
     });
     let mut tasks = Vec::new();
     for (i, mut s) in sessions.into_iter().enumerate() {
-        let (lo, hi) = (args.workload.keys * i as u64 / n, args.workload.keys * (i as u64 + 1) / n);
+        let (lo, hi) =
+            (args.workload.keys() * i as u64 / n, args.workload.keys() * (i as u64 + 1) / n);
         let (key_size, value, done) = (args.workload.key_size, value.clone(), done.clone());
         tasks.push(tokio::spawn(async move {
             let mut next = lo;
@@ -467,7 +478,7 @@ async fn preload(
         Some(e) => Err(BenchError::Preload(e)),
         None => {
             if !args.output.quiet {
-                eprintln!("preload: {} keys written", args.workload.keys);
+                eprintln!("preload: {} keys written", args.workload.keys());
             }
             Ok(out)
         }
@@ -541,12 +552,12 @@ async fn measure(
     measure_start: Instant,
 ) -> (Vec<SessionStats>, Option<Instant>, u64) {
     let chooser = match args.dist() {
-        Distribution::Uniform => KeyChooser::Uniform { n: args.workload.keys },
+        Distribution::Uniform => KeyChooser::Uniform { n: args.workload.keys() },
         Distribution::Zipfian => {
-            KeyChooser::Zipfian(Zipfian::new(args.workload.keys, args.workload.zipf_theta))
+            KeyChooser::Zipfian(Zipfian::new(args.workload.keys(), args.workload.zipf_theta))
         }
         Distribution::Latest => {
-            KeyChooser::Latest(Latest::new(args.workload.keys, args.workload.zipf_theta))
+            KeyChooser::Latest(Latest::new(args.workload.keys(), args.workload.zipf_theta))
         }
     };
     let started = Instant::now();
@@ -564,7 +575,7 @@ async fn measure(
         write_ratio: args.write_ratio(),
         mix: args.mix(),
         ycsb: args.ycsb_mix(),
-        inserts: InsertCounter::new(args.workload.keys),
+        inserts: InsertCounter::new(args.workload.keys()),
         pipeline: args.conn.pipeline,
         bucket: args.output.timeline.as_ref().map(|_| {
             let w = Duration::from_millis(args.output.timeline_bucket_ms);
@@ -611,7 +622,7 @@ async fn measure(
     if let Some(p) = progress {
         p.abort();
     }
-    let inserted = shared.inserts.acknowledged() - args.workload.keys;
+    let inserted = shared.inserts.acknowledged() - args.workload.keys();
     (stats, end, inserted)
 }
 

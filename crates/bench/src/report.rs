@@ -207,6 +207,9 @@ pub struct BenchReport {
     /// `--workload txn`: transactions committed and attempts aborted.
     #[serde(default)]
     pub txn: Option<crate::txn::TxnReport>,
+    /// `--workload kairos`: the transactions by kind and the clients' caches (with `txn`).
+    #[serde(default)]
+    pub kairos: Option<crate::kairos::KairosReport>,
     /// Keys written before measuring, and how long that took.
     pub preloaded_keys: u64,
     pub preload_s: f64,
@@ -233,7 +236,7 @@ impl BenchReport {
             a.conn.sessions,
             t.objects,
             if t.spread { " in distinct shards" } else { "" },
-            a.workload.keys,
+            a.workload.keys(),
         )?;
         writeln!(
             f,
@@ -257,10 +260,49 @@ impl BenchReport {
                 l.count, l.mean_us, l.p50_us, l.p99_us, l.max_us
             )?;
         }
+        if let Some(k) = &self.kairos {
+            Self::fmt_kairos(f, k, a)?;
+        }
         for e in &self.error_samples {
             writeln!(f, "error: {e}")?;
         }
         Ok(())
+    }
+
+    fn fmt_kairos(
+        f: &mut fmt::Formatter<'_>,
+        k: &crate::kairos::KairosReport,
+        a: &BenchArgs,
+    ) -> fmt::Result {
+        let kk = &a.kairos;
+        writeln!(
+            f,
+            "kairos: {}% read-only; committed {} read-only, {} read-write{}",
+            kk.ro_pct,
+            k.ro_committed,
+            k.rw_committed,
+            k.offered_rate.map_or(String::new(), |r| format!("; offered {r:.0} txn/s")),
+        )?;
+        write!(
+            f,
+            "cache {}: {} cacheable keys ({:.1}% of RO reads), {} entries per client ({:.1}% of RO reads)",
+            k.cache,
+            k.cacheable_keys,
+            100.0 * k.cacheable_read_share,
+            k.cache_capacity,
+            100.0 * k.capacity_read_share
+        )?;
+        match (&k.cache_stats, k.hit_rate) {
+            (Some(s), rate) => writeln!(
+                f,
+                "; {} hits, {} misses (hit rate {}), {} stale hits",
+                s.hits,
+                s.misses,
+                rate.map_or("-".into(), |r| format!("{:.1}%", 100.0 * r)),
+                s.stale_hits
+            ),
+            (None, _) => writeln!(f),
+        }
     }
 }
 
@@ -278,6 +320,13 @@ impl fmt::Display for BenchReport {
             return self.fmt_lease(f, l);
         }
         if let Some(t) = &self.txn {
+            let dist = match &self.kairos {
+                Some(_) => format!(
+                    "zipfian {} for read-only, {} for read-write transactions",
+                    a.kairos.read_zipf, a.kairos.write_zipf
+                ),
+                None => dist,
+            };
             return self.fmt_txn(f, t, &dist);
         }
         writeln!(
@@ -288,7 +337,7 @@ impl fmt::Display for BenchReport {
             a.conn.clients,
             a.conn.sessions,
             a.conn.pipeline,
-            a.workload.keys,
+            a.workload.keys(),
             a.workload.key_size,
             a.workload.value_size,
             a.write_ratio()

@@ -72,7 +72,7 @@ struct Keys {
 
 impl Keys {
     fn new(args: &BenchArgs, shards: u32) -> Keys {
-        let n = args.workload.keys.max(1);
+        let n = args.workload.keys().max(1);
         let names: Vec<Bytes> = (0..n).map(|i| Bytes::from(format!("txk{i}"))).collect();
         let mut by_shard = vec![Vec::new(); shards.max(1) as usize];
         for (i, k) in names.iter().enumerate() {
@@ -115,26 +115,36 @@ impl Keys {
 }
 
 /// One session's counts and latencies (whole transactions, commits alone, reads).
-struct Counts {
-    committed: u64,
-    aborted: u64,
-    hist: Histogram<u64>,
-    commit: Histogram<u64>,
-    reads: Histogram<u64>,
-    aborts: BTreeMap<String, u64>,
+pub(crate) struct Counts {
+    pub committed: u64,
+    /// Of `committed`, the read-only transactions (`--workload kairos`).
+    pub read_only: u64,
+    pub aborted: u64,
+    pub hist: Histogram<u64>,
+    pub commit: Histogram<u64>,
+    pub reads: Histogram<u64>,
+    pub aborts: BTreeMap<String, u64>,
 }
 
 impl Counts {
-    fn new() -> Counts {
+    pub fn new() -> Counts {
         let h = || Histogram::new(3).expect("histogram");
         Counts {
             committed: 0,
+            read_only: 0,
             aborted: 0,
             hist: h(),
             commit: h(),
             reads: h(),
             aborts: BTreeMap::new(),
         }
+    }
+
+    /// A transaction that committed in the window after `took` from its first attempt.
+    pub fn record(&mut self, took: Duration, d: Done, read_only: bool) {
+        let _ = self.hist.record((took.as_nanos() as u64).max(1));
+        self.read_only += u64::from(read_only);
+        self.count(d);
     }
 
     fn count(&mut self, d: Done) {
@@ -149,8 +159,9 @@ impl Counts {
         }
     }
 
-    fn add(&mut self, c: Counts) {
+    pub fn add(&mut self, c: Counts) {
         self.committed += c.committed;
+        self.read_only += c.read_only;
         self.aborted += c.aborted;
         self.hist.add(c.hist).expect("same bounds");
         self.commit.add(c.commit).expect("same bounds");
@@ -164,10 +175,10 @@ impl Counts {
 /// What one transaction took: why each aborted attempt aborted, every attempt's reads, and
 /// its successful commit.
 #[derive(Default)]
-struct Done {
-    aborts: Vec<String>,
-    reads: Vec<Duration>,
-    commit: Duration,
+pub(crate) struct Done {
+    pub aborts: Vec<String>,
+    pub reads: Vec<Duration>,
+    pub commit: Duration,
 }
 
 pub(crate) async fn run(
@@ -222,9 +233,7 @@ pub(crate) async fn run(
                 let done = Instant::now();
                 match done_txn {
                     Ok(d) if t0 >= measure_start && done <= end => {
-                        let ns = done.duration_since(t0).as_nanos() as u64;
-                        let _ = counts.hist.record(ns.max(1));
-                        counts.count(d);
+                        counts.record(done.duration_since(t0), d, false)
                     }
                     Ok(_) => {}
                     Err(e) => {
@@ -236,6 +245,17 @@ pub(crate) async fn run(
             Ok::<_, String>(counts)
         }));
     }
+    let (total, samples) = join_sessions(tasks).await;
+    let errors = errors.load(Ordering::Relaxed);
+    let done =
+        Finished { errors, samples, preloaded_keys: keys.names.len() as u64, preload_s: 0.0 };
+    Ok(report(args, endpoints, total, done, objects, spread, measure_start))
+}
+
+/// Every session's counts summed, and the first few errors of the sessions that failed.
+pub(crate) async fn join_sessions(
+    tasks: Vec<tokio::task::JoinHandle<Result<Counts, String>>>,
+) -> (Counts, Vec<String>) {
     let mut total = Counts::new();
     let mut samples = Vec::new();
     for t in tasks {
@@ -246,12 +266,35 @@ pub(crate) async fn run(
             _ => {}
         }
     }
+    (total, samples)
+}
+
+/// How a transaction run ended besides its counts: errors (whole run), the first few error
+/// messages, and the preload.
+pub(crate) struct Finished {
+    pub errors: u64,
+    pub samples: Vec<String>,
+    pub preloaded_keys: u64,
+    pub preload_s: f64,
+}
+
+/// The report of a transaction run (`--workload txn` or `kairos`): the window's counts as
+/// `txn`, committed transactions as the `ops`.
+pub(crate) fn report(
+    args: &BenchArgs,
+    endpoints: Vec<SocketAddr>,
+    total: Counts,
+    done: Finished,
+    objects: usize,
+    spread: bool,
+    measure_start: Instant,
+) -> BenchReport {
     let (committed, aborted) = (total.committed, total.aborted);
     let duration_s = args.run.duration;
     let per_s = committed as f64 / duration_s.max(1e-9);
-    Ok(BenchReport {
+    BenchReport {
         label: args.output.label.clone(),
-        target,
+        target: args.conn.target,
         endpoints,
         args: args.clone(),
         duration_s,
@@ -259,8 +302,8 @@ pub(crate) async fn run(
         reads: committed * objects as u64,
         writes: committed * objects as u64,
         read_misses: 0,
-        errors: errors.load(Ordering::Relaxed),
-        error_samples: samples,
+        errors: done.errors,
+        error_samples: done.samples,
         throughput_ops_s: per_s,
         latency_us: Latencies {
             all: LatencySummary::from_histogram(&total.hist),
@@ -283,11 +326,12 @@ pub(crate) async fn run(
             read_us: LatencySummary::from_histogram(&total.reads),
             aborts: total.aborts,
         }),
-        preloaded_keys: keys.names.len() as u64,
-        preload_s: 0.0,
+        kairos: None,
+        preloaded_keys: done.preloaded_keys,
+        preload_s: done.preload_s,
         started_at_unix_ms: unix_ms_at(measure_start),
         tool_version: env!("CARGO_PKG_VERSION").to_string(),
-    })
+    }
 }
 
 /// Every key set to 0.
@@ -356,34 +400,51 @@ impl Session {
     /// One read-modify-write transaction of `keys`, retried until it commits.
     async fn txn(&self, keys: &[Bytes]) -> Result<Done, String> {
         match self {
-            Session::Strata { client, table } => strata_txn(client, table, keys).await,
+            Session::Strata { client, table } => {
+                let increment = |n: u64| Bytes::from((n + 1).to_string());
+                strata_txn(client, table, keys, Some(&increment)).await
+            }
             Session::Redis(r) => redis_txn(r, keys).await,
             Session::Etcd(e) => etcd_txn(e, keys).await,
         }
     }
 }
 
-fn counter(v: Option<&[u8]>) -> u64 {
-    v.and_then(|v| std::str::from_utf8(v).ok()?.parse().ok()).unwrap_or(0)
+/// The counter a value starts with (its leading decimal digits; 0 without any).
+pub(crate) fn counter(v: Option<&[u8]>) -> u64 {
+    let v = v.unwrap_or_default();
+    let digits = v.iter().take_while(|b| b.is_ascii_digit()).count();
+    std::str::from_utf8(&v[..digits]).ok().and_then(|d| d.parse().ok()).unwrap_or(0)
 }
 
 /// The pause before another attempt of an aborted transaction: the client library's.
-async fn back_off(attempt: u32) {
+pub(crate) async fn back_off(attempt: u32) {
     if attempt > 0 {
         tokio::time::sleep(RetryPolicy::default().pause_before(attempt)).await;
     }
 }
 
-/// One Strata transaction, run again until it commits.
-async fn strata_txn(client: &Client, table: &str, keys: &[Bytes]) -> Result<Done, String> {
+/// What a read-write transaction writes to a key whose counter ([`counter`]) it read.
+pub(crate) type NextValue<'a> = &'a (dyn Fn(u64) -> Bytes + Sync);
+
+/// One Strata transaction, run again until it commits: it reads `keys` in order and, with
+/// `next`, writes each key's next value after reading it (else it is read-only).
+pub(crate) async fn strata_txn(
+    client: &Client,
+    table: &str,
+    keys: &[Bytes],
+    next: Option<NextValue<'_>>,
+) -> Result<Done, String> {
     let mut done = Done::default();
     for attempt in 0.. {
         back_off(attempt).await;
         let mut tx = client.transaction();
         let t = Instant::now();
         for k in keys {
-            let n = counter(tx.read(table, k.clone()).await.map_err(|e| e.to_string())?.as_deref());
-            tx.write(table, k.clone(), (n + 1).to_string());
+            let v = tx.read(table, k.clone()).await.map_err(|e| e.to_string())?;
+            if let Some(next) = next {
+                tx.write(table, k.clone(), next(counter(v.as_deref())));
+            }
         }
         done.reads.push(t.elapsed());
         let t = Instant::now();
@@ -398,7 +459,7 @@ async fn strata_txn(client: &Client, table: &str, keys: &[Bytes]) -> Result<Done
     Ok(done)
 }
 
-fn abort_name(reason: AbortReason) -> &'static str {
+pub(crate) fn abort_name(reason: AbortReason) -> &'static str {
     match reason {
         AbortReason::Locked => "locked",
         AbortReason::Conflict => "conflict",

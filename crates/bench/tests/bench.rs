@@ -27,7 +27,7 @@ fn short_run(target: Target, json: std::path::PathBuf) -> BenchArgs {
     BenchArgs {
         conn: ConnArgs { target, clients: 3, sessions: 2, pipeline: 4, ..ConnArgs::default() },
         workload: WorkloadArgs {
-            keys: 2_000,
+            keys: Some(2_000),
             key_size: 12,
             value_size: 32,
             dist: Some(Distribution::Zipfian),
@@ -182,7 +182,7 @@ async fn sync_modes_timeline_and_ds_workloads_against_a_three_node_cluster() {
     let base = BenchArgs {
         conn: ConnArgs { clients: 3, sessions: 1, pipeline: 4, ..ConnArgs::default() },
         workload: WorkloadArgs {
-            keys: 500,
+            keys: Some(500),
             key_size: 12,
             value_size: 32,
             write_ratio: Some(50.0),
@@ -263,7 +263,7 @@ async fn ycsb_workloads_against_a_three_node_cluster() {
     let base = BenchArgs {
         conn: ConnArgs { clients: 3, sessions: 2, pipeline: 2, ..ConnArgs::default() },
         workload: WorkloadArgs {
-            keys: 500,
+            keys: Some(500),
             key_size: 12,
             value_size: 32,
             ..WorkloadArgs::default()
@@ -367,7 +367,7 @@ async fn a_short_run_against_a_log_table() {
             ..ConnArgs::default()
         },
         workload: WorkloadArgs {
-            keys: 300,
+            keys: Some(300),
             key_size: 12,
             value_size: 32,
             write_ratio: Some(20.0),
@@ -398,7 +398,7 @@ async fn a_short_run_against_a_log_table() {
     // §5.5.1); a sync table never needs to (every applied entry is durable).
     let hot = BenchArgs {
         workload: WorkloadArgs {
-            keys: 50,
+            keys: Some(50),
             write_ratio: Some(80.0),
             dist: Some(Distribution::Zipfian),
             ..args.workload.clone()
@@ -507,22 +507,7 @@ async fn lease_renewals_and_creations_against_a_three_node_cluster() {
 async fn transactions_against_a_three_node_cluster() {
     let nodes = local_cluster(3).await;
     let endpoints: Vec<SocketAddr> = nodes.iter().map(|n| n.client_addr()).collect();
-    for node in &endpoints {
-        let c = Client::connect(&[*node], ClientOptions::default()).await.unwrap();
-        let def = TableDef {
-            name: "bank".into(),
-            engine: TableEngine::Log,
-            durability: TableDurability::Sync,
-            replication: TableReplication::Sync,
-            reads: TableReads::Leader,
-            shards: 3,
-            timers: TableTimers::Default,
-            leaders: Vec::new(),
-            txn: strata_client::TableTxn::Rifl,
-            validation: Default::default(),
-        };
-        c.create_table(def).await.unwrap();
-    }
+    create_txn_table(&endpoints, "bank", 3, strata_client::TableTxn::Rifl).await;
     let args = BenchArgs {
         conn: ConnArgs {
             table: Some("bank".into()),
@@ -532,7 +517,7 @@ async fn transactions_against_a_three_node_cluster() {
             ..ConnArgs::default()
         },
         workload: WorkloadArgs {
-            keys: 60,
+            keys: Some(60),
             kind: strata_bench::args::WorkloadKind::Txn,
             txn_objects: 3,
             txn_spread: true,
@@ -562,4 +547,125 @@ async fn transactions_against_a_three_node_cluster() {
     };
     let e = strata_bench::run(&too_many, endpoints.clone()).await.unwrap_err();
     assert!(e.to_string().contains("--txn-spread"), "{e}");
+}
+
+/// Creates a transactional log table (`sync`, leader reads) of `shards` shards at every node.
+async fn create_txn_table(
+    endpoints: &[SocketAddr],
+    name: &str,
+    shards: u32,
+    txn: strata_client::TableTxn,
+) {
+    for node in endpoints {
+        let c = Client::connect(&[*node], ClientOptions::default()).await.unwrap();
+        let def = TableDef {
+            name: name.into(),
+            engine: TableEngine::Log,
+            durability: TableDurability::Sync,
+            replication: TableReplication::Sync,
+            reads: TableReads::Leader,
+            shards,
+            timers: TableTimers::Default,
+            leaders: Vec::new(),
+            txn,
+            validation: Default::default(),
+        };
+        c.create_table(def).await.unwrap();
+    }
+}
+
+/// `--workload kairos` (kairos.md §8.1) on a `--txn kairos` table: the preload writes every
+/// key through transactions, read-only and read-write transactions commit, and every
+/// committed read-write transaction's increments land (each key's counter counts the
+/// read-write transactions that wrote it, so their sum is at least four per commit in the
+/// window). A second run on the same table skips the preload.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kairos_transactions_against_a_three_node_cluster() {
+    let nodes = local_cluster(3).await;
+    let endpoints: Vec<SocketAddr> = nodes.iter().map(|n| n.client_addr()).collect();
+    create_txn_table(&endpoints, "social", 3, strata_client::TableTxn::Kairos).await;
+    let keys = 300u64;
+    let args = BenchArgs {
+        conn: ConnArgs {
+            table: Some("social".into()),
+            clients: 2,
+            sessions: 2,
+            ..ConnArgs::default()
+        },
+        workload: WorkloadArgs {
+            keys: Some(keys),
+            value_size: 40,
+            kind: strata_bench::args::WorkloadKind::Kairos,
+            ..WorkloadArgs::default()
+        },
+        kairos: strata_bench::args::KairosArgs { ro_pct: 50.0, ..Default::default() },
+        run: RunArgs { duration: 1.0, warmup: 0.2, ..RunArgs::default() },
+        output: OutputArgs { quiet: true, ..OutputArgs::default() },
+        ..BenchArgs::default()
+    };
+    let r = strata_bench::run(&args, endpoints.clone()).await.unwrap();
+    assert_eq!(r.errors, 0, "{r}");
+    assert_eq!(r.preloaded_keys, keys);
+    let t = r.txn.as_ref().expect("a transaction report");
+    let k = r.kairos.as_ref().expect("a kairos report");
+    assert!(k.ro_committed > 0 && k.rw_committed > 0, "{r}");
+    assert_eq!(k.ro_committed + k.rw_committed, t.committed);
+    assert_eq!((k.cacheable_keys, k.cache_capacity, k.cache_stats), (3, 1, None));
+    assert!(r.to_string().contains("read-only"), "{r}");
+    let client = Client::connect(&endpoints, ClientOptions::default()).await.unwrap();
+    let sum = |client: Client| async move {
+        let mut tx = client.transaction();
+        let mut sum = 0u64;
+        for i in 0..keys {
+            let v = tx.read("social", strata_bench::keys::key(i, 16)).await.unwrap().unwrap();
+            assert_eq!(v.len(), 40, "every key preloaded at --value-size");
+            let digits: String =
+                v.iter().take_while(|b| b.is_ascii_digit()).map(|&b| b as char).collect();
+            sum += digits.parse::<u64>().unwrap();
+        }
+        sum
+    };
+    let first = sum(client.clone()).await;
+    assert!(
+        first >= 4 * k.rw_committed,
+        "{first} increments for {} commits of 4 keys",
+        k.rw_committed
+    );
+    // Again without the preload: the counters keep growing from where they were.
+    let again = BenchArgs {
+        kairos: strata_bench::args::KairosArgs { skip_preload: true, ..args.kairos.clone() },
+        ..args.clone()
+    };
+    let r2 = strata_bench::run(&again, endpoints.clone()).await.unwrap();
+    assert_eq!((r2.errors, r2.preloaded_keys), (0, 0), "{r2}");
+    let k2 = r2.kairos.as_ref().unwrap();
+    assert!(sum(client).await >= first + 4 * k2.rw_committed);
+    // With a cache of the hottest keys (10 % cacheable, 5 % capacity): reads hit it under a
+    // long fixed lease, as under Algorithm 1's leases and explicit invalidation, and stale
+    // hits are caught by validation (never more than the aborted attempts).
+    let mut hits_by_policy = Vec::new();
+    for policy in ["fixed:10000", "ideal", "ei"] {
+        let cached = BenchArgs {
+            kairos: strata_bench::args::KairosArgs {
+                cache: policy.parse().unwrap(),
+                cacheable_pct: 10.0,
+                cache_pct: 5.0,
+                ..again.kairos.clone()
+            },
+            ..again.clone()
+        };
+        let r = strata_bench::run(&cached, endpoints.clone()).await.unwrap();
+        assert_eq!(r.errors, 0, "{policy}: {r}");
+        let k = r.kairos.as_ref().unwrap();
+        let s = k.cache_stats.expect("cache counters with a cache");
+        assert_eq!((k.cacheable_keys, k.cache_capacity), (30, 15));
+        assert!(s.misses > 0, "{policy}: {r}");
+        assert!(s.stale_hits <= r.txn.as_ref().unwrap().aborted_attempts, "{policy}: {r}");
+        assert!(r.to_string().contains("hit rate"), "{r}");
+        hits_by_policy.push((policy, s.hits));
+    }
+    assert!(hits_by_policy[0].1 > 0, "a 10 s lease serves hits: {hits_by_policy:?}");
+    for n in nodes {
+        n.shutdown().await;
+    }
 }

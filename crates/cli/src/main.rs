@@ -23,6 +23,8 @@ struct Cli {
     command: Command,
 }
 
+// Parsed once per process: the size of its largest variant (`bench`'s flags) costs nothing.
+#[allow(clippy::large_enum_variant)]
 #[derive(Subcommand, Debug)]
 enum Command {
     /// Start a local cluster of node processes and supervise it until Ctrl-C.

@@ -10,11 +10,11 @@
 //!   wm)`, `wm` the client's `wm_view` read before the `Get` (§5.2, `kairos_wm`). The read set
 //!   gets `(value, vts, fts)`: a hit's `fts` is the entry's, from its fetch.
 //! * **After the decision** (§5.5 \[DECISION\]s): an abort drops the keys whose objects voted
-//!   `Stale` or `PreparedConflict` (every object of a participant's prepare carries the
-//!   participant's vote, so these are all the keys that participant validated, a superset of
-//!   the stale one; a validator object of a table with sharded validators names the table's
-//!   key); a commit drops the keys it wrote. `TooOld` drops the entries with `fts < ts_GC`
-//!   ([`KairosCache::drop_below`], after the report round that learns `ts_GC`, `kairos_wm`).
+//!   `Stale` or `PreparedConflict` and those without a vote (a participant's answer stops at
+//!   its first abort, so the stale key may be unvoted; a validator object of a table with
+//!   sharded validators names the table's key); a commit drops the keys it wrote. `TooOld`
+//!   drops the entries with `fts < ts_GC` ([`KairosCache::drop_below`], after the report
+//!   round that learns `ts_GC`, `kairos_wm`).
 //! * **Watermarks** (§5.9): the entries' smallest `fts` ([`KairosCache::min_fts`]) bounds the
 //!   client's reported `c_freshness`, so `ts_GC` stays at or below every cached `fts`.
 //! * **Explicit invalidation** (§5.14.2, `LeasePolicy::ExplicitInvalidation`): fetches ask the
@@ -96,8 +96,9 @@ pub struct KairosCacheStats {
     /// Lookups, hits, misses (expired leases included), evictions and drops, as the
     /// sans-IO cache counts them.
     pub cache: CacheStats,
-    /// Cache hits of transactions that aborted `Stale` or `PreparedConflict` at the
-    /// participant that validated the key: stale hits caught by validation (§5.15).
+    /// Transactions that aborted `Stale` or `PreparedConflict` with a cache hit among the
+    /// keys the abort drops (the aborting participants' voted or unvoted objects): stale
+    /// hits caught by validation (§5.15), at most one per aborted attempt.
     pub stale_hits: u64,
     /// `KAIROS_INVALIDATE` pushes received (explicit invalidation).
     pub invalidations: u64,
@@ -233,19 +234,32 @@ impl KairosCache {
             s.cache.on_commit(keys.iter().map(|k| &k[..]));
             return;
         }
-        let mut stale = BTreeSet::new();
+        // A participant's answer stops at its first abort (strata-log `txn_answer`): the
+        // object carrying `Stale`/`PreparedConflict` is the participant's first, not
+        // necessarily the stale one, and its later objects have no vote. So every object
+        // without a vote goes too (it may be the stale one; refetching a fresh one only costs
+        // a read). Dropping the voted object alone left the stale entry in place, and its
+        // transaction aborted on every retry until the lease ended (a 10 s lease in
+        // `strata bench --workload kairos` committed 3 transactions a second).
+        let mut stale = Vec::new();
+        let mut stale_hit = false;
         for o in objects {
-            if let Some(Vote::Abort(AbortReason::Stale | AbortReason::PreparedConflict)) =
+            // With sharded validators a read's object is in the companion table
+            // (`T.validators`): the cached key is `(T, key)`.
+            let table = validated_table(&o.table).unwrap_or(&o.table);
+            // (`TooOld` drops by `fts` instead, after the report round: `drop_below`.)
+            if let Some(Vote::Abort(AbortReason::Stale | AbortReason::PreparedConflict)) | None =
                 votes.get(&o.seq)
             {
-                // A validator object (`T.validators`, §5.6) votes on the key of `T` read.
-                let table = validated_table(&o.table).unwrap_or(&o.table);
-                stale.insert((table.to_string(), o.key.clone()));
+                stale_hit |= hits.contains(&(table.to_string(), o.key.clone()));
+                stale.push(cache_key(table, &o.key));
             }
         }
-        s.stats.stale_hits += stale.intersection(hits).count() as u64;
-        let keys: Vec<Bytes> = stale.iter().map(|(t, k)| cache_key(t, k)).collect();
-        s.cache.on_abort(keys.iter().map(|k| AbortHint::Stale(&k[..])));
+        let validated = votes
+            .values()
+            .any(|v| matches!(v, Vote::Abort(AbortReason::Stale | AbortReason::PreparedConflict)));
+        s.stats.stale_hits += u64::from(validated && stale_hit);
+        s.cache.on_abort(stale.iter().map(|k| AbortHint::Stale(&k[..])));
     }
 
     /// §5.5 \[DECISION\] after `TooOld`: drops the entries with `fts < ts_gc` (reading them
@@ -257,12 +271,6 @@ impl KairosCache {
     /// §5.9 `min fts over cache entries` (`None`: empty), a bound of `c_freshness`.
     pub fn min_fts(&self) -> Option<Timestamp> {
         self.lock().cache.min_fts()
-    }
-
-    /// Entries cached now.
-    #[cfg(test)]
-    fn len(&self) -> usize {
-        self.lock().cache.len()
     }
 
     pub fn stats(&self) -> KairosCacheStats {
@@ -394,13 +402,13 @@ mod tests {
         assert!(!(o.cacheable)("t", b"j") && !(o.cacheable)("u", b"k"));
     }
 
-    /// §5.5: an abort drops the keys its participants voted stale on (and counts the hits
-    /// among them), a commit the keys it wrote; a push newer than the entry drops it, an
-    /// older one does not; a dropped sharer set orphans the shard's entries.
+    /// §5.5: an abort drops the keys its participants voted stale on and those without a
+    /// vote (a participant's answer stops at its first abort), and counts a stale hit if a
+    /// hit is among them; a commit drops the keys it wrote; a push newer than the entry drops
+    /// it, an older one does not; a dropped sharer set orphans the shard's entries.
     #[test]
     fn decisions_and_pushes_drop_what_they_say_is_old() {
-        // (No runtime here: no push task; pushes are handed to the state directly.)
-        let c = KairosCache::new(KairosCacheOptions::new(LeasePolicy::ExplicitInvalidation, 8));
+        let c = KairosCache::new(KairosCacheOptions::new(LeasePolicy::Naive, 8));
         let ts = |n| Timestamp::new(n, 1);
         {
             let mut s = c.lock();
@@ -421,16 +429,55 @@ mod tests {
             seq,
         };
         let objects = [obj("a", 1), obj("b", 2), obj("c", 3)];
+        // "a" voted stale, "b" a write conflict; "c" has no vote (its participant stopped
+        // at "b"'s abort): "a" and "c" go, "b" stays.
         let votes = BTreeMap::from([
             (1, Vote::Abort(AbortReason::Stale)),
             (2, Vote::Abort(AbortReason::ReadWriteConflict)),
         ]);
         let hits = BTreeSet::from([("t".to_string(), Bytes::from("a"))]);
         c.after_decision(Decision::Abort, &objects, &votes, std::iter::empty(), &hits);
-        assert_eq!((c.len(), c.stats().stale_hits), (2, 1));
+        let len = c.lock().cache.len();
+        assert_eq!((len, c.stats().stale_hits), (1, 1));
+        {
+            let mut s = c.lock();
+            for k in ["a", "c"] {
+                s.cache.on_fetch(
+                    cache_key("t", k.as_bytes()),
+                    None,
+                    ts(6),
+                    Timestamp::ZERO,
+                    None,
+                    now(),
+                );
+            }
+        }
+        // The stale hit "c" behind the participant's first object "a", which carries the
+        // vote: both go, one stale hit.
+        let votes = BTreeMap::from([(1, Vote::Abort(AbortReason::Stale))]);
+        let hits = BTreeSet::from([("t".to_string(), Bytes::from("c"))]);
+        c.after_decision(Decision::Abort, &objects[0..1], &votes, std::iter::empty(), &hits);
+        assert_eq!(c.lock().cache.len(), 2, "a goes");
+        c.after_decision(
+            Decision::Abort,
+            &[obj("a", 1), obj("c", 3)],
+            &votes,
+            std::iter::empty(),
+            &hits,
+        );
+        let len = c.lock().cache.len();
+        assert_eq!((len, c.stats().stale_hits), (1, 2), "c goes too");
+        // A sharded table's validator object (`t.validators`) names the cached `(t, c)`.
+        c.lock().cache.on_fetch(cache_key("t", b"c"), None, ts(7), Timestamp::ZERO, None, now());
+        let v = TxnObject { table: "t.validators".into(), key: Bytes::from("c"), seq: 9 };
+        let votes = BTreeMap::from([(9, Vote::Abort(AbortReason::Stale))]);
+        c.after_decision(Decision::Abort, &[v], &votes, std::iter::empty(), &hits);
+        let len = c.lock().cache.len();
+        assert_eq!((len, c.stats().stale_hits), (1, 3), "c goes, a stale hit");
         let written = [("t".to_string(), Bytes::from("b"))];
         c.after_decision(Decision::Commit, &objects, &BTreeMap::new(), written.iter(), &hits);
-        assert_eq!(c.len(), 1);
+        assert_eq!(c.lock().cache.len(), 0);
+        c.lock().cache.on_fetch(cache_key("t", b"c"), None, ts(5), Timestamp::ZERO, None, now());
         let push = |topic, key: &str, n| {
             let m = KairosInvalidate {
                 table: "t".into(),
@@ -443,9 +490,10 @@ mod tests {
             Push { node: "127.0.0.1:1".parse().unwrap(), topic, body: b.freeze() }
         };
         c.lock().on_push(&push(push_topic::KAIROS_INVALIDATE, "c", 5));
-        assert_eq!(c.len(), 1, "not newer than the entry");
+        assert_eq!(c.lock().cache.len(), 1, "not newer than the entry");
         c.lock().on_push(&push(push_topic::KAIROS_INVALIDATE, "c", 6));
-        assert_eq!((c.len(), c.stats().invalidations), (0, 2));
+        let len = c.lock().cache.len();
+        assert_eq!((len, c.stats().invalidations), (0, 2));
         // Entries registered through a connection: orphaned when its leader says it forgot
         // them, or when the connection is gone.
         for (k, shard) in [("d", 0), ("e", 1)] {
@@ -455,9 +503,21 @@ mod tests {
             s.sharing.insert(("t".into(), shard), (Weak::new(), BTreeSet::from([ck])));
         }
         c.lock().on_push(&push(push_topic::KAIROS_SHARERS_DROPPED, "", 0));
-        assert_eq!((c.len(), c.stats().orphaned), (1, 1));
+        let len = c.lock().cache.len();
+        assert_eq!((len, c.stats().orphaned), (1, 1));
         assert!(!c.lock().connection_up(("t", 1)), "its connection is gone");
-        assert_eq!(c.lookup(&cache_key("t", b"e"), ("t", 1)), None);
-        assert_eq!((c.len(), c.stats().orphaned), (0, 2));
+        // A lookup orphans a shard whose connection is gone under explicit invalidation
+        // only (the lease policies do not depend on the connection).
+        assert!(c.lookup(&cache_key("t", b"e"), ("t", 1)).is_some(), "naive: still served");
+        let ei = KairosCache::new(KairosCacheOptions::new(LeasePolicy::ExplicitInvalidation, 8));
+        {
+            let mut s = ei.lock();
+            let ck = cache_key("t", b"e");
+            s.cache.on_fetch(ck.clone(), None, ts(5), Timestamp::ZERO, None, now());
+            s.sharing.insert(("t".into(), 1), (Weak::new(), BTreeSet::from([ck])));
+        }
+        assert_eq!(ei.lookup(&cache_key("t", b"e"), ("t", 1)), None);
+        let len = ei.lock().cache.len();
+        assert_eq!((len, ei.stats().orphaned), (0, 1));
     }
 }

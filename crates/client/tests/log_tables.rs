@@ -1143,6 +1143,45 @@ async fn kairos_cache_watermark_scenario(def: TableDef) {
     assert_eq!((outcome, stats().misses), (TxnOutcome::Committed, misses + 1), "fetched again");
 }
 
+/// §5.5 with two cached keys in one participant: a shard's answer stops at its first abort,
+/// so the `Stale` vote comes on the participant's first object ("a") while the stale entry is
+/// the second ("b"). The abort must drop "b" too: the retry reads the new value and commits
+/// (dropping only "a" left "b" stale and the transaction aborting on every retry).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stale_entry_behind_another_key_of_its_participant_is_dropped() {
+    use strata_client::{AbortReason, LeasePolicy, TxnOutcome};
+    let (cfgs, _nodes) = cluster().await;
+    let endpoints: Vec<SocketAddr> = cfgs.iter().map(|c| c.client_addr).collect();
+    for &addr in &endpoints {
+        let c = Client::connect_node(addr, opts()).await.unwrap();
+        c.create_table(kairos_table("kp", 1)).await.unwrap();
+    }
+    let writer = Client::connect(&endpoints, opts()).await.unwrap();
+    put_txn(&writer, "kp", "a", "1").await;
+    put_txn(&writer, "kp", "b", "1").await;
+    let reader = caching_client(&endpoints, LeasePolicy::Fixed(Duration::from_secs(60))).await;
+    let both = || async {
+        let mut tx = reader.transaction();
+        let a = tx.read("kp", "a").await.unwrap();
+        let b = tx.read("kp", "b").await.unwrap();
+        (a, b, tx.commit_and_sync().await.unwrap())
+    };
+    assert_eq!(both().await.2, TxnOutcome::Committed);
+    put_txn(&writer, "kp", "b", "2").await;
+    let (_, b, outcome) = both().await;
+    assert_eq!(
+        (b.as_deref(), outcome),
+        (Some(&b"1"[..]), TxnOutcome::Aborted { reason: AbortReason::Stale })
+    );
+    let (_, b, outcome) = both().await;
+    assert_eq!(
+        (b.as_deref(), outcome),
+        (Some(&b"2"[..]), TxnOutcome::Committed),
+        "the retry reads b again"
+    );
+    assert_eq!(reader.kairos_cache_stats().unwrap().stale_hits, 1);
+}
+
 /// Explicit invalidation (kairos.md §5.14.2), on three in-process nodes: a cached key's
 /// reader is registered as a sharer at the leader; another client's commit pushes an
 /// invalidation that drops the entry (waited for), and the next read fetches the new value;
