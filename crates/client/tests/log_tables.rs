@@ -307,12 +307,7 @@ async fn a_partitioned_leader_is_replaced_and_catches_up_after_healing() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn conditional_writes_cas_and_counters_on_a_log_table() {
     use strata_client::{Conditional, Expect};
-    let (cfgs, _nodes) = cluster().await;
-    let endpoints: Vec<SocketAddr> = cfgs.iter().map(|c| c.client_addr).collect();
-    for &addr in &endpoints {
-        let c = Client::connect_node(addr, opts()).await.unwrap();
-        c.create_table(cad_table("t", 2)).await.unwrap();
-    }
+    let (_nodes, endpoints) = cluster_with(&[cad_table("t", 2)]).await;
     let client = Client::connect(&endpoints, opts()).await.unwrap();
     let mut t = client.table("t").await.unwrap();
 
@@ -382,13 +377,7 @@ fn txn_table(name: &str, shards: u32) -> TableDef {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn transactions_across_shards_are_atomic_and_conflicts_abort() {
     use strata_client::{AbortReason, RetryPolicy, TxnOutcome};
-    let (cfgs, _nodes) = cluster().await;
-    let endpoints: Vec<SocketAddr> = cfgs.iter().map(|c| c.client_addr).collect();
-    for &addr in &endpoints {
-        let c = Client::connect_node(addr, opts()).await.unwrap();
-        c.create_table(txn_table("bank", 2)).await.unwrap();
-        c.create_table(cad_table("plain", 1)).await.unwrap();
-    }
+    let (_nodes, endpoints) = cluster_with(&[txn_table("bank", 2), cad_table("plain", 1)]).await;
     let client = Client::connect(&endpoints, opts()).await.unwrap();
     let mut bank = client.table("bank").await.unwrap();
     // Two keys in different shards.
@@ -491,17 +480,23 @@ fn kairos_table(name: &str, shards: u32) -> TableDef {
     TableDef { txn: strata_client::TableTxn::Kairos, ..txn_table(name, shards) }
 }
 
-/// Three nodes with the Kairos table `def` (`kbank`) and a RIFL table `rbank`; the nodes
-/// (kept running while held) and their client endpoints.
-async fn kairos_cluster(def: TableDef) -> (Vec<Option<RunningNode>>, Vec<SocketAddr>) {
+/// Three nodes with the tables `defs`; the nodes (kept running while held) and their client
+/// endpoints.
+async fn cluster_with(defs: &[TableDef]) -> (Vec<Option<RunningNode>>, Vec<SocketAddr>) {
     let (cfgs, nodes) = cluster().await;
     let endpoints: Vec<SocketAddr> = cfgs.iter().map(|c| c.client_addr).collect();
     for &addr in &endpoints {
         let c = Client::connect_node(addr, opts()).await.unwrap();
-        c.create_table(def.clone()).await.unwrap();
-        c.create_table(txn_table("rbank", 1)).await.unwrap();
+        for def in defs {
+            c.create_table(def.clone()).await.unwrap();
+        }
     }
     (nodes, endpoints)
+}
+
+/// Three nodes with the Kairos table `def` (`kbank`) and a RIFL table `rbank`.
+async fn kairos_cluster(def: TableDef) -> (Vec<Option<RunningNode>>, Vec<SocketAddr>) {
+    cluster_with(&[def, txn_table("rbank", 1)]).await
 }
 
 /// Polls `cond` every 10 ms until it holds, for up to `within`.
@@ -756,12 +751,7 @@ async fn kairos_scenarios(def: TableDef) -> (Client, Vec<Option<RunningNode>>) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kairos_strict_mode_orders_transactions_by_real_time_under_clock_offsets() {
     use strata_client::{KairosOptions, TxnOutcome};
-    let (cfgs, _nodes) = cluster().await;
-    let endpoints: Vec<SocketAddr> = cfgs.iter().map(|c| c.client_addr).collect();
-    for &addr in &endpoints {
-        let c = Client::connect_node(addr, opts()).await.unwrap();
-        c.create_table(kairos_table("strict", 2)).await.unwrap();
-    }
+    let (_nodes, endpoints) = cluster_with(&[kairos_table("strict", 2)]).await;
     let eps = Duration::from_millis(20);
     let half = eps.as_nanos() as i64 / 2;
     let with_clock = |offset_ns: i64, strict: bool| ClientOptions {
@@ -979,12 +969,7 @@ async fn a_kairos_cache_with_sharded_validators() {
 /// The cache scenario above over the Kairos table `def` (`kc`, one data shard).
 async fn kairos_cache_scenario(def: TableDef) {
     use strata_client::{AbortReason, LeasePolicy, TxnOutcome};
-    let (cfgs, _nodes) = cluster().await;
-    let endpoints: Vec<SocketAddr> = cfgs.iter().map(|c| c.client_addr).collect();
-    for &addr in &endpoints {
-        let c = Client::connect_node(addr, opts()).await.unwrap();
-        c.create_table(def.clone()).await.unwrap();
-    }
+    let (_nodes, endpoints) = cluster_with(std::slice::from_ref(&def)).await;
     let writer = Client::connect(&endpoints, opts()).await.unwrap();
     assert_eq!(writer.kairos_cache_stats(), None, "no cache unless asked for");
     put_txn(&writer, "kc", "hot", "1").await;
@@ -1091,12 +1076,7 @@ async fn kairos_cache_and_watermarks_with_sharded_validators() {
 
 async fn kairos_cache_watermark_scenario(def: TableDef) {
     use strata_client::{AbortReason, LeasePolicy, TxnOutcome};
-    let (cfgs, _nodes) = cluster().await;
-    let endpoints: Vec<SocketAddr> = cfgs.iter().map(|c| c.client_addr).collect();
-    for &addr in &endpoints {
-        let c = Client::connect_node(addr, opts()).await.unwrap();
-        c.create_table(def.clone()).await.unwrap();
-    }
+    let (_nodes, endpoints) = cluster_with(std::slice::from_ref(&def)).await;
     let writer = Client::connect(&endpoints, opts()).await.unwrap();
     put_txn(&writer, "kw", "hot", "1").await;
     let vts = writer.table("kw").await.unwrap().get("hot").await.unwrap().vts;
@@ -1150,12 +1130,7 @@ async fn kairos_cache_watermark_scenario(def: TableDef) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stale_entry_behind_another_key_of_its_participant_is_dropped() {
     use strata_client::{AbortReason, LeasePolicy, TxnOutcome};
-    let (cfgs, _nodes) = cluster().await;
-    let endpoints: Vec<SocketAddr> = cfgs.iter().map(|c| c.client_addr).collect();
-    for &addr in &endpoints {
-        let c = Client::connect_node(addr, opts()).await.unwrap();
-        c.create_table(kairos_table("kp", 1)).await.unwrap();
-    }
+    let (_nodes, endpoints) = cluster_with(&[kairos_table("kp", 1)]).await;
     let writer = Client::connect(&endpoints, opts()).await.unwrap();
     put_txn(&writer, "kp", "a", "1").await;
     put_txn(&writer, "kp", "b", "1").await;
@@ -1189,12 +1164,7 @@ async fn a_stale_entry_behind_another_key_of_its_participant_is_dropped() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn explicit_invalidation_pushes_drop_cached_entries() {
     use strata_client::{LeasePolicy, TxnOutcome};
-    let (cfgs, _nodes) = cluster().await;
-    let endpoints: Vec<SocketAddr> = cfgs.iter().map(|c| c.client_addr).collect();
-    for &addr in &endpoints {
-        let c = Client::connect_node(addr, opts()).await.unwrap();
-        c.create_table(kairos_table("ke", 1)).await.unwrap();
-    }
+    let (_nodes, endpoints) = cluster_with(&[kairos_table("ke", 1)]).await;
     let writer = Client::connect(&endpoints, opts()).await.unwrap();
     put_txn(&writer, "ke", "hot", "1").await;
     let reader = caching_client(&endpoints, LeasePolicy::ExplicitInvalidation).await;
