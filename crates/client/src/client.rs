@@ -189,6 +189,14 @@ impl Client {
         (wm.wm_view(), wm.ts_gc())
     }
 
+    /// Kairos (kairos.md §5.9): the last `ts_GC` each Kairos shard's leader answered this
+    /// client's reports with, as `(table, shard, ts_GC)` (validator shards under their
+    /// companion table's name). A shard decides `TooOld` by its own `ts_GC`, so this is what
+    /// to wait on to know that one has passed a timestamp. For tests and diagnostics.
+    pub fn kairos_shard_ts_gc(&self) -> Vec<(String, u32, strata_wire::txn::Timestamp)> {
+        self.txns().watermarks().shard_ts_gc()
+    }
+
     /// Test-only: stops (`true`) or resumes the periodic Kairos watermark reports, as a client
     /// gone silent (kairos.md §6.5). A `TooOld` abort still sends one report round.
     #[doc(hidden)]

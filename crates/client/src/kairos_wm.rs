@@ -60,6 +60,8 @@ struct State {
     wm_view: Timestamp,
     /// The highest `ts_GC` a leader answered.
     ts_gc: Timestamp,
+    /// The last `ts_GC` each shard's leader answered (diagnostics; tests wait on it).
+    shard_ts_gc: BTreeMap<(String, u32), Timestamp>,
     next_id: u64,
     /// Incomplete RW transactions: their commit timestamps.
     incomplete: BTreeMap<u64, Timestamp>,
@@ -143,12 +145,18 @@ impl Watermarks {
         Marks { seq: s.seq, local_wm, c_freshness }
     }
 
-    /// A leader's answer: `wm_view = max(wm_view, WM, ts_GC)` (§5.9; `ts_GC` see the module
-    /// docs).
-    fn on_answer(&self, wm: Timestamp, ts_gc: Timestamp) {
+    /// The last `ts_GC` each shard's leader answered, by `(table, shard)`.
+    pub(crate) fn shard_ts_gc(&self) -> Vec<(String, u32, Timestamp)> {
+        self.lock().shard_ts_gc.iter().map(|((t, s), ts)| (t.clone(), *s, *ts)).collect()
+    }
+
+    /// The answer of `shard`'s leader: `wm_view = max(wm_view, WM, ts_GC)` (§5.9; `ts_GC`
+    /// see the module docs).
+    fn on_answer(&self, shard: (String, u32), wm: Timestamp, ts_gc: Timestamp) {
         let mut s = self.lock();
         s.wm_view = s.wm_view.max(wm).max(ts_gc);
         s.ts_gc = s.ts_gc.max(ts_gc);
+        s.shard_ts_gc.insert(shard, ts_gc);
     }
 
     fn shards(&self) -> Vec<(String, u32)> {
@@ -256,6 +264,7 @@ pub(crate) async fn report_round(client: &Client) {
     for (table, shard) in wm.shards() {
         let Ok(mut t) = client.txn_table(&table).await else { continue };
         let wm = wm.clone();
+        let id = (table.clone(), shard);
         let req = Request::KairosReport {
             table,
             shard,
@@ -268,7 +277,7 @@ pub(crate) async fn report_round(client: &Client) {
             if let Ok(Response::KairosWatermarks { wm: w, ts_gc }) =
                 t.leader_call_with(shard, || None, req).await
             {
-                wm.on_answer(w, ts_gc);
+                wm.on_answer(id, w, ts_gc);
             }
         });
     }

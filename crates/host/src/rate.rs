@@ -7,6 +7,14 @@
 //! A request over the rate waits in the shard's queue (FIFO, so it models a busy server, not a
 //! refusal) and is served when a token is there; past `MAX_QUEUED` it is refused
 //! `Unavailable` (retryable). Off by default; set `shard_rate_limit` in the node config.
+//!
+//! What costs a token ([`takes_a_token`], [`RateLimit::charge`]): every client request the
+//! shard serves (reads, writes, prepares, decisions, validator objects), and every EI
+//! invalidation its leader pushes (kairos.md §5.14.2: the server's work that leases avoid,
+//! Fig. 11). Kairos watermark reports do not: they fold a client's two timestamps into the
+//! leader's soft state, touch no key and no log, and come every `REPORT_PERIOD` from every
+//! client to every shard it uses, uniformly, so charging them would spend a fixed share of
+//! every bucket on bookkeeping the paper's servers do not queue behind (kairos.md §5.9).
 
 use std::collections::{BTreeMap, VecDeque};
 use std::time::Duration;
@@ -42,6 +50,11 @@ impl Bucket {
         self.tokens = (self.tokens + dt * rate).min(burst);
         self.last = self.last.max(now);
     }
+}
+
+/// Whether `req` waits for a token of its shard's bucket (module docs).
+pub(crate) fn takes_a_token(req: &LogRequest) -> bool {
+    !matches!(req, LogRequest::KairosReport { .. })
 }
 
 /// Every rate-limited shard's bucket (module docs).
@@ -86,6 +99,15 @@ impl RateLimit {
         } else {
             b.queue.push_back(q);
             Admission::Queued
+        }
+    }
+
+    /// Work the leader of `sk` did on its own (`n` EI invalidations pushed): `n` tokens
+    /// taken from its bucket, which may go into debt, so the requests that follow wait as
+    /// long as that work would have kept a server of this rate busy.
+    pub fn charge(&mut self, sk: ShardKey, n: usize) {
+        if let Some(b) = self.buckets.get_mut(&sk) {
+            b.tokens -= n as f64;
         }
     }
 
@@ -161,6 +183,29 @@ mod tests {
         assert_eq!(order, (11..=50).collect::<Vec<_>>(), "every waiting request, in order");
         assert_eq!(r.queued(), 0);
         assert_eq!(r.deadline(), None);
+    }
+
+    #[test]
+    fn pushed_invalidations_are_charged_and_reports_are_free() {
+        // 100/s, a burst of 10: a read and 9 pushes spend the burst, and 5 more put the
+        // bucket 5 in debt, so the next request waits 60 ms (5 + 1 tokens at 10 ms each).
+        let mut r = RateLimit::new(100);
+        let sk = (7, 0);
+        assert!(matches!(r.admit(ms(0), sk, read(1)), Admission::Now(_)));
+        r.charge(sk, 14);
+        assert!(matches!(r.admit(ms(0), sk, read(2)), Admission::Queued));
+        assert_eq!(r.deadline(), Some(ms(60)));
+        assert!(r.release(ms(59)).is_empty());
+        assert_eq!(r.release(ms(60)).len(), 1);
+        assert!(takes_a_token(&read(3).req));
+        let report = LogRequest::KairosReport {
+            token: 4,
+            client: 1,
+            seq: 1,
+            local_wm: Default::default(),
+            c_freshness: Default::default(),
+        };
+        assert!(!takes_a_token(&report));
     }
 
     #[test]

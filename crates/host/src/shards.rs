@@ -30,7 +30,7 @@ use crate::catalog::{
     check_table_def, describe, log_config, preferred_leader, Catalogued, SYSTEM_PREFIX,
 };
 use crate::effects::{Audit, HostEffects, ShardId, ShardKey, Storage};
-use crate::rate::{Admission, Queued, RateLimit};
+use crate::rate::{takes_a_token, Admission, Queued, RateLimit};
 use crate::sharers::Sharers;
 
 /// A client's `LogRead` (`Request::LogRead`'s fields after the table).
@@ -465,7 +465,8 @@ impl Shards {
             return out.reply.push((route, ClientResponse { corr, body }));
         };
         // The service-rate limit applies to the shards this node leads (module `rate`).
-        if let Some(rate) = self.rate.as_mut().filter(|_| s.replica.role() == Role::Leader) {
+        let leads = s.replica.role() == Role::Leader;
+        if let Some(rate) = self.rate.as_mut().filter(|_| leads && takes_a_token(&req)) {
             match rate.admit(now, sk, Queued { route, corr, req }) {
                 Admission::Now(q) => return self.dispatch(now, sk, q, out),
                 Admission::Queued => return,
@@ -635,7 +636,10 @@ impl Shards {
                 &event
             {
                 let vts = s.replica.vts(k);
-                self.sharers.on_installed(&s.table, key, k, vts, out);
+                let pushed = self.sharers.on_installed(&s.table, key, k, vts, out);
+                if let Some(rate) = self.rate.as_mut().filter(|_| pushed > 0) {
+                    rate.charge(key, pushed);
+                }
             }
             log_event(&s.table, id.shard, &event);
             if self.audit {

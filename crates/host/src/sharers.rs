@@ -66,7 +66,7 @@ impl Sharers {
 
     /// kairos.md §5.7: a Commit decision installed `new_vts` as `key`'s version in shard `sk`
     /// of `table`: every sharer that read an older version is pushed an invalidation and
-    /// forgotten.
+    /// forgotten. Returns how many were pushed.
     pub fn on_installed(
         &mut self,
         table: &str,
@@ -74,18 +74,18 @@ impl Sharers {
         key: &Bytes,
         new_vts: Timestamp,
         out: &mut HostEffects,
-    ) {
+    ) -> usize {
         let id = (sk, key.clone());
-        let Some(set) = self.sets.get_mut(&id) else { return };
+        let Some(set) = self.sets.get_mut(&id) else { return 0 };
         let older: Vec<Route> =
             set.iter().filter(|(_, v)| **v < new_vts).map(|(r, _)| *r).collect();
         if older.is_empty() {
-            return;
+            return 0;
         }
         let msg =
             KairosInvalidate { table: table.to_string(), shard: sk.1, key: key.clone(), new_vts };
         let body = encode(&msg);
-        for route in older {
+        for &route in &older {
             set.remove(&route);
             push(out, route, push_topic::KAIROS_INVALIDATE, body.clone());
             *self.sent.entry(sk).or_default() += 1;
@@ -93,6 +93,7 @@ impl Sharers {
         if set.is_empty() {
             self.sets.remove(&id);
         }
+        older.len()
     }
 
     /// This node's replica of shard `sk` of `table` stopped leading: its sharers are
