@@ -898,6 +898,80 @@ fn blocking_transactions_from_threads_keep_the_total() {
     assert_eq!((x, y), (50 - 30 + 10 + 100, 50 + 30 - 10), "every transfer exactly once");
 }
 
+/// The blocking API's detailed commits (issue #19): on a Kairos table, `commit_detailed` and
+/// `run_txn_detailed` return what the committed transaction saw, as the async API does: its
+/// commit timestamp, each read's `(table, key, value, vts)` with the `vts` the writer's
+/// commit timestamp, its writes, and whether it was read-only (an RO's timestamp is at or
+/// above every `vts` it read). An aborted transaction and one over a RIFL table have none.
+#[test]
+fn blocking_detailed_commits_report_kairos_timestamps() {
+    use strata_client::{blocking, AbortReason, ReadInfo, RetryPolicy, TxnOutcome};
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build();
+    let rt = rt.unwrap();
+    let (_nodes, endpoints) = rt.block_on(kairos_cluster(kairos_table("kbank", 2)));
+    let client = blocking::Client::connect(&endpoints, opts()).unwrap();
+    let bytes = |s: &str| bytes::Bytes::copy_from_slice(s.as_bytes());
+
+    let mut init = client.transaction();
+    init.write("kbank", "a", "1");
+    init.write("kbank", "b", "2");
+    let (outcome, info) = init.commit_detailed().unwrap();
+    assert_eq!(outcome, TxnOutcome::Committed);
+    let init = info.expect("a committed Kairos transaction has its commit info");
+    assert!(!init.read_only && init.reads.is_empty());
+    let write = |k: &str, v: &str| ("kbank".to_string(), bytes(k), Some(bytes(v)));
+    assert_eq!(init.writes, vec![write("a", "1"), write("b", "2")]);
+
+    // A transfer through `run_txn_detailed`: an attempt that read before the decisions
+    // applied aborts (the prepared or newer version), so the committed one read at init's
+    // timestamp.
+    let policy = RetryPolicy { attempts: 1000, ..RetryPolicy::default() };
+    let number = |v: Option<bytes::Bytes>| -> u64 {
+        std::str::from_utf8(&v.expect("a balance")).unwrap().parse().unwrap()
+    };
+    let (sum, rw) = client
+        .run_txn_detailed(policy, |tx| {
+            let (x, y) = (number(tx.read("kbank", "a")?), number(tx.read("kbank", "b")?));
+            tx.write("kbank", "a", (x + 1).to_string());
+            tx.write("kbank", "b", (y - 1).to_string());
+            Ok(x + y)
+        })
+        .unwrap();
+    assert_eq!(sum, 3);
+    let rw = rw.expect("commit info");
+    let read = |key: &str, value: &str, vts| ReadInfo {
+        table: "kbank".into(),
+        key: bytes(key),
+        value: Some(bytes(value)),
+        vts,
+    };
+    assert_eq!(rw.reads, vec![read("a", "1", init.commit_ts), read("b", "2", init.commit_ts)]);
+    assert!(!rw.read_only && rw.commit_ts > init.commit_ts, "{rw:?} after {init:?}");
+    assert_eq!(rw.writes, vec![write("a", "2"), write("b", "1")]);
+
+    // A read-only transaction: at or above every version it read.
+    let (_, ro) = client.run_txn_detailed(policy, |tx| tx.read("kbank", "a")).unwrap();
+    let ro = ro.expect("commit info");
+    assert!(ro.read_only && ro.writes.is_empty());
+    assert_eq!(ro.reads, vec![read("a", "2", rw.commit_ts)]);
+    assert!(ro.commit_ts >= rw.commit_ts, "{ro:?}");
+
+    // An aborted transaction has no commit info.
+    let mut stale = client.transaction();
+    stale.read("kbank", "a").unwrap();
+    let mut change = client.transaction();
+    change.write("kbank", "a", "9");
+    assert_eq!(change.commit_and_sync().unwrap(), TxnOutcome::Committed);
+    stale.write("kbank", "b", "0");
+    let (outcome, info) = stale.commit_detailed().unwrap();
+    assert_eq!((outcome, info), (TxnOutcome::Aborted { reason: AbortReason::Stale }, None));
+
+    // Nor has one over a RIFL table (no timestamps there).
+    let mut tx = client.transaction();
+    tx.write("rbank", "k", "v");
+    assert_eq!(tx.commit_detailed().unwrap(), (TxnOutcome::Committed, None));
+}
+
 /// The shard replicas of `table`'s shard 0, one per node that answered.
 async fn table_shards(endpoints: &[SocketAddr], table: &str) -> Vec<ShardStatus> {
     let mut shards = Vec::new();
