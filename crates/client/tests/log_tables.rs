@@ -5,57 +5,17 @@
 //!
 //! Every wait is on a condition (status polled), never a fixed sleep.
 
+mod common;
+
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
+use common::*;
 use strata_client::{
     Client, ClientError, ClientOptions, LogIndex, NodeId, ShardRole, ShardStatus, TableDef,
-    TableDurability, TableEngine, TableReads, TableReplication, TableTimers, TableValidation,
-    WriteOpts,
+    TableDurability, TableReads, TableValidation, WriteOpts,
 };
-use strata_node::{NodeConfig, PeerConfig, RunningNode};
-
-fn cad_table(name: &str, shards: u32) -> TableDef {
-    TableDef {
-        name: name.into(),
-        engine: TableEngine::Log,
-        durability: TableDurability::Cad,
-        replication: TableReplication::Async,
-        reads: TableReads::ActiveSet,
-        shards,
-        timers: TableTimers::Default,
-        leaders: Vec::new(),
-        txn: Default::default(),
-        validation: Default::default(),
-    }
-}
-
-/// Three nodes whose configs (real addresses) are kept, so a node can be restarted.
-async fn cluster() -> (Vec<NodeConfig>, Vec<Option<RunningNode>>) {
-    let bind = || std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let listeners: Vec<_> = (0..3).map(|_| (bind(), bind())).collect();
-    let peer_addrs: Vec<SocketAddr> =
-        listeners.iter().map(|(_, p)| p.local_addr().unwrap()).collect();
-    let mut cfgs = Vec::new();
-    let mut nodes = Vec::new();
-    for (id, (c, p)) in listeners.into_iter().enumerate() {
-        let id = id as u32;
-        let peers = (0..3u32)
-            .filter(|&j| j != id)
-            .map(|j| PeerConfig { id: j, addr: peer_addrs[j as usize] })
-            .collect();
-        let mut cfg = strata_node::testing::test_config(id, peers);
-        cfg.client_addr = c.local_addr().unwrap();
-        cfg.peer_addr = p.local_addr().unwrap();
-        cfgs.push(cfg.clone());
-        nodes.push(Some(strata_node::start_with_listeners(cfg, c, p).await.unwrap()));
-    }
-    (cfgs, nodes)
-}
-
-fn opts() -> ClientOptions {
-    ClientOptions { request_timeout: Some(Duration::from_secs(15)), ..ClientOptions::default() }
-}
+use strata_node::RunningNode;
 
 /// Polls every node's status until `cond` holds for the shards of `table` shard 0 (one entry
 /// per node that answered, in node order).
@@ -84,10 +44,6 @@ async fn wait_shards(
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-}
-
-fn leader_of(shards: &[ShardStatus]) -> Option<&ShardStatus> {
-    shards.iter().find(|s| s.role == ShardRole::Leader && s.serving)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -360,16 +316,6 @@ async fn conditional_writes_cas_and_counters_on_a_log_table() {
     assert_eq!(t.faa("hits", 1).await.unwrap(), 7);
 }
 
-fn txn_table(name: &str, shards: u32) -> TableDef {
-    TableDef {
-        durability: TableDurability::Sync,
-        replication: TableReplication::Sync,
-        reads: TableReads::Leader,
-        txn: strata_client::TableTxn::Rifl,
-        ..cad_table(name, shards)
-    }
-}
-
 /// Transactions (issue #18 item 2, rifl.md §5.8): across two shards, atomic; a conflicting
 /// transaction aborts with nothing done; the read-only and single-shard paths; a plain read of
 /// a key a transaction holds waits for the decision; `run_txn` retries aborted attempts; a
@@ -476,36 +422,9 @@ async fn transactions_across_shards_are_atomic_and_conflicts_abort() {
     assert!(e.to_string().contains("does not take transactions"), "{e}");
 }
 
-fn kairos_table(name: &str, shards: u32) -> TableDef {
-    TableDef { txn: strata_client::TableTxn::Kairos, ..txn_table(name, shards) }
-}
-
-/// Three nodes with the tables `defs`; the nodes (kept running while held) and their client
-/// endpoints.
-async fn cluster_with(defs: &[TableDef]) -> (Vec<Option<RunningNode>>, Vec<SocketAddr>) {
-    let (cfgs, nodes) = cluster().await;
-    let endpoints: Vec<SocketAddr> = cfgs.iter().map(|c| c.client_addr).collect();
-    for &addr in &endpoints {
-        let c = Client::connect_node(addr, opts()).await.unwrap();
-        for def in defs {
-            c.create_table(def.clone()).await.unwrap();
-        }
-    }
-    (nodes, endpoints)
-}
-
 /// Three nodes with the Kairos table `def` (`kbank`) and a RIFL table `rbank`.
 async fn kairos_cluster(def: TableDef) -> (Vec<Option<RunningNode>>, Vec<SocketAddr>) {
     cluster_with(&[def, txn_table("rbank", 1)]).await
-}
-
-/// Polls `cond` every 10 ms until it holds, for up to `within`.
-async fn eventually(what: &str, within: Duration, mut cond: impl FnMut() -> bool) {
-    let deadline = Instant::now() + within;
-    while !cond() {
-        assert!(Instant::now() < deadline, "timed out after {within:?} waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
 }
 
 /// Kairos watermarks (issue #19 item 3, kairos.md §5.2, §5.9, §6.5) between real nodes and
@@ -972,52 +891,9 @@ fn blocking_detailed_commits_report_kairos_timestamps() {
     assert_eq!(tx.commit_detailed().unwrap(), (TxnOutcome::Committed, None));
 }
 
-/// The shard replicas of `table`'s shard 0, one per node that answered.
-async fn table_shards(endpoints: &[SocketAddr], table: &str) -> Vec<ShardStatus> {
-    let mut shards = Vec::new();
-    for &addr in endpoints {
-        if let Ok(c) = Client::connect_node(addr, opts()).await {
-            if let Ok(s) = c.status().await {
-                shards.extend(s.shards.into_iter().filter(|s| s.table == table && s.shard == 0));
-            }
-        }
-    }
-    shards
-}
-
 /// Reads served by `table`'s shard-0 leader so far.
 async fn leader_reads(endpoints: &[SocketAddr], table: &str) -> u64 {
     leader_of(&table_shards(endpoints, table).await).expect("a leader").reads_served
-}
-
-/// A client of `endpoints` whose Kairos cache uses `policy`.
-async fn caching_client(endpoints: &[SocketAddr], policy: strata_client::LeasePolicy) -> Client {
-    let cache = strata_client::KairosCacheOptions::new(policy, 100);
-    let opts = ClientOptions { kairos_cache: Some(cache), ..opts() };
-    Client::connect(endpoints, opts).await.unwrap()
-}
-
-/// One transaction of `client` reading `key` of `table` (and writing `also`, if given):
-/// the value read and the outcome.
-async fn read_txn(
-    client: &Client,
-    table: &str,
-    key: &str,
-    also: Option<(&str, &str)>,
-) -> (Option<bytes::Bytes>, strata_client::TxnOutcome) {
-    let mut tx = client.transaction();
-    let v = tx.read(table, key.to_string()).await.unwrap();
-    if let Some((k, v)) = also {
-        tx.write(table, k.to_string(), v.to_string());
-    }
-    (v, tx.commit_and_sync().await.unwrap())
-}
-
-/// A blind write of `key = value` in `table`, committed and applied.
-async fn put_txn(client: &Client, table: &str, key: &str, value: &str) {
-    let mut tx = client.transaction();
-    tx.write(table, key.to_string(), value.to_string());
-    assert_eq!(tx.commit_and_sync().await.unwrap(), strata_client::TxnOutcome::Committed);
 }
 
 /// The Kairos client cache under self-invalidating leases (kairos.md §5.2, §5.5, §5.10,
