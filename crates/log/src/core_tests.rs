@@ -9,13 +9,14 @@ use strata_wire::log::{Completion, LogEntry, LogIndex, LogMessage, LogOp, ReadEr
 use strata_wire::{Instant, NodeId};
 
 use crate::api::{
-    HardState, LogEvent, LogReply, LogRequest, Persist, RecoveredState, VoteRefusal, WriteAck,
-    WriteError, WriteOp,
+    HardState, LogEvent, LogReply, LogRequest, Persist, RecoveredState, TxnAnswer, VoteRefusal,
+    WriteAck, WriteError, WriteOp,
 };
 use crate::config::{LogConfig, Replication};
 use crate::replica::{LogEffects, LogReplica, Role};
 use strata_rifl::Verdict;
 use strata_wire::rifl::{ClusterTime, LeaseInfo, Rifl, RpcId};
+use strata_wire::txn::Timestamp;
 
 fn orca() -> LogConfig {
     LogConfig::orca(Replication::Async)
@@ -648,6 +649,54 @@ fn a_moved_shard_takes_its_records_and_watermarks_along() {
     assert_eq!(u.r.get(b"k"), t.r.get(b"k"));
     assert_eq!(u.r.write_record(env(3, 3).rpc), Verdict::Completed(Completion::done(c.index)));
     assert_eq!(u.r.write_record(env(2, 2).rpc), Verdict::Stale, "seq 3 acknowledged seq 2");
+}
+
+/// Kairos watermarks at a shard's leader (kairos.md §5.9, `kairos_wm`'s docs): a shard's
+/// first leader takes reports at once; a leader that succeeds others — restarted from its
+/// log, or a moved shard's new group — answers `WM` `ZERO` and raises no `ts_GC` until every
+/// member of its predecessors has had `REPORT_TIMEOUT` to report to it.
+#[test]
+fn only_a_shards_first_leader_raises_kairos_watermarks_from_its_first_reports() {
+    use crate::kairos_wm::REPORT_TIMEOUT;
+    let ts = |n| Timestamp::new(n, 0);
+    let mut s = Solo::new(RecoveredState::default());
+    assert_eq!(s.report(1, ts(100), ts(50)), (ts(100), ts(50)), "the first leader");
+    s.write(env(1, 1), "a").unwrap().unwrap();
+    let restarted = Solo::new(s.disk());
+    let to = ShardMove { generation: 1, replicas: vec![NodeId(4)] };
+    let moved = Solo::new(RecoveredState::moved_in(s.freeze(&to).unwrap().unwrap()));
+    for (what, mut t) in [("restarted", restarted), ("moved in", moved)] {
+        assert_eq!(t.report(2, ts(200), ts(150)), (Timestamp::ZERO, ts(0)), "{what}");
+        t.advance(REPORT_TIMEOUT.as_millis() as u64);
+        assert_eq!(t.report(3, ts(300), ts(250)), (ts(300), ts(250)), "{what}, complete");
+    }
+}
+
+impl Solo {
+    /// Client 7's Kairos watermark report: the leader's answer `(WM, ts_GC)`.
+    fn report(
+        &mut self,
+        seq: u64,
+        local_wm: Timestamp,
+        c_freshness: Timestamp,
+    ) -> (Timestamp, Timestamp) {
+        let token = self.next_token;
+        self.next_token += 1;
+        let req = LogRequest::KairosReport { token, client: 7, seq, local_wm, c_freshness };
+        self.r.on_client_request(self.now, req);
+        self.drain();
+        self.replies
+            .iter()
+            .find_map(|r| match r {
+                LogReply::Txn { token: t, result: Ok(TxnAnswer::Watermarks { wm, ts_gc }) }
+                    if *t == token =>
+                {
+                    Some((*wm, *ts_gc))
+                }
+                _ => None,
+            })
+            .expect("a report is answered at once")
+    }
 }
 
 #[test]

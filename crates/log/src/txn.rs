@@ -162,7 +162,7 @@ impl LogReplica {
             Some(l) => {
                 let r = &mut l.kairos_reports;
                 r.on_report(now, client, seq, local_wm, c_freshness);
-                Ok(TxnAnswer::Watermarks { wm: r.wm(), ts_gc: r.ts_gc().max(applied) })
+                Ok(TxnAnswer::Watermarks { wm: r.wm(now), ts_gc: r.ts_gc().max(applied) })
             }
         };
         self.effects.reply.push(LogReply::Txn { token, result });
