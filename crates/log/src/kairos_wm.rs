@@ -12,6 +12,13 @@
 //! fresher than [`REPORT_TIMEOUT`]. A silent client's report is dropped (§6.5 "removed from
 //! the membership", here by a timeout rather than an operator); its later transactions may
 //! then abort `TooOld`, which is safe: K2 rests on validation (§5.15), not on watermarks.
+//! A client whose RIFL lease expired is no live client at all: its report goes as soon as
+//! the leader hears the lease service's word ([`Reports::forget`], from
+//! `LogReplica::expire_clients`), and a report under a lease an applied `Expire` entry
+//! collected is not taken (the replica checks its applied state), so neither a late report
+//! nor the next leader brings it back. (A client that only reported to a shard gets no
+//! `Expire` entry there: a report of its old lease still in flight would hold it at most
+//! [`REPORT_TIMEOUT`] more, as before.)
 //!
 //! A leader that **succeeds** others (a leader change, a restart, a moved shard's new group)
 //! does not know their members: those clients reported to the previous leader, and reach
@@ -117,6 +124,15 @@ impl Reports {
         self.by_client.retain(|_, h| now < h.at + REPORT_TIMEOUT);
     }
 
+    /// Drops the reports of `clients`, whose leases expired (module docs), at once rather
+    /// than after [`REPORT_TIMEOUT`]; ids without a report are ignored. `ts_GC` stays where it is (monotone); it may rise at
+    /// the next report, as after [`Reports::expire`].
+    pub fn forget(&mut self, clients: impl IntoIterator<Item = u64>) {
+        for c in clients {
+            self.by_client.remove(&c);
+        }
+    }
+
     /// `ts_GC = max(ts_GC, min c_freshness over live reports)` (§5.9; unchanged with none).
     fn raise_ts_gc(&mut self) {
         if let Some(min) = self.by_client.values().map(|h| h.c_freshness).min() {
@@ -205,6 +221,25 @@ mod tests {
         // A second client with older freshness joins: ts_GC does not go back.
         r.on_report(at_ms(4), 2, 1, ts(50), ts(10));
         assert_eq!((r.wm(at_ms(0)), r.ts_gc()), (ts(50), ts(80)));
+    }
+
+    /// A client whose lease expired is forgotten at once (module docs): the others' next
+    /// report moves `WM` and `ts_GC` past its marks without waiting for the timeout; `ts_GC`
+    /// does not go back.
+    #[test]
+    fn an_expired_clients_report_goes_at_once() {
+        let mut r = Reports::new(Timestamp::ZERO, Instant::ZERO, false);
+        r.on_report(at_ms(0), 1, 1, ts(10), ts(5));
+        r.on_report(at_ms(0), 2, 1, ts(100), ts(50));
+        r.on_report(at_ms(0), 3, 1, ts(80), ts(40));
+        assert_eq!((r.wm(at_ms(1)), r.ts_gc()), (ts(10), ts(5)));
+        r.forget([1, 9]); // 9 never reported here
+        assert_eq!((r.live(), r.wm(at_ms(1)), r.ts_gc()), (2, ts(80), ts(5)));
+        r.on_report(at_ms(2), 2, 2, ts(110), ts(60));
+        assert_eq!((r.wm(at_ms(2)), r.ts_gc()), (ts(80), ts(40)), "long before the timeout");
+        r.forget([3]);
+        r.on_report(at_ms(3), 2, 3, ts(120), ts(70));
+        assert_eq!((r.live(), r.wm(at_ms(3)), r.ts_gc()), (1, ts(120), ts(70)));
     }
 
     /// A successor (module docs): client 1 holds an old read set (freshness 40) and reaches
