@@ -351,9 +351,9 @@ async fn validator_move(plant: Option<MovePlant>, load: bool) -> Observed {
     Observed { probes, pair: (first, second) }
 }
 
-/// The totals and the balances (module docs).
+/// The totals and the balances (module docs), once the clients stopped.
 async fn check_balances(client: &Client, book: &Shared) {
-    let l = ledger(book);
+    let l = std::mem::take(&mut *ledger(book));
     assert!(
         l.audits >= 1 && l.bad_audits.is_empty(),
         "audits {}, wrong sums {:?}",
