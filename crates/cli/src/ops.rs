@@ -745,13 +745,17 @@ pub async fn shard(target: &Target, command: ShardCommand) -> Result<i32, Failur
                 report.placement.replicas.iter().map(|n| n.0.to_string()).collect();
             match report.moved {
                 Some(m) => println!(
-                    "table {table} shard {shard}: moved to nodes {} (generation {}) in {:.2?}: {} keys, {} clients' watermarks, {} completion records",
+                    "table {table} shard {shard}: moved to nodes {} (generation {}) in {:.2?}: {} keys, {} clients' watermarks, {} completion records{}",
                     nodes.join(","),
                     report.placement.generation,
                     started.elapsed(),
                     m.keys,
                     m.clients,
-                    m.records
+                    m.records,
+                    match m.kairos_keys {
+                        0 => String::new(),
+                        n => format!(", {n} keys' Kairos validator state"),
+                    }
                 ),
                 None => println!(
                     "table {table} shard {shard}: already on nodes {} (generation {}); every node knows",

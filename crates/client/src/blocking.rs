@@ -10,7 +10,8 @@ use strata_wire::client::{LinkFault, NodeStatus};
 use strata_wire::{Carstamp, NodeId};
 
 use crate::{
-    ClientError, ClientOptions, Op, Outcome, ReqId, RetryPolicy, RmwOutcome, TxnOutcome, Versioned,
+    ClientError, ClientOptions, CommitInfo, Op, Outcome, ReqId, RetryPolicy, RmwOutcome,
+    TxnOutcome, Versioned,
 };
 
 fn runtime() -> Result<Arc<tokio::runtime::Runtime>, ClientError> {
@@ -70,16 +71,26 @@ impl Client {
     pub fn run_txn<T>(
         &self,
         policy: RetryPolicy,
-        mut body: impl FnMut(&mut Transaction) -> Result<T, ClientError>,
+        body: impl FnMut(&mut Transaction) -> Result<T, ClientError>,
     ) -> Result<T, ClientError> {
+        Ok(self.run_txn_detailed(policy, body)?.0)
+    }
+
+    /// [`Client::run_txn`], also returning what the committed attempt saw (Kairos tables:
+    /// [`Transaction::commit_detailed`]), as [`crate::Client::run_txn_detailed`] does.
+    pub fn run_txn_detailed<T>(
+        &self,
+        policy: RetryPolicy,
+        mut body: impl FnMut(&mut Transaction) -> Result<T, ClientError>,
+    ) -> Result<(T, Option<CommitInfo>), ClientError> {
         let mut last = crate::AbortReason::Conflict;
         for attempt in 0..policy.attempts.max(1) {
             std::thread::sleep(policy.pause_before(attempt));
             let mut tx = self.transaction();
             let value = body(&mut tx)?;
-            match tx.commit()? {
-                TxnOutcome::Committed => return Ok(value),
-                TxnOutcome::Aborted { reason } => last = reason,
+            match tx.commit_detailed()? {
+                (TxnOutcome::Committed, info) => return Ok((value, info)),
+                (TxnOutcome::Aborted { reason }, _) => last = reason,
             }
         }
         Err(ClientError::TxnAborted { attempts: policy.attempts.max(1), reason: last })
@@ -115,6 +126,13 @@ impl Transaction {
     /// See [`crate::Transaction::commit`].
     pub fn commit(self) -> Result<TxnOutcome, ClientError> {
         self.rt.block_on(self.inner.commit())
+    }
+
+    /// See [`crate::Transaction::commit_detailed`]: the outcome and, for a committed
+    /// transaction over Kairos tables, its commit timestamp, reads (with their version
+    /// timestamps) and writes.
+    pub fn commit_detailed(self) -> Result<(TxnOutcome, Option<CommitInfo>), ClientError> {
+        self.rt.block_on(self.inner.commit_detailed())
     }
 
     /// See [`crate::Transaction::commit_and_sync`].

@@ -26,7 +26,7 @@
 //! * Errors are typed ([`ClientError`]); each variant says what to do, and
 //!   [`ClientError::outcome_unknown`] tells whether a failed write may still have happened.
 //! * [`blocking`] wraps the same API for code without an async runtime: sessions, and
-//!   transactions (`blocking::Client::{transaction, run_txn}`).
+//!   transactions (`blocking::Client::{transaction, run_txn, run_txn_detailed}`).
 
 pub mod blocking;
 mod client;

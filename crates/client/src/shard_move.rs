@@ -34,6 +34,10 @@ pub enum MovePlant {
     /// The canary: the state travels without its completion records and watermarks
     /// (rifl.md §5.7 broken), so a retry after the move executes again.
     LoseRecords,
+    /// The canary of the Kairos move tests: the state travels without its validator state
+    /// (each key's `latest_read`, `latest_committed` and prepared write, and `ts_GC`), so the
+    /// new group validates against keys it believes never written or read.
+    LoseKairos,
     /// The move is interrupted at this node: it is not told to adopt (as if unreachable).
     SkipNode(NodeId),
 }
@@ -47,6 +51,22 @@ pub struct MovedState {
     pub clients: usize,
     /// Completion records of unacknowledged writes (answers to retries).
     pub records: usize,
+    /// Keys with Kairos validator state (`latest_read`, `latest_committed`, a prepared
+    /// write): a Kairos table's shard, or one of its `T.validators`, whose keys have no value.
+    pub kairos_keys: usize,
+}
+
+/// The state a new replica installs: the frozen one, less what `plant` loses.
+fn planted(mut s: Snapshot, plant: Option<MovePlant>) -> Snapshot {
+    match plant {
+        Some(MovePlant::LoseRecords) => s.clients.clear(),
+        Some(MovePlant::LoseKairos) => {
+            s.kairos.clear();
+            s.kairos_ts_gc = strata_wire::txn::Timestamp::ZERO;
+        }
+        Some(MovePlant::SkipNode(_)) | None => {}
+    }
+    s
 }
 
 impl MovedState {
@@ -55,6 +75,7 @@ impl MovedState {
             keys: s.items.len(),
             clients: s.clients.len(),
             records: s.clients.iter().map(|c| c.records.len()).sum(),
+            kairos_keys: s.kairos.len(),
         }
     }
 }
@@ -82,7 +103,6 @@ impl Client {
         replicas: Vec<NodeId>,
         plant: Option<MovePlant>,
     ) -> Result<MoveReport, ClientError> {
-        let lose_records = plant == Some(MovePlant::LoseRecords);
         let opts = self.options().clone();
         let mut nodes: Vec<(SocketAddr, NodeId, Client)> = Vec::new();
         for &addr in self.endpoints() {
@@ -190,12 +210,7 @@ impl Client {
                     table: table.to_string(),
                     shard,
                     placement: placement.clone(),
-                    snapshot: snapshot.clone().filter(|_| members).map(|mut s| {
-                        if lose_records {
-                            s.clients.clear();
-                        }
-                        s
-                    }),
+                    snapshot: snapshot.clone().filter(|_| members).map(|s| planted(s, plant)),
                 };
                 let conn = c.connection().await;
                 let (addr, id) = (*addr, *id);

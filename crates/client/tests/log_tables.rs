@@ -5,57 +5,17 @@
 //!
 //! Every wait is on a condition (status polled), never a fixed sleep.
 
+mod common;
+
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
+use common::*;
 use strata_client::{
     Client, ClientError, ClientOptions, LogIndex, NodeId, ShardRole, ShardStatus, TableDef,
-    TableDurability, TableEngine, TableReads, TableReplication, TableTimers, TableValidation,
-    WriteOpts,
+    TableDurability, TableReads, TableValidation, WriteOpts,
 };
-use strata_node::{NodeConfig, PeerConfig, RunningNode};
-
-fn cad_table(name: &str, shards: u32) -> TableDef {
-    TableDef {
-        name: name.into(),
-        engine: TableEngine::Log,
-        durability: TableDurability::Cad,
-        replication: TableReplication::Async,
-        reads: TableReads::ActiveSet,
-        shards,
-        timers: TableTimers::Default,
-        leaders: Vec::new(),
-        txn: Default::default(),
-        validation: Default::default(),
-    }
-}
-
-/// Three nodes whose configs (real addresses) are kept, so a node can be restarted.
-async fn cluster() -> (Vec<NodeConfig>, Vec<Option<RunningNode>>) {
-    let bind = || std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let listeners: Vec<_> = (0..3).map(|_| (bind(), bind())).collect();
-    let peer_addrs: Vec<SocketAddr> =
-        listeners.iter().map(|(_, p)| p.local_addr().unwrap()).collect();
-    let mut cfgs = Vec::new();
-    let mut nodes = Vec::new();
-    for (id, (c, p)) in listeners.into_iter().enumerate() {
-        let id = id as u32;
-        let peers = (0..3u32)
-            .filter(|&j| j != id)
-            .map(|j| PeerConfig { id: j, addr: peer_addrs[j as usize] })
-            .collect();
-        let mut cfg = strata_node::testing::test_config(id, peers);
-        cfg.client_addr = c.local_addr().unwrap();
-        cfg.peer_addr = p.local_addr().unwrap();
-        cfgs.push(cfg.clone());
-        nodes.push(Some(strata_node::start_with_listeners(cfg, c, p).await.unwrap()));
-    }
-    (cfgs, nodes)
-}
-
-fn opts() -> ClientOptions {
-    ClientOptions { request_timeout: Some(Duration::from_secs(15)), ..ClientOptions::default() }
-}
+use strata_node::RunningNode;
 
 /// Polls every node's status until `cond` holds for the shards of `table` shard 0 (one entry
 /// per node that answered, in node order).
@@ -84,10 +44,6 @@ async fn wait_shards(
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-}
-
-fn leader_of(shards: &[ShardStatus]) -> Option<&ShardStatus> {
-    shards.iter().find(|s| s.role == ShardRole::Leader && s.serving)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -360,16 +316,6 @@ async fn conditional_writes_cas_and_counters_on_a_log_table() {
     assert_eq!(t.faa("hits", 1).await.unwrap(), 7);
 }
 
-fn txn_table(name: &str, shards: u32) -> TableDef {
-    TableDef {
-        durability: TableDurability::Sync,
-        replication: TableReplication::Sync,
-        reads: TableReads::Leader,
-        txn: strata_client::TableTxn::Rifl,
-        ..cad_table(name, shards)
-    }
-}
-
 /// Transactions (issue #18 item 2, rifl.md §5.8): across two shards, atomic; a conflicting
 /// transaction aborts with nothing done; the read-only and single-shard paths; a plain read of
 /// a key a transaction holds waits for the decision; `run_txn` retries aborted attempts; a
@@ -476,66 +422,9 @@ async fn transactions_across_shards_are_atomic_and_conflicts_abort() {
     assert!(e.to_string().contains("does not take transactions"), "{e}");
 }
 
-fn kairos_table(name: &str, shards: u32) -> TableDef {
-    TableDef { txn: strata_client::TableTxn::Kairos, ..txn_table(name, shards) }
-}
-
-/// Three nodes with the tables `defs`; the nodes (kept running while held) and their client
-/// endpoints.
-async fn cluster_with(defs: &[TableDef]) -> (Vec<Option<RunningNode>>, Vec<SocketAddr>) {
-    let (cfgs, nodes) = cluster().await;
-    let endpoints: Vec<SocketAddr> = cfgs.iter().map(|c| c.client_addr).collect();
-    for &addr in &endpoints {
-        let c = Client::connect_node(addr, opts()).await.unwrap();
-        for def in defs {
-            c.create_table(def.clone()).await.unwrap();
-        }
-    }
-    for def in defs.iter().flat_map(|d| std::iter::once(d.clone()).chain(d.validators_def())) {
-        await_leaders(&endpoints, &def).await;
-    }
-    (nodes, endpoints)
-}
-
-/// Waits until every shard of `def` has a serving leader. The scenarios start with a
-/// transaction, and a prepare the client holds back while a shard elects its first leader
-/// lets another participant's lock time out (`T_TX`, rifl.md R-D15): recovery then aborts
-/// the transaction `Recovered`, which is correct but not what these scenarios test (CI saw
-/// it once with `sharded:2`, 17 clusters on 2 cores).
-async fn await_leaders(endpoints: &[SocketAddr], def: &TableDef) {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        let mut led = std::collections::BTreeSet::new();
-        for &addr in endpoints {
-            let Ok(c) = Client::connect_node(addr, opts()).await else { continue };
-            let Ok(s) = c.status().await else { continue };
-            led.extend(
-                s.shards
-                    .iter()
-                    .filter(|s| s.table == def.name)
-                    .filter_map(|s| (s.role == ShardRole::Leader && s.serving).then_some(s.shard)),
-            );
-        }
-        if led.len() == def.shards as usize {
-            return;
-        }
-        assert!(Instant::now() < deadline, "{}: leaders of {led:?} only", def.name);
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-}
-
 /// Three nodes with the Kairos table `def` (`kbank`) and a RIFL table `rbank`.
 async fn kairos_cluster(def: TableDef) -> (Vec<Option<RunningNode>>, Vec<SocketAddr>) {
     cluster_with(&[def, txn_table("rbank", 1)]).await
-}
-
-/// Polls `cond` every 10 ms until it holds, for up to `within`.
-async fn eventually(what: &str, within: Duration, mut cond: impl FnMut() -> bool) {
-    let deadline = Instant::now() + within;
-    while !cond() {
-        assert!(Instant::now() < deadline, "timed out after {within:?} waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
 }
 
 /// Waits until every Kairos shard `client` reports to has answered a `ts_GC` above `ts`
@@ -930,52 +819,83 @@ fn blocking_transactions_from_threads_keep_the_total() {
     assert_eq!((x, y), (50 - 30 + 10 + 100, 50 + 30 - 10), "every transfer exactly once");
 }
 
-/// The shard replicas of `table`'s shard 0, one per node that answered.
-async fn table_shards(endpoints: &[SocketAddr], table: &str) -> Vec<ShardStatus> {
-    let mut shards = Vec::new();
-    for &addr in endpoints {
-        if let Ok(c) = Client::connect_node(addr, opts()).await {
-            if let Ok(s) = c.status().await {
-                shards.extend(s.shards.into_iter().filter(|s| s.table == table && s.shard == 0));
-            }
-        }
-    }
-    shards
+/// The blocking API's detailed commits (issue #19): on a Kairos table, `commit_detailed` and
+/// `run_txn_detailed` return what the committed transaction saw, as the async API does: its
+/// commit timestamp, each read's `(table, key, value, vts)` with the `vts` the writer's
+/// commit timestamp, its writes, and whether it was read-only (an RO's timestamp is at or
+/// above every `vts` it read). An aborted transaction and one over a RIFL table have none.
+#[test]
+fn blocking_detailed_commits_report_kairos_timestamps() {
+    use strata_client::{blocking, AbortReason, ReadInfo, RetryPolicy, TxnOutcome};
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build();
+    let rt = rt.unwrap();
+    let (_nodes, endpoints) = rt.block_on(kairos_cluster(kairos_table("kbank", 2)));
+    let client = blocking::Client::connect(&endpoints, opts()).unwrap();
+    let bytes = |s: &str| bytes::Bytes::copy_from_slice(s.as_bytes());
+
+    let mut init = client.transaction();
+    init.write("kbank", "a", "1");
+    init.write("kbank", "b", "2");
+    let (outcome, info) = init.commit_detailed().unwrap();
+    assert_eq!(outcome, TxnOutcome::Committed);
+    let init = info.expect("a committed Kairos transaction has its commit info");
+    assert!(!init.read_only && init.reads.is_empty());
+    let write = |k: &str, v: &str| ("kbank".to_string(), bytes(k), Some(bytes(v)));
+    assert_eq!(init.writes, vec![write("a", "1"), write("b", "2")]);
+
+    // A transfer through `run_txn_detailed`: an attempt that read before the decisions
+    // applied aborts (the prepared or newer version), so the committed one read at init's
+    // timestamp.
+    let policy = RetryPolicy { attempts: 1000, ..RetryPolicy::default() };
+    let number = |v: Option<bytes::Bytes>| -> u64 {
+        std::str::from_utf8(&v.expect("a balance")).unwrap().parse().unwrap()
+    };
+    let (sum, rw) = client
+        .run_txn_detailed(policy, |tx| {
+            let (x, y) = (number(tx.read("kbank", "a")?), number(tx.read("kbank", "b")?));
+            tx.write("kbank", "a", (x + 1).to_string());
+            tx.write("kbank", "b", (y - 1).to_string());
+            Ok(x + y)
+        })
+        .unwrap();
+    assert_eq!(sum, 3);
+    let rw = rw.expect("commit info");
+    let read = |key: &str, value: &str, vts| ReadInfo {
+        table: "kbank".into(),
+        key: bytes(key),
+        value: Some(bytes(value)),
+        vts,
+    };
+    assert_eq!(rw.reads, vec![read("a", "1", init.commit_ts), read("b", "2", init.commit_ts)]);
+    assert!(!rw.read_only && rw.commit_ts > init.commit_ts, "{rw:?} after {init:?}");
+    assert_eq!(rw.writes, vec![write("a", "2"), write("b", "1")]);
+
+    // A read-only transaction: at or above every version it read.
+    let (_, ro) = client.run_txn_detailed(policy, |tx| tx.read("kbank", "a")).unwrap();
+    let ro = ro.expect("commit info");
+    assert!(ro.read_only && ro.writes.is_empty());
+    assert_eq!(ro.reads, vec![read("a", "2", rw.commit_ts)]);
+    assert!(ro.commit_ts >= rw.commit_ts, "{ro:?}");
+
+    // An aborted transaction has no commit info.
+    let mut stale = client.transaction();
+    stale.read("kbank", "a").unwrap();
+    let mut change = client.transaction();
+    change.write("kbank", "a", "9");
+    assert_eq!(change.commit_and_sync().unwrap(), TxnOutcome::Committed);
+    stale.write("kbank", "b", "0");
+    let (outcome, info) = stale.commit_detailed().unwrap();
+    assert_eq!((outcome, info), (TxnOutcome::Aborted { reason: AbortReason::Stale }, None));
+
+    // Nor has one over a RIFL table (no timestamps there).
+    let mut tx = client.transaction();
+    tx.write("rbank", "k", "v");
+    assert_eq!(tx.commit_detailed().unwrap(), (TxnOutcome::Committed, None));
 }
 
 /// Reads served by `table`'s shard-0 leader so far.
 async fn leader_reads(endpoints: &[SocketAddr], table: &str) -> u64 {
     leader_of(&table_shards(endpoints, table).await).expect("a leader").reads_served
-}
-
-/// A client of `endpoints` whose Kairos cache uses `policy`.
-async fn caching_client(endpoints: &[SocketAddr], policy: strata_client::LeasePolicy) -> Client {
-    let cache = strata_client::KairosCacheOptions::new(policy, 100);
-    let opts = ClientOptions { kairos_cache: Some(cache), ..opts() };
-    Client::connect(endpoints, opts).await.unwrap()
-}
-
-/// One transaction of `client` reading `key` of `table` (and writing `also`, if given):
-/// the value read and the outcome.
-async fn read_txn(
-    client: &Client,
-    table: &str,
-    key: &str,
-    also: Option<(&str, &str)>,
-) -> (Option<bytes::Bytes>, strata_client::TxnOutcome) {
-    let mut tx = client.transaction();
-    let v = tx.read(table, key.to_string()).await.unwrap();
-    if let Some((k, v)) = also {
-        tx.write(table, k.to_string(), v.to_string());
-    }
-    (v, tx.commit_and_sync().await.unwrap())
-}
-
-/// A blind write of `key = value` in `table`, committed and applied.
-async fn put_txn(client: &Client, table: &str, key: &str, value: &str) {
-    let mut tx = client.transaction();
-    tx.write(table, key.to_string(), value.to_string());
-    assert_eq!(tx.commit_and_sync().await.unwrap(), strata_client::TxnOutcome::Committed);
 }
 
 /// The Kairos client cache under self-invalidating leases (kairos.md §5.2, §5.5, §5.10,

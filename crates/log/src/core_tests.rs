@@ -9,13 +9,14 @@ use strata_wire::log::{Completion, LogEntry, LogIndex, LogMessage, LogOp, ReadEr
 use strata_wire::{Instant, NodeId};
 
 use crate::api::{
-    HardState, LogEvent, LogReply, LogRequest, Persist, RecoveredState, VoteRefusal, WriteAck,
-    WriteError, WriteOp,
+    HardState, LogEvent, LogReply, LogRequest, Persist, RecoveredState, TxnAnswer, VoteRefusal,
+    WriteAck, WriteError, WriteOp,
 };
 use crate::config::{LogConfig, Replication};
 use crate::replica::{LogEffects, LogReplica, Role};
 use strata_rifl::Verdict;
 use strata_wire::rifl::{ClusterTime, LeaseInfo, Rifl, RpcId};
+use strata_wire::txn::Timestamp;
 
 fn orca() -> LogConfig {
     LogConfig::orca(Replication::Async)
@@ -648,6 +649,77 @@ fn a_moved_shard_takes_its_records_and_watermarks_along() {
     assert_eq!(u.r.get(b"k"), t.r.get(b"k"));
     assert_eq!(u.r.write_record(env(3, 3).rpc), Verdict::Completed(Completion::done(c.index)));
     assert_eq!(u.r.write_record(env(2, 2).rpc), Verdict::Stale, "seq 3 acknowledged seq 2");
+}
+
+/// Kairos watermarks at a shard's leader (kairos.md §5.9, `kairos_wm`'s docs): a shard's
+/// first leader takes reports at once; a leader that succeeds others — restarted from its
+/// log, or a moved shard's new group — answers `WM` `ZERO` and raises no `ts_GC` until every
+/// member of its predecessors has had `REPORT_TIMEOUT` to report to it.
+#[test]
+fn only_a_shards_first_leader_raises_kairos_watermarks_from_its_first_reports() {
+    use crate::kairos_wm::REPORT_TIMEOUT;
+    let ts = |n| Timestamp::new(n, 0);
+    let mut s = Solo::new(RecoveredState::default());
+    assert_eq!(s.report(7, 1, ts(100), ts(50)), (ts(100), ts(50)), "the first leader");
+    s.write(env(1, 1), "a").unwrap().unwrap();
+    let restarted = Solo::new(s.disk());
+    let to = ShardMove { generation: 1, replicas: vec![NodeId(4)] };
+    let moved = Solo::new(RecoveredState::moved_in(s.freeze(&to).unwrap().unwrap()));
+    for (what, mut t) in [("restarted", restarted), ("moved in", moved)] {
+        assert_eq!(t.report(7, 2, ts(200), ts(150)), (Timestamp::ZERO, ts(0)), "{what}");
+        t.advance(REPORT_TIMEOUT.as_millis() as u64);
+        assert_eq!(t.report(7, 3, ts(300), ts(250)), (ts(300), ts(250)), "{what}, complete");
+    }
+}
+
+/// kairos.md §5.9, membership is the live clients: once the lease service says leases
+/// expired, the leader drops their watermark reports at once — of a client that wrote here
+/// (an `Expire` entry collects it, and a late report under its lease is not taken) and of
+/// one that only reported — so `WM` and `ts_GC` follow the other client at its next report,
+/// long before `REPORT_TIMEOUT`.
+#[test]
+fn an_expired_clients_watermark_report_goes_at_once() {
+    let ts = |n| Timestamp::new(n, 0);
+    let mut s = Solo::new(RecoveredState::default());
+    s.write(env(1, 1), "a").unwrap().unwrap(); // client 7 holds a record here
+    assert_eq!(s.report(7, 1, ts(100), ts(50)), (ts(100), ts(50)));
+    assert_eq!(s.report(8, 1, ts(300), ts(250)), (ts(100), ts(50)));
+    assert_eq!(s.report(9, 1, ts(200), ts(150)), (ts(100), ts(50)), "9 only reports");
+    let now = s.now;
+    assert!(s.r.expire_clients(now, &[7, 9]), "an Expire entry for 7");
+    s.advance(1);
+    assert_eq!(s.write(env(2, 2), "b"), Some(Err(WriteError::ExpiredLease)), "7 collected");
+    assert_eq!(s.report(8, 2, ts(310), ts(260)), (ts(310), ts(260)), "7 and 9 are gone");
+    let late = s.report(7, 2, ts(100), ts(50));
+    assert_eq!(late, (ts(310), ts(260)), "a late report under 7's expired lease");
+}
+
+impl Solo {
+    /// `client`'s Kairos watermark report: the leader's answer `(WM, ts_GC)`.
+    fn report(
+        &mut self,
+        client: u64,
+        seq: u64,
+        local_wm: Timestamp,
+        c_freshness: Timestamp,
+    ) -> (Timestamp, Timestamp) {
+        let token = self.next_token;
+        self.next_token += 1;
+        let req = LogRequest::KairosReport { token, client, seq, local_wm, c_freshness };
+        self.r.on_client_request(self.now, req);
+        self.drain();
+        self.replies
+            .iter()
+            .find_map(|r| match r {
+                LogReply::Txn { token: t, result: Ok(TxnAnswer::Watermarks { wm, ts_gc }) }
+                    if *t == token =>
+                {
+                    Some((*wm, *ts_gc))
+                }
+                _ => None,
+            })
+            .expect("a report is answered at once")
+    }
 }
 
 #[test]

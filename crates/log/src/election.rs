@@ -149,7 +149,12 @@ impl LogReplica {
             pending_freezes: Vec::new(),
             pending_txns: Vec::new(),
             freezing,
-            kairos_reports: crate::kairos_wm::Reports::new(self.kv.kairos_ts_gc()),
+            // Not the shard's first leader unless its log is empty (kairos_wm's docs).
+            kairos_reports: crate::kairos_wm::Reports::new(
+                self.kv.kairos_ts_gc(),
+                now,
+                last != LogIndex::ZERO,
+            ),
         });
         let e = LogEntry {
             index: noop,

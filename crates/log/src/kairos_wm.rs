@@ -12,6 +12,23 @@
 //! fresher than [`REPORT_TIMEOUT`]. A silent client's report is dropped (§6.5 "removed from
 //! the membership", here by a timeout rather than an operator); its later transactions may
 //! then abort `TooOld`, which is safe: K2 rests on validation (§5.15), not on watermarks.
+//! A client whose RIFL lease expired is no live client at all: its report goes as soon as
+//! the leader hears the lease service's word ([`Reports::forget`], from
+//! `LogReplica::expire_clients`), and a report under a lease an applied `Expire` entry
+//! collected is not taken (the replica checks its applied state), so neither a late report
+//! nor the next leader brings it back. (A client that only reported to a shard gets no
+//! `Expire` entry there: a report of its old lease still in flight would hold it at most
+//! [`REPORT_TIMEOUT`] more, as before.)
+//!
+//! A leader that **succeeds** others (a leader change, a restart, a moved shard's new group)
+//! does not know their members: those clients reported to the previous leader, and reach
+//! this one within a report period or a redirect. Until every member has had
+//! [`REPORT_TIMEOUT`] to report here, the table's membership is incomplete, so `ts_GC` is
+//! not raised and `WM` is `ZERO` (§5.9: a member not heard from holds both at its last
+//! report). Otherwise the first reports heard would set `ts_GC` above a reporting member's
+//! read set (its transactions abort `TooOld`, found by a `T.validators` shard move:
+//! `crates/client/tests/kairos_moves.rs`) and `WM` above its incomplete transactions. A
+//! shard's first leader (an empty log) has no such members and starts complete.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -51,15 +68,26 @@ pub enum ReportOutcome {
 pub struct Reports {
     by_client: BTreeMap<u64, Heard>,
     ts_gc: Timestamp,
+    /// From then on every member has had [`REPORT_TIMEOUT`] to report here (module docs);
+    /// before it, `ts_GC` stays and `WM` is `ZERO`.
+    complete_at: Instant,
     /// Reports dropped as `Regressed`.
     pub dropped: u64,
 }
 
 impl Reports {
-    /// A leader's table at the start of its term: no report, `ts_GC` at least `floor` (the
-    /// applied state's: `ts_GC` never goes back across leaders).
-    pub fn new(floor: Timestamp) -> Reports {
-        Reports { ts_gc: floor, ..Reports::default() }
+    /// A leader's table at the start of its term (`now`): no report, `ts_GC` at least
+    /// `floor` (the applied state's: `ts_GC` never goes back across leaders). A `successor`
+    /// (the shard had a leader before: its log is not empty) waits for the previous
+    /// leaders' members (module docs).
+    pub fn new(floor: Timestamp, now: Instant, successor: bool) -> Reports {
+        let complete_at = if successor { now + REPORT_TIMEOUT } else { now };
+        Reports { ts_gc: floor, complete_at, ..Reports::default() }
+    }
+
+    /// Whether every member has had [`REPORT_TIMEOUT`] to report to this leader.
+    fn complete(&self, now: Instant) -> bool {
+        now >= self.complete_at
     }
 
     /// §5.9 "on WatermarkReport": keeps the report if it is newer than the client's live one,
@@ -83,7 +111,9 @@ impl Reports {
             }
         }
         self.by_client.insert(client, Heard { seq, local_wm, c_freshness, at: now });
-        self.raise_ts_gc();
+        if self.complete(now) {
+            self.raise_ts_gc();
+        }
         ReportOutcome::Applied
     }
 
@@ -92,6 +122,15 @@ impl Reports {
     /// `c_freshness` no longer holds it back.
     pub fn expire(&mut self, now: Instant) {
         self.by_client.retain(|_, h| now < h.at + REPORT_TIMEOUT);
+    }
+
+    /// Drops the reports of `clients`, whose leases expired (module docs), at once rather
+    /// than after [`REPORT_TIMEOUT`]; ids without a report are ignored. `ts_GC` stays where it is (monotone); it may rise at
+    /// the next report, as after [`Reports::expire`].
+    pub fn forget(&mut self, clients: impl IntoIterator<Item = u64>) {
+        for c in clients {
+            self.by_client.remove(&c);
+        }
     }
 
     /// `ts_GC = max(ts_GC, min c_freshness over live reports)` (§5.9; unchanged with none).
@@ -106,11 +145,12 @@ impl Reports {
         self.ts_gc
     }
 
-    /// `WM = min local_wm` over the live reports (§5.9), `ZERO` with none. Not monotone here
-    /// (a client that joins may report a lower one); clients keep `wm_view = max(wm_view,
-    /// WM)`.
-    pub fn wm(&self) -> Timestamp {
-        self.by_client.values().map(|h| h.local_wm).min().unwrap_or(Timestamp::ZERO)
+    /// `WM = min local_wm` over the live reports (§5.9), `ZERO` with none or while the
+    /// membership is incomplete (module docs). Not monotone here (a client that joins may
+    /// report a lower one); clients keep `wm_view = max(wm_view, WM)`.
+    pub fn wm(&self, now: Instant) -> Timestamp {
+        let min = self.by_client.values().map(|h| h.local_wm).min();
+        min.filter(|_| self.complete(now)).unwrap_or(Timestamp::ZERO)
     }
 
     /// The clients whose reports are live (tests, status).
@@ -133,38 +173,42 @@ mod tests {
 
     #[test]
     fn wm_and_ts_gc_are_the_minimums_of_the_live_reports() {
-        let mut r = Reports::new(Timestamp::ZERO);
-        assert_eq!((r.wm(), r.ts_gc()), (Timestamp::ZERO, Timestamp::ZERO), "no report");
+        let mut r = Reports::new(Timestamp::ZERO, Instant::ZERO, false);
+        assert_eq!((r.wm(at_ms(0)), r.ts_gc()), (Timestamp::ZERO, Timestamp::ZERO), "no report");
         assert_eq!(r.on_report(at_ms(0), 1, 1, ts(100), ts(40)), ReportOutcome::Applied);
         assert_eq!(r.on_report(at_ms(1), 2, 1, ts(90), ts(60)), ReportOutcome::Applied);
-        assert_eq!((r.wm(), r.ts_gc()), (ts(90), ts(40)));
+        assert_eq!((r.wm(at_ms(0)), r.ts_gc()), (ts(90), ts(40)));
         assert_eq!(r.on_report(at_ms(2), 1, 2, ts(120), ts(70)), ReportOutcome::Applied);
-        assert_eq!((r.wm(), r.ts_gc()), (ts(90), ts(60)), "the other client holds both back");
+        assert_eq!(
+            (r.wm(at_ms(0)), r.ts_gc()),
+            (ts(90), ts(60)),
+            "the other client holds both back"
+        );
     }
 
     #[test]
     fn a_silent_clients_report_expires_and_stops_holding_ts_gc_back() {
-        let mut r = Reports::new(Timestamp::ZERO);
+        let mut r = Reports::new(Timestamp::ZERO, Instant::ZERO, false);
         r.on_report(at_ms(0), 1, 1, ts(10), ts(5)); // goes silent
         r.on_report(at_ms(0), 2, 1, ts(100), ts(50));
-        assert_eq!((r.wm(), r.ts_gc()), (ts(10), ts(5)));
+        assert_eq!((r.wm(at_ms(0)), r.ts_gc()), (ts(10), ts(5)));
         let just_before = REPORT_TIMEOUT.as_millis() as u64 - 1;
         r.on_report(at_ms(just_before), 2, 2, ts(200), ts(150));
         assert_eq!((r.live(), r.ts_gc()), (2, ts(5)), "still live one ms before the timeout");
         r.on_report(at_ms(just_before + 1), 2, 3, ts(300), ts(250));
         assert_eq!(r.live(), 1, "client 1 expired");
-        assert_eq!((r.wm(), r.ts_gc()), (ts(300), ts(250)));
+        assert_eq!((r.wm(at_ms(0)), r.ts_gc()), (ts(300), ts(250)));
         // Once everyone is silent: no member, WM ZERO, ts_GC kept.
         r.expire(at_ms(10_000));
-        assert_eq!((r.live(), r.wm(), r.ts_gc()), (0, Timestamp::ZERO, ts(250)));
+        assert_eq!((r.live(), r.wm(at_ms(0)), r.ts_gc()), (0, Timestamp::ZERO, ts(250)));
         // The silent client comes back with its old marks: a fresh member, ts_GC unmoved.
         assert_eq!(r.on_report(at_ms(10_001), 1, 2, ts(10), ts(5)), ReportOutcome::Applied);
-        assert_eq!((r.wm(), r.ts_gc()), (ts(10), ts(250)));
+        assert_eq!((r.wm(at_ms(0)), r.ts_gc()), (ts(10), ts(250)));
     }
 
     #[test]
     fn ts_gc_is_monotone_and_old_or_regressing_reports_change_nothing() {
-        let mut r = Reports::new(ts(30));
+        let mut r = Reports::new(ts(30), Instant::ZERO, false);
         r.on_report(at_ms(0), 1, 5, ts(100), ts(20));
         assert_eq!(r.ts_gc(), ts(30), "a new leader's floor: never below the applied ts_GC");
         r.on_report(at_ms(1), 1, 6, ts(110), ts(80));
@@ -173,9 +217,52 @@ mod tests {
         assert_eq!(r.on_report(at_ms(2), 1, 4, ts(200), ts(90)), ReportOutcome::Old);
         assert_eq!(r.on_report(at_ms(3), 1, 7, ts(105), ts(90)), ReportOutcome::Regressed);
         assert_eq!(r.on_report(at_ms(3), 1, 8, ts(120), ts(70)), ReportOutcome::Regressed);
-        assert_eq!((r.wm(), r.ts_gc(), r.dropped), (ts(110), ts(80), 2));
+        assert_eq!((r.wm(at_ms(0)), r.ts_gc(), r.dropped), (ts(110), ts(80), 2));
         // A second client with older freshness joins: ts_GC does not go back.
         r.on_report(at_ms(4), 2, 1, ts(50), ts(10));
-        assert_eq!((r.wm(), r.ts_gc()), (ts(50), ts(80)));
+        assert_eq!((r.wm(at_ms(0)), r.ts_gc()), (ts(50), ts(80)));
+    }
+
+    /// A client whose lease expired is forgotten at once (module docs): the others' next
+    /// report moves `WM` and `ts_GC` past its marks without waiting for the timeout; `ts_GC`
+    /// does not go back.
+    #[test]
+    fn an_expired_clients_report_goes_at_once() {
+        let mut r = Reports::new(Timestamp::ZERO, Instant::ZERO, false);
+        r.on_report(at_ms(0), 1, 1, ts(10), ts(5));
+        r.on_report(at_ms(0), 2, 1, ts(100), ts(50));
+        r.on_report(at_ms(0), 3, 1, ts(80), ts(40));
+        assert_eq!((r.wm(at_ms(1)), r.ts_gc()), (ts(10), ts(5)));
+        r.forget([1, 9]); // 9 never reported here
+        assert_eq!((r.live(), r.wm(at_ms(1)), r.ts_gc()), (2, ts(80), ts(5)));
+        r.on_report(at_ms(2), 2, 2, ts(110), ts(60));
+        assert_eq!((r.wm(at_ms(2)), r.ts_gc()), (ts(80), ts(40)), "long before the timeout");
+        r.forget([3]);
+        r.on_report(at_ms(3), 2, 3, ts(120), ts(70));
+        assert_eq!((r.live(), r.wm(at_ms(3)), r.ts_gc()), (1, ts(120), ts(70)));
+    }
+
+    /// A successor (module docs): client 1 holds an old read set (freshness 40) and reaches
+    /// the new leader last; client 2's fresh report comes first. For `REPORT_TIMEOUT` the
+    /// leader raises no `ts_GC` and answers `WM` `ZERO`; then both are members and `ts_GC`
+    /// stops at client 1's freshness. The control: a first leader takes client 2's report
+    /// at once, and `ts_GC` passes client 1's read set.
+    #[test]
+    fn a_successor_waits_for_the_previous_leaders_members_before_raising_ts_gc() {
+        let start = at_ms(5_000);
+        let after = |ms| start + Duration::from_millis(ms);
+        let mut r = Reports::new(ts(30), start, true);
+        r.on_report(after(10), 2, 1, ts(1_000), ts(900));
+        assert_eq!((r.wm(after(10)), r.ts_gc()), (Timestamp::ZERO, ts(30)), "incomplete");
+        r.on_report(after(400), 1, 7, ts(990), ts(40));
+        assert_eq!((r.wm(after(400)), r.ts_gc()), (Timestamp::ZERO, ts(30)));
+        let complete = REPORT_TIMEOUT.as_millis() as u64;
+        assert_eq!(r.wm(after(complete - 1)), Timestamp::ZERO, "one ms before");
+        r.on_report(after(complete), 2, 2, ts(1_100), ts(950));
+        assert_eq!((r.wm(after(complete)), r.ts_gc()), (ts(990), ts(40)), "both members");
+
+        let mut first = Reports::new(ts(30), start, false);
+        first.on_report(after(10), 2, 1, ts(1_000), ts(900));
+        assert_eq!((first.wm(after(10)), first.ts_gc()), (ts(1_000), ts(900)));
     }
 }

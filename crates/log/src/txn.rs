@@ -161,8 +161,12 @@ impl LogReplica {
             None => Err(WriteError::NotLeader { hint: self.leader_id }),
             Some(l) => {
                 let r = &mut l.kairos_reports;
-                r.on_report(now, client, seq, local_wm, c_freshness);
-                Ok(TxnAnswer::Watermarks { wm: r.wm(), ts_gc: r.ts_gc().max(applied) })
+                // A late report under an expired lease does not make its client a member
+                // again (`kairos_wm`: its report went when the lease expired).
+                if !self.kv.is_expired(client) {
+                    r.on_report(now, client, seq, local_wm, c_freshness);
+                }
+                Ok(TxnAnswer::Watermarks { wm: r.wm(now), ts_gc: r.ts_gc().max(applied) })
             }
         };
         self.effects.reply.push(LogReply::Txn { token, result });

@@ -240,11 +240,17 @@ impl LogReplica {
     }
 
     /// rifl.md §5.6 at a ready leader: the lease service confirmed these clients expired.
-    /// Appends one `Expire` entry naming those this shard holds records or a watermark of;
-    /// applied, it collects them at every replica. Returns whether an entry was appended (a
+    /// Their Kairos watermark reports go at once (any leader). Appends one `Expire` entry
+    /// naming those this shard holds records or a watermark of; applied, it collects them at
+    /// every replica. Returns whether an entry was appended (a
     /// follower, or a leader in its sync phase, does nothing: the next leader's node asks
     /// again when the client shows up).
     pub fn expire_clients(&mut self, now: Instant, clients: &[u64]) -> bool {
+        // kairos.md §5.9: membership is the live clients; an expired one's watermark report
+        // goes now, whether or not this shard holds anything else of it (`kairos_wm`).
+        if let Some(l) = self.leader.as_mut() {
+            l.kairos_reports.forget(clients.iter().copied());
+        }
         let known: Vec<u64> = clients
             .iter()
             .copied()

@@ -44,6 +44,9 @@ pub const DEFAULT_RELEASE_TIMEOUT_MS: u64 = 5;
 pub const DEFAULT_RELEASE_TIMEOUT_MAX_MS: u64 = 100;
 /// Default RIFL `LEASE_TERM` (rifl.md §3.5: 30 minutes, RAMCloud's).
 pub const DEFAULT_LEASE_TERM_MS: u64 = 30 * 60 * 1000;
+/// Default `T_TX` per object (rifl.md R-D15, RAMCloud's 50 ms): a transaction lock held this
+/// long times the transaction's objects starts recovery.
+pub const DEFAULT_TXN_TIMEOUT_PER_OBJECT_MS: u64 = 50;
 /// The shortest lease term accepted: a lease must outlive several renewal round trips.
 pub const MIN_LEASE_TERM_MS: u64 = 200;
 /// Default cluster id.
@@ -123,6 +126,12 @@ pub struct NodeConfig {
     /// in order). Unset: unlimited. For benchmarks that must show hot spots on a small machine.
     #[serde(default)]
     pub shard_rate_limit: Option<u32>,
+    /// `T_TX` per object, milliseconds (rifl.md R-D15; default 50): a transaction lock this
+    /// node's shard leaders hold for this long times the transaction's objects starts
+    /// recovery, which aborts the transaction unless every object already voted. Raise it
+    /// where a client's prepares can reach their shards far apart (a heavily loaded machine).
+    #[serde(default = "default_txn_timeout_per_object_ms")]
+    pub txn_timeout_per_object_ms: u64,
     /// Largest frame accepted from a client or peer, header included.
     #[serde(default = "default_max_frame_bytes")]
     pub max_frame_bytes: usize,
@@ -236,6 +245,9 @@ fn default_release_timeout_max_ms() -> u64 {
 fn default_lease_term_ms() -> u64 {
     DEFAULT_LEASE_TERM_MS
 }
+fn default_txn_timeout_per_object_ms() -> u64 {
+    DEFAULT_TXN_TIMEOUT_PER_OBJECT_MS
+}
 fn default_max_frame_bytes() -> usize {
     DEFAULT_MAX_FRAME_BYTES
 }
@@ -339,6 +351,7 @@ impl Default for NodeConfig {
             release_timeout_max_ms: DEFAULT_RELEASE_TIMEOUT_MAX_MS,
             lease_term_ms: DEFAULT_LEASE_TERM_MS,
             shard_rate_limit: None,
+            txn_timeout_per_object_ms: DEFAULT_TXN_TIMEOUT_PER_OBJECT_MS,
             max_frame_bytes: DEFAULT_MAX_FRAME_BYTES,
             max_value_bytes: DEFAULT_MAX_VALUE_BYTES,
             max_connections: DEFAULT_MAX_CONNECTIONS,
@@ -450,6 +463,12 @@ impl NodeConfig {
                 ),
             });
         }
+        if self.txn_timeout_per_object_ms == 0 {
+            return Err(ConfigError::Invalid {
+                what: "txn_timeout_per_object_ms",
+                why: "0 ms would start recovery for every transaction at its first prepare".into(),
+            });
+        }
         if self.shard_rate_limit == Some(0) {
             return Err(ConfigError::Invalid {
                 what: "shard_rate_limit",
@@ -556,6 +575,10 @@ pub struct NodeArgs {
     /// (default: unlimited).
     #[arg(long, value_name = "PER_S")]
     pub shard_rate_limit: Option<u32>,
+    /// `T_TX` per object in milliseconds (default 50): how long a transaction lock is held
+    /// before recovery finishes the transaction, times its objects.
+    #[arg(long, value_name = "MS")]
+    pub txn_timeout_per_object_ms: Option<u64>,
     /// The cluster CA's certificate (PEM): peers and client certificates must chain to it.
     #[arg(long, value_name = "FILE", requires_all = ["tls_cert", "tls_key"])]
     pub tls_ca: Option<PathBuf>,
@@ -587,6 +610,7 @@ struct PartialConfig {
     release_timeout_max_ms: Option<u64>,
     lease_term_ms: Option<u64>,
     shard_rate_limit: Option<u32>,
+    txn_timeout_per_object_ms: Option<u64>,
     max_frame_bytes: Option<usize>,
     max_value_bytes: Option<usize>,
     max_connections: Option<usize>,
@@ -661,6 +685,10 @@ impl NodeArgs {
                 .or(file.lease_term_ms)
                 .unwrap_or(DEFAULT_LEASE_TERM_MS),
             shard_rate_limit: self.shard_rate_limit.or(file.shard_rate_limit),
+            txn_timeout_per_object_ms: self
+                .txn_timeout_per_object_ms
+                .or(file.txn_timeout_per_object_ms)
+                .unwrap_or(DEFAULT_TXN_TIMEOUT_PER_OBJECT_MS),
             max_frame_bytes: file.max_frame_bytes.unwrap_or(DEFAULT_MAX_FRAME_BYTES),
             max_value_bytes: file.max_value_bytes.unwrap_or(DEFAULT_MAX_VALUE_BYTES),
             max_connections: file.max_connections.unwrap_or(DEFAULT_MAX_CONNECTIONS),

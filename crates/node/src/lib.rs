@@ -166,7 +166,7 @@ async fn start_on(
         shard_rate_limit: cfg.shard_rate_limit,
         audit: false,
         log_overrides: Default::default(),
-        txn_timeout_per_object: strata_host::TXN_TIMEOUT_PER_OBJECT,
+        txn_timeout_per_object: Duration::from_millis(cfg.txn_timeout_per_object_ms),
     };
     let host = Host::new(host_cfg, &catalog)?;
 
