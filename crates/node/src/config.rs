@@ -773,6 +773,7 @@ mod tests {
         assert_eq!(cfg.max_connection_buffer_bytes, 8 << 20);
         assert_eq!((cfg.idle_timeout_ms, cfg.partial_frame_timeout_ms), (60_000, 10_000));
         assert_eq!(cfg.log_format, LogFormat::Text);
+        assert_eq!(cfg.txn_timeout_per_object_ms, 50, "T_TX per object: RAMCloud's 50 ms");
         let bounds = "max_connections = 10\nmax_connections_per_ip = 2\nidle_timeout_ms = 0\n";
         let cfg = NodeConfig::from_toml(&format!("{text}{bounds}")).unwrap();
         assert_eq!(
@@ -827,6 +828,7 @@ mod tests {
             "max_connection_buffer_bytes"
         );
         assert_eq!(invalid(|c| c.partial_frame_timeout_ms = 0), "partial_frame_timeout_ms");
+        assert_eq!(invalid(|c| c.txn_timeout_per_object_ms = 0), "txn_timeout_per_object_ms");
     }
 
     #[test]
@@ -840,10 +842,12 @@ mod tests {
             node_id: Some(1),
             peers: vec!["0=127.0.0.1:7100".parse().unwrap(), "2=127.0.0.1:7102".parse().unwrap()],
             cluster_id: Some(9),
+            txn_timeout_per_object_ms: Some(400),
             ..NodeArgs::default()
         };
         let cfg = args.resolve().unwrap();
         assert_eq!((cfg.node_id, cfg.cluster_id, cfg.peers.len()), (1, 9, 2));
+        assert_eq!(cfg.txn_timeout_per_object_ms, 400, "the flag over the file's 50");
         assert_eq!(cfg.client_addr, "127.0.0.1:7000".parse().unwrap(), "kept from the file");
         assert_eq!((cfg.release_timeout_ms, cfg.release_timeout_max_ms), (5, 100));
         // The file sets release_timeout_max_ms (100); a second file leaves it out.
