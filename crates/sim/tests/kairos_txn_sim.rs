@@ -234,16 +234,19 @@ fn the_kairos_checkers_flag_tampered_runs() {
     // Vote agreement: another replica records another vote for an object.
     let (mut r, _) = clean(true);
     let voted = r.applied.iter().find_map(|a| match a {
-        Applied::Event { node, table, shard, event, at } => match event {
-            TxnEvent::Voted { index, txn, seq, key: Some(key), vote: Vote::Prepared } => {
-                let vote = Vote::Abort(AbortReason::Stale);
-                let key = Some(key.clone());
-                let event = TxnEvent::Voted { index: *index, txn: *txn, seq: *seq, key, vote };
-                let (node, table, shard, at) = ((node + 1) % 3, *table, *shard, *at);
-                Some(Applied::Event { node, table, shard, event, at })
-            }
-            _ => None,
-        },
+        Applied::Event {
+            node,
+            table,
+            shard,
+            event: TxnEvent::Voted { index, txn, seq, key: Some(key), vote: Vote::Prepared },
+            at,
+        } => {
+            let vote = Vote::Abort(AbortReason::Stale);
+            let key = Some(key.clone());
+            let event = TxnEvent::Voted { index: *index, txn: *txn, seq: *seq, key, vote };
+            let (node, table, shard, at) = ((node + 1) % 3, *table, *shard, *at);
+            Some(Applied::Event { node, table, shard, event, at })
+        }
         _ => None,
     });
     r.applied.push(voted.expect("a vote"));

@@ -207,14 +207,17 @@ fn validator_id(r: &TxnReport, (table, shard): Part) -> usize {
     }
 }
 
-/// The highest `ts_GC` the leader of `part` announced in the term of the entry at `index`
-/// before it appended that entry (`ZERO`: none, or the append was not seen).
+/// The highest `ts_GC` the leader that appended the entry at `index` of `part` announced in
+/// its term before it appended that entry (`ZERO`: none, or the append was not seen).
 fn announced_before(trace: &KairosTrace, part: Part, index: LogIndex) -> Timestamp {
-    let Some(&appended) = trace.appended.get(&(part, index)) else { return Timestamp::ZERO };
+    let Some(&(node, appended)) = trace.appended.get(&(part, index)) else {
+        return Timestamp::ZERO;
+    };
+    let term = (node, index.epoch);
     trace
         .announced
         .iter()
-        .filter(|(p, epoch, at, _)| *p == part && *epoch == index.epoch && *at < appended)
+        .filter(|(p, leader, at, _)| *p == part && *leader == term && *at < appended)
         .map(|(.., ts_gc)| *ts_gc)
         .max()
         .unwrap_or(Timestamp::ZERO)
@@ -259,13 +262,13 @@ pub fn history(r: &TxnReport) -> History {
     }
     let (decisions, installs) = decisions_and_installs(r, &by_id);
     // Each leader term's announcements, as one "validator" whose `ts_GC` must not go back.
-    let mut terms: BTreeMap<(Part, u32), usize> = BTreeMap::new();
+    let mut terms: BTreeMap<(Part, (usize, u32)), usize> = BTreeMap::new();
     let gc_states = trace
         .announced
         .iter()
-        .map(|&(part, epoch, at, ts_gc)| {
+        .map(|&(part, leader, at, ts_gc)| {
             let n = terms.len();
-            let validator = *terms.entry((part, epoch)).or_insert(n);
+            let validator = *terms.entry((part, leader)).or_insert(n);
             GcState { validator, at: moment(at), wm: Timestamp::ZERO, ts_gc }
         })
         .collect();

@@ -269,10 +269,13 @@ pub enum Applied {
 pub struct KairosTrace {
     /// The setup transaction: its id, commit timestamp and when it was decided.
     pub setup: Option<(TxnId, Timestamp, Instant)>,
-    /// Every leader's answer to a watermark report: `(part, its epoch, when, ts_GC)`.
-    pub announced: Vec<(Part, u32, Instant, Timestamp)>,
-    /// When each Kairos prepare entry was appended by the leader of its epoch.
-    pub appended: BTreeMap<(Part, LogIndex), Instant>,
+    /// Every leader's answer to a watermark report: `(part, the leader (node, epoch), when,
+    /// ts_GC)`. (A node and an epoch name one leader's term: a moved shard's new group
+    /// starts above the old group's epochs, and a node hosts one replica of a shard.)
+    pub announced: Vec<(Part, (usize, u32), Instant, Timestamp)>,
+    /// When, and at which node, each Kairos prepare entry was appended by the leader of its
+    /// epoch.
+    pub appended: BTreeMap<(Part, LogIndex), (usize, Instant)>,
     /// Every account's final version timestamp, read at its leader with `final_values`.
     pub final_vts: Vec<(Bytes, Timestamp)>,
     /// Each client's clock error.
@@ -293,7 +296,7 @@ impl KairosTrace {
             let client = clients.get(*route as usize);
             let Some(part) = client.and_then(|cl| cl.report_part(resp.corr)) else { continue };
             if let Some(r) = leading(part) {
-                self.announced.push((part, r.epoch(), c.now, ts_gc));
+                self.announced.push((part, (step.node, r.epoch()), c.now, ts_gc));
             }
         }
         for (id, records) in &step.persists {
@@ -307,7 +310,7 @@ impl KairosTrace {
             for (_, p) in records {
                 let Persist::Append(es) = p else { continue };
                 for e in es.iter().filter(kairos_prepare) {
-                    self.appended.entry((part, e.index)).or_insert(c.now);
+                    self.appended.entry((part, e.index)).or_insert((step.node, c.now));
                 }
             }
         }
