@@ -2,8 +2,9 @@
 //! hosts, validated server-side or by sharded validators, with every fault of the RIFL runs
 //! (lost and duplicated messages, node crashes, a client crashed after its first prepare and
 //! one paused past `T_TX`, a shard move in the middle of transactions, leaders crashed while
-//! they prepare) plus a client that stalls past the leaders' report timeout between its reads
-//! and its prepares, and clients whose clocks are off by up to ±1 s and drift up to ±1000 ppm.
+//! they prepare) plus a client that stalls between its reads and its prepares until its
+//! validators' `ts_GC` passed its reads, and clients whose clocks are off by up to ±1 s and
+//! drift up to ±1000 ppm.
 //! Every run must be clean, each planted Kairos bug must be caught, and each Kairos checker
 //! must flag a run tampered with.
 
@@ -86,11 +87,11 @@ fn clean_runs(mode: TxnMode, seeds: std::ops::Range<u64>) -> Sweep {
 #[test]
 fn kairos_runs_with_server_validation_and_faults_are_clean() {
     let s = clean_runs(TxnMode::KairosServer, 0..30);
-    assert!(s.committed > 1_000, "{s:?}");
-    assert!(s.read_only_committed > 100, "{s:?}");
-    assert!(s.too_old_runs >= 15, "the stalled client's reads were too old in few runs: {s:?}");
-    assert!(s.carried >= 20, "few moves carried a lock or a decision record: {s:?}");
-    assert!(s.far_clocks >= 10, "{s:?}");
+    assert!(s.committed > 1_200, "{s:?}");
+    assert!(s.read_only_committed > 150, "{s:?}");
+    assert!(s.too_old_runs >= 20, "the stalled client's reads were too old in few runs: {s:?}");
+    assert!(s.carried >= 25, "few moves carried a lock or a decision record: {s:?}");
+    assert!(s.far_clocks >= 15, "{s:?}");
 }
 
 /// Sharded validators (`--validation sharded:3`): 30 seeds with faults; half the moves move a
@@ -98,11 +99,11 @@ fn kairos_runs_with_server_validation_and_faults_are_clean() {
 #[test]
 fn kairos_runs_with_sharded_validators_and_faults_are_clean() {
     let s = clean_runs(SHARDED, 0..30);
-    assert!(s.committed > 800, "{s:?}");
-    assert!(s.read_only_committed > 100, "{s:?}");
-    assert!(s.too_old_runs >= 15, "the stalled client's reads were too old in few runs: {s:?}");
-    assert!(s.carried >= 20, "few moves carried a lock or a decision record: {s:?}");
-    assert!(s.validator_moves >= 8, "few moves moved a validator shard: {s:?}");
+    assert!(s.committed > 1_000, "{s:?}");
+    assert!(s.read_only_committed > 150, "{s:?}");
+    assert!(s.too_old_runs >= 20, "the stalled client's reads were too old in few runs: {s:?}");
+    assert!(s.carried >= 25, "few moves carried a lock or a decision record: {s:?}");
+    assert!(s.validator_moves >= 10, "few moves moved a validator shard: {s:?}");
 }
 
 /// Without faults the freshness checker (§7 inv. 6) judges the runs too.
@@ -146,7 +147,8 @@ fn clients_without_the_timestamp_bump_only_abort_more() {
 /// * `KairosValidatorSoftState` (a new leader forgets its validator): reads of versions the
 ///   replicas no longer know, votes that differ between replicas (K1, K2, vote agreement);
 /// * `KairosUnstampedTsGc` (`ts_GC` not stamped into prepares): the stalled client's old
-///   reads vote `Prepared` after its leader announced a higher `ts_GC` (GC safety);
+///   reads are validated past step 1 (`Stale`, or `Prepared`) after their leader announced
+///   a higher `ts_GC` (GC safety);
 /// * `KairosSkipReadPreparedCheck`: a read of a key whose write is prepared commits (K2);
 /// * `KairosNoLatestReadUpdate`: a writer slips under a committed reader (K1);
 /// * `KairosNoTimestampBump` (validators skip step 3, clients do not bump): a writer commits

@@ -115,9 +115,11 @@ pub enum ClientFault {
     CrashAfterPrepare,
     /// Sleeps this long once its first prepare is answered, then carries on.
     PauseAfterPrepare(Duration),
-    /// Kairos: stops this long between its first transaction's reads and its prepares, its
-    /// watermark reports stopped too, so leaders drop its report and `ts_GC` can pass its
-    /// reads (kairos.md §6.5): its prepare must then vote `TooOld` (§5.6 step 1).
+    /// Kairos: stops between its first transaction's reads and its prepares, its watermark
+    /// reports stopped too, so leaders drop its report and `ts_GC` can pass its reads
+    /// (kairos.md §6.5): its prepare must then vote `TooOld` (§5.6 step 1). For at most this
+    /// long; the harness wakes it once its validators announced a `ts_GC` above its reads
+    /// ([`TxnClient::stalled`]).
     StallBeforePrepare(Duration),
 }
 
@@ -187,6 +189,8 @@ pub struct TxnClient {
     sleep_until: Option<Instant>,
     /// The sleep is a fault's (a stopped process): no watermark reports either.
     stopped: bool,
+    /// The sleep is [`ClientFault::StallBeforePrepare`]'s.
+    stalled: bool,
     /// Answers that arrived while the client slept: a paused process reads them on waking.
     deferred: Vec<ClientResponse>,
     /// The lease is renewed this often (a quarter of its term), as the client library does;
@@ -239,6 +243,7 @@ impl TxnClient {
             fault,
             sleep_until: None,
             stopped: false,
+            stalled: false,
             deferred: Vec::new(),
             renew_every,
             next_renew: Instant::ZERO,
@@ -247,6 +252,23 @@ impl TxnClient {
             gated: kairos.is_some(),
             kairos,
             done: Vec::new(),
+        }
+    }
+
+    /// While the client stalls before its prepares ([`ClientFault::StallBeforePrepare`]):
+    /// its read set's freshness and the participants that will validate it.
+    pub fn stalled(&self) -> Option<(Timestamp, Vec<Part>)> {
+        let cur = self.current.as_ref().filter(|_| self.stalled)?;
+        let freshness = cur.record.reads.iter().map(|r| r.fts).min()?;
+        let validating = self.layout.validating();
+        let parts = cur.record.reads.iter().map(|r| self.layout.part(validating, &r.key));
+        Some((freshness, parts.collect()))
+    }
+
+    /// Ends a stall before its time (the harness: its validators' `ts_GC` passed its reads).
+    pub fn wake(&mut self, now: Instant) {
+        if self.stalled {
+            self.sleep_until = Some(now);
         }
     }
 
@@ -298,6 +320,7 @@ impl TxnClient {
         }
         self.sleep_until = None;
         self.stopped = false;
+        self.stalled = false;
         for resp in std::mem::take(&mut self.deferred) {
             self.on_response(c, now, resp);
         }
@@ -644,7 +667,7 @@ impl TxnClient {
         if let Some(ClientFault::StallBeforePrepare(d)) = self.fault {
             self.fault = None;
             self.sleep_until = Some(now + d);
-            self.stopped = true;
+            (self.stopped, self.stalled) = (true, true);
         }
     }
 
@@ -785,8 +808,11 @@ impl TxnClient {
         // kairos.md §5.9, §6.5: reads older than a shard's `ts_GC`; a report round at once
         // brings `wm_view` up, so the next transaction's reads are fresh enough.
         let too_old = cur.record.votes.iter().any(|(_, v)| *v == Vote::Abort(AbortReason::TooOld));
-        if let Some(k) = self.kairos.as_mut().filter(|_| too_old) {
-            k.report_soon(now);
+        if let Some(k) = self.kairos.as_mut() {
+            k.end_reads();
+            if too_old {
+                k.report_soon(now);
+            }
         }
         if cur.read_only || (cur.parts.len() == 1 && cur.decided) {
             let base = cur.base;

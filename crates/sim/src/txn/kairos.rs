@@ -13,7 +13,9 @@
 //!   written in `T.validators` (`Read`, or `Delete` as the "will write" flag, with the `vts`
 //!   read) and one data object per key written in `T` (`Replicate`, no read versions);
 //! * **watermark reports** (§5.9): every [`REPORT_EVERY`] a `KairosReport { local_wm,
-//!   c_freshness }` to the leader of every shard of the run's tables; each answer raises
+//!   c_freshness }` to the leader of every shard of the run's tables (`local_wm` counts the
+//!   RW transaction until its decisions are applied, `c_freshness` its read set until it is
+//!   decided, as the library's does); each answer raises
 //!   `wm_view` to `max(wm_view, WM, ts_GC)`. Reports start with the client; answers count, and
 //!   transactions start, once every client had an answer from every shard (or waited
 //!   [`REGISTER_PATIENCE`]): the spec's static membership (§5.9: a client that has not
@@ -78,7 +80,7 @@ pub struct KairosSide {
     /// the next transaction, so there is at most one).
     incomplete: Option<Timestamp>,
     /// The live read set's floor: `wm_view` at the transaction's first read (§5.9, Strata's
-    /// reads in flight).
+    /// reads in flight), until the transaction is decided.
     floor: Option<Timestamp>,
     /// Every shard reported to, with its table's name.
     targets: Vec<(Part, String)>,
@@ -162,6 +164,14 @@ impl KairosSide {
         };
         self.incomplete = Some(commit);
         (commit, freshness)
+    }
+
+    /// The transaction is decided: its read set will not be validated again (every vote is
+    /// in, and a prepare retried after that finds its record), so its floor goes, as the
+    /// library's read set goes when `commit` returns. It stays incomplete until
+    /// [`KairosSide::complete`].
+    pub fn end_reads(&mut self) {
+        self.floor = None;
     }
 
     /// The transaction ended (its decisions applied, or it was read-only or abandoned).

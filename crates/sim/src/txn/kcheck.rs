@@ -7,7 +7,7 @@
 //! | `kairos-k1-serial-order` | inv. 1, 5 (K1) | committed transactions (the setup's blind writes first) replayed in `(T.commit, RW before RO)` order read exactly the `(value, vts)` they saw; RW `T.commit` above every version read (`check::replay`) |
 //! | `kairos-k2-stale-read` | inv. 3 (K2) | global-time oracle: when a committed transaction's read of `k` was first validated at any replica of `k`'s validator shard, no write of `k` above the version read had been decided `Commit` by its client (or applied, for one recovery decided) and no other transaction's write of `k` was prepared there (its vote applied, its decision not) (`check::stale_reads`) |
 //! | `kairos-version-order` | inv. 2 | at every replica (each incarnation on its own, a restart replays), the `Commit` decisions of a key install strictly increasing commit timestamps; RW timestamps are unique (`check::version_order`); every account's final `vts` and value are its last committed write's |
-//! | `kairos-gc-safety` | inv. 7 | no `Prepared` vote for a prepare whose `T.freshness` is below the `ts_GC` its leader had announced (to any client, in the same term) before appending it; `ts_GC` never goes back within a leader's term (`check::gc_safety`) |
+//! | `kairos-gc-safety` | inv. 7 | no `Prepared` vote for a prepare whose `T.freshness` is below the `ts_GC` its leader had announced (to any client, in the same term) before appending it; `ts_GC` never goes back within a leader's term (`check::gc_safety`); and such a prepare is not validated past step 1 (no `Stale`, `ReadWriteConflict`, `WriteWriteConflict` or `TimestampOrder` vote either: Algorithm 3 checks `TooOld` first) |
 //! | `kairos-freshness` | inv. 6 | runs without faults only (a crash, a leader change or a silent client legitimately lets `WM` pass a write in flight, design.md "watermarks"): no committed write in `(vts, fts]` of a read (`check::freshness`) |
 //! | `kairos-plain-read` | — | a plain read returned a committed version: the value a committed transaction wrote at that `vts` |
 //! | `kairos-vote-agreement` | — | every replica (and every replay) records the same vote for a prepare's object: votes are a function of the log |
@@ -32,7 +32,7 @@ use strata_kairos::sim::history::{
 use strata_kairos::validator::{AbortReason as KAbort, Vote as KVote};
 use strata_log::TxnEvent;
 use strata_wire::log::LogIndex;
-use strata_wire::txn::{Decision, Timestamp, TxnId, Vote};
+use strata_wire::txn::{AbortReason, Decision, Timestamp, TxnId, Vote};
 use strata_wire::Instant;
 
 use super::check::{self, v};
@@ -51,6 +51,7 @@ pub fn check_all(r: &TxnReport) -> Vec<Violation> {
         found.extend(kairos_check::freshness(&h));
     }
     let mut out: Vec<Violation> = found.into_iter().map(|x| v(name(x.checker), x.what)).collect();
+    out.extend(step_one_first(r));
     out.extend(final_versions(r, &h));
     out.extend(plain_reads(r, &h));
     out.extend(vote_agreement(r));
@@ -332,6 +333,46 @@ fn decisions_and_installs(
         }
     }
     (decisions, installs)
+}
+
+/// §7 inv. 7 with Algorithm 3's order (§5.6: step 1 before steps 2-4): a prepare whose
+/// freshness is below the `ts_GC` its leader announced before appending it votes `TooOld`,
+/// or what the log decides before validating (`PreparedConflict` on a locked key,
+/// `Refused`) — never a vote of steps 2-5. (A long-stalled transaction's reads are usually
+/// overwritten: without `TooOld` it would vote `Stale`, which `check::gc_safety`, judging
+/// `Commit` votes only, cannot see.)
+fn step_one_first(r: &TxnReport) -> Vec<Violation> {
+    let trace = r.kairos.as_ref().expect("a Kairos run");
+    let freshness: BTreeMap<TxnId, Timestamp> =
+        r.records.iter().filter_map(|rec| Some((rec.txn?, rec.kairos?.freshness?))).collect();
+    let e = events(r);
+    let mut out = Vec::new();
+    for (&(part, txn), &(_, index, vote)) in &e.first_vote {
+        let Some(&f) = freshness.get(&txn) else { continue };
+        let gc = announced_before(trace, part, index);
+        let validated = matches!(
+            vote,
+            Vote::Prepared
+                | Vote::Abort(
+                    AbortReason::Stale
+                        | AbortReason::ReadWriteConflict
+                        | AbortReason::WriteWriteConflict
+                        | AbortReason::TimestampOrder
+                )
+        );
+        if f < gc && validated {
+            let table = r.layout.name(part.0);
+            out.push(v(
+                "kairos-gc-safety",
+                format!(
+                    "{table}/{}: {txn} (freshness {f}) voted {vote:?}, past step 1, after its \
+                     leader announced ts_GC {gc}",
+                    part.1
+                ),
+            ));
+        }
+    }
+    out
 }
 
 /// The committed versions of every key, `(key, vts) -> value`.

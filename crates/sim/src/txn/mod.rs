@@ -204,8 +204,8 @@ pub struct TxnSimOptions {
     /// Kairos, with `skew`: these clock errors, client `i` taking entry `i` modulo their
     /// number, instead of drawn ones.
     pub skews: Vec<Skew>,
-    /// Kairos, with `faults`: how long the stalling client stops between its reads and its
-    /// prepares (zero: no such client).
+    /// Kairos, with `faults`: how long at most the stalling client stops between its reads
+    /// and its prepares (zero: no such client; [`ClientFault::StallBeforePrepare`]).
     pub stall: Duration,
     /// Kairos: a bug planted in every client (`strata_kairos::PlantedBug`: see
     /// [`KairosSide`]); the `KairosNoTimestampBump` canary plants `NoTimestampBump` itself.
@@ -228,7 +228,7 @@ impl Default for TxnSimOptions {
             mode: TxnMode::Rifl,
             skew: true,
             skews: Vec::new(),
-            stall: Duration::from_millis(2_500),
+            stall: Duration::from_secs(6),
             client_bug: None,
         }
     }
@@ -273,6 +273,8 @@ pub struct KairosTrace {
     /// ts_GC)`. (A node and an epoch name one leader's term: a moved shard's new group
     /// starts above the old group's epochs, and a node hosts one replica of a shard.)
     pub announced: Vec<(Part, (usize, u32), Instant, Timestamp)>,
+    /// The last `ts_GC` announced per participant.
+    pub last_ts_gc: BTreeMap<Part, Timestamp>,
     /// When, and at which node, each Kairos prepare entry was appended by the leader of its
     /// epoch.
     pub appended: BTreeMap<(Part, LogIndex), (usize, Instant)>,
@@ -297,6 +299,7 @@ impl KairosTrace {
             let Some(part) = client.and_then(|cl| cl.report_part(resp.corr)) else { continue };
             if let Some(r) = leading(part) {
                 self.announced.push((part, (step.node, r.epoch()), c.now, ts_gc));
+                self.last_ts_gc.insert(part, ts_gc);
             }
         }
         for (id, records) in &step.persists {
@@ -645,6 +648,9 @@ pub fn run(seed: u64, opts: &TxnSimOptions) -> TxnReport {
             gated = false;
             clients.iter_mut().for_each(TxnClient::open);
         }
+        if let Some(k) = rec.kairos.as_ref() {
+            wake_stalled(&mut clients, k, now);
+        }
         for (client, resp) in std::mem::take(&mut c.client_inbox) {
             if let Some(cl) = clients.get_mut(client) {
                 cl.on_response(&mut c, now, resp);
@@ -743,6 +749,20 @@ pub fn run(seed: u64, opts: &TxnSimOptions) -> TxnReport {
         });
     }
     report
+}
+
+/// Wakes a client stalled before its prepares ([`ClientFault::StallBeforePrepare`]) once
+/// every shard that will validate its reads last announced a `ts_GC` above their freshness:
+/// its prepare then meets the `TooOld` check by construction, not by chance (a leader
+/// change or a member holding `ts_GC` back may still let it through, rightly).
+fn wake_stalled(clients: &mut [TxnClient], k: &KairosTrace, now: Instant) {
+    for cl in clients.iter_mut() {
+        let Some((freshness, parts)) = cl.stalled() else { continue };
+        let passed = |p: &Part| k.last_ts_gc.get(p).is_some_and(|gc| *gc > freshness);
+        if parts.iter().all(passed) {
+            cl.wake(now);
+        }
+    }
 }
 
 /// The accounts' initial values on a Kairos table (which refuses plain writes): one
