@@ -104,6 +104,20 @@ pub enum PlantedBug {
     /// prepares it appends, so the replicated validator's `ts_GC` stays `ZERO` and `TooOld`
     /// never fires.
     KairosUnstampedTsGc,
+    /// kairos.md §5.6 step 2 without the `prepared_write` check of a read key (the embedded
+    /// validator's `strata_kairos::PlantedBug::SkipReadPreparedCheck`, and the log's own
+    /// refusal of a prepare touching a locked key, for read ops): a transaction that read a
+    /// key while another's write of it is prepared still commits (breaks K2).
+    KairosSkipReadPreparedCheck,
+    /// kairos.md §5.6 step 5 without `latest_read = max(latest_read, T.commit)`
+    /// (`strata_kairos::PlantedBug::NoLatestReadUpdate`): a later writer with a smaller
+    /// timestamp slips under a committed reader (breaks K1).
+    KairosNoLatestReadUpdate,
+    /// kairos.md §5.6 step 3 skipped (`strata_kairos::PlantedBug::NoTimestampBump`). The
+    /// other half of that bug, clients taking `T.commit = now()` without §5.1's bump, is the
+    /// client's: the seeded transaction harness's clients play it when this is planted.
+    /// Under skew a client with a slow clock then commits below a version it read (K1).
+    KairosNoTimestampBump,
 }
 
 /// Configuration of one log replica. Every replica of a shard group must use the same values.
@@ -306,7 +320,21 @@ impl LogConfig {
             check_versions: !self.planted(PlantedBug::TxnSkipVersionCheck),
             abort_records: !self.planted(PlantedBug::TxnAbortWithoutRecord),
             protect_holders: !self.planted(PlantedBug::TxnExpireIgnoresLocks),
+            kairos_bug: self.kairos_bug(),
         }
+    }
+
+    /// The embedded Kairos validator's planted bug, if one of its canaries is planted.
+    fn kairos_bug(&self) -> Option<strata_kairos::PlantedBug> {
+        use strata_kairos::PlantedBug as K;
+        [
+            (PlantedBug::KairosSkipReadPreparedCheck, K::SkipReadPreparedCheck),
+            (PlantedBug::KairosNoLatestReadUpdate, K::NoLatestReadUpdate),
+            (PlantedBug::KairosNoTimestampBump, K::NoTimestampBump),
+        ]
+        .into_iter()
+        .find(|(bug, _)| self.planted(*bug))
+        .map(|(_, k)| k)
     }
 
     pub(crate) fn planted(&self, bug: PlantedBug) -> bool {

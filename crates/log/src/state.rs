@@ -130,7 +130,8 @@ pub(crate) enum Applied {
     Txn,
 }
 
-/// How applying behaves: every field true but under a canary (`LogConfig::apply_rules`).
+/// How applying behaves: every rule on and no bug planted, but under a canary
+/// (`LogConfig::apply_rules`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Rules {
     /// The RIFL duplicate filter (`NoDedup` turns it off).
@@ -141,12 +142,19 @@ pub(crate) struct Rules {
     pub abort_records: bool,
     /// `Expire` spares clients holding locks (R-D14).
     pub protect_holders: bool,
+    /// A bug planted in the embedded Kairos validator (`None`: Algorithm 3 as specified).
+    pub kairos_bug: Option<strata_kairos::PlantedBug>,
 }
 
 #[cfg(test)]
 impl Rules {
-    pub const CORRECT: Rules =
-        Rules { dedup: true, check_versions: true, abort_records: true, protect_holders: true };
+    pub const CORRECT: Rules = Rules {
+        dedup: true,
+        check_versions: true,
+        abort_records: true,
+        protect_holders: true,
+        kairos_bug: None,
+    };
 }
 
 /// What a transaction entry did at this replica (audit, rifl.md §7 inv. 10-14).
@@ -555,9 +563,13 @@ impl Kv {
                 _ => {}
             }
         }
+        // The `KairosSkipReadPreparedCheck` canary skips every check of a read key against a
+        // prepared write: Algorithm 3's step 2 and this lock check, which would catch it too.
+        let skip_reads = rules.kairos_bug == Some(strata_kairos::PlantedBug::SkipReadPreparedCheck);
+        let checked = |op: &&TxnOp| !(skip_reads && op.action == TxnAction::Read);
         let vote = if k.read_vts.len() != p.ops.len() || !role_fits(k, &p.ops) {
             Vote::Abort(AbortReason::Refused) // malformed (the host refuses it before)
-        } else if p.ops.iter().any(|op| self.txn.is_locked(&op.key)) {
+        } else if p.ops.iter().filter(checked).any(|op| self.txn.is_locked(&op.key)) {
             // A lock the validator no longer holds prepared: a client's decision named only
             // some of its objects (the rest wait for recovery). Never two locks on a key.
             Vote::Abort(AbortReason::PreparedConflict)
@@ -584,6 +596,7 @@ impl Kv {
                     .map(|op| Bytes::copy_from_slice(&op.key))
                     .collect(),
             };
+            self.kairos.set_planted_bug(rules.kairos_bug);
             let vote = wire_vote(self.kairos.validate(&req));
             // Nothing waits for the decision of an Abort vote or of reads only.
             self.kairos.forget(p.txn);

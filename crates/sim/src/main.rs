@@ -88,6 +88,10 @@ struct Args {
     /// txn-expire-ignores-locks, txn-reads-ignore-locks).
     #[arg(long, value_parser = log_canary)]
     log_canary: Option<strata_log::PlantedBug>,
+    /// Txn engine: the table's concurrency control, `rifl`, `kairos` (validated in its
+    /// shards) or `kairos-sharded:V` (V validator shards); Kairos canaries: kairos-….
+    #[arg(long, default_value = "rifl", value_parser = parse_txn_mode)]
+    txn_mode: strata_sim::txn::TxnMode,
     /// Log engine, with `--seed`: print the injected faults, then the protocol events of this
     /// window of simulated milliseconds (`A..B`), without grants, applies and fsyncs.
     #[arg(long, value_parser = parse_range)]
@@ -95,6 +99,18 @@ struct Args {
     /// How many violations to print per failing seed.
     #[arg(long, default_value_t = 10)]
     max_violations: usize,
+}
+
+fn parse_txn_mode(s: &str) -> Result<strata_sim::txn::TxnMode, String> {
+    use strata_sim::txn::TxnMode;
+    match s {
+        "rifl" => Ok(TxnMode::Rifl),
+        "kairos" => Ok(TxnMode::KairosServer),
+        _ => match s.strip_prefix("kairos-sharded:").map(str::parse::<u32>) {
+            Some(Ok(v)) if (1..=64).contains(&v) => Ok(TxnMode::KairosSharded(v)),
+            _ => Err(format!("expected rifl, kairos or kairos-sharded:V (1..=64), got {s:?}")),
+        },
+    }
 }
 
 fn parse_range(s: &str) -> Result<Range<u64>, String> {
@@ -178,7 +194,8 @@ fn main_txn(args: &Args) -> ExitCode {
         (None, None, Some(count)) => args.start..args.start.saturating_add(count),
         (None, None, None) => unreachable!("clap requires one of --seed, --seeds, --count"),
     };
-    let opts = TxnSimOptions { canary: args.log_canary, ..TxnSimOptions::default() };
+    let opts =
+        TxnSimOptions { canary: args.log_canary, mode: args.txn_mode, ..TxnSimOptions::default() };
     let started = Instant::now();
     let mut failed = Vec::new();
     for seed in seeds.clone() {
@@ -186,7 +203,7 @@ fn main_txn(args: &Args) -> ExitCode {
         println!(
             "seed {seed}: {} — {} transactions and reads, {} committed, {} aborted, {} locks left; \
              {} move(s) carrying {} lock(s) and {} decision record(s), {} leader(s) crashed \
-             preparing, {} other crash(es)",
+             preparing, {} other crash(es){}",
             if r.violations.is_empty() { "ok" } else { "FAILED" },
             r.records.len(),
             r.committed(),
@@ -196,7 +213,8 @@ fn main_txn(args: &Args) -> ExitCode {
             r.moved_locks,
             r.moved_decisions,
             r.prepare_crashes,
-            r.crashes
+            r.crashes,
+            r.kairos_summary()
         );
         for v in r.violations.iter().take(args.max_violations) {
             println!("  {v}");
@@ -211,11 +229,17 @@ fn main_txn(args: &Args) -> ExitCode {
         seeds.end - seeds.start,
         started.elapsed(),
         failed.first().map_or(String::new(), |s| format!(
-            "; reproduce: cargo run -p strata-sim -- --engine txn --seed {s}{}",
+            "; reproduce: cargo run -p strata-sim -- --engine txn --seed {s}{}{}",
             args.log_canary.map_or(String::new(), |b| format!(
                 " --log-canary {}",
                 strata_sim::orca::canary_name(b)
-            ))
+            )),
+            match args.txn_mode {
+                strata_sim::txn::TxnMode::Rifl => String::new(),
+                strata_sim::txn::TxnMode::KairosServer => " --txn-mode kairos".into(),
+                strata_sim::txn::TxnMode::KairosSharded(v) =>
+                    format!(" --txn-mode kairos-sharded:{v}"),
+            }
         ))
     );
     if failed.is_empty() {

@@ -110,9 +110,12 @@ pub async fn await_leaders(endpoints: &[SocketAddr], def: &TableDef) {
         for &addr in endpoints {
             let Ok(c) = Client::connect_node(addr, opts()).await else { continue };
             let Ok(s) = c.status().await else { continue };
-            led.extend(s.shards.iter().filter(|s| s.table == def.name).filter_map(|s| {
-                (s.role == ShardRole::Leader && s.serving).then_some(s.shard)
-            }));
+            led.extend(
+                s.shards
+                    .iter()
+                    .filter(|s| s.table == def.name)
+                    .filter_map(|s| (s.role == ShardRole::Leader && s.serving).then_some(s.shard)),
+            );
         }
         if led.len() == def.shards as usize {
             return;

@@ -241,6 +241,12 @@ impl Validator {
         self
     }
 
+    /// [`Validator::with_planted_bug`] in place: a shard's log sets its canary before each
+    /// validation, since its validator is rebuilt from snapshots without one.
+    pub fn set_planted_bug(&mut self, bug: Option<PlantedBug>) {
+        self.planted_bug = bug;
+    }
+
     fn bug(&self, b: PlantedBug) -> bool {
         self.planted_bug == Some(b)
     }

@@ -103,7 +103,7 @@ impl FromStr for Mode {
 }
 
 /// The planted bugs of `strata-log` (feature `canaries`) and their CLI names.
-pub const LOG_CANARIES: [(&str, strata_log::PlantedBug); 11] = {
+pub const LOG_CANARIES: [(&str, strata_log::PlantedBug); 15] = {
     use strata_log::PlantedBug::*;
     [
         ("skip-durability-check", SkipDurabilityCheck),
@@ -117,6 +117,10 @@ pub const LOG_CANARIES: [(&str, strata_log::PlantedBug); 11] = {
         ("txn-expire-ignores-locks", TxnExpireIgnoresLocks),
         ("txn-reads-ignore-locks", TxnReadsIgnoreLocks),
         ("kairos-validator-soft-state", KairosValidatorSoftState),
+        ("kairos-unstamped-ts-gc", KairosUnstampedTsGc),
+        ("kairos-skip-read-prepared-check", KairosSkipReadPreparedCheck),
+        ("kairos-no-latest-read-update", KairosNoLatestReadUpdate),
+        ("kairos-no-timestamp-bump", KairosNoTimestampBump),
     ]
 };
 

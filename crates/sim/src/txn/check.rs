@@ -1,5 +1,8 @@
 //! The transaction harness's checkers (rifl.md §7 inv. 10-14, 12 through `check::txn`), each a
-//! function of a [`TxnReport`]: what the clients saw and what every replica applied.
+//! function of a [`TxnReport`]: what the clients saw and what every replica applied. On a
+//! Kairos table [`super::kcheck`] replaces the dependency graph and uses the others, which
+//! then judge every table of the run (a sharded table's validators too) and take a lock
+//! only for a key a transaction writes (Kairos reads lock nothing, kairos.md §5.6).
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -20,10 +23,13 @@ pub const TXN_CHECKERS: &[TxnChecker] =
     &[serializable, atomicity, agreement, lock_exclusivity, no_lock_left, conservation, replicas];
 
 pub fn check_all(r: &TxnReport) -> Vec<Violation> {
+    if r.layout.mode.is_kairos() {
+        return super::kcheck::check_all(r);
+    }
     TXN_CHECKERS.iter().flat_map(|c| c(r)).collect()
 }
 
-fn v(checker: &'static str, detail: String) -> Violation {
+pub(super) fn v(checker: &'static str, detail: String) -> Violation {
     Violation { checker, at: None, detail }
 }
 
@@ -31,24 +37,35 @@ fn version(i: LogIndex) -> dsg::Version {
     (u64::from(i.epoch) << 32) | u64::from(i.counter)
 }
 
-/// What the replicas decided: per transaction, per key, the decision and its index (the
-/// version a `Commit` installed). Every replica applies the same entries; the first event
-/// seen stands for all (the agreement checker compares them).
-fn decided(r: &TxnReport) -> BTreeMap<TxnId, BTreeMap<Bytes, (Decision, LogIndex)>> {
-    let mut out: BTreeMap<TxnId, BTreeMap<Bytes, (Decision, LogIndex)>> = BTreeMap::new();
+/// Per transaction, per key, the decision and its index (the version a `Commit` installed).
+pub(super) type Decided = BTreeMap<TxnId, BTreeMap<Bytes, (Decision, LogIndex)>>;
+
+/// What the replicas of table `table` decided ([`Decided`]). Every replica applies the same
+/// entries; the first event seen stands for all (the agreement checker compares them).
+pub(super) fn decided_in(r: &TxnReport, table: usize) -> Decided {
+    let mut out: Decided = BTreeMap::new();
     for a in &r.applied {
         if let Applied::Event {
-            event: TxnEvent::Decided { index, txn, key, decision, .. }, ..
+            table: t,
+            event: TxnEvent::Decided { index, txn, key, decision, .. },
+            ..
         } = a
         {
-            out.entry(*txn).or_default().entry(key.clone()).or_insert((*decision, *index));
+            if *t == table {
+                out.entry(*txn).or_default().entry(key.clone()).or_insert((*decision, *index));
+            }
         }
     }
     out
 }
 
+/// What the data table's replicas decided.
+fn decided(r: &TxnReport) -> Decided {
+    decided_in(r, 0)
+}
+
 /// The transaction's outcome: the client's, else what the replicas applied.
-fn outcome(
+pub(super) fn outcome(
     rec: &TxnRecord,
     decided: &BTreeMap<TxnId, BTreeMap<Bytes, (Decision, LogIndex)>>,
 ) -> Known {
@@ -80,7 +97,7 @@ pub fn serializable(r: &TxnReport) -> Vec<Violation> {
         let mut ops: Vec<TxnOp> = rec
             .reads
             .iter()
-            .map(|(k, _, i)| TxnOp::Read { key: k.clone(), version: version(*i) })
+            .map(|r| TxnOp::Read { key: r.key.clone(), version: version(r.version) })
             .collect();
         let known = outcome(rec, &decided);
         if known == Known::Committed {
@@ -103,9 +120,15 @@ pub fn serializable(r: &TxnReport) -> Vec<Violation> {
     dsg::check(&h)
 }
 
-/// §7 inv. 10: a committed transaction's writes all took effect, an aborted one's none.
+/// §7 inv. 10: a committed transaction's writes all took effect, an aborted one's none (in
+/// every table of the run: with sharded validators, a written key's validator object is
+/// decided too).
 pub fn atomicity(r: &TxnReport) -> Vec<Violation> {
-    let decided = decided(r);
+    (0..r.layout.len()).flat_map(|t| atomicity_in(r, t)).collect()
+}
+
+fn atomicity_in(r: &TxnReport, table: usize) -> Vec<Violation> {
+    let decided = decided_in(r, table);
     let mut out = Vec::new();
     for rec in r.records.iter().filter(|rec| !rec.writes.is_empty()) {
         let Some(txn) = rec.txn else { continue };
@@ -125,8 +148,10 @@ pub fn atomicity(r: &TxnReport) -> Vec<Violation> {
             out.push(v(
                 "txn-10-atomicity",
                 format!(
-                    "{txn} ({:?} at the client) wrote {written:?}; Commit applied to {committed:?}",
-                    rec.outcome
+                    "{txn} ({:?} at the client) wrote {written:?}; Commit applied to \
+                     {committed:?} in {}",
+                    rec.outcome,
+                    r.layout.name(table)
                 ),
             ));
         }
@@ -167,23 +192,35 @@ pub fn agreement(r: &TxnReport) -> Vec<Violation> {
 }
 
 /// §7 inv. 13: at each replica, at most one lock per key at any time (a `Prepared` vote on a
-/// key another transaction holds is a second lock).
+/// key another transaction holds is a second lock). A Kairos read takes no lock: there only
+/// a key the transaction writes is locked.
 pub fn lock_exclusivity(r: &TxnReport) -> Vec<Violation> {
-    let mut locks: BTreeMap<(usize, u32, Bytes), (TxnId, u64)> = BTreeMap::new();
+    let writes: BTreeMap<TxnId, BTreeSet<&Bytes>> = r
+        .records
+        .iter()
+        .filter_map(|rec| Some((rec.txn?, rec.writes.iter().map(|(k, _)| k).collect())))
+        .collect();
+    let kairos = r.layout.mode.is_kairos();
+    // (A transaction without a record, the Kairos setup, writes every key it names.)
+    let locks_key =
+        |txn: &TxnId, key: &Bytes| !kairos || writes.get(txn).is_none_or(|w| w.contains(key));
+    let mut locks: BTreeMap<(usize, usize, u32, Bytes), (TxnId, u64)> = BTreeMap::new();
     let mut out = Vec::new();
     for a in &r.applied {
         match a {
-            Applied::Restarted { node } => locks.retain(|(n, _, _), _| n != node),
+            Applied::Restarted { node } => locks.retain(|(n, _, _, _), _| n != node),
             // The replica's state was replaced (a move, a replay from an installed state).
-            Applied::Locks { node, shard, locks: held } => {
-                locks.retain(|(n, s, _), _| (n, s) != (node, shard));
+            Applied::Locks { node, table, shard, locks: held } => {
+                locks.retain(|(n, t, s, _), _| (n, t, s) != (node, table, shard));
                 for (key, txn, seq) in held {
-                    locks.insert((*node, *shard, key.clone()), (*txn, *seq));
+                    locks.insert((*node, *table, *shard, key.clone()), (*txn, *seq));
                 }
             }
-            Applied::Event { node, shard, event } => match event {
-                TxnEvent::Voted { txn, seq, key: Some(key), vote: Vote::Prepared, .. } => {
-                    let slot = (*node, *shard, key.clone());
+            Applied::Event { node, table, shard, event, .. } => match event {
+                TxnEvent::Voted { txn, seq, key: Some(key), vote: Vote::Prepared, .. }
+                    if locks_key(txn, key) =>
+                {
+                    let slot = (*node, *table, *shard, key.clone());
                     if let Some(holder) = locks.get(&slot).filter(|h| **h != (*txn, *seq)) {
                         out.push(v(
                             "txn-13-lock-exclusivity",
@@ -196,7 +233,7 @@ pub fn lock_exclusivity(r: &TxnReport) -> Vec<Violation> {
                     locks.insert(slot, (*txn, *seq));
                 }
                 TxnEvent::Decided { key, .. } => {
-                    locks.remove(&(*node, *shard, key.clone()));
+                    locks.remove(&(*node, *table, *shard, key.clone()));
                 }
                 _ => {}
             },

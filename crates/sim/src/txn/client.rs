@@ -9,6 +9,11 @@
 //! Routing follows shard moves as the client library's tables do (rifl.md §5.7 step 4): a
 //! `Moved { replicas }` answer names the shard's new group, and the request (the same RPC id)
 //! goes to those replicas in turn from then on; a `NotLeader` hint goes to the hinted node.
+//!
+//! On a Kairos table ([`super::TxnMode`]) the same rounds carry Kairos's timestamps and
+//! objects, and the client reports its watermarks ([`super::kairos`]); reads never wait for
+//! a prepared write there (kairos.md §5.3), and one more fault of its own: it may stall, its
+//! reports stopped, between its reads and its prepares.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -16,12 +21,16 @@ use std::time::Duration;
 use bytes::Bytes;
 use strata_core::Prng;
 use strata_rifl::{RequestTracker, WINDOW};
-use strata_wire::client::{shard_of, ClientRequest, ClientResponse, LogFailure, Request, Response};
+use strata_wire::client::{ClientRequest, ClientResponse, LogFailure, Request, Response};
 use strata_wire::log::{Expect, LogIndex};
 use strata_wire::rifl::{LeaseInfo, LeaseStatus, Rifl, RpcId};
-use strata_wire::txn::{Decision, TxnAction, TxnId, TxnObject, TxnOp, Vote};
+use strata_wire::txn::{
+    AbortReason, Decision, Timestamp, TxnAction, TxnId, TxnObject, TxnOp, Vote,
+};
 use strata_wire::Instant;
 
+use super::kairos::{self, KairosSide};
+use super::{Layout, Part};
 use crate::host::HostCluster;
 
 /// An unanswered request is sent again (to the next node) after this long.
@@ -38,6 +47,29 @@ pub enum Known {
     Unknown,
 }
 
+/// One read as its client saw it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Read {
+    pub key: Bytes,
+    pub value: Option<Bytes>,
+    /// The value's log index (its RIFL version).
+    pub version: LogIndex,
+    /// Kairos: the value's version timestamp (`ZERO` elsewhere) and the read's `fts`
+    /// (kairos.md §5.2).
+    pub vts: Timestamp,
+    pub fts: Timestamp,
+    /// When the answer arrived.
+    pub at: Instant,
+}
+
+/// A Kairos transaction's timestamps (kairos.md §5.1), once it prepares.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Stamp {
+    pub commit_ts: Timestamp,
+    pub freshness: Option<Timestamp>,
+    pub read_only: bool,
+}
+
 /// One transaction (or plain read) as its client saw it.
 #[derive(Clone, Debug)]
 pub struct TxnRecord {
@@ -45,16 +77,35 @@ pub struct TxnRecord {
     /// `None` for a plain read.
     pub txn: Option<TxnId>,
     pub invoked: Instant,
+    /// When it ended; for a transaction with a known outcome, when the client decided.
     pub completed: Instant,
     pub outcome: Known,
-    /// `(key, value, version)` of every read.
-    pub reads: Vec<(Bytes, Option<Bytes>, LogIndex)>,
+    pub reads: Vec<Read>,
     /// `(key, value)` of every write.
     pub writes: Vec<(Bytes, Bytes)>,
     /// Every vote the client received.
     pub votes: Vec<(u64, Vote)>,
     /// An answer the workload does not expect (a protocol failure), if one ended it.
     pub failure: Option<String>,
+    /// Kairos: the timestamps it prepared with.
+    pub kairos: Option<Stamp>,
+}
+
+impl TxnRecord {
+    fn new(client: usize, invoked: Instant) -> TxnRecord {
+        TxnRecord {
+            client,
+            txn: None,
+            invoked,
+            completed: invoked,
+            outcome: Known::Unknown,
+            reads: Vec::new(),
+            writes: Vec::new(),
+            votes: Vec::new(),
+            failure: None,
+            kairos: None,
+        }
+    }
 }
 
 /// A fault the client plays on itself once.
@@ -64,6 +115,12 @@ pub enum ClientFault {
     CrashAfterPrepare,
     /// Sleeps this long once its first prepare is answered, then carries on.
     PauseAfterPrepare(Duration),
+    /// Kairos: stops between its first transaction's reads and its prepares, its watermark
+    /// reports stopped too, so leaders drop its report and `ts_GC` can pass its reads
+    /// (kairos.md §6.5): its prepare must then vote `TooOld` (§5.6 step 1). For at most this
+    /// long; the harness wakes it once its validators announced a `ts_GC` above its reads
+    /// ([`TxnClient::stalled`]).
+    StallBeforePrepare(Duration),
 }
 
 enum Phase {
@@ -71,15 +128,17 @@ enum Phase {
     Read {
         keys: Vec<Bytes>,
         next: usize,
+        /// Kairos: `wm_view` when the read was sent (kairos.md §5.2).
+        wm: Timestamp,
     },
     /// Between the last read and the prepares: the application computes (0-5 ms), which
     /// leaves room for other transactions to change what it read.
     Compute,
     Prepare {
-        waiting: BTreeMap<u32, ()>,
+        waiting: BTreeMap<Part, ()>,
     },
     Decide {
-        waiting: BTreeMap<u32, ()>,
+        waiting: BTreeMap<Part, ()>,
     },
     Crashed,
     Finished,
@@ -101,8 +160,8 @@ struct Current {
     record: TxnRecord,
     base: u64,
     objects: Vec<TxnObject>,
-    /// By participant shard: its ops.
-    parts: BTreeMap<u32, Vec<TxnOp>>,
+    /// By participant: its ops.
+    parts: BTreeMap<Part, Vec<TxnOp>>,
     read_only: bool,
     plain: bool,
     /// Every participant answered `decided` (its prepare applied `Commit` at once).
@@ -112,23 +171,26 @@ struct Current {
 pub struct TxnClient {
     pub index: usize,
     keys: Vec<Bytes>,
-    shards: u32,
-    table: String,
+    layout: Layout,
     nodes: usize,
     lease: LeaseStatus,
     tracker: RequestTracker,
     rng: Prng,
     phase: Phase,
     current: Option<Current>,
-    /// Requests in flight, by the shard (or key shard for reads) they are for.
-    pending: BTreeMap<u32, Pending>,
-    leader: BTreeMap<u32, usize>,
+    /// Requests in flight, by the participant (or key's shard, for reads) they are for.
+    pending: BTreeMap<Part, Pending>,
+    leader: BTreeMap<Part, usize>,
     /// The replicas of each shard a `Moved` answer named (module docs); every node otherwise.
-    placement: BTreeMap<u32, Vec<usize>>,
+    placement: BTreeMap<Part, Vec<usize>>,
     txns_left: u32,
     next_corr: u64,
     fault: Option<ClientFault>,
     sleep_until: Option<Instant>,
+    /// The sleep is a fault's (a stopped process): no watermark reports either.
+    stopped: bool,
+    /// The sleep is [`ClientFault::StallBeforePrepare`]'s.
+    stalled: bool,
     /// Answers that arrived while the client slept: a paused process reads them on waking.
     deferred: Vec<ClientResponse>,
     /// The lease is renewed this often (a quarter of its term), as the client library does;
@@ -140,28 +202,33 @@ pub struct TxnClient {
     /// while its decisions are on their way (what an application does next): it must see the
     /// write (§5.9: it waits for the decision).
     follow: Option<(Pending, TxnRecord)>,
+    /// On a Kairos table: the clock, watermarks and reports.
+    kairos: Option<KairosSide>,
+    /// Kairos: no transaction before the harness says every client has registered
+    /// ([`TxnClient::open`]).
+    gated: bool,
     pub done: Vec<TxnRecord>,
 }
 
 impl TxnClient {
+    /// Client `index` of `layout`'s tables (`kairos`: on a Kairos table).
     #[allow(clippy::too_many_arguments)]
     pub fn new(
         index: usize,
-        table: &str,
+        layout: &Layout,
         keys: Vec<Bytes>,
-        shards: u32,
         nodes: usize,
         lease: LeaseStatus,
         txns: u32,
         fault: Option<ClientFault>,
         renew_every: Duration,
         rng: Prng,
+        kairos: Option<KairosSide>,
     ) -> TxnClient {
         TxnClient {
             index,
             keys,
-            shards,
-            table: table.to_string(),
+            layout: layout.clone(),
             nodes,
             lease,
             tracker: RequestTracker::new(WINDOW),
@@ -175,13 +242,53 @@ impl TxnClient {
             next_corr: (index as u64 + 1) << 40,
             fault,
             sleep_until: None,
+            stopped: false,
+            stalled: false,
             deferred: Vec::new(),
             renew_every,
             next_renew: Instant::ZERO,
             renewal: None,
             follow: None,
+            gated: kairos.is_some(),
+            kairos,
             done: Vec::new(),
         }
+    }
+
+    /// While the client stalls before its prepares ([`ClientFault::StallBeforePrepare`]):
+    /// its read set's freshness and the participants that will validate it.
+    pub fn stalled(&self) -> Option<(Timestamp, Vec<Part>)> {
+        let cur = self.current.as_ref().filter(|_| self.stalled)?;
+        let freshness = cur.record.reads.iter().map(|r| r.fts).min()?;
+        let validating = self.layout.validating();
+        let parts = cur.record.reads.iter().map(|r| self.layout.part(validating, &r.key));
+        Some((freshness, parts.collect()))
+    }
+
+    /// Ends a stall before its time (the harness: its validators' `ts_GC` passed its reads).
+    pub fn wake(&mut self, now: Instant) {
+        if self.stalled {
+            self.sleep_until = Some(now);
+        }
+    }
+
+    /// Kairos: whether every shard answered this client's reports (or it waited long enough).
+    pub fn registered(&self, now: Instant) -> bool {
+        self.kairos.as_ref().is_none_or(|k| k.registered(now))
+    }
+
+    /// Kairos: transactions may start (every client registered: the spec's static membership,
+    /// so that no client's transaction commits below a `WM` that did not know it).
+    pub fn open(&mut self) {
+        self.gated = false;
+        if let Some(k) = self.kairos.as_mut() {
+            k.listen();
+        }
+    }
+
+    /// The shard a watermark report in flight (correlation id `corr`) went to.
+    pub fn report_part(&self, corr: u64) -> Option<Part> {
+        Some(self.kairos.as_ref()?.report_target(corr)?.0)
     }
 
     pub fn finished(&self) -> bool {
@@ -206,27 +313,33 @@ impl TxnClient {
         }
         c.wake_client_at(self.index, now + STEP);
         if self.sleep_until.is_some_and(|t| now < t) {
+            if !self.stopped {
+                self.report(c, now);
+            }
             return;
         }
         self.sleep_until = None;
+        self.stopped = false;
+        self.stalled = false;
         for resp in std::mem::take(&mut self.deferred) {
             self.on_response(c, now, resp);
         }
         self.renew(c, now);
+        self.report(c, now);
         match self.phase {
             Phase::Think => return self.start(c, now),
             Phase::Compute => return self.prepare(c, now),
             Phase::Prepare { .. } => self.decide_if_voted(c, now),
             _ => {}
         }
-        let stale: Vec<u32> =
+        let stale: Vec<Part> =
             self.pending.iter().filter(|(_, p)| now >= p.due).map(|(s, _)| *s).collect();
-        for shard in stale {
-            self.resend(c, now, shard);
+        for part in stale {
+            self.resend(c, now, part);
         }
         let due = self.follow.as_ref().filter(|(p, _)| now >= p.due);
         if let Some(next) =
-            due.map(|(p, _)| self.after(shard_of_body(&p.body, self.shards), p.node))
+            due.map(|(p, _)| self.after(part_of_body(&self.layout, &p.body), p.node))
         {
             let (p, _) = self.follow.as_mut().expect("due");
             p.node = next;
@@ -243,38 +356,46 @@ impl TxnClient {
             self.phase = Phase::Finished;
             return;
         }
+        if self.gated {
+            return; // kairos.md §5.9: not before every client's first reports were heard
+        }
         self.txns_left -= 1;
         let pick =
             |rng: &mut Prng, keys: &[Bytes]| keys[rng.range(0, keys.len() as u64) as usize].clone();
-        let (keys, plain) = match self.rng.range(0, 10) {
+        let (keys, plain, witness) = match self.rng.range(0, 10) {
             0..=5 => {
                 let a = pick(&mut self.rng, &self.keys);
                 let mut b = pick(&mut self.rng, &self.keys);
                 while b == a {
                     b = pick(&mut self.rng, &self.keys);
                 }
-                (vec![a, b], false)
+                let mut keys = vec![a, b];
+                // Kairos: half the transfers also read a third account they do not write (a
+                // witness, as a guard or a rate would be), so a read-write transaction's
+                // reads are not all its writes (kairos.md §5.6 steps 2-3, §7 inv. 5).
+                let witness = self.kairos.is_some() && self.rng.chance(0.5);
+                if witness {
+                    let mut c = pick(&mut self.rng, &self.keys);
+                    while keys.contains(&c) {
+                        c = pick(&mut self.rng, &self.keys);
+                    }
+                    keys.push(c);
+                }
+                (keys, false, witness)
             }
             6..=7 => {
                 let mut ks: Vec<Bytes> = (0..3).map(|_| pick(&mut self.rng, &self.keys)).collect();
                 ks.sort();
                 ks.dedup();
-                (ks, false)
+                (ks, false, false)
             }
-            _ => (vec![pick(&mut self.rng, &self.keys)], true),
+            _ => (vec![pick(&mut self.rng, &self.keys)], true, false),
         };
-        let record = TxnRecord {
-            client: self.index,
-            txn: None,
-            invoked: now,
-            completed: now,
-            outcome: Known::Unknown,
-            reads: Vec::new(),
-            writes: Vec::new(),
-            votes: Vec::new(),
-            failure: None,
-        };
-        let transfer = !plain && keys.len() == 2;
+        let record = TxnRecord::new(self.index, now);
+        let transfer = !plain && (keys.len() == 2 || witness);
+        if let Some(k) = self.kairos.as_mut().filter(|_| !plain) {
+            k.begin_reads();
+        }
         self.current = Some(Current {
             record,
             base: 0,
@@ -284,17 +405,22 @@ impl TxnClient {
             plain,
             decided: true,
         });
-        self.phase = Phase::Read { keys, next: 0 };
+        self.phase = Phase::Read { keys, next: 0, wm: Timestamp::ZERO };
         self.read_next(c, now);
     }
 
     fn read_next(&mut self, c: &mut HostCluster, now: Instant) {
-        let Phase::Read { keys, next } = &self.phase else { return };
+        let view = self.kairos.as_ref().map_or(Timestamp::ZERO, KairosSide::wm_view);
+        let Phase::Read { keys, next, wm } = &mut self.phase else { return };
+        *wm = view;
         let key = keys[*next].clone();
-        let shard = shard_of(&key, self.shards);
-        let body =
-            Request::LogRead { table: self.table.clone(), key, min_index: None, sharer: false };
-        self.send(c, now, shard, None, body);
+        let body = self.read_body(key);
+        self.send(c, now, part_of_body(&self.layout, &body), None, body);
+    }
+
+    fn read_body(&self, key: Bytes) -> Request {
+        let table = self.layout.name(0).to_string();
+        Request::LogRead { table, key, min_index: None, sharer: false }
     }
 
     fn envelope(&self, base: u64) -> Rifl {
@@ -314,18 +440,11 @@ impl TxnClient {
         &mut self,
         c: &mut HostCluster,
         now: Instant,
-        shard: u32,
+        part: Part,
         rifl: Option<Rifl>,
         body: Request,
     ) {
-        let node = match self.leader.get(&shard) {
-            Some(&node) => node,
-            None => {
-                let at = self.placement.get(&shard);
-                let i = self.rng.range(0, at.map_or(self.nodes, Vec::len) as u64) as usize;
-                at.map_or(i, |rs| rs[i])
-            }
-        };
+        let node = self.node_for(part);
         self.next_corr += 1;
         let p = Pending {
             corr: self.next_corr,
@@ -340,14 +459,26 @@ impl TxnClient {
             node,
             ClientRequest { corr: p.corr, rifl: p.rifl, body: p.body.clone() },
         );
-        self.pending.insert(shard, p);
+        self.pending.insert(part, p);
     }
 
-    fn resend(&mut self, c: &mut HostCluster, now: Instant, shard: u32) {
+    /// Where a new request for `part` goes: its leader if known, else one of its replicas.
+    fn node_for(&mut self, part: Part) -> usize {
+        match self.leader.get(&part) {
+            Some(&node) => node,
+            None => {
+                let at = self.placement.get(&part);
+                let i = self.rng.range(0, at.map_or(self.nodes, Vec::len) as u64) as usize;
+                at.map_or(i, |rs| rs[i])
+            }
+        }
+    }
+
+    fn resend(&mut self, c: &mut HostCluster, now: Instant, part: Part) {
         self.next_corr += 1;
         let corr = self.next_corr;
-        let next = self.after(shard, self.pending[&shard].node);
-        let p = self.pending.get_mut(&shard).expect("pending");
+        let next = self.after(part, self.pending[&part].node);
+        let p = self.pending.get_mut(&part).expect("pending");
         if !p.chosen {
             // Unanswered in time (lost, a crashed node): the next node.
             p.node = next;
@@ -389,9 +520,48 @@ impl TxnClient {
         }
     }
 
+    /// kairos.md §5.9: a round of watermark reports, if one is due (module docs of
+    /// [`super::kairos`]); each to its shard's leader if known, else to one of its replicas.
+    fn report(&mut self, c: &mut HostCluster, now: Instant) {
+        let Some(k) = self.kairos.as_mut() else { return };
+        for (part, body) in k.due_reports(now, self.lease.lease_id) {
+            let node = self.node_for(part);
+            self.next_corr += 1;
+            let corr = self.next_corr;
+            c.send_request(self.index, node, ClientRequest { corr, rifl: None, body });
+            self.kairos.as_mut().expect("kairos").sent(corr, part, node);
+        }
+    }
+
+    /// A leader's answer to a report, or a refusal that says where the shard's leader is.
+    fn on_report_answer(&mut self, part: Part, node: usize, resp: ClientResponse) {
+        let Some(k) = self.kairos.as_mut() else { return };
+        match resp.body {
+            Response::KairosWatermarks { wm, ts_gc } => {
+                k.on_watermarks(resp.corr, wm, ts_gc);
+                self.leader.insert(part, node);
+            }
+            Response::LogRejected(f) => {
+                k.on_refused(resp.corr);
+                self.leader.remove(&part);
+                let hinted = matches!(f, LogFailure::NotLeader { hint: Some(_) });
+                let next = self.redirect(part, node, f);
+                if hinted {
+                    self.leader.insert(part, next);
+                }
+            }
+            _ => {
+                k.on_refused(resp.corr);
+            }
+        }
+    }
+
     pub fn on_response(&mut self, c: &mut HostCluster, now: Instant, resp: ClientResponse) {
         if self.sleep_until.is_some_and(|t| now < t) {
             return self.deferred.push(resp);
+        }
+        if let Some((part, node)) = self.kairos.as_ref().and_then(|k| k.report_target(resp.corr)) {
+            return self.on_report_answer(part, node, resp);
         }
         if self.renewal.as_ref().is_some_and(|p| p.corr == resp.corr) {
             match resp.body {
@@ -416,7 +586,7 @@ impl TxnClient {
         if self.follow.as_ref().is_some_and(|(p, _)| p.corr == resp.corr) {
             return self.on_follow(c, now, resp);
         }
-        let Some((&shard, _)) = self.pending.iter().find(|(_, p)| p.corr == resp.corr) else {
+        let Some((&part, _)) = self.pending.iter().find(|(_, p)| p.corr == resp.corr) else {
             return;
         };
         if matches!(self.phase, Phase::Crashed) {
@@ -424,30 +594,31 @@ impl TxnClient {
         }
         match resp.body {
             Response::LogRejected(f) => {
-                let node = self.pending[&shard].node;
-                let next = self.redirect(shard, node, f);
-                let p = self.pending.get_mut(&shard).expect("found");
+                let node = self.pending[&part].node;
+                let next = self.redirect(part, node, f);
+                let p = self.pending.get_mut(&part).expect("found");
                 p.node = next;
                 // Resent at the next poll (to the node chosen above).
                 p.due = now;
                 p.chosen = true;
-                self.leader.remove(&shard);
+                self.leader.remove(&part);
             }
-            Response::LogValue { value, update_index, .. } => {
-                let p = self.pending.remove(&shard).expect("found");
-                self.leader.insert(shard, p.node);
-                self.on_read(c, now, value, update_index);
+            Response::LogValue { value, update_index, vts, .. } => {
+                let p = self.pending.remove(&part).expect("found");
+                self.leader.insert(part, p.node);
+                let vts = vts.unwrap_or(Timestamp::ZERO);
+                self.on_read(c, now, value, update_index, vts);
             }
             Response::TxnVotes { votes, decided } => {
-                let p = self.pending.remove(&shard).expect("found");
-                self.leader.insert(shard, p.node);
-                self.on_votes(c, now, shard, votes, decided);
+                let p = self.pending.remove(&part).expect("found");
+                self.leader.insert(part, p.node);
+                self.on_votes(c, now, part, votes, decided);
             }
             Response::TxnDecided => {
-                let p = self.pending.remove(&shard).expect("found");
-                self.leader.insert(shard, p.node);
+                let p = self.pending.remove(&part).expect("found");
+                self.leader.insert(part, p.node);
                 if let Phase::Decide { waiting } = &mut self.phase {
-                    waiting.remove(&shard);
+                    waiting.remove(&part);
                     if waiting.is_empty() {
                         let base = self.current.as_ref().map_or(0, |cur| cur.base);
                         self.tracker.rpc_completed(base);
@@ -458,7 +629,7 @@ impl TxnClient {
             other => {
                 // Anything else is a protocol failure for this workload: recorded (the
                 // transaction's outcome stays unknown) and the client moves on.
-                self.pending.remove(&shard);
+                self.pending.remove(&part);
                 if let Some(cur) = self.current.as_mut() {
                     cur.record.outcome = Known::Unknown;
                     cur.record.failure = Some(format!("{other:?}"));
@@ -474,13 +645,16 @@ impl TxnClient {
         now: Instant,
         value: Option<Bytes>,
         version: LogIndex,
+        vts: Timestamp,
     ) {
-        let Phase::Read { keys, next } = &mut self.phase else { return };
+        let Phase::Read { keys, next, wm } = &mut self.phase else { return };
         let key = keys[*next].clone();
         *next += 1;
         let more = *next < keys.len();
+        // kairos.md §5.2: `fts = max(vts, wm)`, `wm` the view before the read was sent.
+        let fts = vts.max(*wm);
         let cur = self.current.as_mut().expect("a transaction");
-        cur.record.reads.push((key, value, version));
+        cur.record.reads.push(Read { key, value, version, vts, fts, at: now });
         if more {
             return self.read_next(c, now);
         }
@@ -490,6 +664,11 @@ impl TxnClient {
         }
         self.phase = Phase::Compute;
         self.sleep_until = Some(now + Duration::from_micros(self.rng.range(0, 5_000)));
+        if let Some(ClientFault::StallBeforePrepare(d)) = self.fault {
+            self.fault = None;
+            self.sleep_until = Some(now + d);
+            (self.stopped, self.stalled) = (true, true);
+        }
     }
 
     /// §5.8.1 T1-T3.
@@ -498,23 +677,41 @@ impl TxnClient {
         let balance = |v: &Option<Bytes>| -> u64 {
             v.as_ref().and_then(|v| std::str::from_utf8(v).ok()?.parse().ok()).unwrap_or(0)
         };
-        let mut actions: BTreeMap<Bytes, (TxnAction, LogIndex)> = BTreeMap::new();
-        for (k, _, version) in &cur.record.reads {
-            actions.insert(k.clone(), (TxnAction::Read, *version));
+        let mut actions: BTreeMap<Bytes, (TxnAction, &Read)> = BTreeMap::new();
+        for r in &cur.record.reads {
+            actions.insert(r.key.clone(), (TxnAction::Read, r));
         }
         if !cur.read_only {
-            let (a, va, _) = cur.record.reads[0].clone();
-            let (b, vb, _) = cur.record.reads[1].clone();
-            if balance(&va) > 0 {
-                let (na, nb) = ((balance(&va) - 1).to_string(), (balance(&vb) + 1).to_string());
-                actions.get_mut(&a).expect("read").0 = TxnAction::Write(Bytes::from(na.clone()));
-                actions.get_mut(&b).expect("read").0 = TxnAction::Write(Bytes::from(nb.clone()));
-                cur.record.writes = vec![(a, Bytes::from(na)), (b, Bytes::from(nb))];
+            let (a, va) = (&cur.record.reads[0].key, &cur.record.reads[0].value);
+            let (b, vb) = (&cur.record.reads[1].key, &cur.record.reads[1].value);
+            if balance(va) > 0 {
+                let (na, nb) = ((balance(va) - 1).to_string(), (balance(vb) + 1).to_string());
+                actions.get_mut(a).expect("read").0 = TxnAction::Write(Bytes::from(na.clone()));
+                actions.get_mut(b).expect("read").0 = TxnAction::Write(Bytes::from(nb.clone()));
+                cur.record.writes =
+                    vec![(a.clone(), Bytes::from(na)), (b.clone(), Bytes::from(nb))];
             } else {
                 cur.read_only = true;
             }
         }
-        let n = actions.len() as u64;
+        let objects = match self.kairos.is_some() {
+            // Kairos validates timestamps, not log indexes: no `expect`.
+            true => {
+                let vts = |(k, (a, r)): (&Bytes, &(TxnAction, &Read))| {
+                    (k.clone(), (a.clone(), Some(r.vts)))
+                };
+                let actions = actions.iter().map(vts).collect();
+                let objects = kairos::objects(&self.layout, &actions).into_iter();
+                objects.map(|o| (o.table, o.key, o.action, None, o.read_vts)).collect()
+            }
+            false => {
+                let rifl = |(k, (a, r)): (Bytes, (TxnAction, &Read))| {
+                    (0, k, a, Some(Expect::Version(r.version)), None)
+                };
+                actions.into_iter().map(rifl).collect::<Vec<_>>()
+            }
+        };
+        let n = objects.len() as u64;
         let Ok(base) = self.tracker.new_sequence_block(n + 1) else {
             // The window is full of transactions whose decisions are unacknowledged.
             self.phase = Phase::Think;
@@ -523,39 +720,44 @@ impl TxnClient {
         };
         cur.base = base;
         cur.record.txn = Some(TxnId { client_id: self.lease.lease_id, base });
-        cur.objects = actions
-            .keys()
-            .enumerate()
-            .map(|(i, k)| TxnObject {
-                table: self.table.clone(),
-                key: k.clone(),
-                seq: base + 1 + i as u64,
-            })
-            .collect();
-        for (o, (_, (action, version))) in cur.objects.iter().zip(actions) {
-            let op = TxnOp {
-                key: o.key.clone(),
-                seq: o.seq,
-                expect: Some(Expect::Version(version)),
-                action,
-            };
-            cur.parts.entry(shard_of(&o.key, self.shards)).or_default().push(op);
-        }
         let read_only = cur.read_only;
+        let stamp = self.kairos.as_mut().map(|k| {
+            let reads: Vec<(Timestamp, Timestamp)> =
+                cur.record.reads.iter().map(|r| (r.vts, r.fts)).collect();
+            k.stamp(now, read_only, &reads)
+        });
+        cur.record.kairos = stamp.map(|(commit_ts, freshness)| super::client::Stamp {
+            commit_ts,
+            freshness,
+            read_only,
+        });
+        let mut read_vts: BTreeMap<Part, Vec<Option<Timestamp>>> = BTreeMap::new();
+        for (i, (table, key, action, expect, vts)) in objects.into_iter().enumerate() {
+            let seq = base + 1 + i as u64;
+            let name = self.layout.name(table).to_string();
+            cur.objects.push(TxnObject { table: name, key: key.clone(), seq });
+            let part = self.layout.part(table, &key);
+            cur.parts.entry(part).or_default().push(TxnOp { key, seq, expect, action });
+            read_vts.entry(part).or_default().push(vts);
+        }
         let all = cur.objects.clone();
         let parts = cur.parts.clone();
         self.phase = Phase::Prepare { waiting: parts.keys().map(|&s| (s, ())).collect() };
         let rifl = self.envelope(base);
-        for (shard, ops) in parts {
+        for (part, ops) in parts {
+            let kairos = stamp.map(|stamp| {
+                let vts = read_vts.remove(&part).unwrap_or_default();
+                kairos::prepare_fields(&self.layout, part.0, stamp, read_only, vts)
+            });
             let body = Request::TxnPrepare {
-                table: self.table.clone(),
-                shard,
+                table: self.layout.name(part.0).to_string(),
+                shard: part.1,
                 read_only,
                 all: all.clone(),
                 ops,
-                kairos: None,
+                kairos,
             };
-            self.send(c, now, shard, Some(rifl), body);
+            self.send(c, now, part, Some(rifl), body);
         }
     }
 
@@ -563,12 +765,12 @@ impl TxnClient {
         &mut self,
         c: &mut HostCluster,
         now: Instant,
-        shard: u32,
+        part: Part,
         votes: Vec<(u64, Vote)>,
         decided: bool,
     ) {
         let Phase::Prepare { waiting } = &mut self.phase else { return };
-        waiting.remove(&shard);
+        waiting.remove(&part);
         let cur = self.current.as_mut().expect("a transaction");
         cur.record.votes.extend(votes);
         cur.decided &= decided;
@@ -581,8 +783,11 @@ impl TxnClient {
             // The process stops here; on waking it reads what arrived and decides.
             Some(ClientFault::PauseAfterPrepare(d)) => {
                 self.sleep_until = Some(now + d);
+                self.stopped = true;
                 return;
             }
+            // (Not yet: it stalls before a prepare.)
+            Some(f @ ClientFault::StallBeforePrepare(_)) => self.fault = Some(f),
             None => {}
         }
         self.decide_if_voted(c, now);
@@ -600,6 +805,15 @@ impl TxnClient {
         let decision = if prepared { Decision::Commit } else { Decision::Abort };
         cur.record.outcome = if prepared { Known::Committed } else { Known::Aborted };
         cur.record.completed = now;
+        // kairos.md §5.9, §6.5: reads older than a shard's `ts_GC`; a report round at once
+        // brings `wm_view` up, so the next transaction's reads are fresh enough.
+        let too_old = cur.record.votes.iter().any(|(_, v)| *v == Vote::Abort(AbortReason::TooOld));
+        if let Some(k) = self.kairos.as_mut() {
+            k.end_reads();
+            if too_old {
+                k.report_soon(now);
+            }
+        }
         if cur.read_only || (cur.parts.len() == 1 && cur.decided) {
             let base = cur.base;
             self.tracker.rpc_completed(base);
@@ -609,10 +823,11 @@ impl TxnClient {
         let written = cur.record.writes.first().map(|(k, _)| k.clone()).filter(|_| prepared);
         let rifl = self.envelope(base);
         self.phase = Phase::Decide { waiting: parts.keys().map(|&s| (s, ())).collect() };
-        for (shard, ops) in parts {
+        for (part, ops) in parts {
             let seqs = ops.iter().map(|o| o.seq).collect();
-            let body = Request::TxnDecide { table: self.table.clone(), shard, decision, seqs };
-            self.send(c, now, shard, Some(rifl), body);
+            let table = self.layout.name(part.0).to_string();
+            let body = Request::TxnDecide { table, shard: part.1, decision, seqs };
+            self.send(c, now, part, Some(rifl), body);
         }
         if let Some(key) = written.filter(|_| self.follow.is_none() && self.rng.chance(0.5)) {
             self.follow_up(c, now, key);
@@ -622,12 +837,13 @@ impl TxnClient {
     fn on_follow(&mut self, c: &mut HostCluster, now: Instant, resp: ClientResponse) {
         let Some((p, rec)) = self.follow.as_mut() else { return };
         match resp.body {
-            Response::LogValue { value, update_index, .. } => {
+            Response::LogValue { value, update_index, vts, .. } => {
                 let key = match &p.body {
                     Request::LogRead { key, .. } => key.clone(),
                     _ => unreachable!("a follow-up is a read"),
                 };
-                rec.reads.push((key, value, update_index));
+                let (version, vts) = (update_index, vts.unwrap_or(Timestamp::ZERO));
+                rec.reads.push(Read { key, value, version, vts, fts: vts, at: now });
                 rec.completed = now;
                 rec.outcome = Known::Committed;
                 let (_, rec) = self.follow.take().expect("present");
@@ -635,8 +851,8 @@ impl TxnClient {
             }
             // Locked (the decision is on its way), not the leader, moved: again, shortly.
             Response::LogRejected(f) => {
-                let (shard, node) = (shard_of_body(&p.body, self.shards), p.node);
-                let next = self.redirect(shard, node, f);
+                let (part, node) = (part_of_body(&self.layout, &p.body), p.node);
+                let next = self.redirect(part, node, f);
                 let Some((p, _)) = self.follow.as_mut() else { return };
                 p.node = next;
                 self.next_corr += 1;
@@ -649,10 +865,10 @@ impl TxnClient {
         }
     }
 
-    /// The node after `node` among the replicas of `shard` (every node, unless a move named
+    /// The node after `node` among the replicas of `part` (every node, unless a move named
     /// others): where a request goes when its node does not answer.
-    fn after(&self, shard: u32, node: usize) -> usize {
-        match self.placement.get(&shard) {
+    fn after(&self, part: Part, node: usize) -> usize {
+        match self.placement.get(&part) {
             Some(rs) => {
                 rs.iter().position(|&r| r == node).map_or(rs[0], |i| rs[(i + 1) % rs.len()])
             }
@@ -660,10 +876,10 @@ impl TxnClient {
         }
     }
 
-    /// The node to send a request for `shard` to after node `node` refused it with `f`: the
+    /// The node to send a request for `part` to after node `node` refused it with `f`: the
     /// hinted leader, the same node while a key is locked (the decision is on its way), the
     /// next of the new replicas after a move (which are remembered), else the next node.
-    fn redirect(&mut self, shard: u32, node: usize, f: LogFailure) -> usize {
+    fn redirect(&mut self, part: Part, node: usize, f: LogFailure) -> usize {
         match f {
             LogFailure::NotLeader { hint: Some(h) }
                 if (h.0 as usize) < self.nodes && h.0 as usize != node =>
@@ -675,22 +891,21 @@ impl TxnClient {
                 let to: Vec<usize> =
                     replicas.iter().map(|r| r.0 as usize).filter(|&r| r < self.nodes).collect();
                 if !to.is_empty() {
-                    self.placement.insert(shard, to);
+                    self.placement.insert(part, to);
                 }
-                self.after(shard, node)
+                self.after(part, node)
             }
-            _ => self.after(shard, node),
+            _ => self.after(part, node),
         }
     }
 
     /// Sends the follow-up read of `key` (module docs of `follow`).
     fn follow_up(&mut self, c: &mut HostCluster, now: Instant, key: Bytes) {
-        let shard = shard_of(&key, self.shards);
-        let first = self.placement.get(&shard).map_or(0, |rs| rs[0]);
-        let node = self.leader.get(&shard).copied().unwrap_or(first);
+        let part = self.layout.part(0, &key);
+        let first = self.placement.get(&part).map_or(0, |rs| rs[0]);
+        let node = self.leader.get(&part).copied().unwrap_or(first);
         self.next_corr += 1;
-        let body =
-            Request::LogRead { table: self.table.clone(), key, min_index: None, sharer: false };
+        let body = self.read_body(key);
         let p = Pending {
             corr: self.next_corr,
             node,
@@ -706,21 +921,13 @@ impl TxnClient {
         );
         // Invoked after the commit returned (at `now`): strictly later, for real-time order.
         let after = now + Duration::from_nanos(1);
-        let rec = TxnRecord {
-            client: self.index,
-            txn: None,
-            invoked: after,
-            completed: after,
-            outcome: Known::Unknown,
-            reads: Vec::new(),
-            writes: Vec::new(),
-            votes: Vec::new(),
-            failure: None,
-        };
-        self.follow = Some((p, rec));
+        self.follow = Some((p, TxnRecord::new(self.index, after)));
     }
 
     fn finish(&mut self, now: Instant) {
+        if let Some(k) = self.kairos.as_mut() {
+            k.complete(); // §5.9: every decision applied (or none to send)
+        }
         if let Some(mut cur) = self.current.take() {
             if cur.record.outcome == Known::Unknown || cur.plain {
                 cur.record.completed = now;
@@ -734,11 +941,13 @@ impl TxnClient {
     }
 }
 
-/// The shard a request is for (of a table of `shards` shards).
-fn shard_of_body(body: &Request, shards: u32) -> u32 {
+/// The participant a request is for (a read's: its key's shard of the data table).
+fn part_of_body(layout: &Layout, body: &Request) -> Part {
     match body {
-        Request::LogRead { key, .. } => shard_of(key, shards),
-        Request::TxnPrepare { shard, .. } | Request::TxnDecide { shard, .. } => *shard,
-        _ => 0,
+        Request::LogRead { key, .. } => layout.part(0, key),
+        Request::TxnPrepare { table, shard, .. } | Request::TxnDecide { table, shard, .. } => {
+            (layout.index_of(table).unwrap_or(0), *shard)
+        }
+        _ => (0, 0),
     }
 }

@@ -25,11 +25,26 @@
 //! own invariants (a lock's vote outlives it, §7 inv. 14), each with a canary
 //! (`strata_log::PlantedBug::Txn*`; a move that loses its locks, [`mover::MovePlant`]). The
 //! report counts the moves, what they carried and the targeted crashes.
+//!
+//! **Kairos** ([`TxnMode`]): the same harness on a Kairos table (kairos.md), validated by its
+//! shards (`KairosServer`, §9.12) or by the shards of its companion `bank.validators`
+//! (`KairosSharded(V)`, `--validation sharded:V`). The accounts are written by one blind-write
+//! transaction (a Kairos table refuses plain writes); the clients stamp their transactions
+//! with commit timestamps from clocks with emulated offsets and drifts, read with `fts`, and
+//! report their watermarks ([`kairos`]); a third client stalls between its reads and its
+//! prepares past the leaders' report timeout (its reads must then be `TooOld`). The shard
+//! move moves a data shard or, with sharded validators, half the time a validator shard. The
+//! Kairos checkers ([`kcheck`], kairos.md §7) replace the dependency graph with K1's serial
+//! replay in commit-timestamp order, K2's global-time oracle, version order and GC safety
+//! (`strata_kairos::sim::check`'s, over the replicas' events), the rest is [`check`]'s.
 
 pub mod check;
 pub mod client;
+pub mod kairos;
+pub mod kcheck;
 pub mod mover;
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -38,17 +53,19 @@ use strata_host::catalog::{self, Catalogued};
 use strata_host::Audit;
 use strata_log::{LogEvent, Persist, PlantedBug, Role, TxnEvent};
 use strata_wire::client::{
-    shard_of, ClientRequest, ClientResponse, LogFailure, LogWriteOp, Request, Response, TableDef,
-    TableDurability, TableEngine, TableReads, TableReplication, TableTimers, TableTxn,
+    shard_of, table_id, validators_table, ClientRequest, ClientResponse, LogFailure, LogWriteOp,
+    Request, Response, TableDef, TableDurability, TableEngine, TableReads, TableReplication,
+    TableTimers, TableTxn, TableValidation,
 };
 use strata_wire::log::{LogIndex, LogOp, ShardMove};
 use strata_wire::rifl::{LeaseInfo, LeaseStatus, Rifl, RpcId};
-use strata_wire::txn::TxnId;
+use strata_wire::txn::{Decision, KairosRole, Timestamp, TxnAction, TxnId, TxnObject, TxnOp, Vote};
 use strata_wire::Instant;
 
 use crate::check::Violation;
-use crate::host::{ClusterOptions, HostCluster, HostNet, Stepped};
+use crate::host::{ClusterOptions, HostCluster, HostNet, Step, Stepped};
 use client::{ClientFault, TxnClient, TxnRecord};
+use kairos::{KairosSide, Skew};
 use mover::Mover;
 
 pub const TABLE: &str = "bank";
@@ -56,6 +73,109 @@ pub const SHARDS: u32 = 3;
 pub const NODES: usize = 3;
 pub const ACCOUNTS: usize = 6;
 pub const INITIAL: u64 = 10;
+
+/// Which concurrency control the table runs.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum TxnMode {
+    /// RIFL's locks and versions (rifl.md §5.8).
+    #[default]
+    Rifl,
+    /// Kairos, validated in the table's own shards (kairos.md §9.12, `--validation server`).
+    KairosServer,
+    /// Kairos, validated by the `V` shards of `bank.validators` (`--validation sharded:V`).
+    KairosSharded(u32),
+}
+
+impl TxnMode {
+    pub fn is_kairos(self) -> bool {
+        self != TxnMode::Rifl
+    }
+}
+
+/// A participant: the index of its table in the run's [`Layout`], and its shard.
+pub type Part = (usize, u32);
+
+/// A run's tables: the data table (index 0), then, with sharded validators, its validator
+/// table (index 1).
+#[derive(Clone, Debug)]
+pub struct Layout {
+    pub mode: TxnMode,
+    tables: Vec<(String, u32)>,
+}
+
+impl Layout {
+    pub fn new(mode: TxnMode) -> Layout {
+        let mut tables = vec![(TABLE.to_string(), SHARDS)];
+        if let TxnMode::KairosSharded(v) = mode {
+            tables.push((validators_table(TABLE), v));
+        }
+        Layout { mode, tables }
+    }
+
+    /// The tables' definitions, as the catalog holds them.
+    pub fn defs(&self) -> Vec<TableDef> {
+        let (txn, validation) = match self.mode {
+            TxnMode::Rifl => return vec![table_def(SHARDS)],
+            TxnMode::KairosServer => (TableTxn::Kairos, TableValidation::Server),
+            TxnMode::KairosSharded(v) => (TableTxn::Kairos, TableValidation::Sharded(v)),
+        };
+        let def = TableDef { txn, validation, ..table_def(SHARDS) };
+        std::iter::once(def.clone()).chain(def.validators_def()).collect()
+    }
+
+    pub fn len(&self) -> usize {
+        self.tables.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.tables.is_empty()
+    }
+
+    pub fn name(&self, table: usize) -> &str {
+        &self.tables[table].0
+    }
+
+    pub fn shards(&self, table: usize) -> u32 {
+        self.tables[table].1
+    }
+
+    pub fn index_of(&self, name: &str) -> Option<usize> {
+        self.tables.iter().position(|(n, _)| n == name)
+    }
+
+    /// The table with this id (`ShardId::table`).
+    pub fn index_of_id(&self, id: u32) -> Option<usize> {
+        self.tables.iter().position(|(n, _)| table_id(n) == id)
+    }
+
+    /// `key`'s participant in `table`.
+    pub fn part(&self, table: usize, key: &[u8]) -> Part {
+        (table, shard_of(key, self.shards(table)))
+    }
+
+    /// Every shard of every table.
+    pub fn parts(&self) -> Vec<Part> {
+        (0..self.len()).flat_map(|t| (0..self.shards(t)).map(move |s| (t, s))).collect()
+    }
+
+    pub fn sharded(&self) -> bool {
+        matches!(self.mode, TxnMode::KairosSharded(_))
+    }
+
+    /// The table whose shards validate (kairos.md §5.6): the validators', or the data's.
+    pub fn validating(&self) -> usize {
+        usize::from(self.sharded())
+    }
+
+    /// What a Kairos prepare at `table` does (kairos.md §4, §9.12).
+    pub fn role(&self, table: usize) -> KairosRole {
+        match (self.sharded(), table) {
+            (false, _) => KairosRole::Full,
+            (true, 0) => KairosRole::Replicate,
+            (true, _) => KairosRole::Validate,
+        }
+    }
+}
 
 /// One run's knobs.
 #[derive(Clone, Debug)]
@@ -77,6 +197,19 @@ pub struct TxnSimOptions {
     /// With `faults`: this many times, crash a shard leader right after it appended a
     /// prepare, before the prepare is applied and answered (then restart it).
     pub prepare_crashes: u32,
+    /// The table's concurrency control.
+    pub mode: TxnMode,
+    /// Kairos: clients' clocks with emulated offsets and drifts ([`Skew::draw`]).
+    pub skew: bool,
+    /// Kairos, with `skew`: these clock errors, client `i` taking entry `i` modulo their
+    /// number, instead of drawn ones.
+    pub skews: Vec<Skew>,
+    /// Kairos, with `faults`: how long at most the stalling client stops between its reads
+    /// and its prepares (zero: no such client; [`ClientFault::StallBeforePrepare`]).
+    pub stall: Duration,
+    /// Kairos: a bug planted in every client (`strata_kairos::PlantedBug`: see
+    /// [`KairosSide`]); the `KairosNoTimestampBump` canary plants `NoTimestampBump` itself.
+    pub client_bug: Option<strata_kairos::PlantedBug>,
 }
 
 impl Default for TxnSimOptions {
@@ -92,7 +225,19 @@ impl Default for TxnSimOptions {
             move_shard: true,
             move_plant: None,
             prepare_crashes: 2,
+            mode: TxnMode::Rifl,
+            skew: true,
+            skews: Vec::new(),
+            stall: Duration::from_secs(6),
+            client_bug: None,
         }
+    }
+}
+
+impl TxnSimOptions {
+    /// The defaults on a Kairos table.
+    pub fn kairos(mode: TxnMode) -> TxnSimOptions {
+        TxnSimOptions { mode, ..TxnSimOptions::default() }
     }
 }
 
@@ -101,29 +246,95 @@ impl Default for TxnSimOptions {
 pub enum Applied {
     Event {
         node: usize,
+        /// The table's index in the run's [`Layout`].
+        table: usize,
         shard: u32,
         event: TxnEvent,
+        /// When it was applied (global time).
+        at: Instant,
     },
     /// The node restarted: its replicas rebuild their state by replaying their logs.
-    Restarted {
-        node: usize,
-    },
+    Restarted { node: usize },
     /// The locks the node's replica of `shard` holds from here on, `(key, txn, seq)`, when its
     /// state was replaced without events: a shard move adopted at the node (the new group's
     /// replica starts from the frozen state; a node out of the group hosts the shard no more:
     /// none), and a restart of a moved-in replica (its replay starts from the `Install` entry,
     /// whose locks no event reports; the entries after it report their own).
-    Locks {
-        node: usize,
-        shard: u32,
-        locks: Vec<(Bytes, TxnId, u64)>,
-    },
+    Locks { node: usize, table: usize, shard: u32, locks: Vec<(Bytes, TxnId, u64)> },
+}
+
+/// What a Kairos run records besides the replicas' events: what the GC-safety and
+/// version-order checkers compare them with (`kcheck`).
+#[derive(Clone, Debug, Default)]
+pub struct KairosTrace {
+    /// The setup transaction: its id, commit timestamp and when it was decided.
+    pub setup: Option<(TxnId, Timestamp, Instant)>,
+    /// Every leader's answer to a watermark report: `(part, the leader (node, epoch), when,
+    /// ts_GC)`. (A node and an epoch name one leader's term: a moved shard's new group
+    /// starts above the old group's epochs, and a node hosts one replica of a shard.)
+    pub announced: Vec<(Part, (usize, u32), Instant, Timestamp)>,
+    /// The last `ts_GC` announced per participant.
+    pub last_ts_gc: BTreeMap<Part, Timestamp>,
+    /// When, and at which node, each Kairos prepare entry was appended by the leader of its
+    /// epoch.
+    pub appended: BTreeMap<(Part, LogIndex), (usize, Instant)>,
+    /// Every account's final version timestamp, read at its leader with `final_values`.
+    pub final_vts: Vec<(Bytes, Timestamp)>,
+    /// Each client's clock error.
+    pub skews: Vec<Skew>,
+}
+
+impl KairosTrace {
+    /// Records a step's report answers (the client's report in flight says which shard;
+    /// the answering leader's replica says which epoch) and its leader's own appends of
+    /// Kairos prepares.
+    fn observe(&mut self, c: &HostCluster, step: &Step, layout: &Layout, clients: &[TxnClient]) {
+        let Some(h) = c.nodes[step.node].host.as_ref() else { return };
+        let leading = |part: Part| {
+            h.shard_replica(layout.name(part.0), part.1).filter(|r| r.role() == Role::Leader)
+        };
+        for (route, resp) in &step.replies {
+            let Response::KairosWatermarks { ts_gc, .. } = resp.body else { continue };
+            let client = clients.get(*route as usize);
+            let Some(part) = client.and_then(|cl| cl.report_part(resp.corr)) else { continue };
+            if let Some(r) = leading(part) {
+                self.announced.push((part, (step.node, r.epoch()), c.now, ts_gc));
+                self.last_ts_gc.insert(part, ts_gc);
+            }
+        }
+        for (id, records) in &step.persists {
+            let Some(table) = layout.index_of_id(id.table) else { continue };
+            let part = (table, id.shard);
+            let Some(r) = leading(part) else { continue };
+            let kairos_prepare = |e: &&strata_log::LogEntry| {
+                e.index.epoch == r.epoch()
+                    && matches!(&e.op, LogOp::Prepare(p) if p.kairos.is_some())
+            };
+            for (_, p) in records {
+                let Persist::Append(es) = p else { continue };
+                for e in es.iter().filter(kairos_prepare) {
+                    self.appended.entry((part, e.index)).or_insert((step.node, c.now));
+                }
+            }
+        }
+    }
+}
+
+/// What the harness records of every step: the replicas' transaction events and, on a Kairos
+/// table, its [`KairosTrace`].
+struct Recorder {
+    layout: Layout,
+    applied: Vec<Applied>,
+    kairos: Option<KairosTrace>,
 }
 
 /// One run's result.
 #[derive(Debug)]
 pub struct TxnReport {
     pub seed: u64,
+    pub layout: Layout,
+    /// Whether the run had faults (the freshness checker needs a run without).
+    pub faults: bool,
     pub records: Vec<TxnRecord>,
     /// The initial puts: `(key, version)`.
     pub setup: Vec<(Bytes, LogIndex)>,
@@ -134,8 +345,8 @@ pub struct TxnReport {
     pub locks_left: usize,
     /// Panics and broken invariants of the hosts.
     pub failures: Vec<String>,
-    /// Shard moves finished: `(shard, where it went)`.
-    pub moves: Vec<(u32, ShardMove)>,
+    /// Shard moves finished: `(table, shard, where it went)`.
+    pub moves: Vec<(String, u32, ShardMove)>,
     /// Locks, and recovery coordinators' decision records, that the moves' frozen states
     /// carried to the new groups.
     pub moved_locks: usize,
@@ -145,6 +356,8 @@ pub struct TxnReport {
     /// Random node crashes.
     pub crashes: usize,
     pub end: Instant,
+    /// Kairos: the rest of what its checkers judge.
+    pub kairos: Option<KairosTrace>,
     pub violations: Vec<Violation>,
 }
 
@@ -157,6 +370,38 @@ impl TxnReport {
     }
     pub fn aborted(&self) -> usize {
         self.records.iter().filter(|r| r.outcome == client::Known::Aborted).count()
+    }
+
+    /// On a Kairos table: the moved table, its abort reasons and the clocks' offsets (empty
+    /// otherwise).
+    pub fn kairos_summary(&self) -> String {
+        use strata_wire::txn::AbortReason::*;
+        let Some(k) = &self.kairos else { return String::new() };
+        let moved: Vec<&str> = self.moves.iter().map(|(t, _, _)| t.as_str()).collect();
+        let offsets: Vec<String> =
+            k.skews.iter().map(|s| format!("{}us", s.offset_ns / 1_000)).collect();
+        let reasons = [
+            ("stale", Stale),
+            ("prepared", PreparedConflict),
+            ("rw", ReadWriteConflict),
+            ("ww", WriteWriteConflict),
+            ("ts-order", TimestampOrder),
+            ("too-old", TooOld),
+            ("recovered", Recovered),
+        ];
+        let aborts: Vec<String> =
+            reasons.iter().map(|(n, r)| format!("{n} {}", self.aborted_for(*r))).collect();
+        format!(
+            "; moved {moved:?}; aborts by vote: {}; clock offsets {}",
+            aborts.join(", "),
+            offsets.join(" ")
+        )
+    }
+
+    /// Transactions that received a vote of `Abort(reason)`.
+    pub fn aborted_for(&self, reason: strata_wire::txn::AbortReason) -> usize {
+        let voted = |r: &&TxnRecord| r.votes.iter().any(|(_, v)| *v == Vote::Abort(reason));
+        self.records.iter().filter(voted).count()
     }
 }
 
@@ -183,23 +428,32 @@ pub fn accounts() -> Vec<Bytes> {
 /// Runs one seeded transaction run and checks it.
 pub fn run(seed: u64, opts: &TxnSimOptions) -> TxnReport {
     let mut rng = Prng::new(seed ^ 0x0074_786e_5f73_696d);
-    let def = table_def(SHARDS);
-    let catalog = catalog::encode(&[Catalogued { def: def.clone(), moved: Default::default() }]);
+    let layout = Layout::new(opts.mode);
+    let kairos_mode = opts.mode.is_kairos();
+    let defs = layout.defs();
+    let tables: Vec<Catalogued> =
+        defs.iter().map(|def| Catalogued { def: def.clone(), moved: Default::default() }).collect();
+    let catalog = catalog::encode(&tables);
     let (loss, client_loss) = if opts.faults { (0.01, 0.01) } else { (0.0, 0.0) };
     let mut net = HostNet::matrix(vec![vec![300; NODES]; NODES], 100, loss, 200, client_loss);
     if opts.faults {
         net.links.dup = 0.01;
     }
     let (canary, t_tx) = (opts.canary, opts.t_tx);
-    let over = {
-        let mut cfg = catalog::log_config(&def, NODES).expect("a valid table");
-        cfg.planted_bug = canary;
-        cfg
-    };
+    // A canary is planted in every table of the run (a Kairos validator's in whichever
+    // validates).
+    let overrides: Vec<(String, strata_log::LogConfig)> = defs
+        .iter()
+        .map(|def| {
+            let mut cfg = catalog::log_config(def, NODES).expect("a valid table");
+            cfg.planted_bug = canary;
+            (def.name.clone(), cfg)
+        })
+        .collect();
     let tune: crate::host::Tune = Box::new(move |_, cfg| {
         cfg.txn_timeout_per_object = t_tx;
         if canary.is_some() {
-            cfg.log_overrides.insert(TABLE.to_string(), over.clone());
+            cfg.log_overrides.extend(overrides.iter().cloned());
         }
     });
     let mut c = HostCluster::with(ClusterOptions {
@@ -215,25 +469,41 @@ pub fn run(seed: u64, opts: &TxnSimOptions) -> TxnReport {
         tune: Some(tune),
         catalog,
     });
-    let mut applied = Vec::new();
-    run_for(&mut c, Duration::from_secs(3), &mut applied);
+    let mut rec = Recorder {
+        layout: layout.clone(),
+        applied: Vec::new(),
+        kairos: kairos_mode.then(KairosTrace::default),
+    };
+    run_for(&mut c, Duration::from_secs(3), &mut rec);
     let setup_client = opts.clients;
-    let lease0 = lease(&mut c, setup_client, &mut applied);
+    let lease0 = lease(&mut c, setup_client, &mut rec);
     let mut setup = Vec::new();
-    for (i, key) in accounts().into_iter().enumerate() {
-        let rifl = envelope(&lease0, i as u64 + 1);
-        let body = Request::LogWrite {
-            table: TABLE.into(),
-            key: key.clone(),
-            op: LogWriteOp::Put(Bytes::from(INITIAL.to_string())),
-            immediate: false,
-        };
-        match call_leader(&mut c, setup_client, Some(rifl), body, &mut applied) {
-            Response::LogWritten { index, .. } => setup.push((key, index)),
-            other => panic!("seed {seed}: setup write: {other:?}"),
+    if kairos_mode {
+        let done = kairos_setup(&mut c, setup_client, &lease0, &mut rec);
+        rec.kairos.as_mut().expect("kairos").setup = Some(done);
+    } else {
+        for (i, key) in accounts().into_iter().enumerate() {
+            let rifl = envelope(&lease0, i as u64 + 1);
+            let body = Request::LogWrite {
+                table: TABLE.into(),
+                key: key.clone(),
+                op: LogWriteOp::Put(Bytes::from(INITIAL.to_string())),
+                immediate: false,
+            };
+            match call_leader(&mut c, setup_client, Some(rifl), body, &mut rec) {
+                Response::LogWritten { index, .. } => setup.push((key, index)),
+                other => panic!("seed {seed}: setup write: {other:?}"),
+            }
         }
     }
-    // The clients, two of them with a fault of their own.
+    // Kairos clocks (their own random stream, so the draws below are unchanged).
+    let mut krng = Prng::new(seed ^ 0x006b_6169_726f_7300);
+    // The `KairosNoTimestampBump` canary's client half.
+    let client_bug = match canary {
+        Some(PlantedBug::KairosNoTimestampBump) => Some(strata_kairos::PlantedBug::NoTimestampBump),
+        _ => opts.client_bug,
+    };
+    // The clients, two of them with a fault of their own (three on a Kairos table).
     let mut clients: Vec<TxnClient> = (0..opts.clients)
         .map(|i| {
             let fault = match (opts.faults, i) {
@@ -241,16 +511,29 @@ pub fn run(seed: u64, opts: &TxnSimOptions) -> TxnReport {
                 (true, 1) => {
                     Some(ClientFault::PauseAfterPrepare(opts.pause.unwrap_or(opts.t_tx * 8)))
                 }
+                (true, 2) if kairos_mode && !opts.stall.is_zero() => {
+                    Some(ClientFault::StallBeforePrepare(opts.stall))
+                }
                 _ => None,
             };
-            let g = lease(&mut c, i, &mut applied);
+            let g = lease(&mut c, i, &mut rec);
             let txns = if matches!(fault, Some(ClientFault::CrashAfterPrepare)) {
                 3
             } else {
                 opts.txns_per_client
             };
             let renew = opts.lease_term / 4;
-            TxnClient::new(i, TABLE, accounts(), SHARDS, NODES, g, txns, fault, renew, rng.fork())
+            let kairos = kairos_mode.then(|| {
+                let skew = match (opts.skew, opts.skews.len()) {
+                    (false, _) => Skew::NONE,
+                    (true, 0) => Skew::draw(&mut krng),
+                    (true, n) => opts.skews[i % n],
+                };
+                rec.kairos.as_mut().expect("kairos").skews.push(skew);
+                KairosSide::new(g.lease_id as u32, skew, c.now, &layout, client_bug)
+            });
+            let keys = accounts();
+            TxnClient::new(i, &layout, keys, NODES, g, txns, fault, renew, rng.fork(), kairos)
         })
         .collect();
     for cl in &mut clients {
@@ -276,7 +559,7 @@ pub fn run(seed: u64, opts: &TxnSimOptions) -> TxnReport {
     // A shard move while transactions hold locks on it (`mover` docs).
     let mut mover = (opts.faults && opts.move_shard).then(|| {
         // A shard that holds accounts (one of the three may hold none).
-        let shard = shard_of(&accounts()[frng.range(0, ACCOUNTS as u64) as usize], SHARDS);
+        let account = frng.range(0, ACCOUNTS as u64) as usize;
         // Decision records exist while recovery runs: early on, for the transactions of the
         // crashing and the pausing client.
         let want_decision = frng.chance(0.25);
@@ -284,11 +567,15 @@ pub fn run(seed: u64, opts: &TxnSimOptions) -> TxnReport {
             c.now + Duration::from_millis(if want_decision { 0 } else { frng.range(200, 1500) });
         let without_leader = frng.chance(0.5);
         let pick = frng.next_u64();
+        // With sharded validators, half the moves move a validator shard.
+        let table = if layout.sharded() && frng.chance(0.5) { 1 } else { 0 };
+        let (_, shard) = layout.part(table, &accounts()[account]);
         let client = opts.clients + 1;
+        let name = layout.name(table);
         let mut m =
-            Mover::new(&mut c, client, TABLE, shard, from, want_decision, without_leader, pick);
+            Mover::new(&mut c, client, name, shard, from, want_decision, without_leader, pick);
         m.plant = opts.move_plant;
-        m
+        (table, m)
     });
     // Leaders crashed in the middle of a prepare (`Preparing` docs).
     let mut preparing = Preparing {
@@ -298,40 +585,43 @@ pub fn run(seed: u64, opts: &TxnSimOptions) -> TxnReport {
         crashes: 0,
     };
     let deadline = c.now + Duration::from_secs(60);
-    let busy = |clients: &[TxnClient], mover: &Option<Mover>| {
-        !clients.iter().all(TxnClient::finished) || mover.as_ref().is_some_and(|m| !m.finished())
+    // Kairos: the clients start once all of them registered (`TxnClient::open`).
+    let mut gated = kairos_mode;
+    let busy = |clients: &[TxnClient], mover: &Option<(usize, Mover)>| {
+        !clients.iter().all(TxnClient::finished)
+            || mover.as_ref().is_some_and(|(_, m)| !m.finished())
     };
     while c.now < deadline && busy(&clients, &mover) {
         let Some(stepped) = c.next(deadline) else { break };
         match stepped {
             Stepped::Node(step) => {
-                if let Some(m) = mover.as_mut() {
+                if let Some((_, m)) = mover.as_mut() {
                     m.watch(&mut c, &step);
                 }
-                if let Some((node, shard, index)) = preparing.due(&c, &step) {
+                if let Some((node, part, index)) = preparing.due(&c, &step, &layout) {
                     if frng.chance(0.5) {
                         preparing.crash(&mut c, node, &mut frng, RESTART);
                     } else {
                         // A little later: replicated, perhaps persisted, but not yet applied.
                         let at = c.now + Duration::from_micros(frng.range(100, 1500));
-                        preparing.waiting = Some((node, shard, index, c.incarnation(node)));
+                        preparing.waiting = Some((node, part, index, c.incarnation(node)));
                         c.schedule(at, CRASH_PREPARING);
                     }
                 }
                 let (node, adopted) = (step.node, adopted(&step));
-                observe(&mut c, step, &mut applied);
-                if let Some(m) = mover.as_ref().filter(|_| adopted) {
-                    record_adopted(&c, node, m.shard, &mut applied);
+                observe(&mut c, step, &mut rec, &clients);
+                if let Some((table, m)) = mover.as_ref().filter(|_| adopted) {
+                    record_adopted(&c, node, (*table, m.shard), &mut rec);
                 }
             }
             Stepped::Harness(CRASH_PREPARING) => {
-                if let Some((node, shard, index, incarnation)) = preparing.waiting.take() {
+                if let Some((node, part, index, incarnation)) = preparing.waiting.take() {
                     let unapplied = c.incarnation(node) == incarnation
                         && all_up(&c)
                         && c.nodes[node]
                             .host
                             .as_ref()
-                            .and_then(|h| h.shard_replica(TABLE, shard))
+                            .and_then(|h| h.shard_replica(layout.name(part.0), part.1))
                             .is_some_and(|r| r.role() == Role::Leader && r.applied_index() < index);
                     if unapplied {
                         preparing.crash(&mut c, node, &mut frng, RESTART);
@@ -348,32 +638,39 @@ pub fn run(seed: u64, opts: &TxnSimOptions) -> TxnReport {
             Stepped::Harness(token) if token & RESTART != 0 => {
                 let node = (token & 0xffff) as usize;
                 if !c.is_up(node) {
-                    restart(&mut c, node, &mut applied);
+                    restart(&mut c, node, &mut rec);
                 }
             }
             _ => {}
         }
         let now = c.now;
+        if gated && clients.iter().all(|cl| cl.registered(now)) {
+            gated = false;
+            clients.iter_mut().for_each(TxnClient::open);
+        }
+        if let Some(k) = rec.kairos.as_ref() {
+            wake_stalled(&mut clients, k, now);
+        }
         for (client, resp) in std::mem::take(&mut c.client_inbox) {
             if let Some(cl) = clients.get_mut(client) {
                 cl.on_response(&mut c, now, resp);
-            } else if let Some(m) = mover.as_mut().filter(|m| m.client == client) {
+            } else if let Some((_, m)) = mover.as_mut().filter(|(_, m)| m.client == client) {
                 m.on_response(&mut c, resp);
             }
         }
         for client in std::mem::take(&mut c.client_wakes) {
             if let Some(cl) = clients.get_mut(client) {
                 cl.poll(&mut c, now);
-            } else if let Some(m) = mover.as_mut().filter(|m| m.client == client) {
+            } else if let Some((_, m)) = mover.as_mut().filter(|(_, m)| m.client == client) {
                 m.poll(&mut c);
             }
         }
     }
-    let unfinished_move = mover.as_ref().filter(|m| !m.finished()).map(Mover::describe);
+    let unfinished_move = mover.as_ref().filter(|(_, m)| !m.finished()).map(|(_, m)| m.describe());
     // Heal: every node up, no loss; then time for recovery to finish what clients left.
     for i in 0..NODES {
         if !c.is_up(i) {
-            restart(&mut c, i, &mut applied);
+            restart(&mut c, i, &mut rec);
         }
     }
     c.calm();
@@ -382,8 +679,8 @@ pub fn run(seed: u64, opts: &TxnSimOptions) -> TxnReport {
         cl.abandon(end);
     }
     // Recovery needs `T_TX` per object (two at most here), then a few round trips.
-    run_for(&mut c, Duration::from_secs(3) + opts.t_tx * 4, &mut applied);
-    let final_values = accounts()
+    run_for(&mut c, Duration::from_secs(3) + opts.t_tx * 4, &mut rec);
+    let finals: Vec<(Bytes, Option<Bytes>, Timestamp)> = accounts()
         .into_iter()
         .map(|key| {
             let body = Request::LogRead {
@@ -392,17 +689,26 @@ pub fn run(seed: u64, opts: &TxnSimOptions) -> TxnReport {
                 min_index: None,
                 sharer: false,
             };
-            match call_leader(&mut c, setup_client, None, body, &mut applied) {
-                Response::LogValue { value, .. } => (key, value),
-                other => (key, Some(Bytes::from(format!("unreadable: {other:?}")))),
+            match call_leader(&mut c, setup_client, None, body, &mut rec) {
+                Response::LogValue { value, vts, .. } => (key, value, vts.unwrap_or_default()),
+                other => {
+                    let unreadable = Bytes::from(format!("unreadable: {other:?}"));
+                    (key, Some(unreadable), Timestamp::ZERO)
+                }
             }
         })
         .collect();
+    if let Some(k) = rec.kairos.as_mut() {
+        k.final_vts = finals.iter().map(|(k, _, vts)| (k.clone(), *vts)).collect();
+    }
+    let final_values = finals.into_iter().map(|(k, v, _)| (k, v)).collect();
     let locks_left = (0..NODES)
         .filter_map(|i| {
             c.operate(i, |h, _| {
-                (0..SHARDS)
-                    .filter_map(|s| h.shard_replica(TABLE, s))
+                layout
+                    .parts()
+                    .into_iter()
+                    .filter_map(|(t, s)| h.shard_replica(layout.name(t), s))
                     .map(|r| r.locks().count())
                     .sum::<usize>()
             })
@@ -410,13 +716,18 @@ pub fn run(seed: u64, opts: &TxnSimOptions) -> TxnReport {
         .map(|(n, _)| n)
         .sum();
     let failures = c.nodes.iter().filter_map(|n| n.failure.clone()).collect();
-    let frozen = mover.as_ref().and_then(|m| m.frozen.as_ref());
-    let moves = mover.iter().filter_map(|m| Some((m.shard, m.done.clone()?))).collect();
+    let frozen = mover.as_ref().and_then(|(_, m)| m.frozen.as_ref());
+    let moves = mover
+        .iter()
+        .filter_map(|(t, m)| Some((layout.name(*t).to_string(), m.shard, m.done.clone()?)))
+        .collect();
     let mut report = TxnReport {
         seed,
+        layout,
+        faults: opts.faults,
         records: clients.into_iter().flat_map(|cl| cl.done).collect(),
         setup,
-        applied,
+        applied: rec.applied,
         final_values,
         locks_left,
         failures,
@@ -426,6 +737,7 @@ pub fn run(seed: u64, opts: &TxnSimOptions) -> TxnReport {
         prepare_crashes: preparing.crashes,
         crashes,
         end,
+        kairos: rec.kairos,
         violations: Vec::new(),
     };
     report.violations = check::check_all(&report);
@@ -437,6 +749,95 @@ pub fn run(seed: u64, opts: &TxnSimOptions) -> TxnReport {
         });
     }
     report
+}
+
+/// Wakes a client stalled before its prepares ([`ClientFault::StallBeforePrepare`]) once
+/// every shard that will validate its reads last announced a `ts_GC` above their freshness:
+/// its prepare then meets the `TooOld` check by construction, not by chance (a leader
+/// change or a member holding `ts_GC` back may still let it through, rightly).
+fn wake_stalled(clients: &mut [TxnClient], k: &KairosTrace, now: Instant) {
+    for cl in clients.iter_mut() {
+        let Some((freshness, parts)) = cl.stalled() else { continue };
+        let passed = |p: &Part| k.last_ts_gc.get(p).is_some_and(|gc| *gc > freshness);
+        if parts.iter().all(passed) {
+            cl.wake(now);
+        }
+    }
+}
+
+/// The accounts' initial values on a Kairos table (which refuses plain writes): one
+/// blind-write transaction of every account, prepared at every participant's leader, then
+/// decided everywhere (kairos.md §5.4 objects, [`kairos::objects`]). Its prepares go one
+/// after the other, so a lost message can outlast `T_TX` and let recovery abort it: then it
+/// runs again under a new block of ids. Returns its id, commit timestamp and when it was
+/// decided.
+fn kairos_setup(
+    c: &mut HostCluster,
+    client: usize,
+    g: &LeaseStatus,
+    rec: &mut Recorder,
+) -> (TxnId, Timestamp, Instant) {
+    let layout = rec.layout.clone();
+    let value = TxnAction::Write(Bytes::from(INITIAL.to_string()));
+    let writes = accounts().into_iter().map(|k| (k, (value.clone(), None))).collect();
+    let objects = kairos::objects(&layout, &writes);
+    let block = objects.len() as u64 + 1;
+    for attempt in 0..10 {
+        let base = 1 + attempt * block;
+        let all: Vec<TxnObject> = objects
+            .iter()
+            .enumerate()
+            .map(|(i, o)| TxnObject {
+                table: layout.name(o.table).to_string(),
+                key: o.key.clone(),
+                seq: base + 1 + i as u64,
+            })
+            .collect();
+        let mut parts: BTreeMap<Part, Vec<TxnOp>> = BTreeMap::new();
+        for (o, obj) in objects.iter().zip(&all) {
+            let (key, action) = (o.key.clone(), o.action.clone());
+            let op = TxnOp { key, seq: obj.seq, expect: None, action };
+            parts.entry(layout.part(o.table, &o.key)).or_default().push(op);
+        }
+        let commit_ts = Timestamp::new(c.now.as_nanos(), g.lease_id as u32);
+        let (mut prepared, mut decided) = (true, true);
+        for (&(table, shard), ops) in &parts {
+            let vts = vec![None; ops.len()];
+            let kairos = kairos::prepare_fields(&layout, table, (commit_ts, None), false, vts);
+            let body = Request::TxnPrepare {
+                table: layout.name(table).to_string(),
+                shard,
+                read_only: false,
+                all: all.clone(),
+                ops: ops.clone(),
+                kairos: Some(kairos),
+            };
+            match call_leader(c, client, Some(envelope(g, base)), body, rec) {
+                Response::TxnVotes { votes, decided: d } => {
+                    prepared &= votes.iter().all(|(_, v)| *v == Vote::Prepared);
+                    decided &= d;
+                }
+                other => panic!("the setup transaction's prepare at {table}/{shard}: {other:?}"),
+            }
+        }
+        let decision = if prepared { Decision::Commit } else { Decision::Abort };
+        let decided_at = c.now;
+        if parts.len() > 1 || !decided {
+            for (&(table, shard), ops) in &parts {
+                let seqs = ops.iter().map(|o| o.seq).collect();
+                let table = layout.name(table).to_string();
+                let body = Request::TxnDecide { table, shard, decision, seqs };
+                match call_leader(c, client, Some(envelope(g, base)), body, rec) {
+                    Response::TxnDecided => {}
+                    other => panic!("the setup transaction's decision at {shard}: {other:?}"),
+                }
+            }
+        }
+        if prepared {
+            return (TxnId { client_id: g.lease_id, base }, commit_ts, decided_at);
+        }
+    }
+    panic!("the setup transaction aborted ten times");
 }
 
 /// Whether the step adopted a shard move (answered `ShardAdopted`: the node replaced its
@@ -456,21 +857,28 @@ fn all_up(c: &HostCluster) -> bool {
 struct Preparing {
     left: u32,
     next_at: Instant,
-    /// A crash scheduled a little later: `(node, shard, the entry's index, incarnation)`.
-    waiting: Option<(usize, u32, LogIndex, u64)>,
+    /// A crash scheduled a little later: `(node, participant, the entry's index,
+    /// incarnation)`.
+    waiting: Option<(usize, Part, LogIndex, u64)>,
     crashes: usize,
 }
 
 impl Preparing {
     /// Whether `step` is a leader appending a prepare while the fault is armed: `(node,
-    /// shard, the entry's index)`.
-    fn due(&self, c: &HostCluster, step: &crate::host::Step) -> Option<(usize, u32, LogIndex)> {
+    /// participant, the entry's index)`.
+    fn due(
+        &self,
+        c: &HostCluster,
+        step: &Step,
+        layout: &Layout,
+    ) -> Option<(usize, Part, LogIndex)> {
         if self.left == 0 || self.waiting.is_some() || c.now < self.next_at || !all_up(c) {
             return None;
         }
         let r = c.nodes[step.node].host.as_ref()?;
         step.persists.iter().find_map(|(id, records)| {
-            let replica = r.shard_replica(TABLE, id.shard)?;
+            let table = layout.index_of_id(id.table)?;
+            let replica = r.shard_replica(layout.name(table), id.shard)?;
             if replica.role() != Role::Leader {
                 return None;
             }
@@ -479,7 +887,9 @@ impl Preparing {
                 matches!(e.op, LogOp::Prepare(_)) && e.index.epoch == replica.epoch()
             };
             records.iter().find_map(|(_, p)| match p {
-                Persist::Append(es) => es.iter().find(own).map(|e| (step.node, id.shard, e.index)),
+                Persist::Append(es) => {
+                    es.iter().find(own).map(|e| (step.node, (table, id.shard), e.index))
+                }
                 _ => None,
             })
         })
@@ -495,53 +905,60 @@ impl Preparing {
     }
 }
 
-/// Records a step's transaction events and sends its replies on to the clients.
-fn observe(c: &mut HostCluster, step: crate::host::Step, applied: &mut Vec<Applied>) {
+/// Records a step (its transaction events; on a Kairos table, its [`KairosTrace`]) and sends
+/// its replies on to the clients.
+fn observe(c: &mut HostCluster, step: Step, rec: &mut Recorder, clients: &[TxnClient]) {
+    if let Some(k) = rec.kairos.as_mut() {
+        k.observe(c, &step, &rec.layout, clients);
+    }
     c.send_replies(step.replies);
-    record(step.node, step.audit, applied);
+    rec.record(step.node, c.now, step.audit);
 }
 
-/// [`Applied::Locks`] of `node`'s replica of `shard` now (after a move's adoption).
-fn record_adopted(c: &HostCluster, node: usize, shard: u32, applied: &mut Vec<Applied>) {
+/// [`Applied::Locks`] of `node`'s replica of `part` now (after a move's adoption).
+fn record_adopted(c: &HostCluster, node: usize, (table, shard): Part, rec: &mut Recorder) {
     let Some(h) = c.nodes[node].host.as_ref() else { return };
     let locks = h
-        .shard_replica(TABLE, shard)
+        .shard_replica(rec.layout.name(table), shard)
         .map(|r| r.locks().map(|l| (l.key.clone(), l.txn, l.seq)).collect())
         .unwrap_or_default();
-    applied.push(Applied::Locks { node, shard, locks });
+    rec.applied.push(Applied::Locks { node, table, shard, locks });
 }
 
-fn record(node: usize, audit: Vec<Audit>, applied: &mut Vec<Applied>) {
-    for a in audit {
-        if let Audit::Log { table, shard, event: LogEvent::Txn(event) } = a {
-            if table == TABLE {
-                applied.push(Applied::Event { node, shard, event });
+impl Recorder {
+    fn record(&mut self, node: usize, at: Instant, audit: Vec<Audit>) {
+        for a in audit {
+            if let Audit::Log { table, shard, event: LogEvent::Txn(event) } = a {
+                if let Some(table) = self.layout.index_of(&table) {
+                    self.applied.push(Applied::Event { node, table, shard, event, at });
+                }
             }
         }
     }
 }
 
-fn restart(c: &mut HostCluster, node: usize, applied: &mut Vec<Applied>) {
-    applied.push(Applied::Restarted { node });
+fn restart(c: &mut HostCluster, node: usize, rec: &mut Recorder) {
+    rec.applied.push(Applied::Restarted { node });
     let step = c.start(node);
     // A moved-in replica's log starts with its `Install` entry: its locks come first.
-    for shard in 0..SHARDS {
-        let r = c.nodes[node].host.as_ref().and_then(|h| h.shard_replica(TABLE, shard));
+    for (table, shard) in rec.layout.parts() {
+        let name = rec.layout.name(table);
+        let r = c.nodes[node].host.as_ref().and_then(|h| h.shard_replica(name, shard));
         if let Some(LogOp::Install(s)) = r.and_then(|r| r.entries().first()).map(|e| &e.op) {
             let locks = s.locks.iter().map(|l| (l.key.clone(), l.txn, l.seq)).collect();
-            applied.push(Applied::Locks { node, shard, locks });
+            rec.applied.push(Applied::Locks { node, table, shard, locks });
         }
     }
     if let Some(step) = step {
-        observe(c, step, applied);
+        observe(c, step, rec, &[]);
     }
 }
 
-fn run_for(c: &mut HostCluster, d: Duration, applied: &mut Vec<Applied>) {
+fn run_for(c: &mut HostCluster, d: Duration, rec: &mut Recorder) {
     let until = c.now + d;
     while let Some(stepped) = c.next(until) {
         if let Stepped::Node(step) = stepped {
-            observe(c, step, applied);
+            observe(c, step, rec, &[]);
         }
         c.client_inbox.clear();
         c.client_wakes.clear();
@@ -568,7 +985,7 @@ fn call(
     node: usize,
     rifl: Option<Rifl>,
     body: Request,
-    applied: &mut Vec<Applied>,
+    rec: &mut Recorder,
 ) -> Option<Response> {
     let corr = c.inputs | (1 << 62);
     c.send_request(client, node, ClientRequest { corr, rifl, body });
@@ -579,7 +996,7 @@ fn call(
             return Some(body);
         }
         match c.next(until) {
-            Some(Stepped::Node(step)) => observe(c, step, applied),
+            Some(Stepped::Node(step)) => observe(c, step, rec, &[]),
             Some(_) => {}
             None => break,
         }
@@ -594,14 +1011,14 @@ fn call_leader(
     client: usize,
     rifl: Option<Rifl>,
     body: Request,
-    applied: &mut Vec<Applied>,
+    rec: &mut Recorder,
 ) -> Response {
     let until = c.now + Duration::from_secs(20);
     let mut candidates: Vec<usize> = (0..NODES).collect();
     let mut node = 0;
     let mut last = None;
     while c.now < until {
-        match call(c, client, node, rifl, body.clone(), applied) {
+        match call(c, client, node, rifl, body.clone(), rec) {
             Some(Response::LogRejected(LogFailure::Moved { replicas })) if !replicas.is_empty() => {
                 candidates = replicas.iter().map(|r| r.0 as usize).collect();
                 let at = candidates.iter().position(|&r| r == node);
@@ -617,7 +1034,7 @@ fn call_leader(
                 let at = candidates.iter().position(|&r| r == node);
                 node = candidates[at.map_or(0, |i| (i + 1) % candidates.len())];
                 let later = c.now + Duration::from_millis(20);
-                run_for(c, later.saturating_since(c.now), applied);
+                run_for(c, later.saturating_since(c.now), rec);
             }
             Some(r) => return r,
         }
@@ -626,16 +1043,16 @@ fn call_leader(
     panic!("no leader answered {body:?} (last at n{last:?})");
 }
 
-fn lease(c: &mut HostCluster, client: usize, applied: &mut Vec<Applied>) -> LeaseStatus {
+fn lease(c: &mut HostCluster, client: usize, rec: &mut Recorder) -> LeaseStatus {
     let mut last = None;
     for _ in 0..50 {
         for node in 0..NODES {
-            match call(c, client, node, None, Request::RenewLease { lease_id: 0 }, applied) {
+            match call(c, client, node, None, Request::RenewLease { lease_id: 0 }, rec) {
                 Some(Response::Lease(g)) => return g,
                 other => last = other,
             }
         }
-        run_for(c, Duration::from_millis(100), applied);
+        run_for(c, Duration::from_millis(100), rec);
     }
     panic!("no lease granted (last answer {last:?})");
 }
