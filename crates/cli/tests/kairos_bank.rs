@@ -13,8 +13,16 @@
 //!   state lives in the shard's log, kairos.md §9.12) is stopped with transfers in flight and
 //!   its node restarted from its directory once a new leader is seen: twice by SIGKILL (a
 //!   crash), once by SIGTERM (a graceful stop, the node's `NODE_STOPPING` push and shutdown).
+//! * Then `strata txn` processes (the real clock, not strict) each move money between
+//!   accounts of two shards and are SIGSTOPped shortly after they start
+//!   (`common::stopped_txn::pause_one`, as in `bank.rs`) until one of them held its locks
+//!   until recovery (`T_TX`) decided its transaction: the balances, read once no replica holds
+//!   a lock, show whether it took effect, and the resumed process must print that outcome.
+//!   The in-process transfers wait until the process exited (`Resume::Alone`), so the
+//!   versions of its two accounts then are what it wrote: a committed one goes into the
+//!   history below with the versions it read when it started and those it wrote.
 //! * At the end: the total is conserved, every account holds the initial balance plus its
-//!   committed transfers, every replica reports no lock, and [`check_history`] finds no
+//!   committed transfers (the stopped processes' included), every replica reports no lock, and [`check_history`] finds no
 //!   stale read in the recorded commit infos (every read of a committed transaction returned
 //!   the version current at its commit timestamp; versions of a key strictly increase; every
 //!   RW commit timestamp is above the versions it read); every account's final version is the
@@ -31,6 +39,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use common::bank::*;
+use common::stopped_txn::*;
 use common::*;
 use strata_client::{
     Client, ClientError, ClientOptions, CommitInfo, KairosOptions, ReadInfo, RetryPolicy,
@@ -57,6 +66,10 @@ const BETWEEN: usize = 15;
 /// Audits committed by the end, and the attempts of one before the transfers are paused.
 const MIN_AUDITS: usize = 4;
 const AUDIT_ATTEMPTS: u32 = 20;
+/// `strata txn` processes stopped: at least this many, and more (up to `MAX_PAUSES`) until
+/// one of them held its locks until recovery decided.
+const MIN_PAUSES: usize = 2;
+const MAX_PAUSES: usize = 20;
 
 fn opts((offset_ms, drift_ppm, strict): (i64, i32, bool)) -> ClientOptions {
     ClientOptions {
@@ -350,6 +363,7 @@ async fn kairos_bank_keeps_every_balance_and_commits_no_stale_read_under_skew_an
         assert!(k.in_flight >= 1, "no transfer was in flight at the stop");
         kills.push(k);
     }
+    let pauses = stop_txn_processes(&up, &client, &shard_of, &gate, &mut rng, t0).await;
     let n = counters.committed.load(Ordering::Relaxed);
     wait_committed(&counters, n + BETWEEN, Duration::from_secs(30)).await;
     eventually_async("audits", Duration::from_secs(30), || audited.done() >= MIN_AUDITS).await;
@@ -364,7 +378,9 @@ async fn kairos_bank_keeps_every_balance_and_commits_no_stale_read_under_skew_an
     // Every transaction decided everywhere; every account holds what the transfers say.
     let settled = BANK.wait_quiet(&endpoints, Duration::from_secs(15)).await;
     let committed: Vec<Committed> = log.lock().unwrap().clone();
-    let transfers: Vec<Transfer> = committed.iter().map(|c| c.transfer).collect();
+    let committed_pauses: Vec<&Pause> = pauses.iter().filter(|p| p.committed()).collect();
+    let mut transfers: Vec<Transfer> = committed.iter().map(|c| c.transfer).collect();
+    transfers.extend(committed_pauses.iter().map(|p| p.transfer));
     let expected = expected_balances(INITIAL, ACCOUNTS, &transfers);
     let balances = read_balances(&mut table, ACCOUNTS).await;
     let total: u64 = balances.iter().sum();
@@ -385,6 +401,9 @@ async fn kairos_bank_keeps_every_balance_and_commits_no_stale_read_under_skew_an
         let strict = CLOCKS[c.task].2.then_some((c.began, c.reported));
         recorded.push(Recorded { info, strict });
     }
+    for p in &committed_pauses {
+        recorded.push(Recorded { info: pause_commit_info(p), strict: None });
+    }
     let infos: Vec<CommitInfo> = recorded.iter().map(|r| r.info.clone()).collect();
     let checked = check_history(&infos).unwrap_or_else(|e| panic!("{e}"));
     // The last committed write of each account is what its leader holds, at that version.
@@ -399,9 +418,11 @@ async fn kairos_bank_keeps_every_balance_and_commits_no_stale_read_under_skew_an
     }
     let pairs = check_real_time_order(&recorded).unwrap_or_else(|e| panic!("{e}"));
     assert!(pairs >= 1, "no strict transaction began after another was reported");
+    let recovered: Vec<&Pause> = pauses.iter().filter(|p| p.recovered()).collect();
+    let recovery_committed = recovered.iter().filter(|p| p.took_effect).count();
 
     eprintln!(
-        "kairos bank: {} transfers committed, {} skipped (source too low), {} aborted attempts retried, {} given up; {audits_done} audits ({} with the transfers paused); {} leader stops ({} transfers in flight); history: {checked:?}, {pairs} strict pairs in real-time order; total {total}; transfers took {transfers_done:?}, settled {settled:?} later, {:?} in all",
+        "kairos bank: {} transfers committed, {} skipped (source too low), {} aborted attempts retried, {} given up; {audits_done} audits ({} with the transfers paused); {} leader stops ({} transfers in flight); {} strata txn processes stopped, {} held locks, {} until recovery decided (committed {recovery_committed}), {} committed in all; history: {checked:?}, {pairs} strict pairs in real-time order; total {total}; transfers took {transfers_done:?}, settled {settled:?} later, {:?} in all",
         transfers.len(),
         counters.skipped.load(Ordering::Relaxed),
         counters.aborted_attempts.load(Ordering::Relaxed),
@@ -409,9 +430,72 @@ async fn kairos_bank_keeps_every_balance_and_commits_no_stale_read_under_skew_an
         audited.gated.load(Ordering::Relaxed),
         kills.len(),
         kills.iter().map(|k| k.in_flight).sum::<usize>(),
+        pauses.len(),
+        pauses.iter().filter(|p| p.held_locks()).count(),
+        recovered.len(),
+        committed_pauses.len(),
         t0.elapsed()
     );
     drop(restarted);
+}
+
+// ---- stopped `strata txn` processes ----
+
+/// Stops `strata txn` transfers (`pause_one`) until at least `MIN_PAUSES` ran and one held its
+/// locks until recovery decided (at most `MAX_PAUSES`); the in-process transfers and the
+/// audits run between them.
+async fn stop_txn_processes(
+    up: &Up,
+    client: &Client,
+    shard_of: &[u32],
+    gate: &Arc<RwLock<()>>,
+    rng: &mut Rng,
+    t0: Instant,
+) -> Vec<Pause> {
+    let mut stopped = StoppedTxns {
+        up,
+        bank: BANK,
+        table: client.table(TABLE).await.unwrap(),
+        accounts: ACCOUNTS,
+        max_amount: MAX_AMOUNT,
+        shard_of: shard_of.to_vec(),
+        gate: gate.clone(),
+        aim: Aim::new(),
+        resume: Resume::Alone,
+    };
+    let mut pauses: Vec<Pause> = Vec::new();
+    while pauses.len() < MIN_PAUSES
+        || (pauses.len() < MAX_PAUSES && !pauses.iter().any(Pause::recovered))
+    {
+        let p = pause_one(&mut stopped, rng).await;
+        eprintln!("[{:?}] {}", t0.elapsed(), p.describe());
+        pauses.push(p);
+    }
+    let held = pauses.iter().filter(|p| p.held_locks()).count();
+    assert!(
+        pauses.iter().any(Pause::recovered),
+        "none of {} stopped `strata txn` processes held its locks until recovery ({held} held some while its decisions were on their way)",
+        pauses.len()
+    );
+    pauses
+}
+
+/// A stopped process's committed transfer as the history checker sees it: it read its two
+/// accounts at the versions they had when it started and wrote both at its commit timestamp,
+/// which their versions carry once it exited (`Resume::Alone`: nothing else wrote them).
+fn pause_commit_info(p: &Pause) -> CommitInfo {
+    let after = p.after_exit.as_ref().expect("Resume::Alone reads the versions after the exit");
+    assert_eq!(after[0].1, after[1].1, "{p:?}: one transaction's writes at two timestamps");
+    let keys = [acct(p.transfer.from), acct(p.transfer.to)].map(Bytes::from);
+    let reads = keys.iter().zip(&p.read).map(|(key, (value, vts))| ReadInfo {
+        table: TABLE.into(),
+        key: key.clone(),
+        value: Some(value.clone()),
+        vts: *vts,
+    });
+    let writes =
+        keys.iter().zip(after).map(|(key, (v, _))| (TABLE.into(), key.clone(), Some(v.clone())));
+    txn(after[0].1, reads.collect(), writes.collect())
 }
 
 // ---- the checkers' canaries ----

@@ -5,6 +5,7 @@
 
 pub mod bank;
 pub mod proxy;
+pub mod stopped_txn;
 
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
