@@ -70,6 +70,29 @@ impl Nodes {
         cmd
     }
 
+    /// Waits until each of `table`'s `shards` shards has a leader (`strata status --json`). A
+    /// table's first transaction otherwise may find a shard still electing: its other
+    /// participants' locks outlive `T_TX` meanwhile and recovery aborts it `Recovered`
+    /// (correct, but not what this test checks).
+    fn await_leaders(&self, table: &str, shards: u64) {
+        eventually(&format!("a leader for every shard of {table}"), Duration::from_secs(20), || {
+            let Ok(status) = serde_json::from_str::<serde_json::Value>(&text(
+                &self.strata(&["status", "--json"]).stdout,
+            )) else {
+                return false;
+            };
+            let led: std::collections::BTreeSet<u64> = status
+                .as_array()
+                .into_iter()
+                .flatten()
+                .flat_map(|n| n["shards"].as_array().into_iter().flatten())
+                .filter(|s| s["table"] == table && s["role"] == "leader")
+                .filter_map(|s| s["shard"].as_u64())
+                .collect();
+            led.len() as u64 == shards
+        });
+    }
+
     /// `strata ARGS` with `input` on its standard input.
     fn strata_stdin(&self, args: &[&str], input: &str) -> Output {
         with_stdin(self.command(args), input.as_bytes())
@@ -201,6 +224,7 @@ fn log_tables_through_the_cli_survive_sigkill_of_every_node() {
     assert!(ok(&nodes.strata(&["table", "list"]))
         .lines()
         .any(|l| l.starts_with("bank") && l.contains("rifl")));
+    nodes.await_leaders("bank", 2);
     let txn = |input: &str, extra: &[&str]| {
         let mut args = vec!["txn", "--table", "bank"];
         args.extend_from_slice(extra);
@@ -231,6 +255,7 @@ fn log_tables_through_the_cli_survive_sigkill_of_every_node() {
     assert!(ok(&nodes.strata(&["table", "list"]))
         .lines()
         .any(|l| l.starts_with("kb") && l.contains("kairos")));
+    nodes.await_leaders("kb", 2);
     let ktxn = |input: &str| nodes.strata_stdin(&["txn", "--table", "kb"], input);
     assert_eq!(ok(&ktxn("put alice 100\nput bob 5\n")), "committed\n");
     assert_eq!(ok(&ktxn(transfer)), "70\n35\n(absent)\ncommitted\n");
@@ -255,6 +280,8 @@ fn log_tables_through_the_cli_survive_sigkill_of_every_node() {
     let v = row("ks.validators").unwrap_or_else(|| panic!("{list}"));
     assert_eq!(v.split_whitespace().nth(5), Some("3"), "3 shards: {list}");
     assert!(v.contains("validators"), "{list}");
+    nodes.await_leaders("ks", 2);
+    nodes.await_leaders("ks.validators", 3);
     let stxn = |input: &str| nodes.strata_stdin(&["txn", "--table", "ks"], input);
     assert_eq!(ok(&stxn("put alice 100\nput bob 5\n")), "committed\n");
     assert_eq!(ok(&stxn(transfer)), "70\n35\n(absent)\ncommitted\n");
