@@ -75,22 +75,26 @@ impl Nodes {
     /// participants' locks outlive `T_TX` meanwhile and recovery aborts it `Recovered`
     /// (correct, but not what this test checks).
     fn await_leaders(&self, table: &str, shards: u64) {
-        eventually(&format!("a leader for every shard of {table}"), Duration::from_secs(20), || {
-            let Ok(status) = serde_json::from_str::<serde_json::Value>(&text(
-                &self.strata(&["status", "--json"]).stdout,
-            )) else {
-                return false;
-            };
-            let led: std::collections::BTreeSet<u64> = status
-                .as_array()
-                .into_iter()
-                .flatten()
-                .flat_map(|n| n["shards"].as_array().into_iter().flatten())
-                .filter(|s| s["table"] == table && s["role"] == "leader")
-                .filter_map(|s| s["shard"].as_u64())
-                .collect();
-            led.len() as u64 == shards
-        });
+        eventually(
+            &format!("a leader for every shard of {table}"),
+            Duration::from_secs(20),
+            || {
+                let Ok(status) = serde_json::from_str::<serde_json::Value>(&text(
+                    &self.strata(&["status", "--json"]).stdout,
+                )) else {
+                    return false;
+                };
+                let led: std::collections::BTreeSet<u64> = status
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .flat_map(|n| n["shards"].as_array().into_iter().flatten())
+                    .filter(|s| s["table"] == table && s["role"] == "leader")
+                    .filter_map(|s| s["shard"].as_u64())
+                    .collect();
+                led.len() as u64 == shards
+            },
+        );
     }
 
     /// `strata ARGS` with `input` on its standard input.
