@@ -49,11 +49,20 @@ pub fn use_tls(cfg: &mut NodeConfig, dir: &std::path::Path) {
 
 /// Starts `n` nodes that know each other, each configured by `tune`.
 pub async fn local_cluster_with(n: u32, tune: impl Fn(&mut NodeConfig)) -> Vec<RunningNode> {
+    local_cluster_configs(n, tune).await.1
+}
+
+/// [`local_cluster_with`], also returning each node's config with the addresses it listens
+/// on, so a test can restart a node where it was.
+pub async fn local_cluster_configs(
+    n: u32,
+    tune: impl Fn(&mut NodeConfig),
+) -> (Vec<NodeConfig>, Vec<RunningNode>) {
     let bind = || std::net::TcpListener::bind("127.0.0.1:0").expect("bind loopback");
     let listeners: Vec<_> = (0..n).map(|_| (bind(), bind())).collect();
     let peer_addrs: Vec<SocketAddr> =
         listeners.iter().map(|(_, p)| p.local_addr().expect("bound")).collect();
-    let mut nodes = Vec::new();
+    let (mut cfgs, mut nodes) = (Vec::new(), Vec::new());
     for (id, (c, p)) in listeners.into_iter().enumerate() {
         let id = id as u32;
         let peers = (0..n)
@@ -61,10 +70,13 @@ pub async fn local_cluster_with(n: u32, tune: impl Fn(&mut NodeConfig)) -> Vec<R
             .map(|j| PeerConfig { id: j, addr: peer_addrs[j as usize] })
             .collect();
         let mut cfg = test_config(id, peers);
+        cfg.client_addr = c.local_addr().expect("bound");
+        cfg.peer_addr = p.local_addr().expect("bound");
         tune(&mut cfg);
+        cfgs.push(cfg.clone());
         nodes.push(crate::start_with_listeners(cfg, c, p).await.expect("test node starts"));
     }
-    nodes
+    (cfgs, nodes)
 }
 
 /// Starts `n` nodes with the default configuration.

@@ -200,22 +200,7 @@ fn main_txn(args: &Args) -> ExitCode {
     let mut failed = Vec::new();
     for seed in seeds.clone() {
         let r = run(seed, &opts);
-        println!(
-            "seed {seed}: {} — {} transactions and reads, {} committed, {} aborted, {} locks left; \
-             {} move(s) carrying {} lock(s) and {} decision record(s), {} leader(s) crashed \
-             preparing, {} other crash(es){}",
-            if r.violations.is_empty() { "ok" } else { "FAILED" },
-            r.records.len(),
-            r.committed(),
-            r.aborted(),
-            r.locks_left,
-            r.moves.len(),
-            r.moved_locks,
-            r.moved_decisions,
-            r.prepare_crashes,
-            r.crashes,
-            r.kairos_summary()
-        );
+        println!("seed {seed}: {}", r.summary());
         for v in r.violations.iter().take(args.max_violations) {
             println!("  {v}");
         }

@@ -23,21 +23,7 @@ use strata_wire::Instant;
 const SHARDED: TxnMode = TxnMode::KairosSharded(3);
 
 fn summary(r: &TxnReport) -> String {
-    let mut s = format!(
-        "seed {} ({:?}): {} records, {} committed, {} aborted, {} locks left; {} move(s) \
-         carrying {} lock(s) and {} decision record(s), {} leader(s) crashed preparing{}",
-        r.seed,
-        r.layout.mode,
-        r.records.len(),
-        r.committed(),
-        r.aborted(),
-        r.locks_left,
-        r.moves.len(),
-        r.moved_locks,
-        r.moved_decisions,
-        r.prepare_crashes,
-        r.kairos_summary()
-    );
+    let mut s = format!("seed {} ({:?}): {}", r.seed, r.layout.mode, r.summary());
     for v in r.violations.iter().take(5) {
         s += &format!("\n  [{}] {}", v.checker, v.detail);
     }

@@ -7,19 +7,7 @@ use strata_sim::txn::mover::MovePlant;
 use strata_sim::txn::{run, TxnReport, TxnSimOptions};
 
 fn summary(r: &TxnReport) -> String {
-    let mut s = format!(
-        "seed {}: {} records, {} committed, {} aborted, {} locks left; {} move(s) carrying {} \
-         lock(s) and {} decision record(s), {} leader(s) crashed preparing",
-        r.seed,
-        r.records.len(),
-        r.committed(),
-        r.aborted(),
-        r.locks_left,
-        r.moves.len(),
-        r.moved_locks,
-        r.moved_decisions,
-        r.prepare_crashes
-    );
+    let mut s = format!("seed {}: {}", r.seed, r.summary());
     for v in r.violations.iter().take(5) {
         s += &format!("\n  [{}] {}", v.checker, v.detail);
     }

@@ -11,7 +11,7 @@ use strata_client::{
     Client, ClientOptions, ShardRole, ShardStatus, TableDef, TableDurability, TableEngine,
     TableReads, TableReplication, TableTimers,
 };
-use strata_node::{NodeConfig, PeerConfig, RunningNode};
+use strata_node::{NodeConfig, RunningNode};
 
 pub fn cad_table(name: &str, shards: u32) -> TableDef {
     TableDef {
@@ -48,29 +48,12 @@ pub fn opts() -> ClientOptions {
 
 /// `n` nodes whose configs (real addresses) are kept, so a node can be restarted.
 pub async fn cluster_of(n: u32) -> (Vec<NodeConfig>, Vec<Option<RunningNode>>) {
-    let bind = || std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let listeners: Vec<_> = (0..n).map(|_| (bind(), bind())).collect();
-    let peer_addrs: Vec<SocketAddr> =
-        listeners.iter().map(|(_, p)| p.local_addr().unwrap()).collect();
-    let mut cfgs = Vec::new();
-    let mut nodes = Vec::new();
-    for (id, (c, p)) in listeners.into_iter().enumerate() {
-        let id = id as u32;
-        let peers = (0..n)
-            .filter(|&j| j != id)
-            .map(|j| PeerConfig { id: j, addr: peer_addrs[j as usize] })
-            .collect();
-        let mut cfg = strata_node::testing::test_config(id, peers);
-        // No scenario here is about recovery, and with every test binary's clusters on 2
-        // cores a transaction's prepares can reach their shards 100 ms apart: the default
-        // `T_TX` then recovers (aborts) transactions whose client is alive and waiting.
-        cfg.txn_timeout_per_object_ms = 1_000;
-        cfg.client_addr = c.local_addr().unwrap();
-        cfg.peer_addr = p.local_addr().unwrap();
-        cfgs.push(cfg.clone());
-        nodes.push(Some(strata_node::start_with_listeners(cfg, c, p).await.unwrap()));
-    }
-    (cfgs, nodes)
+    // No scenario here is about recovery, and with every test binary's clusters on 2 cores a
+    // transaction's prepares can reach their shards 100 ms apart: the default `T_TX` then
+    // recovers (aborts) transactions whose client is alive and waiting.
+    let tune = |cfg: &mut NodeConfig| cfg.txn_timeout_per_object_ms = 1_000;
+    let (cfgs, nodes) = strata_node::testing::local_cluster_configs(n, tune).await;
+    (cfgs, nodes.into_iter().map(Some).collect())
 }
 
 /// Three nodes ([`cluster_of`]).

@@ -372,6 +372,27 @@ impl TxnReport {
         self.records.iter().filter(|r| r.outcome == client::Known::Aborted).count()
     }
 
+    /// One line of what the run did: its records and outcomes, locks left, moves and what
+    /// they carried, crashes, and on a Kairos table [`TxnReport::kairos_summary`].
+    pub fn summary(&self) -> String {
+        format!(
+            "{} — {} transactions and reads, {} committed, {} aborted, {} locks left; {} move(s) \
+             carrying {} lock(s) and {} decision record(s), {} leader(s) crashed preparing, {} \
+             other crash(es){}",
+            if self.violations.is_empty() { "ok" } else { "FAILED" },
+            self.records.len(),
+            self.committed(),
+            self.aborted(),
+            self.locks_left,
+            self.moves.len(),
+            self.moved_locks,
+            self.moved_decisions,
+            self.prepare_crashes,
+            self.crashes,
+            self.kairos_summary()
+        )
+    }
+
     /// On a Kairos table: the moved table, its abort reasons and the clocks' offsets (empty
     /// otherwise).
     pub fn kairos_summary(&self) -> String {
