@@ -66,15 +66,10 @@ fn opts() -> ClientOptions {
 async fn bank_transfers_keep_every_balance_under_leader_kills_and_stopped_clients() {
     let t0 = Instant::now();
     let mut rng = Rng::from_env();
-    let up = Up::start_with(3, &[PLAIN]);
+    let up = BANK.start_bank("rifl").await;
     let mut restarted = Restarted(Vec::new());
     let endpoints = up.endpoints.clone();
     let mut pids = up.pids.clone();
-    let out = up.strata(&["table", "create", TABLE, "--txn", "rifl", "--shards", "3"]);
-    assert!(out.status.success(), "table create: {}{}", stdout(&out), stderr(&out));
-    for shard in 0..SHARDS {
-        BANK.wait_leader(&endpoints, shard, 1, Duration::from_secs(15)).await;
-    }
     let client = Client::connect(&endpoints, opts()).await.unwrap();
     let mut table = client.table(TABLE).await.unwrap();
     let shard_of: Vec<u32> = (0..ACCOUNTS).map(|a| table.shard_of(acct(a).as_bytes())).collect();

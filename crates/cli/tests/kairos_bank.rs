@@ -70,6 +70,10 @@ const AUDIT_ATTEMPTS: u32 = 20;
 /// one of them held its locks until recovery decided.
 const MIN_PAUSES: usize = 2;
 const MAX_PAUSES: usize = 20;
+/// One-way delay added between the nodes while processes are stopped: it widens the window
+/// between a process's prepares and its decisions (a prepare's replication round) from about
+/// a millisecond, which 20 aimed stops missed once in a few runs, to over 10 ms.
+const STOP_PHASE_PEER_DELAY_MS: &str = "5";
 
 fn opts((offset_ms, drift_ppm, strict): (i64, i32, bool)) -> ClientOptions {
     ClientOptions {
@@ -266,15 +270,10 @@ async fn kairos_bank_keeps_every_balance_and_commits_no_stale_read_under_skew_an
 {
     let t0 = Instant::now();
     let mut rng = Rng::from_env();
-    let up = Up::start_with(3, &[PLAIN]);
+    let up = BANK.start_bank("kairos").await;
     let mut restarted = Restarted(Vec::new());
     let endpoints = up.endpoints.clone();
     let mut pids = up.pids.clone();
-    let out = up.strata(&["table", "create", TABLE, "--txn", "kairos", "--shards", "3"]);
-    assert!(out.status.success(), "table create: {}{}", stdout(&out), stderr(&out));
-    for shard in 0..SHARDS {
-        BANK.wait_leader(&endpoints, shard, 1, Duration::from_secs(15)).await;
-    }
     let client = Client::connect(&endpoints, opts((0, 0, false))).await.unwrap();
     let mut table = client.table(TABLE).await.unwrap();
     let shard_of: Vec<u32> = (0..ACCOUNTS).map(|a| table.shard_of(acct(a).as_bytes())).collect();
@@ -441,6 +440,18 @@ async fn kairos_bank_keeps_every_balance_and_commits_no_stale_read_under_skew_an
 
 // ---- stopped `strata txn` processes ----
 
+/// `strata fault` on every node's links to its peers: `delay_ms` one way, or cleared.
+fn set_peer_delay(up: &Up, delay_ms: Option<&str>) {
+    for node in 0..3 {
+        let node = node.to_string();
+        let out = match delay_ms {
+            Some(ms) => up.strata(&["fault", "--node", &node, "--delay-ms", ms]),
+            None => up.strata(&["fault", "--node", &node, "--clear"]),
+        };
+        assert!(out.status.success(), "strata fault: {}{}", stdout(&out), stderr(&out));
+    }
+}
+
 /// Stops `strata txn` transfers (`pause_one`) until at least `MIN_PAUSES` ran and one held its
 /// locks until recovery decided (at most `MAX_PAUSES`); the in-process transfers and the
 /// audits run between them.
@@ -463,6 +474,7 @@ async fn stop_txn_processes(
         aim: Aim::new(),
         resume: Resume::Alone,
     };
+    set_peer_delay(up, Some(STOP_PHASE_PEER_DELAY_MS));
     let mut pauses: Vec<Pause> = Vec::new();
     while pauses.len() < MIN_PAUSES
         || (pauses.len() < MAX_PAUSES && !pauses.iter().any(Pause::recovered))
@@ -471,6 +483,7 @@ async fn stop_txn_processes(
         eprintln!("[{:?}] {}", t0.elapsed(), p.describe());
         pauses.push(p);
     }
+    set_peer_delay(up, None);
     let held = pauses.iter().filter(|p| p.held_locks()).count();
     assert!(
         pauses.iter().any(Pause::recovered),

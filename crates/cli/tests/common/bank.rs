@@ -231,6 +231,19 @@ pub struct Sharded {
 }
 
 impl Sharded {
+    /// Three plaintext node processes with this table created (`--txn TXN`, its shards) and
+    /// a leader for each of its shards: the banks' start.
+    pub async fn start_bank(&self, txn: &str) -> Up {
+        let up = Up::start_with(3, &[super::PLAIN]);
+        let shards = self.shards.to_string();
+        let out = up.strata(&["table", "create", self.table, "--txn", txn, "--shards", &shards]);
+        assert!(out.status.success(), "table create: {}{}", stdout(&out), stderr(&out));
+        for shard in 0..self.shards {
+            self.wait_leader(&up.endpoints, shard, 1, Duration::from_secs(15)).await;
+        }
+        up
+    }
+
     /// `strata status --json` lists every replica of the table (three per shard), none
     /// holding a lock.
     pub fn assert_no_locks_in_status(&self, up: &Up) {
