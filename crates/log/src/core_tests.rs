@@ -1000,3 +1000,64 @@ fn a_write_larger_than_one_peer_message_is_refused() {
     assert!(s.write(env(1, 1), "small").expect("async: acked at once").is_ok());
     assert_eq!(writes_of(&s.r, 1), 1);
 }
+
+/// What a replica just sent and asked to persist: the `persisted_index` of every ack, and the
+/// token of a `Sync`, if any.
+fn acks_and_flush(r: &mut LogReplica) -> (Vec<LogIndex>, Option<u64>) {
+    let mut out: LogEffects = Effects::default();
+    r.poll_effects(&mut out);
+    let acks = out
+        .send
+        .iter()
+        .filter_map(|(_, m)| match m {
+            LogMessage::AppendAck(a) => Some(a.persisted_index),
+            _ => None,
+        })
+        .collect();
+    let sync = out.persist.iter().find(|(_, p)| matches!(p, Persist::Sync)).map(|(t, _)| *t);
+    (acks, sync)
+}
+
+/// A Sync-persistence follower acknowledges new entries once, when their fsync completes
+/// (§5.3 step 7, §5.6), not also on arrival; a message opening a new heartbeat round is
+/// acknowledged at once all the same, so the leader's lease never waits on this disk (§5.8).
+#[test]
+fn a_sync_follower_acks_entries_after_their_fsync_and_heartbeat_rounds_at_once() {
+    use strata_wire::log::{AppendEntries, Grant};
+    let ids = [NodeId(0), NodeId(1), NodeId(2)];
+    let hard_state = HardState { epoch: 1, voted_for: None };
+    let empty = RecoveredState { hard_state, snapshot: None, entries: vec![] };
+    let now = Instant::from_millis(1);
+    let mut r =
+        LogReplica::recover(LogConfig::strong_zk(), NodeId(0), &ids, empty, now, 5).unwrap();
+    let deliver = |r: &mut LogReplica, counter: u32, hb_round: u64| {
+        let m = AppendEntries {
+            epoch: 1,
+            prev_index: if counter == 1 { LogIndex::ZERO } else { LogIndex::new(1, counter - 1) },
+            entries: vec![entry(1, counter)],
+            commit_index: LogIndex::ZERO,
+            durable_index: LogIndex::ZERO,
+            flush_upto: None,
+            round_id: None,
+            hb_round,
+            grant: Grant { member: false, echo_ts: None, revoke_echo: None },
+        };
+        r.on_message(now, NodeId(1), LogMessage::AppendEntries(m));
+        acks_and_flush(r)
+    };
+    // A new heartbeat round: acknowledged on arrival, and its flush starts.
+    let (acks, first_flush) = deliver(&mut r, 1, 1);
+    assert_eq!(acks, vec![LogIndex::ZERO]);
+    let first_flush = first_flush.expect("Sync persistence flushes at once");
+    // More entries in the same round while the flush runs: no ack until a flush covers them.
+    let (acks, none) = deliver(&mut r, 2, 1);
+    assert!(acks.is_empty() && none.is_none(), "acked {acks:?} before the fsync");
+    // The first flush completes: its ack, and the flush of entry 2 starts.
+    r.on_persisted(now, first_flush);
+    let (acks, second_flush) = acks_and_flush(&mut r);
+    assert_eq!(acks, vec![LogIndex::new(1, 1)]);
+    assert!(second_flush.is_some());
+    // A new heartbeat round while that flush runs (a slow disk): acknowledged at once.
+    let (acks, _) = deliver(&mut r, 3, 2);
+    assert_eq!(acks, vec![LogIndex::new(1, 1)]);
+}

@@ -44,6 +44,7 @@ impl LogReplica {
         self.last_leader_contact = now;
         self.fresh_group = false;
         self.reset_election_deadline(now);
+        let new_hb_round = m.hb_round > self.lease.hb_round_seen;
         self.lease.hb_round_seen = self.lease.hb_round_seen.max(m.hb_round);
         if m.round_id.is_some() {
             self.lease.round_seen = self.lease.round_seen.max(m.round_id);
@@ -74,7 +75,8 @@ impl LogReplica {
             self.log.append(e.clone());
             appended.push(e);
         }
-        if !appended.is_empty() {
+        let brought_entries = !appended.is_empty();
+        if brought_entries {
             self.persist(Persist::Append(appended));
         }
         let match_pt = prev;
@@ -97,9 +99,16 @@ impl LogReplica {
         if flush_now || self.sync_writes() {
             self.request_flush();
         }
-        // Step 8.
-        let ack = self.ack(now, true, self.log.last_index());
-        self.send(from, LogMessage::AppendAck(ack));
+        // Step 8. In Sync persistence the ack that counts for new entries is the one after
+        // their fsync (§5.6: "fsync before acking"), which the flush's completion sends
+        // (§5.4); acknowledging their arrival as well would be a second message per round
+        // that moves nothing at the leader. A new heartbeat round is acknowledged at once all
+        // the same: the leader's lease (§5.8) must never wait on a follower's disk.
+        let flush_acks = brought_entries && self.sync_writes() && self.flush_covers_last();
+        if new_hb_round || !flush_acks {
+            let ack = self.ack(now, true, self.log.last_index());
+            self.send(from, LogMessage::AppendAck(ack));
+        }
     }
 
     /// §5.10: drop the divergent suffix after `after` from memory and disk; indexes fall back;

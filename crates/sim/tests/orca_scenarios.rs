@@ -522,6 +522,62 @@ fn sync_mode_acks_only_after_a_majority_fsynced() {
     assert!(c.durable_on(idx) >= 3, "acked with {} copies on disk", c.durable_on(idx));
 }
 
+/// Peer messages per write over `writes` sequential writes at the leader of a fresh 3-node
+/// cluster of `cfg`.
+fn peer_messages_per_write(cfg: LogConfig, writes: usize) -> f64 {
+    let mut c = OrcaCluster::new(3, cfg);
+    let l = c.elect();
+    c.write_ok(l, "warm", "up");
+    c.run_ms(50);
+    let before = c.net().stats.sent;
+    for i in 0..writes {
+        c.write_ok(l, &format!("k{i}"), "v");
+    }
+    let sent = c.net().stats.sent - before;
+    assert_clean(&mut c);
+    sent as f64 / writes as f64
+}
+
+/// In Sync persistence a follower acknowledges new entries once, after their fsync (§5.3 step
+/// 7, §5.6), and where only the leader serves reads a new DI rides on the next
+/// `AppendEntries` instead of a heartbeat of its own (docs/design.md, departures): a write is
+/// an `AppendEntries` and one ack per follower. With reads at every node (sync-ZK-all) the
+/// followers still hear each new DI at once, and ack that too.
+#[test]
+fn a_sync_write_costs_one_message_and_one_ack_per_follower() {
+    let leader_reads = peer_messages_per_write(LogConfig::strong_zk(), 50);
+    let any_reads = peer_messages_per_write(LogConfig::sync_zk_all(), 50);
+    assert!(leader_reads <= 5.0, "{leader_reads} peer messages per write, leader reads");
+    assert!(any_reads >= 8.0, "{any_reads} peer messages per write, reads everywhere");
+}
+
+/// Acks that wait for a follower's fsync never hold up the leader's lease: with both
+/// followers' disks stalled for 2 s under a stream of writes, every heartbeat round is still
+/// acknowledged at once, and the leader keeps serving reads of what was committed before.
+#[test]
+fn a_stalled_follower_disk_does_not_starve_the_leader_lease() {
+    let mut c = OrcaCluster::new(3, LogConfig::strong_zk());
+    let l = c.elect();
+    c.write_ok(l, "k", "before");
+    for f in (0..3).filter(|&f| f != l) {
+        c.stall_disk(f);
+    }
+    for i in 0..200 {
+        c.write(l, &format!("w{i}"), "v"); // waits for fsyncs that cannot happen yet
+        c.run_ms(10);
+        if i % 20 == 19 {
+            let r = c.read_now(l, "k").expect("the leader still serves reads");
+            assert_eq!(r.value, Some(Bytes::from_static(b"before")));
+        }
+    }
+    assert_eq!(c.leader(), Some(l), "no election while the disks stalled");
+    for f in (0..3).filter(|&f| f != l) {
+        c.unstall_disk(f);
+    }
+    c.run_ms(100);
+    assert_clean(&mut c);
+}
+
 #[test]
 fn syncrepl_acks_after_a_majority_holds_it_in_memory() {
     let mut c = OrcaCluster::new(5, lazy(LogConfig::orca(Replication::SyncRepl)));
