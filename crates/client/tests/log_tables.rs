@@ -1108,6 +1108,40 @@ async fn a_stale_entry_behind_another_key_of_its_participant_is_dropped() {
     assert_eq!(reader.kairos_cache_stats().unwrap().stale_hits, 1);
 }
 
+/// Explicit invalidation across a shard move (kairos.md §5.14.2, rifl.md §5.7), on four
+/// in-process nodes: the shard of a cached key moves to the three nodes other than its
+/// leader, whose retired replica tells its sharer that no invalidation will come from it any
+/// more (the entry is dropped); the next read registers at the new group's leader, whose
+/// commits invalidate it again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_moved_shards_sharers_are_told_and_register_again_at_the_new_group() {
+    use strata_client::{LeasePolicy, TxnOutcome};
+    let def = kairos_table("km", 1);
+    let (_nodes, endpoints) = cluster_of_with(4, std::slice::from_ref(&def)).await;
+    let writer = Client::connect(&endpoints, opts()).await.unwrap();
+    put_txn(&writer, "km", "hot", "1").await;
+    let reader = caching_client(&endpoints, LeasePolicy::ExplicitInvalidation).await;
+    let stats = || reader.kairos_cache_stats().unwrap();
+    read_txn(&reader, "km", "hot", None).await;
+    let from =
+        leader_of(&table_shards(&endpoints, "km").await).and_then(|l| l.leader).expect("a leader");
+    let to: Vec<NodeId> = (0..4).map(NodeId).filter(|&n| n != from).collect();
+    writer.move_shard("km", 0, to.clone()).await.unwrap();
+    eventually("the retired leader's push", Duration::from_secs(10), || stats().orphaned == 1)
+        .await;
+
+    let (v, outcome) = read_txn(&reader, "km", "hot", None).await;
+    assert_eq!((v.as_deref(), outcome), (Some(&b"1"[..]), TxnOutcome::Committed));
+    put_txn(&writer, "km", "hot", "2").await;
+    eventually("the new leader's invalidation", Duration::from_secs(10), || {
+        stats().invalidations == 1
+    })
+    .await;
+    let (v, outcome) = read_txn(&reader, "km", "hot", None).await;
+    assert_eq!((v.as_deref(), outcome), (Some(&b"2"[..]), TxnOutcome::Committed));
+    assert_eq!(stats().stale_hits, 0);
+}
+
 /// Explicit invalidation (kairos.md §5.14.2), on three in-process nodes: a cached key's
 /// reader is registered as a sharer at the leader; another client's commit pushes an
 /// invalidation that drops the entry (waited for), and the next read fetches the new value;

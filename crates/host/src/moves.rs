@@ -211,6 +211,9 @@ impl Shards {
                 table: a.table.clone(),
                 remove: true,
             });
+            // The retired replica's EI sharers (kairos.md §5.14.2) hear that no invalidation
+            // of their entries will come from here any more, as when a leader steps down.
+            self.sharers.drop_shard(&a.table, key, out);
         }
         info!(table = %a.table, shard = key.1, generation = a.new.generation, replicas = ?a.placement.replicas, member = a.member, "shard moved (adopted)");
         if let Some(state) = a.state {

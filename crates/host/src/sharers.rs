@@ -13,10 +13,11 @@
 //!   sharer is pushed only a version newer than the one it read, so a read served after a
 //!   decision in the same step is not invalidated by it (and keeps its registration).
 //! * **Leader soft state.** Sharers live at the leader that served the reads. When the
-//!   replica stops leading, or the connection closes, they are forgotten; a replica that
-//!   stops leading first pushes `KAIROS_SHARERS_DROPPED` for the shard to each of its
-//!   sharers' connections, so a client knows its entries of that shard will not be
-//!   invalidated any more (a crashed leader's connections break, which the client sees).
+//!   replica stops leading, its shard moves away, or the connection closes, they are
+//!   forgotten; a replica that stops leading or retires first pushes
+//!   `KAIROS_SHARERS_DROPPED` for the shard to each of its sharers' connections, so a client
+//!   knows its entries of that shard will not be invalidated any more (a crashed leader's
+//!   connections break, which the client sees).
 //!   Safety never depends on it: validation aborts a transaction that read a stale value
 //!   (§5.15).
 
