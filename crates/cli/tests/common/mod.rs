@@ -95,12 +95,25 @@ impl Up {
                 std::thread::sleep(Duration::from_millis(10));
             }
         }
+        // The restart binds the same ports: wait until the dead nodes' listeners are gone.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !self.ports_free() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(10));
+        }
         let data_dir = self.data_dir.clone();
         let mut restarted = Up::spawn(data_dir, self.args.clone())
             .expect("`strata up` restarts on its data directory");
         std::mem::swap(self, &mut restarted);
         restarted.pids.clear(); // the old processes are dead; dropping it kills nothing
         restarted.data_dir = std::env::temp_dir().join("strata-cli-nothing-to-remove");
+    }
+
+    /// Whether every node's client and peer port can be bound (no listener left on them).
+    fn ports_free(&self) -> bool {
+        self.endpoints.iter().all(|a| {
+            let peer = SocketAddr::new(a.ip(), a.port() + 100); // `strata up`'s peer offset
+            std::net::TcpListener::bind(a).is_ok() && std::net::TcpListener::bind(peer).is_ok()
+        })
     }
 
     fn spawn(data_dir: PathBuf, args: Vec<String>) -> Option<Up> {
@@ -273,14 +286,21 @@ pub fn with_stdin(mut cmd: Command, input: &[u8]) -> Output {
 
 /// Whether a process exists and is not a zombie (orphaned nodes are reparented to whatever
 /// reaps orphans here, which may be slow to do so; a zombie has stopped running).
+/// Whether process `pid` still runs. A zombie whose other threads are still exiting counts
+/// as running: SIGKILL makes the thread-group leader a zombie before the other threads are
+/// done (a disk thread inside `fdatasync` can take a while), and the process's files and
+/// sockets close only with the last of them. (CI once saw a cluster restarted on its ports
+/// refused one of them, a node's killed a moment before; `Up::crash_and_restart` now also
+/// waits until the ports bind.)
 pub fn alive(pid: i32) -> bool {
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+    let zombie = match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
         // The state is the first field after the parenthesised command name.
         Ok(stat) => {
-            stat.rsplit_once(')').is_some_and(|(_, rest)| !rest.trim_start().starts_with('Z'))
+            stat.rsplit_once(')').is_some_and(|(_, rest)| rest.trim_start().starts_with('Z'))
         }
-        Err(_) => false,
-    }
+        Err(_) => return false,
+    };
+    !zombie || std::fs::read_dir(format!("/proc/{pid}/task")).is_ok_and(|d| d.count() > 1)
 }
 
 /// Polls `cond` every 20 ms until it holds; panics with `what` after `within`.
