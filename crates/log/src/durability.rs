@@ -11,7 +11,7 @@ use strata_wire::Instant;
 
 use crate::api::{LogEvent, Persist};
 use crate::config::{ReadPolicy, WritePath};
-use crate::replica::{LogReplica, Role};
+use crate::replica::{LogReplica, Progress, Role};
 
 /// Disk-side state of one replica.
 #[derive(Debug)]
@@ -115,7 +115,7 @@ impl LogReplica {
             self.persisted = covered;
             self.emit(LogEvent::Persisted { index: covered });
         }
-        if std::mem::take(&mut self.disk.flush_wanted) || self.sync_writes() {
+        if std::mem::take(&mut self.disk.flush_wanted) || self.sync_flush_now(now) {
             self.request_flush();
         }
         if self.role == Role::Follower {
@@ -134,10 +134,11 @@ impl LogReplica {
             .is_some_and(|(_, covered)| covered >= self.log.last_index() || self.disk.flush_wanted)
     }
 
-    /// Periodic background flush (§5.4); in Sync mode every append is flushed at once instead.
+    /// Periodic background flush (§5.4); in Sync mode every append is flushed at once instead
+    /// (`sync_flush_now`).
     pub(crate) fn background_flush(&mut self, now: Instant) {
         let needs = self.log.last_index() > self.persisted;
-        if needs && self.sync_writes() {
+        if needs && self.sync_flush_now(now) {
             self.request_flush();
         }
         if now >= self.disk.next_flush_at {
@@ -146,6 +147,24 @@ impl LogReplica {
             }
             self.disk.next_flush_at = now + self.cfg.flush_interval;
         }
+    }
+
+    /// Whether Sync persistence flushes new entries at once here. A leader whose followers
+    /// make a majority on their own does not: their fsynced copies commit the entries (§5.2
+    /// counts any majority), and its own copy goes with the periodic flush (§5.4) — one
+    /// `fdatasync` fewer per round of the group (docs/design.md, departures). Should fewer
+    /// followers than a majority have acknowledged within a heartbeat period, the leader's
+    /// disk is needed for the majority, and it flushes at once again.
+    pub(crate) fn sync_flush_now(&self, now: Instant) -> bool {
+        if !self.sync_writes() {
+            return false;
+        }
+        let Some(l) = self.leader.as_ref() else {
+            return true;
+        };
+        let hb = self.cfg.heartbeat;
+        let heard = |p: &&Progress| p.last_ack.is_some_and(|t| now.saturating_since(t) <= hb);
+        l.progress.values().filter(heard).count() < self.majority()
     }
 
     pub(crate) fn sync_writes(&self) -> bool {

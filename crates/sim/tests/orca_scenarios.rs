@@ -551,6 +551,50 @@ fn a_sync_write_costs_one_message_and_one_ack_per_follower() {
     assert!(any_reads >= 8.0, "{any_reads} peer messages per write, reads everywhere");
 }
 
+/// In Sync persistence a leader whose followers answer leaves its own fsync to the periodic
+/// flush: the followers' fsynced copies make the majority (docs/design.md, departures). With
+/// one follower cut off the leader's disk is needed for a majority, and it flushes each write
+/// at once again: writes still commit well within a periodic flush interval.
+#[test]
+fn a_sync_leader_flushes_at_once_only_when_its_disk_is_needed_for_a_majority() {
+    let mut c = OrcaCluster::new(3, LogConfig::strong_zk());
+    let l = c.elect();
+    c.write_ok(l, "warm", "up");
+    c.run_ms(50);
+    let flushes = |c: &OrcaCluster| (0..3).map(|i| c.node(i).stats().flushes).collect::<Vec<_>>();
+    let before = flushes(&c);
+    let start = c.local(l);
+    for i in 0..50 {
+        c.write_ok(l, &format!("k{i}"), "v");
+    }
+    let elapsed_ms = c.local(l).saturating_since(start).as_millis() as u64;
+    let after = flushes(&c);
+    let periodic = elapsed_ms / 10 + 2; // one per `flush_interval` (10 ms), and the edges
+    for i in 0..3 {
+        let n = after[i] - before[i];
+        if i == l {
+            assert!(n <= periodic, "the leader flushed {n} times in {elapsed_ms} ms");
+        } else {
+            assert!(n >= 40, "follower {i} flushed only {n} times for 50 writes");
+        }
+    }
+
+    let f = (0..3).find(|&f| f != l).expect("a follower");
+    c.isolate(f);
+    c.run_ms(100); // past a heartbeat period without its acks
+    let before = flushes(&c)[l];
+    for i in 0..10 {
+        let start = c.local(l);
+        c.write_ok(l, &format!("j{i}"), "v");
+        let took = c.local(l).saturating_since(start);
+        assert!(took < Duration::from_millis(5), "a write took {took:?} with a follower cut off");
+    }
+    assert!(flushes(&c)[l] - before >= 10, "the leader flushes each write itself");
+    c.heal();
+    c.run_ms(100);
+    assert_clean(&mut c);
+}
+
 /// Acks that wait for a follower's fsync never hold up the leader's lease: with both
 /// followers' disks stalled for 2 s under a stream of writes, every heartbeat round is still
 /// acknowledged at once, and the leader keeps serving reads of what was committed before.
