@@ -156,11 +156,15 @@ async fn bank_transfers_keep_every_balance_under_leader_kills_and_stopped_client
             kills.push(k);
         }
     }
+    // Until one stop lands between a process's prepares and its decisions, the peer links
+    // carry `STOP_PHASE_PEER_DELAY_MS`, which widens that window.
+    set_peer_delay(&up, Some(STOP_PHASE_PEER_DELAY_MS));
     while pauses.len() < MAX_PAUSES && !pauses.iter().any(Pause::recovered) {
         let p = pause_one(&mut bank, &mut rng).await;
         report(&p, t0);
         pauses.push(p);
     }
+    set_peer_delay(&up, None);
     let held = pauses.iter().filter(|p| p.held_locks()).count();
     let recovered: Vec<&Pause> = pauses.iter().filter(|p| p.recovered()).collect();
     assert!(

@@ -70,10 +70,6 @@ const AUDIT_ATTEMPTS: u32 = 20;
 /// one of them held its locks until recovery decided.
 const MIN_PAUSES: usize = 2;
 const MAX_PAUSES: usize = 20;
-/// One-way delay added between the nodes while processes are stopped: it widens the window
-/// between a process's prepares and its decisions (a prepare's replication round) from about
-/// a millisecond, which 20 aimed stops missed once in a few runs, to over 10 ms.
-const STOP_PHASE_PEER_DELAY_MS: &str = "5";
 
 fn opts((offset_ms, drift_ppm, strict): (i64, i32, bool)) -> ClientOptions {
     ClientOptions {
@@ -439,18 +435,6 @@ async fn kairos_bank_keeps_every_balance_and_commits_no_stale_read_under_skew_an
 }
 
 // ---- stopped `strata txn` processes ----
-
-/// `strata fault` on every node's links to its peers: `delay_ms` one way, or cleared.
-fn set_peer_delay(up: &Up, delay_ms: Option<&str>) {
-    for node in 0..3 {
-        let node = node.to_string();
-        let out = match delay_ms {
-            Some(ms) => up.strata(&["fault", "--node", &node, "--delay-ms", ms]),
-            None => up.strata(&["fault", "--node", &node, "--clear"]),
-        };
-        assert!(out.status.success(), "strata fault: {}{}", stdout(&out), stderr(&out));
-    }
-}
 
 /// Stops `strata txn` transfers (`pause_one`) until at least `MIN_PAUSES` ran and one held its
 /// locks until recovery decided (at most `MAX_PAUSES`); the in-process transfers and the

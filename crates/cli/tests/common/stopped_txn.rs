@@ -76,6 +76,30 @@ impl Drop for TxnProcess {
 /// milliseconds; recovery starts `T_TX` = 100 ms (two objects) after a leader noticed them.
 pub const RECOVERY_EVIDENCE: Duration = Duration::from_millis(50);
 
+/// One-way delay added between the nodes while processes are stopped: it widens the window
+/// between a process's prepares and its decisions (a prepare's replication round) from about
+/// a millisecond, which 20 or 30 aimed stops missed once in a few runs (the Kairos bank, then
+/// the RIFL bank under CI's load), to over 10 ms. See `set_peer_delay`.
+pub const STOP_PHASE_PEER_DELAY_MS: &str = "5";
+
+/// `strata fault` on every node's links to its peers (three nodes): `delay_ms` one way, or
+/// cleared.
+pub fn set_peer_delay(up: &Up, delay_ms: Option<&str>) {
+    for node in 0..3 {
+        let node = node.to_string();
+        let out = match delay_ms {
+            Some(ms) => up.strata(&["fault", "--node", &node, "--delay-ms", ms]),
+            None => up.strata(&["fault", "--node", &node, "--clear"]),
+        };
+        assert!(
+            out.status.success(),
+            "strata fault: {}{}",
+            super::stdout(&out),
+            super::stderr(&out)
+        );
+    }
+}
+
 /// An account's value and version timestamp (Kairos; `ZERO` on other tables).
 pub type Version = (Bytes, Timestamp);
 
