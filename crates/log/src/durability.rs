@@ -152,9 +152,11 @@ impl LogReplica {
     /// Whether Sync persistence flushes new entries at once here. A leader whose followers
     /// make a majority on their own does not: their fsynced copies commit the entries (§5.2
     /// counts any majority), and its own copy goes with the periodic flush (§5.4) — one
-    /// `fdatasync` fewer per round of the group (docs/design.md, departures). Should fewer
-    /// followers than a majority have acknowledged within a heartbeat period, the leader's
-    /// disk is needed for the majority, and it flushes at once again.
+    /// `fdatasync` fewer per round of the group (docs/design.md, departures). A follower
+    /// counts only while its acks show its disk keeping up within a heartbeat period; a
+    /// silent one, or one whose acks keep coming while its disk stalls, does not. Should fewer
+    /// than a majority count, the leader's disk is needed for the majority, and it flushes at
+    /// once again.
     pub(crate) fn sync_flush_now(&self, now: Instant) -> bool {
         if !self.sync_writes() {
             return false;
@@ -163,8 +165,9 @@ impl LogReplica {
             return true;
         };
         let hb = self.cfg.heartbeat;
-        let heard = |p: &&Progress| p.last_ack.is_some_and(|t| now.saturating_since(t) <= hb);
-        l.progress.values().filter(heard).count() < self.majority()
+        let keeps_up =
+            |p: &&Progress| p.disk_kept_up.is_some_and(|t| now.saturating_since(t) <= hb);
+        l.progress.values().filter(keeps_up).count() < self.majority()
     }
 
     pub(crate) fn sync_writes(&self) -> bool {

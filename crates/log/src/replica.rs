@@ -80,6 +80,10 @@ pub(crate) struct Progress {
     pub persisted: LogIndex,
     pub applied: LogIndex,
     pub last_ack: Option<Instant>,
+    /// When its last ack showed its disk keeping up: `persisted` advanced, or nothing it holds
+    /// was left unpersisted. Acks of a follower whose disk stalls keep coming (heartbeat
+    /// rounds are acknowledged at once) but stop setting this.
+    pub disk_kept_up: Option<Instant>,
     /// `f_ts` of the newest ack (acks with an older one are stale and ignored).
     pub last_f_ts: Option<u64>,
     /// The largest `echo_ts` ever granted: a revoke must cover it (§5.7.4 (i)).
@@ -106,6 +110,7 @@ impl Progress {
             persisted: LogIndex::ZERO,
             applied: LogIndex::ZERO,
             last_ack: None,
+            disk_kept_up: None,
             last_f_ts: None,
             max_echoed: None,
             revoke_ack: None,

@@ -156,7 +156,11 @@ impl LogReplica {
         // Only entries identical to the leader's log count (`match_index` of the ack).
         let matched = a.match_index.min(last);
         p.match_index = p.match_index.max(matched);
-        p.persisted = p.persisted.max(a.persisted_index.min(matched));
+        let persisted = a.persisted_index.min(matched);
+        if persisted > p.persisted || a.persisted_index >= a.match_index {
+            p.disk_kept_up = Some(now);
+        }
+        p.persisted = p.persisted.max(persisted);
         p.applied = p.applied.max(a.applied_index.min(matched));
         if a.success {
             p.next_prev = p.next_prev.max(p.match_index);

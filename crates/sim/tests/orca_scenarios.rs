@@ -595,6 +595,34 @@ fn a_sync_leader_flushes_at_once_only_when_its_disk_is_needed_for_a_majority() {
     assert_clean(&mut c);
 }
 
+/// A follower whose disk stalls while its heartbeat acks keep coming counts no more than a
+/// silent one: its acks show entries received but not persisted, so within a heartbeat period
+/// the leader's own disk is needed for a majority again, and it flushes each write at once
+/// instead of leaving it to the periodic flush.
+#[test]
+fn a_follower_with_a_stalled_disk_does_not_count_towards_skipping_the_leaders_fsync() {
+    let mut c = OrcaCluster::new(3, LogConfig::strong_zk());
+    let l = c.elect();
+    c.write_ok(l, "warm", "up");
+    c.run_ms(50);
+    let f = (0..3).find(|&f| f != l).expect("a follower");
+    c.stall_disk(f);
+    c.write(l, "stalled", "v"); // received by f, never persisted there
+    c.run_ms(100); // past a heartbeat period of acks without progress on f's disk
+    let before = c.node(l).stats().flushes;
+    for i in 0..10 {
+        let start = c.local(l);
+        c.write_ok(l, &format!("j{i}"), "v");
+        let took = c.local(l).saturating_since(start);
+        assert!(took < Duration::from_millis(5), "a write took {took:?} beside a stalled disk");
+    }
+    assert!(c.node(l).stats().flushes - before >= 10, "the leader flushes each write itself");
+    assert_eq!(c.leader(), Some(l), "the stalled follower's heartbeat acks keep the lease");
+    c.unstall_disk(f);
+    c.run_ms(100);
+    assert_clean(&mut c);
+}
+
 /// Acks that wait for a follower's fsync never hold up the leader's lease: with both
 /// followers' disks stalled for 2 s under a stream of writes, every heartbeat round is still
 /// acknowledged at once, and the leader keeps serving reads of what was committed before.
