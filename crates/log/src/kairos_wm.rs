@@ -16,9 +16,11 @@
 //! the leader hears the lease service's word ([`Reports::forget`], from
 //! `LogReplica::expire_clients`), and a report under a lease an applied `Expire` entry
 //! collected is not taken (the replica checks its applied state), so neither a late report
-//! nor the next leader brings it back. (A client that only reported to a shard gets no
-//! `Expire` entry there: a report of its old lease still in flight would hold it at most
-//! [`REPORT_TIMEOUT`] more, as before.)
+//! nor the next leader brings it back. A client that only reported to a shard gets no
+//! `Expire` entry there, so the leader also refuses reports of the clients it forgot for
+//! [`REPORT_TIMEOUT`] after: a report of the old lease still in flight does not make it a
+//! member again. (Only one in flight for longer, or one reaching the next leader, could hold
+//! `ts_GC` back, for at most [`REPORT_TIMEOUT`].)
 //!
 //! A leader that **succeeds** others (a leader change, a restart, a moved shard's new group)
 //! does not know their members: those clients reported to the previous leader, and reach
@@ -61,6 +63,9 @@ pub enum ReportOutcome {
     /// client never does (§5.9): dropped and counted, so one faulty client cannot move `WM`
     /// back below what it said before.
     Regressed,
+    /// From a client whose lease expired, forgotten less than [`REPORT_TIMEOUT`] ago: a late
+    /// report, not taken (module docs).
+    Forgotten,
 }
 
 /// The leader's `client_reports`, `WM` and `ts_GC` for one shard (kairos.md §3.2, §3.3).
@@ -71,6 +76,9 @@ pub struct Reports {
     /// From then on every member has had [`REPORT_TIMEOUT`] to report here (module docs);
     /// before it, `ts_GC` stays and `WM` is `ZERO`.
     complete_at: Instant,
+    /// The clients [`Reports::forget`] dropped, and when: their late reports are refused for
+    /// [`REPORT_TIMEOUT`] after.
+    forgotten: BTreeMap<u64, Instant>,
     /// Reports dropped as `Regressed`.
     pub dropped: u64,
 }
@@ -101,6 +109,9 @@ impl Reports {
         c_freshness: Timestamp,
     ) -> ReportOutcome {
         self.expire(now);
+        if self.forgotten.contains_key(&client) {
+            return ReportOutcome::Forgotten;
+        }
         if let Some(prev) = self.by_client.get(&client) {
             if seq <= prev.seq {
                 return ReportOutcome::Old;
@@ -122,14 +133,18 @@ impl Reports {
     /// `c_freshness` no longer holds it back.
     pub fn expire(&mut self, now: Instant) {
         self.by_client.retain(|_, h| now < h.at + REPORT_TIMEOUT);
+        self.forgotten.retain(|_, &mut at| now < at + REPORT_TIMEOUT);
     }
 
     /// Drops the reports of `clients`, whose leases expired (module docs), at once rather
-    /// than after [`REPORT_TIMEOUT`]; ids without a report are ignored. `ts_GC` stays where it is (monotone); it may rise at
-    /// the next report, as after [`Reports::expire`].
-    pub fn forget(&mut self, clients: impl IntoIterator<Item = u64>) {
+    /// than after [`REPORT_TIMEOUT`], and refuses their late reports for [`REPORT_TIMEOUT`];
+    /// ids without a report here are ignored. `ts_GC` stays where it is (monotone); it may
+    /// rise at the next report, as after [`Reports::expire`].
+    pub fn forget(&mut self, now: Instant, clients: impl IntoIterator<Item = u64>) {
         for c in clients {
-            self.by_client.remove(&c);
+            if self.by_client.remove(&c).is_some() {
+                self.forgotten.insert(c, now);
+            }
         }
     }
 
@@ -233,13 +248,30 @@ mod tests {
         r.on_report(at_ms(0), 2, 1, ts(100), ts(50));
         r.on_report(at_ms(0), 3, 1, ts(80), ts(40));
         assert_eq!((r.wm(at_ms(1)), r.ts_gc()), (ts(10), ts(5)));
-        r.forget([1, 9]); // 9 never reported here
+        r.forget(at_ms(1), [1, 9]); // 9 never reported here
         assert_eq!((r.live(), r.wm(at_ms(1)), r.ts_gc()), (2, ts(80), ts(5)));
         r.on_report(at_ms(2), 2, 2, ts(110), ts(60));
         assert_eq!((r.wm(at_ms(2)), r.ts_gc()), (ts(80), ts(40)), "long before the timeout");
-        r.forget([3]);
+        r.forget(at_ms(3), [3]);
         r.on_report(at_ms(3), 2, 3, ts(120), ts(70));
         assert_eq!((r.live(), r.wm(at_ms(3)), r.ts_gc()), (1, ts(120), ts(70)));
+    }
+
+    /// A report of an expired lease still in flight when the leader forgot its client does
+    /// not make the client a member again, so it cannot hold `ts_GC` back; the refusal lasts
+    /// [`REPORT_TIMEOUT`], and ids that never reported here are not remembered at all.
+    #[test]
+    fn a_late_report_of_a_forgotten_client_is_refused() {
+        let mut r = Reports::new(Timestamp::ZERO, Instant::ZERO, false);
+        r.on_report(at_ms(0), 1, 1, ts(10), ts(5));
+        r.on_report(at_ms(0), 2, 1, ts(100), ts(50));
+        r.forget(at_ms(10), [1, 9]);
+        assert_eq!(r.on_report(at_ms(20), 1, 2, ts(20), ts(6)), ReportOutcome::Forgotten);
+        r.on_report(at_ms(30), 2, 2, ts(110), ts(60));
+        assert_eq!((r.live(), r.wm(at_ms(30)), r.ts_gc()), (1, ts(110), ts(60)));
+        assert_eq!(r.on_report(at_ms(30), 9, 1, ts(90), ts(55)), ReportOutcome::Applied);
+        let over = 10 + REPORT_TIMEOUT.as_millis() as u64;
+        assert_eq!(r.on_report(at_ms(over), 1, 3, ts(200), ts(70)), ReportOutcome::Applied);
     }
 
     /// A successor (module docs): client 1 holds an old read set (freshness 40) and reaches

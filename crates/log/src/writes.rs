@@ -249,7 +249,7 @@ impl LogReplica {
         // kairos.md §5.9: membership is the live clients; an expired one's watermark report
         // goes now, whether or not this shard holds anything else of it (`kairos_wm`).
         if let Some(l) = self.leader.as_mut() {
-            l.kairos_reports.forget(clients.iter().copied());
+            l.kairos_reports.forget(now, clients.iter().copied());
         }
         let known: Vec<u64> = clients
             .iter()
