@@ -31,7 +31,7 @@ use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
 use std::time::Duration;
 
 use bytes::{BufMut, Bytes, BytesMut};
-use strata_kairos::cache::{AbortHint, Cache, CacheEntry, CacheStats, Lookup};
+use strata_kairos::cache::{dropped_after_abort, AbortHint, Cache, CacheEntry, CacheStats, Lookup};
 use strata_kairos::{LeaseLimits, LeasePolicy};
 use strata_wire::client::{push_topic, shard_of, validated_table, KairosInvalidate};
 use strata_wire::log::LogIndex;
@@ -234,13 +234,10 @@ impl KairosCache {
             s.cache.on_commit(keys.iter().map(|k| &k[..]));
             return;
         }
-        // A participant's answer stops at its first abort (strata-log `txn_answer`): the
-        // object carrying `Stale`/`PreparedConflict` is the participant's first, not
-        // necessarily the stale one, and its later objects have no vote. So every object
-        // without a vote goes too (it may be the stale one; refetching a fresh one only costs
-        // a read). Dropping the voted object alone left the stale entry in place, and its
-        // transaction aborted on every retry until the lease ended (a 10 s lease in
-        // `strata bench --workload kairos` committed 3 transactions a second).
+        // Objects without a vote go too (`dropped_after_abort`): dropping the voted object
+        // alone left the stale entry in place, and its transaction aborted on every retry
+        // until the lease ended (a 10 s lease in `strata bench --workload kairos` committed 3
+        // transactions a second).
         let mut stale = Vec::new();
         let mut stale_hit = false;
         for o in objects {
@@ -248,9 +245,7 @@ impl KairosCache {
             // (`T.validators`): the cached key is `(T, key)`.
             let table = validated_table(&o.table).unwrap_or(&o.table);
             // (`TooOld` drops by `fts` instead, after the report round: `drop_below`.)
-            if let Some(Vote::Abort(AbortReason::Stale | AbortReason::PreparedConflict)) | None =
-                votes.get(&o.seq)
-            {
+            if dropped_after_abort(votes.get(&o.seq)) {
                 stale_hit |= hits.contains(&(table.to_string(), o.key.clone()));
                 stale.push(cache_key(table, &o.key));
             }

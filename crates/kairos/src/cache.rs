@@ -68,6 +68,17 @@ pub enum AbortHint<'a, V> {
     TooOld(V),
 }
 
+/// §5.5 \[DECISION\] after an abort: whether the cached value of an object whose vote was
+/// `vote` goes ([`AbortHint::Stale`]). It goes if it voted `Stale` or `PreparedConflict`, and
+/// also if it has no vote: a participant's answer stops at its first abort, so the object
+/// carrying the vote is the participant's first, not necessarily the stale one (refetching a
+/// fresh value only costs a read; keeping a stale one aborts every retry until its lease
+/// ends).
+pub fn dropped_after_abort(vote: Option<&strata_wire::txn::Vote>) -> bool {
+    use strata_wire::txn::{AbortReason, Vote};
+    matches!(vote, Some(Vote::Abort(AbortReason::Stale | AbortReason::PreparedConflict)) | None)
+}
+
 /// The client cache of one client.
 #[derive(Clone, Debug)]
 pub struct Cache<V> {

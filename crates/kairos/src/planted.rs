@@ -9,6 +9,10 @@ pub enum PlantedBug {
     /// transaction that read `k` while a write of `k` is prepared still commits. Caught by the
     /// stale-read oracle (K2, checker (b)).
     SkipReadPreparedCheck,
+    /// Algorithm 3 step 2 without the version check of a read key (§5.6): a transaction that
+    /// read an overwritten version — a stale cache hit, above all — still commits. Caught by
+    /// the stale-read oracle (K2, checker (b)) and the replay (K1).
+    SkipStaleCheck,
     /// Algorithm 3 step 5 without `latest_read = max(latest_read, T.commit)`: a later writer
     /// with a smaller timestamp slips under a committed reader. Caught by the replay (K1,
     /// checker (a)).

@@ -286,6 +286,14 @@ fn canary_no_read_prepared_check_is_caught_by_the_stale_read_oracle() {
     assert!(found.contains(&Checker::StaleRead), "{found:?}");
 }
 
+/// Without step 2's version check, reads of overwritten versions (stale cache hits above
+/// all) commit.
+#[test]
+fn canary_no_stale_check_is_caught_by_the_stale_read_oracle() {
+    let found = caught(PlantedBug::SkipStaleCheck, Skew::NONE, |_| {});
+    assert!(found.contains(&Checker::StaleRead), "{found:?}");
+}
+
 /// A cache that forgets to self-invalidate serves entries past their lease (§7 inv. 10).
 #[test]
 fn canary_a_cache_serving_past_its_lease_is_caught_by_the_self_invalidation_checker() {

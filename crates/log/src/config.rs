@@ -109,6 +109,10 @@ pub enum PlantedBug {
     /// refusal of a prepare touching a locked key, for read ops): a transaction that read a
     /// key while another's write of it is prepared still commits (breaks K2).
     KairosSkipReadPreparedCheck,
+    /// kairos.md §5.6 step 2 without the version check of a read key (the embedded
+    /// validator's `strata_kairos::PlantedBug::SkipStaleCheck`): a transaction that read an
+    /// overwritten version, such as a stale cache hit, still commits (breaks K2).
+    KairosSkipStaleCheck,
     /// kairos.md §5.6 step 5 without `latest_read = max(latest_read, T.commit)`
     /// (`strata_kairos::PlantedBug::NoLatestReadUpdate`): a later writer with a smaller
     /// timestamp slips under a committed reader (breaks K1).
@@ -329,6 +333,7 @@ impl LogConfig {
         use strata_kairos::PlantedBug as K;
         [
             (PlantedBug::KairosSkipReadPreparedCheck, K::SkipReadPreparedCheck),
+            (PlantedBug::KairosSkipStaleCheck, K::SkipStaleCheck),
             (PlantedBug::KairosNoLatestReadUpdate, K::NoLatestReadUpdate),
             (PlantedBug::KairosNoTimestampBump, K::NoTimestampBump),
         ]

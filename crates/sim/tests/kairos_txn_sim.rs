@@ -11,10 +11,12 @@
 use std::time::Duration;
 
 use bytes::Bytes;
+use strata_kairos::LeasePolicy;
 use strata_log::{PlantedBug, TxnEvent};
 use strata_sim::txn::check::check_all;
 use strata_sim::txn::client::{Known, TxnRecord};
 use strata_sim::txn::kairos::Skew;
+use strata_sim::txn::kcheck::cache_hits;
 use strata_sim::txn::mover::MovePlant;
 use strata_sim::txn::{run, Applied, TxnMode, TxnReport, TxnSimOptions};
 use strata_wire::txn::{AbortReason, Timestamp, Vote};
@@ -162,6 +164,63 @@ fn every_kairos_canary_is_caught() {
         let opts =
             TxnSimOptions { move_plant: Some(MovePlant::LoseLocks), ..TxnSimOptions::kairos(mode) };
         expect_caught(&format!("MovePlant::LoseLocks ({mode:?})"), &opts);
+    }
+}
+
+/// Clients with a cache (kairos.md §5.2 step 4, §5.5), under leases from Algorithm 1, a
+/// fixed lease and none at all (`Naive`), in both validation modes and with every fault:
+/// the runs are clean, the caches served reads that committed, and some hits served values
+/// already overwritten, which validation must have caught (K2, `kairos-k2-stale-read`).
+#[test]
+fn kairos_runs_with_client_caches_are_clean() {
+    let policies =
+        [LeasePolicy::Ideal, LeasePolicy::Fixed(Duration::from_millis(100)), LeasePolicy::Naive];
+    for mode in [TxnMode::KairosServer, SHARDED] {
+        for policy in policies {
+            let opts = TxnSimOptions { cache: Some(policy), ..TxnSimOptions::kairos(mode) };
+            let (mut hits, mut stale, mut committed_hits) = (0, 0, 0);
+            for seed in 0..8 {
+                let r = run(seed, &opts);
+                assert!(r.violations.is_empty(), "{policy:?}: {}", summary(&r));
+                let (h, s) = cache_hits(&r);
+                (hits, stale) = (hits + h, stale + s);
+                let committed = r.records.iter().filter(|x| x.outcome == Known::Committed);
+                committed_hits +=
+                    committed.flat_map(|x| &x.reads).filter(|x| x.hit.is_some()).count();
+            }
+            eprintln!(
+                "{mode:?} {policy:?}: {hits} hits, {stale} stale, {committed_hits} committed"
+            );
+            assert!(committed_hits > 20, "{mode:?} {policy:?}: {committed_hits} hits committed");
+            assert!(stale > 5, "{mode:?} {policy:?}: validation met {stale} stale hits");
+        }
+    }
+}
+
+/// §7 inv. 10's canary: a cache serving entries past their lease end is flagged.
+#[test]
+fn a_cache_serving_past_its_lease_is_caught() {
+    for mode in [TxnMode::KairosServer, SHARDED] {
+        let opts = TxnSimOptions {
+            cache: Some(LeasePolicy::Fixed(Duration::from_millis(1))),
+            client_bug: Some(strata_kairos::PlantedBug::CacheServesPastLease),
+            ..TxnSimOptions::kairos(mode)
+        };
+        expect_caught(&format!("CacheServesPastLease ({mode:?})"), &opts);
+    }
+}
+
+/// What the clean cache runs rest on: with the validators' version check off
+/// (`KairosSkipStaleCheck`), the stale hits commit and the oracles flag them.
+#[test]
+fn stale_cache_hits_commit_without_the_validators_version_check() {
+    for mode in [TxnMode::KairosServer, SHARDED] {
+        let opts = TxnSimOptions {
+            cache: Some(LeasePolicy::Naive),
+            canary: Some(PlantedBug::KairosSkipStaleCheck),
+            ..TxnSimOptions::kairos(mode)
+        };
+        expect_caught(&format!("KairosSkipStaleCheck with a cache ({mode:?})"), &opts);
     }
 }
 

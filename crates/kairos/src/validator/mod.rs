@@ -350,7 +350,7 @@ impl Validator {
                     return Err(AbortReason::PreparedConflict { key: k.clone() });
                 }
             }
-            if s.latest_committed != *v {
+            if s.latest_committed != *v && !self.bug(PlantedBug::SkipStaleCheck) {
                 return Err(AbortReason::Stale { key: k.clone() });
             }
         }

@@ -103,7 +103,7 @@ impl FromStr for Mode {
 }
 
 /// The planted bugs of `strata-log` (feature `canaries`) and their CLI names.
-pub const LOG_CANARIES: [(&str, strata_log::PlantedBug); 15] = {
+pub const LOG_CANARIES: [(&str, strata_log::PlantedBug); 16] = {
     use strata_log::PlantedBug::*;
     [
         ("skip-durability-check", SkipDurabilityCheck),
@@ -119,6 +119,7 @@ pub const LOG_CANARIES: [(&str, strata_log::PlantedBug); 15] = {
         ("kairos-validator-soft-state", KairosValidatorSoftState),
         ("kairos-unstamped-ts-gc", KairosUnstampedTsGc),
         ("kairos-skip-read-prepared-check", KairosSkipReadPreparedCheck),
+        ("kairos-skip-stale-check", KairosSkipStaleCheck),
         ("kairos-no-latest-read-update", KairosNoLatestReadUpdate),
         ("kairos-no-timestamp-bump", KairosNoTimestampBump),
     ]

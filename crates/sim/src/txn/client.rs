@@ -60,6 +60,9 @@ pub struct Read {
     pub fts: Timestamp,
     /// When the answer arrived.
     pub at: Instant,
+    /// Kairos: a cache hit's client clock reading and its entry's lease end (kairos.md §7
+    /// inv. 10); `None` for a read fetched from the shard.
+    pub hit: Option<(Instant, Instant)>,
 }
 
 /// A Kairos transaction's timestamps (kairos.md §5.1), once it prepares.
@@ -409,11 +412,27 @@ impl TxnClient {
         self.read_next(c, now);
     }
 
+    /// Sends the next read, unless the Kairos cache serves it (module docs of `kairos`).
     fn read_next(&mut self, c: &mut HostCluster, now: Instant) {
         let view = self.kairos.as_ref().map_or(Timestamp::ZERO, KairosSide::wm_view);
+        let plain = self.current.as_ref().is_some_and(|cur| cur.plain);
         let Phase::Read { keys, next, wm } = &mut self.phase else { return };
         *wm = view;
         let key = keys[*next].clone();
+        // Plain reads are not validated: never from the cache.
+        let hit = self.kairos.as_mut().filter(|_| !plain).and_then(|k| k.cached(&key, now));
+        if let Some((e, clock)) = hit {
+            let read = Read {
+                key,
+                value: e.value,
+                version: LogIndex::ZERO,
+                vts: e.vts,
+                fts: e.fts,
+                at: now,
+                hit: Some((clock, e.lts)),
+            };
+            return self.on_read(c, now, read);
+        }
         let body = self.read_body(key);
         self.send(c, now, part_of_body(&self.layout, &body), None, body);
     }
@@ -603,11 +622,19 @@ impl TxnClient {
                 p.chosen = true;
                 self.leader.remove(&part);
             }
-            Response::LogValue { value, update_index, vts, .. } => {
+            Response::LogValue { value, update_index, vts, w_mean_ns, .. } => {
                 let p = self.pending.remove(&part).expect("found");
                 self.leader.insert(part, p.node);
+                let Phase::Read { keys, next, wm } = &self.phase else { return };
+                let (key, wm) = (keys[*next].clone(), *wm);
                 let vts = vts.unwrap_or(Timestamp::ZERO);
-                self.on_read(c, now, value, update_index, vts);
+                // kairos.md §5.2: `fts = max(vts, wm)`, `wm` the view before the read was sent.
+                let fts = match self.kairos.as_mut() {
+                    Some(k) => k.fetched(key.clone(), value.clone(), vts, wm, w_mean_ns, now),
+                    None => vts.max(wm),
+                };
+                let read = Read { key, value, version: update_index, vts, fts, at: now, hit: None };
+                self.on_read(c, now, read);
             }
             Response::TxnVotes { votes, decided } => {
                 let p = self.pending.remove(&part).expect("found");
@@ -639,22 +666,12 @@ impl TxnClient {
         }
     }
 
-    fn on_read(
-        &mut self,
-        c: &mut HostCluster,
-        now: Instant,
-        value: Option<Bytes>,
-        version: LogIndex,
-        vts: Timestamp,
-    ) {
-        let Phase::Read { keys, next, wm } = &mut self.phase else { return };
-        let key = keys[*next].clone();
+    fn on_read(&mut self, c: &mut HostCluster, now: Instant, read: Read) {
+        let Phase::Read { keys, next, .. } = &mut self.phase else { return };
         *next += 1;
         let more = *next < keys.len();
-        // kairos.md §5.2: `fts = max(vts, wm)`, `wm` the view before the read was sent.
-        let fts = vts.max(*wm);
         let cur = self.current.as_mut().expect("a transaction");
-        cur.record.reads.push(Read { key, value, version, vts, fts, at: now });
+        cur.record.reads.push(read);
         if more {
             return self.read_next(c, now);
         }
@@ -813,6 +830,10 @@ impl TxnClient {
             if too_old {
                 k.report_soon(now);
             }
+            let votes: BTreeMap<u64, Vote> = cur.record.votes.iter().copied().collect();
+            let objects = cur.objects.iter().map(|o| (o.seq, &o.key));
+            let written = cur.record.writes.iter().map(|(key, _)| key);
+            k.after_decision(prepared, objects, &votes, written);
         }
         if cur.read_only || (cur.parts.len() == 1 && cur.decided) {
             let base = cur.base;
@@ -843,7 +864,7 @@ impl TxnClient {
                     _ => unreachable!("a follow-up is a read"),
                 };
                 let (version, vts) = (update_index, vts.unwrap_or(Timestamp::ZERO));
-                rec.reads.push(Read { key, value, version, vts, fts: vts, at: now });
+                rec.reads.push(Read { key, value, version, vts, fts: vts, at: now, hit: None });
                 rec.completed = now;
                 rec.outcome = Known::Committed;
                 let (_, rec) = self.follow.take().expect("present");

@@ -24,17 +24,27 @@
 //!   client that had not reported yet, and §7 inv. 6 would fail at the start. A client
 //!   reports at once after a `TooOld` vote. A client that crashed or is paused (a process
 //!   stopped) sends none, so leaders drop its report after their 1 s timeout (§6.5).
+//! * **a cache** (§5.2 step 4, §5.5, `TxnSimOptions::cache`): with a lease policy, a
+//!   transaction's reads look `strata_kairos::cache::Cache` up first on the client's clock,
+//!   as the library's `kairos_cache` glue does: a hit is read with the entry's `(vts, fts)`,
+//!   a miss fetches and inserts with the lease the policy gives for the key's `R` and the
+//!   server's `W`; an abort drops what its votes name (`dropped_after_abort`), a commit the
+//!   keys it wrote, a `TooOld` the entries below the next `ts_GC` heard; `c_freshness`
+//!   counts the entries' `min fts`. Safety never rests on it: validation must catch every
+//!   stale hit (the checkers' `kairos-k2-stale-read`, `kairos-self-invalidation`).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use bytes::Bytes;
 use strata_core::Prng;
+use strata_kairos::cache::{dropped_after_abort, AbortHint, Cache, CacheEntry, Lookup};
 use strata_kairos::timestamp::{drifted_ns, ClientClock};
 use strata_kairos::watermark::{c_freshness, local_wm};
 use strata_kairos::PlantedBug;
+use strata_kairos::{LeaseLimits, LeasePolicy};
 use strata_wire::client::Request;
-use strata_wire::txn::{KairosPrepare, Timestamp, TxnAction};
+use strata_wire::txn::{KairosPrepare, Timestamp, TxnAction, Vote};
 use strata_wire::Instant;
 
 use super::{Layout, Part};
@@ -93,6 +103,10 @@ pub struct KairosSide {
     register_by: Instant,
     /// Whether answers raise `wm_view` yet: not before every client registered (module docs).
     listening: bool,
+    /// The cache, with a lease policy (module docs); its entries are keyed by data-table key.
+    cache: Option<Cache<Timestamp>>,
+    /// A `TooOld` vote came: the next `ts_GC` heard drops the entries below it.
+    drop_below_next_ts_gc: bool,
 }
 
 impl KairosSide {
@@ -104,6 +118,7 @@ impl KairosSide {
         now: Instant,
         layout: &Layout,
         bug: Option<PlantedBug>,
+        cache: Option<(LeasePolicy, usize)>,
     ) -> Self {
         let targets = layout.parts().into_iter().map(|p| (p, layout.name(p.0).to_string()));
         KairosSide {
@@ -121,7 +136,80 @@ impl KairosSide {
             answered: BTreeSet::new(),
             register_by: now + REGISTER_PATIENCE,
             listening: false,
+            cache: cache.map(|(policy, capacity)| {
+                Cache::new(policy, LeaseLimits::default(), capacity).with_planted(bug)
+            }),
+            drop_below_next_ts_gc: false,
         }
+    }
+
+    /// The client's clock at global time `now`, as the cache's time (leases end on it).
+    fn cache_now(&mut self, now: Instant) -> Instant {
+        Instant(self.now_ns(now))
+    }
+
+    /// §5.2 step 4, a transaction's first read of `key`: records the read (§5.10) and looks
+    /// the cache up. A hit comes with the client clock's reading (for the self-invalidation
+    /// checker); `None` without a cache or on a miss.
+    pub fn cached(
+        &mut self,
+        key: &Bytes,
+        now: Instant,
+    ) -> Option<(CacheEntry<Timestamp>, Instant)> {
+        let at = self.cache_now(now);
+        let cache = self.cache.as_mut()?;
+        cache.record_read(key, at);
+        let Lookup::Hit(e) = cache.lookup(key, at) else { return None };
+        // The read set's floor covers the hit until the decision (§5.9), though its entry may
+        // be evicted meanwhile.
+        self.floor = Some(self.floor.map_or(e.fts, |f| f.min(e.fts)));
+        Some((e, at))
+    }
+
+    /// §5.2 step 4 after a fetch sent with view `wm`: caches the value under the policy's
+    /// lease. Returns the read's `fts` (`max(vts, wm)`, with or without a cache).
+    pub fn fetched(
+        &mut self,
+        key: Bytes,
+        value: Option<Bytes>,
+        vts: Timestamp,
+        wm: Timestamp,
+        w_mean_ns: Option<u64>,
+        now: Instant,
+    ) -> Timestamp {
+        let at = self.cache_now(now);
+        match self.cache.as_mut() {
+            Some(cache) => {
+                let w = w_mean_ns.map(Duration::from_nanos);
+                cache.on_fetch(key, value, vts, wm, w, at).fts
+            }
+            None => vts.max(wm),
+        }
+    }
+
+    /// §5.5 after the decision: a commit drops the keys it wrote; an abort drops the keys of
+    /// the objects its votes name (`objects`: `(seq, data-table key)`), and after a `TooOld`
+    /// the next `ts_GC` heard drops the entries below it.
+    pub fn after_decision<'a>(
+        &mut self,
+        committed: bool,
+        objects: impl Iterator<Item = (u64, &'a Bytes)>,
+        votes: &BTreeMap<u64, Vote>,
+        written: impl Iterator<Item = &'a Bytes>,
+    ) {
+        let Some(cache) = self.cache.as_mut() else { return };
+        if committed {
+            return cache.on_commit(written.map(|k| &k[..]));
+        }
+        let stale = objects.filter(|(seq, _)| dropped_after_abort(votes.get(seq)));
+        cache.on_abort(stale.map(|(_, k)| AbortHint::Stale(&k[..])));
+        let too_old = |v: &Vote| *v == Vote::Abort(strata_wire::txn::AbortReason::TooOld);
+        self.drop_below_next_ts_gc |= votes.values().any(too_old);
+    }
+
+    /// The cache's hits and misses so far (`(0, 0)` without one).
+    pub fn cache_counts(&self) -> (u64, u64) {
+        self.cache.as_ref().map_or((0, 0), |c| (c.stats().hits, c.stats().misses))
     }
 
     /// A reading of the client's clock at global time `now` (§9.3: drift, then the offset,
@@ -200,7 +288,8 @@ impl KairosSide {
         self.seq += 1;
         let clock = self.now_ns(now);
         let local_wm = local_wm(clock, self.incomplete);
-        let c_freshness = c_freshness(self.wm_view, None, self.floor);
+        let cached = self.cache.as_ref().and_then(Cache::min_fts);
+        let c_freshness = c_freshness(self.wm_view, cached, self.floor);
         let (seq, client) = (self.seq, lease_id);
         let report = |(part, table): &(Part, String)| {
             let (table, shard) = (table.clone(), part.1);
@@ -231,6 +320,11 @@ impl KairosSide {
         }
         if self.listening {
             self.wm_view = self.wm_view.max(wm).max(ts_gc);
+        }
+        if std::mem::take(&mut self.drop_below_next_ts_gc) {
+            if let Some(cache) = self.cache.as_mut() {
+                cache.on_abort([AbortHint::TooOld(ts_gc)]);
+            }
         }
     }
 

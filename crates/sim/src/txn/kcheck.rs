@@ -9,6 +9,7 @@
 //! | `kairos-version-order` | inv. 2 | at every replica (each incarnation on its own, a restart replays), the `Commit` decisions of a key install strictly increasing commit timestamps; RW timestamps are unique (`check::version_order`); every account's final `vts` and value are its last committed write's |
 //! | `kairos-gc-safety` | inv. 7 | no `Prepared` vote for a prepare whose `T.freshness` is below the `ts_GC` its leader had announced (to any client, in the same term) before appending it; `ts_GC` never goes back within a leader's term (`check::gc_safety`); and such a prepare is not validated past step 1 (no `Stale`, `ReadWriteConflict`, `WriteWriteConflict` or `TimestampOrder` vote either: Algorithm 3 checks `TooOld` first) |
 //! | `kairos-freshness` | inv. 6 | runs without faults only (a crash, a leader change or a silent client legitimately lets `WM` pass a write in flight, design.md "watermarks"): no committed write in `(vts, fts]` of a read (`check::freshness`) |
+//! | `kairos-self-invalidation` | inv. 10 | with a client cache (`TxnSimOptions::cache`): no read was served from an entry past its lease end on the client's own clock (`check::self_invalidation`); a stale hit is K2's to catch |
 //! | `kairos-plain-read` | — | a plain read returned a committed version: the value a committed transaction wrote at that `vts` |
 //! | `kairos-vote-agreement` | — | every replica (and every replay) records the same vote for a prepare's object: votes are a function of the log |
 //!
@@ -47,6 +48,7 @@ pub fn check_all(r: &TxnReport) -> Vec<Violation> {
     found.extend(kairos_check::stale_reads(&h));
     found.extend(kairos_check::version_order(&h));
     found.extend(kairos_check::gc_safety(&h));
+    found.extend(kairos_check::self_invalidation(&h));
     if !r.faults {
         found.extend(kairos_check::freshness(&h));
     }
@@ -68,6 +70,14 @@ pub fn check_all(r: &TxnReport) -> Vec<Violation> {
     out
 }
 
+/// The clients' cache hits in a run, and how many of them served a value already
+/// superseded (`strata_kairos::sim::check::stale_cache_hits`): validation must have aborted
+/// every transaction that read one.
+pub fn cache_hits(r: &TxnReport) -> (usize, u64) {
+    let hits = r.records.iter().flat_map(|x| &x.reads).filter(|x| x.hit.is_some()).count();
+    (hits, kairos_check::stale_cache_hits(&history(r)))
+}
+
 fn name(c: Checker) -> &'static str {
     match c {
         Checker::Replay => "kairos-k1-serial-order",
@@ -75,6 +85,7 @@ fn name(c: Checker) -> &'static str {
         Checker::VersionOrder => "kairos-version-order",
         Checker::GcSafety => "kairos-gc-safety",
         Checker::Freshness => "kairos-freshness",
+        Checker::SelfInvalidation => "kairos-self-invalidation",
         _ => "kairos-other",
     }
 }
@@ -171,8 +182,8 @@ fn views(r: &TxnReport, trace: &KairosTrace, e: &Events) -> Vec<View> {
                 value: r.value.clone(),
                 vts: r.vts,
                 fts: r.fts,
-                cache_hit: false,
-                lease: None,
+                cache_hit: r.hit.is_some(),
+                lease: r.hit,
                 at: moment(r.at),
             })
             .collect();

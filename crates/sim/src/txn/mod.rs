@@ -210,6 +210,9 @@ pub struct TxnSimOptions {
     /// Kairos: a bug planted in every client (`strata_kairos::PlantedBug`: see
     /// [`KairosSide`]); the `KairosNoTimestampBump` canary plants `NoTimestampBump` itself.
     pub client_bug: Option<strata_kairos::PlantedBug>,
+    /// Kairos: the clients cache what their transactions read, with leases from this policy
+    /// (`None`: no cache; see [`KairosSide`]), room for every account.
+    pub cache: Option<strata_kairos::LeasePolicy>,
 }
 
 impl Default for TxnSimOptions {
@@ -230,6 +233,7 @@ impl Default for TxnSimOptions {
             skews: Vec::new(),
             stall: Duration::from_secs(6),
             client_bug: None,
+            cache: None,
         }
     }
 }
@@ -551,7 +555,8 @@ pub fn run(seed: u64, opts: &TxnSimOptions) -> TxnReport {
                     (true, n) => opts.skews[i % n],
                 };
                 rec.kairos.as_mut().expect("kairos").skews.push(skew);
-                KairosSide::new(g.lease_id as u32, skew, c.now, &layout, client_bug)
+                let cache = opts.cache.map(|policy| (policy, ACCOUNTS));
+                KairosSide::new(g.lease_id as u32, skew, c.now, &layout, client_bug, cache)
             });
             let keys = accounts();
             TxnClient::new(i, &layout, keys, NODES, g, txns, fault, renew, rng.fork(), kairos)
