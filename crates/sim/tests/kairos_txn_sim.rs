@@ -11,12 +11,13 @@
 use std::time::Duration;
 
 use bytes::Bytes;
+use strata_kairos::sim::check::{real_time_order, real_time_reads_from};
 use strata_kairos::LeasePolicy;
 use strata_log::{PlantedBug, TxnEvent};
 use strata_sim::txn::check::check_all;
 use strata_sim::txn::client::{Known, TxnRecord};
 use strata_sim::txn::kairos::Skew;
-use strata_sim::txn::kcheck::cache_hits;
+use strata_sim::txn::kcheck::{cache_hits, history};
 use strata_sim::txn::mover::MovePlant;
 use strata_sim::txn::{run, Applied, TxnMode, TxnReport, TxnSimOptions};
 use strata_wire::txn::{AbortReason, Timestamp, Vote};
@@ -221,6 +222,54 @@ fn stale_cache_hits_commit_without_the_validators_version_check() {
             ..TxnSimOptions::kairos(mode)
         };
         expect_caught(&format!("KairosSkipStaleCheck with a cache ({mode:?})"), &opts);
+    }
+}
+
+/// Clocks off by up to ±10 ms (spread 20 ms), no drift: within a strict `eps` of 20 ms.
+fn within_eps() -> Vec<Skew> {
+    [0, 10_000_000, -10_000_000, 4_000_000].map(|o| Skew { offset_ns: o, drift_ppm: 0 }).into()
+}
+
+fn strict(mode: TxnMode) -> TxnSimOptions {
+    let eps = Some(Duration::from_millis(20));
+    TxnSimOptions { strict_eps: eps, skews: within_eps(), ..TxnSimOptions::kairos(mode) }
+}
+
+/// K5 (kairos.md §7 inv. 11): strict mode with the clocks within `eps`, every fault on,
+/// keeps real-time order (`kairos-real-time-order` judges these runs), and the runs hold
+/// enough cross-client real-time dependencies for it to mean something.
+#[test]
+fn strict_kairos_runs_keep_real_time_order() {
+    for mode in [TxnMode::KairosServer, SHARDED] {
+        let mut pairs = 0;
+        for seed in 0..8 {
+            let r = run(seed, &strict(mode));
+            assert!(r.violations.is_empty(), "{}", summary(&r));
+            let h = history(&r);
+            assert!(h.clocks.strict_within_eps(), "{:?}", h.clocks);
+            pairs += real_time_reads_from(&h);
+        }
+        eprintln!("{mode:?}: {pairs} cross-client real-time reads-from pairs");
+        assert!(pairs > 50, "{mode:?}: {pairs}");
+    }
+}
+
+/// The checker can fail (DESIGN.md): strict mode without its commit wait (`NoCommitWait`)
+/// is caught, and so is the default mode with perfect clocks (an RO transaction's `T.commit
+/// = max fts` may lie before a commit reported earlier; K5 is strict mode's alone).
+#[test]
+fn real_time_order_fails_without_the_commit_wait_or_outside_strict_mode() {
+    for mode in [TxnMode::KairosServer, SHARDED] {
+        let opts = TxnSimOptions {
+            client_bug: Some(strata_kairos::PlantedBug::NoCommitWait),
+            ..strict(mode)
+        };
+        expect_caught(&format!("NoCommitWait ({mode:?})"), &opts);
+        let plain = TxnSimOptions { skew: false, ..TxnSimOptions::kairos(mode) };
+        let late = (0..10).map(|seed| real_time_order(&history(&run(seed, &plain))).len());
+        let late: usize = late.sum();
+        eprintln!("{mode:?}, not strict: {late} transactions out of real-time order");
+        assert!(late > 0, "{mode:?}: non-strict runs kept real-time order on every seed");
     }
 }
 

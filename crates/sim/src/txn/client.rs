@@ -92,6 +92,9 @@ pub struct TxnRecord {
     pub failure: Option<String>,
     /// Kairos: the timestamps it prepared with.
     pub kairos: Option<Stamp>,
+    /// When the outcome was reported to the application: `completed`, except for a strict
+    /// Kairos commit, reported after its commit wait (K5).
+    pub reported: Instant,
 }
 
 impl TxnRecord {
@@ -107,6 +110,7 @@ impl TxnRecord {
             votes: Vec::new(),
             failure: None,
             kairos: None,
+            reported: invoked,
         }
     }
 }
@@ -143,6 +147,8 @@ enum Phase {
     Decide {
         waiting: BTreeMap<Part, ()>,
     },
+    /// Kairos strict mode: committed, not reported before the commit wait (K5).
+    CommitWait,
     Crashed,
     Finished,
 }
@@ -298,11 +304,15 @@ impl TxnClient {
         matches!(self.phase, Phase::Finished | Phase::Crashed)
     }
 
-    /// The transaction under way when the run ends: recorded with an unknown outcome.
+    /// The transaction under way when the run ends: recorded with an unknown outcome (a
+    /// strict commit still in its commit wait keeps its outcome, never reported).
     pub fn abandon(&mut self, now: Instant) {
         if let Some(mut cur) = self.current.take() {
-            if !cur.plain && !matches!(self.phase, Phase::Read { .. } | Phase::Think) {
-                cur.record.completed = now;
+            if matches!(self.phase, Phase::CommitWait) {
+                cur.record.reported = now;
+                self.done.push(cur.record);
+            } else if !cur.plain && !matches!(self.phase, Phase::Read { .. } | Phase::Think) {
+                (cur.record.completed, cur.record.reported) = (now, now);
                 cur.record.outcome = Known::Unknown;
                 self.done.push(cur.record);
             }
@@ -333,6 +343,7 @@ impl TxnClient {
             Phase::Think => return self.start(c, now),
             Phase::Compute => return self.prepare(c, now),
             Phase::Prepare { .. } => self.decide_if_voted(c, now),
+            Phase::CommitWait => return self.finish(now),
             _ => {}
         }
         let stale: Vec<Part> =
@@ -865,7 +876,7 @@ impl TxnClient {
                 };
                 let (version, vts) = (update_index, vts.unwrap_or(Timestamp::ZERO));
                 rec.reads.push(Read { key, value, version, vts, fts: vts, at: now, hit: None });
-                rec.completed = now;
+                (rec.completed, rec.reported) = (now, now);
                 rec.outcome = Known::Committed;
                 let (_, rec) = self.follow.take().expect("present");
                 self.done.push(rec);
@@ -946,6 +957,15 @@ impl TxnClient {
     }
 
     fn finish(&mut self, now: Instant) {
+        let commit = self.current.as_ref().filter(|cur| cur.record.outcome == Known::Committed);
+        let commit_ts = commit.and_then(|cur| cur.record.kairos).map(|s| s.commit_ts);
+        if let (Some(k), Some(ts)) = (self.kairos.as_mut(), commit_ts) {
+            if k.commit_wait(now, ts) {
+                self.pending.clear();
+                self.phase = Phase::CommitWait; // polled until the clock passes it
+                return;
+            }
+        }
         if let Some(k) = self.kairos.as_mut() {
             k.complete(); // §5.9: every decision applied (or none to send)
         }
@@ -953,6 +973,7 @@ impl TxnClient {
             if cur.record.outcome == Known::Unknown || cur.plain {
                 cur.record.completed = now;
             }
+            cur.record.reported = now.max(cur.record.completed);
             self.done.push(cur.record);
         }
         self.pending.clear();

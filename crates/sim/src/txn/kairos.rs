@@ -32,6 +32,11 @@
 //!   keys it wrote, a `TooOld` the entries below the next `ts_GC` heard; `c_freshness`
 //!   counts the entries' `min fts`. Safety never rests on it: validation must catch every
 //!   stale hit (the checkers' `kairos-k2-stale-read`, `kairos-self-invalidation`).
+//! * **strict mode** (K5, §5.1, §5.5, `TxnSimOptions::strict_eps`): an RO transaction's
+//!   `T.commit` is `max(max fts, now)`, and a commit is reported only after its decisions are
+//!   acknowledged and the client's clock passed `T.commit + 2 eps`
+//!   (`strata_kairos::timestamp::commit_wait_until`), as the library's `strict_eps` does; the
+//!   `NoCommitWait` client bug reports at once.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
@@ -39,7 +44,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use strata_core::Prng;
 use strata_kairos::cache::{dropped_after_abort, AbortHint, Cache, CacheEntry, Lookup};
-use strata_kairos::timestamp::{drifted_ns, ClientClock};
+use strata_kairos::timestamp::{commit_wait_until, drifted_ns, ClientClock};
 use strata_kairos::watermark::{c_freshness, local_wm};
 use strata_kairos::PlantedBug;
 use strata_kairos::{LeaseLimits, LeasePolicy};
@@ -107,6 +112,8 @@ pub struct KairosSide {
     cache: Option<Cache<Timestamp>>,
     /// A `TooOld` vote came: the next `ts_GC` heard drops the entries below it.
     drop_below_next_ts_gc: bool,
+    /// Strict mode's `eps` in nanoseconds (module docs).
+    strict_eps_ns: Option<u64>,
 }
 
 impl KairosSide {
@@ -119,6 +126,7 @@ impl KairosSide {
         layout: &Layout,
         bug: Option<PlantedBug>,
         cache: Option<(LeasePolicy, usize)>,
+        strict_eps: Option<Duration>,
     ) -> Self {
         let targets = layout.parts().into_iter().map(|p| (p, layout.name(p.0).to_string()));
         KairosSide {
@@ -140,7 +148,19 @@ impl KairosSide {
                 Cache::new(policy, LeaseLimits::default(), capacity).with_planted(bug)
             }),
             drop_below_next_ts_gc: false,
+            strict_eps_ns: strict_eps.map(|eps| eps.as_nanos() as u64),
         }
+    }
+
+    /// K5's commit wait (§5.5): whether a commit at `commit` must not be reported yet, the
+    /// client's clock being below `commit + 2 eps`. Never outside strict mode (nor with the
+    /// `NoCommitWait` bug).
+    pub fn commit_wait(&mut self, now: Instant, commit: Timestamp) -> bool {
+        let Some(eps) = self.strict_eps_ns.filter(|_| self.bug != Some(PlantedBug::NoCommitWait))
+        else {
+            return false;
+        };
+        self.now_ns(now) < commit_wait_until(commit, eps)
     }
 
     /// The client's clock at global time `now`, as the cache's time (leases end on it).
@@ -237,11 +257,13 @@ impl KairosSide {
         reads: &[(Timestamp, Timestamp)],
     ) -> (Timestamp, Option<Timestamp>) {
         let freshness = strata_kairos::freshness(reads.iter().map(|r| r.1));
-        if read_only {
-            let commit = reads.iter().map(|r| r.1).max().unwrap_or(Timestamp::ZERO);
-            return (commit, freshness);
-        }
         let physical = drifted_ns(now.as_nanos(), self.start_ns, self.drift_ppm);
+        if read_only {
+            // §5.1: `max fts`; strict mode `max(max fts, now)`.
+            let strict = self.strict_eps_ns.map(|_| physical);
+            let commit = self.clock.ro_commit_ts(reads.iter().map(|r| r.1), strict);
+            return (commit.unwrap_or(Timestamp::ZERO), freshness);
+        }
         let unbumped = matches!(
             self.bug,
             Some(PlantedBug::NoTimestampBump | PlantedBug::ClientSkipsTimestampBump)

@@ -27,7 +27,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use bytes::Bytes;
 use strata_kairos::sim::check::{self as kairos_check, Checker};
 use strata_kairos::sim::history::{
-    DecisionApplied, GcState, History, Install, Moment, Outcome, ReadRecord, Site, TxnKind,
+    Clocks, DecisionApplied, GcState, History, Install, Moment, Outcome, ReadRecord, Site, TxnKind,
     TxnRecord as KTxn, ValidationRecord,
 };
 use strata_kairos::validator::{AbortReason as KAbort, Vote as KVote};
@@ -49,6 +49,9 @@ pub fn check_all(r: &TxnReport) -> Vec<Violation> {
     found.extend(kairos_check::version_order(&h));
     found.extend(kairos_check::gc_safety(&h));
     found.extend(kairos_check::self_invalidation(&h));
+    if h.clocks.strict_within_eps() {
+        found.extend(kairos_check::real_time_order(&h));
+    }
     if !r.faults {
         found.extend(kairos_check::freshness(&h));
     }
@@ -86,6 +89,7 @@ fn name(c: Checker) -> &'static str {
         Checker::GcSafety => "kairos-gc-safety",
         Checker::Freshness => "kairos-freshness",
         Checker::SelfInvalidation => "kairos-self-invalidation",
+        Checker::RealTimeOrder => "kairos-real-time-order",
         _ => "kairos-other",
     }
 }
@@ -200,7 +204,8 @@ fn views(r: &TxnReport, trace: &KairosTrace, e: &Events) -> Vec<View> {
                 outcome,
                 decided_at: decided_at.map(moment),
                 begun_at: moment(rec.invoked),
-                reported_at: decided_at.map(moment),
+                // An unknown outcome was never reported to the application.
+                reported_at: (rec.outcome != Known::Unknown).then(|| moment(rec.reported)),
             },
             writes: rec.writes.iter().map(|(k, _)| k.clone()).collect(),
         });
@@ -291,7 +296,24 @@ pub fn history(r: &TxnReport) -> History {
         decisions,
         installs,
         gc_states,
+        clocks: clocks(trace, r.end),
         ..History::default()
+    }
+}
+
+/// The clients' clock errors over the run (offset, and drift from their start until `end`),
+/// and strict mode's `eps`: what K5's checker needs to know whether it applies.
+fn clocks(trace: &KairosTrace, end: Instant) -> Clocks {
+    let elapsed_ns = end.saturating_since(trace.clients_start).as_nanos() as i64;
+    let errors = trace.skews.iter().flat_map(|s| {
+        let drifted = s.offset_ns + s.drift_ppm * elapsed_ns / 1_000_000;
+        [s.offset_ns, drifted]
+    });
+    let (min, max) = errors.fold((0, 0), |(lo, hi), e| (e.min(lo), e.max(hi)));
+    Clocks {
+        strict_eps_ns: trace.strict_eps.map(|eps| eps.as_nanos() as u64),
+        min_error_ns: min,
+        max_error_ns: max,
     }
 }
 

@@ -213,6 +213,9 @@ pub struct TxnSimOptions {
     /// Kairos: the clients cache what their transactions read, with leases from this policy
     /// (`None`: no cache; see [`KairosSide`]), room for every account.
     pub cache: Option<strata_kairos::LeasePolicy>,
+    /// Kairos: strict mode with this `eps` (K5; see [`KairosSide`]). `kairos-real-time-order`
+    /// judges the run when the clients' clocks stay within `eps` of each other.
+    pub strict_eps: Option<Duration>,
 }
 
 impl Default for TxnSimOptions {
@@ -234,6 +237,7 @@ impl Default for TxnSimOptions {
             stall: Duration::from_secs(6),
             client_bug: None,
             cache: None,
+            strict_eps: None,
         }
     }
 }
@@ -286,6 +290,10 @@ pub struct KairosTrace {
     pub final_vts: Vec<(Bytes, Timestamp)>,
     /// Each client's clock error.
     pub skews: Vec<Skew>,
+    /// Strict mode's `eps` (`TxnSimOptions::strict_eps`).
+    pub strict_eps: Option<Duration>,
+    /// When the clients started (their drift counts from then).
+    pub clients_start: Instant,
 }
 
 impl KairosTrace {
@@ -523,6 +531,9 @@ pub fn run(seed: u64, opts: &TxnSimOptions) -> TxnReport {
     }
     // Kairos clocks (their own random stream, so the draws below are unchanged).
     let mut krng = Prng::new(seed ^ 0x006b_6169_726f_7300);
+    if let Some(k) = rec.kairos.as_mut() {
+        (k.strict_eps, k.clients_start) = (opts.strict_eps, c.now);
+    }
     // The `KairosNoTimestampBump` canary's client half.
     let client_bug = match canary {
         Some(PlantedBug::KairosNoTimestampBump) => Some(strata_kairos::PlantedBug::NoTimestampBump),
@@ -556,7 +567,8 @@ pub fn run(seed: u64, opts: &TxnSimOptions) -> TxnReport {
                 };
                 rec.kairos.as_mut().expect("kairos").skews.push(skew);
                 let cache = opts.cache.map(|policy| (policy, ACCOUNTS));
-                KairosSide::new(g.lease_id as u32, skew, c.now, &layout, client_bug, cache)
+                let strict = opts.strict_eps;
+                KairosSide::new(g.lease_id as u32, skew, c.now, &layout, client_bug, cache, strict)
             });
             let keys = accounts();
             TxnClient::new(i, &layout, keys, NODES, g, txns, fault, renew, rng.fork(), kairos)
