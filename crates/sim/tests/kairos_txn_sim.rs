@@ -273,6 +273,48 @@ fn real_time_order_fails_without_the_commit_wait_or_outside_strict_mode() {
     }
 }
 
+/// A longer sweep of the cache and strict-mode runs, by hand: `KAIROS_SOAK_SEEDS=300 cargo
+/// test --release -p strata-sim --test kairos_txn_sim soak -- --ignored --nocapture`.
+#[test]
+#[ignore = "a soak, by hand"]
+fn soak_of_caches_and_strict_mode() {
+    let seeds: u64 =
+        std::env::var("KAIROS_SOAK_SEEDS").ok().and_then(|v| v.parse().ok()).unwrap_or(100);
+    let cached =
+        |mode, policy| TxnSimOptions { cache: Some(policy), ..TxnSimOptions::kairos(mode) };
+    let sets = [
+        ("ideal, server", cached(TxnMode::KairosServer, LeasePolicy::Ideal)),
+        ("naive, sharded:3", cached(SHARDED, LeasePolicy::Naive)),
+        ("strict, server", strict(TxnMode::KairosServer)),
+        (
+            "strict + fixed 50 ms, sharded:3",
+            TxnSimOptions {
+                cache: Some(LeasePolicy::Fixed(Duration::from_millis(50))),
+                ..strict(SHARDED)
+            },
+        ),
+    ];
+    let mut failed = Vec::new();
+    for (name, opts) in sets {
+        let (mut commits, mut hits, mut stale, mut failing) = (0, 0, 0, 0);
+        for seed in 1_000..1_000 + seeds {
+            let r = run(seed, &opts);
+            if !r.violations.is_empty() {
+                eprintln!("{name}: {}", summary(&r));
+                failing += 1;
+                failed.push(format!("{name} seed {seed}"));
+            }
+            let (h, s) = cache_hits(&r);
+            (commits, hits, stale) = (commits + r.committed(), hits + h, stale + s);
+        }
+        eprintln!(
+            "{name}: {failing} of {seeds} seeds failing, {commits} commits, {hits} hits, \
+             {stale} stale hits refused"
+        );
+    }
+    assert!(failed.is_empty(), "failing: {failed:?}");
+}
+
 fn expect_caught(what: &str, opts: &TxnSimOptions) {
     match (0..20).map(|seed| run(seed, opts)).find(|r| !r.violations.is_empty()) {
         Some(r) => {
