@@ -227,10 +227,6 @@ impl KairosSide {
         self.drop_below_next_ts_gc |= votes.values().any(too_old);
     }
 
-    /// The cache's hits and misses so far (`(0, 0)` without one).
-    pub fn cache_counts(&self) -> (u64, u64) {
-        self.cache.as_ref().map_or((0, 0), |c| (c.stats().hits, c.stats().misses))
-    }
 
     /// A reading of the client's clock at global time `now` (§9.3: drift, then the offset,
     /// made monotone).
