@@ -227,7 +227,6 @@ impl KairosSide {
         self.drop_below_next_ts_gc |= votes.values().any(too_old);
     }
 
-
     /// A reading of the client's clock at global time `now` (§9.3: drift, then the offset,
     /// made monotone).
     fn now_ns(&mut self, now: Instant) -> u64 {
