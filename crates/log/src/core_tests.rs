@@ -148,6 +148,37 @@ fn recovery_rebuilds_state_from_disk_and_serves_nothing_until_readded() {
     assert!(LogReplica::recover(orca(), NodeId(0), &ids, bad, Instant::ZERO, 1).is_err());
 }
 
+/// A replay may apply entries the replica never applied before its crash (it applies every
+/// entry on disk, §5.10): their transaction events are reported by the replay, not held back
+/// until the replica next applies a transaction entry, which would misdate them.
+#[test]
+fn recovery_reports_the_replayed_transaction_entries_events_at_once() {
+    use strata_wire::txn::{Prepare, TxnAction, TxnId, TxnObject, TxnOp};
+    let txn = TxnId { client_id: 7, base: 1 };
+    let key = Bytes::from_static(b"k");
+    let prepare = Prepare {
+        txn,
+        all: vec![TxnObject { table: "t".into(), key: key.clone(), seq: 1 }],
+        ops: vec![TxnOp { key, seq: 1, expect: None, action: TxnAction::Write(Bytes::new()) }],
+        whole: false,
+        kairos: None,
+    };
+    let mut e = entry(1, 2);
+    (e.op, e.key, e.client_id, e.seq) = (LogOp::Prepare(Box::new(prepare)), Bytes::new(), 7, 0);
+    let mut r = recovered(vec![entry(1, 1), e], 1);
+    let mut out: LogEffects = Effects::default();
+    r.poll_effects(&mut out);
+    let voted: Vec<_> = out
+        .event
+        .iter()
+        .filter_map(|e| match e {
+            LogEvent::Txn(t) => Some(t.index()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(voted, [LogIndex::new(1, 2)]);
+}
+
 #[test]
 fn recovery_from_a_snapshot_and_the_log_after_it() {
     let ids = [NodeId(0), NodeId(1), NodeId(2)];

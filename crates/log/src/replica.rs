@@ -23,7 +23,7 @@ use crate::api::{
 use crate::config::{majority, LogConfig, ReadPolicy};
 use crate::durability::{DiskState, Round};
 use crate::reads::{FollowerReads, PendingRead};
-use crate::state::{Applied, Kv, Log};
+use crate::state::{Applied, Kv, Log, Rules};
 use crate::writes::{PendingFreeze, PendingWrite};
 use crate::ConfigError;
 
@@ -281,9 +281,11 @@ impl LogReplica {
         let mut kv = Kv::from_snapshot(state.snapshot.as_ref());
         let rules = cfg.apply_rules();
         let mut effects = LogEffects::default();
+        // The replay reports what each entry does, at the replay: some entries may not have
+        // been applied before the crash (the replay applies every entry on disk, committed
+        // or not, §5.10), and their effects date from now.
         for e in log.entries() {
-            let applied = kv.apply_with(e, rules);
-            effects.event.extend(executed_event(e, applied));
+            apply_and_report(&mut kv, e, rules, &mut effects.event);
         }
         let last = log.last_index();
         // The hard state is fsynced before any entry of its epoch is appended, so it cannot
@@ -502,11 +504,7 @@ impl LogReplica {
         let mut upto = from;
         let rules = self.cfg.apply_rules();
         for e in self.log.range(from, bound) {
-            let applied = self.kv.apply_with(e, rules);
-            self.effects.event.extend(executed_event(e, applied));
-            if applied == Applied::Txn {
-                self.effects.event.extend(self.kv.take_txn_events().into_iter().map(LogEvent::Txn));
-            }
+            apply_and_report(&mut self.kv, e, rules, &mut self.effects.event);
             upto = e.index;
         }
         if upto > from {
@@ -679,13 +677,23 @@ pub const MAX_EPOCH_JUMP: u32 = 1 << 24;
 /// again before it can wrap (room is left for the node's own entries).
 pub(crate) const COUNTER_CEILING: u32 = u32::MAX - (1 << 16);
 
-/// The audit event of an entry whose mutation took effect (rifl.md §7's effect event).
-pub(crate) fn executed_event(e: &LogEntry, applied: Applied) -> Option<LogEvent> {
-    (applied == Applied::Executed).then_some(LogEvent::Executed {
-        index: e.index,
-        client_id: e.client_id,
-        seq: e.seq,
-    })
+/// Applies `e` to `kv` and reports what it did: the `Executed` audit event of an entry whose
+/// mutation took effect (rifl.md §7's effect event), and a transaction entry's events.
+pub(crate) fn apply_and_report(
+    kv: &mut Kv,
+    e: &LogEntry,
+    rules: Rules,
+    events: &mut Vec<LogEvent>,
+) -> Applied {
+    let applied = kv.apply_with(e, rules);
+    match applied {
+        Applied::Executed => {
+            events.push(LogEvent::Executed { index: e.index, client_id: e.client_id, seq: e.seq })
+        }
+        Applied::Txn => events.extend(kv.take_txn_events().into_iter().map(LogEvent::Txn)),
+        _ => {}
+    }
+    applied
 }
 
 /// `ET` uniform in `[ET_min, 2 ET_min)` (§3.1 `election_deadline`).

@@ -128,12 +128,16 @@ impl LogReplica {
             // the applied prefix (rifl.md R-D23, `state::Kv`).
             let rules = self.cfg.apply_rules();
             let mut kv = Kv::from_snapshot(self.snapshot.as_ref());
+            let mut events = Vec::new();
             for e in self.log.entries() {
                 if e.index > kv.applied() {
-                    let applied = kv.apply_with(e, rules);
-                    self.effects.event.extend(crate::replica::executed_event(e, applied));
+                    crate::replica::apply_and_report(&mut kv, e, rules, &mut events);
                 }
             }
+            // Every kept entry was applied, and its transaction events reported, before.
+            self.effects
+                .event
+                .extend(events.into_iter().filter(|e| !matches!(e, LogEvent::Txn(_))));
             self.kv = kv;
         }
         self.emit(LogEvent::Truncated { after, removed_upto });

@@ -166,6 +166,15 @@ pub enum TxnEvent {
     Decided { index: LogIndex, txn: TxnId, seq: u64, key: Bytes, decision: Decision },
 }
 
+impl TxnEvent {
+    /// The index of the entry that did it.
+    pub fn index(&self) -> LogIndex {
+        match self {
+            TxnEvent::Voted { index, .. } | TxnEvent::Decided { index, .. } => *index,
+        }
+    }
+}
+
 /// The applied state: items, RIFL's completion records and watermarks, the applied index.
 ///
 /// Exactly-once (rifl.md §5.3 S6, §5.4, R-D23): a write's log entry is its completion record,

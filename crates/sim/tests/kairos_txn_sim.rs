@@ -254,6 +254,18 @@ fn strict_kairos_runs_keep_real_time_order() {
     }
 }
 
+/// Found by the soak below: in seed 1001 a restart's replay validates a prepare the crashed
+/// leader never applied, and the restarted node, elected, answers its vote from that state.
+/// The replay's events must be dated at the replay (`strata-log` reports them then; the
+/// recorder holds them until the replica applies past them): dated at the replica's next
+/// transaction entry, seconds later, they made `kairos-k2-stale-read` see the validation
+/// after a conflicting commit it preceded.
+#[test]
+fn a_replayed_validation_is_dated_at_the_replay() {
+    let r = run(1001, &strict(TxnMode::KairosServer));
+    assert!(r.violations.is_empty(), "{}", summary(&r));
+}
+
 /// The checker can fail (DESIGN.md): strict mode without its commit wait (`NoCommitWait`)
 /// is caught, and so is the default mode with perfect clocks (an RO transaction's `T.commit
 /// = max fts` may lie before a commit reported earlier; K5 is strict mode's alone).

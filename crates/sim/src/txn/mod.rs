@@ -338,6 +338,21 @@ struct Recorder {
     layout: Layout,
     applied: Vec<Applied>,
     kairos: Option<KairosTrace>,
+    /// A restart's replay applies every entry on the replica's disk, committed or not (orca
+    /// §5.10), and reports their events then. They are held here, with the replay's time,
+    /// until the replica applies anything more (it then holds a committed prefix beyond
+    /// them), and dropped where a new leader's log replaces them (`Truncated`), where the
+    /// replica's state is replaced (a move), or at its next restart.
+    replayed: BTreeMap<(usize, Part), Vec<(TxnEvent, Instant)>>,
+}
+
+/// Where recorded events come from.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Origin {
+    /// Entries the replica applied as they committed.
+    Applied,
+    /// A restart's replay of the replica's disk log (`Recorder::replayed`).
+    Replay,
 }
 
 /// One run's result.
@@ -506,6 +521,7 @@ pub fn run(seed: u64, opts: &TxnSimOptions) -> TxnReport {
         layout: layout.clone(),
         applied: Vec::new(),
         kairos: kairos_mode.then(KairosTrace::default),
+        replayed: BTreeMap::new(),
     };
     run_for(&mut c, Duration::from_secs(3), &mut rec);
     let setup_client = opts.clients;
@@ -946,11 +962,21 @@ impl Preparing {
 /// Records a step (its transaction events; on a Kairos table, its [`KairosTrace`]) and sends
 /// its replies on to the clients.
 fn observe(c: &mut HostCluster, step: Step, rec: &mut Recorder, clients: &[TxnClient]) {
+    observe_from(c, step, rec, clients, Origin::Applied);
+}
+
+fn observe_from(
+    c: &mut HostCluster,
+    step: Step,
+    rec: &mut Recorder,
+    clients: &[TxnClient],
+    origin: Origin,
+) {
     if let Some(k) = rec.kairos.as_mut() {
         k.observe(c, &step, &rec.layout, clients);
     }
     c.send_replies(step.replies);
-    rec.record(step.node, c.now, step.audit);
+    rec.record(step.node, c.now, step.audit, origin);
 }
 
 /// [`Applied::Locks`] of `node`'s replica of `part` now (after a move's adoption).
@@ -960,23 +986,51 @@ fn record_adopted(c: &HostCluster, node: usize, (table, shard): Part, rec: &mut 
         .shard_replica(rec.layout.name(table), shard)
         .map(|r| r.locks().map(|l| (l.key.clone(), l.txn, l.seq)).collect())
         .unwrap_or_default();
+    rec.replayed.remove(&(node, (table, shard)));
     rec.applied.push(Applied::Locks { node, table, shard, locks });
 }
 
 impl Recorder {
-    fn record(&mut self, node: usize, at: Instant, audit: Vec<Audit>) {
+    fn record(&mut self, node: usize, at: Instant, audit: Vec<Audit>, origin: Origin) {
         for a in audit {
-            if let Audit::Log { table, shard, event: LogEvent::Txn(event) } = a {
-                if let Some(table) = self.layout.index_of(&table) {
+            let Audit::Log { table, shard, event } = a else { continue };
+            let Some(table) = self.layout.index_of(&table) else { continue };
+            let replica = (node, (table, shard));
+            match event {
+                LogEvent::Txn(event) if origin == Origin::Replay => {
+                    self.replayed.entry(replica).or_default().push((event, at));
+                }
+                LogEvent::Txn(event) => {
+                    self.confirm_replayed(replica);
                     self.applied.push(Applied::Event { node, table, shard, event, at });
                 }
+                LogEvent::Applied { .. } => self.confirm_replayed(replica),
+                LogEvent::Truncated { after, .. } => {
+                    if let Some(held) = self.replayed.get_mut(&replica) {
+                        held.retain(|(e, _)| e.index() <= after);
+                    }
+                }
+                _ => {}
             }
         }
+    }
+
+    /// The replica applied past its replay: the replayed entries it kept are committed.
+    fn confirm_replayed(&mut self, replica: (usize, Part)) {
+        let (node, (table, shard)) = replica;
+        for (event, at) in self.replayed.remove(&replica).unwrap_or_default() {
+            self.applied.push(Applied::Event { node, table, shard, event, at });
+        }
+    }
+
+    fn restarted(&mut self, node: usize) {
+        self.replayed.retain(|(n, _), _| *n != node);
+        self.applied.push(Applied::Restarted { node });
     }
 }
 
 fn restart(c: &mut HostCluster, node: usize, rec: &mut Recorder) {
-    rec.applied.push(Applied::Restarted { node });
+    rec.restarted(node);
     let step = c.start(node);
     // A moved-in replica's log starts with its `Install` entry: its locks come first.
     for (table, shard) in rec.layout.parts() {
@@ -988,7 +1042,7 @@ fn restart(c: &mut HostCluster, node: usize, rec: &mut Recorder) {
         }
     }
     if let Some(step) = step {
-        observe(c, step, rec, &[]);
+        observe_from(c, step, rec, &[], Origin::Replay);
     }
 }
 
