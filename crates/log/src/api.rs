@@ -105,7 +105,8 @@ impl LogRequest {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum TxnAnswer {
     /// The objects' votes in order, up to the first `Abort` (rifl.md §5.8.2). `decided`: the
-    /// prepare held every object and all were `Prepared`, so `Commit` is applied (P3).
+    /// prepare held every object, so its decision is applied: `Commit` if all were
+    /// `Prepared` (P3), else `Abort` (docs/design.md, departures).
     Votes { votes: Vec<(u64, Vote)>, decided: bool },
     /// A decision, a decision record or its removal is applied and durable.
     Done,

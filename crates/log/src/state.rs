@@ -527,9 +527,14 @@ impl Kv {
                 break;
             }
         }
-        if p.whole && unanimous {
+        if p.whole {
+            // R-D17: a prepare holding every object decides at once. An `Abort` vote decides
+            // too (departure, docs/design.md): the transaction has no other participant, so
+            // nothing but `Abort` can follow, and the locks its earlier objects took go now
+            // instead of after a decision round.
+            let decision = if unanimous { Decision::Commit } else { Decision::Abort };
             let seqs: Vec<u64> = p.ops.iter().map(|o| o.seq).collect();
-            self.apply_decide(e.index, p.txn, Decision::Commit, &seqs);
+            self.apply_decide(e.index, p.txn, decision, &seqs);
         }
         Applied::Txn
     }
@@ -1086,6 +1091,31 @@ mod tests {
             kv.apply(&put(2, 1, 1, "a", "z"), true);
             kv.apply(&prepare(3, T, ops, true, 9), true);
             assert_eq!(kv.get(b"a").0, Some(b("z")));
+        }
+
+        #[test]
+        fn a_prepare_holding_every_object_that_votes_abort_releases_its_locks_at_once() {
+            let mut kv = Kv::default();
+            kv.apply(&put(1, 1, 1, "b", "0"), true);
+            // `a` votes Prepared (and locks), then `b` conflicts: its version moved on.
+            let ops = vec![
+                op("a", 11, None, TxnAction::Write(b("1"))),
+                op("b", 12, Some(Expect::Absent), TxnAction::Write(b("2"))),
+            ];
+            kv.apply(&prepare(2, T, ops, true, 9), true);
+            assert_eq!(vote(&kv, 7, 11), Some(Vote::Prepared));
+            assert_eq!(vote(&kv, 7, 12), Some(Vote::Abort(AbortReason::Conflict)));
+            assert!(!kv.is_locked(b"a"), "no decision round holds the lock");
+            assert_eq!(kv.get(b"a"), (None, LogIndex::ZERO), "and nothing was written");
+            let decided: Vec<_> = kv
+                .take_txn_events()
+                .into_iter()
+                .filter_map(|e| match e {
+                    TxnEvent::Decided { seq, decision, .. } => Some((seq, decision)),
+                    TxnEvent::Voted { .. } => None,
+                })
+                .collect();
+            assert_eq!(decided, [(11, Decision::Abort)]);
         }
 
         #[test]

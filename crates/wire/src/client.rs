@@ -577,8 +577,9 @@ pub enum Response {
     },
     /// A participant's votes on the objects of a `TxnPrepare`, by prepare id (a participant
     /// may stop at the first `Abort`: objects after it have no vote). `decided`: the prepare
-    /// held every object and all were `Prepared`, so the participant applied `Commit` at once
-    /// (§5.8.2 P3): no decision needs to be sent.
+    /// held every object, so the participant applied the decision at once, `Commit` if all
+    /// were `Prepared` (§5.8.2 P3), else `Abort`: no decision needs to be sent. (A node that
+    /// answers `false` to an aborted one gets the client's `Abort` decision, as before.)
     TxnVotes {
         votes: Vec<(u64, Vote)>,
         decided: bool,

@@ -173,7 +173,7 @@ struct Current {
     parts: BTreeMap<Part, Vec<TxnOp>>,
     read_only: bool,
     plain: bool,
-    /// Every participant answered `decided` (its prepare applied `Commit` at once).
+    /// Every participant answered `decided` (its prepare held every object and decided at once).
     decided: bool,
 }
 
