@@ -4,6 +4,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
+use strata_client::LeasePolicy;
 
 use crate::keys::min_key_size;
 use crate::BenchError;
@@ -195,69 +196,31 @@ pub enum WorkloadKind {
 }
 
 /// `--cache`: a Kairos client's cache policy (kairos.md §1.3; §5.12 Algorithm 1, §5.14
-/// baselines and static leases).
+/// baselines and static leases): `none` (no inter-transaction cache: Baseline, CV only) or a
+/// [`LeasePolicy`] by its name (`naive`, `ei`, `ideal`, `static:X`, `mean`, `fixed:MS`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(into = "String", try_from = "String")]
-pub enum CachePolicy {
-    /// No inter-transaction cache (Baseline, CV only).
-    #[default]
-    None,
-    /// Cache with no lease; drop an entry only when a transaction that read it aborts
-    /// (§5.14.1).
-    Naive,
-    /// Explicit invalidation: no lease, the shard leader pushes invalidations (§5.14.2).
-    Ei,
-    /// Self-invalidating leases sized by Algorithm 1 (§5.12): "ideal leases".
-    Ideal,
-    /// `StaticP(x)`: the lease in which a write comes with probability `x` (§5.14.3).
-    StaticP(f64),
-    /// The lease is the key's mean write gap `W` (§5.14.3).
-    Mean,
-    /// A fixed lease of this many milliseconds (§5.14.3).
-    FixedMs(f64),
-}
+pub struct CachePolicy(pub Option<LeasePolicy>);
 
 impl std::str::FromStr for CachePolicy {
     type Err = String;
 
     fn from_str(s: &str) -> Result<Self, String> {
-        let num = |v: &str, what: &str| {
-            v.parse::<f64>()
-                .ok()
-                .filter(|x| x.is_finite() && *x > 0.0)
-                .ok_or_else(|| format!("--cache {s}: {what} must be a positive number"))
-        };
-        match s.split_once(':') {
-            None => match s {
-                "none" => Ok(CachePolicy::None),
-                "naive" => Ok(CachePolicy::Naive),
-                "ei" => Ok(CachePolicy::Ei),
-                "ideal" => Ok(CachePolicy::Ideal),
-                "mean" => Ok(CachePolicy::Mean),
-                _ => Err(format!(
-                    "--cache {s}: use none, naive, ei, ideal, static:X (0 < X < 1), mean or fixed:MS"
-                )),
-            },
-            Some(("static", x)) => match num(x, "X")? {
-                x if x < 1.0 => Ok(CachePolicy::StaticP(x)),
-                _ => Err(format!("--cache {s}: X is a probability, 0 < X < 1")),
-            },
-            Some(("fixed", ms)) => Ok(CachePolicy::FixedMs(num(ms, "MS")?)),
-            Some(_) => Err(format!("--cache {s}: unknown policy")),
+        match s {
+            "none" => Ok(CachePolicy(None)),
+            _ => s
+                .parse()
+                .map(|p| CachePolicy(Some(p)))
+                .map_err(|e| format!("--cache {e} (or none)")),
         }
     }
 }
 
 impl std::fmt::Display for CachePolicy {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            CachePolicy::None => f.write_str("none"),
-            CachePolicy::Naive => f.write_str("naive"),
-            CachePolicy::Ei => f.write_str("ei"),
-            CachePolicy::Ideal => f.write_str("ideal"),
-            CachePolicy::StaticP(x) => write!(f, "static:{x}"),
-            CachePolicy::Mean => f.write_str("mean"),
-            CachePolicy::FixedMs(ms) => write!(f, "fixed:{ms}"),
+        match &self.0 {
+            None => f.write_str("none"),
+            Some(p) => p.fmt(f),
         }
     }
 }
@@ -589,7 +552,7 @@ impl Default for KairosArgs {
             write_zipf: 0.5,
             cacheable_pct: 1.0,
             cache_pct: 0.1,
-            cache: CachePolicy::None,
+            cache: CachePolicy(None),
             offered_rate: None,
             skip_preload: false,
         }
@@ -1628,7 +1591,7 @@ mod tests {
         .unwrap();
         k.validate().unwrap();
         assert_eq!(k.workload.keys(), 1000);
-        assert_eq!(k.kairos.cache, CachePolicy::StaticP(0.3));
+        assert_eq!(k.kairos.cache, CachePolicy(Some(LeasePolicy::StaticP(0.3))));
         assert_eq!((k.kairos.read_zipf, k.kairos.offered_rate), (1.2, Some(500.0)));
         // Every policy reads back from its name, also through the JSON report.
         for p in ["none", "naive", "ei", "ideal", "static:0.1", "mean", "fixed:2.5"] {

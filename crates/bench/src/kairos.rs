@@ -32,12 +32,10 @@ use bytes::{BufMut, Bytes, BytesMut};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde::{Deserialize, Serialize};
-use strata_client::{
-    Cacheable, Client, ClientOptions, KairosCacheOptions, LeasePolicy, TxnOutcome,
-};
+use strata_client::{Cacheable, Client, ClientOptions, KairosCacheOptions, TxnOutcome};
 use strata_wire::client::shard_of;
 
-use crate::args::{BenchArgs, CachePolicy, KairosArgs};
+use crate::args::{BenchArgs, KairosArgs};
 use crate::keys::{key, ZipfTable};
 use crate::report::BenchReport;
 use crate::txn::{self, back_off, join_sessions, strata_txn, Counts, Finished};
@@ -151,19 +149,6 @@ fn value_of(n: u64, size: usize) -> Bytes {
     v.freeze()
 }
 
-/// The client-library policy of `--cache` (`None`: no cache).
-fn lease_policy(cache: CachePolicy) -> Option<LeasePolicy> {
-    Some(match cache {
-        CachePolicy::None => return None,
-        CachePolicy::Naive => LeasePolicy::Naive,
-        CachePolicy::Ei => LeasePolicy::ExplicitInvalidation,
-        CachePolicy::Ideal => LeasePolicy::Ideal,
-        CachePolicy::StaticP(x) => LeasePolicy::StaticP(x),
-        CachePolicy::Mean => LeasePolicy::Mean,
-        CachePolicy::FixedMs(ms) => LeasePolicy::Fixed(Duration::from_secs_f64(ms / 1000.0)),
-    })
-}
-
 /// The client options of one Kairos client: the run's, with the cache `--cache` asks for,
 /// of `capacity` entries, caching the keys of `cacheable` in `table` only.
 fn client_options(
@@ -173,7 +158,7 @@ fn client_options(
     cacheable: &Arc<HashSet<Bytes>>,
     capacity: usize,
 ) -> ClientOptions {
-    let kairos_cache = lease_policy(k.cache).map(|policy| {
+    let kairos_cache = k.cache.0.map(|policy| {
         let (table, keys) = (table.to_string(), cacheable.clone());
         let cacheable: Cacheable = Arc::new(move |t, key| t == table && keys.contains(key));
         KairosCacheOptions { policy, capacity, cacheable }
@@ -275,7 +260,7 @@ pub(crate) async fn run(
     let after: Vec<CacheCounts> = clients.iter().map(cache_counts).collect();
     let stats =
         after.iter().zip(&before).fold(CacheCounts::default(), |sum, (a, b)| sum.add(a.since(*b)));
-    let cached = k.cache != CachePolicy::None;
+    let cached = k.cache.0.is_some();
     let kairos = KairosReport {
         cache: k.cache.to_string(),
         cacheable_keys,

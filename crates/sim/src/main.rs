@@ -13,6 +13,8 @@
 //! cargo run -p strata-sim -- --engine host --seed 7
 //! cargo run -p strata-sim -- --engine host --count 200
 //! cargo run -p strata-sim -- --engine txn --count 300
+//! cargo run -p strata-sim -- --engine txn --txn-mode kairos-sharded:3 --cache ideal --count 100
+//! cargo run -p strata-sim -- --engine txn --txn-mode kairos --strict-eps 20 --seed 1001
 //! ```
 //!
 //! `--engine host` runs the whole server (`strata_sim::host`: `strata-host` cores with their
@@ -33,7 +35,7 @@
 
 use std::ops::Range;
 use std::process::ExitCode;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use clap::{ArgGroup, Parser};
 use strata_log::LogEvent;
@@ -92,6 +94,15 @@ struct Args {
     /// shards) or `kairos-sharded:V` (V validator shards); Kairos canaries: kairos-….
     #[arg(long, default_value = "rifl", value_parser = parse_txn_mode)]
     txn_mode: strata_sim::txn::TxnMode,
+    /// Txn engine, Kairos modes: the clients cache what their transactions read, with leases
+    /// of this policy (naive, ideal, static:X, mean, fixed:MS; `ei` needs the leaders'
+    /// invalidation pushes, which the harness's clients do not take).
+    #[arg(long, value_parser = parse_cache)]
+    cache: Option<strata_kairos::LeasePolicy>,
+    /// Txn engine, Kairos modes: strict mode (K5) with this `eps` in milliseconds, the
+    /// clients' clocks within `eps` of each other so that real-time order is checked.
+    #[arg(long, value_name = "MS", value_parser = parse_eps)]
+    strict_eps: Option<Duration>,
     /// Log engine, with `--seed`: print the injected faults, then the protocol events of this
     /// window of simulated milliseconds (`A..B`), without grants, applies and fsyncs.
     #[arg(long, value_parser = parse_range)]
@@ -110,6 +121,22 @@ fn parse_txn_mode(s: &str) -> Result<strata_sim::txn::TxnMode, String> {
             Some(Ok(v)) if (1..=64).contains(&v) => Ok(TxnMode::KairosSharded(v)),
             _ => Err(format!("expected rifl, kairos or kairos-sharded:V (1..=64), got {s:?}")),
         },
+    }
+}
+
+fn parse_cache(s: &str) -> Result<strata_kairos::LeasePolicy, String> {
+    match s.parse()? {
+        strata_kairos::LeasePolicy::ExplicitInvalidation => Err(
+            "ei: the harness's clients take no invalidation pushes (use naive, ideal, static:X, mean or fixed:MS)".into(),
+        ),
+        p => Ok(p),
+    }
+}
+
+fn parse_eps(s: &str) -> Result<Duration, String> {
+    match s.parse::<u64>() {
+        Ok(ms) if ms > 0 => Ok(Duration::from_millis(ms)),
+        _ => Err(format!("expected a positive number of milliseconds, got {s:?}")),
     }
 }
 
@@ -194,8 +221,18 @@ fn main_txn(args: &Args) -> ExitCode {
         (None, None, Some(count)) => args.start..args.start.saturating_add(count),
         (None, None, None) => unreachable!("clap requires one of --seed, --seeds, --count"),
     };
-    let opts =
-        TxnSimOptions { canary: args.log_canary, mode: args.txn_mode, ..TxnSimOptions::default() };
+    let kairos = !matches!(args.txn_mode, strata_sim::txn::TxnMode::Rifl);
+    if !kairos && (args.cache.is_some() || args.strict_eps.is_some()) {
+        eprintln!(
+            "--cache and --strict-eps go with a Kairos --txn-mode (kairos, kairos-sharded:V)"
+        );
+        return ExitCode::from(2);
+    }
+    let base = match args.strict_eps {
+        Some(eps) => TxnSimOptions::strict(args.txn_mode, eps),
+        None => TxnSimOptions::kairos(args.txn_mode),
+    };
+    let opts = TxnSimOptions { canary: args.log_canary, cache: args.cache, ..base };
     let started = Instant::now();
     let mut failed = Vec::new();
     for seed in seeds.clone() {
@@ -214,7 +251,7 @@ fn main_txn(args: &Args) -> ExitCode {
         seeds.end - seeds.start,
         started.elapsed(),
         failed.first().map_or(String::new(), |s| format!(
-            "; reproduce: cargo run -p strata-sim -- --engine txn --seed {s}{}{}",
+            "; reproduce: cargo run -p strata-sim -- --engine txn --seed {s}{}{}{}{}",
             args.log_canary.map_or(String::new(), |b| format!(
                 " --log-canary {}",
                 strata_sim::orca::canary_name(b)
@@ -224,7 +261,9 @@ fn main_txn(args: &Args) -> ExitCode {
                 strata_sim::txn::TxnMode::KairosServer => " --txn-mode kairos".into(),
                 strata_sim::txn::TxnMode::KairosSharded(v) =>
                     format!(" --txn-mode kairos-sharded:{v}"),
-            }
+            },
+            args.cache.map_or(String::new(), |p| format!(" --cache {p}")),
+            args.strict_eps.map_or(String::new(), |e| format!(" --strict-eps {}", e.as_millis())),
         ))
     );
     if failed.is_empty() {

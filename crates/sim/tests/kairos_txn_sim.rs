@@ -226,13 +226,8 @@ fn stale_cache_hits_commit_without_the_validators_version_check() {
 }
 
 /// Clocks off by up to ±10 ms (spread 20 ms), no drift: within a strict `eps` of 20 ms.
-fn within_eps() -> Vec<Skew> {
-    [0, 10_000_000, -10_000_000, 4_000_000].map(|o| Skew { offset_ns: o, drift_ppm: 0 }).into()
-}
-
 fn strict(mode: TxnMode) -> TxnSimOptions {
-    let eps = Some(Duration::from_millis(20));
-    TxnSimOptions { strict_eps: eps, skews: within_eps(), ..TxnSimOptions::kairos(mode) }
+    TxnSimOptions::strict(mode, Duration::from_millis(20))
 }
 
 /// K5 (kairos.md §7 inv. 11): strict mode with the clocks within `eps`, every fault on,

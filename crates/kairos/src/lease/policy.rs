@@ -147,6 +147,53 @@ impl LeasePolicy {
     }
 }
 
+/// The names tools use for a policy: `naive`, `ei`, `ideal`, `static:X` (0 < X < 1), `mean`,
+/// `fixed:MS` (milliseconds, > 0).
+impl std::str::FromStr for LeasePolicy {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        let positive = |v: &str, what: &str| {
+            v.parse::<f64>()
+                .ok()
+                .filter(|x| x.is_finite() && *x > 0.0)
+                .ok_or_else(|| format!("{s}: {what} must be a positive number"))
+        };
+        match s.split_once(':') {
+            None => match s {
+                "naive" => Ok(LeasePolicy::Naive),
+                "ei" => Ok(LeasePolicy::ExplicitInvalidation),
+                "ideal" => Ok(LeasePolicy::Ideal),
+                "mean" => Ok(LeasePolicy::Mean),
+                _ => Err(format!(
+                    "{s}: use naive, ei, ideal, static:X (0 < X < 1), mean or fixed:MS"
+                )),
+            },
+            Some(("static", x)) => match positive(x, "X")? {
+                x if x < 1.0 => Ok(LeasePolicy::StaticP(x)),
+                _ => Err(format!("{s}: X is a probability, 0 < X < 1")),
+            },
+            Some(("fixed", ms)) => {
+                Ok(LeasePolicy::Fixed(Duration::from_secs_f64(positive(ms, "MS")? / 1000.0)))
+            }
+            Some(_) => Err(format!("{s}: unknown policy")),
+        }
+    }
+}
+
+impl std::fmt::Display for LeasePolicy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            LeasePolicy::Naive => f.write_str("naive"),
+            LeasePolicy::ExplicitInvalidation => f.write_str("ei"),
+            LeasePolicy::Ideal => f.write_str("ideal"),
+            LeasePolicy::StaticP(x) => write!(f, "static:{x}"),
+            LeasePolicy::Mean => f.write_str("mean"),
+            LeasePolicy::Fixed(d) => write!(f, "fixed:{}", d.as_secs_f64() * 1000.0),
+        }
+    }
+}
+
 /// `s` seconds as a `Duration`, or `max` if it is more than that (or not a number).
 fn seconds(s: f64, max: Duration) -> Duration {
     Duration::try_from_secs_f64(s).map_or(max, |d| d.min(max))
@@ -164,6 +211,18 @@ mod tests {
 
     fn us(x: u64) -> Duration {
         Duration::from_micros(x)
+    }
+
+    #[test]
+    fn policies_parse_from_and_print_as_their_names() {
+        for name in ["naive", "ei", "ideal", "static:0.2", "mean", "fixed:50", "fixed:0.5"] {
+            let p: LeasePolicy = name.parse().unwrap();
+            assert_eq!(p.to_string(), name);
+        }
+        assert_eq!("fixed:50".parse(), Ok(LeasePolicy::Fixed(ms(50))));
+        for bad in ["", "lru", "static:1", "static:0", "static:x", "fixed:-1", "fixed:inf", "a:b"] {
+            assert!(bad.parse::<LeasePolicy>().is_err(), "{bad:?} parsed");
+        }
     }
 
     #[test]

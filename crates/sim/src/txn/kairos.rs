@@ -79,6 +79,13 @@ impl Skew {
         let drift_ppm = rng.range(0, 2_001) as i64 - 1_000;
         Skew { offset_ns, drift_ppm }
     }
+
+    /// Clock errors that stay within `eps` of each other (offsets 0, ±eps/2, eps/5; no
+    /// drift), so that strict mode's real-time order holds and is judged (K5).
+    pub fn within(eps: Duration) -> Vec<Skew> {
+        let eps = eps.as_nanos() as i64;
+        [0, eps / 2, -eps / 2, eps / 5].map(|offset_ns| Skew { offset_ns, drift_ppm: 0 }).into()
+    }
 }
 
 /// A client's Kairos state (module docs).

@@ -247,6 +247,12 @@ impl TxnSimOptions {
     pub fn kairos(mode: TxnMode) -> TxnSimOptions {
         TxnSimOptions { mode, ..TxnSimOptions::default() }
     }
+
+    /// Kairos strict mode with `eps` (K5), the clients' clocks within `eps` of each other
+    /// ([`Skew::within`]) so that `kairos-real-time-order` judges the run.
+    pub fn strict(mode: TxnMode, eps: Duration) -> TxnSimOptions {
+        TxnSimOptions { strict_eps: Some(eps), skews: Skew::within(eps), ..Self::kairos(mode) }
+    }
 }
 
 /// What every replica's transaction entries did, in the order each node applied them.
