@@ -5,6 +5,7 @@
 #   uni   2 keys over 1000 (uniform), 4 clients x 4 sessions
 #   zipf  2 keys over 100 (zipfian θ 0.99: contention), 4 x 4
 #   one   2 keys in 2 distinct shards, one loop (commit latency)
+#   uni1, zipf1  uni and zipf on a 1-shard table (every transaction single-participant)
 # Prints the after/before table of `benchpy table ab` (committed/s medians, their ratio, the
 # per-run ratios, transaction p50) and writes $RESULTS/summary.md; beside each report,
 # NAME-rN.cpu.json holds the nodes' CPU seconds over the run.
@@ -43,10 +44,12 @@ echo "settings: runs=$RUNS duration=${DURATION}s workloads=[$WORKLOADS] baseline
 
 workload_flags() {
     case $1 in
-        uni) echo --txn-objects 2 --keys 1000 --clients 4 --sessions 4 ;;
-        zipf) echo --txn-objects 2 --keys 100 --dist zipfian --zipf-theta 0.99 --clients 4 --sessions 4 ;;
-        one) echo --txn-objects 2 --txn-spread --keys 1000 --clients 1 --sessions 1 ;;
-        *) die "unknown workload '$1' (uni, zipf, one)" ;;
+        uni) echo --table bank --txn-objects 2 --keys 1000 --clients 4 --sessions 4 ;;
+        zipf) echo --table bank --txn-objects 2 --keys 100 --dist zipfian --zipf-theta 0.99 --clients 4 --sessions 4 ;;
+        one) echo --table bank --txn-objects 2 --txn-spread --keys 1000 --clients 1 --sessions 1 ;;
+        uni1) echo --table one --txn-objects 2 --keys 1000 --clients 4 --sessions 4 ;;
+        zipf1) echo --table one --txn-objects 2 --keys 100 --dist zipfian --zipf-theta 0.99 --clients 4 --sessions 4 ;;
+        *) die "unknown workload '$1' (uni, zipf, one, uni1, zipf1)" ;;
     esac
 }
 
@@ -58,13 +61,15 @@ one_run() {
     unset BASE_PORT
     start_strata
     strata_cli table create bank --txn rifl --shards 5 >/dev/null
+    strata_cli table create one --txn rifl --shards 1 >/dev/null
     table_leader bank >/dev/null || die "table bank has no leader"
+    table_leader one >/dev/null || die "table one has no leader"
     BIN=$own_bin
     wait_quiet
     log "run $run: $name"
     s0=$(cpu_seconds "${STRATA_PIDS[@]}")
     # shellcheck disable=SC2046 # the flags are words
-    bench_run "$name-r$run" --endpoints "$ENDPOINTS" --workload txn --table bank --quiet \
+    bench_run "$name-r$run" --endpoints "$ENDPOINTS" --workload txn --quiet \
         --warmup "$WARMUP" --duration "$DURATION" --seed "$run" $(workload_flags "$workload")
     awk -v s0="$s0" -v s1="$(cpu_seconds "${STRATA_PIDS[@]}")" \
         'BEGIN { printf "{\"server_cpu_s\": %.2f}\n", s1 - s0 }' >"$RESULTS/$name-r$run.cpu.json"

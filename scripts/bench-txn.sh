@@ -6,7 +6,9 @@
 #  (b) the same read-modify-write of CONTENDED keys, 4 clients x 4 sessions, against etcd's
 #      `txn` (Range each key, then one Txn: put every key if every mod_revision is unchanged)
 #      and Redis WATCH/MULTI/EXEC, side by side: keys uniform over KEYS, and under
-#      contention (zipfian θ 0.99 over ZKEYS keys). Every system retries an aborted attempt
+#      contention (zipfian θ 0.99 over ZKEYS keys); Strata twice: on the 5-shard table (most
+#      transactions two-participant 2PC) and on a 1-shard table (one replicated log, as etcd:
+#      every transaction single-participant, RIFL R-D17). Every system retries an aborted attempt
 #      after the client library's back-off. Strata's transactional tables and etcd fsync
 #      every commit on a majority, both on the same disk (under this script's work
 #      directory); Redis runs twice: in memory as usual, and with `appendfsync always`
@@ -57,7 +59,9 @@ echo "settings: runs=$RUNS duration=${DURATION}s participants=[$PARTICIPANTS] ke
 
 start_strata
 strata_cli table create bank --txn rifl --shards 5 >&2
+strata_cli table create one --txn rifl --shards 1 >&2
 table_leader bank >/dev/null || die "table bank has no leader"
+table_leader one >/dev/null || die "table one has no leader"
 common=(--workload txn --quiet --warmup "$WARMUP" --duration "$DURATION")
 txn=("${common[@]}" --table bank)
 # Part (b)'s two workloads, for every system: NAME and its bench flags.
@@ -84,6 +88,7 @@ for run in $(seq 1 "$RUNS"); do
             --keys "$KEYS" --clients 4 --sessions 4 --seed "$run"
     done
     both strata "$run" --endpoints "$ENDPOINTS" "${txn[@]}"
+    both strata-one "$run" --endpoints "$ENDPOINTS" "${common[@]}" --table one
 done
 stop_strata
 

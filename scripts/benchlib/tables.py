@@ -404,7 +404,8 @@ def txn_aborts(reports):
 
 
 TXN_SYSTEMS = (
-    ("strata", "Strata (RIFL 2PC; fsync on a majority)"),
+    ("strata", "Strata, 5 shards (RIFL 2PC; fsync on a majority)"),
+    ("strata-one", "Strata, 1 shard (one replicated log, as etcd: single-participant commits)"),
     ("etcd", "etcd `txn` (compare mod_revision, put; fsync on a majority)"),
     ("redis-aof", "Redis WATCH/MULTI/EXEC, appendfsync always (one node)"),
     ("redis", "Redis WATCH/MULTI/EXEC (in memory, one node)"),
@@ -437,13 +438,15 @@ def txn(results, n_runs, participants, contended):
         return
     for prefix, what in (("uni", "keys uniform"), ("zipf", "zipfian θ 0.99 over the keys: contention")):
         strata = throughput(runs(results, f"{prefix}-strata"))
+        one = throughput(runs(results, f"{prefix}-strata-one"))
         print(f"\nThe same read-modify-write of {contended} keys ({what}), 4 clients x 4 sessions, side by side; median of {n_runs} runs:\n")
-        print("| system | committed/s | Strata/system | aborted attempts per commit | transaction p50 / p99 µs | commit p50 µs | aborts by reason (all runs) |")
-        print("|---|---:|---:|---:|---:|---:|---|")
+        print("| system | committed/s | Strata 5 shards / system | Strata 1 shard / system | aborted attempts per commit | transaction p50 / p99 µs | commit p50 µs | aborts by reason (all runs) |")
+        print("|---|---:|---:|---:|---:|---:|---:|---|")
         for name, label in TXN_SYSTEMS:
             r = runs(results, f"{prefix}-{name}")
             if r:
-                print(f"| {label} | {fmt(throughput(r))} | {fmt(ratio(strata, throughput(r)), '.2f')} | "
+                tput = throughput(r)
+                print(f"| {label} | {fmt(tput)} | {fmt(ratio(strata, tput), '.2f')} | {fmt(ratio(one, tput), '.2f')} | "
                       f"{fmt(txn_aborts(r), '.2f')} | {p50_p99(r)} | {fmt(txn_commit(r, 'p50'))} | {txn_abort_mix(r)} |")
 
 
