@@ -179,10 +179,12 @@ impl Pause {
 
 /// When to stop the next `strata txn` process. A process reaches its prepares a few
 /// milliseconds after it starts and decides a few milliseconds later (timings of this
-/// machine and build): a delay drawn from 0-40 ms rarely falls between. The first
-/// attempts draw from 0-40 ms; then the aim moves later after a process stopped before its
-/// prepares, earlier after one stopped after them (decided by itself), by a step halved at
-/// each change of direction, and draws within ±3 ms of it (always within 0-40 ms).
+/// machine and build; later with `STOP_PHASE_PEER_DELAY_MS` on the peer links): a delay
+/// drawn from 0-60 ms rarely falls between. The first attempts draw from 0-60 ms; then the
+/// aim moves later after a process stopped before its prepares, earlier after one stopped
+/// after them (decided by itself), by a step halved at each change of direction, and draws
+/// within ±3 ms of it (always within 0-60 ms). A change of the peer delay moves the window:
+/// start a new `Aim` then.
 pub struct Aim {
     at_ms: f64,
     step_ms: f64,
@@ -192,6 +194,7 @@ pub struct Aim {
 
 impl Aim {
     const UNIFORM: usize = 2;
+    const LATEST_MS: f64 = 60.0;
 
     pub fn new() -> Aim {
         Aim { at_ms: 20.0, step_ms: 8.0, last_later: None, attempts: 0 }
@@ -200,10 +203,10 @@ impl Aim {
     fn delay(&mut self, rng: &mut Rng) -> Duration {
         self.attempts += 1;
         if self.attempts <= Aim::UNIFORM {
-            return Duration::from_micros(rng.below(40_001));
+            return Duration::from_micros(rng.below(Aim::LATEST_MS as u64 * 1000 + 1));
         }
         let jitter = rng.below(6_001) as f64 / 1000.0 - 3.0;
-        Duration::from_secs_f64((self.at_ms + jitter).clamp(0.0, 40.0) / 1000.0)
+        Duration::from_secs_f64((self.at_ms + jitter).clamp(0.0, Aim::LATEST_MS) / 1000.0)
     }
 
     fn learn(&mut self, p: &Pause) {
@@ -220,7 +223,7 @@ impl Aim {
             self.step_ms = (self.step_ms / 2.0).max(0.5);
         }
         let step = if later { self.step_ms } else { -self.step_ms };
-        self.at_ms = (self.at_ms + step).clamp(0.0, 40.0);
+        self.at_ms = (self.at_ms + step).clamp(0.0, Aim::LATEST_MS);
         self.last_later = Some(later);
     }
 }
