@@ -17,7 +17,9 @@
 # Knobs (environment): BASELINE (a git revision, built once into target/baseline/) or
 # BASELINE_BIN (a directory with an older build's `strata`), RUNS (6 per build and workload),
 # DURATION (3 s), WARMUP (0.5 s), WORKLOADS ("uni zipf one"), RESULTS, CARGO_TARGET_DIR;
-# TMPDIR (where the clusters keep their data: /dev/shm takes the disk out).
+# TMPDIR (where the clusters keep their data: /dev/shm takes the disk out); CLIENT (`this`:
+# this build's `strata bench` drives both; `each`: each build drives its own cluster, for a
+# change of the client protocol that an older server does not decode).
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -27,6 +29,8 @@ RUNS=${RUNS:-6}
 DURATION=${DURATION:-3}
 WARMUP=${WARMUP:-0.5}
 WORKLOADS=${WORKLOADS:-"uni zipf one"}
+CLIENT=${CLIENT:-this}
+case $CLIENT in this | each) ;; *) echo "CLIENT is 'this' or 'each', not '$CLIENT'" >&2; exit 2 ;; esac
 RESULTS=${RESULTS:-${CARGO_TARGET_DIR:-$ROOT/target}/bench-results/txn-ab-$(date +%Y%m%d-%H%M%S)}
 NODES=3
 
@@ -39,7 +43,7 @@ mkdir -p "$RESULTS"
 build_strata
 build_baseline
 describe_machine | tee "$RESULTS/machine.txt" >&2
-echo "settings: runs=$RUNS duration=${DURATION}s workloads=[$WORKLOADS] baseline=${BASELINE:-$BASELINE_BIN}" |
+echo "settings: runs=$RUNS duration=${DURATION}s workloads=[$WORKLOADS] client=$CLIENT baseline=${BASELINE:-$BASELINE_BIN}" |
     tee -a "$RESULTS/machine.txt" >&2
 
 workload_flags() {
@@ -64,7 +68,7 @@ one_run() {
     strata_cli table create one --txn rifl --shards 1 >/dev/null
     table_leader bank >/dev/null || die "table bank has no leader"
     table_leader one >/dev/null || die "table one has no leader"
-    BIN=$own_bin
+    [ "$CLIENT" = each ] || BIN=$own_bin
     wait_quiet
     log "run $run: $name"
     s0=$(cpu_seconds "${STRATA_PIDS[@]}")
@@ -74,6 +78,7 @@ one_run() {
     awk -v s0="$s0" -v s1="$(cpu_seconds "${STRATA_PIDS[@]}")" \
         'BEGIN { printf "{\"server_cpu_s\": %.2f}\n", s1 - s0 }' >"$RESULTS/$name-r$run.cpu.json"
     stop_strata
+    BIN=$own_bin
 }
 
 for run in $(seq 1 "$RUNS"); do

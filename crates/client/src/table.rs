@@ -160,7 +160,16 @@ impl Table {
     pub(crate) async fn get_sharing(&mut self, key: Bytes) -> Result<LogRead, ClientError> {
         let shard = self.shard_of(&key) as usize;
         let start = self.leader[shard].unwrap_or(self.cursor);
-        self.read(key, start, true).await
+        self.read(key, start, ReadKind::Sharer).await
+    }
+
+    /// [`Table::get`] for a transaction of a RIFL table, at the believed leader, which may
+    /// answer with the value a pending single-participant transaction will leave: the
+    /// transaction's prepare validates the version either way (docs/design.md, departures).
+    pub(crate) async fn get_for_txn(&mut self, key: Bytes) -> Result<LogRead, ClientError> {
+        let shard = self.shard_of(&key) as usize;
+        let start = self.leader[shard].unwrap_or(self.cursor);
+        self.read(key, start, ReadKind::Foresee).await
     }
 
     pub fn def(&self) -> &TableDef {
@@ -301,7 +310,7 @@ impl Table {
                 self.cursor
             }
         };
-        self.read(key, start, false).await
+        self.read(key, start, ReadKind::Plain).await
     }
 
     /// Reads `key` starting at endpoint `node` (an index into the client's endpoints); if that
@@ -311,7 +320,7 @@ impl Table {
         key: impl Into<Bytes>,
         node: usize,
     ) -> Result<LogRead, ClientError> {
-        self.read(key.into(), node % self.nodes.len(), false).await
+        self.read(key.into(), node % self.nodes.len(), ReadKind::Plain).await
     }
 
     /// One attempt to read `key` at endpoint `node`, without retries or moving elsewhere: the
@@ -331,6 +340,7 @@ impl Table {
             key,
             min_index: self.last_write[shard],
             sharer: false,
+            foresee: false,
         };
         let deadline = Instant::now() + self.retry_for();
         match self.call(node, None, req, deadline).await {
@@ -520,7 +530,7 @@ impl Table {
         &mut self,
         key: Bytes,
         start: usize,
-        sharer: bool,
+        kind: ReadKind,
     ) -> Result<LogRead, ClientError> {
         let shard = self.shard_of(&key) as usize;
         let deadline = Instant::now() + self.retry_for();
@@ -532,7 +542,8 @@ impl Table {
                 table: self.def.name.clone(),
                 key: key.clone(),
                 min_index: self.last_write[shard],
-                sharer,
+                sharer: kind == ReadKind::Sharer,
+                foresee: kind == ReadKind::Foresee,
             };
             let mut backoff = true;
             match self.call(target, None, req, deadline).await {
@@ -680,4 +691,14 @@ fn retryable(e: &ClientError) -> bool {
             | ClientError::TimedOut(_)
             | ClientError::ShuttingDown(_)
     )
+}
+
+/// What a read asks of the node besides the value.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum ReadKind {
+    Plain,
+    /// Register this connection as a sharer of the key (kairos.md §5.14.2).
+    Sharer,
+    /// A RIFL transaction's read: a pending transaction's value may answer it.
+    Foresee,
 }

@@ -196,7 +196,7 @@ impl Transaction {
         }
         let mut t = self.client.txn_table(table).await?;
         let Some(wm) = self.kairos_before_read(&t).await else {
-            let r = t.get(id.1.clone()).await?;
+            let r = t.get_for_txn(id.1.clone()).await?;
             self.reads.insert(id, (r.value.clone(), r.update_index, r.vts));
             return Ok(r.value);
         };

@@ -153,7 +153,12 @@ mod tests {
         Queued {
             route: 1,
             corr: token,
-            req: LogRequest::Read { token, key: bytes::Bytes::from_static(b"k"), min_index: None },
+            req: LogRequest::Read {
+                token,
+                key: bytes::Bytes::from_static(b"k"),
+                min_index: None,
+                foresee: false,
+            },
         }
     }
 

@@ -39,6 +39,8 @@ pub(crate) struct ReadReq {
     pub min_index: Option<LogIndex>,
     /// kairos.md §5.14.2: register the connection as a sharer of the key (Kairos tables).
     pub sharer: bool,
+    /// A transaction's read of a RIFL table (`strata_log`'s foresight).
+    pub foresee: bool,
 }
 
 /// A running shard replica.
@@ -421,7 +423,7 @@ impl Shards {
         read: ReadReq,
         out: &mut HostEffects,
     ) {
-        let ReadReq { key, min_index, sharer } = read;
+        let ReadReq { key, min_index, sharer, foresee } = read;
         if let Err(e) = self.limits.check_key(&key) {
             return out.reply.push((route, ClientResponse { corr, body: limit_error(table, &e) }));
         }
@@ -435,7 +437,8 @@ impl Shards {
         if sharer && self.tables.get(table).is_some_and(|t| t.def.txn == TableTxn::Kairos) {
             self.sharers.expect(token, route, key.clone());
         }
-        self.request(now, sk, route, corr, LogRequest::Read { token, key, min_index }, out);
+        let req = LogRequest::Read { token, key, min_index, foresee };
+        self.request(now, sk, route, corr, req, out);
     }
 
     pub fn take_token(&mut self) -> u64 {

@@ -30,6 +30,9 @@ pub enum LogRequest {
         token: u64,
         key: Bytes,
         min_index: Option<LogIndex>,
+        /// A transaction's read, at the leader: answered with what a pending
+        /// single-participant transaction will leave, if one will (`foresight.rs`).
+        foresee: bool,
     },
     /// rifl.md §5.7 steps 1-2, at the leader: freeze the shard for a move to `to`. Answered
     /// with the final state once the `Freeze` entry is committed, durable at a majority and
@@ -465,4 +468,8 @@ pub struct LogStats {
     pub durability_rounds: u64,
     pub flushes: u64,
     pub writes_acked: u64,
+    /// Transaction reads answered from the leader's foresight (`foresight.rs`).
+    pub reads_foreseen: u64,
+    /// Single-participant prepares answered `Abort` without an entry (`foresight.rs`).
+    pub prepares_foreseen_aborted: u64,
 }

@@ -342,6 +342,23 @@ impl Solo {
         panic!("a one-replica group elects itself");
     }
 
+    /// A one-replica group under Sync durability: nothing applies before its fsync, so a held
+    /// disk keeps entries appended and pending.
+    fn sync() -> Solo {
+        let mut s = Solo::new(RecoveredState::default());
+        let now = Instant::from_millis(1);
+        let (config, me, state) = (LogConfig::strong_zk(), NodeId(0), RecoveredState::default());
+        s.r = LogReplica::recover(config, me, &[me], state, now, 9).unwrap();
+        s.now = now;
+        for _ in 0..5000 {
+            if s.r.is_ready_leader(s.now) {
+                return s;
+            }
+            s.advance(1);
+        }
+        panic!("a one-replica group elects itself");
+    }
+
     fn drain(&mut self) {
         self.r.poll_effects(&mut self.out);
         let last = self.out.persist.iter().map(|(t, _)| *t).max();
@@ -446,25 +463,7 @@ fn a_retry_after_apply_gets_the_same_index_and_appends_nothing() {
 fn a_retry_while_in_flight_waits_for_the_first_entry() {
     // Sync durability: a write is answered once its entry is fsynced, so with the disk held a
     // retry arrives while the first attempt is in flight.
-    let now = Instant::from_millis(1);
-    let r = LogReplica::recover(
-        LogConfig::strong_zk(),
-        NodeId(0),
-        &[NodeId(0)],
-        RecoveredState::default(),
-        now,
-        9,
-    );
-    let mut s = Solo::new(RecoveredState::default());
-    s.r = r.unwrap();
-    s.now = now;
-    for _ in 0..5000 {
-        if s.r.is_ready_leader(s.now) {
-            break;
-        }
-        s.advance(1);
-    }
-    assert!(s.r.is_ready_leader(s.now));
+    let mut s = Solo::sync();
     s.hold = true;
     assert_eq!(s.write(env(1, 1), "a"), None, "waits for the fsync");
     assert_eq!(s.write(env(1, 1), "a"), None, "the retry waits too");
@@ -626,7 +625,12 @@ impl Solo {
         self.next_token += 1;
         self.r.on_client_request(
             self.now,
-            LogRequest::Read { token, key: Bytes::from_static(b"k"), min_index: None },
+            LogRequest::Read {
+                token,
+                key: Bytes::from_static(b"k"),
+                min_index: None,
+                foresee: false,
+            },
         );
         self.drain();
         self.replies.iter().find_map(|r| match r {
@@ -1091,4 +1095,109 @@ fn a_sync_follower_acks_entries_after_their_fsync_and_heartbeat_rounds_at_once()
     // A new heartbeat round while that flush runs (a slow disk): acknowledged at once.
     let (acks, _) = deliver(&mut r, 3, 2);
     assert_eq!(acks, vec![LogIndex::new(1, 1)]);
+}
+
+// ---- the leader's foresight (`foresight.rs`) ----
+
+impl Solo {
+    /// A read of `k`; `foresee`: a transaction's.
+    fn read_k(&mut self, foresee: bool) -> Option<Result<crate::api::ReadValue, ReadError>> {
+        let token = self.next_token;
+        self.next_token += 1;
+        let key = Bytes::from_static(b"k");
+        self.r
+            .on_client_request(self.now, LogRequest::Read { token, key, min_index: None, foresee });
+        self.drain();
+        self.replies.iter().find_map(|r| match r {
+            LogReply::Read { token: t, result } if *t == token => Some(result.clone()),
+            _ => None,
+        })
+    }
+
+    /// A prepare of client 7's transaction `base` on `k` expecting `version`: a single-participant
+    /// read-modify-write writing `value`, or (`None`) a read-only validation. Returns its token.
+    fn prepare_k(&mut self, base: u64, version: LogIndex, value: Option<&'static str>) -> u64 {
+        use strata_wire::log::Expect;
+        use strata_wire::txn::{Prepare, TxnAction, TxnId, TxnObject, TxnOp};
+        let token = self.next_token;
+        self.next_token += 1;
+        let key = Bytes::from_static(b"k");
+        let action = value.map_or(TxnAction::Read, |v| TxnAction::Write(Bytes::from(v)));
+        let op =
+            TxnOp { key: key.clone(), seq: base, expect: Some(Expect::Version(version)), action };
+        let prepare = Prepare {
+            txn: TxnId { client_id: 7, base },
+            all: vec![TxnObject { table: "t".into(), key, seq: base }],
+            ops: vec![op],
+            whole: true,
+            kairos: None,
+        };
+        let (rifl, read_only) = (env(base, base), value.is_none());
+        self.r.on_client_request(self.now, LogRequest::Prepare { token, rifl, prepare, read_only });
+        self.drain();
+        self.r.check_invariants();
+        token
+    }
+
+    fn txn_reply(&self, token: u64) -> Option<Result<TxnAnswer, WriteError>> {
+        self.replies.iter().find_map(|r| match r {
+            LogReply::Txn { token: t, result } if *t == token => Some(result.clone()),
+            _ => None,
+        })
+    }
+}
+
+#[test]
+fn a_transaction_read_sees_what_a_pending_single_participant_prepare_will_leave() {
+    use strata_wire::txn::{AbortReason, Vote};
+    let mut s = Solo::sync();
+    assert!(matches!(s.write(env(1, 1), "a"), Some(Ok(_))));
+    let v0 = s.read_k(false).unwrap().unwrap().update_index;
+    // The disk stalls: a read-modify-write of `k` is appended, not applied.
+    s.hold = true;
+    let p1 = s.prepare_k(2, v0, Some("b"));
+    assert_eq!(s.txn_reply(p1), None, "waits for its fsync");
+    let v1 = s.r.last_index();
+    // A plain read answers the applied value; a transaction's read what the prepare leaves.
+    let plain = s.read_k(false).unwrap().unwrap();
+    assert_eq!((plain.value.as_deref(), plain.update_index), (Some(&b"a"[..]), v0));
+    let foreseen = s.read_k(true).unwrap().unwrap();
+    assert_eq!((foreseen.value.as_deref(), foreseen.update_index), (Some(&b"b"[..]), v1));
+    assert_eq!(s.r.stats().reads_foreseen, 1);
+    // A prepare that read the value before is answered `Abort` at once, with no entry.
+    let stale = s.prepare_k(3, v0, Some("x"));
+    let votes = vec![(3, Vote::Abort(AbortReason::Conflict))];
+    assert_eq!(s.txn_reply(stale), Some(Ok(TxnAnswer::Votes { votes, decided: true })));
+    assert_eq!(s.r.last_index(), v1, "nothing appended");
+    assert_eq!(s.r.stats().prepares_foreseen_aborted, 1);
+    // A read-only validation of the foreseen version waits for its entry instead of voting
+    // `Conflict` against the applied state; a prepare that read it is appended behind it.
+    let ro = s.prepare_k(4, v1, None);
+    let p2 = s.prepare_k(5, v1, Some("c"));
+    assert_eq!((s.txn_reply(ro), s.txn_reply(p2)), (None, None));
+    s.release();
+    let votes = |seq| vec![(seq, Vote::Prepared)];
+    assert_eq!(s.txn_reply(p1), Some(Ok(TxnAnswer::Votes { votes: votes(2), decided: true })));
+    let ro_reply = Some(Ok(TxnAnswer::Votes { votes: votes(4), decided: false }));
+    assert_eq!(s.txn_reply(ro), ro_reply, "validated once `b`'s entry applied");
+    let p2_reply = Some(Ok(TxnAnswer::Votes { votes: votes(5), decided: true }));
+    assert_eq!(s.txn_reply(p2), p2_reply, "its read of the foreseen version validates");
+    assert_eq!(s.read_k(false).unwrap().unwrap().value.as_deref(), Some(&b"c"[..]));
+}
+
+#[test]
+fn a_plain_write_pending_on_the_key_makes_a_transaction_read_wait_for_it() {
+    let mut s = Solo::sync();
+    assert!(matches!(s.write(env(1, 1), "a"), Some(Ok(_))));
+    s.hold = true;
+    assert_eq!(s.write(env(2, 2), "b"), None, "pending");
+    // Its effect is not foreseen (a plain write is evaluated at apply): the read waits.
+    assert_eq!(s.read_k(true), None);
+    s.release();
+    let read = s.replies.iter().rev().find_map(|r| match r {
+        LogReply::Read { result, .. } => Some(result.clone()),
+        _ => None,
+    });
+    assert_eq!(read.unwrap().unwrap().value.as_deref(), Some(&b"b"[..]));
+    assert_eq!(s.r.stats().reads_foreseen, 0);
 }

@@ -155,6 +155,7 @@ impl LogReplica {
                 now,
                 last != LogIndex::ZERO,
             ),
+            foresight: Default::default(),
         });
         let e = LogEntry {
             index: noop,

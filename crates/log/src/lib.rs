@@ -33,6 +33,7 @@ mod api;
 mod config;
 mod durability;
 mod election;
+mod foresight;
 mod invariants;
 pub mod kairos_wm;
 mod lease;

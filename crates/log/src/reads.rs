@@ -10,6 +10,7 @@ use strata_wire::{Instant, NodeId};
 
 use crate::api::{LogEvent, LogReply, ReadError, ReadValue};
 use crate::config::{PlantedBug, ReadPolicy};
+use crate::foresight::Foreseen;
 use crate::replica::{LogReplica, Role};
 
 /// Who gets the answer of a read.
@@ -35,6 +36,8 @@ pub(crate) struct PendingRead {
     pub deadline: Instant,
     /// Counted once in `reads_made_durable`.
     pub waited: bool,
+    /// A transaction's read: what a pending transaction will leave answers it (`foresight.rs`).
+    pub foresee: bool,
 }
 
 /// A read waiting at a non-leader for its applied index to reach the session token (§2.3).
@@ -62,13 +65,15 @@ impl LogReplica {
         token: u64,
         key: Bytes,
         min_index: Option<LogIndex>,
+        foresee: bool,
     ) {
         let origin = ReadOrigin::Client { token };
+        // Only the leader foresees; a transaction's read elsewhere is a plain one.
+        if self.leader.is_some() && (foresee || self.cfg.reads != ReadPolicy::Any) {
+            return self.leader_read(now, origin, key, min_index, foresee);
+        }
         if self.cfg.reads == ReadPolicy::Any {
             return self.local_read(now, token, key, min_index);
-        }
-        if self.leader.is_some() {
-            return self.leader_read(now, origin, key, min_index);
         }
         if self.cfg.reads == ReadPolicy::Leader {
             return self.finish_read(origin, Err(ReadError::NotLeader { hint: self.leader_id }));
@@ -173,6 +178,27 @@ impl LogReplica {
         );
     }
 
+    /// A transaction's read answered with what a pending single-participant transaction will
+    /// leave (`foresight.rs`). Not an ORCA read: no durability check and no `ReadServed`
+    /// audit event (the value may never be applied); the prepare's version check decides.
+    fn serve_foreseen(
+        &mut self,
+        origin: ReadOrigin,
+        key: &[u8],
+        value: Option<Bytes>,
+        version: LogIndex,
+    ) {
+        if let Some((_, m)) = self.kv.frozen() {
+            let replicas = m.replicas.clone();
+            return self.finish_read(origin, Err(ReadError::Moved { replicas }));
+        }
+        self.stats.reads_foreseen += 1;
+        let (served_by, epoch) = (self.id, self.epoch);
+        let (vts, w_mean_ns) = (self.kv.vts(key), self.kv.w_mean_ns(key));
+        let read = ReadValue { value, update_index: version, served_by, epoch, vts, w_mean_ns };
+        self.finish_read(origin, Ok(read));
+    }
+
     pub(crate) fn finish_read(&mut self, origin: ReadOrigin, result: Result<ReadValue, ReadError>) {
         match origin {
             ReadOrigin::Client { token } => {
@@ -192,6 +218,7 @@ impl LogReplica {
         origin: ReadOrigin,
         key: Bytes,
         min_index: Option<LogIndex>,
+        foresee: bool,
     ) {
         let deadline = now + self.cfg.read_timeout;
         let l = self.leader.as_mut().expect("leader");
@@ -201,14 +228,15 @@ impl LogReplica {
         if !l.lease_valid(now) {
             return self.finish_read(origin, Err(ReadError::NotLeader { hint: None }));
         }
-        l.pending_reads.push(PendingRead { origin, key, min_index, deadline, waited: false });
+        let waited = false;
+        l.pending_reads.push(PendingRead { origin, key, min_index, deadline, waited, foresee });
         self.settle_leader_reads(now);
     }
 
     pub(crate) fn on_forward_read(&mut self, now: Instant, from: NodeId, f: ForwardRead) {
         let origin = ReadOrigin::Forward { from, fwd_id: f.fwd_id };
         if self.leader.is_some() {
-            self.leader_read(now, origin, f.key, f.min_index);
+            self.leader_read(now, origin, f.key, f.min_index, false);
         } else {
             self.finish_read(origin, Err(ReadError::NotLeader { hint: self.leader_id }));
         }
@@ -248,6 +276,22 @@ impl LogReplica {
             if r.min_index.is_some_and(|m| self.kv.applied() < m) {
                 keep.push(r);
                 continue;
+            }
+            if r.foresee {
+                let l = self.leader.as_ref().expect("leader");
+                match l.foresight.get(&r.key, self.kv.applied()) {
+                    Some(Foreseen::Known { value, version }) => {
+                        let (value, version) = (value.clone(), *version);
+                        self.serve_foreseen(r.origin, &r.key, value, version);
+                        continue;
+                    }
+                    // Known once that entry applies; then the plain path below.
+                    Some(Foreseen::Unknown { .. }) => {
+                        keep.push(r);
+                        continue;
+                    }
+                    None => {}
+                }
             }
             // rifl.md §5.9 (R-D18): a locked key's value may be about to change, so the read
             // waits here for the decision and is answered the moment it is applied (this loop

@@ -166,6 +166,8 @@ pub(crate) struct LeaderState {
     pub freezing: Option<(LogIndex, ShardMove)>,
     /// A Kairos table's watermark reports (kairos.md §5.9): soft state of the term.
     pub kairos_reports: crate::kairos_wm::Reports,
+    /// What this term's pending entries will leave (`foresight.rs`).
+    pub foresight: crate::foresight::Foresight,
 }
 
 impl LeaderState {
@@ -589,6 +591,7 @@ impl LogReplica {
         for _ in 0..4 {
             self.leader_commit();
             self.apply_ready();
+            self.forget_foreseen();
             self.check_sync_phase();
             let mut changed = self.maintain_active_set(now);
             changed |= self.update_di();
@@ -719,7 +722,9 @@ impl Node for LogReplica {
             LogRequest::Write { token, rifl, key, op, immediate } => {
                 self.on_write(now, token, rifl, key, op, immediate)
             }
-            LogRequest::Read { token, key, min_index } => self.on_read(now, token, key, min_index),
+            LogRequest::Read { token, key, min_index, foresee } => {
+                self.on_read(now, token, key, min_index, foresee)
+            }
             LogRequest::Freeze { token, to } => self.on_freeze(now, token, to),
             LogRequest::Prepare { token, rifl, prepare, read_only } => {
                 self.on_prepare(now, token, rifl, prepare, read_only)

@@ -130,6 +130,24 @@ pub(crate) enum Applied {
     Txn,
 }
 
+/// [`Kv::vote_on`]'s rule over a key's state: its value and version, and whether a
+/// transaction holds it. The leader's foresight (`foresight.rs`) applies it to the state its
+/// pending entries leave.
+pub(crate) fn vote_given(
+    op: &strata_wire::txn::TxnOp,
+    (value, version): (Option<&Bytes>, LogIndex),
+    locked: bool,
+    check_versions: bool,
+) -> Vote {
+    if locked {
+        Vote::Abort(AbortReason::Locked)
+    } else if check_versions && op.expect.as_ref().is_some_and(|x| !x.holds(value, version)) {
+        Vote::Abort(AbortReason::Conflict)
+    } else {
+        Vote::Prepared
+    }
+}
+
 /// How applying behaves: every rule on and no bug planted, but under a canary
 /// (`LogConfig::apply_rules`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -690,15 +708,8 @@ impl Kv {
     /// `TxnSkipVersionCheck` canary), else `Prepared`.
     pub fn vote_on(&self, op: &strata_wire::txn::TxnOp, check_versions: bool) -> Vote {
         let (value, version) = self.get(&op.key);
-        if self.txn.is_locked(&op.key) {
-            Vote::Abort(AbortReason::Locked)
-        } else if check_versions
-            && op.expect.as_ref().is_some_and(|x| !x.holds(value.as_ref(), version))
-        {
-            Vote::Abort(AbortReason::Conflict)
-        } else {
-            Vote::Prepared
-        }
+        let locked = self.txn.is_locked(&op.key);
+        vote_given(op, (value.as_ref(), version), locked, check_versions)
     }
 
     /// rifl.md §5.8.3 D2-D4: each object of `seqs` still locked by `txn` takes the decision.

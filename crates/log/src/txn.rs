@@ -6,14 +6,18 @@
 
 use bytes::Bytes;
 use strata_rifl::Verdict;
-use strata_wire::log::{LogEntry, LogIndex, LogOp};
+use strata_wire::log::{Expect, LogEntry, LogIndex, LogOp};
 use strata_wire::rifl::{Rifl, RpcId};
-use strata_wire::txn::{AbortReason, Decision, DecisionRecord, Prepare, Timestamp, TxnId, Vote};
+use strata_wire::txn::{
+    AbortReason, Decision, DecisionRecord, Prepare, Timestamp, TxnAction, TxnId, Vote,
+};
 use strata_wire::Instant;
 
 use crate::api::{LogReply, Persist, TxnAnswer, WriteError};
 use crate::config::{PlantedBug, WritePath};
+use crate::foresight::{Foreseen, Foresight};
 use crate::replica::{LogReplica, Role};
+use crate::state::vote_given;
 
 /// A transaction request waiting for its entry (or, for a retry, the applied records).
 #[derive(Clone, Debug)]
@@ -29,6 +33,9 @@ pub(crate) struct PendingTxn {
 pub(crate) enum TxnWait {
     /// A prepare or an abort request: answered with the objects' votes.
     Votes { seqs: Vec<u64>, whole: bool, recovery: bool },
+    /// A read-only prepare that read a foreseen version (`foresight.rs`): validated once the
+    /// entry that writes it is applied.
+    Validate(Box<Prepare>),
     /// A decision or a decision record: answered `Done`.
     Done,
 }
@@ -84,7 +91,13 @@ impl LogReplica {
         // A Kairos prepare is always appended, read-only or not: validation raises
         // `latest_read` (kairos.md §5.6 step 5), which every replica must hold.
         if read_only && prepare.kairos.is_none() {
-            // P1: the applied state decides; nothing is written or remembered.
+            // P1: the applied state decides; nothing is written or remembered. A read of a
+            // foreseen version waits for its entry (`foresight.rs`).
+            if let Some(index) = self.pending_version_read(&prepare) {
+                let (wait, deadline) =
+                    (TxnWait::Validate(Box::new(prepare)), now + self.cfg.write_timeout);
+                return self.wait_txn(PendingTxn { token, txn, wait, index, deadline });
+            }
             let votes = self.validate(&prepare);
             return self.effects.reply.push(reply(Ok(TxnAnswer::Votes { votes, decided: false })));
         }
@@ -108,6 +121,15 @@ impl LogReplica {
                 if rifl.lease.expiration <= self.observed_cluster_time {
                     return self.effects.reply.push(reply(Err(WriteError::Unavailable)));
                 }
+                let effect = self.foresee(&prepare);
+                if let ForeseenPrepare::Aborts(votes) = effect {
+                    // Nothing appended, locked or recorded (`foresight.rs`).
+                    self.stats.prepares_foreseen_aborted += 1;
+                    return self
+                        .effects
+                        .reply
+                        .push(reply(Ok(TxnAnswer::Votes { votes, decided: true })));
+                }
                 let ack = rifl.first_incomplete - 1;
                 let mut prepare = prepare;
                 if let Some(k) = prepare.kairos.as_mut() {
@@ -119,7 +141,9 @@ impl LogReplica {
                     ack,
                     LogOp::Prepare(Box::new(prepare)),
                 );
-                self.leader.as_mut().expect("leader").inflight.entry(first).or_insert(index);
+                let l = self.leader.as_mut().expect("leader");
+                l.inflight.entry(first).or_insert(index);
+                effect.note(index, &mut l.foresight);
                 index
             }
         };
@@ -170,6 +194,65 @@ impl LogReplica {
             }
         };
         self.effects.reply.push(LogReply::Txn { token, result });
+    }
+
+    /// What `p`, about to be appended, will do to its keys when applied after every pending
+    /// entry (`foresight.rs`): a single-participant RIFL prepare is evaluated as its apply
+    /// will (`Kv::apply_prepare`, R-D17) where every key it reaches is foreseeable; any other
+    /// prepare changes or locks its keys unforeseeably.
+    fn foresee(&self, p: &Prepare) -> ForeseenPrepare {
+        let unforeseen = |writes_only: bool| {
+            let keys = p.ops.iter().filter(|o| !writes_only || o.action != TxnAction::Read);
+            ForeseenPrepare::Unknown(keys.map(|o| o.key.clone()).collect())
+        };
+        if !p.whole || p.kairos.is_some() {
+            return unforeseen(false);
+        }
+        let (Some(l), applied) = (self.leader.as_ref(), self.kv.applied()) else {
+            return unforeseen(false);
+        };
+        let check_versions = self.cfg.apply_rules().check_versions;
+        let mut votes = Vec::new();
+        for op in &p.ops {
+            let vote = match l.foresight.get(&op.key, applied) {
+                Some(Foreseen::Known { value, version }) => {
+                    vote_given(op, (value.as_ref(), *version), false, check_versions)
+                }
+                // A pending entry changes the key, or a pending decision may release its lock.
+                Some(Foreseen::Unknown { .. }) => return unforeseen(true),
+                None if self.kv.is_locked(&op.key) => return unforeseen(true),
+                None => self.kv.vote_on(op, check_versions),
+            };
+            votes.push((op.seq, vote));
+            if vote != Vote::Prepared {
+                return ForeseenPrepare::Aborts(votes);
+            }
+        }
+        let writes = p.ops.iter().filter_map(|o| match &o.action {
+            TxnAction::Read => None,
+            TxnAction::Write(v) => Some((o.key.clone(), Some(v.clone()))),
+            TxnAction::Delete => Some((o.key.clone(), None)),
+        });
+        ForeseenPrepare::Commits(writes.collect())
+    }
+
+    /// The leader forgets what its applied entries foresaw.
+    pub(crate) fn forget_foreseen(&mut self) {
+        let applied = self.kv.applied();
+        if let Some(l) = self.leader.as_mut() {
+            l.foresight.forget_applied(applied);
+        }
+    }
+
+    /// A read-only prepare's newest expected version that a pending entry of this leader's log
+    /// writes (read through `foresight.rs`), if any.
+    fn pending_version_read(&self, p: &Prepare) -> Option<LogIndex> {
+        let (applied, last) = (self.kv.applied(), self.log.last_index());
+        let versions = p.ops.iter().filter_map(|o| match o.expect {
+            Some(Expect::Version(v)) if v > applied && v <= last => Some(v),
+            _ => None,
+        });
+        versions.max()
     }
 
     /// §5.8.2 P1, read-only: per object, locked or changed votes `Abort` (stop); else
@@ -278,8 +361,13 @@ impl LogReplica {
 
     /// The answer of an applied transaction request, from the applied records.
     fn txn_answer(&self, p: &PendingTxn) -> Result<TxnAnswer, WriteError> {
-        let TxnWait::Votes { seqs, whole, recovery } = &p.wait else {
-            return Ok(TxnAnswer::Done);
+        let (seqs, whole, recovery) = match &p.wait {
+            TxnWait::Votes { seqs, whole, recovery } => (seqs, whole, recovery),
+            TxnWait::Validate(prepare) => {
+                let votes = self.validate(prepare);
+                return Ok(TxnAnswer::Votes { votes, decided: false });
+            }
+            TxnWait::Done => return Ok(TxnAnswer::Done),
         };
         let client_id = p.txn.client_id;
         let mut votes = Vec::new();
@@ -348,5 +436,34 @@ impl LogReplica {
     /// Whether a transaction holds `key`'s lock.
     pub fn is_locked(&self, key: &[u8]) -> bool {
         self.kv.is_locked(key)
+    }
+}
+
+/// What a prepare about to be appended will do, as the leader foresees it (`foresight.rs`).
+enum ForeseenPrepare {
+    /// It votes `Abort` (the votes up to that object): answered without an entry.
+    Aborts(Vec<(u64, Vote)>),
+    /// It commits these writes (`None`: a delete).
+    Commits(Vec<(Bytes, Option<Bytes>)>),
+    /// It changes or locks these keys in a way not foreseen.
+    Unknown(Vec<Bytes>),
+}
+
+impl ForeseenPrepare {
+    /// Records the effect of the prepare appended at `index`.
+    fn note(self, index: LogIndex, foresight: &mut Foresight) {
+        match self {
+            ForeseenPrepare::Aborts(_) => {}
+            ForeseenPrepare::Commits(writes) => {
+                for (key, value) in writes {
+                    foresight.note(key, Foreseen::Known { value, version: index });
+                }
+            }
+            ForeseenPrepare::Unknown(keys) => {
+                for key in keys {
+                    foresight.note(key, Foreseen::Unknown { until: index });
+                }
+            }
+        }
     }
 }

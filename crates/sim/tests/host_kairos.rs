@@ -208,8 +208,13 @@ fn read(c: &mut HostCluster, key: &Bytes) -> (Option<Bytes>, Timestamp) {
 
 /// [`read`] in `table`.
 fn read_in(c: &mut HostCluster, table: &str, key: &Bytes) -> (Option<Bytes>, Timestamp) {
-    let req =
-        Request::LogRead { table: table.into(), key: key.clone(), min_index: None, sharer: false };
+    let req = Request::LogRead {
+        table: table.into(),
+        key: key.clone(),
+        min_index: None,
+        sharer: false,
+        foresee: false,
+    };
     match call_leader(c, 2, None, req) {
         Response::LogValue { value, vts, .. } => (value, vts.unwrap_or_default()),
         other => panic!("{key:?}: {other:?}"),

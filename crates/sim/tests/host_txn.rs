@@ -125,8 +125,13 @@ fn prepare(
 }
 
 fn read(c: &mut HostCluster, key: &Bytes) -> Response {
-    let req =
-        Request::LogRead { table: TABLE.into(), key: key.clone(), min_index: None, sharer: false };
+    let req = Request::LogRead {
+        table: TABLE.into(),
+        key: key.clone(),
+        min_index: None,
+        sharer: false,
+        foresee: false,
+    };
     call_leader(c, 1, None, req)
 }
 

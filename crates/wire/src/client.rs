@@ -213,6 +213,11 @@ pub enum Request {
         /// the key at the shard's leader, which pushes `push_topic::KAIROS_INVALIDATE` when a
         /// transaction installs a newer version. A trailing extension, absent when false.
         sharer: bool,
+        /// A transaction's read (RIFL tables): the leader may answer with the value and
+        /// version a pending single-participant transaction will leave, which the reader's
+        /// prepare then validates (docs/design.md, departures). A second trailing extension,
+        /// absent when false (then `sharer` is absent too unless set).
+        foresee: bool,
     },
     /// Admin: add a table to this node's catalog (idempotent for an identical definition).
     CreateTable {
@@ -1030,11 +1035,14 @@ impl Encode for ClientRequest {
                 local_wm.encode(out);
                 c_freshness.encode(out);
             }
-            Request::LogRead { table, key, min_index, sharer } => {
+            Request::LogRead { table, key, min_index, sharer, foresee } => {
                 put_bytes(out, table.as_bytes());
                 put_bytes(out, key);
                 put_option(out, min_index, |o, i| i.encode(o));
-                if *sharer {
+                if *sharer || *foresee {
+                    put_bool(out, *sharer);
+                }
+                if *foresee {
                     put_bool(out, true);
                 }
             }
@@ -1161,6 +1169,7 @@ impl Decode for ClientRequest {
                 key: r.bytes()?,
                 min_index: r.option(LogIndex::decode)?,
                 sharer: if r.has_more() { r.bool()? } else { false },
+                foresee: if r.has_more() { r.bool()? } else { false },
             },
             CREATE_TABLE => {
                 let mut def = TableDef::decode(r)?;

@@ -107,8 +107,14 @@ fn request() -> impl Strategy<Value = ClientRequest> {
         (name(), bytes(), op, any::<bool>()).prop_map(|(table, key, op, immediate)| {
             Request::LogWrite { table, key, op, immediate }
         }),
-        (name(), bytes(), proptest::option::of(index()), any::<bool>()).prop_map(
-            |(table, key, min_index, sharer)| Request::LogRead { table, key, min_index, sharer }
+        (name(), bytes(), proptest::option::of(index()), any::<bool>(), any::<bool>()).prop_map(
+            |(table, key, min_index, sharer, foresee)| Request::LogRead {
+                table,
+                key,
+                min_index,
+                sharer,
+                foresee,
+            }
         ),
         table_def().prop_map(|def| Request::CreateTable { def }),
         Just(Request::ListTables),
@@ -287,7 +293,9 @@ proptest! {
                 k.encode(&mut kb);
                 cut + kb.len() == b.len() || (k.role != KairosRole::Full && cut + 1 == b.len())
             }
-            // A read without the sharer flag (kairos.md §5.14.2) is one of before it.
+            // A read without the sharer flag (kairos.md §5.14.2) is one of before it, and one
+            // without the foresee flag one of before that.
+            Request::LogRead { foresee: true, .. } => cut + 1 == b.len() || cut + 2 == b.len(),
             Request::LogRead { sharer: true, .. } => cut + 1 == b.len(),
             _ => false,
         };
@@ -449,9 +457,12 @@ proptest! {
         w in any::<u64>(),
         shard in any::<u32>(),
     ) {
-        let read = |sharer| ClientRequest::new(2, Request::LogRead { table: "t".into(), key: key.clone(), min_index: None, sharer });
-        let old = decode_message::<ClientRequest>(without_extension(&read(true), 1)).unwrap();
-        prop_assert_eq!(old, read(false));
+        let read = |sharer, foresee| ClientRequest::new(2, Request::LogRead { table: "t".into(), key: key.clone(), min_index: None, sharer, foresee });
+        let old = decode_message::<ClientRequest>(without_extension(&read(true, false), 1)).unwrap();
+        prop_assert_eq!(old, read(false, false));
+        // A reader that knows `sharer` but not `foresee` drops the second extension.
+        let old = decode_message::<ClientRequest>(without_extension(&read(false, true), 1)).unwrap();
+        prop_assert_eq!(old, read(false, false));
         let value = |w_mean_ns| ClientResponse { corr: 1, body: Response::LogValue { value: None, update_index: LogIndex::ZERO, served_by: NodeId(2), epoch: 3, vts: Some(vts), w_mean_ns } };
         let old = decode_message::<ClientResponse>(without_extension(&value(Some(w)), 8)).unwrap();
         prop_assert_eq!(old, value(None));

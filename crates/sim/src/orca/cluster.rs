@@ -508,7 +508,13 @@ impl OrcaCluster {
             token,
             Invocation { client, node: i, key: key.clone(), min_index, at: self.now },
         );
-        let body = Request::LogRead { table: TABLE.to_string(), key, min_index, sharer: false };
+        let body = Request::LogRead {
+            table: TABLE.to_string(),
+            key,
+            min_index,
+            sharer: false,
+            foresee: false,
+        };
         self.request(client, i, token, Asked::Read, None, body);
         token
     }

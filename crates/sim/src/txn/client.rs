@@ -444,13 +444,15 @@ impl TxnClient {
             };
             return self.on_read(c, now, read);
         }
-        let body = self.read_body(key);
+        // A transaction's read of a RIFL table may see a pending transaction's value, as the
+        // client library's does (`strata_log`'s foresight); its prepare validates it.
+        let body = self.read_body(key, !plain && self.kairos.is_none());
         self.send(c, now, part_of_body(&self.layout, &body), None, body);
     }
 
-    fn read_body(&self, key: Bytes) -> Request {
+    fn read_body(&self, key: Bytes, foresee: bool) -> Request {
         let table = self.layout.name(0).to_string();
-        Request::LogRead { table, key, min_index: None, sharer: false }
+        Request::LogRead { table, key, min_index: None, sharer: false, foresee }
     }
 
     fn envelope(&self, base: u64) -> Rifl {
@@ -937,7 +939,7 @@ impl TxnClient {
         let first = self.placement.get(&part).map_or(0, |rs| rs[0]);
         let node = self.leader.get(&part).copied().unwrap_or(first);
         self.next_corr += 1;
-        let body = self.read_body(key);
+        let body = self.read_body(key, false);
         let p = Pending {
             corr: self.next_corr,
             node,

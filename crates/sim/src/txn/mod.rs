@@ -376,6 +376,9 @@ pub struct TxnReport {
     pub final_values: Vec<(Bytes, Option<Bytes>)>,
     /// Locks held by any replica after healing and recovery.
     pub locks_left: usize,
+    /// Transaction reads answered from a leader's foresight, and prepares it answered `Abort`
+    /// without an entry (live replicas at the end).
+    pub foreseen: (u64, u64),
     /// Panics and broken invariants of the hosts.
     pub failures: Vec<String>,
     /// Shard moves finished: `(table, shard, where it went)`.
@@ -411,7 +414,7 @@ impl TxnReport {
         format!(
             "{} — {} transactions and reads, {} committed, {} aborted, {} locks left; {} move(s) \
              carrying {} lock(s) and {} decision record(s), {} leader(s) crashed preparing, {} \
-             other crash(es){}",
+             other crash(es); foreseen: {} read(s), {} abort(s){}",
             if self.violations.is_empty() { "ok" } else { "FAILED" },
             self.records.len(),
             self.committed(),
@@ -422,6 +425,8 @@ impl TxnReport {
             self.moved_decisions,
             self.prepare_crashes,
             self.crashes,
+            self.foreseen.0,
+            self.foreseen.1,
             self.kairos_summary()
         )
     }
@@ -748,6 +753,7 @@ pub fn run(seed: u64, opts: &TxnSimOptions) -> TxnReport {
                 key: key.clone(),
                 min_index: None,
                 sharer: false,
+                foresee: false,
             };
             match call_leader(&mut c, setup_client, None, body, &mut rec) {
                 Response::LogValue { value, vts, .. } => (key, value, vts.unwrap_or_default()),
@@ -775,6 +781,22 @@ pub fn run(seed: u64, opts: &TxnSimOptions) -> TxnReport {
         })
         .map(|(n, _)| n)
         .sum();
+    // The live replicas' foresight counters (a crash resets a replica's): evidence that the
+    // run exercised it (`strata_log`'s foresight).
+    let foreseen = (0..NODES)
+        .filter_map(|i| {
+            c.operate(i, |h, _| {
+                let stats = layout
+                    .parts()
+                    .into_iter()
+                    .filter_map(|(t, s)| h.shard_replica(layout.name(t), s))
+                    .map(|r| r.stats());
+                stats.fold((0, 0), |(r, p), s| {
+                    (r + s.reads_foreseen, p + s.prepares_foreseen_aborted)
+                })
+            })
+        })
+        .fold((0, 0), |(r, p), ((r2, p2), _)| (r + r2, p + p2));
     let failures = c.nodes.iter().filter_map(|n| n.failure.clone()).collect();
     let frozen = mover.as_ref().and_then(|(_, m)| m.frozen.as_ref());
     let moves = mover
@@ -790,6 +812,7 @@ pub fn run(seed: u64, opts: &TxnSimOptions) -> TxnReport {
         applied: rec.applied,
         final_values,
         locks_left,
+        foreseen,
         failures,
         moves,
         moved_locks: frozen.map_or(0, |s| s.locks.len()),
