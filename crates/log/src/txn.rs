@@ -225,7 +225,18 @@ impl LogReplica {
             };
             votes.push((op.seq, vote));
             if vote != Vote::Prepared {
-                return ForeseenPrepare::Aborts(votes);
+                // Answered without an entry only if no later input can change the vote: a
+                // duplicate of this prepare (one the client sent before and abandoned) may
+                // still arrive, and must vote the same. The applied version only grows, so
+                // one above the version read is final; a foreseen one is not (its entry may
+                // yet be dropped), and neither is a lock or a value condition.
+                let applied_version = self.kv.get(&op.key).1;
+                let superseded =
+                    matches!(op.expect, Some(Expect::Version(v)) if v < applied_version);
+                return match vote == Vote::Abort(AbortReason::Conflict) && superseded {
+                    true => ForeseenPrepare::Aborts(votes),
+                    false => ForeseenPrepare::ChangesNothing,
+                };
             }
         }
         let writes = p.ops.iter().filter_map(|o| match &o.action {
@@ -441,8 +452,12 @@ impl LogReplica {
 
 /// What a prepare about to be appended will do, as the leader foresees it (`foresight.rs`).
 enum ForeseenPrepare {
-    /// It votes `Abort` (the votes up to that object): answered without an entry.
+    /// It votes `Abort` whatever its entry would follow (the votes up to that object):
+    /// answered without an entry.
     Aborts(Vec<(u64, Vote)>),
+    /// It is foreseen to vote `Abort`, which a dropped earlier entry could still change: it
+    /// is appended, and foreseen to change nothing.
+    ChangesNothing,
     /// It commits these writes (`None`: a delete).
     Commits(Vec<(Bytes, Option<Bytes>)>),
     /// It changes or locks these keys in a way not foreseen.
@@ -453,7 +468,7 @@ impl ForeseenPrepare {
     /// Records the effect of the prepare appended at `index`.
     fn note(self, index: LogIndex, foresight: &mut Foresight) {
         match self {
-            ForeseenPrepare::Aborts(_) => {}
+            ForeseenPrepare::Aborts(_) | ForeseenPrepare::ChangesNothing => {}
             ForeseenPrepare::Commits(writes) => {
                 for (key, value) in writes {
                     foresight.note(key, Foreseen::Known { value, version: index });
