@@ -1164,10 +1164,10 @@ fn a_transaction_read_sees_what_a_pending_single_participant_prepare_will_leave(
     let foreseen = s.read_k(true).unwrap().unwrap();
     assert_eq!((foreseen.value.as_deref(), foreseen.update_index), (Some(&b"b"[..]), v1));
     assert_eq!(s.r.stats().reads_foreseen, 1);
-    // A prepare that read the value before is appended: that `b`'s entry applies is only
-    // foreseen (a new leader could drop it), so its `Conflict` is not final yet.
+    // A prepare that read the value before waits, unappended: that `b`'s entry applies is only
+    // foreseen (a new leader could drop it), so its `Conflict` is final only once it has.
     let stale = s.prepare_k(3, v0, Some("x"));
-    assert_eq!((s.txn_reply(stale), s.r.last_index() > v1), (None, true));
+    assert_eq!((s.txn_reply(stale), s.r.last_index()), (None, v1));
     // A read-only validation of the foreseen version waits for its entry instead of voting
     // `Conflict` against the applied state; a prepare that read it is appended behind it.
     let ro = s.prepare_k(4, v1, None);
@@ -1183,14 +1183,14 @@ fn a_transaction_read_sees_what_a_pending_single_participant_prepare_will_leave(
     assert_eq!(s.txn_reply(ro), ro_reply, "validated once `b`'s entry applied");
     let p2_reply = Some(Ok(TxnAnswer::Votes { votes: votes(5), decided: true }));
     assert_eq!(s.txn_reply(p2), p2_reply, "its read of the foreseen version validates");
-    assert_eq!(s.r.stats().prepares_foreseen_aborted, 0);
+    assert_eq!(s.r.stats().prepares_foreseen_aborted, 1, "the stale one, without an entry");
     // Once the applied version is past the one read, the `Conflict` is final: answered at
     // once, with no entry.
     let last = s.r.last_index();
     let late = s.prepare_k(6, v1, Some("y"));
     let late_reply = Some(Ok(TxnAnswer::Votes { votes: conflict(6), decided: true }));
     assert_eq!((s.txn_reply(late), s.r.last_index()), (late_reply, last));
-    assert_eq!(s.r.stats().prepares_foreseen_aborted, 1);
+    assert_eq!(s.r.stats().prepares_foreseen_aborted, 2);
     assert_eq!(s.read_k(false).unwrap().unwrap().value.as_deref(), Some(&b"c"[..]));
 }
 

@@ -36,6 +36,9 @@ pub(crate) enum TxnWait {
     /// A read-only prepare that read a foreseen version (`foresight.rs`): validated once the
     /// entry that writes it is applied.
     Validate(Box<Prepare>),
+    /// A single-participant prepare foreseen to conflict with a pending entry: handled again
+    /// once that entry is applied, when the conflict is final (`foresight.rs`).
+    Reconsider(Box<(Rifl, Prepare)>),
     /// A decision or a decision record: answered `Done`.
     Done,
 }
@@ -122,13 +125,18 @@ impl LogReplica {
                     return self.effects.reply.push(reply(Err(WriteError::Unavailable)));
                 }
                 let effect = self.foresee(&prepare);
-                if let ForeseenPrepare::Aborts(votes) = effect {
-                    // Nothing appended, locked or recorded (`foresight.rs`).
-                    self.stats.prepares_foreseen_aborted += 1;
-                    return self
-                        .effects
-                        .reply
-                        .push(reply(Ok(TxnAnswer::Votes { votes, decided: true })));
+                match effect {
+                    ForeseenPrepare::Aborts(votes) => {
+                        // Nothing appended, locked or recorded (`foresight.rs`).
+                        self.stats.prepares_foreseen_aborted += 1;
+                        let answer = TxnAnswer::Votes { votes, decided: true };
+                        return self.effects.reply.push(reply(Ok(answer)));
+                    }
+                    ForeseenPrepare::AbortsAfter(index) => {
+                        let wait = TxnWait::Reconsider(Box::new((rifl, prepare)));
+                        return self.wait_txn(PendingTxn { token, txn, wait, index, deadline });
+                    }
+                    _ => {}
                 }
                 let ack = rifl.first_incomplete - 1;
                 let mut prepare = prepare;
@@ -214,8 +222,10 @@ impl LogReplica {
         let check_versions = self.cfg.apply_rules().check_versions;
         let mut votes = Vec::new();
         for op in &p.ops {
+            let mut pending_writer = None;
             let vote = match l.foresight.get(&op.key, applied) {
                 Some(Foreseen::Known { value, version }) => {
+                    pending_writer = Some(*version);
                     vote_given(op, (value.as_ref(), *version), false, check_versions)
                 }
                 // A pending entry changes the key, or a pending decision may release its lock.
@@ -229,13 +239,18 @@ impl LogReplica {
                 // duplicate of this prepare (one the client sent before and abandoned) may
                 // still arrive, and must vote the same. The applied version only grows, so
                 // one above the version read is final; a foreseen one is not (its entry may
-                // yet be dropped), and neither is a lock or a value condition.
-                let applied_version = self.kv.get(&op.key).1;
-                let superseded =
-                    matches!(op.expect, Some(Expect::Version(v)) if v < applied_version);
-                return match vote == Vote::Abort(AbortReason::Conflict) && superseded {
-                    true => ForeseenPrepare::Aborts(votes),
-                    false => ForeseenPrepare::ChangesNothing,
+                // yet be dropped) until that entry applies: the prepare waits for it. A lock
+                // or a value condition is never final.
+                let conflict = vote == Vote::Abort(AbortReason::Conflict);
+                let read = match op.expect {
+                    Some(Expect::Version(v)) if conflict => v,
+                    _ => return ForeseenPrepare::ChangesNothing,
+                };
+                return match pending_writer {
+                    Some(w) if read < w => ForeseenPrepare::AbortsAfter(w),
+                    Some(_) => ForeseenPrepare::ChangesNothing,
+                    None if read < self.kv.get(&op.key).1 => ForeseenPrepare::Aborts(votes),
+                    None => ForeseenPrepare::ChangesNothing,
                 };
             }
         }
@@ -357,6 +372,11 @@ impl LogReplica {
         for p in waiting {
             let ready = applied >= p.index && (path == WritePath::Async || commit >= p.index);
             if ready {
+                if let TxnWait::Reconsider(held) = p.wait {
+                    let (rifl, prepare) = *held;
+                    self.on_prepare(now, p.token, rifl, prepare, false);
+                    continue;
+                }
                 let result = self.txn_answer(&p);
                 self.effects.reply.push(LogReply::Txn { token: p.token, result });
             } else if now >= p.deadline {
@@ -378,7 +398,7 @@ impl LogReplica {
                 let votes = self.validate(prepare);
                 return Ok(TxnAnswer::Votes { votes, decided: false });
             }
-            TxnWait::Done => return Ok(TxnAnswer::Done),
+            TxnWait::Done | TxnWait::Reconsider(_) => return Ok(TxnAnswer::Done),
         };
         let client_id = p.txn.client_id;
         let mut votes = Vec::new();
@@ -455,6 +475,10 @@ enum ForeseenPrepare {
     /// It votes `Abort` whatever its entry would follow (the votes up to that object):
     /// answered without an entry.
     Aborts(Vec<(u64, Vote)>),
+    /// It will vote `Abort(Conflict)` once the pending entry at this index, which writes a
+    /// key it read at an older version, applies: it waits for that entry, then is considered
+    /// again (then final, unless the entry did not apply as foreseen).
+    AbortsAfter(LogIndex),
     /// It is foreseen to vote `Abort`, which a dropped earlier entry could still change: it
     /// is appended, and foreseen to change nothing.
     ChangesNothing,
@@ -468,7 +492,9 @@ impl ForeseenPrepare {
     /// Records the effect of the prepare appended at `index`.
     fn note(self, index: LogIndex, foresight: &mut Foresight) {
         match self {
-            ForeseenPrepare::Aborts(_) | ForeseenPrepare::ChangesNothing => {}
+            ForeseenPrepare::Aborts(_)
+            | ForeseenPrepare::AbortsAfter(_)
+            | ForeseenPrepare::ChangesNothing => {}
             ForeseenPrepare::Commits(writes) => {
                 for (key, value) in writes {
                     foresight.note(key, Foreseen::Known { value, version: index });
