@@ -17,6 +17,7 @@
 //! A `Table` is a session: `&mut self` calls, one at a time. Open one per concurrent user.
 
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -103,8 +104,8 @@ pub struct Table {
     def: TableDef,
     opts: ClientOptions,
     nodes: Vec<NodeSlot>,
-    /// Per shard: the endpoint believed to lead it.
-    leader: Vec<Option<usize>>,
+    /// Per shard: the endpoint believed to lead it, shared by the handle's clones.
+    leader: LeaderHints,
     /// Per shard: the session token (§2.3).
     last_write: Vec<Option<LogIndex>>,
     /// The handle's RIFL lease (its id is the client id of its writes).
@@ -126,13 +127,13 @@ enum LastFailure {
 
 impl Table {
     pub(crate) fn new(def: TableDef, endpoints: &[SocketAddr], opts: ClientOptions) -> Table {
-        static SPREAD: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-        let spread = (std::process::id() as usize)
-            .wrapping_add(SPREAD.fetch_add(1, std::sync::atomic::Ordering::Relaxed));
+        static SPREAD: AtomicUsize = AtomicUsize::new(0);
+        let spread =
+            (std::process::id() as usize).wrapping_add(SPREAD.fetch_add(1, Ordering::Relaxed));
         let shards = def.shards.max(1) as usize;
         Table {
             nodes: endpoints.iter().map(|&addr| NodeSlot { addr, conn: None, id: None }).collect(),
-            leader: vec![None; shards],
+            leader: LeaderHints::new(shards),
             last_write: vec![None; shards],
             cursor: spread % endpoints.len().max(1),
             keeper: LeaseKeeper::new(endpoints.to_vec(), opts.clone()),
@@ -151,7 +152,7 @@ impl Table {
 
     /// The connection to the endpoint believed to lead `shard`, if open.
     pub(crate) fn leader_conn(&self, shard: u32) -> Option<Arc<ConnHandle>> {
-        let i = (*self.leader.get(shard as usize)?)?;
+        let i = self.leader.get(shard as usize)?;
         self.nodes[i].conn.clone()
     }
 
@@ -159,7 +160,7 @@ impl Table {
     /// sharer of `key` (kairos.md §5.14.2: a Kairos table's explicit invalidation).
     pub(crate) async fn get_sharing(&mut self, key: Bytes) -> Result<LogRead, ClientError> {
         let shard = self.shard_of(&key) as usize;
-        let start = self.leader[shard].unwrap_or(self.cursor);
+        let start = self.leader.get(shard).unwrap_or(self.cursor);
         self.read(key, start, ReadKind::Sharer).await
     }
 
@@ -168,7 +169,7 @@ impl Table {
     /// transaction's prepare validates the version either way (docs/design.md, departures).
     pub(crate) async fn get_for_txn(&mut self, key: Bytes) -> Result<LogRead, ClientError> {
         let shard = self.shard_of(&key) as usize;
-        let start = self.leader[shard].unwrap_or(self.cursor);
+        let start = self.leader.get(shard).unwrap_or(self.cursor);
         self.read(key, start, ReadKind::Foresee).await
     }
 
@@ -304,7 +305,9 @@ impl Table {
         let key = key.into();
         let shard = self.shard_of(&key) as usize;
         let start = match self.def.reads {
-            strata_wire::client::TableReads::Leader => self.leader[shard].unwrap_or(self.cursor),
+            strata_wire::client::TableReads::Leader => {
+                self.leader.get(shard).unwrap_or(self.cursor)
+            }
             _ => {
                 self.cursor = (self.cursor + 1) % self.nodes.len();
                 self.cursor
@@ -370,7 +373,7 @@ impl Table {
         match reply {
             Response::LogValue { value, update_index, served_by, epoch, vts, w_mean_ns } => {
                 if self.def.reads == strata_wire::client::TableReads::Leader {
-                    self.leader[shard] = Some(node);
+                    self.leader.set(shard, Some(node));
                 }
                 let vts = vts.unwrap_or(Timestamp::ZERO);
                 Ok(LogRead { value, update_index, served_by, epoch, vts, w_mean_ns })
@@ -457,7 +460,7 @@ impl Table {
     ) -> Result<Response, ClientError> {
         let shard = shard as usize;
         let deadline = Instant::now() + self.retry_for();
-        let mut target = self.leader[shard].unwrap_or(self.cursor);
+        let mut target = self.leader.get(shard).unwrap_or(self.cursor);
         let mut last;
         let mut moved_tries = 0;
         loop {
@@ -475,7 +478,7 @@ impl Table {
                 Ok(Response::LogRejected(f)) => {
                     match &f {
                         LogFailure::NotLeader { hint } => {
-                            self.leader[shard] = None;
+                            self.leader.set(shard, None);
                             let hinted = match hint {
                                 Some(h) => self.index_of(*h, deadline).await,
                                 None => None,
@@ -486,7 +489,7 @@ impl Table {
                         // rifl.md §5.7 step 4: the shard moved; the same RPC id goes to the
                         // new replicas, where its record is if it executed before the move.
                         LogFailure::Moved { replicas } => {
-                            self.leader[shard] = None;
+                            self.leader.set(shard, None);
                             moved_tries += 1;
                             target = self
                                 .moved_target(replicas, moved_tries, deadline)
@@ -496,7 +499,7 @@ impl Table {
                         }
                         // The leader answered: a decision is on its way.
                         LogFailure::Locked => {
-                            self.leader[shard] = Some(target);
+                            self.leader.set(shard, Some(target));
                             backoff = Some(LOCK_BACKOFF);
                         }
                         // Election or sync phase, or a slow majority: the same node, shortly.
@@ -505,12 +508,12 @@ impl Table {
                     last = LastFailure::Refused(f);
                 }
                 Ok(reply) => {
-                    self.leader[shard] = Some(target);
+                    self.leader.set(shard, Some(target));
                     return Ok(reply);
                 }
                 Err(e) if retryable(&e) => {
                     self.drop_conn(target);
-                    self.leader[shard] = None;
+                    self.leader.set(shard, None);
                     target = self.next(target);
                     backoff = Some(RETRY_BACKOFF);
                     last = LastFailure::Unknown(e);
@@ -701,4 +704,47 @@ enum ReadKind {
     Sharer,
     /// A RIFL transaction's read: a pending transaction's value may answer it.
     Foresee,
+}
+
+/// The endpoint believed to lead each shard (an index into the handle's endpoints). Shared
+/// by a handle's clones: the client's transactions each work on a clone of one cached
+/// handle, and what one learns (a `NotLeader` hint, a leader's answer) the next starts from,
+/// instead of asking a follower first every time.
+#[derive(Clone, Debug)]
+struct LeaderHints(Arc<[AtomicUsize]>);
+
+impl LeaderHints {
+    const UNKNOWN: usize = usize::MAX;
+
+    fn new(shards: usize) -> LeaderHints {
+        LeaderHints((0..shards).map(|_| AtomicUsize::new(Self::UNKNOWN)).collect())
+    }
+
+    fn get(&self, shard: usize) -> Option<usize> {
+        let i = self.0.get(shard)?.load(Ordering::Relaxed);
+        (i != Self::UNKNOWN).then_some(i)
+    }
+
+    fn set(&self, shard: usize, node: Option<usize>) {
+        if let Some(slot) = self.0.get(shard) {
+            slot.store(node.unwrap_or(Self::UNKNOWN), Ordering::Relaxed);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::LeaderHints;
+
+    #[test]
+    fn a_clone_learns_what_another_clone_learned_of_the_leaders() {
+        let cached = LeaderHints::new(2);
+        let one_transaction = cached.clone();
+        one_transaction.set(1, Some(2));
+        let next_transaction = cached.clone();
+        assert_eq!((next_transaction.get(0), next_transaction.get(1)), (None, Some(2)));
+        next_transaction.set(1, None); // a `NotLeader` without a hint
+        assert_eq!(cached.get(1), None);
+        assert_eq!(cached.get(7), None, "a shard the table does not have");
+    }
 }
