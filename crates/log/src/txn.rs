@@ -247,10 +247,9 @@ impl LogReplica {
                     _ => return ForeseenPrepare::ChangesNothing,
                 };
                 return match pending_writer {
+                    _ if read < self.kv.get(&op.key).1 => ForeseenPrepare::Aborts(votes),
                     Some(w) if read < w => ForeseenPrepare::AbortsAfter(w),
-                    Some(_) => ForeseenPrepare::ChangesNothing,
-                    None if read < self.kv.get(&op.key).1 => ForeseenPrepare::Aborts(votes),
-                    None => ForeseenPrepare::ChangesNothing,
+                    _ => ForeseenPrepare::ChangesNothing,
                 };
             }
         }
