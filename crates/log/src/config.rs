@@ -96,6 +96,10 @@ pub enum PlantedBug {
     TxnExpireIgnoresLocks,
     /// §5.9 (R-D18): plain reads ignore locks (a read after a commit returned can miss it).
     TxnReadsIgnoreLocks,
+    /// `foresight.rs`: a transaction's read of a key a pending prepare writes is answered
+    /// with another value than the one written, at the right version, so the reader's
+    /// prepare validates a read nobody wrote (serializability, conservation).
+    TxnForesightWrongValue,
     /// kairos.md §6.4 without its rebuild: a new leader starts from an empty Kairos
     /// validator, as if the validator's state were soft (a validator that forgot a committed
     /// write lets a stale read commit: breaks K2).

@@ -253,8 +253,12 @@ impl LogReplica {
                 };
             }
         }
+        let wrong = self.cfg.planted(PlantedBug::TxnForesightWrongValue);
         let writes = p.ops.iter().filter_map(|o| match &o.action {
             TxnAction::Read => None,
+            TxnAction::Write(v) if wrong => {
+                Some((o.key.clone(), Some([&v[..], b"0"].concat().into())))
+            }
             TxnAction::Write(v) => Some((o.key.clone(), Some(v.clone()))),
             TxnAction::Delete => Some((o.key.clone(), None)),
         });

@@ -103,7 +103,7 @@ impl FromStr for Mode {
 }
 
 /// The planted bugs of `strata-log` (feature `canaries`) and their CLI names.
-pub const LOG_CANARIES: [(&str, strata_log::PlantedBug); 16] = {
+pub const LOG_CANARIES: [(&str, strata_log::PlantedBug); 17] = {
     use strata_log::PlantedBug::*;
     [
         ("skip-durability-check", SkipDurabilityCheck),
@@ -116,6 +116,7 @@ pub const LOG_CANARIES: [(&str, strata_log::PlantedBug); 16] = {
         ("txn-abort-without-record", TxnAbortWithoutRecord),
         ("txn-expire-ignores-locks", TxnExpireIgnoresLocks),
         ("txn-reads-ignore-locks", TxnReadsIgnoreLocks),
+        ("txn-foresight-wrong-value", TxnForesightWrongValue),
         ("kairos-validator-soft-state", KairosValidatorSoftState),
         ("kairos-unstamped-ts-gc", KairosUnstampedTsGc),
         ("kairos-skip-read-prepared-check", KairosSkipReadPreparedCheck),
