@@ -470,6 +470,22 @@ pub struct WorkloadArgs {
     #[arg(long)]
     #[serde(default)]
     pub txn_spread: bool,
+
+    /// `--workload txn`, Strata: how a transaction reads the keys it is about to write —
+    /// `for-update` (`Transaction::read_for_update`: read-modify-writes of a hot key queue at
+    /// its leader) or `plain` (`Transaction::read`: optimistic only).
+    #[arg(long, value_enum, value_name = "HOW", default_value_t = TxnReads::ForUpdate)]
+    #[serde(default)]
+    pub txn_reads: TxnReads,
+}
+
+/// How a Strata read-modify-write transaction reads (`--txn-reads`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum TxnReads {
+    Plain,
+    #[default]
+    ForUpdate,
 }
 
 impl Default for WorkloadArgs {
@@ -487,6 +503,7 @@ impl Default for WorkloadArgs {
             fields: 4,
             txn_objects: 2,
             txn_spread: false,
+            txn_reads: TxnReads::ForUpdate,
         }
     }
 }
@@ -1245,6 +1262,7 @@ mod tests {
             "tls-key",
             "txn-keys",
             "txn-objects",
+            "txn-reads",
             "txn-spread",
             "value-size",
             "virtual-clients",

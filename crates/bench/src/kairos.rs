@@ -239,7 +239,8 @@ pub(crate) async fn run(
                 let next_value = move |n: u64| value_of(n + 1, value_size);
                 let write = (!read_only).then_some(&next_value as txn::NextValue<'_>);
                 let t0 = Instant::now();
-                let result = strata_txn(&client, &table, &keys, write).await;
+                // Kairos validates timestamps: no reads for update (they are plain reads there).
+                let result = strata_txn(&client, &table, &keys, write, false).await;
                 let done = Instant::now();
                 match result {
                     Ok(d) if t0 >= measure_start && done <= end => {

@@ -35,7 +35,7 @@ use serde::{Deserialize, Serialize};
 use strata_client::{AbortReason, Client, RetryPolicy, TxnOutcome};
 use strata_wire::client::shard_of;
 
-use crate::args::{BenchArgs, Distribution};
+use crate::args::{BenchArgs, Distribution, TxnReads};
 use crate::etcd::EtcdConn;
 use crate::keys::Zipfian;
 use crate::report::{BenchReport, Latencies, LatencySummary};
@@ -220,12 +220,13 @@ pub(crate) async fn run(
         let seed = session_seed(args.run.seed, i);
         let (keys, errors) = (keys.clone(), errors.clone());
         let table = args.conn.table.clone().unwrap_or_default();
+        let for_update = args.workload.txn_reads == TxnReads::ForUpdate;
         let addr = endpoints[i % endpoints.len()];
         let client = client.clone();
         tasks.push(tokio::spawn(async move {
             let mut rng = StdRng::seed_from_u64(seed);
             let mut counts = Counts::new();
-            let session = Session::open(target, client, table, addr).await?;
+            let session = Session::open(target, client, table, for_update, addr).await?;
             while Instant::now() < end {
                 let picked = keys.pick(&mut rng, objects, spread);
                 let t0 = Instant::now();
@@ -374,7 +375,7 @@ async fn preload(
 
 /// One closed-loop session's connection to the system under test.
 enum Session {
-    Strata { client: Client, table: String },
+    Strata { client: Client, table: String, for_update: bool },
     Redis(Arc<RedisConn>),
     Etcd(EtcdConn),
 }
@@ -384,10 +385,11 @@ impl Session {
         target: Target,
         client: Option<Client>,
         table: String,
+        for_update: bool,
         addr: SocketAddr,
     ) -> Result<Session, String> {
         Ok(match (target, client) {
-            (Target::Strata, Some(client)) => Session::Strata { client, table },
+            (Target::Strata, Some(client)) => Session::Strata { client, table, for_update },
             (Target::Etcd, _) => Session::Etcd(EtcdConn::connect(addr).await?),
             _ => Session::Redis(
                 RedisConn::connect(addr, Duration::from_secs(2))
@@ -400,9 +402,9 @@ impl Session {
     /// One read-modify-write transaction of `keys`, retried until it commits.
     async fn txn(&self, keys: &[Bytes]) -> Result<Done, String> {
         match self {
-            Session::Strata { client, table } => {
+            Session::Strata { client, table, for_update } => {
                 let increment = |n: u64| Bytes::from((n + 1).to_string());
-                strata_txn(client, table, keys, Some(&increment)).await
+                strata_txn(client, table, keys, Some(&increment), *for_update).await
             }
             Session::Redis(r) => redis_txn(r, keys).await,
             Session::Etcd(e) => etcd_txn(e, keys).await,
@@ -428,12 +430,14 @@ pub(crate) async fn back_off(attempt: u32) {
 pub(crate) type NextValue<'a> = &'a (dyn Fn(u64) -> Bytes + Sync);
 
 /// One Strata transaction, run again until it commits: it reads `keys` in order and, with
-/// `next`, writes each key's next value after reading it (else it is read-only).
+/// `next`, writes each key's next value after reading it (else it is read-only); with
+/// `for_update`, a key it writes is read for update (`Transaction::read_for_update`).
 pub(crate) async fn strata_txn(
     client: &Client,
     table: &str,
     keys: &[Bytes],
     next: Option<NextValue<'_>>,
+    for_update: bool,
 ) -> Result<Done, String> {
     let mut done = Done::default();
     for attempt in 0.. {
@@ -441,7 +445,11 @@ pub(crate) async fn strata_txn(
         let mut tx = client.transaction();
         let t = Instant::now();
         for k in keys {
-            let v = tx.read(table, k.clone()).await.map_err(|e| e.to_string())?;
+            let v = match for_update && next.is_some() {
+                true => tx.read_for_update(table, k.clone()).await,
+                false => tx.read(table, k.clone()).await,
+            };
+            let v = v.map_err(|e| e.to_string())?;
             if let Some(next) = next {
                 tx.write(table, k.clone(), next(counter(v.as_deref())));
             }

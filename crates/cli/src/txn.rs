@@ -170,17 +170,19 @@ async fn once(client: &Client, lines: &[Line]) -> Result<Attempt, Failure> {
     let mut gets = Vec::new();
     for line in lines {
         match line {
-            Line::Get(k) => gets.push(read(&mut tx, k).await?),
+            Line::Get(k) => gets.push(read(&mut tx, k, false).await?),
             Line::Put(k, v) => tx.write(&k.table, k.key.clone(), v.clone()),
             Line::Del(k) => tx.delete(&k.table, k.key.clone()),
             Line::Add(k, delta) => {
-                let old = read(&mut tx, k).await?;
+                // A counter change writes what it reads: read for update, so that concurrent
+                // `add`s of one key queue at its leader instead of aborting each other.
+                let old = read(&mut tx, k, true).await?;
                 let (_, new) = counter::change(old.as_deref(), *delta)
                     .map_err(|e| Failure::new(USAGE, format!("add {k}: {e}")))?;
                 tx.write(&k.table, k.key.clone(), counter::encode(new));
             }
             Line::Check(k, v) => {
-                let now = read(&mut tx, k).await?;
+                let now = read(&mut tx, k, false).await?;
                 if now.as_ref() != Some(v) {
                     let held = now.map_or("no value".to_string(), |n| {
                         format!("{:?}", String::from_utf8_lossy(&n))
@@ -197,8 +199,13 @@ async fn once(client: &Client, lines: &[Line]) -> Result<Attempt, Failure> {
     Ok(Attempt::Decided(outcome, gets))
 }
 
-async fn read(tx: &mut Transaction, k: &Key) -> Result<Option<Bytes>, Failure> {
-    tx.read(&k.table, k.key.clone()).await.map_err(|e: ClientError| Failure::from(e))
+async fn read(tx: &mut Transaction, k: &Key, for_update: bool) -> Result<Option<Bytes>, Failure> {
+    let key = k.key.clone();
+    let read = match for_update {
+        true => tx.read_for_update(&k.table, key).await,
+        false => tx.read(&k.table, key).await,
+    };
+    read.map_err(|e: ClientError| Failure::from(e))
 }
 
 fn print_gets(gets: &[Option<Bytes>]) -> Result<(), Failure> {

@@ -113,6 +113,15 @@ impl Transaction {
         self.rt.block_on(self.inner.read(table, key))
     }
 
+    /// See [`crate::Transaction::read_for_update`].
+    pub fn read_for_update(
+        &mut self,
+        table: &str,
+        key: impl Into<Bytes>,
+    ) -> Result<Option<Bytes>, ClientError> {
+        self.rt.block_on(self.inner.read_for_update(table, key))
+    }
+
     /// Buffers a write of `key`; nothing is sent before `commit`.
     pub fn write(&mut self, table: &str, key: impl Into<Bytes>, value: impl Into<Bytes>) {
         self.inner.write(table, key, value)

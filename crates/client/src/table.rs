@@ -27,7 +27,7 @@ use strata_wire::client::{
 };
 use strata_wire::counter;
 use strata_wire::log::{Expect, LogIndex, WriteOutcome};
-use strata_wire::txn::Timestamp;
+use strata_wire::txn::{ReadIntent, Timestamp};
 use strata_wire::{NodeId, Rifl, RpcId};
 use tokio::sync::broadcast;
 use tokio::time::Instant;
@@ -167,10 +167,17 @@ impl Table {
     /// [`Table::get`] for a transaction of a RIFL table, at the believed leader, which may
     /// answer with the value a pending single-participant transaction will leave: the
     /// transaction's prepare validates the version either way (docs/design.md, departures).
-    pub(crate) async fn get_for_txn(&mut self, key: Bytes) -> Result<LogRead, ClientError> {
+    /// `for_update`: the transaction means to write the key, and the leader holds the key's
+    /// other reads for update back until this one's prepare arrives ([`ReadIntent`]).
+    pub(crate) async fn get_for_txn(
+        &mut self,
+        key: Bytes,
+        for_update: bool,
+    ) -> Result<LogRead, ClientError> {
         let shard = self.shard_of(&key) as usize;
         let start = self.leader.get(shard).unwrap_or(self.cursor);
-        self.read(key, start, ReadKind::Foresee).await
+        let intent = if for_update { ReadIntent::TxnForUpdate } else { ReadIntent::Txn };
+        self.read(key, start, ReadKind::Txn(intent)).await
     }
 
     pub fn def(&self) -> &TableDef {
@@ -343,7 +350,7 @@ impl Table {
             key,
             min_index: self.last_write[shard],
             sharer: false,
-            foresee: false,
+            intent: ReadIntent::Plain,
         };
         let deadline = Instant::now() + self.retry_for();
         match self.call(node, None, req, deadline).await {
@@ -546,7 +553,10 @@ impl Table {
                 key: key.clone(),
                 min_index: self.last_write[shard],
                 sharer: kind == ReadKind::Sharer,
-                foresee: kind == ReadKind::Foresee,
+                intent: match kind {
+                    ReadKind::Txn(intent) => intent,
+                    ReadKind::Plain | ReadKind::Sharer => ReadIntent::Plain,
+                },
             };
             let mut backoff = true;
             match self.call(target, None, req, deadline).await {
@@ -703,7 +713,7 @@ enum ReadKind {
     /// Register this connection as a sharer of the key (kairos.md §5.14.2).
     Sharer,
     /// A RIFL transaction's read: a pending transaction's value may answer it.
-    Foresee,
+    Txn(ReadIntent),
 }
 
 /// The endpoint believed to lead each shard (an index into the handle's endpoints). Shared

@@ -187,7 +187,30 @@ impl Transaction {
         table: &str,
         key: impl Into<Bytes>,
     ) -> Result<Option<Bytes>, ClientError> {
-        let id = (table.to_string(), key.into());
+        self.read_as(table, key.into(), false).await
+    }
+
+    /// [`read`](Self::read) of a key this transaction means to write (`SELECT … FOR UPDATE`):
+    /// on a RIFL table, the shard leader holds the key's other reads for update back until
+    /// this transaction's prepare arrives (or 2 ms pass), and answers them with what it will
+    /// leave. Read-modify-write transactions of a hot key then queue instead of reading the
+    /// same version and all but one aborting. Only a hint: nothing is locked, the prepare
+    /// validates the read as any other. On a Kairos table, the same as `read`.
+    pub async fn read_for_update(
+        &mut self,
+        table: &str,
+        key: impl Into<Bytes>,
+    ) -> Result<Option<Bytes>, ClientError> {
+        self.read_as(table, key.into(), true).await
+    }
+
+    async fn read_as(
+        &mut self,
+        table: &str,
+        key: Bytes,
+        for_update: bool,
+    ) -> Result<Option<Bytes>, ClientError> {
+        let id = (table.to_string(), key);
         if let Some(w) = self.writes.get(&id) {
             return Ok(w.clone());
         }
@@ -196,7 +219,7 @@ impl Transaction {
         }
         let mut t = self.client.txn_table(table).await?;
         let Some(wm) = self.kairos_before_read(&t).await else {
-            let r = t.get_for_txn(id.1.clone()).await?;
+            let r = t.get_for_txn(id.1.clone(), for_update).await?;
             self.reads.insert(id, (r.value.clone(), r.update_index, r.vts));
             return Ok(r.value);
         };

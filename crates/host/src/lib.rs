@@ -520,8 +520,8 @@ impl Host {
                     &mut self.out,
                 )
             }
-            Request::LogRead { table, key, min_index, sharer, foresee } => {
-                let read = shards::ReadReq { key, min_index, sharer, foresee };
+            Request::LogRead { table, key, min_index, sharer, intent } => {
+                let read = shards::ReadReq { key, min_index, sharer, intent };
                 self.shards.on_read(now, route, corr, &table, read, &mut self.out)
             }
             Request::TxnPrepare { table, shard, read_only, all, ops, kairos } => {

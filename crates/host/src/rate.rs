@@ -157,7 +157,7 @@ mod tests {
                 token,
                 key: bytes::Bytes::from_static(b"k"),
                 min_index: None,
-                foresee: false,
+                intent: strata_wire::txn::ReadIntent::Plain,
             },
         }
     }

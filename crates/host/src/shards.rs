@@ -22,7 +22,7 @@ use strata_wire::client::{
 };
 use strata_wire::log::{Expect, LogIndex, LogMessage, ShardMove};
 use strata_wire::peer::PeerMessage;
-use strata_wire::txn::Decision;
+use strata_wire::txn::{Decision, ReadIntent};
 use strata_wire::{Instant, LimitError, Limits, NodeId, Rifl};
 use tracing::{debug, error, info, warn};
 
@@ -39,8 +39,8 @@ pub(crate) struct ReadReq {
     pub min_index: Option<LogIndex>,
     /// kairos.md §5.14.2: register the connection as a sharer of the key (Kairos tables).
     pub sharer: bool,
-    /// A transaction's read of a RIFL table (`strata_log`'s foresight).
-    pub foresee: bool,
+    /// A transaction's read of a RIFL table (`strata_log`'s foresight and reservations).
+    pub intent: ReadIntent,
 }
 
 /// A running shard replica.
@@ -423,7 +423,7 @@ impl Shards {
         read: ReadReq,
         out: &mut HostEffects,
     ) {
-        let ReadReq { key, min_index, sharer, foresee } = read;
+        let ReadReq { key, min_index, sharer, intent } = read;
         if let Err(e) = self.limits.check_key(&key) {
             return out.reply.push((route, ClientResponse { corr, body: limit_error(table, &e) }));
         }
@@ -437,7 +437,7 @@ impl Shards {
         if sharer && self.tables.get(table).is_some_and(|t| t.def.txn == TableTxn::Kairos) {
             self.sharers.expect(token, route, key.clone());
         }
-        let req = LogRequest::Read { token, key, min_index, foresee };
+        let req = LogRequest::Read { token, key, min_index, intent };
         self.request(now, sk, route, corr, req, out);
     }
 

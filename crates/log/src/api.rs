@@ -4,7 +4,7 @@
 use bytes::Bytes;
 use strata_wire::log::{LogEntry, LogIndex, ShardMove};
 use strata_wire::rifl::Rifl;
-use strata_wire::txn::{Decision, DecisionRecord, Prepare, Timestamp, TxnId, Vote};
+use strata_wire::txn::{Decision, DecisionRecord, Prepare, ReadIntent, Timestamp, TxnId, Vote};
 use strata_wire::NodeId;
 use thiserror::Error;
 
@@ -31,8 +31,9 @@ pub enum LogRequest {
         key: Bytes,
         min_index: Option<LogIndex>,
         /// A transaction's read, at the leader: answered with what a pending
-        /// single-participant transaction will leave, if one will (`foresight.rs`).
-        foresee: bool,
+        /// single-participant transaction will leave, if one will (`foresight.rs`); for
+        /// update, it reserves the key (`reservations.rs`).
+        intent: ReadIntent,
     },
     /// rifl.md §5.7 steps 1-2, at the leader: freeze the shard for a move to `to`. Answered
     /// with the final state once the `Freeze` entry is committed, durable at a majority and
@@ -470,6 +471,8 @@ pub struct LogStats {
     pub writes_acked: u64,
     /// Transaction reads answered from the leader's foresight (`foresight.rs`).
     pub reads_foreseen: u64,
+    /// Reads for update that waited for another's prepare (`reservations.rs`).
+    pub reads_held: u64,
     /// Single-participant prepares answered `Abort` without an entry (`foresight.rs`).
     pub prepares_foreseen_aborted: u64,
 }

@@ -157,6 +157,9 @@ pub struct LogConfig {
     /// How long a write that waits (SyncRepl, Sync, immediate durability) may wait before the
     /// client is told `Timeout` (outcome unknown; retry with the same `seq`).
     pub write_timeout: Duration,
+    /// How long a transaction's read for update holds back the key's other reads for update
+    /// at the leader, waiting for its prepare (`reservations.rs`); zero: not at all.
+    pub txn_read_hold: Duration,
     /// Replication batch bounds (§5.3: 256 entries or 1 MiB of encoded entries).
     pub max_batch_entries: usize,
     pub max_batch_bytes: usize,
@@ -239,6 +242,8 @@ impl LogConfig {
             catchup_wait: Duration::from_millis(20),
             read_timeout: Duration::from_secs(2),
             write_timeout: Duration::from_secs(2),
+            // A few client round trips: a transaction's reads and its prepare's arrival.
+            txn_read_hold: Duration::from_millis(2),
             max_batch_entries: 256,
             max_batch_bytes: 1 << 20,
             max_message_bytes: strata_wire::DEFAULT_MAX_FRAME_BYTES,

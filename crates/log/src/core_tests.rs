@@ -16,7 +16,7 @@ use crate::config::{LogConfig, Replication};
 use crate::replica::{LogEffects, LogReplica, Role};
 use strata_rifl::Verdict;
 use strata_wire::rifl::{ClusterTime, LeaseInfo, Rifl, RpcId};
-use strata_wire::txn::Timestamp;
+use strata_wire::txn::{ReadIntent, Timestamp};
 
 fn orca() -> LogConfig {
     LogConfig::orca(Replication::Async)
@@ -629,7 +629,7 @@ impl Solo {
                 token,
                 key: Bytes::from_static(b"k"),
                 min_index: None,
-                foresee: false,
+                intent: strata_wire::txn::ReadIntent::Plain,
             },
         );
         self.drain();
@@ -1102,12 +1102,23 @@ fn a_sync_follower_acks_entries_after_their_fsync_and_heartbeat_rounds_at_once()
 impl Solo {
     /// A read of `k`; `foresee`: a transaction's.
     fn read_k(&mut self, foresee: bool) -> Option<Result<crate::api::ReadValue, ReadError>> {
+        let intent = if foresee { ReadIntent::Txn } else { ReadIntent::Plain };
+        let token = self.send_read_k(intent);
+        self.read_reply(token)
+    }
+
+    /// Sends a read of `k` with `intent`; returns its token.
+    fn send_read_k(&mut self, intent: ReadIntent) -> u64 {
         let token = self.next_token;
         self.next_token += 1;
         let key = Bytes::from_static(b"k");
         self.r
-            .on_client_request(self.now, LogRequest::Read { token, key, min_index: None, foresee });
+            .on_client_request(self.now, LogRequest::Read { token, key, min_index: None, intent });
         self.drain();
+        token
+    }
+
+    fn read_reply(&self, token: u64) -> Option<Result<crate::api::ReadValue, ReadError>> {
         self.replies.iter().find_map(|r| match r {
             LogReply::Read { token: t, result } if *t == token => Some(result.clone()),
             _ => None,
@@ -1209,4 +1220,62 @@ fn a_plain_write_pending_on_the_key_makes_a_transaction_read_wait_for_it() {
     });
     assert_eq!(read.unwrap().unwrap().value.as_deref(), Some(&b"b"[..]));
     assert_eq!(s.r.stats().reads_foreseen, 0);
+}
+
+// ---- reads for update (`reservations.rs`) ----
+
+/// A read for update holds the key's next read for update back until a prepare naming the
+/// key arrives, and that read is then answered with what the prepare will leave: the two
+/// read-modify-writes queue instead of both reading `a` and one aborting. A plain
+/// transaction read ignores the reservation.
+#[test]
+fn a_read_for_update_waits_for_the_prepare_of_the_one_before_it() {
+    use strata_wire::txn::Vote;
+    let mut s = Solo::sync();
+    assert!(matches!(s.write(env(1, 1), "a"), Some(Ok(_))));
+    let first = s.send_read_k(ReadIntent::TxnForUpdate);
+    let v0 = s.read_reply(first).unwrap().unwrap().update_index;
+    let second = s.send_read_k(ReadIntent::TxnForUpdate);
+    assert_eq!(s.read_reply(second), None, "held back by the first one's reservation");
+    assert_eq!(s.r.stats().reads_held, 1);
+    let plain_txn_read = s.read_k(true).unwrap().unwrap();
+    assert_eq!(plain_txn_read.update_index, v0, "a transaction's plain read is not held");
+    // The first transaction's prepare arrives (its fsync held): the second read is answered
+    // with the value it will leave, and the second prepare, reading it, commits after it.
+    s.hold = true;
+    let p1 = s.prepare_k(2, v0, Some("b"));
+    let v1 = s.r.last_index();
+    let read = s.read_reply(second).expect("answered at the prepare's arrival").unwrap();
+    assert_eq!((read.value.as_deref(), read.update_index), (Some(&b"b"[..]), v1));
+    let p2 = s.prepare_k(3, v1, Some("c"));
+    s.release();
+    let votes =
+        |seq| Some(Ok(TxnAnswer::Votes { votes: vec![(seq, Vote::Prepared)], decided: true }));
+    assert_eq!((s.txn_reply(p1), s.txn_reply(p2)), (votes(2), votes(3)));
+    assert_eq!(s.read_k(false).unwrap().unwrap().value.as_deref(), Some(&b"c"[..]));
+}
+
+/// A reservation whose prepare never comes (the transaction was given up, or reads another
+/// key the waiting one holds) lapses after `txn_read_hold`, and the held read is answered
+/// then, woken by the core's own deadline.
+#[test]
+fn a_reservation_without_a_prepare_lapses_after_the_hold() {
+    let mut s = Solo::sync();
+    assert!(matches!(s.write(env(1, 1), "a"), Some(Ok(_))));
+    let hold = s.r.config().txn_read_hold;
+    let first = s.send_read_k(ReadIntent::TxnForUpdate);
+    assert!(s.read_reply(first).is_some());
+    let held_at = s.now;
+    let held = s.send_read_k(ReadIntent::TxnForUpdate);
+    assert_eq!(s.read_reply(held), None);
+    // Only the core's own deadlines move time on.
+    while s.read_reply(held).is_none() {
+        let wake = s.r.poll_timeout().expect("a deadline");
+        assert!(wake <= held_at + hold, "the hold's end is a deadline, at {wake:?}");
+        s.now = wake;
+        s.r.on_tick(wake);
+        s.drain();
+    }
+    assert_eq!(s.now, held_at + hold, "answered when the hold ended");
+    assert_eq!(s.read_reply(held).unwrap().unwrap().value.as_deref(), Some(&b"a"[..]));
 }

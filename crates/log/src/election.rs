@@ -156,6 +156,7 @@ impl LogReplica {
                 last != LogIndex::ZERO,
             ),
             foresight: Default::default(),
+            reservations: Default::default(),
         });
         let e = LogEntry {
             index: noop,

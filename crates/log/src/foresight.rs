@@ -5,7 +5,7 @@
 //! leader can evaluate one against the state its earlier entries leave, the way every replica
 //! will when it applies it. Two things use it:
 //!
-//! * a transaction's read (`LogRequest::Read { foresee: true }`) is answered with the value
+//! * a transaction's read (`LogRequest::Read` with a transaction's `ReadIntent`) is answered with the value
 //!   and version a pending transaction will leave, instead of the applied one its prepare
 //!   would find changed: the window in which a hot key's reader conflicts shrinks from
 //!   "read until applied" to "read until appended";

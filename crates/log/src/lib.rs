@@ -14,6 +14,8 @@
 //! * `lease`: the leader lease from majority-acked heartbeat rounds and step-down (§5.8);
 //! * `reads`, `writes`: the client paths (§5.1, §5.5.1, §5.5.2, §2.3); writes are RIFL's
 //!   linearizable RPCs, exactly once (`writes` module docs, rifl.md §5.3);
+//! * `foresight`, `reservations`: the leader's soft state for transactions' reads (what its
+//!   pending entries will leave; the keys read for update);
 //! * `replica`: state, dispatch of inputs, timers, the `Node` contract;
 //! * `invariants`: the local state invariants of §7 behind `check_invariants`;
 //! * `kairos_wm`: a Kairos table's watermark reports, `WM` and `ts_GC` at the leader
@@ -41,6 +43,7 @@ mod participant;
 mod reads;
 mod replica;
 mod replication;
+mod reservations;
 mod state;
 mod txn;
 mod writes;

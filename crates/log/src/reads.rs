@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 
 use bytes::Bytes;
 use strata_wire::log::{ForwardRead, LogIndex, LogMessage, ReadRelay};
+use strata_wire::txn::ReadIntent;
 use strata_wire::{Instant, NodeId};
 
 use crate::api::{LogEvent, LogReply, ReadError, ReadValue};
@@ -36,8 +37,11 @@ pub(crate) struct PendingRead {
     pub deadline: Instant,
     /// Counted once in `reads_made_durable`.
     pub waited: bool,
-    /// A transaction's read: what a pending transaction will leave answers it (`foresight.rs`).
-    pub foresee: bool,
+    /// A transaction's read: what a pending transaction will leave answers it (`foresight.rs`);
+    /// for update, it waits for the key's reservation and then takes it (`reservations.rs`).
+    pub intent: ReadIntent,
+    /// Counted once in `reads_held`.
+    pub held: bool,
 }
 
 /// A read waiting at a non-leader for its applied index to reach the session token (§2.3).
@@ -65,12 +69,12 @@ impl LogReplica {
         token: u64,
         key: Bytes,
         min_index: Option<LogIndex>,
-        foresee: bool,
+        intent: ReadIntent,
     ) {
         let origin = ReadOrigin::Client { token };
         // Only the leader foresees; a transaction's read elsewhere is a plain one.
-        if self.leader.is_some() && (foresee || self.cfg.reads != ReadPolicy::Any) {
-            return self.leader_read(now, origin, key, min_index, foresee);
+        if self.leader.is_some() && (intent.foresees() || self.cfg.reads != ReadPolicy::Any) {
+            return self.leader_read(now, origin, key, min_index, intent);
         }
         if self.cfg.reads == ReadPolicy::Any {
             return self.local_read(now, token, key, min_index);
@@ -218,7 +222,7 @@ impl LogReplica {
         origin: ReadOrigin,
         key: Bytes,
         min_index: Option<LogIndex>,
-        foresee: bool,
+        intent: ReadIntent,
     ) {
         let deadline = now + self.cfg.read_timeout;
         let l = self.leader.as_mut().expect("leader");
@@ -228,15 +232,23 @@ impl LogReplica {
         if !l.lease_valid(now) {
             return self.finish_read(origin, Err(ReadError::NotLeader { hint: None }));
         }
-        let waited = false;
-        l.pending_reads.push(PendingRead { origin, key, min_index, deadline, waited, foresee });
+        let (waited, held) = (false, false);
+        l.pending_reads.push(PendingRead {
+            origin,
+            key,
+            min_index,
+            deadline,
+            waited,
+            intent,
+            held,
+        });
         self.settle_leader_reads(now);
     }
 
     pub(crate) fn on_forward_read(&mut self, now: Instant, from: NodeId, f: ForwardRead) {
         let origin = ReadOrigin::Forward { from, fwd_id: f.fwd_id };
         if self.leader.is_some() {
-            self.leader_read(now, origin, f.key, f.min_index, false);
+            self.leader_read(now, origin, f.key, f.min_index, ReadIntent::Plain);
         } else {
             self.finish_read(origin, Err(ReadError::NotLeader { hint: self.leader_id }));
         }
@@ -257,6 +269,7 @@ impl LogReplica {
             return;
         }
         let reads = std::mem::take(&mut l.pending_reads);
+        l.reservations.forget_lapsed(now);
         let lease_ok = l.lease_valid(now);
         let check = self.cfg.durability.checks_durability()
             && !self.cfg.planted(PlantedBug::SkipDurabilityCheck);
@@ -277,11 +290,16 @@ impl LogReplica {
                 keep.push(r);
                 continue;
             }
-            if r.foresee {
+            if r.intent.reserves() && self.wait_for_reservation(now, &mut r) {
+                keep.push(r);
+                continue;
+            }
+            if r.intent.foresees() {
                 let l = self.leader.as_ref().expect("leader");
                 match l.foresight.get(&r.key, self.kv.applied()) {
                     Some(Foreseen::Known { value, version }) => {
                         let (value, version) = (value.clone(), *version);
+                        self.reserve_for(now, &r);
                         self.serve_foreseen(r.origin, &r.key, value, version);
                         continue;
                     }
@@ -305,6 +323,7 @@ impl LogReplica {
             let (value, u) = self.kv.get(&r.key);
             let di = self.leader.as_ref().expect("leader").di;
             if !check || u <= di {
+                self.reserve_for(now, &r);
                 self.serve(r.origin, r.key, value, u, r.min_index);
             } else {
                 if !r.waited {
@@ -316,6 +335,27 @@ impl LogReplica {
             }
         }
         self.leader.as_mut().expect("leader").pending_reads.extend(keep);
+    }
+
+    /// Whether a read for update must wait for another transaction's reservation of its key
+    /// (`reservations.rs`).
+    fn wait_for_reservation(&mut self, now: Instant, r: &mut PendingRead) -> bool {
+        let l = self.leader.as_ref().expect("leader");
+        let held = l.reservations.held_until(&r.key, now).is_some();
+        if held && !r.held {
+            r.held = true;
+            self.stats.reads_held += 1;
+        }
+        held
+    }
+
+    /// A read for update is answered: the key's next ones wait for this transaction's prepare.
+    fn reserve_for(&mut self, now: Instant, r: &PendingRead) {
+        let hold = self.cfg.txn_read_hold;
+        if r.intent.reserves() && !hold.is_zero() {
+            let l = self.leader.as_mut().expect("leader");
+            l.reservations.reserve(r.key.clone(), now + hold);
+        }
     }
 
     /// Catch-up waits and forwarded reads at a non-leader.
@@ -356,8 +396,14 @@ impl LogReplica {
             .chain(self.fwd.forwarded.values().map(|&(_, d)| d))
     }
 
+    /// Each waiting read's deadline and, for one held back by a reservation, the hold's end.
     pub(crate) fn leader_read_deadlines(&self) -> impl Iterator<Item = Instant> + '_ {
-        self.leader.iter().flat_map(|l| l.pending_reads.iter().map(|r| r.deadline))
+        self.leader.iter().flat_map(|l| {
+            l.pending_reads.iter().flat_map(|r| {
+                let held = r.intent.reserves().then(|| l.reservations.held_until(&r.key, self.now));
+                std::iter::once(r.deadline).chain(held.flatten())
+            })
+        })
     }
 
     /// Whether this node is the leader role (for read routing in drivers).

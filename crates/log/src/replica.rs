@@ -168,6 +168,8 @@ pub(crate) struct LeaderState {
     pub kairos_reports: crate::kairos_wm::Reports,
     /// What this term's pending entries will leave (`foresight.rs`).
     pub foresight: crate::foresight::Foresight,
+    /// The keys transactions read for update, waiting for their prepares (`reservations.rs`).
+    pub reservations: crate::reservations::Reservations,
 }
 
 impl LeaderState {
@@ -722,8 +724,8 @@ impl Node for LogReplica {
             LogRequest::Write { token, rifl, key, op, immediate } => {
                 self.on_write(now, token, rifl, key, op, immediate)
             }
-            LogRequest::Read { token, key, min_index, foresee } => {
-                self.on_read(now, token, key, min_index, foresee)
+            LogRequest::Read { token, key, min_index, intent } => {
+                self.on_read(now, token, key, min_index, intent)
             }
             LogRequest::Freeze { token, to } => self.on_freeze(now, token, to),
             LogRequest::Prepare { token, rifl, prepare, read_only } => {

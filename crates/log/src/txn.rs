@@ -91,6 +91,7 @@ impl LogReplica {
         if let Err(e) = self.append_gate(now) {
             return self.effects.reply.push(reply(Err(e)));
         }
+        self.release_reservations(&prepare);
         // A Kairos prepare is always appended, read-only or not: validation raises
         // `latest_read` (kairos.md §5.6 step 5), which every replica must hold.
         if read_only && prepare.kairos.is_none() {
@@ -266,6 +267,15 @@ impl LogReplica {
     }
 
     /// The leader forgets what its applied entries foresaw.
+    /// A prepare naming a key ends its reservation, whoever read it for update: the reads
+    /// waiting for it now find what this prepare will leave (`reservations.rs`). Before the
+    /// prepare is appended, so they are answered after it, with its effect foreseen.
+    fn release_reservations(&mut self, prepare: &Prepare) {
+        if let Some(l) = self.leader.as_mut() {
+            prepare.ops.iter().for_each(|op| l.reservations.release(&op.key));
+        }
+    }
+
     pub(crate) fn forget_foreseen(&mut self) {
         let applied = self.kv.applied();
         if let Some(l) = self.leader.as_mut() {

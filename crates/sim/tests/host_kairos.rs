@@ -213,7 +213,7 @@ fn read_in(c: &mut HostCluster, table: &str, key: &Bytes) -> (Option<Bytes>, Tim
         key: key.clone(),
         min_index: None,
         sharer: false,
-        foresee: false,
+        intent: strata_wire::txn::ReadIntent::Plain,
     };
     match call_leader(c, 2, None, req) {
         Response::LogValue { value, vts, .. } => (value, vts.unwrap_or_default()),

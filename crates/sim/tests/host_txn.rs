@@ -130,7 +130,7 @@ fn read(c: &mut HostCluster, key: &Bytes) -> Response {
         key: key.clone(),
         min_index: None,
         sharer: false,
-        foresee: false,
+        intent: strata_wire::txn::ReadIntent::Plain,
     };
     call_leader(c, 1, None, req)
 }

@@ -13,7 +13,7 @@ use crate::codec::{
 use crate::ids::{Carstamp, NodeId, SessionId};
 use crate::log::{Expect, LogIndex, ShardMove, Snapshot, WriteOutcome};
 use crate::rifl::{LeaseStatus, Rifl};
-use crate::txn::{Decision, KairosPrepare, Timestamp, TxnObject, TxnOp, Vote};
+use crate::txn::{Decision, KairosPrepare, ReadIntent, Timestamp, TxnObject, TxnOp, Vote};
 
 /// Request tags (0x01..=0x3f). Never reuse a retired tag.
 pub mod request_tag {
@@ -213,11 +213,10 @@ pub enum Request {
         /// the key at the shard's leader, which pushes `push_topic::KAIROS_INVALIDATE` when a
         /// transaction installs a newer version. A trailing extension, absent when false.
         sharer: bool,
-        /// A transaction's read (RIFL tables): the leader may answer with the value and
-        /// version a pending single-participant transaction will leave, which the reader's
-        /// prepare then validates (docs/design.md, departures). A second trailing extension,
-        /// absent when false (then `sharer` is absent too unless set).
-        foresee: bool,
+        /// A transaction's read (RIFL tables; [`ReadIntent`]). A second trailing extension
+        /// of one byte (`1` a transaction's read, `2` for update; the byte of a former
+        /// `foresee` flag), absent for a plain read (then `sharer` is absent too unless set).
+        intent: ReadIntent,
     },
     /// Admin: add a table to this node's catalog (idempotent for an identical definition).
     CreateTable {
@@ -1035,15 +1034,15 @@ impl Encode for ClientRequest {
                 local_wm.encode(out);
                 c_freshness.encode(out);
             }
-            Request::LogRead { table, key, min_index, sharer, foresee } => {
+            Request::LogRead { table, key, min_index, sharer, intent } => {
                 put_bytes(out, table.as_bytes());
                 put_bytes(out, key);
                 put_option(out, min_index, |o, i| i.encode(o));
-                if *sharer || *foresee {
+                if *sharer || intent.foresees() {
                     put_bool(out, *sharer);
                 }
-                if *foresee {
-                    put_bool(out, true);
+                if intent.foresees() {
+                    out.put_u8(intent.code());
                 }
             }
             Request::CreateTable { def } => {
@@ -1169,7 +1168,10 @@ impl Decode for ClientRequest {
                 key: r.bytes()?,
                 min_index: r.option(LogIndex::decode)?,
                 sharer: if r.has_more() { r.bool()? } else { false },
-                foresee: if r.has_more() { r.bool()? } else { false },
+                intent: match r.has_more() {
+                    true => ReadIntent::from_code(r.u8()?)?,
+                    false => ReadIntent::Plain,
+                },
             },
             CREATE_TABLE => {
                 let mut def = TableDef::decode(r)?;

@@ -206,6 +206,55 @@ pub enum TxnAction {
     Delete,
 }
 
+/// What a read of a transactional log table asks of the shard leader besides the value
+/// (docs/design.md, "The leader's foresight" and "Reads for update").
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum ReadIntent {
+    /// A plain (ORCA) read.
+    #[default]
+    Plain,
+    /// A transaction's read: the leader may answer with the value and version a pending
+    /// single-participant transaction will leave; the reader's prepare validates it.
+    Txn,
+    /// A transaction's read of a key it means to write (`SELECT … FOR UPDATE`): as [`Txn`],
+    /// and the leader holds the key's other for-update reads back until this transaction's
+    /// prepare arrives or a short hold passes. A scheduling hint, never a lock: the prepare's
+    /// version check still decides.
+    ///
+    /// [`Txn`]: ReadIntent::Txn
+    TxnForUpdate,
+}
+
+impl ReadIntent {
+    /// Answered with what the leader's pending transactions will leave (`foresight.rs`).
+    pub fn foresees(self) -> bool {
+        self != ReadIntent::Plain
+    }
+
+    /// Reserves the key at the leader until this transaction's prepare arrives.
+    pub fn reserves(self) -> bool {
+        self == ReadIntent::TxnForUpdate
+    }
+
+    /// The wire byte (`0` is never sent: the extension is then absent).
+    pub fn code(self) -> u8 {
+        match self {
+            ReadIntent::Plain => 0,
+            ReadIntent::Txn => 1,
+            ReadIntent::TxnForUpdate => 2,
+        }
+    }
+
+    pub fn from_code(code: u8) -> Result<ReadIntent, DecodeError> {
+        Ok(match code {
+            0 => ReadIntent::Plain,
+            1 => ReadIntent::Txn,
+            2 => ReadIntent::TxnForUpdate,
+            v => return Err(DecodeError::Invalid { what: "read intent", value: v as u64 }),
+        })
+    }
+}
+
 /// One operation of a `Prepare` (§4.3 `ops`): the object's key in this participant, its
 /// prepare id, the version it must still have (`None`: any, a blind write), and the action.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -17,7 +17,7 @@ use strata_wire::client::{
 };
 use strata_wire::log::{LogIndex, LogMessage};
 use strata_wire::peer::{peer_tag, PeerMessage};
-use strata_wire::txn::KairosRole;
+use strata_wire::txn::{KairosRole, ReadIntent};
 use strata_wire::{
     decode_frame, decode_message, encode_frame, ClusterId, DecodeError, Encode, NodeId,
 };
@@ -45,6 +45,10 @@ fn bytes() -> impl Strategy<Value = Bytes> {
 
 fn name() -> impl Strategy<Value = String> {
     "[a-z0-9_-]{1,12}"
+}
+
+fn read_intent() -> impl Strategy<Value = ReadIntent> {
+    prop_oneof![Just(ReadIntent::Plain), Just(ReadIntent::Txn), Just(ReadIntent::TxnForUpdate)]
 }
 
 fn index() -> impl Strategy<Value = LogIndex> {
@@ -107,13 +111,13 @@ fn request() -> impl Strategy<Value = ClientRequest> {
         (name(), bytes(), op, any::<bool>()).prop_map(|(table, key, op, immediate)| {
             Request::LogWrite { table, key, op, immediate }
         }),
-        (name(), bytes(), proptest::option::of(index()), any::<bool>(), any::<bool>()).prop_map(
-            |(table, key, min_index, sharer, foresee)| Request::LogRead {
+        (name(), bytes(), proptest::option::of(index()), any::<bool>(), read_intent()).prop_map(
+            |(table, key, min_index, sharer, intent)| Request::LogRead {
                 table,
                 key,
                 min_index,
                 sharer,
-                foresee,
+                intent,
             }
         ),
         table_def().prop_map(|def| Request::CreateTable { def }),
@@ -294,8 +298,10 @@ proptest! {
                 cut + kb.len() == b.len() || (k.role != KairosRole::Full && cut + 1 == b.len())
             }
             // A read without the sharer flag (kairos.md §5.14.2) is one of before it, and one
-            // without the foresee flag one of before that.
-            Request::LogRead { foresee: true, .. } => cut + 1 == b.len() || cut + 2 == b.len(),
+            // without the intent byte one of before that.
+            Request::LogRead { intent, .. } if intent.foresees() => {
+                cut + 1 == b.len() || cut + 2 == b.len()
+            }
             Request::LogRead { sharer: true, .. } => cut + 1 == b.len(),
             _ => false,
         };
@@ -457,12 +463,14 @@ proptest! {
         w in any::<u64>(),
         shard in any::<u32>(),
     ) {
-        let read = |sharer, foresee| ClientRequest::new(2, Request::LogRead { table: "t".into(), key: key.clone(), min_index: None, sharer, foresee });
-        let old = decode_message::<ClientRequest>(without_extension(&read(true, false), 1)).unwrap();
-        prop_assert_eq!(old, read(false, false));
-        // A reader that knows `sharer` but not `foresee` drops the second extension.
-        let old = decode_message::<ClientRequest>(without_extension(&read(false, true), 1)).unwrap();
-        prop_assert_eq!(old, read(false, false));
+        let read = |sharer, intent| ClientRequest::new(2, Request::LogRead { table: "t".into(), key: key.clone(), min_index: None, sharer, intent });
+        let old = decode_message::<ClientRequest>(without_extension(&read(true, ReadIntent::Plain), 1)).unwrap();
+        prop_assert_eq!(old, read(false, ReadIntent::Plain));
+        // A reader that knows `sharer` but not the intent drops the second extension.
+        for intent in [ReadIntent::Txn, ReadIntent::TxnForUpdate] {
+            let old = decode_message::<ClientRequest>(without_extension(&read(false, intent), 1)).unwrap();
+            prop_assert_eq!(old, read(false, ReadIntent::Plain));
+        }
         let value = |w_mean_ns| ClientResponse { corr: 1, body: Response::LogValue { value: None, update_index: LogIndex::ZERO, served_by: NodeId(2), epoch: 3, vts: Some(vts), w_mean_ns } };
         let old = decode_message::<ClientResponse>(without_extension(&value(Some(w)), 8)).unwrap();
         prop_assert_eq!(old, value(None));

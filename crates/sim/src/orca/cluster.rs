@@ -513,7 +513,7 @@ impl OrcaCluster {
             key,
             min_index,
             sharer: false,
-            foresee: false,
+            intent: strata_wire::txn::ReadIntent::Plain,
         };
         self.request(client, i, token, Asked::Read, None, body);
         token

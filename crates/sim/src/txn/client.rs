@@ -25,7 +25,7 @@ use strata_wire::client::{ClientRequest, ClientResponse, LogFailure, Request, Re
 use strata_wire::log::{Expect, LogIndex};
 use strata_wire::rifl::{LeaseInfo, LeaseStatus, Rifl, RpcId};
 use strata_wire::txn::{
-    AbortReason, Decision, Timestamp, TxnAction, TxnId, TxnObject, TxnOp, Vote,
+    AbortReason, Decision, ReadIntent, Timestamp, TxnAction, TxnId, TxnObject, TxnOp, Vote,
 };
 use strata_wire::Instant;
 
@@ -427,6 +427,7 @@ impl TxnClient {
     fn read_next(&mut self, c: &mut HostCluster, now: Instant) {
         let view = self.kairos.as_ref().map_or(Timestamp::ZERO, KairosSide::wm_view);
         let plain = self.current.as_ref().is_some_and(|cur| cur.plain);
+        let writes = self.current.as_ref().is_some_and(|cur| !cur.read_only);
         let Phase::Read { keys, next, wm } = &mut self.phase else { return };
         *wm = view;
         let key = keys[*next].clone();
@@ -445,14 +446,20 @@ impl TxnClient {
             return self.on_read(c, now, read);
         }
         // A transaction's read of a RIFL table may see a pending transaction's value, as the
-        // client library's does (`strata_log`'s foresight); its prepare validates it.
-        let body = self.read_body(key, !plain && self.kairos.is_none());
+        // client library's does (`strata_log`'s foresight); its prepare validates it. A
+        // transfer writes what it reads: it reads for update (`strata_log`'s reservations).
+        let intent = match (plain || self.kairos.is_some(), writes) {
+            (true, _) => ReadIntent::Plain,
+            (false, true) => ReadIntent::TxnForUpdate,
+            (false, false) => ReadIntent::Txn,
+        };
+        let body = self.read_body(key, intent);
         self.send(c, now, part_of_body(&self.layout, &body), None, body);
     }
 
-    fn read_body(&self, key: Bytes, foresee: bool) -> Request {
+    fn read_body(&self, key: Bytes, intent: ReadIntent) -> Request {
         let table = self.layout.name(0).to_string();
-        Request::LogRead { table, key, min_index: None, sharer: false, foresee }
+        Request::LogRead { table, key, min_index: None, sharer: false, intent }
     }
 
     fn envelope(&self, base: u64) -> Rifl {
@@ -939,7 +946,7 @@ impl TxnClient {
         let first = self.placement.get(&part).map_or(0, |rs| rs[0]);
         let node = self.leader.get(&part).copied().unwrap_or(first);
         self.next_corr += 1;
-        let body = self.read_body(key, false);
+        let body = self.read_body(key, ReadIntent::Plain);
         let p = Pending {
             corr: self.next_corr,
             node,

@@ -59,7 +59,9 @@ use strata_wire::client::{
 };
 use strata_wire::log::{LogIndex, LogOp, ShardMove};
 use strata_wire::rifl::{LeaseInfo, LeaseStatus, Rifl, RpcId};
-use strata_wire::txn::{Decision, KairosRole, Timestamp, TxnAction, TxnId, TxnObject, TxnOp, Vote};
+use strata_wire::txn::{
+    Decision, KairosRole, ReadIntent, Timestamp, TxnAction, TxnId, TxnObject, TxnOp, Vote,
+};
 use strata_wire::Instant;
 
 use crate::check::Violation;
@@ -376,9 +378,10 @@ pub struct TxnReport {
     pub final_values: Vec<(Bytes, Option<Bytes>)>,
     /// Locks held by any replica after healing and recovery.
     pub locks_left: usize,
-    /// Transaction reads answered from a leader's foresight, and prepares it answered `Abort`
-    /// without an entry (live replicas at the end).
-    pub foreseen: (u64, u64),
+    /// Transaction reads answered from a leader's foresight, prepares it answered `Abort`
+    /// without an entry, and reads for update held back by a reservation (live replicas at
+    /// the end).
+    pub foreseen: (u64, u64, u64),
     /// Panics and broken invariants of the hosts.
     pub failures: Vec<String>,
     /// Shard moves finished: `(table, shard, where it went)`.
@@ -414,7 +417,7 @@ impl TxnReport {
         format!(
             "{} — {} transactions and reads, {} committed, {} aborted, {} locks left; {} move(s) \
              carrying {} lock(s) and {} decision record(s), {} leader(s) crashed preparing, {} \
-             other crash(es); foreseen: {} read(s), {} abort(s){}",
+             other crash(es); foreseen: {} read(s), {} abort(s); {} read(s) for update held{}",
             if self.violations.is_empty() { "ok" } else { "FAILED" },
             self.records.len(),
             self.committed(),
@@ -427,6 +430,7 @@ impl TxnReport {
             self.crashes,
             self.foreseen.0,
             self.foreseen.1,
+            self.foreseen.2,
             self.kairos_summary()
         )
     }
@@ -753,7 +757,7 @@ pub fn run(seed: u64, opts: &TxnSimOptions) -> TxnReport {
                 key: key.clone(),
                 min_index: None,
                 sharer: false,
-                foresee: false,
+                intent: ReadIntent::Plain,
             };
             match call_leader(&mut c, setup_client, None, body, &mut rec) {
                 Response::LogValue { value, vts, .. } => (key, value, vts.unwrap_or_default()),
@@ -781,8 +785,8 @@ pub fn run(seed: u64, opts: &TxnSimOptions) -> TxnReport {
         })
         .map(|(n, _)| n)
         .sum();
-    // The live replicas' foresight counters (a crash resets a replica's): evidence that the
-    // run exercised it (`strata_log`'s foresight).
+    // The live replicas' foresight and reservation counters (a crash resets a replica's):
+    // evidence that the run exercised them (`strata_log`'s foresight and reservations).
     let foreseen = (0..NODES)
         .filter_map(|i| {
             c.operate(i, |h, _| {
@@ -791,12 +795,12 @@ pub fn run(seed: u64, opts: &TxnSimOptions) -> TxnReport {
                     .into_iter()
                     .filter_map(|(t, s)| h.shard_replica(layout.name(t), s))
                     .map(|r| r.stats());
-                stats.fold((0, 0), |(r, p), s| {
-                    (r + s.reads_foreseen, p + s.prepares_foreseen_aborted)
+                stats.fold((0, 0, 0), |(r, p, h), s| {
+                    (r + s.reads_foreseen, p + s.prepares_foreseen_aborted, h + s.reads_held)
                 })
             })
         })
-        .fold((0, 0), |(r, p), ((r2, p2), _)| (r + r2, p + p2));
+        .fold((0, 0, 0), |(r, p, h), ((r2, p2, h2), _)| (r + r2, p + p2, h + h2));
     let failures = c.nodes.iter().filter_map(|n| n.failure.clone()).collect();
     let frozen = mover.as_ref().and_then(|(_, m)| m.frozen.as_ref());
     let moves = mover
