@@ -10,9 +10,10 @@
 //! * **Strata** (`--target strata --table T`, a table created with `--txn rifl`): the client
 //!   library's transactions. With `--txn-spread` the objects of a transaction are in distinct
 //!   shards, so `--txn-objects K` means K participants (RIFL §8.3 Q5, Q6).
-//! * **Redis** (`--target redis`): `WATCH` the keys, `GET` them, `MULTI`, `SET` them, `EXEC`;
-//!   a nil `EXEC` (a watched key changed) is an abort. One connection per session, as WATCH
-//!   is per connection.
+//! * **Redis** (`--target redis`): `WATCH` the keys, `GET` them, then `MULTI`, a `SET` of each
+//!   and `EXEC` in one write (as client libraries send a queued transaction); a nil `EXEC` (a
+//!   watched key changed) is an abort. One connection per session, as WATCH is per
+//!   connection.
 //! * **etcd** (`--target etcd`, a build with `--features etcd`): a linearizable `Range` of
 //!   each key for its value and `mod_revision`, then one `Txn` that puts every key if every
 //!   `mod_revision` is unchanged (etcd's multi-key compare-and-put); a failed compare is an
@@ -530,12 +531,21 @@ async fn redis_txn(r: &RedisConn, keys: &[Bytes]) -> Result<Done, String> {
         }
         done.reads.push(t.elapsed());
         let t = Instant::now();
-        call(&[b"MULTI"]).await?;
+        // `MULTI`, the `SET`s and `EXEC` in one write, as client libraries send a queued
+        // transaction (redis-py's `pipeline().execute()`): one round trip.
+        let sent = |args: &[&[u8]]| r.send(args).map_err(|e| e.to_string());
+        let mut queued = vec![sent(&[b"MULTI"])?];
         for (k, n) in keys.iter().zip(values) {
             let v = (n + 1).to_string();
-            call(&[b"SET", k, v.as_bytes()]).await?;
+            queued.push(sent(&[b"SET", k, v.as_bytes()])?);
         }
-        match call(&[b"EXEC"]).await? {
+        let exec = sent(&[b"EXEC"])?;
+        for slot in queued {
+            if let Reply::Error(e) = await_reply(slot, r.addr()).await.map_err(|e| e.to_string())? {
+                return Err(format!("MULTI: {}", String::from_utf8_lossy(&e)));
+            }
+        }
+        match await_reply(exec, r.addr()).await.map_err(|e| e.to_string())? {
             Reply::Array(Some(_)) => {
                 done.commit = t.elapsed();
                 break;
