@@ -192,7 +192,7 @@ impl Transaction {
 
     /// [`read`](Self::read) of a key this transaction means to write (`SELECT … FOR UPDATE`):
     /// on a RIFL table, the shard leader holds the key's other reads for update back until
-    /// this transaction's prepare arrives (or 2 ms pass), and answers them with what it will
+    /// this transaction's prepare arrives (or 5 ms pass), and answers them with what it will
     /// leave. Read-modify-write transactions of a hot key then queue instead of reading the
     /// same version and all but one aborting. Only a hint: nothing is locked, the prepare
     /// validates the read as any other. On a Kairos table, the same as `read`.

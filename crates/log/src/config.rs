@@ -242,8 +242,11 @@ impl LogConfig {
             catchup_wait: Duration::from_millis(20),
             read_timeout: Duration::from_secs(2),
             write_timeout: Duration::from_secs(2),
-            // A few client round trips: a transaction's reads and its prepare's arrival.
-            txn_read_hold: Duration::from_millis(2),
+            // A transaction's reads and its prepare's arrival, a few round trips, while its
+            // other reads may wait on other keys' holds: with 2 ms, a loaded 1-shard table
+            // saw holds lapse (0.1-0.3 aborted attempts per commit on a hot key); with 5 ms,
+            // none (docs/benchmarks.md, "Reads for update").
+            txn_read_hold: Duration::from_millis(5),
             max_batch_entries: 256,
             max_batch_bytes: 1 << 20,
             max_message_bytes: strata_wire::DEFAULT_MAX_FRAME_BYTES,
