@@ -348,6 +348,9 @@ fn shard_json(sh: &ShardStatus) -> serde_json::Value {
         "reads_served": sh.reads_served,
         "reads_made_durable": sh.reads_made_durable,
         "locks": sh.locks,
+        "txn_reads_foreseen": sh.txn_reads_foreseen,
+        "txn_prepares_foreseen_aborted": sh.txn_prepares_foreseen_aborted,
+        "txn_reads_held": sh.txn_reads_held,
     })
 }
 

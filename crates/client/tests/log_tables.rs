@@ -1171,3 +1171,50 @@ async fn explicit_invalidation_pushes_drop_cached_entries() {
     assert_eq!((stats().cache.hits, stats().cache.misses, stats().stale_hits), (1, 2, 0));
     assert_eq!(leader(table_shards(&endpoints, "ke").await).kairos_sharers, 1);
 }
+
+/// Reads for update through the client library and the node runtime: tasks of two clients
+/// increment one counter concurrently, each reading it for update; every increment lands
+/// exactly once, and the shard's leader reports reads it held back for another's prepare
+/// (`strata status --json`'s `txn_reads_held`), answered with what that prepare wrote.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reads_for_update_queue_increments_of_one_key() {
+    use strata_client::RetryPolicy;
+    const TASKS: u64 = 8;
+    const EACH: u64 = 15;
+    let (_nodes, endpoints) = cluster_with(&[txn_table("ctr", 1)]).await;
+    let clients = [
+        Client::connect(&endpoints, opts()).await.unwrap(),
+        Client::connect(&endpoints, opts()).await.unwrap(),
+    ];
+    clients[0].table("ctr").await.unwrap().put("c", "0").await.unwrap();
+    let tasks: Vec<_> = (0..TASKS)
+        .map(|i| {
+            let client = clients[i as usize % 2].clone();
+            tokio::spawn(async move {
+                let policy = RetryPolicy { attempts: 1_000, ..RetryPolicy::default() };
+                for _ in 0..EACH {
+                    client
+                        .run_txn(policy, |tx| {
+                            Box::pin(async move {
+                                let v = tx.read_for_update("ctr", "c").await?.unwrap();
+                                let n: u64 = std::str::from_utf8(&v).unwrap().parse().unwrap();
+                                tx.write("ctr", "c", (n + 1).to_string());
+                                Ok(())
+                            })
+                        })
+                        .await
+                        .unwrap();
+                }
+            })
+        })
+        .collect();
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let v = clients[0].table("ctr").await.unwrap().get("c").await.unwrap().value;
+    assert_eq!(v.as_deref(), Some((TASKS * EACH).to_string().as_bytes()));
+    let shards = table_shards(&endpoints, "ctr").await;
+    let leader = leader_of(&shards).expect("a leader");
+    assert!(leader.txn_reads_held > 0, "no read for update was held: {leader:?}");
+    assert!(leader.txn_reads_foreseen > 0, "none read a pending prepare's value: {leader:?}");
+}

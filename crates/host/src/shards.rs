@@ -806,6 +806,9 @@ impl Shards {
                     locks: r.locks().count() as u64,
                     kairos_sharers: self.sharers.count(s.id.key()),
                     kairos_invalidations: self.sharers.invalidations_sent(s.id.key()),
+                    txn_reads_foreseen: r.stats().reads_foreseen,
+                    txn_prepares_foreseen_aborted: r.stats().prepares_foreseen_aborted,
+                    txn_reads_held: r.stats().reads_held,
                 }
             })
             .collect()

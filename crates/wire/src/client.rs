@@ -728,6 +728,13 @@ pub struct ShardStatus {
     /// the node started; both 0 in lease mode (§7 inv. 12). Extension 4 of `NodeStatus`.
     pub kairos_sharers: u64,
     pub kairos_invalidations: u64,
+    /// At a RIFL shard's leader since it started leading (`LogStats`): transactions' reads
+    /// answered with what a pending transaction will leave, single-participant prepares
+    /// answered `Abort` without an entry (the leader's foresight), and reads for update held
+    /// back by another's reservation. Extension 5 of `NodeStatus`.
+    pub txn_reads_foreseen: u64,
+    pub txn_prepares_foreseen_aborted: u64,
+    pub txn_reads_held: u64,
 }
 
 /// What a node reports about itself.
@@ -1264,6 +1271,12 @@ impl Encode for NodeStatus {
             o.put_u64_le(s.kairos_sharers);
             o.put_u64_le(s.kairos_invalidations);
         });
+        // Extension 5: the shards' transaction-read counters.
+        put_extension_each(out, &self.shards, |o, s| {
+            o.put_u64_le(s.txn_reads_foreseen);
+            o.put_u64_le(s.txn_prepares_foreseen_aborted);
+            o.put_u64_le(s.txn_reads_held);
+        });
     }
 }
 impl Decode for NodeStatus {
@@ -1302,6 +1315,12 @@ impl Decode for NodeStatus {
         r.extension_each(&mut status.shards, |r, s| {
             s.kairos_sharers = r.u64()?;
             s.kairos_invalidations = r.u64()?;
+            Ok(())
+        })?;
+        r.extension_each(&mut status.shards, |r, s| {
+            s.txn_reads_foreseen = r.u64()?;
+            s.txn_prepares_foreseen_aborted = r.u64()?;
+            s.txn_reads_held = r.u64()?;
             Ok(())
         })?;
         Ok(status)
@@ -1652,6 +1671,9 @@ impl Decode for ShardStatus {
             locks: 0,
             kairos_sharers: 0,
             kairos_invalidations: 0,
+            txn_reads_foreseen: 0,
+            txn_prepares_foreseen_aborted: 0,
+            txn_reads_held: 0,
         })
     }
 }

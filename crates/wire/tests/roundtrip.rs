@@ -501,14 +501,14 @@ fn unknown_tags_and_trailing_bytes_are_errors() {
 fn hostile_sequence_count_does_not_allocate() {
     // A status response claiming 4 billion shards in a tiny frame must fail fast. The shards'
     // count is followed by the (empty) read-counter extension's count, the connection
-    // counters (extension 2: a count and eight u64) and the (empty) lock-count and
-    // explicit-invalidation extensions' counts: the last 76 bytes.
+    // counters (extension 2: a count and eight u64) and the (empty) lock-count,
+    // explicit-invalidation and transaction-read extensions' counts: the last 80 bytes.
     let mut buf = BytesMut::new();
     strata_wire::Encode::encode(
         &ClientResponse { corr: 1, body: Response::Status(NodeStatus::default()) },
         &mut buf,
     );
-    let n = buf.len() - 76;
+    let n = buf.len() - 80;
     buf[n - 8..n - 4].copy_from_slice(&u32::MAX.to_le_bytes());
     assert!(matches!(
         decode_message::<ClientResponse>(buf.freeze()),

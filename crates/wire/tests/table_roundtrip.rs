@@ -39,6 +39,11 @@ fn locks_ext(shards: usize) -> usize {
     4 + 8 * shards
 }
 
+/// Bytes of `Status` extension 5: a u32 count and three u64 per shard (transaction reads).
+fn txn_ext(shards: usize) -> usize {
+    4 + 24 * shards
+}
+
 fn bytes() -> impl Strategy<Value = Bytes> {
     prop::collection::vec(any::<u8>(), 0..24).prop_map(Bytes::from)
 }
@@ -188,7 +193,7 @@ fn shard_status() -> impl Strategy<Value = ShardStatus> {
         [index(), index(), index(), index()],
         prop::collection::vec(node(), 0..4),
         any::<bool>(),
-        any::<[u64; 5]>(),
+        any::<[u64; 8]>(),
     )
         .prop_map(|(table, shard, role, leader, epoch, ix, active_set, serving, counts)| {
             ShardStatus {
@@ -208,6 +213,9 @@ fn shard_status() -> impl Strategy<Value = ShardStatus> {
                 locks: counts[2],
                 kairos_sharers: counts[3],
                 kairos_invalidations: counts[4],
+                txn_reads_foreseen: counts[5],
+                txn_prepares_foreseen_aborted: counts[6],
+                txn_reads_held: counts[7],
             }
         })
 }
@@ -488,10 +496,10 @@ proptest! {
         let msg = ClientResponse { corr: 7, body: Response::Status(NodeStatus { shards: shards.clone(), ..NodeStatus::default() }) };
         // Extension 1: a u32 count, then two u64 per shard; extension 2 (connection
         // counters): a u32 count and eight u64; extension 3: a u32 count and a u64 per shard.
-        let old = without_extension(&msg, kairos_ext(shards.len()) + locks_ext(shards.len()) + CONNECTIONS_EXT + 4 + 16 * shards.len());
+        let old = without_extension(&msg, txn_ext(shards.len()) + kairos_ext(shards.len()) + locks_ext(shards.len()) + CONNECTIONS_EXT + 4 + 16 * shards.len());
         let Response::Status(s) = decode_message::<ClientResponse>(old).unwrap().body else { panic!("a status") };
         let expected: Vec<ShardStatus> =
-            shards.into_iter().map(|s| ShardStatus { reads_served: 0, reads_made_durable: 0, locks: 0, kairos_sharers: 0, kairos_invalidations: 0, ..s }).collect();
+            shards.into_iter().map(|s| ShardStatus { reads_served: 0, reads_made_durable: 0, locks: 0, kairos_sharers: 0, kairos_invalidations: 0, txn_reads_foreseen: 0, txn_prepares_foreseen_aborted: 0, txn_reads_held: 0, ..s }).collect();
         prop_assert_eq!(s.shards, expected);
     }
 
@@ -505,10 +513,10 @@ proptest! {
         let mut b = BytesMut::new();
         msg.encode(&mut b);
         prop_assert_eq!(decode_message::<ClientResponse>(b.freeze()).unwrap().body, Response::Status(status.clone()));
-        let old = without_extension(&msg, kairos_ext(n) + locks_ext(n) + CONNECTIONS_EXT);
+        let old = without_extension(&msg, txn_ext(n) + kairos_ext(n) + locks_ext(n) + CONNECTIONS_EXT);
         let Response::Status(s) = decode_message::<ClientResponse>(old).unwrap().body else { panic!("a status") };
         let no_locks: Vec<ShardStatus> =
-            status.shards.iter().cloned().map(|s| ShardStatus { locks: 0, kairos_sharers: 0, kairos_invalidations: 0, ..s }).collect();
+            status.shards.iter().cloned().map(|s| ShardStatus { locks: 0, kairos_sharers: 0, kairos_invalidations: 0, txn_reads_foreseen: 0, txn_prepares_foreseen_aborted: 0, txn_reads_held: 0, ..s }).collect();
         prop_assert_eq!(s, NodeStatus { connections: ConnectionStats::default(), shards: no_locks, ..status });
     }
 
@@ -523,17 +531,23 @@ proptest! {
         let mut b = BytesMut::new();
         msg.encode(&mut b);
         prop_assert_eq!(decode_message::<ClientResponse>(b.freeze()).unwrap().body, Response::Status(status.clone()));
-        let old = without_extension(&msg, kairos_ext(n) + locks_ext(n));
+        let old = without_extension(&msg, txn_ext(n) + kairos_ext(n) + locks_ext(n));
         let Response::Status(s) = decode_message::<ClientResponse>(old).unwrap().body else { panic!("a status") };
         let no_locks: Vec<ShardStatus> =
-            status.shards.iter().cloned().map(|s| ShardStatus { locks: 0, kairos_sharers: 0, kairos_invalidations: 0, ..s }).collect();
+            status.shards.iter().cloned().map(|s| ShardStatus { locks: 0, kairos_sharers: 0, kairos_invalidations: 0, txn_reads_foreseen: 0, txn_prepares_foreseen_aborted: 0, txn_reads_held: 0, ..s }).collect();
         prop_assert_eq!(s, NodeStatus { shards: no_locks, ..status.clone() });
         // Without extension 4 only (a node before the Kairos cache): its counters are 0.
-        let old = without_extension(&msg, kairos_ext(n));
+        let old = without_extension(&msg, txn_ext(n) + kairos_ext(n));
         let Response::Status(s) = decode_message::<ClientResponse>(old).unwrap().body else { panic!("a status") };
         let no_ei: Vec<ShardStatus> =
-            status.shards.iter().cloned().map(|s| ShardStatus { kairos_sharers: 0, kairos_invalidations: 0, ..s }).collect();
-        prop_assert_eq!(s, NodeStatus { shards: no_ei, ..status });
+            status.shards.iter().cloned().map(|s| ShardStatus { kairos_sharers: 0, kairos_invalidations: 0, txn_reads_foreseen: 0, txn_prepares_foreseen_aborted: 0, txn_reads_held: 0, ..s }).collect();
+        prop_assert_eq!(s, NodeStatus { shards: no_ei, ..status.clone() });
+        // Without extension 5 only (a node before reads for update): its counters are 0.
+        let old = without_extension(&msg, txn_ext(n));
+        let Response::Status(s) = decode_message::<ClientResponse>(old).unwrap().body else { panic!("a status") };
+        let no_txn: Vec<ShardStatus> =
+            status.shards.iter().cloned().map(|s| ShardStatus { txn_reads_foreseen: 0, txn_prepares_foreseen_aborted: 0, txn_reads_held: 0, ..s }).collect();
+        prop_assert_eq!(s, NodeStatus { shards: no_txn, ..status });
     }
 
     /// Table definitions from an older client or node decode: without every extension (no
@@ -581,13 +595,19 @@ fn an_extension_must_match_its_sequence() {
     msg.encode(&mut b);
     let encoded = b.clone();
     // The extension's count (one shard) sits 16 bytes before extension 2; claim two.
-    let at = b.len() - kairos_ext(1) - locks_ext(1) - CONNECTIONS_EXT - 20;
+    let at = b.len() - txn_ext(1) - kairos_ext(1) - locks_ext(1) - CONNECTIONS_EXT - 20;
     b[at] = 2;
     let e = decode_message::<ClientResponse>(b.freeze()).unwrap_err();
     assert!(matches!(e, DecodeError::Invalid { what: "extension count", value: 2 }), "{e:?}");
     // So must extension 3 (the lock counts): its count sits right after extension 2.
+    let mut b = encoded.clone();
+    let at = b.len() - txn_ext(1) - kairos_ext(1) - locks_ext(1);
+    b[at] = 2;
+    let e = decode_message::<ClientResponse>(b.freeze()).unwrap_err();
+    assert!(matches!(e, DecodeError::Invalid { what: "extension count", value: 2 }), "{e:?}");
+    // And extension 5 (the transaction-read counters), the last one.
     let mut b = encoded;
-    let at = b.len() - kairos_ext(1) - locks_ext(1);
+    let at = b.len() - txn_ext(1);
     b[at] = 2;
     let e = decode_message::<ClientResponse>(b.freeze()).unwrap_err();
     assert!(matches!(e, DecodeError::Invalid { what: "extension count", value: 2 }), "{e:?}");
