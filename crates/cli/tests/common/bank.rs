@@ -172,7 +172,8 @@ pub async fn transfers(t: TransferTask) {
             let r = client
                 .run_txn_detailed(policy, move |tx| {
                     tries.fetch_add(1, Ordering::Relaxed);
-                    Box::pin(transfer(tx, table, from, to, amount))
+                    // Odd tasks read for update (leader reservations under the same faults).
+                    Box::pin(transfer(tx, table, from, to, amount, task % 2 == 1))
                 })
                 .await;
             counters.in_flight.fetch_sub(1, Ordering::Relaxed);
@@ -203,22 +204,36 @@ pub async fn transfers(t: TransferTask) {
 }
 
 /// The body of a transfer of `amount` from account `from` to account `to` of `table`: reads
-/// both balances and writes both; writes nothing if the source holds too little (`false`).
+/// both balances (`for_update`: with `read_for_update`) and writes both; writes nothing if
+/// the source holds too little (`false`).
 async fn transfer(
     tx: &mut Transaction,
     table: &str,
     from: usize,
     to: usize,
     amount: u64,
+    for_update: bool,
 ) -> Result<bool, ClientError> {
-    let mine = balance(tx.read(table, acct(from)).await?, from);
+    let mine = balance(read(tx, table, acct(from), for_update).await?, from);
     if mine < amount {
         return Ok(false);
     }
-    let theirs = balance(tx.read(table, acct(to)).await?, to);
+    let theirs = balance(read(tx, table, acct(to), for_update).await?, to);
     tx.write(table, acct(from), (mine - amount).to_string());
     tx.write(table, acct(to), (theirs + amount).to_string());
     Ok(true)
+}
+
+async fn read(
+    tx: &mut Transaction,
+    table: &str,
+    key: String,
+    for_update: bool,
+) -> Result<Option<Bytes>, ClientError> {
+    match for_update {
+        true => tx.read_for_update(table, key).await,
+        false => tx.read(table, key).await,
+    }
 }
 
 // ---- what the nodes report ----
