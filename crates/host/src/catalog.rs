@@ -66,7 +66,9 @@ pub fn log_config(def: &TableDef, n: usize) -> Result<LogConfig, strata_log::Con
         TableReads::ActiveSet => ReadPolicy::ActiveSet,
         TableReads::Any => ReadPolicy::Any,
     };
-    let cfg = LogConfig::with(durability, reads);
+    let mut cfg = LogConfig::with(durability, reads);
+    // Only a RIFL table's transactions read what the leader foresees.
+    cfg.foresee_writes = def.txn == TableTxn::Rifl;
     let cfg = match def.timers {
         TableTimers::Default => cfg,
         // §3.4 geo preset, for a WAN RTT of about 35 ms (§8.3 E4, scripts/bench-geo.sh).
@@ -469,6 +471,16 @@ mod tests {
         let any = TableDef { reads: TableReads::Any, ..txn_def("x") };
         assert!(check_table_def(&any, 3).unwrap_err().contains("--reads leader"));
         assert!(describe(&txn_def("x")).ends_with("transactions rifl"));
+    }
+
+    /// Only a RIFL table's plain writes are noted in the leader's foresight: its transactions'
+    /// reads wait on them; elsewhere nothing reads the notes.
+    #[test]
+    fn only_rifl_tables_foresee_plain_writes() {
+        assert!(log_config(&txn_def("x"), 3).unwrap().foresee_writes);
+        let kairos = TableDef { txn: TableTxn::Kairos, ..txn_def("x") };
+        assert!(!log_config(&kairos, 3).unwrap().foresee_writes);
+        assert!(!log_config(&def(TableTimers::Default), 3).unwrap().foresee_writes);
     }
 
     /// A sharded Kairos table's companion: `T.validators`, V shards, at most one preferred

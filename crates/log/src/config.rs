@@ -160,6 +160,9 @@ pub struct LogConfig {
     /// How long a transaction's read for update holds back the key's other reads for update
     /// at the leader, waiting for its prepare (`reservations.rs`); zero: not at all.
     pub txn_read_hold: Duration,
+    /// Whether plain writes note their keys in the leader's foresight (`foresight.rs`):
+    /// needed where transactions read with a `ReadIntent` (RIFL tables), a cost elsewhere.
+    pub foresee_writes: bool,
     /// Replication batch bounds (§5.3: 256 entries or 1 MiB of encoded entries).
     pub max_batch_entries: usize,
     pub max_batch_bytes: usize,
@@ -247,6 +250,7 @@ impl LogConfig {
             // saw holds lapse (0.1-0.3 aborted attempts per commit on a hot key); with 5 ms,
             // none (docs/benchmarks.md, "Reads for update").
             txn_read_hold: Duration::from_millis(5),
+            foresee_writes: true,
             max_batch_entries: 256,
             max_batch_bytes: 1 << 20,
             max_message_bytes: strata_wire::DEFAULT_MAX_FRAME_BYTES,

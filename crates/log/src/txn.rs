@@ -266,7 +266,6 @@ impl LogReplica {
         ForeseenPrepare::Commits(writes.collect())
     }
 
-    /// The leader forgets what its applied entries foresaw.
     /// A prepare naming a key ends its reservation, whoever read it for update: the reads
     /// waiting for it now find what this prepare will leave (`reservations.rs`). Before the
     /// prepare is appended, so they are answered after it, with its effect foreseen.
@@ -276,6 +275,7 @@ impl LogReplica {
         }
     }
 
+    /// The leader forgets what its applied entries foresaw.
     pub(crate) fn forget_foreseen(&mut self) {
         let applied = self.kv.applied();
         if let Some(l) = self.leader.as_mut() {

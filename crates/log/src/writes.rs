@@ -227,7 +227,9 @@ impl LogReplica {
         l.inflight.entry(rpc).or_insert(index);
         l.pending_writes.push(PendingWrite { token, rpc, index, immediate, deadline });
         // A plain write's effect is known once applied (`foresight.rs`).
-        l.foresight.note(e.key.clone(), crate::foresight::Foreseen::Unknown { until: index });
+        if self.cfg.foresee_writes {
+            l.foresight.note(e.key.clone(), crate::foresight::Foreseen::Unknown { until: index });
+        }
         for p in l.progress.values_mut() {
             p.needs_send = true; // step 6: streamed by the replication loop
         }
