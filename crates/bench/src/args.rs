@@ -477,6 +477,13 @@ pub struct WorkloadArgs {
     #[arg(long, value_enum, value_name = "HOW", default_value_t = TxnReads::ForUpdate)]
     #[serde(default)]
     pub txn_reads: TxnReads,
+
+    /// `--workload txn`: read a transaction's keys in one request instead of one after the
+    /// other — Strata `Transaction::read_many` (one request per shard, the shards in order),
+    /// Redis `WATCH` and `MGET` in one write, etcd one `Txn` of a `Range` per key.
+    #[arg(long)]
+    #[serde(default)]
+    pub txn_read_many: bool,
 }
 
 /// How a Strata read-modify-write transaction reads (`--txn-reads`).
@@ -504,6 +511,7 @@ impl Default for WorkloadArgs {
             txn_objects: 2,
             txn_spread: false,
             txn_reads: TxnReads::ForUpdate,
+            txn_read_many: false,
         }
     }
 }
@@ -1262,6 +1270,7 @@ mod tests {
             "tls-key",
             "txn-keys",
             "txn-objects",
+            "txn-read-many",
             "txn-reads",
             "txn-spread",
             "value-size",

@@ -38,7 +38,8 @@ mod with_grpc {
     use std::collections::VecDeque;
     use std::net::SocketAddr;
 
-    use etcd_client::{Client, Compare, CompareOp, ConnectOptions, Txn, TxnOp};
+    use bytes::Bytes;
+    use etcd_client::{Client, Compare, CompareOp, ConnectOptions, Txn, TxnOp, TxnOpResponse};
     use tokio::task::JoinHandle;
 
     use crate::target::{BenchOp, Done, CONNECT_TIMEOUT};
@@ -69,6 +70,27 @@ mod with_grpc {
                 Some(kv) => (Some(kv.value().to_vec()), kv.mod_revision()),
                 None => (None, 0),
             })
+        }
+
+        /// [`read_versioned`](Self::read_versioned) of every key in one `Txn` of `Range`s
+        /// (one round trip, linearizable as a `Range`).
+        pub async fn read_many_versioned(
+            &self,
+            keys: &[Bytes],
+        ) -> Result<Vec<(Option<Vec<u8>>, i64)>, String> {
+            let gets = keys.iter().map(|k| TxnOp::get(&k[..], None)).collect::<Vec<_>>();
+            let r = self.client.kv_client().txn(Txn::new().and_then(gets)).await;
+            let r = r.map_err(|e| e.to_string())?;
+            r.op_responses()
+                .into_iter()
+                .map(|op| match op {
+                    TxnOpResponse::Get(g) => Ok(match g.kvs().first() {
+                        Some(kv) => (Some(kv.value().to_vec()), kv.mod_revision()),
+                        None => (None, 0),
+                    }),
+                    _ => Err("a Txn of Ranges answered something else".to_string()),
+                })
+                .collect()
         }
 
         /// etcd's multi-key compare-and-put: every write if every key's `mod_revision` is
@@ -144,6 +166,8 @@ mod with_grpc {
 mod without_grpc {
     use std::net::SocketAddr;
 
+    use bytes::Bytes;
+
     use crate::target::{BenchOp, Done};
 
     /// Never constructed: without the `etcd` feature, [`EtcdConn::connect`] always fails.
@@ -162,6 +186,13 @@ mod without_grpc {
         }
 
         pub async fn read_versioned(&self, _key: &[u8]) -> Result<(Option<Vec<u8>>, i64), String> {
+            match *self {}
+        }
+
+        pub async fn read_many_versioned(
+            &self,
+            _keys: &[Bytes],
+        ) -> Result<Vec<(Option<Vec<u8>>, i64)>, String> {
             match *self {}
         }
 

@@ -38,7 +38,7 @@ use strata_wire::client::shard_of;
 use crate::args::{BenchArgs, KairosArgs};
 use crate::keys::{key, ZipfTable};
 use crate::report::BenchReport;
-use crate::txn::{self, back_off, join_sessions, strata_txn, Counts, Finished};
+use crate::txn::{self, back_off, join_sessions, strata_txn, Counts, Finished, Reads};
 use crate::{session_seed, BenchError};
 
 /// Keys one preload transaction writes (all in one shard).
@@ -240,7 +240,7 @@ pub(crate) async fn run(
                 let write = (!read_only).then_some(&next_value as txn::NextValue<'_>);
                 let t0 = Instant::now();
                 // Kairos validates timestamps: no reads for update (they are plain reads there).
-                let result = strata_txn(&client, &table, &keys, write, false).await;
+                let result = strata_txn(&client, &table, &keys, write, Reads::default()).await;
                 let done = Instant::now();
                 match result {
                     Ok(d) if t0 >= measure_start && done <= end => {

@@ -221,13 +221,16 @@ pub(crate) async fn run(
         let seed = session_seed(args.run.seed, i);
         let (keys, errors) = (keys.clone(), errors.clone());
         let table = args.conn.table.clone().unwrap_or_default();
-        let for_update = args.workload.txn_reads == TxnReads::ForUpdate;
+        let reads = Reads {
+            for_update: args.workload.txn_reads == TxnReads::ForUpdate,
+            together: args.workload.txn_read_many,
+        };
         let addr = endpoints[i % endpoints.len()];
         let client = client.clone();
         tasks.push(tokio::spawn(async move {
             let mut rng = StdRng::seed_from_u64(seed);
             let mut counts = Counts::new();
-            let session = Session::open(target, client, table, for_update, addr).await?;
+            let session = Session::open(target, client, table, reads, addr).await?;
             while Instant::now() < end {
                 let picked = keys.pick(&mut rng, objects, spread);
                 let t0 = Instant::now();
@@ -374,11 +377,20 @@ async fn preload(
     Ok(())
 }
 
+/// How a transaction reads its keys (`--txn-reads`, `--txn-read-many`).
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct Reads {
+    /// Strata: a key it writes is read for update.
+    pub for_update: bool,
+    /// In one request (per shard), not one key after the other.
+    pub together: bool,
+}
+
 /// One closed-loop session's connection to the system under test.
 enum Session {
-    Strata { client: Client, table: String, for_update: bool },
-    Redis(Arc<RedisConn>),
-    Etcd(EtcdConn),
+    Strata { client: Client, table: String, reads: Reads },
+    Redis(Arc<RedisConn>, Reads),
+    Etcd(EtcdConn, Reads),
 }
 
 impl Session {
@@ -386,16 +398,17 @@ impl Session {
         target: Target,
         client: Option<Client>,
         table: String,
-        for_update: bool,
+        reads: Reads,
         addr: SocketAddr,
     ) -> Result<Session, String> {
         Ok(match (target, client) {
-            (Target::Strata, Some(client)) => Session::Strata { client, table, for_update },
-            (Target::Etcd, _) => Session::Etcd(EtcdConn::connect(addr).await?),
+            (Target::Strata, Some(client)) => Session::Strata { client, table, reads },
+            (Target::Etcd, _) => Session::Etcd(EtcdConn::connect(addr).await?, reads),
             _ => Session::Redis(
                 RedisConn::connect(addr, Duration::from_secs(2))
                     .await
                     .map_err(|e| e.to_string())?,
+                reads,
             ),
         })
     }
@@ -403,12 +416,12 @@ impl Session {
     /// One read-modify-write transaction of `keys`, retried until it commits.
     async fn txn(&self, keys: &[Bytes]) -> Result<Done, String> {
         match self {
-            Session::Strata { client, table, for_update } => {
+            Session::Strata { client, table, reads } => {
                 let increment = |n: u64| Bytes::from((n + 1).to_string());
-                strata_txn(client, table, keys, Some(&increment), *for_update).await
+                strata_txn(client, table, keys, Some(&increment), *reads).await
             }
-            Session::Redis(r) => redis_txn(r, keys).await,
-            Session::Etcd(e) => etcd_txn(e, keys).await,
+            Session::Redis(r, reads) => redis_txn(r, keys, reads.together).await,
+            Session::Etcd(e, reads) => etcd_txn(e, keys, reads.together).await,
         }
     }
 }
@@ -432,26 +445,39 @@ pub(crate) type NextValue<'a> = &'a (dyn Fn(u64) -> Bytes + Sync);
 
 /// One Strata transaction, run again until it commits: it reads `keys` in order and, with
 /// `next`, writes each key's next value after reading it (else it is read-only); with
-/// `for_update`, a key it writes is read for update (`Transaction::read_for_update`).
+/// `reads.for_update`, a key it writes is read for update (`Transaction::read_for_update`),
+/// with `reads.together` all in one `read_many` (one request per shard).
 pub(crate) async fn strata_txn(
     client: &Client,
     table: &str,
     keys: &[Bytes],
     next: Option<NextValue<'_>>,
-    for_update: bool,
+    reads: Reads,
 ) -> Result<Done, String> {
     let mut done = Done::default();
+    let for_update = reads.for_update && next.is_some();
     for attempt in 0.. {
         back_off(attempt).await;
         let mut tx = client.transaction();
         let t = Instant::now();
-        for k in keys {
-            let v = match for_update && next.is_some() {
-                true => tx.read_for_update(table, k.clone()).await,
-                false => tx.read(table, k.clone()).await,
-            };
-            let v = v.map_err(|e| e.to_string())?;
-            if let Some(next) = next {
+        let values = match (reads.together, for_update) {
+            (true, true) => tx.read_many_for_update(table, keys.iter().cloned()).await,
+            (true, false) => tx.read_many(table, keys.iter().cloned()).await,
+            (false, _) => {
+                let mut values = Vec::with_capacity(keys.len());
+                for k in keys {
+                    let v = match for_update {
+                        true => tx.read_for_update(table, k.clone()).await,
+                        false => tx.read(table, k.clone()).await,
+                    };
+                    values.push(v.map_err(|e| e.to_string())?);
+                }
+                Ok(values)
+            }
+        };
+        let values: Vec<Option<Bytes>> = values.map_err(|e| e.to_string())?;
+        if let Some(next) = next {
+            for (k, v) in keys.iter().zip(values) {
                 tx.write(table, k.clone(), next(counter(v.as_deref())));
             }
         }
@@ -485,15 +511,25 @@ pub(crate) fn abort_name(reason: AbortReason) -> &'static str {
 
 /// One etcd transaction: linearizable reads of the keys with their `mod_revision`s, then one
 /// `Txn` that puts every key if no revision changed; retried until it runs.
-async fn etcd_txn(e: &EtcdConn, keys: &[Bytes]) -> Result<Done, String> {
+/// `together`: the reads in one `Txn` of a `Range` per key.
+async fn etcd_txn(e: &EtcdConn, keys: &[Bytes], together: bool) -> Result<Done, String> {
     let mut done = Done::default();
     for attempt in 0.. {
         back_off(attempt).await;
         let t = Instant::now();
         let mut read = Vec::with_capacity(keys.len());
         let mut writes = Vec::with_capacity(keys.len());
-        for k in keys {
-            let (value, rev) = e.read_versioned(k).await?;
+        let versioned = match together {
+            true => e.read_many_versioned(keys).await?,
+            false => {
+                let mut versioned = Vec::with_capacity(keys.len());
+                for k in keys {
+                    versioned.push(e.read_versioned(k).await?);
+                }
+                versioned
+            }
+        };
+        for (k, (value, rev)) in keys.iter().zip(versioned) {
             read.push((&k[..], rev));
             writes.push((&k[..], (counter(value.as_deref()) + 1).to_string().into_bytes()));
         }
@@ -509,8 +545,8 @@ async fn etcd_txn(e: &EtcdConn, keys: &[Bytes]) -> Result<Done, String> {
 }
 
 /// One Redis optimistic transaction (`WATCH`/`MULTI`/`EXEC`), retried until `EXEC` runs: the
-/// attempts whose `EXEC` was refused.
-async fn redis_txn(r: &RedisConn, keys: &[Bytes]) -> Result<Done, String> {
+/// attempts whose `EXEC` was refused. `together`: `WATCH` and one `MGET` in one write.
+async fn redis_txn(r: &RedisConn, keys: &[Bytes], together: bool) -> Result<Done, String> {
     let call = |args: &[&[u8]]| {
         let slot = r.send(args).map_err(|e| e.to_string());
         async move { await_reply(slot?, r.addr()).await.map_err(|e| e.to_string()) }
@@ -521,14 +557,20 @@ async fn redis_txn(r: &RedisConn, keys: &[Bytes]) -> Result<Done, String> {
         let t = Instant::now();
         let mut watch: Vec<&[u8]> = vec![b"WATCH"];
         watch.extend(keys.iter().map(|k| &k[..]));
-        call(&watch).await?;
-        let mut values = Vec::with_capacity(keys.len());
-        for k in keys {
-            values.push(match call(&[b"GET", k]).await? {
-                Reply::Bulk(v) => counter(v.as_deref()),
-                other => return Err(format!("GET: {other:?}")),
-            });
-        }
+        let values = match together {
+            true => redis_mget(r, &watch, keys).await?,
+            false => {
+                call(&watch).await?;
+                let mut values = Vec::with_capacity(keys.len());
+                for k in keys {
+                    values.push(match call(&[b"GET", k]).await? {
+                        Reply::Bulk(v) => counter(v.as_deref()),
+                        other => return Err(format!("GET: {other:?}")),
+                    });
+                }
+                values
+            }
+        };
         done.reads.push(t.elapsed());
         let t = Instant::now();
         // `MULTI`, the `SET`s and `EXEC` in one write, as client libraries send a queued
@@ -557,4 +599,25 @@ async fn redis_txn(r: &RedisConn, keys: &[Bytes]) -> Result<Done, String> {
         }
     }
     Ok(done)
+}
+
+/// `WATCH` (`watch`: the command and the keys) and an `MGET` of `keys` sent in one write, as
+/// a client library pipelines them: one round trip. The keys' counters, in order.
+async fn redis_mget(r: &RedisConn, watch: &[&[u8]], keys: &[Bytes]) -> Result<Vec<u64>, String> {
+    let sent = |args: &[&[u8]]| r.send(args).map_err(|e| e.to_string());
+    let watched = sent(watch)?;
+    let mut mget: Vec<&[u8]> = vec![b"MGET"];
+    mget.extend(keys.iter().map(|k| &k[..]));
+    let got = sent(&mget)?;
+    await_reply(watched, r.addr()).await.map_err(|e| e.to_string())?;
+    match await_reply(got, r.addr()).await.map_err(|e| e.to_string())? {
+        Reply::Array(Some(values)) if values.len() == keys.len() => values
+            .into_iter()
+            .map(|v| match v {
+                Reply::Bulk(v) => Ok(counter(v.as_deref())),
+                other => Err(format!("MGET: {other:?}")),
+            })
+            .collect(),
+        other => Err(format!("MGET: {other:?}")),
+    }
 }

@@ -122,6 +122,24 @@ impl Transaction {
         self.rt.block_on(self.inner.read_for_update(table, key))
     }
 
+    /// See [`crate::Transaction::read_many`].
+    pub fn read_many<K: Into<Bytes>>(
+        &mut self,
+        table: &str,
+        keys: impl IntoIterator<Item = K>,
+    ) -> Result<Vec<Option<Bytes>>, ClientError> {
+        self.rt.block_on(self.inner.read_many(table, keys))
+    }
+
+    /// See [`crate::Transaction::read_many_for_update`].
+    pub fn read_many_for_update<K: Into<Bytes>>(
+        &mut self,
+        table: &str,
+        keys: impl IntoIterator<Item = K>,
+    ) -> Result<Vec<Option<Bytes>>, ClientError> {
+        self.rt.block_on(self.inner.read_many_for_update(table, keys))
+    }
+
     /// Buffers a write of `key`; nothing is sent before `commit`.
     pub fn write(&mut self, table: &str, key: impl Into<Bytes>, value: impl Into<Bytes>) {
         self.inner.write(table, key, value)

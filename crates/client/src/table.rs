@@ -543,24 +543,76 @@ impl Table {
         kind: ReadKind,
     ) -> Result<LogRead, ClientError> {
         let shard = self.shard_of(&key) as usize;
-        let deadline = Instant::now() + self.retry_for();
-        let mut target = start;
-        let mut last;
-        let mut moved_tries = 0;
-        loop {
-            let req = Request::LogRead {
-                table: self.def.name.clone(),
+        let (target, reply) = self
+            .read_reply(start, |t: &Table| Request::LogRead {
+                table: t.def.name.clone(),
                 key: key.clone(),
-                min_index: self.last_write[shard],
+                min_index: t.last_write[shard],
                 sharer: kind == ReadKind::Sharer,
                 intent: match kind {
                     ReadKind::Txn(intent) => intent,
                     ReadKind::Plain | ReadKind::Sharer => ReadIntent::Plain,
                 },
-            };
+            })
+            .await?;
+        self.served(shard, target, reply)
+    }
+
+    /// Reads `keys`, all of one shard, at its leader in one request (`LogReadMany`), for a
+    /// transaction of a RIFL table: what [`Table::get_for_txn`] returns for each, in order.
+    /// For update, the leader reserves them together.
+    pub(crate) async fn get_many_for_txn(
+        &mut self,
+        keys: Vec<Bytes>,
+        for_update: bool,
+    ) -> Result<Vec<LogRead>, ClientError> {
+        let shard = self.shard_of(&keys[0]) as usize;
+        let start = self.leader.get(shard).unwrap_or(self.cursor);
+        let intent = if for_update { ReadIntent::TxnForUpdate } else { ReadIntent::Txn };
+        let (target, reply) = self
+            .read_reply(start, |t: &Table| Request::LogReadMany {
+                table: t.def.name.clone(),
+                keys: keys.clone(),
+                min_index: t.last_write[shard],
+                intent,
+            })
+            .await?;
+        match reply {
+            Response::LogValues { values, served_by, epoch } if values.len() == keys.len() => {
+                self.leader.set(shard, Some(target));
+                let read = |(value, update_index)| LogRead {
+                    value,
+                    update_index,
+                    served_by,
+                    epoch,
+                    vts: Timestamp::ZERO,
+                    w_mean_ns: None,
+                };
+                Ok(values.into_iter().map(read).collect())
+            }
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// Sends the read `request` builds (again on every retry: the session token may move) to
+    /// the replicas from endpoint `start` on until one serves it: that endpoint and its
+    /// `LogValue` or `LogValues`.
+    async fn read_reply(
+        &mut self,
+        start: usize,
+        request: impl Fn(&Table) -> Request,
+    ) -> Result<(usize, Response), ClientError> {
+        let deadline = Instant::now() + self.retry_for();
+        let mut target = start;
+        let mut last;
+        let mut moved_tries = 0;
+        loop {
+            let req = request(self);
             let mut backoff = true;
             match self.call(target, None, req, deadline).await {
-                Ok(reply @ Response::LogValue { .. }) => return self.served(shard, target, reply),
+                Ok(reply @ (Response::LogValue { .. } | Response::LogValues { .. })) => {
+                    return Ok((target, reply))
+                }
                 Ok(Response::LogRejected(LogFailure::Invalid(m))) => {
                     return Err(ClientError::InvalidArgument(m))
                 }

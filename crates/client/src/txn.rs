@@ -39,6 +39,7 @@ use bytes::Bytes;
 use strata_rifl::SequenceError;
 use strata_wire::client::{
     shard_of, validators_table, Request, Response, TableDef, TableTxn, TableValidation,
+    MAX_READ_MANY_KEYS,
 };
 use strata_wire::log::{Expect, LogIndex};
 use strata_wire::txn::{
@@ -204,6 +205,81 @@ impl Transaction {
         self.read_as(table, key.into(), true).await
     }
 
+    /// [`read`](Self::read) of several keys of `table`, with the keys of each shard read in
+    /// one request (`MGET`-like): one round trip per shard instead of one per key. The values
+    /// come in the order of `keys`.
+    pub async fn read_many<K: Into<Bytes>>(
+        &mut self,
+        table: &str,
+        keys: impl IntoIterator<Item = K>,
+    ) -> Result<Vec<Option<Bytes>>, ClientError> {
+        self.read_many_as(table, keys.into_iter().map(Into::into).collect(), false).await
+    }
+
+    /// [`read_for_update`](Self::read_for_update) of several keys, a shard's keys in one
+    /// request: its leader reserves them together, and the shards are read one after the
+    /// other in shard order, so that two transactions never each hold a key the other waits
+    /// for (docs/design.md, "Reads of several keys").
+    pub async fn read_many_for_update<K: Into<Bytes>>(
+        &mut self,
+        table: &str,
+        keys: impl IntoIterator<Item = K>,
+    ) -> Result<Vec<Option<Bytes>>, ClientError> {
+        self.read_many_as(table, keys.into_iter().map(Into::into).collect(), true).await
+    }
+
+    async fn read_many_as(
+        &mut self,
+        table: &str,
+        keys: Vec<Bytes>,
+        for_update: bool,
+    ) -> Result<Vec<Option<Bytes>>, ClientError> {
+        let mut t = self.client.txn_table(table).await?;
+        // A Kairos table's reads go through the client's cache, key by key.
+        if t.def().txn == TableTxn::Kairos {
+            let mut values = Vec::with_capacity(keys.len());
+            for key in keys {
+                values.push(self.read_as(table, key, for_update).await?);
+            }
+            return Ok(values);
+        }
+        let mut by_shard: BTreeMap<u32, Vec<Bytes>> = BTreeMap::new();
+        for key in &keys {
+            let id = (table.to_string(), key.clone());
+            let group = by_shard.entry(t.shard_of(key)).or_default();
+            if self.known(&id).is_none() && !group.contains(key) {
+                group.push(key.clone());
+            }
+        }
+        for group in by_shard.into_values() {
+            for chunk in group.chunks(MAX_READ_MANY_KEYS).filter(|c| !c.is_empty()) {
+                let reads = match t.get_many_for_txn(chunk.to_vec(), for_update).await {
+                    // Values too large for one frame together: one key at a time.
+                    Err(ClientError::InvalidArgument(_)) if chunk.len() > 1 => {
+                        let mut reads = Vec::with_capacity(chunk.len());
+                        for key in chunk {
+                            reads.push(t.get_for_txn(key.clone(), for_update).await?);
+                        }
+                        reads
+                    }
+                    reads => reads?,
+                };
+                for (key, r) in chunk.iter().zip(reads) {
+                    let id = (table.to_string(), key.clone());
+                    self.reads.insert(id, (r.value, r.update_index, r.vts));
+                }
+            }
+        }
+        let value = |key: Bytes| self.known(&(table.to_string(), key)).expect("every key was read");
+        Ok(keys.into_iter().map(value).collect())
+    }
+
+    /// What this transaction already knows of `id`: its buffered write, else its read.
+    fn known(&self, id: &(String, Bytes)) -> Option<Option<Bytes>> {
+        let read = || self.reads.get(id).map(|(v, _, _)| v.clone());
+        self.writes.get(id).cloned().or_else(read)
+    }
+
     async fn read_as(
         &mut self,
         table: &str,
@@ -211,11 +287,8 @@ impl Transaction {
         for_update: bool,
     ) -> Result<Option<Bytes>, ClientError> {
         let id = (table.to_string(), key);
-        if let Some(w) = self.writes.get(&id) {
-            return Ok(w.clone());
-        }
-        if let Some((v, _, _)) = self.reads.get(&id) {
-            return Ok(v.clone());
+        if let Some(v) = self.known(&id) {
+            return Ok(v);
         }
         let mut t = self.client.txn_table(table).await?;
         let Some(wm) = self.kairos_before_read(&t).await else {

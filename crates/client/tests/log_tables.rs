@@ -1218,3 +1218,84 @@ async fn reads_for_update_queue_increments_of_one_key() {
     assert!(leader.txn_reads_held > 0, "no read for update was held: {leader:?}");
     assert!(leader.txn_reads_foreseen > 0, "none read a pending prepare's value: {leader:?}");
 }
+
+/// Reads of several keys through the client library: a shard's keys in one `LogReadMany`.
+/// Tasks move amounts between accounts over three shards, each reading the transfer's
+/// accounts for update together; the total never changes, and a plain `read_many` returns
+/// what reading the keys one by one returns, in the order asked, with the transaction's own
+/// writes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reads_of_several_keys_move_amounts_between_shards() {
+    use strata_client::RetryPolicy;
+    const ACCOUNTS: u64 = 6;
+    const TASKS: u64 = 6;
+    const EACH: u64 = 10;
+    let (_nodes, endpoints) = cluster_with(&[txn_table("bank", 3)]).await;
+    let client = Client::connect(&endpoints, opts()).await.unwrap();
+    let account = |i: u64| format!("acct{i}");
+    let mut t = client.table("bank").await.unwrap();
+    for i in 0..ACCOUNTS {
+        t.put(account(i), "100").await.unwrap();
+    }
+    let tasks: Vec<_> = (0..TASKS)
+        .map(|i| {
+            let client = client.clone();
+            tokio::spawn(async move {
+                let policy = RetryPolicy { attempts: 1_000, ..RetryPolicy::default() };
+                for j in 0..EACH {
+                    let (from, to) =
+                        (account((i + j) % ACCOUNTS), account((i + 2 * j + 1) % ACCOUNTS));
+                    if from == to {
+                        continue;
+                    }
+                    client
+                        .run_txn(policy, |tx| {
+                            let (from, to) = (from.clone(), to.clone());
+                            Box::pin(async move {
+                                let v = tx
+                                    .read_many_for_update("bank", [from.clone(), to.clone()])
+                                    .await?;
+                                let n = |v: &Option<bytes::Bytes>| -> i64 {
+                                    std::str::from_utf8(v.as_ref().unwrap())
+                                        .unwrap()
+                                        .parse()
+                                        .unwrap()
+                                };
+                                tx.write("bank", from, (n(&v[0]) - 7).to_string());
+                                tx.write("bank", to, (n(&v[1]) + 7).to_string());
+                                Ok(())
+                            })
+                        })
+                        .await
+                        .unwrap();
+                }
+            })
+        })
+        .collect();
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let keys: Vec<String> = (0..ACCOUNTS).rev().map(account).collect();
+    let mut tx = client.transaction();
+    tx.write("bank", account(0), "written");
+    let many =
+        tx.read_many("bank", keys.iter().cloned().chain(["absent".to_string()])).await.unwrap();
+    assert_eq!(many.len(), keys.len() + 1);
+    assert_eq!(many.last(), Some(&None), "an absent key reads as None");
+    assert_eq!(
+        many[keys.len() - 1].as_deref(),
+        Some(&b"written"[..]),
+        "the transaction's own write"
+    );
+    let mut total = 0i64;
+    for (key, value) in keys.iter().zip(&many) {
+        if key == &account(0) {
+            let v = t.get(key.clone()).await.unwrap().value.unwrap();
+            total += std::str::from_utf8(&v).unwrap().parse::<i64>().unwrap();
+            continue;
+        }
+        assert_eq!(value, &t.get(key.clone()).await.unwrap().value, "{key}");
+        total += std::str::from_utf8(value.as_ref().unwrap()).unwrap().parse::<i64>().unwrap();
+    }
+    assert_eq!(total, 100 * ACCOUNTS as i64, "transfers conserve the total");
+}

@@ -14,7 +14,7 @@ use strata_wire::Role;
 ///
 /// | role | requests |
 /// |---|---|
-/// | `read` | sessions, `Get`, `Acquire`, `LogRead`, `ListTables`, `LeaseInfo`, `Status`, `Ping` |
+/// | `read` | sessions, `Get`, `Acquire`, `LogRead`, `LogReadMany`, `ListTables`, `LeaseInfo`, `Status`, `Ping` |
 /// | `write` | `Put`, `Delete`, `Release`, `Faa`, `Cas`, `LogWrite`, `RenewLease`, `TxnPrepare`, `TxnDecide` (read-only transactions too: they take a lease), `KairosReport` (a transaction client's watermarks: they move `ts_GC`, which can abort others' transactions `TooOld`) |
 /// | `admin` | `SetFault`, `CreateTable`, `FreezeShard`, `AdoptShard` (shard moves) |
 pub fn required_role(req: &Request) -> Role {
@@ -24,6 +24,7 @@ pub fn required_role(req: &Request) -> Role {
         | Request::Get { .. }
         | Request::Acquire { .. }
         | Request::LogRead { .. }
+        | Request::LogReadMany { .. }
         | Request::ListTables
         | Request::LeaseInfo { .. }
         | Request::Status
@@ -87,6 +88,7 @@ fn request_name(req: &Request) -> &'static str {
         Request::SetFault { .. } => "setting a fault",
         Request::LogWrite { .. } => "a log-table write",
         Request::LogRead { .. } => "a log-table read",
+        Request::LogReadMany { .. } => "a log-table read of several keys",
         Request::CreateTable { .. } => "creating a table",
         Request::ListTables => "listing tables",
         Request::RenewLease { .. } => "a lease",

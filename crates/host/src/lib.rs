@@ -524,6 +524,10 @@ impl Host {
                 let read = shards::ReadReq { key, min_index, sharer, intent };
                 self.shards.on_read(now, route, corr, &table, read, &mut self.out)
             }
+            Request::LogReadMany { table, keys, min_index, intent } => {
+                let out = &mut self.out;
+                self.shards.on_read_many(now, route, corr, &table, keys, min_index, intent, out)
+            }
             Request::TxnPrepare { table, shard, read_only, all, ops, kairos } => {
                 let out = &mut self.out;
                 let p = crate::txn::PrepareReq { read_only, all, ops, kairos };
@@ -775,6 +779,7 @@ fn is_rc_request(req: &Request) -> bool {
         Request::SetFault { .. }
             | Request::LogWrite { .. }
             | Request::LogRead { .. }
+            | Request::LogReadMany { .. }
             | Request::TxnPrepare { .. }
             | Request::TxnDecide { .. }
             | Request::KairosReport { .. }

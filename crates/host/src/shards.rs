@@ -18,11 +18,13 @@ use strata_log::{
 };
 use strata_wire::client::{
     shard_of, ClientResponse, ErrorCode, LogFailure, LogWriteOp, Response, ShardRole, ShardStatus,
-    TableDef, TableTxn, TableValidation,
+    TableDef, TableTxn, TableValidation, MAX_READ_MANY_KEYS,
 };
+use strata_wire::log::ReadValue;
 use strata_wire::log::{Expect, LogIndex, LogMessage, ShardMove};
 use strata_wire::peer::PeerMessage;
 use strata_wire::txn::{Decision, ReadIntent};
+use strata_wire::FRAME_SLACK_BYTES;
 use strata_wire::{Instant, LimitError, Limits, NodeId, Rifl};
 use tracing::{debug, error, info, warn};
 
@@ -441,6 +443,49 @@ impl Shards {
         self.request(now, sk, route, corr, req, out);
     }
 
+    /// A client's `LogReadMany`: every key must be in one shard of a log table that is not a
+    /// Kairos table (whose reads go through the client's cache); the reply comes through `out`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn on_read_many(
+        &mut self,
+        now: Instant,
+        route: Route,
+        corr: u64,
+        table: &str,
+        keys: Vec<Bytes>,
+        min_index: Option<LogIndex>,
+        intent: ReadIntent,
+        out: &mut HostEffects,
+    ) {
+        let refuse = |out: &mut HostEffects, message: String| {
+            let body = Response::Error { code: ErrorCode::InvalidArgument, message };
+            out.reply.push((route, ClientResponse { corr, body }))
+        };
+        if keys.is_empty() || keys.len() > MAX_READ_MANY_KEYS {
+            let n = keys.len();
+            return refuse(
+                out,
+                format!("a read of several keys names 1 to {MAX_READ_MANY_KEYS} keys, not {n}"),
+            );
+        }
+        if let Some(e) = keys.iter().find_map(|k| self.limits.check_key(k).err()) {
+            return out.reply.push((route, ClientResponse { corr, body: limit_error(table, &e) }));
+        }
+        if self.tables.get(table).is_some_and(|t| t.def.txn == TableTxn::Kairos) {
+            return refuse(out, format!("table {table:?} is a kairos table: read its keys one at a time (each read goes through the client's cache)"));
+        }
+        let sk = match self.shard_key(table, &keys[0]) {
+            Ok(k) => k,
+            Err(body) => return out.reply.push((route, ClientResponse { corr, body })),
+        };
+        if keys[1..].iter().any(|k| self.shard_key(table, k).ok() != Some(sk)) {
+            return refuse(out, format!("the keys of one read of table {table:?} must be in one shard (the client groups them by shard)"));
+        }
+        let token = self.take_token();
+        let req = LogRequest::ReadMany { token, keys, min_index, intent };
+        self.request(now, sk, route, corr, req, out);
+    }
+
     pub fn take_token(&mut self) -> u64 {
         self.next_token += 1;
         self.next_token
@@ -628,6 +673,16 @@ impl Shards {
                             s.table, id.shard, ids.join(","), s.table, id.shard, ids.join(",")
                         ),
                     }
+                }
+                // The values must fit one frame (`MAX_READ_MANY_KEYS` of the largest would not).
+                LogReply::ReadMany { result: Ok(values), .. }
+                    if reply_bytes(&values) + FRAME_SLACK_BYTES > self.limits.max_frame_bytes =>
+                {
+                    Response::LogRejected(LogFailure::Invalid(format!(
+                        "the values of these {} keys exceed a frame of {} bytes: read them in smaller groups",
+                        values.len(),
+                        self.limits.max_frame_bytes
+                    )))
                 }
                 reply => reply_body(reply),
             };
@@ -836,6 +891,11 @@ fn shard_message(id: ShardId, msg: LogMessage) -> PeerMessage {
     PeerMessage::Shard { table: id.table, shard: id.shard, generation: id.generation, msg }
 }
 
+/// About the encoded size of a `LogValues` reply's values.
+fn reply_bytes(values: &[ReadValue]) -> usize {
+    values.iter().map(|v| 32 + v.value.as_ref().map_or(0, |b| b.len())).sum()
+}
+
 /// The refusal of a key or value beyond the node's limits (`KeyTooLarge`, `ValueTooLarge`, or
 /// `InvalidArgument` for an empty key), as the rc keyspace answers it.
 fn limit_error(table: &str, e: &LimitError) -> Response {
@@ -857,14 +917,21 @@ pub(crate) fn reply_body(reply: LogReply) -> Response {
             vts: (v.vts != strata_wire::txn::Timestamp::ZERO).then_some(v.vts),
             w_mean_ns: v.w_mean_ns,
         },
-        LogReply::Read { result: Err(e), .. } => Response::LogRejected(match e {
-            ReadError::NotLeader { hint } => LogFailure::NotLeader { hint },
-            ReadError::NotInActiveSet => LogFailure::NotInActiveSet,
-            ReadError::Timeout => LogFailure::Timeout,
-            ReadError::Unavailable => LogFailure::Unavailable,
-            ReadError::Moved { replicas } => LogFailure::Moved { replicas },
-            ReadError::Locked => LogFailure::Locked,
-        }),
+        LogReply::ReadMany { result: Ok(values), .. } => Response::LogValues {
+            served_by: values.first().map_or(NodeId(0), |v| v.served_by),
+            epoch: values.first().map_or(0, |v| v.epoch),
+            values: values.into_iter().map(|v| (v.value, v.update_index)).collect(),
+        },
+        LogReply::Read { result: Err(e), .. } | LogReply::ReadMany { result: Err(e), .. } => {
+            Response::LogRejected(match e {
+                ReadError::NotLeader { hint } => LogFailure::NotLeader { hint },
+                ReadError::NotInActiveSet => LogFailure::NotInActiveSet,
+                ReadError::Timeout => LogFailure::Timeout,
+                ReadError::Unavailable => LogFailure::Unavailable,
+                ReadError::Moved { replicas } => LogFailure::Moved { replicas },
+                ReadError::Locked => LogFailure::Locked,
+            })
+        }
         LogReply::Txn { result: Ok(TxnAnswer::Votes { votes, decided }), .. } => {
             Response::TxnVotes { votes, decided }
         }

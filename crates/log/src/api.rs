@@ -35,6 +35,16 @@ pub enum LogRequest {
         /// update, it reserves the key (`reservations.rs`).
         intent: ReadIntent,
     },
+    /// Several keys of this shard read at once, at the leader only: answered when every key
+    /// can be answered, with one value per key in the same order (docs/design.md, "Reads of
+    /// several keys"). For update, the keys are reserved together, so two transactions that
+    /// read each other's keys never hold one each and wait for the other.
+    ReadMany {
+        token: u64,
+        keys: Vec<Bytes>,
+        min_index: Option<LogIndex>,
+        intent: ReadIntent,
+    },
     /// rifl.md §5.7 steps 1-2, at the leader: freeze the shard for a move to `to`. Answered
     /// with the final state once the `Freeze` entry is committed, durable at a majority and
     /// applied (so every replica that serves reads has applied it too: it answers `Moved`).
@@ -94,6 +104,7 @@ impl LogRequest {
         match self {
             LogRequest::Write { token, .. }
             | LogRequest::Read { token, .. }
+            | LogRequest::ReadMany { token, .. }
             | LogRequest::Freeze { token, .. }
             | LogRequest::Prepare { token, .. }
             | LogRequest::Decide { token, .. }
@@ -194,6 +205,11 @@ pub enum LogReply {
         token: u64,
         result: Result<ReadValue, ReadError>,
     },
+    /// The answer to `LogRequest::ReadMany`: a value per key, in the request's order.
+    ReadMany {
+        token: u64,
+        result: Result<Vec<ReadValue>, ReadError>,
+    },
     /// The answer to `LogRequest::Freeze`: the shard's final state.
     Frozen {
         token: u64,
@@ -211,6 +227,7 @@ impl LogReply {
         match self {
             LogReply::Write { token, .. }
             | LogReply::Read { token, .. }
+            | LogReply::ReadMany { token, .. }
             | LogReply::Frozen { token, .. }
             | LogReply::Txn { token, .. } => *token,
         }

@@ -1279,3 +1279,80 @@ fn a_reservation_without_a_prepare_lapses_after_the_hold() {
     assert_eq!(s.now, held_at + hold, "answered when the hold ended");
     assert_eq!(s.read_reply(held).unwrap().unwrap().value.as_deref(), Some(&b"a"[..]));
 }
+
+// ---- reads of several keys (`LogRequest::ReadMany`) ----
+
+impl Solo {
+    /// Sends a read of `keys` with `intent`; returns its token.
+    fn send_read_many(&mut self, keys: &[&'static str], intent: ReadIntent) -> u64 {
+        let token = self.next_token;
+        self.next_token += 1;
+        let keys = keys.iter().map(|k| Bytes::from_static(k.as_bytes())).collect();
+        let req = LogRequest::ReadMany { token, keys, min_index: None, intent };
+        self.r.on_client_request(self.now, req);
+        self.drain();
+        token
+    }
+
+    fn read_many_reply(&self, token: u64) -> Option<Result<Vec<crate::api::ReadValue>, ReadError>> {
+        self.replies.iter().find_map(|r| match r {
+            LogReply::ReadMany { token: t, result } if *t == token => Some(result.clone()),
+            _ => None,
+        })
+    }
+}
+
+/// A read of several keys answers each in the request's order, a transaction's with what a
+/// pending transaction will leave, and a key never written as absent.
+#[test]
+fn a_read_of_several_keys_answers_each_in_order() {
+    let mut s = Solo::sync();
+    assert!(matches!(s.write(env(1, 1), "a"), Some(Ok(_))));
+    let token = s.send_read_many(&["absent", "k"], ReadIntent::Plain);
+    let values = s.read_many_reply(token).expect("answered").expect("served");
+    let got: Vec<_> = values.iter().map(|v| v.value.as_deref()).collect();
+    assert_eq!(got, vec![None, Some(&b"a"[..])]);
+    assert_eq!(values[0].update_index, LogIndex::ZERO);
+    // A pending single-participant transaction's value answers a transaction's read.
+    let v0 = values[1].update_index;
+    s.hold = true;
+    s.prepare_k(2, v0, Some("b"));
+    let pending = s.r.last_index();
+    let token = s.send_read_many(&["k", "absent"], ReadIntent::Txn);
+    let values = s.read_many_reply(token).expect("foreseen at once").expect("served");
+    assert_eq!((values[0].value.as_deref(), values[0].update_index), (Some(&b"b"[..]), pending));
+    // A plain read answers what is applied: the pending transaction is not decided yet.
+    let plain = s.send_read_many(&["absent", "k"], ReadIntent::Plain);
+    let values = s.read_many_reply(plain).expect("answered").expect("served");
+    assert_eq!(values[1].value.as_deref(), Some(&b"a"[..]));
+    s.release();
+    let plain = s.send_read_many(&["absent", "k"], ReadIntent::Plain);
+    let values = s.read_many_reply(plain).expect("answered").expect("served");
+    assert_eq!(values[1].value.as_deref(), Some(&b"b"[..]));
+}
+
+/// Reads for update of several keys take their reservations together: one that waits for a
+/// key holds none of the others, so a transaction reading those others first goes on (with
+/// reads of one key at a time, each holding one key and waiting for the other's, both would
+/// wait out the hold).
+#[test]
+fn reads_for_update_of_several_keys_reserve_them_together() {
+    let mut s = Solo::sync();
+    assert!(matches!(s.write(env(1, 1), "a"), Some(Ok(_))));
+    let first = s.send_read_k(ReadIntent::TxnForUpdate); // reserves "k"
+    assert!(s.read_reply(first).is_some());
+    let both = s.send_read_many(&["j", "k"], ReadIntent::TxnForUpdate);
+    assert_eq!(s.read_many_reply(both), None, "held back by the reservation of k");
+    let j = s.send_read_many(&["j"], ReadIntent::TxnForUpdate);
+    assert!(s.read_many_reply(j).is_some(), "j is not reserved by a read still waiting");
+    // The first transaction's prepare releases k; j stays reserved by the second read of j.
+    let v0 = s.read_reply(first).unwrap().unwrap().update_index;
+    s.prepare_k(2, v0, Some("b"));
+    assert_eq!(s.read_many_reply(both), None, "j is reserved now");
+    let hold = s.r.config().txn_read_hold;
+    s.now += hold;
+    s.r.on_tick(s.now);
+    s.drain();
+    let values = s.read_many_reply(both).expect("answered once j's hold lapsed").expect("served");
+    assert_eq!(values[1].value.as_deref(), Some(&b"b"[..]));
+}

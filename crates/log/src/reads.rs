@@ -5,11 +5,11 @@
 use std::collections::BTreeMap;
 
 use bytes::Bytes;
-use strata_wire::log::{ForwardRead, LogIndex, LogMessage, ReadRelay};
+use strata_wire::log::{ForwardRead, LogIndex, LogMessage, ReadRelay, ReadValue};
 use strata_wire::txn::ReadIntent;
 use strata_wire::{Instant, NodeId};
 
-use crate::api::{LogEvent, LogReply, ReadError, ReadValue};
+use crate::api::{LogEvent, LogReply, ReadError};
 use crate::config::{PlantedBug, ReadPolicy};
 use crate::foresight::Foreseen;
 use crate::replica::{LogReplica, Role};
@@ -18,6 +18,10 @@ use crate::replica::{LogReplica, Role};
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum ReadOrigin {
     Client {
+        token: u64,
+    },
+    /// A client's `ReadMany`: answered with `LogReply::ReadMany`.
+    ClientMany {
         token: u64,
     },
     /// A follower forwarded it (§5.5.2 step 5); answered with a `ReadRelay`.
@@ -32,7 +36,8 @@ pub(crate) enum ReadOrigin {
 #[derive(Clone, Debug)]
 pub(crate) struct PendingRead {
     pub origin: ReadOrigin,
-    pub key: Bytes,
+    /// One key, or a `ReadMany`'s: answered together once every one can be.
+    pub keys: Vec<Bytes>,
     pub min_index: Option<LogIndex>,
     pub deadline: Instant,
     /// Counted once in `reads_made_durable`.
@@ -42,6 +47,23 @@ pub(crate) struct PendingRead {
     pub intent: ReadIntent,
     /// Counted once in `reads_held`.
     pub held: bool,
+}
+
+/// What one key of a read at the leader answers.
+enum Answer {
+    /// The applied value, durable (§5.5.1): an ORCA read.
+    Applied { value: Option<Bytes>, update_index: LogIndex },
+    /// What a pending single-participant transaction will leave (`foresight.rs`).
+    Foreseen { value: Option<Bytes>, version: LogIndex },
+}
+
+/// Whether one key of a read at the leader can be answered now.
+enum KeyState {
+    Ready(Answer),
+    /// Until the entry its foreseen value depends on applies, or its lock's decision does.
+    Wait,
+    /// Until the entry at this index is durable (§5.5.1 MakeDurable).
+    NotDurable(LogIndex),
 }
 
 /// A read waiting at a non-leader for its applied index to reach the session token (§2.3).
@@ -74,7 +96,7 @@ impl LogReplica {
         let origin = ReadOrigin::Client { token };
         // Only the leader foresees; a transaction's read elsewhere is a plain one.
         if self.leader.is_some() && (intent.foresees() || self.cfg.reads != ReadPolicy::Any) {
-            return self.leader_read(now, origin, key, min_index, intent);
+            return self.leader_read(now, origin, vec![key], min_index, intent);
         }
         if self.cfg.reads == ReadPolicy::Any {
             return self.local_read(now, token, key, min_index);
@@ -87,6 +109,22 @@ impl LogReplica {
             return self.finish_read(origin, Err(ReadError::NotInActiveSet));
         }
         self.local_read(now, token, key, min_index);
+    }
+
+    /// A `ReadMany`: served by the leader only, whatever the table's read policy.
+    pub(crate) fn on_read_many(
+        &mut self,
+        now: Instant,
+        token: u64,
+        keys: Vec<Bytes>,
+        min_index: Option<LogIndex>,
+        intent: ReadIntent,
+    ) {
+        let origin = ReadOrigin::ClientMany { token };
+        if self.leader.is_none() {
+            return self.finish_read(origin, Err(ReadError::NotLeader { hint: self.leader_id }));
+        }
+        self.leader_read(now, origin, keys, min_index, intent);
     }
 
     /// Step 2 of §5.5.2 (session token), then serve or forward.
@@ -162,45 +200,37 @@ impl LogReplica {
         if self.kv.blocks_reads(&key) && !self.cfg.planted(PlantedBug::TxnReadsIgnoreLocks) {
             return self.finish_read(origin, Err(ReadError::Locked));
         }
-        self.stats.reads_served += 1;
-        let key_vts = key.clone();
-        let epoch = self.epoch;
-        let applied = self.kv.applied();
-        self.emit(LogEvent::ReadServed {
-            key,
-            value: value.clone(),
-            update_index: u,
-            served_by: self.id,
-            epoch,
-            min_index,
-            applied,
-        });
-        let (vts, w_mean_ns) = (self.kv.vts(&key_vts), self.kv.w_mean_ns(&key_vts));
-        self.finish_read(
-            origin,
-            Ok(ReadValue { value, update_index: u, served_by: self.id, epoch, vts, w_mean_ns }),
-        );
+        let read = self.read_value(key, Answer::Applied { value, update_index: u }, min_index);
+        self.finish_read(origin, Ok(read));
     }
 
-    /// A transaction's read answered with what a pending single-participant transaction will
-    /// leave (`foresight.rs`). Not an ORCA read: no durability check and no `ReadServed`
-    /// audit event (the value may never be applied); the prepare's version check decides.
-    fn serve_foreseen(
-        &mut self,
-        origin: ReadOrigin,
-        key: &[u8],
-        value: Option<Bytes>,
-        version: LogIndex,
-    ) {
-        if let Some((_, m)) = self.kv.frozen() {
-            let replicas = m.replicas.clone();
-            return self.finish_read(origin, Err(ReadError::Moved { replicas }));
-        }
-        self.stats.reads_foreseen += 1;
+    /// One key's answer as a [`ReadValue`], counted. An applied value is an ORCA read and
+    /// records its audit event (§7); a foreseen one is not (the value may never be applied;
+    /// the prepare's version check decides), and has no durability check.
+    fn read_value(&mut self, key: Bytes, answer: Answer, min_index: Option<LogIndex>) -> ReadValue {
         let (served_by, epoch) = (self.id, self.epoch);
-        let (vts, w_mean_ns) = (self.kv.vts(key), self.kv.w_mean_ns(key));
-        let read = ReadValue { value, update_index: version, served_by, epoch, vts, w_mean_ns };
-        self.finish_read(origin, Ok(read));
+        let (vts, w_mean_ns) = (self.kv.vts(&key), self.kv.w_mean_ns(&key));
+        let (value, update_index) = match answer {
+            Answer::Foreseen { value, version } => {
+                self.stats.reads_foreseen += 1;
+                (value, version)
+            }
+            Answer::Applied { value, update_index } => {
+                self.stats.reads_served += 1;
+                let applied = self.kv.applied();
+                self.emit(LogEvent::ReadServed {
+                    key,
+                    value: value.clone(),
+                    update_index,
+                    served_by,
+                    epoch,
+                    min_index,
+                    applied,
+                });
+                (value, update_index)
+            }
+        };
+        ReadValue { value, update_index, served_by, epoch, vts, w_mean_ns }
     }
 
     pub(crate) fn finish_read(&mut self, origin: ReadOrigin, result: Result<ReadValue, ReadError>) {
@@ -208,9 +238,26 @@ impl LogReplica {
             ReadOrigin::Client { token } => {
                 self.effects.reply.push(LogReply::Read { token, result })
             }
+            ReadOrigin::ClientMany { token } => {
+                let result = result.map(|v| vec![v]);
+                self.effects.reply.push(LogReply::ReadMany { token, result })
+            }
             ReadOrigin::Forward { from, fwd_id } => {
                 let epoch = self.epoch;
                 self.send(from, LogMessage::ReadRelay(ReadRelay { epoch, fwd_id, result }));
+            }
+        }
+    }
+
+    /// Every key's value, to a read of one key or of several.
+    fn finish_many(&mut self, origin: ReadOrigin, result: Result<Vec<ReadValue>, ReadError>) {
+        match origin {
+            ReadOrigin::ClientMany { token } => {
+                self.effects.reply.push(LogReply::ReadMany { token, result })
+            }
+            _ => {
+                let one = result.map(|mut v| v.pop().expect("a read of one key has one value"));
+                self.finish_read(origin, one)
             }
         }
     }
@@ -220,7 +267,7 @@ impl LogReplica {
         &mut self,
         now: Instant,
         origin: ReadOrigin,
-        key: Bytes,
+        keys: Vec<Bytes>,
         min_index: Option<LogIndex>,
         intent: ReadIntent,
     ) {
@@ -235,7 +282,7 @@ impl LogReplica {
         let (waited, held) = (false, false);
         l.pending_reads.push(PendingRead {
             origin,
-            key,
+            keys,
             min_index,
             deadline,
             waited,
@@ -248,7 +295,7 @@ impl LogReplica {
     pub(crate) fn on_forward_read(&mut self, now: Instant, from: NodeId, f: ForwardRead) {
         let origin = ReadOrigin::Forward { from, fwd_id: f.fwd_id };
         if self.leader.is_some() {
-            self.leader_read(now, origin, f.key, f.min_index, ReadIntent::Plain);
+            self.leader_read(now, origin, vec![f.key], f.min_index, ReadIntent::Plain);
         } else {
             self.finish_read(origin, Err(ReadError::NotLeader { hint: self.leader_id }));
         }
@@ -280,7 +327,7 @@ impl LogReplica {
                 self.finish_read(r.origin, Err(ReadError::NotLeader { hint: None }));
                 continue;
             }
-            let locked = honour_locks && self.kv.blocks_reads(&r.key);
+            let locked = honour_locks && r.keys.iter().any(|k| self.kv.blocks_reads(k));
             if now >= r.deadline {
                 let why = if locked { ReadError::Locked } else { ReadError::Timeout };
                 self.finish_read(r.origin, Err(why));
@@ -294,54 +341,101 @@ impl LogReplica {
                 keep.push(r);
                 continue;
             }
-            if r.intent.foresees() {
-                let l = self.leader.as_ref().expect("leader");
-                match l.foresight.get(&r.key, self.kv.applied()) {
-                    Some(Foreseen::Known { value, version }) => {
-                        let (value, version) = (value.clone(), *version);
-                        self.reserve_for(now, &r);
-                        self.serve_foreseen(r.origin, &r.key, value, version);
-                        continue;
-                    }
-                    // Known once that entry applies; then the plain path below.
-                    Some(Foreseen::Unknown { .. }) => {
-                        keep.push(r);
-                        continue;
-                    }
-                    None => {}
+            match self.answers(now, &mut r, check, honour_locks) {
+                Some(answers) => {
+                    self.reserve_for(now, &r);
+                    self.answer(r, answers);
                 }
-            }
-            // rifl.md §5.9 (R-D18): a locked key's value may be about to change, so the read
-            // waits here for the decision and is answered the moment it is applied (this loop
-            // runs after every input); polling from the client would add up to a timer tick
-            // per lock on hot keys. A read still blocked at its deadline answers `Locked`, and
-            // the client asks again (the lock outlives `T_TX` only while recovery runs).
-            if locked {
-                keep.push(r);
-                continue;
-            }
-            let (value, u) = self.kv.get(&r.key);
-            let di = self.leader.as_ref().expect("leader").di;
-            if !check || u <= di {
-                self.reserve_for(now, &r);
-                self.serve(r.origin, r.key, value, u, r.min_index);
-            } else {
-                if !r.waited {
-                    r.waited = true;
-                    self.stats.reads_made_durable += 1;
-                }
-                self.make_durable(now, u);
-                keep.push(r);
+                None => keep.push(r),
             }
         }
         self.leader.as_mut().expect("leader").pending_reads.extend(keep);
     }
 
-    /// Whether a read for update must wait for another transaction's reservation of its key
-    /// (`reservations.rs`).
+    /// Every key's answer, or `None` while one of them must wait (all keys are answered in
+    /// one step, so a read of several sees one state of the shard).
+    fn answers(
+        &mut self,
+        now: Instant,
+        r: &mut PendingRead,
+        check: bool,
+        honour_locks: bool,
+    ) -> Option<Vec<Answer>> {
+        let mut answers = Vec::with_capacity(r.keys.len());
+        let mut make_durable = None;
+        for key in &r.keys {
+            match self.key_state(key, r.intent, check, honour_locks) {
+                KeyState::Ready(a) => answers.push(a),
+                KeyState::Wait => {}
+                KeyState::NotDurable(u) => make_durable = make_durable.max(Some(u)),
+            }
+        }
+        if let Some(u) = make_durable {
+            if !r.waited {
+                r.waited = true;
+                self.stats.reads_made_durable += 1;
+            }
+            self.make_durable(now, u);
+        }
+        (answers.len() == r.keys.len()).then_some(answers)
+    }
+
+    /// One key of a read at the leader: foreseen (a transaction's read), else waiting for a
+    /// lock's decision, else the applied value once durable.
+    fn key_state(
+        &self,
+        key: &[u8],
+        intent: ReadIntent,
+        check: bool,
+        honour_locks: bool,
+    ) -> KeyState {
+        let l = self.leader.as_ref().expect("leader");
+        if intent.foresees() {
+            match l.foresight.get(key, self.kv.applied()) {
+                Some(Foreseen::Known { value, version }) => {
+                    let (value, version) = (value.clone(), *version);
+                    return KeyState::Ready(Answer::Foreseen { value, version });
+                }
+                // Known once that entry applies; then the plain path below.
+                Some(Foreseen::Unknown { .. }) => return KeyState::Wait,
+                None => {}
+            }
+        }
+        // rifl.md §5.9 (R-D18): a locked key's value may be about to change, so the read
+        // waits here for the decision and is answered the moment it is applied (the settle
+        // loop runs after every input); polling from the client would add up to a timer tick
+        // per lock on hot keys. A read still blocked at its deadline answers `Locked`, and
+        // the client asks again (the lock outlives `T_TX` only while recovery runs).
+        if honour_locks && self.kv.blocks_reads(key) {
+            return KeyState::Wait;
+        }
+        let (value, update_index) = self.kv.get(key);
+        if !check || update_index <= l.di {
+            KeyState::Ready(Answer::Applied { value, update_index })
+        } else {
+            KeyState::NotDurable(update_index)
+        }
+    }
+
+    /// Answers a read at the leader whose every key is ready.
+    fn answer(&mut self, r: PendingRead, answers: Vec<Answer>) {
+        // rifl.md §5.7: a moved shard's state is stale once the new group takes writes.
+        if let Some((_, m)) = self.kv.frozen() {
+            let replicas = m.replicas.clone();
+            return self.finish_read(r.origin, Err(ReadError::Moved { replicas }));
+        }
+        let mut values = Vec::with_capacity(answers.len());
+        for (key, a) in r.keys.into_iter().zip(answers) {
+            values.push(self.read_value(key, a, r.min_index));
+        }
+        self.finish_many(r.origin, Ok(values));
+    }
+
+    /// Whether a read for update must wait for another transaction's reservation of one of
+    /// its keys (`reservations.rs`).
     fn wait_for_reservation(&mut self, now: Instant, r: &mut PendingRead) -> bool {
         let l = self.leader.as_ref().expect("leader");
-        let held = l.reservations.held_until(&r.key, now).is_some();
+        let held = r.keys.iter().any(|k| l.reservations.held_until(k, now).is_some());
         if held && !r.held {
             r.held = true;
             self.stats.reads_held += 1;
@@ -349,12 +443,16 @@ impl LogReplica {
         held
     }
 
-    /// A read for update is answered: the key's next ones wait for this transaction's prepare.
+    /// A read for update is answered: its keys' next ones wait for this transaction's prepare.
+    /// All of them at once: a transaction never holds one of its keys while waiting for
+    /// another's, so two never wait for each other.
     fn reserve_for(&mut self, now: Instant, r: &PendingRead) {
         let hold = self.cfg.txn_read_hold;
         if r.intent.reserves() && !hold.is_zero() {
             let l = self.leader.as_mut().expect("leader");
-            l.reservations.reserve(r.key.clone(), now + hold);
+            for key in &r.keys {
+                l.reservations.reserve(key.clone(), now + hold);
+            }
         }
     }
 
@@ -400,8 +498,13 @@ impl LogReplica {
     pub(crate) fn leader_read_deadlines(&self) -> impl Iterator<Item = Instant> + '_ {
         self.leader.iter().flat_map(|l| {
             l.pending_reads.iter().flat_map(|r| {
-                let held = r.intent.reserves().then(|| l.reservations.held_until(&r.key, self.now));
-                std::iter::once(r.deadline).chain(held.flatten())
+                let reserves = r.intent.reserves();
+                let held = r
+                    .keys
+                    .iter()
+                    .filter(move |_| reserves)
+                    .filter_map(|k| l.reservations.held_until(k, self.now));
+                std::iter::once(r.deadline).chain(held)
             })
         })
     }

@@ -727,6 +727,9 @@ impl Node for LogReplica {
             LogRequest::Read { token, key, min_index, intent } => {
                 self.on_read(now, token, key, min_index, intent)
             }
+            LogRequest::ReadMany { token, keys, min_index, intent } => {
+                self.on_read_many(now, token, keys, min_index, intent)
+            }
             LogRequest::Freeze { token, to } => self.on_freeze(now, token, to),
             LogRequest::Prepare { token, rifl, prepare, read_only } => {
                 self.on_prepare(now, token, rifl, prepare, read_only)

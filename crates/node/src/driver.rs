@@ -559,6 +559,10 @@ fn reply_bound(req: &Request, bounds: &ConnBounds, rc_largest: usize) -> usize {
         | Request::Faa { .. }
         | Request::Cas { .. } => bounds.max_value_bytes.min(rc_largest) + REPLY_OVERHEAD,
         Request::LogRead { .. } => bounds.max_value_bytes + REPLY_OVERHEAD,
+        // Refused by the node beyond a frame (`Shards::on_read_many`).
+        Request::LogReadMany { keys, .. } => {
+            (keys.len() * (bounds.max_value_bytes + REPLY_OVERHEAD)).min(bounds.max_frame_bytes)
+        }
         Request::FreezeShard { .. } => strata_log::MAX_MOVE_BYTES + REPLY_OVERHEAD,
         Request::ListTables => 64 << 10,
         _ => 4 * REPLY_OVERHEAD,
@@ -572,6 +576,9 @@ fn reply_len(resp: &Response) -> usize {
         + match resp {
             Response::Value { value: v, .. } | Response::LogValue { value: v, .. } => value(v),
             Response::Rmw { observed, .. } => value(observed),
+            Response::LogValues { values, .. } => {
+                values.iter().map(|(v, _)| 16 + value(v)).sum::<usize>()
+            }
             Response::Error { message, .. } => message.len(),
             Response::Push { body, .. } => body.len(),
             Response::LogRejected(LogFailure::Moved { replicas }) => 4 * replicas.len(),

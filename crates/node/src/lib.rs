@@ -190,6 +190,7 @@ async fn start_on(
         idle_timeout: (cfg.idle_timeout_ms > 0).then(|| Duration::from_millis(cfg.idle_timeout_ms)),
         partial_frame_timeout: Duration::from_millis(cfg.partial_frame_timeout_ms),
         max_value_bytes: cfg.max_value_bytes,
+        max_frame_bytes: cfg.max_frame_bytes,
     };
     let counters = Arc::new(Counters::default());
     let tasks = Arc::new(Tasks::default());

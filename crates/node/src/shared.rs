@@ -105,6 +105,8 @@ pub(crate) struct ConnBounds {
     /// Replies can be this large (read results): how much a request may add to its
     /// connection's queue before the core task looks at the budget again.
     pub max_value_bytes: usize,
+    /// No reply is larger (a read of several keys is refused beyond it).
+    pub max_frame_bytes: usize,
 }
 
 /// Counts client connections, in total and per IP address, against the caps. A connection

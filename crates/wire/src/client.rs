@@ -48,6 +48,8 @@ pub mod request_tag {
     pub const TXN_DECIDE: u8 = 0x27;
     /// Kairos's `WatermarkReport` (kairos.md §4, §5.9), to a shard leader.
     pub const KAIROS_REPORT: u8 = 0x28;
+    /// Several keys of one shard of a log table, read at its leader in one step.
+    pub const LOG_READ_MANY: u8 = 0x29;
 }
 
 /// Response tags (0x40..=0x7f).
@@ -79,6 +81,8 @@ pub mod response_tag {
     pub const TXN_DECIDED: u8 = 0x67;
     /// A Kairos shard leader's `WM` and `ts_GC`, the answer to a `KairosReport`.
     pub const KAIROS_WATERMARKS: u8 = 0x68;
+    /// The answer to `LogReadMany`.
+    pub const LOG_VALUES: u8 = 0x69;
     pub const ERROR: u8 = 0x7f;
 }
 
@@ -216,6 +220,18 @@ pub enum Request {
         /// A transaction's read (RIFL tables; [`ReadIntent`]). A second trailing extension
         /// of one byte (`1` a transaction's read, `2` for update; the byte of a former
         /// `foresee` flag), absent for a plain read (then `sharer` is absent too unless set).
+        intent: ReadIntent,
+    },
+    /// Several keys of one shard of a log table ([`shard_of`] must agree for all of them), read
+    /// at the shard's leader in one step: one value per key, in this order, each as
+    /// [`Request::LogRead`] with the same `min_index` and `intent` would return it (at the
+    /// leader). For update, the leader reserves the keys together (docs/design.md, "Reads of
+    /// several keys"). At most [`MAX_READ_MANY_KEYS`] keys; not for Kairos tables (their
+    /// reads go through the client's cache, key by key).
+    LogReadMany {
+        table: String,
+        keys: Vec<Bytes>,
+        min_index: Option<LogIndex>,
         intent: ReadIntent,
     },
     /// Admin: add a table to this node's catalog (idempotent for an identical definition).
@@ -427,6 +443,11 @@ pub enum TableValidation {
 /// table, so the shard bound holds for it too).
 pub const MAX_VALIDATORS: u32 = 64;
 
+/// The most keys of one [`Request::LogReadMany`] (a client splits longer lists). With the
+/// largest values the reply may still exceed the node's frame limit: the node then refuses
+/// it as `Invalid`, and the keys are read in smaller requests.
+pub const MAX_READ_MANY_KEYS: usize = 64;
+
 /// The suffix of a companion validator table's name (not a character user names may have).
 pub const VALIDATORS_SUFFIX: &str = ".validators";
 
@@ -595,6 +616,13 @@ pub enum Response {
     KairosWatermarks {
         wm: Timestamp,
         ts_gc: Timestamp,
+    },
+    /// The answer to [`Request::LogReadMany`]: `(value, update_index)` per key, in the
+    /// request's order, all served by one leader in one epoch.
+    LogValues {
+        values: Vec<(Option<Bytes>, LogIndex)>,
+        served_by: NodeId,
+        epoch: u32,
     },
     /// ORCA §2.1 `ReadResult`.
     LogValue {
@@ -978,6 +1006,7 @@ impl Encode for ClientRequest {
             Request::SetFault { .. } => SET_FAULT,
             Request::LogWrite { .. } => LOG_WRITE,
             Request::LogRead { .. } => LOG_READ,
+            Request::LogReadMany { .. } => LOG_READ_MANY,
             Request::CreateTable { .. } => CREATE_TABLE,
             Request::ListTables => LIST_TABLES,
             Request::RenewLease { .. } => RENEW_LEASE,
@@ -1051,6 +1080,12 @@ impl Encode for ClientRequest {
                 if intent.foresees() {
                     out.put_u8(intent.code());
                 }
+            }
+            Request::LogReadMany { table, keys, min_index, intent } => {
+                put_bytes(out, table.as_bytes());
+                put_seq(out, keys, |o, k| put_bytes(o, k));
+                put_option(out, min_index, |o, i| i.encode(o));
+                out.put_u8(intent.code());
             }
             Request::CreateTable { def } => {
                 def.encode(out);
@@ -1179,6 +1214,12 @@ impl Decode for ClientRequest {
                     true => ReadIntent::from_code(r.u8()?)?,
                     false => ReadIntent::Plain,
                 },
+            },
+            LOG_READ_MANY => Request::LogReadMany {
+                table: r.string()?,
+                keys: r.seq(|r| r.bytes())?,
+                min_index: r.option(LogIndex::decode)?,
+                intent: ReadIntent::from_code(r.u8()?)?,
             },
             CREATE_TABLE => {
                 let mut def = TableDef::decode(r)?;
@@ -1342,6 +1383,7 @@ impl Encode for ClientResponse {
             Response::Error { .. } => ERROR,
             Response::LogWritten { .. } => LOG_WRITTEN,
             Response::LogValue { .. } => LOG_VALUE,
+            Response::LogValues { .. } => LOG_VALUES,
             Response::LogRejected(_) => LOG_REJECTED,
             Response::TableCreated { .. } => TABLE_CREATED,
             Response::Tables(_) => TABLES,
@@ -1391,6 +1433,14 @@ impl Encode for ClientResponse {
                 if let Some(w) = w_mean_ns {
                     out.put_u64_le(*w);
                 }
+            }
+            Response::LogValues { values, served_by, epoch } => {
+                put_seq(out, values, |o, (v, u)| {
+                    put_value(o, v);
+                    u.encode(o);
+                });
+                served_by.encode(out);
+                out.put_u32_le(*epoch);
             }
             Response::LogRejected(f) => f.encode(out),
             Response::TableCreated { created } => put_bool(out, *created),
@@ -1455,6 +1505,11 @@ impl Decode for ClientResponse {
                 epoch: r.u32()?,
                 vts: if r.has_more() { Some(Timestamp::decode(r)?) } else { None },
                 w_mean_ns: if r.has_more() { Some(r.u64()?) } else { None },
+            },
+            LOG_VALUES => Response::LogValues {
+                values: r.seq(|r| Ok((get_value(r)?, LogIndex::decode(r)?)))?,
+                served_by: NodeId::decode(r)?,
+                epoch: r.u32()?,
             },
             LOG_REJECTED => Response::LogRejected(LogFailure::decode(r)?),
             TABLE_CREATED => Response::TableCreated { created: r.bool()? },

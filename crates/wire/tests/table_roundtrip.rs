@@ -125,6 +125,18 @@ fn request() -> impl Strategy<Value = ClientRequest> {
                 intent,
             }
         ),
+        (
+            name(),
+            prop::collection::vec(bytes(), 0..4),
+            proptest::option::of(index()),
+            read_intent()
+        )
+            .prop_map(|(table, keys, min_index, intent)| Request::LogReadMany {
+                table,
+                keys,
+                min_index,
+                intent,
+            }),
         table_def().prop_map(|def| Request::CreateTable { def }),
         Just(Request::ListTables),
         any::<u64>().prop_map(|lease_id| Request::RenewLease { lease_id }),
@@ -237,6 +249,16 @@ fn response() -> impl Strategy<Value = ClientResponse> {
                 let w_mean_ns = vts.and(w);
                 Response::LogValue { value, update_index, served_by, epoch, vts, w_mean_ns }
             }),
+        (
+            prop::collection::vec((proptest::option::of(bytes()), index()), 0..4),
+            node(),
+            any::<u32>()
+        )
+            .prop_map(|(values, served_by, epoch)| Response::LogValues {
+                values,
+                served_by,
+                epoch
+            }),
         failure().prop_map(Response::LogRejected),
         any::<bool>().prop_map(|created| Response::TableCreated { created }),
         prop::collection::vec(table_def(), 0..3).prop_map(Response::Tables),
@@ -328,6 +350,8 @@ fn tags_are_the_documented_constants() {
     };
     assert_eq!(request_tag::LOG_WRITE, 0x20);
     assert_eq!(request_tag::LOG_READ, 0x21);
+    assert_eq!(request_tag::LOG_READ_MANY, 0x29);
+    assert_eq!(response_tag::LOG_VALUES, 0x69);
     assert_eq!(request_tag::CREATE_TABLE, 0x32);
     assert_eq!(request_tag::LIST_TABLES, 0x33);
     assert_eq!(tag(Request::ListTables), 0x33);

@@ -382,6 +382,8 @@ pub struct TxnReport {
     /// without an entry, and reads for update held back by a reservation (live replicas at
     /// the end).
     pub foreseen: (u64, u64, u64),
+    /// Reads of several keys in one request the clients had answered.
+    pub reads_together: u64,
     /// Panics and broken invariants of the hosts.
     pub failures: Vec<String>,
     /// Shard moves finished: `(table, shard, where it went)`.
@@ -417,7 +419,8 @@ impl TxnReport {
         format!(
             "{} — {} transactions and reads, {} committed, {} aborted, {} locks left; {} move(s) \
              carrying {} lock(s) and {} decision record(s), {} leader(s) crashed preparing, {} \
-             other crash(es); foreseen: {} read(s), {} abort(s); {} read(s) for update held{}",
+             other crash(es); foreseen: {} read(s), {} abort(s); {} read(s) for update held; {} \
+             read(s) of several keys{}",
             if self.violations.is_empty() { "ok" } else { "FAILED" },
             self.records.len(),
             self.committed(),
@@ -431,6 +434,7 @@ impl TxnReport {
             self.foreseen.0,
             self.foreseen.1,
             self.foreseen.2,
+            self.reads_together,
             self.kairos_summary()
         )
     }
@@ -807,6 +811,7 @@ pub fn run(seed: u64, opts: &TxnSimOptions) -> TxnReport {
         .iter()
         .filter_map(|(t, m)| Some((layout.name(*t).to_string(), m.shard, m.done.clone()?)))
         .collect();
+    let reads_together = clients.iter().map(|cl| cl.reads_together).sum();
     let mut report = TxnReport {
         seed,
         layout,
@@ -817,6 +822,7 @@ pub fn run(seed: u64, opts: &TxnSimOptions) -> TxnReport {
         final_values,
         locks_left,
         foreseen,
+        reads_together,
         failures,
         moves,
         moved_locks: frozen.map_or(0, |s| s.locks.len()),
