@@ -12,13 +12,16 @@
 #      after the client library's back-off. Strata's transactional tables and etcd fsync
 #      every commit on a majority, both on the same disk (under this script's work
 #      directory); Redis runs twice: in memory as usual, and with `appendfsync always`
-#      (durable on one node).
+#      (durable on one node). Every workload of part (b) runs twice in a row (READS): the
+#      keys read one after the other, and read in one request (`--txn-read-many`: Strata
+#      `Transaction::read_many_for_update`, one request per shard; Redis `WATCH` and `MGET` in
+#      one write; etcd one `Txn` of `Range`s) — runs `many-*`.
 #
 #   scripts/bench-txn.sh                       # ~8 minutes on 2 cores
 #   RUNS=1 DURATION=1 scripts/bench-txn.sh     # a quick look
 #
 # Knobs (environment): RUNS (3), DURATION (3 s), WARMUP (0.5 s), PARTICIPANTS ("1 2 3 4 5"),
-# KEYS (1000), ZKEYS (100), CONTENDED (2), ETCD (1), REDIS (1) (each also part b against
+# KEYS (1000), ZKEYS (100), CONTENDED (2), READS ("each many"), ETCD (1), REDIS (1) (each also part b against
 # that system; missing etcd-server, protobuf-compiler or redis-server are installed with
 # apt-get, and `strata` is built with `--features etcd`), RESULTS, CARGO_TARGET_DIR;
 # QUIET_* (the idle-machine gate, scripts/bench-lib.sh). Prints markdown tables (also in
@@ -35,6 +38,7 @@ PARTICIPANTS=${PARTICIPANTS:-"1 2 3 4 5"}
 KEYS=${KEYS:-1000}
 ZKEYS=${ZKEYS:-100}
 CONTENDED=${CONTENDED:-2}
+READS=${READS:-"each many"}
 REDIS=${REDIS:-1}
 ETCD=${ETCD:-1}
 RESULTS=${RESULTS:-${CARGO_TARGET_DIR:-$ROOT/target}/bench-results/txn-$(date +%Y%m%d-%H%M%S)}
@@ -54,7 +58,7 @@ if [ "$ETCD" = 1 ]; then
 fi
 build_strata "${features[@]}"
 describe_machine | tee "$RESULTS/machine.txt" >&2
-echo "settings: runs=$RUNS duration=${DURATION}s participants=[$PARTICIPANTS] keys=$KEYS zkeys=$ZKEYS contended=$CONTENDED etcd=$ETCD redis=$REDIS" \
+echo "settings: runs=$RUNS duration=${DURATION}s participants=[$PARTICIPANTS] keys=$KEYS zkeys=$ZKEYS contended=$CONTENDED reads=[$READS] etcd=$ETCD redis=$REDIS" \
     | tee -a "$RESULTS/machine.txt" >&2
 
 start_strata
@@ -67,16 +71,24 @@ txn=("${common[@]}" --table bank)
 # Part (b)'s two workloads, for every system: NAME and its bench flags.
 uniform=(--txn-objects "$CONTENDED" --keys "$KEYS" --clients 4 --sessions 4)
 zipf=(--txn-objects "$CONTENDED" --keys "$ZKEYS" --dist zipfian --zipf-theta 0.99 --clients 4 --sessions 4)
-# Runs part (b) against SYSTEM with the given target flags: `both SYSTEM RUN FLAGS...`.
+# Runs part (b) against SYSTEM with the given target flags: `both SYSTEM RUN FLAGS...`; each
+# workload once per READS mode, back to back (`many-*`: --txn-read-many).
 both() {
-    local system=$1 run=$2
+    local system=$1 run=$2 reads
     shift 2
-    wait_quiet
-    log "run $run: uniform, $system"
-    bench_run "uni-$system-r$run" "$@" "${uniform[@]}" --seed "$run"
-    wait_quiet
-    log "run $run: contention, $system"
-    bench_run "zipf-$system-r$run" "$@" "${zipf[@]}" --seed "$run"
+    for workload in uni zipf; do
+        for reads in $READS; do
+            local name=$workload-$system-r$run flags=()
+            [ "$reads" = many ] && name=many-$name flags=(--txn-read-many)
+            wait_quiet
+            log "run $run: $workload, $system, reads: $reads"
+            if [ "$workload" = uni ]; then
+                bench_run "$name" "$@" "${uniform[@]}" "${flags[@]}" --seed "$run"
+            else
+                bench_run "$name" "$@" "${zipf[@]}" "${flags[@]}" --seed "$run"
+            fi
+        done
+    done
 }
 for run in $(seq 1 "$RUNS"); do
     for k in $PARTICIPANTS; do

@@ -436,10 +436,15 @@ def txn(results, n_runs, participants, contended):
               f"{fmt(latency(lat, 'p50'))} | {fmt(throughput(lat))} | {fmt(throughput(runs(results, f'tput-k{k}')))} |")
     if not contended:
         return
-    for prefix, what in (("uni", "keys uniform"), ("zipf", "zipfian θ 0.99 over the keys: contention")):
+    workloads = (("uni", "keys uniform"), ("zipf", "zipfian θ 0.99 over the keys: contention"))
+    reads = (("", "keys read one after the other"), ("many-", "keys read in one request"))
+    for (mode, how), (prefix, what) in ((m, w) for m in reads for w in workloads):
+        prefix = mode + prefix
+        if not runs(results, f"{prefix}-strata-one"):
+            continue
         strata = throughput(runs(results, f"{prefix}-strata"))
         one = throughput(runs(results, f"{prefix}-strata-one"))
-        print(f"\nThe same read-modify-write of {contended} keys ({what}), 4 clients x 4 sessions, side by side; median of {n_runs} runs:\n")
+        print(f"\nThe same read-modify-write of {contended} keys ({what}; {how}), 4 clients x 4 sessions, side by side; median of {n_runs} runs:\n")
         print("| system | committed/s | Strata 5 shards / system | Strata 1 shard / system | aborted attempts per commit | transaction p50 / p99 µs | commit p50 µs | aborts by reason (all runs) |")
         print("|---|---:|---:|---:|---:|---:|---:|---|")
         for name, label in TXN_SYSTEMS:
@@ -448,6 +453,28 @@ def txn(results, n_runs, participants, contended):
                 tput = throughput(r)
                 print(f"| {label} | {fmt(tput)} | {fmt(ratio(strata, tput), '.2f')} | {fmt(ratio(one, tput), '.2f')} | "
                       f"{fmt(txn_aborts(r), '.2f')} | {p50_p99(r)} | {fmt(txn_commit(r, 'p50'))} | {txn_abort_mix(r)} |")
+    txn_read_many(results)
+
+
+def txn_read_many(results):
+    """Each system's keys read in one request (`many-X` runs) beside one at a time (`X`), run i
+    of one right after run i of the other."""
+    rows = []
+    for prefix in ("uni", "zipf"):
+        for name, label in TXN_SYSTEMS:
+            each, many = runs(results, f"{prefix}-{name}"), runs(results, f"many-{prefix}-{name}")
+            if each and many:
+                pairs = [(m["throughput_ops_s"], e["throughput_ops_s"]) for m, e in zip(many, each)]
+                rows.append((prefix, label, throughput(many), throughput(each), median_ratio(pairs),
+                             min((r for r in (ratio(m, e) for m, e in pairs) if r is not None), default=None)))
+    if not rows:
+        return
+    print("\nKeys read in one request beside one at a time, each system (committed/s medians; per-run ratios pair run i of each):\n")
+    print("| workload | system | one request | one at a time | ratio of medians | per-run median | per-run min |")
+    print("|---|---|---:|---:|---:|---:|---:|")
+    for prefix, label, many, each, per_run, lowest in rows:
+        print(f"| {prefix} | {label} | {fmt(many)} | {fmt(each)} | {fmt(ratio(many, each), '.2f')} | "
+              f"{fmt(per_run, '.2f')} | {fmt(lowest, '.2f')} |")
 
 
 TABLES = {"es": es, "log": log, "etcd": etcd, "zk": zk, "geo": geo, "kite": kite, "move": move, "rifl": rifl, "txn": txn,
