@@ -18,6 +18,7 @@
 //! transaction exclude each other (`args_conflicts_with_subcommands`), so `strata txn
 //! [--table T] [--retry N] < ops` reads as it always did.
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::io::{BufRead, Write};
 use std::time::Duration;
 
@@ -61,7 +62,7 @@ enum Line {
     Check(Key, Bytes),
 }
 
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
 struct Key {
     table: String,
     key: Bytes,
@@ -167,6 +168,7 @@ async fn execute(args: &TxnArgs, lines: &[Line]) -> Result<i32, Failure> {
 /// everywhere: the process exits right after, and its locks must not wait for recovery).
 async fn once(client: &Client, lines: &[Line]) -> Result<Attempt, Failure> {
     let mut tx = client.transaction();
+    read_ahead(&mut tx, lines).await?;
     let mut gets = Vec::new();
     for line in lines {
         match line {
@@ -197,6 +199,40 @@ async fn once(client: &Client, lines: &[Line]) -> Result<Attempt, Failure> {
     }
     let outcome = tx.commit_and_sync().await.map_err(Failure::from)?;
     Ok(Attempt::Decided(outcome, gets))
+}
+
+/// Reads up front, with one request per shard (`Transaction::read_many`), every key whose
+/// first line reads it (`get`, `add`, `check`; a key first written is not read); for update
+/// where an `add` changes it. The lines then find the values in the transaction.
+async fn read_ahead(tx: &mut Transaction, lines: &[Line]) -> Result<(), Failure> {
+    let changed: BTreeSet<&Key> = lines
+        .iter()
+        .filter_map(|l| match l {
+            Line::Add(k, _) => Some(k),
+            _ => None,
+        })
+        .collect();
+    let mut mentioned = BTreeSet::new();
+    // (plain, table) -> keys: reads for update (`false`) first, each table in name order.
+    let mut reads: BTreeMap<(bool, &str), Vec<Bytes>> = BTreeMap::new();
+    for line in lines {
+        let (k, reads_first) = match line {
+            Line::Get(k) | Line::Add(k, _) | Line::Check(k, _) => (k, true),
+            Line::Put(k, _) | Line::Del(k) => (k, false),
+        };
+        if mentioned.insert(k) && reads_first {
+            let plain = !changed.contains(k);
+            reads.entry((plain, &k.table)).or_default().push(k.key.clone());
+        }
+    }
+    for ((plain, table), keys) in reads {
+        let read = match plain {
+            false => tx.read_many_for_update(table, keys).await,
+            true => tx.read_many(table, keys).await,
+        };
+        read.map_err(Failure::from)?;
+    }
+    Ok(())
 }
 
 async fn read(tx: &mut Transaction, k: &Key, for_update: bool) -> Result<Option<Bytes>, Failure> {
