@@ -1219,6 +1219,22 @@ async fn reads_for_update_queue_increments_of_one_key() {
     assert!(leader.txn_reads_foreseen > 0, "none read a pending prepare's value: {leader:?}");
 }
 
+/// Runs `tasks` on tasks of their own, all at once, and waits for every one.
+async fn run_concurrently<F>(tasks: impl IntoIterator<Item = F>)
+where
+    F: std::future::Future<Output = ()> + Send + 'static,
+{
+    let handles: Vec<_> = tasks.into_iter().map(tokio::spawn).collect();
+    for h in handles {
+        h.await.unwrap();
+    }
+}
+
+/// A decimal value read by a transaction.
+fn number(v: &Option<bytes::Bytes>) -> i64 {
+    std::str::from_utf8(v.as_deref().expect("a value")).unwrap().parse().unwrap()
+}
+
 /// Reads of several keys through the client library: a shard's keys in one `LogReadMany`.
 /// Tasks move amounts between accounts over three shards, each reading the transfer's
 /// accounts for update together; the total never changes, and a plain `read_many` returns
@@ -1228,8 +1244,6 @@ async fn reads_for_update_queue_increments_of_one_key() {
 async fn reads_of_several_keys_move_amounts_between_shards() {
     use strata_client::RetryPolicy;
     const ACCOUNTS: u64 = 6;
-    const TASKS: u64 = 6;
-    const EACH: u64 = 10;
     let (_nodes, endpoints) = cluster_with(&[txn_table("bank", 3)]).await;
     let client = Client::connect(&endpoints, opts()).await.unwrap();
     let account = |i: u64| format!("acct{i}");
@@ -1237,65 +1251,46 @@ async fn reads_of_several_keys_move_amounts_between_shards() {
     for i in 0..ACCOUNTS {
         t.put(account(i), "100").await.unwrap();
     }
-    let tasks: Vec<_> = (0..TASKS)
-        .map(|i| {
-            let client = client.clone();
-            tokio::spawn(async move {
-                let policy = RetryPolicy { attempts: 1_000, ..RetryPolicy::default() };
-                for j in 0..EACH {
-                    let (from, to) =
-                        (account((i + j) % ACCOUNTS), account((i + 2 * j + 1) % ACCOUNTS));
-                    if from == to {
-                        continue;
-                    }
-                    client
-                        .run_txn(policy, |tx| {
-                            let (from, to) = (from.clone(), to.clone());
-                            Box::pin(async move {
-                                let v = tx
-                                    .read_many_for_update("bank", [from.clone(), to.clone()])
-                                    .await?;
-                                let n = |v: &Option<bytes::Bytes>| -> i64 {
-                                    std::str::from_utf8(v.as_ref().unwrap())
-                                        .unwrap()
-                                        .parse()
-                                        .unwrap()
-                                };
-                                tx.write("bank", from, (n(&v[0]) - 7).to_string());
-                                tx.write("bank", to, (n(&v[1]) + 7).to_string());
-                                Ok(())
-                            })
-                        })
-                        .await
-                        .unwrap();
+    let transfers = (0..6).map(|i| {
+        let client = client.clone();
+        async move {
+            let policy = RetryPolicy { attempts: 1_000, ..RetryPolicy::default() };
+            for j in 0..10 {
+                let from = account((i + j) % ACCOUNTS);
+                let to = account((i + 2 * j + 1) % ACCOUNTS);
+                if from == to {
+                    continue;
                 }
-            })
-        })
-        .collect();
-    for t in tasks {
-        t.await.unwrap();
-    }
+                let transfer = client.run_txn(policy, |tx| {
+                    let (from, to) = (from.clone(), to.clone());
+                    Box::pin(async move {
+                        let v = tx.read_many_for_update("bank", [from.clone(), to.clone()]).await?;
+                        tx.write("bank", from, (number(&v[0]) - 7).to_string());
+                        tx.write("bank", to, (number(&v[1]) + 7).to_string());
+                        Ok(())
+                    })
+                });
+                transfer.await.unwrap();
+            }
+        }
+    });
+    run_concurrently(transfers).await;
     let keys: Vec<String> = (0..ACCOUNTS).rev().map(account).collect();
     let mut tx = client.transaction();
     tx.write("bank", account(0), "written");
-    let many =
-        tx.read_many("bank", keys.iter().cloned().chain(["absent".to_string()])).await.unwrap();
+    let asked = keys.iter().cloned().chain(["absent".to_string()]);
+    let many = tx.read_many("bank", asked).await.unwrap();
     assert_eq!(many.len(), keys.len() + 1);
     assert_eq!(many.last(), Some(&None), "an absent key reads as None");
-    assert_eq!(
-        many[keys.len() - 1].as_deref(),
-        Some(&b"written"[..]),
-        "the transaction's own write"
-    );
-    let mut total = 0i64;
+    let own = many[keys.len() - 1].as_deref();
+    assert_eq!(own, Some(&b"written"[..]), "the transaction's own write");
+    let mut total = 0;
     for (key, value) in keys.iter().zip(&many) {
-        if key == &account(0) {
-            let v = t.get(key.clone()).await.unwrap().value.unwrap();
-            total += std::str::from_utf8(&v).unwrap().parse::<i64>().unwrap();
-            continue;
+        let stored = t.get(key.clone()).await.unwrap().value;
+        if key != &account(0) {
+            assert_eq!(value, &stored, "{key}");
         }
-        assert_eq!(value, &t.get(key.clone()).await.unwrap().value, "{key}");
-        total += std::str::from_utf8(value.as_ref().unwrap()).unwrap().parse::<i64>().unwrap();
+        total += number(&stored);
     }
     assert_eq!(total, 100 * ACCOUNTS as i64, "transfers conserve the total");
 }
