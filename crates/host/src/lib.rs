@@ -820,6 +820,12 @@ mod tests {
     /// replaces, run alone (storage answered at once) until `t`'s replica leads: the host and
     /// every audit event it emitted.
     fn run_alone(audit: bool) -> (Host, Vec<Audit>) {
+        let (host, audits, _) = run_alone_until_leader(audit);
+        (host, audits)
+    }
+
+    /// [`run_alone`], and the time `t`'s replica became a ready leader.
+    fn run_alone_until_leader(audit: bool) -> (Host, Vec<Audit>, Instant) {
         let me = NodeId(0);
         let mut over = LogConfig::orca(Replication::SyncRepl);
         over.flush_interval = Duration::from_millis(7);
@@ -870,7 +876,49 @@ mod tests {
             now = host.poll_timeout().map_or(now, |t| t.max(now));
             host.on_tick(now);
         }
-        (host, audits)
+        (host, audits, now)
+    }
+
+    /// `LogReadMany` answers every key of a shard at its leader, in the order asked; an empty
+    /// or too long list and an unknown table are refused, with the reason.
+    #[test]
+    fn a_read_of_several_keys_answers_in_order_and_refuses_what_it_cannot_serve() {
+        use strata_wire::client::{ErrorCode, MAX_READ_MANY_KEYS};
+        use strata_wire::log::LogIndex;
+        use strata_wire::txn::ReadIntent;
+        let (mut host, _, now) = run_alone_until_leader(false);
+        host.on_connected(1, Some(Role::Read));
+        let mut ask = |corr: u64, table: &str, n: usize| {
+            let keys = (0..n).map(|i| bytes::Bytes::from(format!("k{i}"))).collect();
+            let body = Request::LogReadMany {
+                table: table.to_string(),
+                keys,
+                min_index: None,
+                intent: ReadIntent::TxnForUpdate,
+            };
+            host.on_client_request(now, 1, ClientRequest::new(corr, body));
+            let mut out = HostEffects::default();
+            host.poll_effects(&mut out);
+            let reply = out.reply.into_iter().find(|(_, r)| r.corr == corr);
+            reply.expect("answered at once").1.body
+        };
+        match ask(1, "t", 3) {
+            Response::LogValues { values, served_by, .. } => {
+                assert_eq!(values.len(), 3);
+                assert!(values.iter().all(|(v, u)| v.is_none() && *u == LogIndex::ZERO));
+                assert_eq!(served_by, NodeId(0));
+            }
+            other => panic!("not the values: {other:?}"),
+        }
+        let refused = |body: Response, why: &str| match body {
+            Response::Error { code: ErrorCode::InvalidArgument, message } => {
+                assert!(message.contains(why), "{message}")
+            }
+            other => panic!("not refused: {other:?}"),
+        };
+        refused(ask(2, "t", 0), "1 to 64 keys, not 0");
+        refused(ask(3, "t", MAX_READ_MANY_KEYS + 1), "not 65");
+        refused(ask(4, "nope", 2), "no table named");
     }
 
     #[test]
