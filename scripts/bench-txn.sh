@@ -17,7 +17,7 @@
 #      `Transaction::read_many_for_update`, one request per shard; Redis `WATCH` and `MGET` in
 #      one write; etcd one `Txn` of `Range`s) — runs `many-*`.
 #
-#   scripts/bench-txn.sh                       # ~8 minutes on 2 cores
+#   scripts/bench-txn.sh                       # ~10 minutes on 2 cores (RUNS=5: 15)
 #   RUNS=1 DURATION=1 scripts/bench-txn.sh     # a quick look
 #
 # Knobs (environment): RUNS (3), DURATION (3 s), WARMUP (0.5 s), PARTICIPANTS ("1 2 3 4 5"),
