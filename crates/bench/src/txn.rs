@@ -19,6 +19,10 @@
 //!   `mod_revision` is unchanged (etcd's multi-key compare-and-put); a failed compare is an
 //!   abort. One gRPC channel per session.
 //!
+//! With `--txn-read-many` every target reads a transaction's keys in one request instead of
+//! one after the other: Strata `Transaction::read_many[_for_update]` (one `LogReadMany` per
+//! shard), Redis `WATCH` and one `MGET` in one write, etcd one `Txn` of a `Range` per key.
+//!
 //! Keys are drawn uniformly or from the YCSB zipfian (`--dist zipfian`, θ `--zipf-theta`) over
 //! `--keys` keys, distinct within a transaction; they start at 0.
 

@@ -20,12 +20,10 @@ use strata_wire::client::{
     shard_of, ClientResponse, ErrorCode, LogFailure, LogWriteOp, Response, ShardRole, ShardStatus,
     TableDef, TableTxn, TableValidation, MAX_READ_MANY_KEYS,
 };
-use strata_wire::log::ReadValue;
-use strata_wire::log::{Expect, LogIndex, LogMessage, ShardMove};
+use strata_wire::log::{Expect, LogIndex, LogMessage, ReadValue, ShardMove};
 use strata_wire::peer::PeerMessage;
 use strata_wire::txn::{Decision, ReadIntent};
-use strata_wire::FRAME_SLACK_BYTES;
-use strata_wire::{Instant, LimitError, Limits, NodeId, Rifl};
+use strata_wire::{Instant, LimitError, Limits, NodeId, Rifl, FRAME_SLACK_BYTES};
 use tracing::{debug, error, info, warn};
 
 use crate::catalog::{

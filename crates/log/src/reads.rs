@@ -249,19 +249,6 @@ impl LogReplica {
         }
     }
 
-    /// Every key's value, to a read of one key or of several.
-    fn finish_many(&mut self, origin: ReadOrigin, result: Result<Vec<ReadValue>, ReadError>) {
-        match origin {
-            ReadOrigin::ClientMany { token } => {
-                self.effects.reply.push(LogReply::ReadMany { token, result })
-            }
-            _ => {
-                let one = result.map(|mut v| v.pop().expect("a read of one key has one value"));
-                self.finish_read(origin, one)
-            }
-        }
-    }
-
     /// §5.5.1 at the leader: lease, session token, then the durability check.
     fn leader_read(
         &mut self,
@@ -424,11 +411,19 @@ impl LogReplica {
             let replicas = m.replicas.clone();
             return self.finish_read(r.origin, Err(ReadError::Moved { replicas }));
         }
-        let mut values = Vec::with_capacity(answers.len());
-        for (key, a) in r.keys.into_iter().zip(answers) {
-            values.push(self.read_value(key, a, r.min_index));
+        let pairs = r.keys.into_iter().zip(answers);
+        match r.origin {
+            ReadOrigin::ClientMany { token } => {
+                let values = pairs.map(|(key, a)| self.read_value(key, a, r.min_index)).collect();
+                self.effects.reply.push(LogReply::ReadMany { token, result: Ok(values) })
+            }
+            origin => {
+                for (key, a) in pairs {
+                    let value = self.read_value(key, a, r.min_index);
+                    self.finish_read(origin, Ok(value));
+                }
+            }
         }
-        self.finish_many(r.origin, Ok(values));
     }
 
     /// Whether a read for update must wait for another transaction's reservation of one of
