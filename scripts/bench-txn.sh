@@ -25,7 +25,7 @@
 # that system; missing etcd-server, protobuf-compiler or redis-server are installed with
 # apt-get, and `strata` is built with `--features etcd`), RESULTS, CARGO_TARGET_DIR;
 # QUIET_* (the idle-machine gate, scripts/bench-lib.sh). Prints markdown tables (also in
-# $RESULTS/summary.md) and draws $RESULTS/txn-participants.png. See docs/benchmarks.md.
+# $RESULTS/summary.md) and draws $RESULTS/txn-participants.png and txn-systems.png. See docs/benchmarks.md.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -126,4 +126,5 @@ fi
 
 summarize txn "$RESULTS" "$RUNS" "$PARTICIPANTS" "$CONTENDED"
 plot_chart txn "$RESULTS/txn-participants.png" "$RESULTS" "$PARTICIPANTS"
+plot_chart txn-systems "$RESULTS/txn-systems.png" "$RESULTS"
 log "results in $RESULTS"

@@ -107,6 +107,21 @@ def txn(results, participants):
         categories=ks)]}
 
 
+def txn_systems(results):
+    """bench-txn.sh part (b): committed transactions per second of every system, per workload
+    and read mode (log scale: in-memory Redis and contended etcd are 200x apart)."""
+    from .tables import TXN_SYSTEMS
+    cases = [(f"{m}{w}", f"{what}, {how}") for m, how in (("", "keys one at a time"), ("many-", "keys in one request"))
+             for w, what in (("uni", "uniform"), ("zipf", "contention"))]
+    cases = [(p, label) for p, label in cases if runs(results, f"{p}-strata-one")]
+    series = [{"label": label, "values": [throughput(runs(results, f"{p}-{name}")) for p, _ in cases]}
+              for name, label in TXN_SYSTEMS if any(runs(results, f"{p}-{name}") for p, _ in cases)]
+    return {"width": 1300, "height": 520, "panels": [panel(
+        "bars", "2-key read-modify-write transactions, 4 clients x 4 sessions (bench-txn.sh part b)", "",
+        "committed transactions/s (median of runs, log scale)", series, categories=[label for _, label in cases],
+        y_log=True, y_min=100, y_max=500_000)]}  # headroom above the bars for the legend
+
+
 def kairos_model(csv_file, r_ms, w_ms):
     """kairos-model.sh (Kairos Fig. 5): fresh and stale hit rates by lease length, the model
     (Equation 5) against the Monte Carlo simulation (§5.13), from `strata txn lease-model
@@ -128,7 +143,8 @@ def kairos_model(csv_file, r_ms, w_ms):
         ], x=x, y_min=0.0, y_max=1.0)]}
 
 
-CHARTS = {"log": log, "geo": geo, "kite-sweep": kite_sweep, "txn": txn, "kairos-model": kairos_model,
+CHARTS = {"log": log, "geo": geo, "kite-sweep": kite_sweep, "txn": txn, "txn-systems": txn_systems,
+          "kairos-model": kairos_model,
           **kairos.CHARTS}
 
 
