@@ -464,22 +464,18 @@ pub(crate) async fn strata_txn(
         back_off(attempt).await;
         let mut tx = client.transaction();
         let t = Instant::now();
-        let values = match (reads.together, for_update) {
-            (true, true) => tx.read_many_for_update(table, keys.iter().cloned()).await,
-            (true, false) => tx.read_many(table, keys.iter().cloned()).await,
-            (false, _) => {
+        let values = match reads.together {
+            true => tx.read_many_with(table, keys.iter().cloned(), for_update).await,
+            false => {
                 let mut values = Vec::with_capacity(keys.len());
                 for k in keys {
-                    let v = match for_update {
-                        true => tx.read_for_update(table, k.clone()).await,
-                        false => tx.read(table, k.clone()).await,
-                    };
+                    let v = tx.read_with(table, k.clone(), for_update).await;
                     values.push(v.map_err(|e| e.to_string())?);
                 }
                 Ok(values)
             }
         };
-        let values: Vec<Option<Bytes>> = values.map_err(|e| e.to_string())?;
+        let values = values.map_err(|e| e.to_string())?;
         if let Some(next) = next {
             for (k, v) in keys.iter().zip(values) {
                 tx.write(table, k.clone(), next(counter(v.as_deref())));

@@ -226,21 +226,13 @@ async fn read_ahead(tx: &mut Transaction, lines: &[Line]) -> Result<(), Failure>
         }
     }
     for ((plain, table), keys) in reads {
-        let read = match plain {
-            false => tx.read_many_for_update(table, keys).await,
-            true => tx.read_many(table, keys).await,
-        };
-        read.map_err(Failure::from)?;
+        tx.read_many_with(table, keys, !plain).await.map_err(Failure::from)?;
     }
     Ok(())
 }
 
 async fn read(tx: &mut Transaction, k: &Key, for_update: bool) -> Result<Option<Bytes>, Failure> {
-    let key = k.key.clone();
-    let read = match for_update {
-        true => tx.read_for_update(&k.table, key).await,
-        false => tx.read(&k.table, key).await,
-    };
+    let read = tx.read_with(&k.table, k.key.clone(), for_update).await;
     read.map_err(|e: ClientError| Failure::from(e))
 }
 

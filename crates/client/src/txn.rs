@@ -188,7 +188,7 @@ impl Transaction {
         table: &str,
         key: impl Into<Bytes>,
     ) -> Result<Option<Bytes>, ClientError> {
-        self.read_as(table, key.into(), false).await
+        self.read_with(table, key, false).await
     }
 
     /// [`read`](Self::read) of a key this transaction means to write (`SELECT … FOR UPDATE`):
@@ -202,7 +202,7 @@ impl Transaction {
         table: &str,
         key: impl Into<Bytes>,
     ) -> Result<Option<Bytes>, ClientError> {
-        self.read_as(table, key.into(), true).await
+        self.read_with(table, key, true).await
     }
 
     /// [`read`](Self::read) of several keys of `table`, with the keys of each shard read in
@@ -213,7 +213,7 @@ impl Transaction {
         table: &str,
         keys: impl IntoIterator<Item = K>,
     ) -> Result<Vec<Option<Bytes>>, ClientError> {
-        self.read_many_as(table, keys.into_iter().map(Into::into).collect(), false).await
+        self.read_many_with(table, keys, false).await
     }
 
     /// [`read_for_update`](Self::read_for_update) of several keys, a shard's keys in one
@@ -225,21 +225,24 @@ impl Transaction {
         table: &str,
         keys: impl IntoIterator<Item = K>,
     ) -> Result<Vec<Option<Bytes>>, ClientError> {
-        self.read_many_as(table, keys.into_iter().map(Into::into).collect(), true).await
+        self.read_many_with(table, keys, true).await
     }
 
-    async fn read_many_as(
+    /// [`read_many`](Self::read_many), or with `for_update`
+    /// [`read_many_for_update`](Self::read_many_for_update).
+    pub async fn read_many_with<K: Into<Bytes>>(
         &mut self,
         table: &str,
-        keys: Vec<Bytes>,
+        keys: impl IntoIterator<Item = K>,
         for_update: bool,
     ) -> Result<Vec<Option<Bytes>>, ClientError> {
+        let keys: Vec<Bytes> = keys.into_iter().map(Into::into).collect();
         let mut t = self.client.txn_table(table).await?;
         // A Kairos table's reads go through the client's cache, key by key.
         if t.def().txn == TableTxn::Kairos {
             let mut values = Vec::with_capacity(keys.len());
             for key in keys {
-                values.push(self.read_as(table, key, for_update).await?);
+                values.push(self.read_with(table, key, for_update).await?);
             }
             return Ok(values);
         }
@@ -280,13 +283,15 @@ impl Transaction {
         self.writes.get(id).cloned().or_else(read)
     }
 
-    async fn read_as(
+    /// [`read`](Self::read), or with `for_update` [`read_for_update`](Self::read_for_update):
+    /// for callers that decide at run time whether the key will be written.
+    pub async fn read_with(
         &mut self,
         table: &str,
-        key: Bytes,
+        key: impl Into<Bytes>,
         for_update: bool,
     ) -> Result<Option<Bytes>, ClientError> {
-        let id = (table.to_string(), key);
+        let id = (table.to_string(), key.into());
         if let Some(v) = self.known(&id) {
             return Ok(v);
         }

@@ -204,7 +204,7 @@ pub async fn transfers(t: TransferTask) {
 }
 
 /// The body of a transfer of `amount` from account `from` to account `to` of `table`: reads
-/// both balances (`for_update`: with `read_for_update`) and writes both; writes nothing if
+/// both balances (`for_update`: read for update) and writes both; writes nothing if
 /// the source holds too little (`false`).
 async fn transfer(
     tx: &mut Transaction,
@@ -214,26 +214,14 @@ async fn transfer(
     amount: u64,
     for_update: bool,
 ) -> Result<bool, ClientError> {
-    let mine = balance(read(tx, table, acct(from), for_update).await?, from);
+    let mine = balance(tx.read_with(table, acct(from), for_update).await?, from);
     if mine < amount {
         return Ok(false);
     }
-    let theirs = balance(read(tx, table, acct(to), for_update).await?, to);
+    let theirs = balance(tx.read_with(table, acct(to), for_update).await?, to);
     tx.write(table, acct(from), (mine - amount).to_string());
     tx.write(table, acct(to), (theirs + amount).to_string());
     Ok(true)
-}
-
-async fn read(
-    tx: &mut Transaction,
-    table: &str,
-    key: String,
-    for_update: bool,
-) -> Result<Option<Bytes>, ClientError> {
-    match for_update {
-        true => tx.read_for_update(table, key).await,
-        false => tx.read(table, key).await,
-    }
 }
 
 // ---- what the nodes report ----
