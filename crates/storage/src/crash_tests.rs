@@ -517,9 +517,11 @@ proptest! {
     #[test]
     fn random_operations_and_crashes_keep_the_log_consistent(
         segment_bytes in prop_oneof![Just(24u64), Just(64), Just(160), Just(1 << 20)],
+        preallocate_bytes in prop_oneof![Just(0u64), Just(40), Just(1 << 20)],
         ops in prop::collection::vec(op_strategy(), 1..50),
     ) {
-        if let Err(why) = run(config(segment_bytes), &ops, None) {
+        let config = WalConfig { preallocate_bytes, ..config(segment_bytes) };
+        if let Err(why) = run(config, &ops, None) {
             return Err(TestCaseError::fail(why));
         }
     }
@@ -666,6 +668,70 @@ fn append_touches_no_disk_and_flush_is_one_write_and_sync_per_segment() {
     let stats = disk.stats();
     assert_eq!((stats.writes, stats.file_syncs, stats.dir_syncs), (3, 3, 1));
     assert_eq!(segment_names(&disk).len(), 3);
+}
+
+/// Preallocation (`segment` module docs): the first flush into a segment writes zeros up to a
+/// chunk boundary with its records, the flushes after it overwrite them without growing the
+/// file until they cross the boundary, and a reopen finds the zeros to be the clean end of the
+/// log, not a torn tail.
+#[test]
+fn flushes_overwrite_preallocated_zeros_and_a_reopen_finds_a_clean_end() {
+    let chunk = 4 * RECORD_BYTES + 10;
+    let chunked = WalConfig { preallocate_bytes: chunk, ..config(1 << 20) };
+    let disk = SimBackend::new();
+    let mut wal = write_log(&disk, chunked.clone(), &payloads(1, 20));
+    let name = segment_names(&disk).remove(0);
+    let file_len = || disk.live_contents(&name).unwrap().len() as u64;
+    assert_eq!(file_len(), chunk, "the first flush preallocates a chunk");
+    let writes = disk.stats().writes;
+    for record in payloads(4, 20).into_iter().skip(1) {
+        wal.append(&record).unwrap();
+        wal.flush().unwrap();
+        assert_eq!(file_len(), chunk, "records 2..=4 fit in the chunk");
+    }
+    assert_eq!(disk.stats().writes, writes + 3, "one write per flush, zeros included");
+    wal.append(&payload(4, 20)).unwrap();
+    wal.flush().unwrap();
+    assert_eq!(file_len(), 2 * chunk, "the fifth record crosses into a second chunk");
+    drop(wal);
+    disk.crash();
+
+    let (mut wal, recovered) = Wal::open(disk.clone(), chunked.clone()).unwrap();
+    assert_eq!(recovered.records, payloads(5, 20));
+    assert_eq!(recovered.report, Default::default(), "zeros after the log are not damage");
+    assert_eq!(file_len(), 2 * chunk, "and stay in place");
+    wal.append(&payload(5, 20)).unwrap();
+    wal.flush().unwrap();
+    assert_eq!(file_len(), 2 * chunk, "the reopened log writes into its room");
+    drop(wal);
+    disk.crash();
+    let (_, recovered) = Wal::open(disk.clone(), chunked).unwrap();
+    assert_eq!(recovered.records, payloads(6, 20));
+
+    // Without preallocation the file ends at its last record.
+    let disk = SimBackend::new();
+    drop(write_log(&disk, WalConfig { preallocate_bytes: 0, ..config(1 << 20) }, &payloads(3, 20)));
+    let name = segment_names(&disk).remove(0);
+    assert_eq!(disk.live_contents(&name).unwrap().len() as u64, 3 * RECORD_BYTES);
+}
+
+/// A torn write into preallocated room is cut like any torn tail, and the report counts the
+/// bytes that were written, not the zeros after them.
+#[test]
+fn a_torn_tail_in_preallocated_room_is_cut_and_counts_only_written_bytes() {
+    let disk = SimBackend::new();
+    drop(write_log(&disk, config(1 << 20), &payloads(3, 20)));
+    let name = segment_names(&disk).remove(0);
+    assert_eq!(disk.live_contents(&name).unwrap().len() as u64, 256 << 10, "default chunk");
+    let torn = crate::record::encode(b"a record that was being written");
+    let mut file = disk.open(&name).unwrap();
+    file.write_at(3 * RECORD_BYTES, &torn[..20]).unwrap();
+    file.sync().unwrap();
+    drop(file);
+    let (_, recovered) = Wal::open(disk.clone(), config(1 << 20)).unwrap();
+    assert_eq!(recovered.records, payloads(3, 20));
+    let tail = recovered.report.torn_tail.expect("reported");
+    assert_eq!((tail.offset, tail.dropped_bytes), (3 * RECORD_BYTES, 20));
 }
 
 #[test]

@@ -21,13 +21,14 @@
 //!    record of a later flush, which was only issued after the bad one was synced — is
 //!    [`OpenError::CorruptRecord`], and nothing is cut: the WAL does not silently drop
 //!    acknowledged data. (Damage inside the *last* flush cannot be told apart from a torn write,
-//!    so it is cut like one and reported; see [`segment`](crate::segment).)
+//!    so it is cut like one and reported; see [`segment`](crate::segment).) Zeros after the
+//!    last valid record are not damage: they are the segment's preallocated room.
 //! 6. Segments whose records the snapshot all includes are removed, and the log continues after
 //!    the later of the last record and the snapshot.
 
 use crate::backend::{temp_name, StorageBackend, StorageFile};
 use crate::error::OpenError;
-use crate::segment::{parse_segment_name, segment_name, Segment, SegmentScan};
+use crate::segment::{parse_segment_name, segment_name, written_end, Segment, SegmentScan};
 use crate::snapshot::{parse_snapshot_name, read_snapshot, snapshot_name, Snapshot};
 
 /// What [`Wal::open`](crate::Wal::open) found: the state to rebuild from.
@@ -68,7 +69,8 @@ pub struct TornTail {
     pub segment: String,
     /// Where the first bad record started; the segment's new length.
     pub offset: u64,
-    /// How many bytes were dropped.
+    /// How many written bytes were dropped (up to the last non-zero one; preallocated zeros
+    /// after it are not counted).
     pub dropped_bytes: u64,
 }
 
@@ -184,6 +186,7 @@ fn read_segments<B: StorageBackend>(
         let mut file = backend.open(&name)?;
         let bytes = file.read_all()?;
         let scan = SegmentScan::scan(&bytes, first_record);
+        let mut file_bytes = bytes.len() as u64;
         if let Some(damage) = scan.damage {
             let is_last_segment = i + 1 == segment_firsts.len();
             if !is_last_segment || !damage.torn_flush {
@@ -194,10 +197,11 @@ fn read_segments<B: StorageBackend>(
             }
             file.set_len(damage.offset as u64)?;
             file.sync()?;
+            file_bytes = damage.offset as u64;
             log.torn_tail = Some(TornTail {
                 segment: name,
                 offset: damage.offset as u64,
-                dropped_bytes: (bytes.len() - damage.offset) as u64,
+                dropped_bytes: (written_end(&bytes, damage.offset) - damage.offset) as u64,
             });
         }
         for (number, payload) in (first_record..).zip(&scan.records) {
@@ -205,7 +209,7 @@ fn read_segments<B: StorageBackend>(
                 log.records_after_snapshot.push(bytes[payload.clone()].to_vec());
             }
         }
-        log.segments.push(Segment { first_record, bytes: scan.valid_bytes as u64 });
+        log.segments.push(Segment { first_record, bytes: scan.valid_bytes as u64, file_bytes });
         next_record = first_record + scan.records.len() as u64;
     }
     log.last_record = next_record - 1;

@@ -17,6 +17,17 @@
 //! not prefixes), so damage followed by valid records *of the same flush* is an interrupted
 //! write, while damage followed by a record of a *later* flush is damage to synced data — the
 //! later flush was only issued after the earlier one was synced.
+//!
+//! # Preallocation
+//!
+//! A segment's file runs ahead of its records: the WAL writes zeros past them in chunks of
+//! [`WalConfig::preallocate_bytes`](crate::WalConfig::preallocate_bytes), in the same write as
+//! the records that first need the room, so that most flushes overwrite bytes the file already
+//! has and `fdatasync` has no file size to make durable (on ext4, no journal commit: about a
+//! third less CPU and latency per sync here, docs/benchmarks.md). Zeros are never a frame (a
+//! log record's length is at least [`RECORD_META_BYTES`] and its checksum covers the length),
+//! so a scan that finds only zeros after the last valid record has found the clean end of the
+//! log; anything else there is damage as before.
 
 use std::ops::Range;
 
@@ -45,8 +56,10 @@ pub(crate) fn encode_log_record(out: &mut Vec<u8>, number: u64, flush_first: u64
 pub(crate) struct Segment {
     /// The number of its first record (also in its name).
     pub first_record: u64,
-    /// Its length: the end of its last valid record.
+    /// The end of its last valid record, where the next one goes.
     pub bytes: u64,
+    /// The file's length: `bytes` and the preallocated zeros after them.
+    pub file_bytes: u64,
 }
 
 impl Segment {
@@ -80,7 +93,8 @@ pub(crate) struct SegmentScan {
     /// Ranges of the caller's data of the valid records, in order. A record's frame ends where
     /// its data ends.
     pub records: Vec<Range<usize>>,
-    /// Length of the valid prefix (the end of the last valid record).
+    /// Length of the valid prefix (the end of the last valid record). Only zeros (preallocated
+    /// room) follow it unless there is `damage`.
     pub valid_bytes: usize,
     /// The invalid bytes after the valid prefix, if any.
     pub damage: Option<Damage>,
@@ -132,6 +146,7 @@ impl SegmentScan {
                     records.push(offset + record.data.start..offset + record.data.end);
                     offset += record.data.end;
                 }
+                _ if is_preallocated(&bytes[offset..]) => break,
                 _ => {
                     let damage = Damage {
                         offset,
@@ -143,6 +158,17 @@ impl SegmentScan {
         }
         Self { records, valid_bytes: offset, damage: None }
     }
+}
+
+/// Whether `rest`, the bytes after the last valid record, are preallocated room: zeros only.
+fn is_preallocated(rest: &[u8]) -> bool {
+    rest.iter().all(|&b| b == 0)
+}
+
+/// The end of the bytes a damaged segment's writes reached: past its last non-zero byte (the
+/// zeros after it are preallocated room, or never written). Never before `damage_offset`.
+pub(crate) fn written_end(bytes: &[u8], damage_offset: usize) -> usize {
+    bytes.iter().rposition(|&b| b != 0).map_or(damage_offset, |last| (last + 1).max(damage_offset))
 }
 
 /// Whether every valid log record after the bad one at `bad_offset` (which should have been
@@ -238,6 +264,21 @@ mod tests {
         zero_filled.resize(whole.len() + 100, 0);
         let damage = SegmentScan::scan(&zero_filled, 1).damage.unwrap();
         assert!(damage.torn_flush);
+    }
+
+    /// Zeros after the last record are preallocated room: the clean end of the log. A record
+    /// torn so that only a zero prefix of it survived reads the same (it was never synced).
+    #[test]
+    fn zeros_after_the_records_are_the_clean_end() {
+        let mut bytes = segment(&[&[b"one"], &[b"two"]]);
+        let end = bytes.len();
+        bytes.resize(end + 4096, 0);
+        let scan = SegmentScan::scan(&bytes, 1);
+        assert_eq!((scan.records.len(), scan.valid_bytes, scan.damage), (2, end, None));
+        bytes[end + 100] = 1;
+        let scan = SegmentScan::scan(&bytes, 1);
+        assert_eq!(scan.damage, Some(Damage { offset: end, torn_flush: true }));
+        assert_eq!(written_end(&bytes, end), end + 101);
     }
 
     /// Pages of one flush reach the disk in any order until its sync: damage followed by

@@ -38,11 +38,16 @@ pub struct WalConfig {
     /// any valid record, so lowering the limit never makes an existing log unreadable.
     /// Default 16 MiB.
     pub max_record_bytes: usize,
+    /// When a flush needs room past the end of the segment's file, the same write extends
+    /// the file with zeros to the next multiple of this (at most to `segment_bytes`), so the
+    /// flushes after it only overwrite and their syncs change no file size
+    /// ([preallocation](crate::segment#preallocation)). 0 turns it off. Default 256 KiB.
+    pub preallocate_bytes: u64,
 }
 
 impl Default for WalConfig {
     fn default() -> Self {
-        Self { segment_bytes: 64 << 20, max_record_bytes: 16 << 20 }
+        Self { segment_bytes: 64 << 20, max_record_bytes: 16 << 20, preallocate_bytes: 256 << 10 }
     }
 }
 
@@ -223,7 +228,8 @@ impl<B: StorageBackend> Wal<B> {
         let mut next = 0;
         while next < self.pending.len() {
             if self.must_start_segment(self.pending.frames_bytes(next..next + 1)) {
-                let segment = Segment { first_record: flush_first + next as u64, bytes: 0 };
+                let segment =
+                    Segment { first_record: flush_first + next as u64, bytes: 0, file_bytes: 0 };
                 self.tail = Some(self.backend.create(&segment.name())?);
                 self.segments.push(segment);
                 created_segment = true;
@@ -237,6 +243,9 @@ impl<B: StorageBackend> Wal<B> {
             }
             frames.clear();
             self.pending.encode(next..end, flush_first + next as u64, flush_first, &mut frames);
+            let records_bytes = frames.len() as u64;
+            let segment = self.segments.last().expect("a segment to write to");
+            frames.resize(self.preallocated_write_len(segment, records_bytes) as usize, 0);
             let skip_sync = self.planted(PlantedBug::SkipFileSync);
             let file = Self::tail_file(&self.backend, &mut self.tail, &self.segments)?;
             // One write and one sync per segment: group commit (ORCA §5.4). The segment is
@@ -246,7 +255,9 @@ impl<B: StorageBackend> Wal<B> {
             if !skip_sync {
                 file.sync()?;
             }
-            self.segments.last_mut().expect("just written").bytes += frames.len() as u64;
+            let segment = self.segments.last_mut().expect("just written");
+            segment.bytes += records_bytes;
+            segment.file_bytes = segment.file_bytes.max(offset + frames.len() as u64);
             next = end;
         }
         // New segment names are durable before the flush reports their records persisted.
@@ -256,6 +267,19 @@ impl<B: StorageBackend> Wal<B> {
         self.log_end += self.pending.len() as u64;
         self.pending.clear();
         Ok(())
+    }
+
+    /// How many bytes to write at the end of `segment` for `records_bytes` of records: just
+    /// them while the file has room, else them and zeros up to the next multiple of
+    /// `preallocate_bytes` (at most `segment_bytes`, never less than the records).
+    fn preallocated_write_len(&self, segment: &Segment, records_bytes: u64) -> u64 {
+        let chunk = self.config.preallocate_bytes;
+        let end = segment.bytes + records_bytes;
+        if chunk == 0 || end <= segment.file_bytes {
+            return records_bytes;
+        }
+        let extended = end.div_ceil(chunk).saturating_mul(chunk).min(self.config.segment_bytes);
+        extended.max(end) - segment.bytes
     }
 
     /// Whether a record of `frame_bytes` must go to a new segment.
@@ -293,6 +317,7 @@ impl<B: StorageBackend> Wal<B> {
             file.set_len(kept_bytes)?;
             file.sync()?;
             last.bytes = kept_bytes;
+            last.file_bytes = kept_bytes;
             self.tail = Some(file);
         }
         self.log_end = record;
@@ -374,6 +399,11 @@ impl<B: StorageBackend> Wal<B> {
                 .windows(2)
                 .all(|pair| pair[0].first_record < pair[1].first_record && pair[0].bytes > 0),
             "segments ascend and only the last may be empty: {:?}",
+            self.segments
+        );
+        assert!(
+            self.segments.iter().all(|segment| segment.bytes <= segment.file_bytes),
+            "a segment's records fit in its file: {:?}",
             self.segments
         );
         if let Some(first) = self.segments.first() {

@@ -886,17 +886,14 @@ impl HostCluster {
                         ShardStore::install_moved_in(
                             d.backend.clone(),
                             d.backend.clone(),
-                            WalConfig::default(),
+                            sim_wal_config(),
                             *snapshot,
                         )
                         .map_err(|e| e.to_string())?;
                     }
-                    let (store, opened) = ShardStore::open(
-                        d.backend.clone(),
-                        d.backend.clone(),
-                        WalConfig::default(),
-                    )
-                    .map_err(|e| e.to_string())?;
+                    let (store, opened) =
+                        ShardStore::open(d.backend.clone(), d.backend.clone(), sim_wal_config())
+                            .map_err(|e| e.to_string())?;
                     d.store = Some(store);
                     let state = opened.state;
                     // What the store recovers is exactly what it synced (orca.md §9.6).
@@ -1021,4 +1018,10 @@ impl HostCluster {
     pub fn clock(&self, i: usize) -> NodeClock {
         self.nodes[i].clock
     }
+}
+
+/// The simulated disks' WAL settings: production's, with a smaller preallocation chunk, so
+/// that runs cross chunk boundaries (and the in-memory disks stay small).
+fn sim_wal_config() -> WalConfig {
+    WalConfig { preallocate_bytes: 16 << 10, ..WalConfig::default() }
 }
