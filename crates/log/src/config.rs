@@ -100,6 +100,10 @@ pub enum PlantedBug {
     /// with another value than the one written, at the right version, so the reader's
     /// prepare validates a read nobody wrote (serializability, conservation).
     TxnForesightWrongValue,
+    /// `foresight.rs` for decisions: a transaction's read of a key a pending `Commit`
+    /// decision writes is answered with another value than the locked one, at the right
+    /// version (serializability, conservation).
+    TxnDecisionForesightWrongValue,
     /// kairos.md §6.4 without its rebuild: a new leader starts from an empty Kairos
     /// validator, as if the validator's state were soft (a validator that forgot a committed
     /// write lets a stale read commit: breaks K2).

@@ -1128,6 +1128,18 @@ impl Solo {
     /// A prepare of client 7's transaction `base` on `k` expecting `version`: a single-participant
     /// read-modify-write writing `value`, or (`None`) a read-only validation. Returns its token.
     fn prepare_k(&mut self, base: u64, version: LogIndex, value: Option<&'static str>) -> u64 {
+        self.prepare_k_with(base, version, value, true)
+    }
+
+    /// [`prepare_k`](Self::prepare_k); with `whole` false, one participant of a transaction
+    /// over several shards (its lock waits for a decision).
+    fn prepare_k_with(
+        &mut self,
+        base: u64,
+        version: LogIndex,
+        value: Option<&'static str>,
+        whole: bool,
+    ) -> u64 {
         use strata_wire::log::Expect;
         use strata_wire::txn::{Prepare, TxnAction, TxnId, TxnObject, TxnOp};
         let token = self.next_token;
@@ -1140,11 +1152,24 @@ impl Solo {
             txn: TxnId { client_id: 7, base },
             all: vec![TxnObject { table: "t".into(), key, seq: base }],
             ops: vec![op],
-            whole: true,
+            whole,
             kairos: None,
         };
         let (rifl, read_only) = (env(base, 2), value.is_none());
         self.r.on_client_request(self.now, LogRequest::Prepare { token, rifl, prepare, read_only });
+        self.drain();
+        self.r.check_invariants();
+        token
+    }
+
+    /// The decision of client 7's transaction `base` on `k`; returns its token.
+    fn decide_k(&mut self, base: u64, decision: strata_wire::txn::Decision) -> u64 {
+        use strata_wire::txn::TxnId;
+        let token = self.next_token;
+        self.next_token += 1;
+        let txn = TxnId { client_id: 7, base };
+        let request = LogRequest::Decide { token, txn, decision, seqs: vec![base] };
+        self.r.on_client_request(self.now, request);
         self.drain();
         self.r.check_invariants();
         token
@@ -1156,6 +1181,46 @@ impl Solo {
             _ => None,
         })
     }
+}
+
+/// A read of a key locked by a participant's prepare waits for the decision; a `Commit`
+/// answers it once appended, with the value and version its apply will leave (`foresight.rs`),
+/// an `Abort` only once applied. A plain read waits for the apply either way.
+#[test]
+fn a_transaction_read_of_a_locked_key_sees_what_a_pending_commit_decision_will_leave() {
+    use strata_wire::txn::{Decision, Vote};
+    let mut s = Solo::sync();
+    assert!(matches!(s.write(env(1, 1), "a"), Some(Ok(_))));
+    let v0 = s.read_k(false).unwrap().unwrap().update_index;
+    let p1 = s.prepare_k_with(2, v0, Some("b"), false);
+    let voted = Some(Ok(TxnAnswer::Votes { votes: vec![(2, Vote::Prepared)], decided: false }));
+    assert_eq!(s.txn_reply(p1), voted, "locked, waiting for the decision");
+    let waiting = s.send_read_k(ReadIntent::Txn);
+    assert_eq!(s.read_reply(waiting), None, "the lock holds the read back");
+    // The disk stalls: the decision is appended, not applied.
+    s.hold = true;
+    let d1 = s.decide_k(2, Decision::Commit);
+    let v1 = s.r.last_index();
+    assert_eq!(s.txn_reply(d1), None, "waits for its fsync");
+    let foreseen = s.read_reply(waiting).expect("answered at the append").unwrap();
+    assert_eq!((foreseen.value.as_deref(), foreseen.update_index), (Some(&b"b"[..]), v1));
+    let plain = s.send_read_k(ReadIntent::Plain);
+    assert_eq!(s.read_reply(plain), None, "a plain read still waits for the apply");
+    s.release();
+    assert!(s.txn_reply(d1).is_some());
+    let applied = s.read_reply(plain).unwrap().unwrap();
+    assert_eq!((applied.value.as_deref(), applied.update_index), (Some(&b"b"[..]), v1));
+
+    // An `Abort` leaves the key as it was: the read waits until the decision applies.
+    let p2 = s.prepare_k_with(3, v1, Some("c"), false);
+    assert!(s.txn_reply(p2).is_some());
+    let waiting = s.send_read_k(ReadIntent::Txn);
+    s.hold = true;
+    s.decide_k(3, Decision::Abort);
+    assert_eq!(s.read_reply(waiting), None, "an abort is not foreseen");
+    s.release();
+    let after = s.read_reply(waiting).expect("answered at the apply").unwrap();
+    assert_eq!((after.value.as_deref(), after.update_index), (Some(&b"b"[..]), v1));
 }
 
 #[test]

@@ -12,6 +12,10 @@
 //! * a single-participant prepare that is foreseen to vote `Abort` is answered at once,
 //!   without an entry (nothing is locked or recorded; the client starts a new attempt).
 //!
+//! A pending `Commit` decision of a transaction over several shards is foreseen too
+//! (`txn.rs`, `foresee_decide`): it writes each locked value at its own index, so a read of a
+//! locked key is answered once the decision is appended rather than once it is applied.
+//!
 //! Neither is trusted for safety. A prepare's votes are still decided when it applies, by
 //! its version checks; versions are log indexes, unique across terms, so a read of a value
 //! whose entry a later leader drops can never validate. An abort needs no proof: answering
@@ -26,8 +30,8 @@ use strata_wire::log::LogIndex;
 /// What the pending entries will leave at a key.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) enum Foreseen {
-    /// A pending prepare foreseen to commit leaves this value (`None`: deleted) at `version`,
-    /// its own index.
+    /// A pending prepare foreseen to commit, or a pending `Commit` decision, leaves this value
+    /// (`None`: deleted) at `version`, its own index.
     Known { value: Option<Bytes>, version: LogIndex },
     /// A pending entry (a plain write, a participant's prepare, an unforeseeable one) changes
     /// the key or locks it; known once `until` is applied.

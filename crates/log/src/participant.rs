@@ -50,6 +50,11 @@ impl Participant {
         self.locks.insert(l.key.clone(), l);
     }
 
+    /// The lock prepare `rpc` holds, if any.
+    pub fn lock_of(&self, rpc: RpcId) -> Option<&Lock> {
+        self.by_rpc.get(&rpc).and_then(|key| self.locks.get(key))
+    }
+
     /// Releases the lock of prepare `rpc`, if it still holds one.
     pub fn unlock(&mut self, rpc: RpcId) -> Option<Lock> {
         let key = self.by_rpc.remove(&rpc)?;

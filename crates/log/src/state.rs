@@ -780,6 +780,11 @@ impl Kv {
         self.txn.is_locked(key)
     }
 
+    /// Whether `txn` is a Kairos transaction with writes prepared at this shard's validator.
+    pub fn is_kairos_txn(&self, txn: TxnId) -> bool {
+        self.kairos.pending().contains_key(&txn)
+    }
+
     /// The transactions' state: locks and decision records.
     pub fn participant(&self) -> &Participant {
         &self.txn

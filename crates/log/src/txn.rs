@@ -317,8 +317,52 @@ impl LogReplica {
         decision: Decision,
         seqs: Vec<u64>,
     ) {
+        let writes = self.foresee_decide(txn, decision, &seqs);
         let op = LogOp::Decide { txn, decision, seqs };
-        self.append_and_wait(now, token, txn, op, TxnWait::Done);
+        let Some(index) = self.append_and_wait(now, token, txn, op, TxnWait::Done) else {
+            return;
+        };
+        let l = self.leader.as_mut().expect("it appended");
+        for (key, value) in writes {
+            l.foresight.note(key, Foreseen::Known { value, version: index });
+        }
+    }
+
+    /// What a decision about to be appended will write (`foresight.rs`): a `Commit` applies
+    /// each locked write of `seqs` at its own index (`Kv::apply_decide`), so a transaction's
+    /// read of such a key is answered with that value as soon as the decision is appended,
+    /// instead of waiting for the lock's release until it is applied — on a hot key, one
+    /// replicated round less between two transactions (docs/design.md, departures). Not
+    /// foreseen: an `Abort` or a read lock (the key keeps its value and version: the read
+    /// waits, as before), a Kairos transaction (its reads carry timestamps), and a key a
+    /// pending entry already touches (an earlier decision of the same transaction then does
+    /// the work; this one applies as a no-op).
+    fn foresee_decide(
+        &self,
+        txn: TxnId,
+        decision: Decision,
+        seqs: &[u64],
+    ) -> Vec<(Bytes, Option<Bytes>)> {
+        let Some(l) = self.leader.as_ref() else { return Vec::new() };
+        if decision != Decision::Commit || self.kv.is_kairos_txn(txn) {
+            return Vec::new();
+        }
+        let applied = self.kv.applied();
+        let wrong = self.cfg.planted(PlantedBug::TxnDecisionForesightWrongValue);
+        let locks = seqs.iter().filter_map(|&seq| {
+            self.kv.participant().lock_of(RpcId { client_id: txn.client_id, seq })
+        });
+        locks
+            .filter(|lock| l.foresight.get(&lock.key, applied).is_none())
+            .filter_map(|lock| match &lock.action {
+                TxnAction::Read => None,
+                TxnAction::Write(v) if wrong => {
+                    Some((lock.key.clone(), Some([&v[..], b"0"].concat().into())))
+                }
+                TxnAction::Write(v) => Some((lock.key.clone(), Some(v.clone()))),
+                TxnAction::Delete => Some((lock.key.clone(), None)),
+            })
+            .collect()
     }
 
     /// §5.8.4 RA1-RA3 at the leader: append the abort request; answer the votes it leaves.
@@ -342,13 +386,23 @@ impl LogReplica {
         self.append_and_wait(now, token, txn, LogOp::Resolved(txn), TxnWait::Done);
     }
 
-    fn append_and_wait(&mut self, now: Instant, token: u64, txn: TxnId, op: LogOp, wait: TxnWait) {
+    /// Appends `op` and waits for it to apply; its index, or `None` if it was refused.
+    fn append_and_wait(
+        &mut self,
+        now: Instant,
+        token: u64,
+        txn: TxnId,
+        op: LogOp,
+        wait: TxnWait,
+    ) -> Option<LogIndex> {
         if let Err(e) = self.append_gate(now) {
-            return self.effects.reply.push(LogReply::Txn { token, result: Err(e) });
+            self.effects.reply.push(LogReply::Txn { token, result: Err(e) });
+            return None;
         }
         let index = self.append_txn_entry(0, 0, 0, op);
         let deadline = now + self.cfg.write_timeout;
         self.wait_txn(PendingTxn { token, txn, wait, index, deadline });
+        Some(index)
     }
 
     fn append_txn_entry(&mut self, client_id: u64, seq: u64, ack: u64, op: LogOp) -> LogIndex {

@@ -50,7 +50,8 @@ fn a_move_that_drops_locks_is_caught() {
 /// Each planted bug is caught by some seed of a short range: lost updates (serializability), a
 /// late prepare voting `Prepared` after recovery aborted (agreement, atomicity), reads
 /// ignoring locks (strict serializability), the leader's foresight answering a value other
-/// than the pending one (serializability). (`TxnExpireIgnoresLocks` needs a lease to expire
+/// than the pending one, for a prepare or a decision (serializability).
+/// (`TxnExpireIgnoresLocks` needs a lease to expire
 /// under a held lock, which `host_txn.rs` stages step by step.)
 #[test]
 fn every_transaction_canary_is_caught() {
@@ -62,6 +63,7 @@ fn every_transaction_canary_is_caught() {
             TxnSimOptions { faults: false, ..TxnSimOptions::default() },
         ),
         (PlantedBug::TxnForesightWrongValue, TxnSimOptions::default()),
+        (PlantedBug::TxnDecisionForesightWrongValue, TxnSimOptions::default()),
     ];
     for (bug, opts) in cases {
         let opts = TxnSimOptions { canary: Some(bug), ..opts };

@@ -103,7 +103,7 @@ impl FromStr for Mode {
 }
 
 /// The planted bugs of `strata-log` (feature `canaries`) and their CLI names.
-pub const LOG_CANARIES: [(&str, strata_log::PlantedBug); 17] = {
+pub const LOG_CANARIES: [(&str, strata_log::PlantedBug); 18] = {
     use strata_log::PlantedBug::*;
     [
         ("skip-durability-check", SkipDurabilityCheck),
@@ -117,6 +117,7 @@ pub const LOG_CANARIES: [(&str, strata_log::PlantedBug); 17] = {
         ("txn-expire-ignores-locks", TxnExpireIgnoresLocks),
         ("txn-reads-ignore-locks", TxnReadsIgnoreLocks),
         ("txn-foresight-wrong-value", TxnForesightWrongValue),
+        ("txn-decision-foresight-wrong-value", TxnDecisionForesightWrongValue),
         ("kairos-validator-soft-state", KairosValidatorSoftState),
         ("kairos-unstamped-ts-gc", KairosUnstampedTsGc),
         ("kairos-skip-read-prepared-check", KairosSkipReadPreparedCheck),
