@@ -227,7 +227,7 @@ impl Driver {
         for link in &self.links {
             link.close();
         }
-        for handle in self.disks.close_all() {
+        if let Some(handle) = self.disks.close_all() {
             let _ = tokio::task::spawn_blocking(move || handle.join()).await;
         }
         // Dropping the senders lets every client writer flush and close its connection.
@@ -531,9 +531,7 @@ impl Driver {
                             first_error = opened;
                         }
                     }
-                    Storage::Close { shard, table, remove } => {
-                        self.disks.close(shard, &table, remove)
-                    }
+                    Storage::Close { shard, remove, .. } => self.disks.close(shard, remove),
                     Storage::Catalog { token, bytes } => {
                         let result = self.disks.save_catalog(&bytes);
                         let now = self.clock.now(TokioInstant::now());

@@ -2,23 +2,28 @@
 //!
 //! # Shard logs (ORCA §5.4, §9.6)
 //!
-//! Each shard replica's `Persist` records go, in token order, to the replica's disk thread,
-//! which owns a [`ShardStore`] over `Wal<OsBackend>` + `MetaStore` (crate `strata-logstore`, the
-//! same adapter the simulator runs over `SimBackend`). The thread takes everything queued,
-//! executes it and flushes once; records that arrive while it flushes wait for the next flush
-//! (group commit). It reports the highest `Sync`/`HardState` token back to the core task, which
-//! hands it to the host (`on_shard_persisted`). Appends stay in the WAL's user-space buffer
-//! until a flush, so a SIGKILL loses exactly what a power failure would.
+//! Every log-table shard replica of the node writes to **one** log, a [`NodeStore`] over
+//! `Wal<OsBackend>` (crate `strata-logstore`, the same adapter the simulator runs over
+//! `SimBackend`), owned by the node's disk thread. The thread takes everything queued — any
+//! replica's `Persist` records, in token order per replica — stages it, flushes once (one
+//! write, one `fdatasync` for every replica), and reports each replica's highest
+//! `Sync`/`HardState` token to the core task, which hands it to the host
+//! (`on_shard_persisted`). Records that arrive while it flushes wait for the next flush: group
+//! commit across the node's shards. Appends stay in the WAL's user-space buffer until a
+//! flush, so a SIGKILL loses exactly what a power failure would.
 //!
-//! Opening a replica's storage (and, for a moved-in shard, writing its first entry) and saving
-//! the catalog run synchronously in the core task: they happen at start-up and on rare admin
-//! operations (table creation, shard moves).
+//! Opening a replica (and, for a moved-in shard, writing its first entry) also goes through
+//! the thread, in order with the records before it; the core task waits for the answer. Those
+//! and saving the catalog happen at start-up and on rare admin operations (table creation,
+//! shard moves). An IO error poisons the log and fails every replica of the node.
 //!
 //! # Layout
 //!
-//! `<data-dir>/tables/catalog.json` (written to a temporary file, fsynced, renamed, directory
-//! fsynced) and `<data-dir>/tables/<table>/shard-<n>` for generation 0 of a shard,
-//! `shard-<n>.g<generation>` after a move.
+//! `<data-dir>/wal/` holds the node's log (segments named by their first record,
+//! `strata_storage::segment`); `<data-dir>/tables/catalog.json` the catalog (written to a
+//! temporary file, fsynced, renamed, directory fsynced). Versions before the shared log kept a
+//! log per replica in `<data-dir>/tables/<table>/shard-<n>[.g<generation>]`: a replica that
+//! finds its old directory imports it into the node log at its first start and removes it.
 //!
 //! # Clock
 //!
@@ -27,24 +32,29 @@
 //! replica ignores every grant echoing a timestamp before its restart (`LogReplica::recover`),
 //! which is only sound if its clock keeps increasing across restarts.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::sync::mpsc as std_mpsc;
 use std::time::Duration;
 
 use strata_host::ShardId;
 use strata_log::{Persist, RecoveredState};
-use strata_logstore::ShardStore;
-use strata_storage::{OsBackend, WalConfig};
+use strata_logstore::legacy::read_replica_dir;
+use strata_logstore::{NodeStore, ShardTag, StoreError};
+use strata_storage::{OsBackend, RecoveryReport, WalConfig};
 use strata_wire::log::Snapshot;
 use strata_wire::Instant;
 use tokio::sync::mpsc;
 use tokio::time::Instant as TokioInstant;
-use tracing::warn;
+use tracing::{info, warn};
 
 const CATALOG_FILE: &str = "catalog.json";
 
-/// What a disk thread reports.
+/// At most this many requests are staged before a flush, so a steady stream of arrivals
+/// cannot postpone the flush the first of them waits for.
+const MAX_JOBS_PER_FLUSH: usize = 1024;
+
+/// What the disk thread reports.
 #[derive(Debug)]
 pub(crate) enum DiskDone {
     /// Every record with a token `<= token` is durable.
@@ -55,28 +65,53 @@ pub(crate) enum DiskDone {
 
 type Batch = Vec<(u64, Persist)>;
 
-struct Disk {
-    tx: std_mpsc::Sender<Batch>,
+/// A request to the disk thread.
+enum Job {
+    Log {
+        shard: ShardId,
+        records: Batch,
+    },
+    /// Opens a replica, first replacing what the log holds of it with `install` if given.
+    Open {
+        shard: ShardId,
+        tag: ShardTag,
+        install: Option<Box<RecoveredState>>,
+        reply: std_mpsc::SyncSender<Result<RecoveredState, String>>,
+    },
+    Close {
+        shard: ShardId,
+        remove: bool,
+    },
+}
+
+struct DiskThread {
+    tx: std_mpsc::Sender<Job>,
     thread: std::thread::JoinHandle<()>,
 }
 
-/// Every shard replica's disk thread, and the catalog file. Replicas are filed by `ShardId`,
-/// generation included: while a move is adopted, the new group's replica opens (and installs)
-/// its storage before the old one retires, and each keeps its own thread and directory.
+/// The node's disk thread, its open replicas, and the catalog file. Replicas are filed by
+/// `ShardId`, generation included: while a move is adopted, the new group's replica opens
+/// (and installs) its log before the old one retires.
 pub(crate) struct Disks {
-    dir: PathBuf,
-    disks: BTreeMap<ShardId, Disk>,
+    data_dir: PathBuf,
+    /// Started by the first replica that opens.
+    thread: Option<DiskThread>,
+    open: BTreeSet<ShardId>,
     done: mpsc::UnboundedSender<DiskDone>,
 }
 
 impl Disks {
     pub fn new(data_dir: &Path, done: mpsc::UnboundedSender<DiskDone>) -> Disks {
-        Disks { dir: data_dir.join("tables"), disks: BTreeMap::new(), done }
+        Disks { data_dir: data_dir.to_path_buf(), thread: None, open: BTreeSet::new(), done }
+    }
+
+    fn tables_dir(&self) -> PathBuf {
+        self.data_dir.join("tables")
     }
 
     /// The stored catalog (empty when there is none yet).
     pub fn load_catalog(&self) -> Result<Vec<u8>, String> {
-        let path = self.dir.join(CATALOG_FILE);
+        let path = self.tables_dir().join(CATALOG_FILE);
         match std::fs::read(&path) {
             Ok(b) => Ok(b),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Vec::new()),
@@ -88,135 +123,217 @@ impl Disks {
     /// directory. A crash leaves the old catalog or the new one.
     pub fn save_catalog(&self, bytes: &[u8]) -> Result<(), String> {
         use std::io::Write;
+        let dir = self.tables_dir();
         let write = || -> std::io::Result<()> {
-            std::fs::create_dir_all(&self.dir)?;
-            let tmp = self.dir.join(format!("{CATALOG_FILE}.tmp"));
+            std::fs::create_dir_all(&dir)?;
+            let tmp = dir.join(format!("{CATALOG_FILE}.tmp"));
             {
                 let mut f = std::fs::File::create(&tmp)?;
                 f.write_all(bytes)?;
                 f.sync_all()?;
             }
-            std::fs::rename(&tmp, self.dir.join(CATALOG_FILE))?;
-            std::fs::File::open(&self.dir)?.sync_all()
+            std::fs::rename(&tmp, dir.join(CATALOG_FILE))?;
+            std::fs::File::open(&dir)?.sync_all()
         };
-        write().map_err(|e| format!("{}: {e}", self.dir.join(CATALOG_FILE).display()))
+        write().map_err(|e| format!("{}: {e}", dir.join(CATALOG_FILE).display()))
     }
 
-    /// A shard replica's directory (module docs, layout).
-    fn shard_dir(&self, table: &str, id: ShardId) -> PathBuf {
+    /// Where an earlier version kept a replica's own log (module docs, layout).
+    fn legacy_dir(&self, table: &str, id: ShardId) -> PathBuf {
         let name = match id.generation {
             0 => format!("shard-{}", id.shard),
             g => format!("shard-{}.g{g}", id.shard),
         };
-        self.dir.join(table).join(name)
+        self.tables_dir().join(table).join(name)
     }
 
-    /// `Storage::Open`: (installs and) opens a replica's storage, reads it back and starts its
-    /// disk thread.
+    /// `Storage::Open`: opens a replica's log (installing a moved-in shard's first entry, or
+    /// importing an earlier version's directory, first) and reads it back.
     pub fn open(
         &mut self,
         id: ShardId,
         table: &str,
         install: Option<Box<Snapshot>>,
     ) -> Result<RecoveredState, String> {
-        let dir = self.shard_dir(table, id);
-        if let Some(snapshot) = install {
-            write_moved_in(&dir, *snapshot)
-                .map_err(|e| format!("cannot write {}: {e}", dir.display()))?;
+        let legacy = self.legacy_dir(table, id);
+        let has_legacy = legacy.is_dir();
+        let install = match install {
+            Some(snapshot) => Some(Box::new(RecoveredState::moved_in(*snapshot))),
+            None if has_legacy => Some(Box::new(import_legacy(&legacy, table, id)?)),
+            None => None,
+        };
+        let tag = ShardTag::new(table, id.shard, id.generation);
+        let thread = self.thread()?;
+        let (reply, answer) = std_mpsc::sync_channel(1);
+        let gone = || "the node's disk thread stopped (an earlier IO error)".to_string();
+        thread.tx.send(Job::Open { shard: id, tag, install, reply }).map_err(|_| gone())?;
+        let state = answer.recv().map_err(|_| gone())??;
+        if has_legacy {
+            // Imported (or superseded by the moved-in state) and durable in the node log.
+            remove_dir(&legacy).map_err(|e| format!("cannot remove {}: {e}", legacy.display()))?;
         }
-        let backend =
-            OsBackend::open(&dir).map_err(|e| format!("cannot open {}: {e}", dir.display()))?;
-        let (store, opened) = ShardStore::open(backend.clone(), backend, WalConfig::default())
-            .map_err(|e| e.to_string())?;
-        if let Some(t) = &opened.report.torn_tail {
-            warn!(table, shard = id.shard, segment = %t.segment, offset = t.offset, dropped_bytes = t.dropped_bytes,
-                "repaired a torn log tail (the unsynced end of a flush a crash interrupted)");
+        self.open.insert(id);
+        Ok(state)
+    }
+
+    /// The disk thread, started (the node log opened and read) on first use.
+    fn thread(&mut self) -> Result<&DiskThread, String> {
+        if self.thread.is_none() {
+            let dir = self.data_dir.join("wal");
+            let backend =
+                OsBackend::open(&dir).map_err(|e| format!("cannot open {}: {e}", dir.display()))?;
+            let (store, report) = NodeStore::open(backend, WalConfig::default())
+                .map_err(|e| format!("{}: {e}", dir.display()))?;
+            warn_repaired(&report, "the node log");
+            let (tx, rx) = std_mpsc::channel();
+            let done = self.done.clone();
+            let thread = std::thread::Builder::new()
+                .name("disk".into())
+                .spawn(move || run_disk(store, rx, done))
+                .map_err(|e| format!("cannot start the disk thread: {e}"))?;
+            self.thread = Some(DiskThread { tx, thread });
         }
-        let (tx, rx) = std_mpsc::channel();
-        let done = self.done.clone();
-        let thread = std::thread::Builder::new()
-            .name(format!("disk-{table}-{}", id.shard))
-            .spawn(move || run_disk(store, rx, done, id))
-            .map_err(|e| format!("cannot start a disk thread: {e}"))?;
-        if let Some(old) = self.disks.insert(id, Disk { tx, thread }) {
-            // Not expected (the host opens a replica once), but a WAL must never have two
-            // writers.
-            drop(old.tx);
-            let _ = old.thread.join();
-        }
-        Ok(opened.state)
+        Ok(self.thread.as_ref().expect("just started"))
     }
 
     /// `Storage::Log`.
     pub fn submit(&mut self, id: ShardId, records: Batch) {
-        let Some(disk) = self.disks.get(&id) else { return };
-        if disk.tx.send(records).is_err() {
+        let Some(thread) = self.thread.as_ref().filter(|_| self.open.contains(&id)) else {
+            return;
+        };
+        if thread.tx.send(Job::Log { shard: id, records }).is_err() {
             let _ =
                 self.done.send(DiskDone::Failed { shard: id, error: "disk thread gone".into() });
         }
     }
 
-    /// `Storage::Close`: stops the disk thread (unsynced appends are dropped, as in a crash)
-    /// and, with `remove`, deletes the replica's directory.
-    pub fn close(&mut self, id: ShardId, table: &str, remove: bool) {
-        if let Some(disk) = self.disks.remove(&id) {
-            drop(disk.tx);
-            let _ = disk.thread.join();
-        }
-        if remove {
-            let dir = self.shard_dir(table, id);
-            if let Err(e) = std::fs::remove_dir_all(&dir) {
-                if e.kind() != std::io::ErrorKind::NotFound {
-                    warn!(table, shard = id.shard, dir = %dir.display(), %e, "cannot remove a retired shard directory");
-                }
+    /// `Storage::Close`: the replica's records end here (what is staged may still be flushed
+    /// with others'); with `remove`, its log is forgotten durably.
+    pub fn close(&mut self, id: ShardId, remove: bool) {
+        if self.open.remove(&id) {
+            if let Some(thread) = &self.thread {
+                let _ = thread.tx.send(Job::Close { shard: id, remove });
             }
         }
     }
 
-    /// Stops every disk thread, so that a node restarted in the same process never shares a
-    /// WAL; the handles are joined by the caller.
-    pub fn close_all(&mut self) -> Vec<std::thread::JoinHandle<()>> {
-        std::mem::take(&mut self.disks).into_values().map(|d| d.thread).collect()
+    /// Stops the disk thread (what is staged and unflushed is dropped, as in a crash), so that
+    /// a node restarted in the same process never shares a WAL; the handle is joined by the
+    /// caller.
+    pub fn close_all(&mut self) -> Option<std::thread::JoinHandle<()>> {
+        self.open.clear();
+        self.thread.take().map(|t| t.thread)
     }
 }
 
-/// Writes a new group's first log entry into a fresh shard directory, fsynced.
-fn write_moved_in(dir: &Path, snapshot: Snapshot) -> Result<(), String> {
-    match std::fs::remove_dir_all(dir) {
-        Ok(()) => {}
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-        Err(e) => return Err(e.to_string()),
-    }
-    let backend = OsBackend::open(dir).map_err(|e| e.to_string())?;
-    ShardStore::install_moved_in(backend.clone(), backend, WalConfig::default(), snapshot)
-        .map_err(|e| e.to_string())
+/// Reads a replica directory an earlier version wrote, for import into the node log.
+fn import_legacy(dir: &Path, table: &str, id: ShardId) -> Result<RecoveredState, String> {
+    let backend =
+        OsBackend::open(dir).map_err(|e| format!("cannot open {}: {e}", dir.display()))?;
+    let (state, report) =
+        read_replica_dir(backend).map_err(|e| format!("{}: {e}", dir.display()))?;
+    warn_repaired(&report, &dir.display().to_string());
+    info!(table, shard = id.shard, entries = state.entries.len(), dir = %dir.display(),
+        "importing a replica's log from an earlier version's layout into the node log");
+    Ok(state)
 }
 
-/// A shard's disk thread: executes batches in order, coalescing whatever queued during the
-/// previous flush (group commit), and reports the persisted token.
+fn warn_repaired(report: &RecoveryReport, what: &str) {
+    if let Some(t) = &report.torn_tail {
+        warn!(log = what, segment = %t.segment, offset = t.offset, dropped_bytes = t.dropped_bytes,
+            "repaired a torn log tail (the unsynced end of a flush a crash interrupted)");
+    }
+}
+
+/// Removes a directory and makes the removal durable (its parent fsynced).
+fn remove_dir(dir: &Path) -> std::io::Result<()> {
+    std::fs::remove_dir_all(dir)?;
+    match dir.parent() {
+        Some(parent) => std::fs::File::open(parent)?.sync_all(),
+        None => Ok(()),
+    }
+}
+
+/// The node's disk thread: stages whatever queued since the last flush, flushes once, and
+/// reports each replica's barrier (module docs, group commit). An IO error fails every open
+/// replica and stops the thread.
 fn run_disk(
-    mut store: ShardStore<OsBackend>,
-    rx: std_mpsc::Receiver<Batch>,
+    mut store: NodeStore<OsBackend>,
+    rx: std_mpsc::Receiver<Job>,
     done: mpsc::UnboundedSender<DiskDone>,
-    shard: ShardId,
 ) {
-    while let Ok(mut batch) = rx.recv() {
-        while let Ok(more) = rx.try_recv() {
-            batch.extend(more);
-        }
-        match store.execute(batch) {
-            Ok(Some(token)) => {
-                if done.send(DiskDone::Persisted { shard, token }).is_err() {
-                    return;
-                }
+    let mut tags: BTreeMap<ShardId, ShardTag> = BTreeMap::new();
+    let mut barriers: BTreeMap<ShardId, u64> = BTreeMap::new();
+    while let Ok(first) = rx.recv() {
+        let round = std::iter::once(first).chain(rx.try_iter().take(MAX_JOBS_PER_FLUSH - 1));
+        let mut result = Ok(());
+        for job in round {
+            result = run_job(&mut store, &mut tags, &mut barriers, job);
+            if result.is_err() {
+                break;
             }
-            Ok(None) => {}
-            Err(e) => {
-                let _ = done.send(DiskDone::Failed { shard, error: e.to_string() });
+        }
+        if result.is_ok() && !barriers.is_empty() {
+            result = store.flush().map_err(|e| e.to_string());
+        }
+        if let Err(error) = result {
+            for &shard in tags.keys() {
+                let _ = done.send(DiskDone::Failed { shard, error: error.clone() });
+            }
+            return;
+        }
+        for (shard, token) in std::mem::take(&mut barriers) {
+            if done.send(DiskDone::Persisted { shard, token }).is_err() {
                 return;
             }
         }
     }
+}
+
+/// One request of a round; `Err` is an IO error (fatal for the node's log).
+fn run_job(
+    store: &mut NodeStore<OsBackend>,
+    tags: &mut BTreeMap<ShardId, ShardTag>,
+    barriers: &mut BTreeMap<ShardId, u64>,
+    job: Job,
+) -> Result<(), String> {
+    let fatal = |e: StoreError| e.to_string();
+    match job {
+        Job::Log { shard, records } => {
+            let Some(tag) = tags.get(&shard) else { return Ok(()) };
+            if let Some(token) = store.stage(tag, records).map_err(fatal)? {
+                barriers.insert(shard, token);
+            }
+        }
+        Job::Open { shard, tag, install, reply } => {
+            let opened = match install {
+                Some(state) => store.install_shard(&tag, *state),
+                None => store.open_shard(&tag),
+            };
+            match opened {
+                Ok(state) => {
+                    tags.insert(shard, tag);
+                    let _ = reply.send(Ok(state));
+                }
+                Err(e) => {
+                    let error = format!("{tag}: {e}");
+                    let _ = reply.send(Err(error.clone()));
+                    return Err(error);
+                }
+            }
+        }
+        Job::Close { shard, remove } => {
+            barriers.remove(&shard);
+            if let Some(tag) = tags.remove(&shard) {
+                if remove {
+                    store.remove_shard(&tag).map_err(fatal)?;
+                } else {
+                    store.close_shard(&tag);
+                }
+            }
+        }
+    }
+    Ok(())
 }
 
 // ---- clock ----
@@ -249,5 +366,102 @@ impl Clock {
     /// Time since the node started.
     pub fn uptime(&self) -> Duration {
         self.origin.elapsed()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bytes::Bytes;
+    use strata_log::{HardState, LogEntry, LogIndex, LogOp};
+    use strata_storage::{MetaStore, Wal};
+    use strata_wire::{Encode, NodeId};
+
+    fn entry(counter: u32) -> LogEntry {
+        LogEntry {
+            index: LogIndex::new(1, counter),
+            key: Bytes::from_static(b"k"),
+            op: LogOp::Put(Bytes::from(counter.to_string())),
+            client_id: 1,
+            seq: u64::from(counter),
+            ack: 0,
+            immediate: false,
+        }
+    }
+
+    fn id(shard: u32) -> ShardId {
+        ShardId { table: 9, shard, generation: 0 }
+    }
+
+    /// Every report the disk thread sends until `want` replicas reported a token.
+    fn persisted(rx: &mut mpsc::UnboundedReceiver<DiskDone>, want: usize) -> BTreeMap<u32, u64> {
+        let mut got = BTreeMap::new();
+        while got.len() < want {
+            match rx.blocking_recv().expect("the disk thread reports") {
+                DiskDone::Persisted { shard, token } => got.insert(shard.shard, token),
+                DiskDone::Failed { error, .. } => panic!("{error}"),
+            };
+        }
+        got
+    }
+
+    fn stop(mut disks: Disks) {
+        disks.close_all().expect("a disk thread").join().expect("joins");
+    }
+
+    #[test]
+    fn every_replica_of_the_node_persists_through_one_log_and_reads_back_after_a_restart() {
+        let dir = crate::testing::temp_dir("disks");
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        let mut disks = Disks::new(&dir, tx.clone());
+        for shard in 0..3 {
+            assert_eq!(disks.open(id(shard), "t", None).unwrap(), RecoveredState::default());
+            let records = vec![(1, Persist::Append(vec![entry(1), entry(2)])), (2, Persist::Sync)];
+            disks.submit(id(shard), records);
+        }
+        assert_eq!(persisted(&mut rx, 3), BTreeMap::from([(0, 2), (1, 2), (2, 2)]));
+        disks.close(id(1), true);
+        disks.submit(id(2), vec![(3, Persist::Append(vec![entry(3)]))]); // never synced
+        stop(disks);
+        assert!(dir.join("wal").is_dir() && !dir.join("tables").exists(), "one log per node");
+        let mut disks = Disks::new(&dir, tx);
+        assert_eq!(disks.open(id(0), "t", None).unwrap().entries, [entry(1), entry(2)]);
+        assert_eq!(disks.open(id(1), "t", None).unwrap(), RecoveredState::default(), "removed");
+        assert_eq!(disks.open(id(2), "t", None).unwrap().entries, [entry(1), entry(2)]);
+        stop(disks);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_replica_directory_of_an_earlier_version_is_imported_once_and_removed() {
+        let dir = crate::testing::temp_dir("legacy");
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        let disks = Disks::new(&dir, tx.clone());
+        let legacy = disks.legacy_dir("t", id(0));
+        let backend = OsBackend::open(&legacy).unwrap();
+        let (mut wal, _) = Wal::open(backend.clone(), WalConfig::default()).unwrap();
+        let mut buf = bytes::BytesMut::new();
+        for e in [entry(1), entry(2)] {
+            buf.clear();
+            e.encode(&mut buf);
+            wal.append(&buf).unwrap();
+        }
+        wal.flush().unwrap();
+        let hs = HardState { epoch: 1, voted_for: Some(NodeId(2)) };
+        MetaStore::new(backend).store(&[1, 0, 0, 0, 1, 2, 0, 0, 0]).unwrap();
+        drop(wal);
+
+        let mut disks = disks;
+        let got = disks.open(id(0), "t", None).unwrap();
+        assert_eq!((got.hard_state, got.entries.clone()), (hs, vec![entry(1), entry(2)]));
+        assert!(!legacy.exists(), "the old directory is gone once imported");
+        disks.submit(id(0), vec![(1, Persist::Append(vec![entry(3)])), (2, Persist::Sync)]);
+        assert_eq!(persisted(&mut rx, 1), BTreeMap::from([(0, 2)]));
+        stop(disks);
+        let mut disks = Disks::new(&dir, tx);
+        let got = disks.open(id(0), "t", None).unwrap();
+        assert_eq!((got.hard_state, got.entries), (hs, vec![entry(1), entry(2), entry(3)]));
+        stop(disks);
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -1,9 +1,9 @@
 //! The simulator's one cluster loop: N [`Host`] cores — the whole server's decision logic, the
 //! same type `strata-node` pumps — on the simulated [`Network`] (per-link base delays for geo,
 //! random delay, loss, duplication, reordering, directed cuts), with per-node [`NodeClock`]s
-//! (offset and drift), pauses, crashes that lose unsynced data and restarts: every shard
-//! replica's log is a `strata-logstore` [`ShardStore`] over a [`SimBackend`], the adapter the
-//! server runs over its real disk. Effects are executed in one place,
+//! (offset and drift), pauses, crashes that lose unsynced data and restarts: each node's shard
+//! replicas share one log, a `strata-logstore` [`NodeStore`] over a [`SimBackend`], the adapter
+//! the server runs over its real disk. Effects are executed in one place,
 //! [`HostCluster::execute`], as the node's driver does: storage opens and catalog saves
 //! answered at once; log records wait for the disk's latency (a crash loses them, orca.md
 //! §9.6), then run through the store and are reported; one timer per node. Scenario controls:
@@ -24,8 +24,8 @@ use std::time::Duration;
 
 use strata_core::{Prng, Route};
 use strata_host::{Audit, Host, HostConfig, HostEffects, ShardId, ShardKey, Storage};
-use strata_log::{HardState, LogEntry, Persist};
-use strata_logstore::ShardStore;
+use strata_log::{HardState, LogEntry, Persist, RecoveredState};
+use strata_logstore::{NodeStore, ShardTag};
 use strata_rc::RcConfig;
 use strata_storage::{SimBackend, WalConfig};
 use strata_wire::client::{ClientRequest, ClientResponse};
@@ -194,26 +194,27 @@ pub enum Stepped {
     Harness(u64),
 }
 
-/// One shard replica's disk at one node: survives crashes (what it synced). Records wait in
-/// `pending` for the disk's latency, then run through the store like a disk thread's batch;
-/// `synced` mirrors what the store has synced (for the checkers' look-ups), and every reopen
-/// checks that the store's recovery reads back exactly that.
+/// One shard replica's part of its node's disk: survives crashes (what it synced). Records
+/// wait in `pending` for the disk's latency, then run through the node's store like a disk
+/// thread's round; `synced` mirrors what the store has synced of this replica (for the
+/// checkers' look-ups), and every reopen checks that the store's recovery reads back exactly
+/// that.
 struct SimShardDisk {
     id: ShardId,
-    backend: SimBackend,
-    /// Open while the replica runs.
-    store: Option<ShardStore<SimBackend>>,
+    tag: ShardTag,
+    /// While the replica runs.
+    open: bool,
     pending: Vec<(u64, Persist)>,
     synced: Vec<LogEntry>,
     hard: HardState,
 }
 
 impl SimShardDisk {
-    fn new(id: ShardId) -> SimShardDisk {
+    fn new(id: ShardId, table: &str) -> SimShardDisk {
         SimShardDisk {
             id,
-            backend: SimBackend::new(),
-            store: None,
+            tag: ShardTag::new(table, id.shard, id.generation),
+            open: false,
             pending: Vec::new(),
             synced: Vec::new(),
             hard: HardState::default(),
@@ -222,7 +223,11 @@ impl SimShardDisk {
 
     /// The disk finished the batch up to barrier `token`: every pending record with a token
     /// `<= token` runs through the store (which syncs), and the mirror follows.
-    fn complete(&mut self, token: u64) -> Result<(), String> {
+    fn complete(
+        &mut self,
+        store: Option<&mut NodeStore<SimBackend>>,
+        token: u64,
+    ) -> Result<(), String> {
         let (done, rest): (Vec<_>, Vec<_>) =
             std::mem::take(&mut self.pending).into_iter().partition(|(t, _)| *t <= token);
         self.pending = rest;
@@ -237,8 +242,8 @@ impl SimShardDisk {
                 Persist::Sync => {}
             }
         }
-        let store = self.store.as_mut().ok_or("the shard's store is closed")?;
-        match store.execute(done) {
+        let store = store.filter(|_| self.open).ok_or("the shard's store is closed")?;
+        match store.execute(&self.tag, done) {
             Ok(Some(t)) if t <= token => Ok(()),
             Ok(other) => Err(format!("a completed batch holds its barrier {token}: {other:?}")),
             Err(e) => Err(e.to_string()),
@@ -253,7 +258,7 @@ enum Run {
     Paused(VecDeque<Input>),
 }
 
-/// One node: its host (none while crashed) and its disks.
+/// One node: its host (none while crashed) and its disk.
 pub struct SimHostNode {
     pub host: Option<Host>,
     incarnation: u64,
@@ -263,6 +268,10 @@ pub struct SimHostNode {
     run: Run,
     /// The stored catalog (saves are atomic: the whole file or the old one).
     catalog: Vec<u8>,
+    /// The node's disk, and the log store over it (opened by the first replica, closed by a
+    /// crash).
+    backend: SimBackend,
+    store: Option<NodeStore<SimBackend>>,
     disks: BTreeMap<(String, ShardKey, u32), SimShardDisk>,
     armed: Option<Instant>,
     /// With `tick_lateness`: the global deadline last armed and the drawn instant it fires.
@@ -358,6 +367,8 @@ impl HostCluster {
                 last_local: Instant::ZERO,
                 run: Run::Up,
                 catalog: o.catalog.clone(),
+                backend: SimBackend::new(),
+                store: None,
                 disks: BTreeMap::new(),
                 armed: None,
                 late_tick: None,
@@ -460,10 +471,11 @@ impl HostCluster {
         node.late_tick = None;
         node.run = Run::Up;
         node.stalled.clear();
+        node.store = None;
+        node.backend.crash();
         for d in node.disks.values_mut() {
-            d.store = None;
+            d.open = false;
             d.pending.clear();
-            d.backend.crash();
         }
     }
 
@@ -673,7 +685,7 @@ impl HostCluster {
                 }
                 // The disk finishes on time even if the node is paused: it learns later.
                 let done = match n.disks.values_mut().find(|d| d.id == shard) {
-                    Some(d) => d.complete(token),
+                    Some(d) => d.complete(n.store.as_mut(), token),
                     None => Ok(()), // a removed replica's last batch
                 };
                 if let Err(e) = done {
@@ -854,7 +866,7 @@ impl HostCluster {
                     self.step.persists.push((shard, records.clone()));
                 }
                 let Some(d) = node.disks.values_mut().find(|d| d.id == shard) else { return };
-                if d.store.is_none() {
+                if !d.open {
                     return;
                 }
                 // The disk syncs at barriers: the last one's completion covers the batch.
@@ -877,25 +889,25 @@ impl HostCluster {
             Storage::Open { shard, table, install } => {
                 let key = (table.clone(), shard.key(), shard.generation);
                 if install.is_some() {
-                    node.disks.remove(&key); // a fresh directory
+                    node.disks.remove(&key); // a fresh log
                 }
-                let d = node.disks.entry(key).or_insert_with(|| SimShardDisk::new(shard));
+                let d = node.disks.entry(key).or_insert_with(|| SimShardDisk::new(shard, &table));
                 let fresh = install.is_some();
                 let result = (|| {
-                    if let Some(snapshot) = install {
-                        ShardStore::install_moved_in(
-                            d.backend.clone(),
-                            d.backend.clone(),
-                            sim_wal_config(),
-                            *snapshot,
-                        )
-                        .map_err(|e| e.to_string())?;
-                    }
-                    let (store, opened) =
-                        ShardStore::open(d.backend.clone(), d.backend.clone(), sim_wal_config())
+                    if node.store.is_none() {
+                        let (store, _) = NodeStore::open(node.backend.clone(), sim_wal_config())
                             .map_err(|e| e.to_string())?;
-                    d.store = Some(store);
-                    let state = opened.state;
+                        node.store = Some(store);
+                    }
+                    let store = node.store.as_mut().expect("just opened");
+                    let state = match install {
+                        Some(snapshot) => {
+                            store.install_shard(&d.tag, RecoveredState::moved_in(*snapshot))
+                        }
+                        None => store.open_shard(&d.tag),
+                    }
+                    .map_err(|e| e.to_string())?;
+                    d.open = true;
                     // What the store recovers is exactly what it synced (orca.md §9.6).
                     if !fresh && (state.entries != d.synced || state.hard_state != d.hard) {
                         return Err(format!(
@@ -918,7 +930,12 @@ impl HostCluster {
             Storage::Close { shard, table, remove } => {
                 let key = (table, shard.key(), shard.generation);
                 if remove {
-                    node.disks.remove(&key);
+                    if let Some(d) = node.disks.remove(&key) {
+                        let removed = node.store.as_mut().map(|s| s.remove_shard(&d.tag));
+                        if let Some(Err(e)) = removed {
+                            self.open_failures.push(format!("n{i}: removing {shard:?}: {e}"));
+                        }
+                    }
                 } else if let Some(d) = node.disks.get_mut(&key) {
                     // A runtime closes a store after its disk thread finished the batches it
                     // was given: up to the last barrier (the rest was never going to be
@@ -930,12 +947,15 @@ impl HostCluster {
                         .map(|(t, _)| *t)
                         .next_back();
                     if let Some(token) = last {
-                        if let Err(e) = d.complete(token) {
+                        if let Err(e) = d.complete(node.store.as_mut(), token) {
                             self.open_failures.push(format!("n{i}: closing {shard:?}: {e}"));
                         }
                     }
                     d.pending.clear();
-                    d.store = None;
+                    d.open = false;
+                    if let Some(store) = node.store.as_mut() {
+                        store.close_shard(&d.tag);
+                    }
                 }
             }
             Storage::Catalog { token, bytes } => {
