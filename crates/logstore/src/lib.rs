@@ -23,7 +23,7 @@ pub mod legacy;
 pub mod node;
 pub mod record;
 
-pub use node::NodeStore;
+pub use node::{NodeStore, StoreBug};
 pub use record::{Record, ShardTag};
 
 use strata_storage::{AppendError, FlushError, MetaLoadError, OpenError};

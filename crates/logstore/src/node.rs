@@ -38,6 +38,15 @@ use strata_storage::{RecoveryReport, StorageBackend, Wal, WalConfig};
 use crate::record::{Record, ShardTag};
 use crate::StoreError;
 
+/// Bugs a simulator plants to show its checks of the store would catch them (every checker
+/// has a canary, DESIGN.md). Never set in production.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StoreBug {
+    /// Recovery ignores the `HardState` records: a restarted replica forgets its epoch and
+    /// vote.
+    ForgetHardState,
+}
+
 /// One node's log: every shard replica's entries and hard state (module docs).
 pub struct NodeStore<B: StorageBackend + Clone> {
     backend: B,
@@ -50,12 +59,22 @@ pub struct NodeStore<B: StorageBackend + Clone> {
     /// Replicas closed since the log was read: reopening one reads the log again.
     closed: BTreeSet<ShardTag>,
     scratch: BytesMut,
+    planted: Option<StoreBug>,
 }
 
 impl<B: StorageBackend + Clone> NodeStore<B> {
     /// Opens (recovering) the node's log in `backend`'s directory and replays it per replica.
     pub fn open(backend: B, config: WalConfig) -> Result<(Self, RecoveryReport), StoreError> {
-        let (wal, recovered, report) = read(&backend, &config)?;
+        Self::open_planted(backend, config, None)
+    }
+
+    /// [`open`](Self::open) with a planted bug (simulator canaries only).
+    pub fn open_planted(
+        backend: B,
+        config: WalConfig,
+        planted: Option<StoreBug>,
+    ) -> Result<(Self, RecoveryReport), StoreError> {
+        let (wal, recovered, report) = read(&backend, &config, planted)?;
         let store = NodeStore {
             backend,
             config,
@@ -64,6 +83,7 @@ impl<B: StorageBackend + Clone> NodeStore<B> {
             open: BTreeMap::new(),
             closed: BTreeSet::new(),
             scratch: BytesMut::new(),
+            planted,
         };
         Ok((store, report))
     }
@@ -198,7 +218,7 @@ impl<B: StorageBackend + Clone> NodeStore<B> {
     /// Flushes, then reads the log again from disk (the rare reopening of a closed replica).
     fn reread(&mut self) -> Result<(), StoreError> {
         self.flush()?;
-        let (wal, mut recovered, _) = read(&self.backend, &self.config)?;
+        let (wal, mut recovered, _) = read(&self.backend, &self.config, self.planted)?;
         // Only closed replicas need the fresh state; the open ones own theirs.
         recovered.retain(|tag, _| !self.open.contains_key(tag));
         // The old handle wrote nothing since the flush; the new one continues the log.
@@ -215,6 +235,7 @@ type States = BTreeMap<ShardTag, RecoveredState>;
 fn read<B: StorageBackend + Clone>(
     backend: &B,
     config: &WalConfig,
+    planted: Option<StoreBug>,
 ) -> Result<(Wal<B>, States, RecoveryReport), StoreError> {
     let (wal, recovered) = Wal::open(backend.clone(), config.clone())?;
     if recovered.snapshot.is_some() {
@@ -246,6 +267,7 @@ fn read<B: StorageBackend + Clone>(
                 let keep = state.entries.partition_point(|e| e.index <= after);
                 state.entries.truncate(keep);
             }
+            Record::HardState(_) if planted == Some(StoreBug::ForgetHardState) => {}
             Record::HardState(h) => state.hard_state = h,
             Record::Reset => unreachable!("handled above"),
         }

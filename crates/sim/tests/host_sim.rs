@@ -82,6 +82,33 @@ fn host_sim_canary_a_move_that_drops_the_items_is_flagged() {
     assert!(with_writes >= 7, "too few runs wrote before their move: {with_writes}");
 }
 
+/// Canary: a node log whose recovery forgets the replicas' hard state (epoch and vote) is
+/// flagged by the reopen check (what the store recovers is exactly what it synced) in the runs
+/// where a crashed node restarts after voting or adopting an epoch (28 of the 29 seeds of
+/// `SEEDS` that crash a node).
+#[test]
+fn host_sim_canary_a_node_log_that_forgets_the_hard_state_is_flagged() {
+    let crashed: Vec<u64> =
+        SEEDS.filter(|&s| !HostKnobs::from_seed(s).crashes.is_empty()).collect();
+    let flagged: Vec<u64> = crashed
+        .iter()
+        .copied()
+        .filter(|&seed| {
+            let store_bug = Some(strata_logstore::StoreBug::ForgetHardState);
+            run_host(&HostKnobs { store_bug, ..HostKnobs::from_seed(seed) })
+                .violations
+                .iter()
+                .any(|v| v.contains("the log store recovered"))
+        })
+        .collect();
+    // A node that restarts before any of its replicas voted or adopted an epoch recovers the
+    // default hard state either way (seed 5): nine in ten is the bar.
+    assert!(
+        crashed.len() >= 5 && flagged.len() * 10 >= crashed.len() * 9,
+        "a node log that forgets the hard state went unnoticed: flagged {flagged:?} of {crashed:?}"
+    );
+}
+
 /// Canary: a move whose snapshot loses the completion records lets a retry that crosses the
 /// move execute again (the seeds with a reply blackout around the freeze have such retries),
 /// and it is flagged.

@@ -25,7 +25,7 @@ use std::time::Duration;
 use strata_core::{Prng, Route};
 use strata_host::{Audit, Host, HostConfig, HostEffects, ShardId, ShardKey, Storage};
 use strata_log::{HardState, LogEntry, Persist, RecoveredState};
-use strata_logstore::{NodeStore, ShardTag};
+use strata_logstore::{NodeStore, ShardTag, StoreBug};
 use strata_rc::RcConfig;
 use strata_storage::{SimBackend, WalConfig};
 use strata_wire::client::{ClientRequest, ClientResponse};
@@ -311,6 +311,8 @@ pub struct HostCluster {
     pub(crate) client_wakes: Vec<usize>,
     /// Every failure to start or open a shard replica, for the report.
     pub open_failures: Vec<String>,
+    /// A bug planted in every node's log store (a canary of the reopen check).
+    pub store_bug: Option<StoreBug>,
     /// Nodes whose `poll_timeout` did not move past a tick at its deadline: `(node, at)`.
     pub stuck: Vec<(usize, Instant)>,
     /// Inputs given to the hosts (one input is one atomic step).
@@ -401,6 +403,7 @@ impl HostCluster {
             client_inbox: Vec::new(),
             client_wakes: Vec::new(),
             open_failures: Vec::new(),
+            store_bug: None,
             stuck: Vec::new(),
             inputs: 0,
             drop_rule: None,
@@ -895,8 +898,12 @@ impl HostCluster {
                 let fresh = install.is_some();
                 let result = (|| {
                     if node.store.is_none() {
-                        let (store, _) = NodeStore::open(node.backend.clone(), sim_wal_config())
-                            .map_err(|e| e.to_string())?;
+                        let (store, _) = NodeStore::open_planted(
+                            node.backend.clone(),
+                            sim_wal_config(),
+                            self.store_bug,
+                        )
+                        .map_err(|e| e.to_string())?;
                         node.store = Some(store);
                     }
                     let store = node.store.as_mut().expect("just opened");

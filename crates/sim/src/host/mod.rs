@@ -53,6 +53,8 @@ pub struct HostKnobs {
     /// The safety phase's length; the liveness phase follows.
     pub safety_ms: u64,
     pub plant: Option<MovePlant>,
+    /// A bug planted in every node's log store (`strata_logstore::StoreBug`).
+    pub store_bug: Option<strata_logstore::StoreBug>,
     /// Every host's service-rate limit per shard leader (requests/s).
     pub shard_rate_limit: Option<u32>,
     /// The table's preferred shard leaders (`TableDef::leaders`); none by default.
@@ -125,6 +127,7 @@ impl HostKnobs {
             }],
             safety_ms,
             plant: None,
+            store_bug: None,
             shard_rate_limit: None,
             mail_every_ms: None,
             preferred_leaders: Vec::new(),
@@ -191,6 +194,7 @@ pub fn run_host(knobs: &HostKnobs) -> HostReport {
     let mut clients =
         Clients::new(&mut c, knobs.table(), knobs.writers, knobs.writes_each, knobs.moves.clone());
     clients.operator.plant = knobs.plant;
+    c.store_bug = knobs.store_bug;
     clients.mail_every = knobs.mail_every_ms.map(Duration::from_millis);
 
     // Safety phase: faults as drawn, in time order.
