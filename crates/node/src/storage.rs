@@ -245,13 +245,19 @@ fn warn_repaired(report: &RecoveryReport, what: &str) {
     }
 }
 
-/// Removes a directory and makes the removal durable (its parent fsynced).
+/// Removes an imported replica directory, and its table's directory once no replica of the
+/// table is left in it, and makes the removal durable (the parents fsynced).
 fn remove_dir(dir: &Path) -> std::io::Result<()> {
     std::fs::remove_dir_all(dir)?;
-    match dir.parent() {
-        Some(parent) => std::fs::File::open(parent)?.sync_all(),
-        None => Ok(()),
+    let Some(table_dir) = dir.parent() else { return Ok(()) };
+    // Fails, harmlessly, while another replica's directory is still there.
+    if std::fs::remove_dir(table_dir).is_ok() {
+        if let Some(tables) = table_dir.parent() {
+            std::fs::File::open(tables)?.sync_all()?;
+        }
+        return Ok(());
     }
+    std::fs::File::open(table_dir)?.sync_all()
 }
 
 /// The node's disk thread: stages whatever queued since the last flush, flushes once, and
@@ -455,6 +461,7 @@ mod tests {
         let got = disks.open(id(0), "t", None).unwrap();
         assert_eq!((got.hard_state, got.entries.clone()), (hs, vec![entry(1), entry(2)]));
         assert!(!legacy.exists(), "the old directory is gone once imported");
+        assert!(!legacy.parent().unwrap().exists(), "and its table's, empty");
         disks.submit(id(0), vec![(1, Persist::Append(vec![entry(3)])), (2, Persist::Sync)]);
         assert_eq!(persisted(&mut rx, 1), BTreeMap::from([(0, 2)]));
         stop(disks);
