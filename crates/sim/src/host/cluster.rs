@@ -195,10 +195,10 @@ pub enum Stepped {
 }
 
 /// One shard replica's part of its node's disk: survives crashes (what it synced). Records
-/// wait in `pending` for the disk's latency, then run through the node's store like a disk
-/// thread's round; `synced` mirrors what the store has synced of this replica (for the
-/// checkers' look-ups), and every reopen checks that the store's recovery reads back exactly
-/// that.
+/// wait in `pending` for the disk's latency, then go through the node's store in a flush
+/// round ([`flush_round`]: the barrier's replica, and every other replica's waiting records
+/// with it); `synced` mirrors what the store has synced of this replica (for the checkers'
+/// look-ups), and every reopen checks that the store's recovery reads back exactly that.
 struct SimShardDisk {
     id: ShardId,
     tag: ShardTag,
@@ -221,20 +221,20 @@ impl SimShardDisk {
         }
     }
 
-    /// The disk finished the batch up to barrier `token`: every pending record with a token
-    /// `<= token` runs through the store (which syncs), and the mirror follows.
-    fn complete(
-        &mut self,
-        store: Option<&mut NodeStore<SimBackend>>,
-        token: u64,
-    ) -> Result<(), String> {
-        let (done, rest): (Vec<_>, Vec<_>) =
-            std::mem::take(&mut self.pending).into_iter().partition(|(t, _)| *t <= token);
+    /// Hands the pending records with a token `<= upto` to the store's buffer, as the node's
+    /// disk thread stages a replica's queued batches; the mirror follows (the caller flushes
+    /// before anything else happens, so staged is as good as synced).
+    fn stage(&mut self, store: &mut NodeStore<SimBackend>, upto: u64) -> Result<(), String> {
+        let (staged, rest): (Vec<_>, Vec<_>) =
+            std::mem::take(&mut self.pending).into_iter().partition(|(t, _)| *t <= upto);
         self.pending = rest;
-        if done.is_empty() {
-            return Ok(()); // an earlier completion covered it
+        if staged.is_empty() {
+            return Ok(()); // an earlier flush took them
         }
-        for (_, p) in &done {
+        if !self.open {
+            return Err("the shard's store is closed".into());
+        }
+        for (_, p) in &staged {
             match p {
                 Persist::Append(es) => self.synced.extend(es.iter().cloned()),
                 Persist::Truncate { after } => self.synced.retain(|e| e.index <= *after),
@@ -242,13 +242,29 @@ impl SimShardDisk {
                 Persist::Sync => {}
             }
         }
-        let store = store.filter(|_| self.open).ok_or("the shard's store is closed")?;
-        match store.execute(&self.tag, done) {
-            Ok(Some(t)) if t <= token => Ok(()),
-            Ok(other) => Err(format!("a completed batch holds its barrier {token}: {other:?}")),
-            Err(e) => Err(e.to_string()),
-        }
+        store.stage(&self.tag, staged).map(|_| ()).map_err(|e| e.to_string())
     }
+}
+
+/// The node's disk finished a flush for `shard`'s barrier `token`: the records up to it, and —
+/// as the runtime's disk thread stages whatever is queued before it flushes — every other
+/// open replica's records waiting for the disk, durable with one flush (earlier than those
+/// replicas asked; each still learns at its own barrier's completion).
+fn flush_round(
+    store: Option<&mut NodeStore<SimBackend>>,
+    disks: &mut BTreeMap<(String, ShardKey, u32), SimShardDisk>,
+    shard: ShardId,
+    token: u64,
+) -> Result<(), String> {
+    let store = store.ok_or("the node's store is closed")?;
+    let Some(d) = disks.values_mut().find(|d| d.id == shard) else {
+        return Ok(()); // a removed replica's last batch
+    };
+    d.stage(store, token)?;
+    for other in disks.values_mut().filter(|o| o.open && o.id != shard) {
+        other.stage(store, u64::MAX)?;
+    }
+    store.flush().map_err(|e| e.to_string())
 }
 
 /// Whether a node processes its inputs.
@@ -687,10 +703,7 @@ impl HostCluster {
                     return Some(Stepped::Quiet); // the records were lost with the crash
                 }
                 // The disk finishes on time even if the node is paused: it learns later.
-                let done = match n.disks.values_mut().find(|d| d.id == shard) {
-                    Some(d) => d.complete(n.store.as_mut(), token),
-                    None => Ok(()), // a removed replica's last batch
-                };
+                let done = flush_round(n.store.as_mut(), &mut n.disks, shard, token);
                 if let Err(e) = done {
                     if let Some(h) = n.host.as_mut() {
                         h.on_shard_failed(shard, &e);
@@ -954,7 +967,12 @@ impl HostCluster {
                         .map(|(t, _)| *t)
                         .next_back();
                     if let Some(token) = last {
-                        if let Err(e) = d.complete(node.store.as_mut(), token) {
+                        let staged = node.store.as_mut().ok_or("the node's store is closed".into());
+                        let done = staged.and_then(|store| {
+                            d.stage(store, token)?;
+                            store.flush().map_err(|e| e.to_string())
+                        });
+                        if let Err(e) = done {
                             self.open_failures.push(format!("n{i}: closing {shard:?}: {e}"));
                         }
                     }
