@@ -53,6 +53,10 @@ pub struct UpArgs {
     /// unlimited): for benchmarks that must show hot spots on a small machine.
     #[arg(long, value_name = "PER_S")]
     pub shard_rate_limit: Option<u32>,
+    /// Threads of each node's runtime (`strata node --runtime-threads`). Default 1: the nodes
+    /// share this machine, and one thread each wakes the fewest threads per request.
+    #[arg(long, value_name = "N", default_value_t = 1)]
+    pub runtime_threads: usize,
     /// No TLS: peer links are not authenticated and every client may do everything. Only on a
     /// trusted machine (e.g. to measure what TLS costs). Default: TLS, with certificates made
     /// in <data-dir>/tls.
@@ -234,6 +238,7 @@ fn spawn(exe: &Path, args: &UpArgs, me: &NodeEntry, plan: &[NodeEntry]) -> std::
     if let Some(r) = args.shard_rate_limit {
         cmd.args(["--shard-rate-limit", &r.to_string()]);
     }
+    cmd.args(["--runtime-threads", &args.runtime_threads.to_string()]);
     if args.insecure_plaintext {
         cmd.arg("--insecure-plaintext");
     } else {

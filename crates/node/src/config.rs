@@ -47,6 +47,10 @@ pub const DEFAULT_LEASE_TERM_MS: u64 = 30 * 60 * 1000;
 /// Default `T_TX` per object (rifl.md R-D15, RAMCloud's 50 ms): a transaction lock held this
 /// long times the transaction's objects starts recovery.
 pub const DEFAULT_TXN_TIMEOUT_PER_OBJECT_MS: u64 = 50;
+/// Default threads of a node's runtime: TLS and connections in parallel with the core task.
+pub const DEFAULT_RUNTIME_THREADS: usize = 2;
+/// The most runtime threads accepted (the core is one task; more only adds wake-ups).
+pub const MAX_RUNTIME_THREADS: usize = 64;
 /// The shortest lease term accepted: a lease must outlive several renewal round trips.
 pub const MIN_LEASE_TERM_MS: u64 = 200;
 /// Default cluster id.
@@ -159,6 +163,12 @@ pub struct NodeConfig {
     /// closed (`ConnectionTimedOut`), milliseconds.
     #[serde(default = "default_partial_frame_timeout_ms")]
     pub partial_frame_timeout_ms: u64,
+    /// Threads of the node's runtime (sockets, TLS, timers, the core task; the disk has a
+    /// thread of its own). 1 runs everything on one thread, which costs the fewest wake-ups
+    /// and is what `strata up` gives each of its nodes, since they share one machine; a node
+    /// with a machine to itself gains from 2 or more (TLS and connections in parallel).
+    #[serde(default = "default_runtime_threads")]
+    pub runtime_threads: usize,
     /// Log line format (`RUST_LOG` chooses the level; default `info`).
     #[serde(default)]
     pub log_format: LogFormat,
@@ -244,6 +254,9 @@ fn default_release_timeout_max_ms() -> u64 {
 }
 fn default_lease_term_ms() -> u64 {
     DEFAULT_LEASE_TERM_MS
+}
+fn default_runtime_threads() -> usize {
+    DEFAULT_RUNTIME_THREADS
 }
 fn default_txn_timeout_per_object_ms() -> u64 {
     DEFAULT_TXN_TIMEOUT_PER_OBJECT_MS
@@ -351,6 +364,7 @@ impl Default for NodeConfig {
             release_timeout_max_ms: DEFAULT_RELEASE_TIMEOUT_MAX_MS,
             lease_term_ms: DEFAULT_LEASE_TERM_MS,
             shard_rate_limit: None,
+            runtime_threads: DEFAULT_RUNTIME_THREADS,
             txn_timeout_per_object_ms: DEFAULT_TXN_TIMEOUT_PER_OBJECT_MS,
             max_frame_bytes: DEFAULT_MAX_FRAME_BYTES,
             max_value_bytes: DEFAULT_MAX_VALUE_BYTES,
@@ -469,6 +483,12 @@ impl NodeConfig {
                 why: "0 ms would start recovery for every transaction at its first prepare".into(),
             });
         }
+        if !(1..=MAX_RUNTIME_THREADS).contains(&self.runtime_threads) {
+            return Err(ConfigError::Invalid {
+                what: "runtime_threads",
+                why: format!("{} is not between 1 and {MAX_RUNTIME_THREADS}", self.runtime_threads),
+            });
+        }
         if self.shard_rate_limit == Some(0) {
             return Err(ConfigError::Invalid {
                 what: "shard_rate_limit",
@@ -575,6 +595,10 @@ pub struct NodeArgs {
     /// (default: unlimited).
     #[arg(long, value_name = "PER_S")]
     pub shard_rate_limit: Option<u32>,
+    /// Threads of the node's runtime (default 2; 1: everything on one thread, the fewest
+    /// wake-ups, best when several nodes share a machine).
+    #[arg(long, value_name = "N")]
+    pub runtime_threads: Option<usize>,
     /// `T_TX` per object in milliseconds (default 50): how long a transaction lock is held
     /// before recovery finishes the transaction, times its objects.
     #[arg(long, value_name = "MS")]
@@ -610,6 +634,7 @@ struct PartialConfig {
     release_timeout_max_ms: Option<u64>,
     lease_term_ms: Option<u64>,
     shard_rate_limit: Option<u32>,
+    runtime_threads: Option<usize>,
     txn_timeout_per_object_ms: Option<u64>,
     max_frame_bytes: Option<usize>,
     max_value_bytes: Option<usize>,
@@ -685,6 +710,10 @@ impl NodeArgs {
                 .or(file.lease_term_ms)
                 .unwrap_or(DEFAULT_LEASE_TERM_MS),
             shard_rate_limit: self.shard_rate_limit.or(file.shard_rate_limit),
+            runtime_threads: self
+                .runtime_threads
+                .or(file.runtime_threads)
+                .unwrap_or(DEFAULT_RUNTIME_THREADS),
             txn_timeout_per_object_ms: self
                 .txn_timeout_per_object_ms
                 .or(file.txn_timeout_per_object_ms)
@@ -774,6 +803,7 @@ mod tests {
         assert_eq!((cfg.idle_timeout_ms, cfg.partial_frame_timeout_ms), (60_000, 10_000));
         assert_eq!(cfg.log_format, LogFormat::Text);
         assert_eq!(cfg.txn_timeout_per_object_ms, 50, "T_TX per object: RAMCloud's 50 ms");
+        assert_eq!(cfg.runtime_threads, 2);
         let bounds = "max_connections = 10\nmax_connections_per_ip = 2\nidle_timeout_ms = 0\n";
         let cfg = NodeConfig::from_toml(&format!("{text}{bounds}")).unwrap();
         assert_eq!(
@@ -829,6 +859,8 @@ mod tests {
         );
         assert_eq!(invalid(|c| c.partial_frame_timeout_ms = 0), "partial_frame_timeout_ms");
         assert_eq!(invalid(|c| c.txn_timeout_per_object_ms = 0), "txn_timeout_per_object_ms");
+        assert_eq!(invalid(|c| c.runtime_threads = 0), "runtime_threads");
+        assert_eq!(invalid(|c| c.runtime_threads = MAX_RUNTIME_THREADS + 1), "runtime_threads");
     }
 
     #[test]
@@ -843,10 +875,12 @@ mod tests {
             peers: vec!["0=127.0.0.1:7100".parse().unwrap(), "2=127.0.0.1:7102".parse().unwrap()],
             cluster_id: Some(9),
             txn_timeout_per_object_ms: Some(400),
+            runtime_threads: Some(1),
             ..NodeArgs::default()
         };
         let cfg = args.resolve().unwrap();
         assert_eq!((cfg.node_id, cfg.cluster_id, cfg.peers.len()), (1, 9, 2));
+        assert_eq!(cfg.runtime_threads, 1, "the flag over the file's 2");
         assert_eq!(cfg.txn_timeout_per_object_ms, 400, "the flag over the file's 50");
         assert_eq!(cfg.client_addr, "127.0.0.1:7000".parse().unwrap(), "kept from the file");
         assert_eq!((cfg.release_timeout_ms, cfg.release_timeout_max_ms), (5, 100));

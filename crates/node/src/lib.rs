@@ -396,12 +396,17 @@ pub fn init_tracing(format: LogFormat) {
 /// gracefully. Sets up logging and a small tokio runtime.
 pub fn run_blocking(cfg: NodeConfig) -> Result<(), StartError> {
     init_tracing(cfg.log_format);
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .thread_name("strata-node")
-        .enable_all()
-        .build()
-        .map_err(StartError::Runtime)?;
+    // One thread: every task on the calling thread, no cross-thread wake-ups.
+    let mut builder = match cfg.runtime_threads {
+        1 => tokio::runtime::Builder::new_current_thread(),
+        n => {
+            let mut b = tokio::runtime::Builder::new_multi_thread();
+            b.worker_threads(n);
+            b
+        }
+    };
+    let rt =
+        builder.thread_name("strata-node").enable_all().build().map_err(StartError::Runtime)?;
     rt.block_on(async move {
         use tokio::signal::unix::{signal, SignalKind};
         let mut term = signal(SignalKind::terminate()).map_err(StartError::Runtime)?;
