@@ -155,6 +155,7 @@ impl Driver {
             notified: Default::default(),
         };
         d.execute_checked(TokioInstant::now())?;
+        d.disks.kick();
         Ok(d)
     }
 
@@ -206,6 +207,8 @@ impl Driver {
             self.host.on_tick(self.clock.now(at));
             self.execute(at);
             self.pump_deferred(at);
+            // Whatever this step logged, to the disk thread in one request.
+            self.disks.kick();
             let busy = woke.elapsed();
             if busy >= STALL_WARN {
                 warn!(
@@ -221,6 +224,7 @@ impl Driver {
         }
         self.execute(at);
         self.pump_deferred(at);
+        self.disks.kick();
         for route in self.routes.keys().copied().collect::<Vec<_>>() {
             self.notify_stopping(route);
         }

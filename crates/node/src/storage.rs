@@ -10,7 +10,9 @@
 //! `Sync`/`HardState` token to the core task, which hands it to the host
 //! (`on_shard_persisted`). Records that arrive while it flushes wait for the next flush: group
 //! commit across the node's shards. Appends stay in the WAL's user-space buffer until a
-//! flush, so a SIGKILL loses exactly what a power failure would.
+//! flush, so a SIGKILL loses exactly what a power failure would. The core task hands over
+//! what one of its steps produced in one request ([`Disks::kick`]): the thread is woken once
+//! per step, not once per replica's batch (a wake-up is a futex call and a context switch).
 //!
 //! Opening a replica (and, for a moved-in shard, writing its first entry) also goes through
 //! the thread, in order with the records before it; the core task waits for the answer. Those
@@ -67,10 +69,8 @@ type Batch = Vec<(u64, Persist)>;
 
 /// A request to the disk thread.
 enum Job {
-    Log {
-        shard: ShardId,
-        records: Batch,
-    },
+    /// Replicas' records, each replica's in token order.
+    Log(Vec<(ShardId, Batch)>),
     /// Opens a replica, first replacing what the log holds of it with `install` if given.
     Open {
         shard: ShardId,
@@ -97,12 +97,20 @@ pub(crate) struct Disks {
     /// Started by the first replica that opens.
     thread: Option<DiskThread>,
     open: BTreeSet<ShardId>,
+    /// Records submitted since the last [`Disks::kick`].
+    queued: Vec<(ShardId, Batch)>,
     done: mpsc::UnboundedSender<DiskDone>,
 }
 
 impl Disks {
     pub fn new(data_dir: &Path, done: mpsc::UnboundedSender<DiskDone>) -> Disks {
-        Disks { data_dir: data_dir.to_path_buf(), thread: None, open: BTreeSet::new(), done }
+        Disks {
+            data_dir: data_dir.to_path_buf(),
+            thread: None,
+            open: BTreeSet::new(),
+            queued: Vec::new(),
+            done,
+        }
     }
 
     fn tables_dir(&self) -> PathBuf {
@@ -163,6 +171,7 @@ impl Disks {
             None => None,
         };
         let tag = ShardTag::new(table, id.shard, id.generation);
+        self.kick(); // in order with the records before it
         let thread = self.thread()?;
         let (reply, answer) = std_mpsc::sync_channel(1);
         let gone = || "the node's disk thread stopped (an earlier IO error)".to_string();
@@ -196,14 +205,26 @@ impl Disks {
         Ok(self.thread.as_ref().expect("just started"))
     }
 
-    /// `Storage::Log`.
+    /// `Storage::Log`: queued until [`Disks::kick`].
     pub fn submit(&mut self, id: ShardId, records: Batch) {
-        let Some(thread) = self.thread.as_ref().filter(|_| self.open.contains(&id)) else {
+        if self.thread.is_some() && self.open.contains(&id) {
+            self.queued.push((id, records));
+        }
+    }
+
+    /// Hands every record submitted since the last kick to the disk thread, in one request.
+    /// The driver calls it at the end of each step of its loop.
+    pub fn kick(&mut self) {
+        if self.queued.is_empty() {
             return;
-        };
-        if thread.tx.send(Job::Log { shard: id, records }).is_err() {
-            let _ =
-                self.done.send(DiskDone::Failed { shard: id, error: "disk thread gone".into() });
+        }
+        let Some(thread) = &self.thread else { return };
+        let batches = std::mem::take(&mut self.queued);
+        if let Err(std_mpsc::SendError(Job::Log(batches))) = thread.tx.send(Job::Log(batches)) {
+            for (shard, _) in batches {
+                let error = "disk thread gone".into();
+                let _ = self.done.send(DiskDone::Failed { shard, error });
+            }
         }
     }
 
@@ -211,6 +232,7 @@ impl Disks {
     /// with others'); with `remove`, its log is forgotten durably.
     pub fn close(&mut self, id: ShardId, remove: bool) {
         if self.open.remove(&id) {
+            self.kick(); // its last records first
             if let Some(thread) = &self.thread {
                 let _ = thread.tx.send(Job::Close { shard: id, remove });
             }
@@ -222,6 +244,7 @@ impl Disks {
     /// caller.
     pub fn close_all(&mut self) -> Option<std::thread::JoinHandle<()>> {
         self.open.clear();
+        self.queued.clear();
         self.thread.take().map(|t| t.thread)
     }
 }
@@ -305,10 +328,12 @@ fn run_job(
 ) -> Result<(), String> {
     let fatal = |e: StoreError| e.to_string();
     match job {
-        Job::Log { shard, records } => {
-            let Some(tag) = tags.get(&shard) else { return Ok(()) };
-            if let Some(token) = store.stage(tag, records).map_err(fatal)? {
-                barriers.insert(shard, token);
+        Job::Log(batches) => {
+            for (shard, records) in batches {
+                let Some(tag) = tags.get(&shard) else { continue };
+                if let Some(token) = store.stage(tag, records).map_err(fatal)? {
+                    barriers.insert(shard, token);
+                }
             }
         }
         Job::Open { shard, tag, install, reply } => {
@@ -425,9 +450,11 @@ mod tests {
             let records = vec![(1, Persist::Append(vec![entry(1), entry(2)])), (2, Persist::Sync)];
             disks.submit(id(shard), records);
         }
+        disks.kick();
         assert_eq!(persisted(&mut rx, 3), BTreeMap::from([(0, 2), (1, 2), (2, 2)]));
         disks.close(id(1), true);
         disks.submit(id(2), vec![(3, Persist::Append(vec![entry(3)]))]); // never synced
+        disks.kick();
         stop(disks);
         assert!(dir.join("wal").is_dir() && !dir.join("tables").exists(), "one log per node");
         let mut disks = Disks::new(&dir, tx);
@@ -463,6 +490,7 @@ mod tests {
         assert!(!legacy.exists(), "the old directory is gone once imported");
         assert!(!legacy.parent().unwrap().exists(), "and its table's, empty");
         disks.submit(id(0), vec![(1, Persist::Append(vec![entry(3)])), (2, Persist::Sync)]);
+        disks.kick();
         assert_eq!(persisted(&mut rx, 1), BTreeMap::from([(0, 2)]));
         stop(disks);
         let mut disks = Disks::new(&dir, tx);
