@@ -55,7 +55,8 @@ pub struct UpArgs {
     pub shard_rate_limit: Option<u32>,
     /// Threads of each node's runtime (`strata node --runtime-threads`). Default 1: the nodes
     /// share this machine, and one thread each wakes the fewest threads per request.
-    #[arg(long, value_name = "N", default_value_t = 1)]
+    #[arg(long, value_name = "N", default_value_t = 1,
+        value_parser = strata_node::runtime_threads_parser())]
     pub runtime_threads: usize,
     /// No TLS: peer links are not authenticated and every client may do everything. Only on a
     /// trusted machine (e.g. to measure what TLS costs). Default: TLS, with certificates made

@@ -255,6 +255,11 @@ fn default_release_timeout_max_ms() -> u64 {
 fn default_lease_term_ms() -> u64 {
     DEFAULT_LEASE_TERM_MS
 }
+/// `--runtime-threads`: 1 to [`MAX_RUNTIME_THREADS`], refused by the parser otherwise.
+pub fn runtime_threads_parser() -> clap::builder::RangedU64ValueParser<usize> {
+    clap::builder::RangedU64ValueParser::new().range(1..=MAX_RUNTIME_THREADS as u64)
+}
+
 fn default_runtime_threads() -> usize {
     DEFAULT_RUNTIME_THREADS
 }
@@ -597,7 +602,7 @@ pub struct NodeArgs {
     pub shard_rate_limit: Option<u32>,
     /// Threads of the node's runtime (default 2; 1: everything on one thread, the fewest
     /// wake-ups, best when several nodes share a machine).
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", value_parser = runtime_threads_parser())]
     pub runtime_threads: Option<usize>,
     /// `T_TX` per object in milliseconds (default 50): how long a transaction lock is held
     /// before recovery finishes the transaction, times its objects.
@@ -956,6 +961,24 @@ mod tests {
             both.validate(),
             Err(ConfigError::Invalid { what: "insecure_plaintext", .. })
         ));
+    }
+
+    #[test]
+    fn runtime_threads_out_of_range_is_refused_by_the_flag_parser() {
+        #[derive(clap::Parser)]
+        struct Cli {
+            #[command(flatten)]
+            args: NodeArgs,
+        }
+        let parse = |n: &str| {
+            <Cli as clap::Parser>::try_parse_from(["strata-node", "--runtime-threads", n])
+                .map(|c| c.args.runtime_threads)
+        };
+        assert_eq!(parse("1").unwrap(), Some(1));
+        assert_eq!(parse("64").unwrap(), Some(64));
+        for bad in ["0", "65", "-1", "many"] {
+            assert!(parse(bad).is_err(), "--runtime-threads {bad}");
+        }
     }
 
     #[test]

@@ -42,7 +42,9 @@ use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 use tracing::{error, info, warn};
 
-pub use config::{ConfigError, LogFormat, NodeArgs, NodeConfig, PeerConfig, TlsFiles};
+pub use config::{
+    runtime_threads_parser, ConfigError, LogFormat, NodeArgs, NodeConfig, PeerConfig, TlsFiles,
+};
 
 use shared::{ConnBounds, Counters, Tasks, WireSettings};
 use transport::PeerLink;
