@@ -393,23 +393,60 @@ pause_process_later() {
     PIDS+=("$PAUSER_PID")
 }
 
+# ---- TLS for the peers (Redis, etcd): the same footing as Strata's default -----------------------
+# Strata's links are TLS 1.3 unless started with --insecure-plaintext. With PEER_TLS_DIR set
+# (make_peer_certs), start_etcd and start_redis serve TLS only and require a client
+# certificate, as Strata's nodes do, and PEER_TLS_FLAGS holds `strata bench`'s flags for them.
+
+# A throwaway CA (ECDSA P-256) and a server and a client certificate from it, both naming
+# localhost and 127.0.0.1 (crates/bench/src/peer_tls.rs), with openssl; sets PEER_TLS_DIR and
+# PEER_TLS_FLAGS. Usage: make_peer_certs DIR
+make_peer_certs() {
+    local dir=$1 name
+    command -v openssl >/dev/null || apt_install openssl
+    mkdir -p "$dir"
+    openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 2 \
+        -subj "/CN=strata bench peer CA" -keyout "$dir/ca.key" -out "$dir/ca.pem" 2>/dev/null ||
+        die "openssl could not make the peers' CA"
+    for name in server client; do
+        openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -subj "/CN=$name" \
+            -keyout "$dir/$name.key" -out "$dir/$name.csr" 2>/dev/null &&
+            openssl x509 -req -in "$dir/$name.csr" -CA "$dir/ca.pem" -CAkey "$dir/ca.key" \
+                -CAcreateserial -days 2 -out "$dir/$name.pem" \
+                -extfile <(printf 'subjectAltName=DNS:localhost,IP:127.0.0.1\nextendedKeyUsage=serverAuth,clientAuth\n') \
+                2>/dev/null || die "openssl could not issue the peers' $name certificate"
+    done
+    chmod 600 "$dir"/*.key
+    PEER_TLS_DIR=$dir
+    PEER_TLS_FLAGS=(--tls-ca "$dir/ca.pem" --tls-cert "$dir/client.pem" --tls-key "$dir/client.key")
+}
+
 # Starts a 3-member etcd cluster (NODES members) on loopback from ETCD_PORT (first free from
 # 12379: client ports ETCD_PORT+i, peer ports ETCD_PORT+100+i), data under $1 (created), logs in
 # $RESULTS/etcd-e<i>.log, and waits until it is healthy; sets ETCD_ENDPOINTS. The members are
-# stopped on exit with the script's other processes. Usage: start_etcd DATA_DIR
+# stopped on exit with the script's other processes. With PEER_TLS_DIR, clients and members
+# speak TLS and present certificates (`--client-cert-auth`, `--peer-client-cert-auth`).
+# Usage: start_etcd DATA_DIR
 start_etcd() {
-    local dir=$1 initial="" i c p
+    local dir=$1 initial="" i c p scheme=http tls=()
+    if [ -n "${PEER_TLS_DIR:-}" ]; then
+        scheme=https
+        tls=(--cert-file "$PEER_TLS_DIR/server.pem" --key-file "$PEER_TLS_DIR/server.key"
+            --trusted-ca-file "$PEER_TLS_DIR/ca.pem" --client-cert-auth
+            --peer-cert-file "$PEER_TLS_DIR/server.pem" --peer-key-file "$PEER_TLS_DIR/server.key"
+            --peer-trusted-ca-file "$PEER_TLS_DIR/ca.pem" --peer-client-cert-auth)
+    fi
     ETCD_PORT=${ETCD_PORT:-$(free_base_port 12379 10 12579 "$NODES" 100)} || die "no free port for etcd"
-    for i in $(seq 0 $((NODES - 1))); do initial+="${initial:+,}e$i=http://127.0.0.1:$((ETCD_PORT + 100 + i))"; done
+    for i in $(seq 0 $((NODES - 1))); do initial+="${initial:+,}e$i=$scheme://127.0.0.1:$((ETCD_PORT + 100 + i))"; done
     ETCD_ENDPOINTS=""
     ETCD_PIDS=()
     for i in $(seq 0 $((NODES - 1))); do
         c=$((ETCD_PORT + i)) p=$((ETCD_PORT + 100 + i))
         etcd --name "e$i" --data-dir "$dir/e$i" \
-            --listen-client-urls "http://127.0.0.1:$c" --advertise-client-urls "http://127.0.0.1:$c" \
-            --listen-peer-urls "http://127.0.0.1:$p" --initial-advertise-peer-urls "http://127.0.0.1:$p" \
+            --listen-client-urls "$scheme://127.0.0.1:$c" --advertise-client-urls "$scheme://127.0.0.1:$c" \
+            --listen-peer-urls "$scheme://127.0.0.1:$p" --initial-advertise-peer-urls "$scheme://127.0.0.1:$p" \
             --initial-cluster "$initial" --initial-cluster-state new --initial-cluster-token strata-bench \
-            --log-level warn >"$RESULTS/etcd-e$i.log" 2>&1 &
+            "${tls[@]}" --log-level warn >"$RESULTS/etcd-e$i.log" 2>&1 &
         PIDS+=($!)
         ETCD_PIDS+=($!)
         ETCD_ENDPOINTS+="${ETCD_ENDPOINTS:+,}127.0.0.1:$c"
@@ -426,13 +463,24 @@ stop_etcd() {
     for p in "${ETCD_PIDS[@]}"; do forget_pid "$p"; done
     ETCD_PIDS=()
 }
-etcd_healthy() { ETCDCTL_API=3 etcdctl --endpoints "$ETCD_ENDPOINTS" endpoint health >/dev/null 2>&1; }
+etcd_healthy() {
+    local tls=()
+    [ -n "${PEER_TLS_DIR:-}" ] &&
+        tls=(--cacert "$PEER_TLS_DIR/ca.pem" --cert "$PEER_TLS_DIR/client.pem" --key "$PEER_TLS_DIR/client.key")
+    ETCDCTL_API=3 etcdctl --endpoints "$ETCD_ENDPOINTS" "${tls[@]}" endpoint health >/dev/null 2>&1
+}
 
 # Starts redis-server on 127.0.0.1:REDIS_PORT without persistence and waits until it listens;
 # sets REDIS_PID. Stopped on exit with the script's other processes, or by stop_redis.
 # Arguments are more redis-server options, which override these (e.g. `--appendonly yes`).
+# With PEER_TLS_DIR the port serves TLS only and requires a client certificate.
 start_redis() {
-    redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --save '' --appendonly no --daemonize no "$@" \
+    local port=(--port "$REDIS_PORT")
+    [ -n "${PEER_TLS_DIR:-}" ] &&
+        port=(--port 0 --tls-port "$REDIS_PORT" --tls-cert-file "$PEER_TLS_DIR/server.pem"
+            --tls-key-file "$PEER_TLS_DIR/server.key" --tls-ca-cert-file "$PEER_TLS_DIR/ca.pem"
+            --tls-auth-clients yes)
+    redis-server "${port[@]}" --bind 127.0.0.1 --save '' --appendonly no --daemonize no "$@" \
         >>"$RESULTS/redis-server.log" 2>&1 &
     REDIS_PID=$!
     PIDS+=("$REDIS_PID")

@@ -16,12 +16,18 @@
 #      keys read one after the other, and read in one request (`--txn-read-many`: Strata
 #      `Transaction::read_many_for_update`, one request per shard; Redis `WATCH` and `MGET` in
 #      one write; etcd one `Txn` of `Range`s) — runs `many-*`.
+#  Every system on the same transport (TLS): TLS=on (the default) runs Strata as `strata up`
+#  starts it (TLS 1.3 on every link) and etcd and Redis over TLS too, with client
+#  certificates required (clients and etcd's members; certificates from a throwaway CA,
+#  make_peer_certs in scripts/bench-lib.sh); TLS=off runs every system on plain TCP (Strata
+#  with --insecure-plaintext).
 #
 #   scripts/bench-txn.sh                       # ~10 minutes on 2 cores (RUNS=5: 15)
 #   RUNS=1 DURATION=1 scripts/bench-txn.sh     # a quick look
+#   TLS=off scripts/bench-txn.sh               # every system on plain TCP
 #
 # Knobs (environment): RUNS (3), DURATION (3 s), WARMUP (0.5 s), PARTICIPANTS ("1 2 3 4 5"),
-# KEYS (1000), ZKEYS (100), CONTENDED (2), READS ("each many"), ETCD (1), REDIS (1) (each also part b against
+# KEYS (1000), ZKEYS (100), CONTENDED (2), READS ("each many"), TLS (on), ETCD (1), REDIS (1) (each also part b against
 # that system; missing etcd-server, protobuf-compiler or redis-server are installed with
 # apt-get, and `strata` is built with `--features etcd`), RESULTS, CARGO_TARGET_DIR;
 # QUIET_* (the idle-machine gate, scripts/bench-lib.sh). Prints markdown tables (also in
@@ -41,6 +47,7 @@ CONTENDED=${CONTENDED:-2}
 READS=${READS:-"each many"}
 REDIS=${REDIS:-1}
 ETCD=${ETCD:-1}
+TLS=${TLS:-on}
 RESULTS=${RESULTS:-${CARGO_TARGET_DIR:-$ROOT/target}/bench-results/txn-$(date +%Y%m%d-%H%M%S)}
 REDIS_PORT=${REDIS_PORT:-6399}
 NODES=3
@@ -58,8 +65,15 @@ if [ "$ETCD" = 1 ]; then
 fi
 build_strata "${features[@]}"
 describe_machine | tee "$RESULTS/machine.txt" >&2
-echo "settings: runs=$RUNS duration=${DURATION}s participants=[$PARTICIPANTS] keys=$KEYS zkeys=$ZKEYS contended=$CONTENDED reads=[$READS] etcd=$ETCD redis=$REDIS" \
+echo "settings: runs=$RUNS duration=${DURATION}s participants=[$PARTICIPANTS] keys=$KEYS zkeys=$ZKEYS contended=$CONTENDED reads=[$READS] tls=$TLS etcd=$ETCD redis=$REDIS" \
     | tee -a "$RESULTS/machine.txt" >&2
+# The peers' flags for `strata bench` (their TLS credentials, or nothing).
+PEER_TLS_FLAGS=()
+case "$TLS" in
+    on) make_peer_certs "$WORK/peer-tls" ;;
+    off) STRATA_UP_FLAGS="${STRATA_UP_FLAGS:-} --insecure-plaintext" ;;
+    *) die "TLS=$TLS: use on (every system over TLS) or off (every system on plain TCP)" ;;
+esac
 
 start_strata
 strata_cli table create bank --txn rifl --shards 5 >&2
@@ -107,24 +121,24 @@ stop_strata
 if [ "$ETCD" = 1 ]; then
     start_etcd "$WORK/etcd"
     for run in $(seq 1 "$RUNS"); do
-        both etcd "$run" --target etcd --endpoints "$ETCD_ENDPOINTS" "${common[@]}"
+        both etcd "$run" --target etcd --endpoints "$ETCD_ENDPOINTS" "${common[@]}" "${PEER_TLS_FLAGS[@]}"
     done
     stop_etcd
 fi
 if [ "$REDIS" = 1 ]; then
     start_redis
     for run in $(seq 1 "$RUNS"); do
-        both redis "$run" --target redis --endpoints "127.0.0.1:$REDIS_PORT" "${common[@]}"
+        both redis "$run" --target redis --endpoints "127.0.0.1:$REDIS_PORT" "${common[@]}" "${PEER_TLS_FLAGS[@]}"
     done
     stop_redis
     start_redis --appendonly yes --appendfsync always --dir "$WORK"
     for run in $(seq 1 "$RUNS"); do
-        both redis-aof "$run" --target redis --endpoints "127.0.0.1:$REDIS_PORT" "${common[@]}"
+        both redis-aof "$run" --target redis --endpoints "127.0.0.1:$REDIS_PORT" "${common[@]}" "${PEER_TLS_FLAGS[@]}"
     done
     stop_redis
 fi
 
-summarize txn "$RESULTS" "$RUNS" "$PARTICIPANTS" "$CONTENDED"
+summarize txn "$RESULTS" "$RUNS" "$PARTICIPANTS" "$CONTENDED" "$TLS"
 plot_chart txn "$RESULTS/txn-participants.png" "$RESULTS" "$PARTICIPANTS"
-plot_chart txn-systems "$RESULTS/txn-systems.png" "$RESULTS"
+plot_chart txn-systems "$RESULTS/txn-systems.png" "$RESULTS" "$TLS"
 log "results in $RESULTS"

@@ -107,9 +107,10 @@ def txn(results, participants):
         categories=ks)]}
 
 
-def txn_systems(results):
+def txn_systems(results, tls=None):
     """bench-txn.sh part (b): committed transactions per second of every system, per workload
-    and read mode (log scale: in-memory Redis and contended etcd are 200x apart)."""
+    and read mode (log scale: in-memory Redis and contended etcd are 200x apart); TLS (on or
+    off, the script's setting) goes into the title."""
     from .tables import TXN_SYSTEMS
     cases = [(f"{m}{w}", f"{what}, {how}") for m, how in (("", "keys one at a time"), ("many-", "keys in one request"))
              for w, what in (("uni", "uniform"), ("zipf", "contention"))]
@@ -117,7 +118,8 @@ def txn_systems(results):
     series = [{"label": label, "values": [throughput(runs(results, f"{p}-{name}")) for p, _ in cases]}
               for name, label in TXN_SYSTEMS if any(runs(results, f"{p}-{name}") for p, _ in cases)]
     return {"width": 1300, "height": 520, "panels": [panel(
-        "bars", "2-key read-modify-write transactions, 4 clients x 4 sessions (bench-txn.sh part b)", "",
+        "bars", "2-key read-modify-write transactions, 4 clients x 4 sessions (bench-txn.sh part b)"
+        + {"on": ", every system over TLS", "off": ", every system on plain TCP"}.get(tls, ""), "",
         "committed transactions/s (median of runs, log scale)", series, categories=[label for _, label in cases],
         y_log=True, y_min=100, y_max=500_000)]}  # headroom above the bars for the legend
 

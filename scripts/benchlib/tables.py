@@ -421,9 +421,16 @@ def txn_abort_mix(reports):
     return ", ".join(f"{k} {v}" for k, v in sorted(total.items(), key=lambda kv: -kv[1])) or "-"
 
 
-def txn(results, n_runs, participants, contended):
+TXN_TRANSPORT = {
+    "on": "every system over TLS 1.3 with client certificates (Strata as `strata up` starts it; etcd's clients and members, Redis' `tls-port`)",
+    "off": "every system on plain TCP (Strata with `--insecure-plaintext`)",
+}
+
+
+def txn(results, n_runs, participants, contended, tls="on"):
     """scripts/bench-txn.sh: transactions by participant count, then the same read-modify-write
-    against etcd's `txn` and Redis WATCH/MULTI/EXEC, uniform and under contention."""
+    against etcd's `txn` and Redis WATCH/MULTI/EXEC, uniform and under contention; TLS is the
+    script's TLS setting (every system's transport)."""
     participants = participants.split()
     print(f"Strata transactions of K objects in K distinct shards (K participants), 1 client x 1 session; median of {n_runs} runs.\n")
     print("| participants | commit p50 µs | ratio to 1 | commit p99 µs | transaction p50 µs (reads + commit) | committed/s | committed/s, 4x4 loops |")
@@ -444,7 +451,8 @@ def txn(results, n_runs, participants, contended):
             continue
         strata = throughput(runs(results, f"{prefix}-strata"))
         one = throughput(runs(results, f"{prefix}-strata-one"))
-        print(f"\nThe same read-modify-write of {contended} keys ({what}; {how}), 4 clients x 4 sessions, side by side; median of {n_runs} runs:\n")
+        print(f"\nThe same read-modify-write of {contended} keys ({what}; {how}), 4 clients x 4 sessions, side by side, "
+              f"{TXN_TRANSPORT.get(tls, tls)}; median of {n_runs} runs:\n")
         print("| system | committed/s | Strata 5 shards / system | Strata 1 shard / system | aborted attempts per commit | transaction p50 / p99 µs | commit p50 µs | aborts by reason (all runs) |")
         print("|---|---:|---:|---:|---:|---:|---:|---|")
         for name, label in TXN_SYSTEMS:

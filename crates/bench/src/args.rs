@@ -1,12 +1,13 @@
 //! The benchmark's settings: command-line flags (`strata bench --help`) and their checks.
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 use strata_client::LeasePolicy;
 
 use crate::keys::min_key_size;
+use crate::peer_tls::PeerTls;
 use crate::BenchError;
 
 /// Redis' usual address, used when `--target redis` is given no `--endpoints`.
@@ -338,18 +339,19 @@ pub struct ConnArgs {
     #[arg(long, value_name = "ID")]
     pub cluster_id: Option<u64>,
 
-    /// Strata only: the cluster CA's certificate (PEM); with it the connections use TLS.
-    /// Default (`strata bench`): the credentials every command finds in `<data-dir>/tls`,
-    /// unless the cluster runs without TLS.
+    /// The CA's certificate (PEM); with it the connections use TLS 1.3. Strata: the cluster's
+    /// CA; default (`strata bench`): the credentials every command finds in
+    /// `<data-dir>/tls`, unless the cluster runs without TLS. Redis and etcd: the CA of
+    /// servers whose certificates name `localhost` (default: plain TCP).
     #[arg(long, value_name = "FILE")]
     #[serde(default)]
     pub tls_ca: Option<PathBuf>,
-    /// Strata only: the client certificate (PEM) the connections present; its role must allow
-    /// the workload (write). Default: `<data-dir>/tls/client.pem`.
+    /// The client certificate (PEM) the connections present. Strata: its role must allow the
+    /// workload (write); default: `<data-dir>/tls/client.pem`.
     #[arg(long, value_name = "FILE")]
     #[serde(default)]
     pub tls_cert: Option<PathBuf>,
-    /// Strata only: the private key of --tls-cert (PEM).
+    /// The private key of --tls-cert (PEM).
     #[arg(long, value_name = "FILE")]
     #[serde(default)]
     pub tls_key: Option<PathBuf>,
@@ -379,22 +381,22 @@ impl Default for ConnArgs {
 }
 
 impl ConnArgs {
+    /// `--tls-cert` and `--tls-key`, which go together.
+    fn cert_key(&self) -> Result<Option<(&Path, &Path)>, BenchError> {
+        match (&self.tls_cert, &self.tls_key) {
+            (Some(c), Some(k)) => Ok(Some((c.as_path(), k.as_path()))),
+            (None, None) => Ok(None),
+            _ => Err(BenchError::InvalidArgs("--tls-cert and --tls-key go together".into())),
+        }
+    }
+
     /// The options every Strata connection of a run starts from: the cluster id, and TLS with
     /// `--tls-ca` (and the client certificate) when given.
     pub fn strata_options(&self) -> Result<strata_client::ClientOptions, BenchError> {
         let tls = match &self.tls_ca {
             None => None,
             Some(ca) => {
-                let pair = match (&self.tls_cert, &self.tls_key) {
-                    (Some(c), Some(k)) => Some((c.as_path(), k.as_path())),
-                    (None, None) => None,
-                    _ => {
-                        return Err(BenchError::InvalidArgs(
-                            "--tls-cert and --tls-key go together".into(),
-                        ))
-                    }
-                };
-                let tls = strata_client::ClientTls::load(ca, pair)
+                let tls = strata_client::ClientTls::load(ca, self.cert_key()?)
                     .map_err(|e| BenchError::Credentials(e.to_string()))?;
                 Some(tls)
             }
@@ -404,6 +406,13 @@ impl ConnArgs {
             tls,
             ..strata_client::ClientOptions::default()
         })
+    }
+
+    /// The TLS of a run's Redis or etcd connections: `--tls-ca` (and the client certificate)
+    /// when given, else plain TCP.
+    pub fn peer_tls(&self) -> Result<Option<PeerTls>, BenchError> {
+        let Some(ca) = &self.tls_ca else { return Ok(None) };
+        PeerTls::load(ca, self.cert_key()?).map(Some).map_err(BenchError::Credentials)
     }
 }
 
@@ -785,6 +794,17 @@ impl ConnArgs {
                     "--client-delay-ms {d:?}: give one or more delays of 0 ms or more"
                 ));
             }
+        }
+        if self.target == Target::Zookeeper && (self.tls_ca.is_some() || self.tls_cert.is_some()) {
+            return bad(
+                "--tls-ca and --tls-cert: the zookeeper target connects over plain TCP only".into(),
+            );
+        }
+        if self.insecure_plaintext && self.target != Target::Strata {
+            return bad(format!(
+                "--insecure-plaintext is for Strata clusters; {} connects over plain TCP unless given --tls-ca",
+                self.target
+            ));
         }
         if let Some(name) = &self.table {
             if self.target != Target::Strata {
@@ -1439,6 +1459,29 @@ mod tests {
         }
         .validate()
         .unwrap();
+    }
+
+    #[test]
+    fn tls_flags_reach_redis_and_etcd_but_not_zookeeper() {
+        let conn = |target, tls_ca: Option<&str>, insecure_plaintext| BenchArgs {
+            conn: ConnArgs {
+                target,
+                tls_ca: tls_ca.map(PathBuf::from),
+                insecure_plaintext,
+                ..ConnArgs::default()
+            },
+            ..BenchArgs::default()
+        };
+        conn(Target::Redis, Some("ca.pem"), false).validate().unwrap();
+        conn(Target::Etcd, Some("ca.pem"), false).validate().unwrap();
+        let e = conn(Target::Zookeeper, Some("ca.pem"), false).validate().unwrap_err();
+        assert!(e.to_string().contains("zookeeper target connects over plain TCP"), "{e}");
+        let e = conn(Target::Redis, None, true).validate().unwrap_err();
+        assert!(e.to_string().contains("--insecure-plaintext is for Strata"), "{e}");
+        // A Redis run with an unreadable CA fails before any connection, naming the file.
+        let e =
+            conn(Target::Redis, Some("/nonexistent/ca.pem"), false).conn.peer_tls().unwrap_err();
+        assert!(matches!(e, BenchError::Credentials(_)) && e.to_string().contains("ca.pem"), "{e}");
     }
 
     #[test]

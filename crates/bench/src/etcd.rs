@@ -16,7 +16,8 @@
 //! requests, here each a task on the shared HTTP/2 channel, and yields completions in
 //! submission order. The gRPC stack needs `protoc` to build, so it sits behind the `etcd`
 //! cargo feature (off by default: `cargo test --workspace` stays free of it); without the
-//! feature, connecting fails with the command that builds it.
+//! feature, connecting fails with the command that builds it. With `--tls-ca` the channel is
+//! HTTPS (gRPC's own rustls, `crate::peer_tls`), presenting `--tls-cert` when given.
 
 use std::net::SocketAddr;
 
@@ -39,9 +40,15 @@ mod with_grpc {
     use std::net::SocketAddr;
 
     use bytes::Bytes;
-    use etcd_client::{Client, Compare, CompareOp, ConnectOptions, Txn, TxnOp, TxnOpResponse};
+    use std::path::Path;
+
+    use etcd_client::{
+        Certificate, Client, Compare, CompareOp, ConnectOptions, Identity, TlsOptions, Txn, TxnOp,
+        TxnOpResponse,
+    };
     use tokio::task::JoinHandle;
 
+    use crate::peer_tls::{PeerTls, PEER_SERVER_NAME};
     use crate::target::{BenchOp, Done, CONNECT_TIMEOUT};
 
     /// One gRPC channel to one etcd member (boxed: the client is large, and enums of
@@ -51,9 +58,16 @@ mod with_grpc {
     }
 
     impl EtcdConn {
-        pub async fn connect(addr: SocketAddr) -> Result<EtcdConn, String> {
-            let opts = ConnectOptions::new().with_connect_timeout(CONNECT_TIMEOUT);
-            Client::connect([format!("http://{addr}")], Some(opts))
+        pub async fn connect(addr: SocketAddr, tls: Option<&PeerTls>) -> Result<EtcdConn, String> {
+            let mut opts = ConnectOptions::new().with_connect_timeout(CONNECT_TIMEOUT);
+            let scheme = match tls {
+                None => "http",
+                Some(t) => {
+                    opts = opts.with_tls(tls_options(t)?);
+                    "https"
+                }
+            };
+            Client::connect([format!("{scheme}://{addr}")], Some(opts))
                 .await
                 .map(|client| EtcdConn { client: Box::new(client) })
                 .map_err(|e| format!("cannot connect to etcd at {addr}: {e}"))
@@ -62,7 +76,21 @@ mod with_grpc {
         pub fn open_session(&self) -> EtcdSession {
             EtcdSession { client: self.client.clone(), in_flight: VecDeque::new() }
         }
+    }
 
+    /// gRPC's TLS settings from the run's PEM files (the gRPC stack reads them itself).
+    fn tls_options(t: &PeerTls) -> Result<TlsOptions, String> {
+        let read = |p: &Path| std::fs::read(p).map_err(|e| format!("{}: {e}", p.display()));
+        let mut o = TlsOptions::new()
+            .ca_certificate(Certificate::from_pem(read(&t.ca)?))
+            .domain_name(PEER_SERVER_NAME);
+        if let Some((cert, key)) = &t.cert_key {
+            o = o.identity(Identity::from_pem(read(cert)?, read(key)?));
+        }
+        Ok(o)
+    }
+
+    impl EtcdConn {
         /// A linearizable read of `key`: its value and `mod_revision` (0: absent).
         pub async fn read_versioned(&self, key: &[u8]) -> Result<(Option<Vec<u8>>, i64), String> {
             let r = self.client.kv_client().get(key, None).await.map_err(|e| e.to_string())?;
@@ -168,6 +196,7 @@ mod without_grpc {
 
     use bytes::Bytes;
 
+    use crate::peer_tls::PeerTls;
     use crate::target::{BenchOp, Done};
 
     /// Never constructed: without the `etcd` feature, [`EtcdConn::connect`] always fails.
@@ -177,7 +206,10 @@ mod without_grpc {
     pub enum EtcdSession {}
 
     impl EtcdConn {
-        pub async fn connect(_addr: SocketAddr) -> Result<EtcdConn, String> {
+        pub async fn connect(
+            _addr: SocketAddr,
+            _tls: Option<&PeerTls>,
+        ) -> Result<EtcdConn, String> {
             Err(super::NOT_BUILT.to_string())
         }
 
@@ -232,8 +264,10 @@ mod tests {
     #[cfg(not(feature = "etcd"))]
     #[tokio::test]
     async fn a_build_without_the_feature_says_how_to_get_it() {
-        let e =
-            EtcdConn::connect(default_endpoint()).await.err().expect("no connection without gRPC");
+        let e = EtcdConn::connect(default_endpoint(), None)
+            .await
+            .err()
+            .expect("no connection without gRPC");
         assert!(e.contains("--features etcd") && e.contains("protoc"), "{e}");
     }
 
@@ -242,7 +276,7 @@ mod tests {
     async fn an_unreachable_member_is_a_connect_error_naming_it() {
         // Port 9 (discard) on loopback: nothing listens there in a test sandbox.
         let addr: SocketAddr = "127.0.0.1:9".parse().unwrap();
-        let Err(e) = EtcdConn::connect(addr).await else { panic!("connected to nothing") };
+        let Err(e) = EtcdConn::connect(addr, None).await else { panic!("connected to nothing") };
         assert!(e.contains("127.0.0.1:9"), "{e}");
     }
 }

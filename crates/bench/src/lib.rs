@@ -59,6 +59,7 @@ pub mod etcd;
 pub mod kairos;
 pub mod keys;
 pub mod lease;
+pub mod peer_tls;
 pub mod plot;
 pub mod relay;
 pub mod report;
@@ -165,10 +166,10 @@ pub async fn run(args: &BenchArgs, endpoints: Vec<SocketAddr>) -> Result<BenchRe
     let relays = relay::start(&endpoints, &args.client_delays_ms(endpoints.len())?)
         .map_err(BenchError::Relay)?;
     // The cluster id and TLS of every Strata connection of the run.
-    let strata = if args.conn.target == Target::Strata {
-        args.conn.strata_options()?
+    let (strata, peer_tls) = if args.conn.target == Target::Strata {
+        (args.conn.strata_options()?, None)
     } else {
-        strata_client::ClientOptions::default()
+        (strata_client::ClientOptions::default(), args.conn.peer_tls()?)
     };
     if args.rifl.lease_renewals || args.rifl.lease_creations {
         let report = lease::run(args, endpoints, &relays.addrs, &strata).await?;
@@ -198,6 +199,7 @@ pub async fn run(args: &BenchArgs, endpoints: Vec<SocketAddr>) -> Result<BenchRe
                     args.conn.target,
                     relays.addrs[home],
                     &strata,
+                    peer_tls.as_ref(),
                     &run_id,
                     !args.rifl.no_exactly_once,
                 )

@@ -3,7 +3,7 @@
 //! Written by hand on purpose: a full Redis client crate would bring its own connection
 //! handling, buffering and pipelining policy, and the comparison would then measure two load
 //! generators instead of two servers. This one mirrors `strata-client`'s connection exactly —
-//! one TCP connection per client, shared by its sessions; requests are encoded into one output
+//! one TCP connection per client (TLS with `--tls-ca`), shared by its sessions; requests are encoded into one output
 //! buffer that a writer task flushes with one `write` (opportunistic batching, `TCP_NODELAY`);
 //! a reader task completes requests in order — so both targets face the same harness.
 //!
@@ -17,11 +17,13 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use bytes::{Buf, Bytes, BytesMut};
+use strata_tls::{BoxRead, BoxWrite};
 use thiserror::Error;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::TcpStream;
 use tokio::sync::{oneshot, Notify};
+
+use crate::peer_tls::{PeerTls, PEER_SERVER_NAME};
 
 /// Largest bulk string or array this client accepts (Redis' own `proto-max-bulk-len` default
 /// is 512 MiB); a larger length header means the stream is garbage.
@@ -200,17 +202,30 @@ struct ConnState {
 }
 
 impl RedisConn {
-    /// Dials `addr` (within `timeout`) and starts its reader and writer tasks.
-    pub async fn connect(addr: SocketAddr, timeout: Duration) -> std::io::Result<Arc<RedisConn>> {
-        let stream =
-            tokio::time::timeout(timeout, TcpStream::connect(addr)).await.map_err(|_| {
-                std::io::Error::new(
-                    std::io::ErrorKind::TimedOut,
-                    format!("no answer within {timeout:?}"),
-                )
-            })??;
-        stream.set_nodelay(true)?;
-        let (rd, wr) = stream.into_split();
+    /// Dials `addr` (within `timeout`; with `tls`, the handshake too) and starts its reader
+    /// and writer tasks.
+    pub async fn connect(
+        addr: SocketAddr,
+        timeout: Duration,
+        tls: Option<&PeerTls>,
+    ) -> std::io::Result<Arc<RedisConn>> {
+        let dial = async {
+            let stream = TcpStream::connect(addr).await?;
+            stream.set_nodelay(true)?;
+            match tls {
+                None => Ok(strata_tls::split_tcp(stream)),
+                Some(t) => {
+                    let stream = t.client.connect_to(PEER_SERVER_NAME, stream).await?;
+                    Ok::<_, std::io::Error>(strata_tls::split(stream))
+                }
+            }
+        };
+        let (rd, wr) = tokio::time::timeout(timeout, dial).await.map_err(|_| {
+            std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                format!("no answer within {timeout:?}"),
+            )
+        })??;
         let conn = Arc::new(RedisConn {
             addr,
             state: Mutex::new(ConnState {
@@ -274,7 +289,7 @@ impl RedisConn {
     }
 }
 
-async fn run_writer(conn: Arc<RedisConn>, mut wr: OwnedWriteHalf) {
+async fn run_writer(conn: Arc<RedisConn>, mut wr: BoxWrite) {
     let mut spare = BytesMut::with_capacity(16 << 10);
     loop {
         let (batch, stop) = {
@@ -298,7 +313,7 @@ async fn run_writer(conn: Arc<RedisConn>, mut wr: OwnedWriteHalf) {
     }
 }
 
-async fn run_reader(conn: Arc<RedisConn>, mut rd: OwnedReadHalf) {
+async fn run_reader(conn: Arc<RedisConn>, mut rd: BoxRead) {
     let mut buf = BytesMut::with_capacity(16 << 10);
     loop {
         loop {
@@ -480,7 +495,7 @@ mod tests {
             }
             // Then close: further commands fail as a lost connection.
         });
-        let conn = RedisConn::connect(addr, Duration::from_secs(2)).await.unwrap();
+        let conn = RedisConn::connect(addr, Duration::from_secs(2), None).await.unwrap();
         let slots: Vec<_> = (0..3).map(|_| conn.send(&[b"GET", b"a"]).unwrap()).collect();
         let mut replies = Vec::new();
         for s in slots {
@@ -496,5 +511,119 @@ mod tests {
             Err(e) => Err(e),
         };
         assert!(matches!(r, Err(RedisError::ConnectionLost { .. })), "{r:?}");
+    }
+
+    /// A CA and two server certificates from it, one naming `localhost` (what the peers'
+    /// certificates name) and one naming another host, and a client certificate; PEM files in
+    /// a temporary directory.
+    struct PeerCerts {
+        dir: tempfile::TempDir,
+        ca: rcgen::Certificate,
+        server: (rcgen::Certificate, rcgen::KeyPair),
+        wrong_name: (rcgen::Certificate, rcgen::KeyPair),
+    }
+
+    impl PeerCerts {
+        fn new() -> PeerCerts {
+            use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair};
+            let ca_key = KeyPair::generate().unwrap();
+            let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
+            ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+            let ca = ca_params.self_signed(&ca_key).unwrap();
+            let issuer = Issuer::new(ca_params, ca_key);
+            let leaf = |name: &str| {
+                let key = KeyPair::generate().unwrap();
+                let cert = CertificateParams::new(vec![name.to_string()])
+                    .unwrap()
+                    .signed_by(&key, &issuer)
+                    .unwrap();
+                (cert, key)
+            };
+            let (server, wrong_name, client) =
+                (leaf(PEER_SERVER_NAME), leaf("elsewhere.example"), leaf("client"));
+            let dir = tempfile::tempdir().unwrap();
+            std::fs::write(dir.path().join("ca.pem"), ca.pem()).unwrap();
+            std::fs::write(dir.path().join("client.pem"), client.0.pem()).unwrap();
+            std::fs::write(dir.path().join("client.key"), client.1.serialize_pem()).unwrap();
+            PeerCerts { dir, ca, server, wrong_name }
+        }
+
+        fn client_tls(&self) -> PeerTls {
+            let p = |f: &str| self.dir.path().join(f);
+            PeerTls::load(&p("ca.pem"), Some((&p("client.pem"), &p("client.key")))).unwrap()
+        }
+
+        /// A one-connection TLS server presenting `cert` and requiring a client certificate of
+        /// the CA: answers one `GET` with `$1 x`; returns whether the handshake succeeded.
+        async fn serve_once(
+            &self,
+            (cert, key): &(rcgen::Certificate, rcgen::KeyPair),
+        ) -> (SocketAddr, tokio::task::JoinHandle<bool>) {
+            use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
+            let provider = Arc::new(rustls::crypto::ring::default_provider());
+            let mut roots = rustls::RootCertStore::empty();
+            roots.add(CertificateDer::from(self.ca.der().to_vec())).unwrap();
+            let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(
+                Arc::new(roots),
+                provider.clone(),
+            )
+            .build()
+            .unwrap();
+            let config = rustls::ServerConfig::builder_with_provider(provider)
+                .with_safe_default_protocol_versions()
+                .unwrap()
+                .with_client_cert_verifier(verifier)
+                .with_single_cert(
+                    vec![CertificateDer::from(cert.der().to_vec())],
+                    PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(key.serialize_der())),
+                )
+                .unwrap();
+            let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+            let addr = listener.local_addr().unwrap();
+            let server = tokio::spawn(async move {
+                let (tcp, _) = listener.accept().await.unwrap();
+                let Ok(mut s) = acceptor.accept(tcp).await else { return false };
+                let mut buf = [0u8; 64];
+                let want = b"*2\r\n$3\r\nGET\r\n$1\r\na\r\n".len();
+                let mut got = 0;
+                while got < want {
+                    match s.read(&mut buf[got..]).await {
+                        Ok(0) | Err(_) => return true,
+                        Ok(n) => got += n,
+                    }
+                }
+                s.write_all(b"$1\r\nx\r\n").await.unwrap();
+                s.flush().await.unwrap();
+                true
+            });
+            (addr, server)
+        }
+    }
+
+    /// `--tls-ca` for Redis: the connection is TLS, presents the client certificate (the
+    /// server requires one) and checks that the server's certificate names `localhost`.
+    #[tokio::test]
+    async fn a_tls_connection_presents_its_certificate_and_checks_the_servers_name() {
+        let certs = PeerCerts::new();
+        let tls = certs.client_tls();
+        let (addr, server) = certs.serve_once(&certs.server).await;
+        let conn = RedisConn::connect(addr, Duration::from_secs(2), Some(&tls)).await.unwrap();
+        let reply = await_reply(conn.send(&[b"GET", b"a"]).unwrap(), addr).await;
+        assert_eq!(reply.unwrap(), Reply::Bulk(Some(b("x"))));
+        assert!(server.await.unwrap(), "the server saw a TLS handshake with a client certificate");
+
+        // The canary: the same CA, but a certificate for another name, is refused.
+        let (addr, _server) = certs.serve_once(&certs.wrong_name).await;
+        let refused = RedisConn::connect(addr, Duration::from_secs(2), Some(&tls)).await;
+        let why = refused.err().expect("a server certificate for another name is refused");
+        assert!(why.to_string().contains("certificate"), "{why}");
+
+        // And a plain-TCP client cannot talk to it.
+        let (addr, server) = certs.serve_once(&certs.server).await;
+        let plain = RedisConn::connect(addr, Duration::from_secs(2), None).await.unwrap();
+        let reply = await_reply(plain.send(&[b"GET", b"a"]).unwrap(), addr).await;
+        assert!(reply.is_err(), "{reply:?}");
+        assert!(!server.await.unwrap(), "no TLS handshake from a plain client");
     }
 }

@@ -15,6 +15,7 @@ use tokio::sync::oneshot;
 
 use crate::args::Target;
 use crate::etcd::{EtcdConn, EtcdSession};
+use crate::peer_tls::PeerTls;
 use crate::resp::{self, RedisConn, RedisError, Reply};
 use crate::zookeeper::{ZkConn, ZkSession};
 
@@ -86,11 +87,13 @@ pub enum Connection {
 
 impl Connection {
     /// Connects to `addr` (exactly that node, no failover: a benchmark must know where its
-    /// load goes). `run_id` names the run (ZooKeeper: its znodes' parent).
+    /// load goes). `run_id` names the run (ZooKeeper: its znodes' parent). Strata's TLS is in
+    /// `strata`; `peer_tls` is Redis' and etcd's.
     pub async fn connect(
         target: Target,
         addr: SocketAddr,
         strata: &ClientOptions,
+        peer_tls: Option<&PeerTls>,
         run_id: &str,
         exactly_once: bool,
     ) -> Result<Connection, String> {
@@ -108,11 +111,11 @@ impl Connection {
                     .map(Connection::Strata)
                     .map_err(|e| e.to_string())
             }
-            Target::Redis => RedisConn::connect(addr, CONNECT_TIMEOUT)
+            Target::Redis => RedisConn::connect(addr, CONNECT_TIMEOUT, peer_tls)
                 .await
                 .map(Connection::Redis)
                 .map_err(|e| format!("cannot connect to redis at {addr}: {e}")),
-            Target::Etcd => EtcdConn::connect(addr).await.map(Connection::Etcd),
+            Target::Etcd => EtcdConn::connect(addr, peer_tls).await.map(Connection::Etcd),
             Target::Zookeeper => ZkConn::connect(addr, run_id).await.map(Connection::Zookeeper),
         }
     }

@@ -43,6 +43,7 @@ use strata_wire::client::shard_of;
 use crate::args::{BenchArgs, Distribution, TxnReads};
 use crate::etcd::EtcdConn;
 use crate::keys::Zipfian;
+use crate::peer_tls::PeerTls;
 use crate::report::{BenchReport, Latencies, LatencySummary};
 use crate::resp::{await_reply, RedisConn, Reply};
 use crate::{session_seed, unix_ms_at, BenchError, Target, MAX_ERROR_SAMPLES};
@@ -214,8 +215,9 @@ pub(crate) async fn run(
     if spread && objects as u32 > shards {
         return Err(invalid("--txn-spread needs at least --txn-objects shards"));
     }
+    let peer_tls = if target == Target::Strata { None } else { args.conn.peer_tls()? };
     let keys = Arc::new(Keys::new(args, shards));
-    preload(args, &client, &endpoints, &keys).await?;
+    preload(args, &client, peer_tls.as_ref(), &endpoints, &keys).await?;
     let started = Instant::now();
     let measure_start = started + Duration::from_secs_f64(args.run.warmup);
     let end = measure_start + Duration::from_secs_f64(args.run.duration);
@@ -230,11 +232,12 @@ pub(crate) async fn run(
             together: args.workload.txn_read_many,
         };
         let addr = endpoints[i % endpoints.len()];
-        let client = client.clone();
+        let (client, peer_tls) = (client.clone(), peer_tls.clone());
         tasks.push(tokio::spawn(async move {
             let mut rng = StdRng::seed_from_u64(seed);
             let mut counts = Counts::new();
-            let session = Session::open(target, client, table, reads, addr).await?;
+            let session =
+                Session::open(target, client, peer_tls.as_ref(), table, reads, addr).await?;
             while Instant::now() < end {
                 let picked = keys.pick(&mut rng, objects, spread);
                 let t0 = Instant::now();
@@ -347,6 +350,7 @@ pub(crate) fn report(
 async fn preload(
     args: &BenchArgs,
     client: &Option<Client>,
+    peer_tls: Option<&PeerTls>,
     endpoints: &[SocketAddr],
     keys: &Keys,
 ) -> Result<(), BenchError> {
@@ -362,13 +366,13 @@ async fn preload(
             }
         }
         None if args.conn.target == Target::Etcd => {
-            let e = EtcdConn::connect(endpoints[0]).await.map_err(fail)?;
+            let e = EtcdConn::connect(endpoints[0], peer_tls).await.map_err(fail)?;
             for k in &keys.names {
                 e.put(k, b"0").await.map_err(fail)?;
             }
         }
         None => {
-            let r = RedisConn::connect(endpoints[0], Duration::from_secs(2))
+            let r = RedisConn::connect(endpoints[0], Duration::from_secs(2), peer_tls)
                 .await
                 .map_err(|e| fail(e.to_string()))?;
             for k in &keys.names {
@@ -401,15 +405,16 @@ impl Session {
     async fn open(
         target: Target,
         client: Option<Client>,
+        peer_tls: Option<&PeerTls>,
         table: String,
         reads: Reads,
         addr: SocketAddr,
     ) -> Result<Session, String> {
         Ok(match (target, client) {
             (Target::Strata, Some(client)) => Session::Strata { client, table, reads },
-            (Target::Etcd, _) => Session::Etcd(EtcdConn::connect(addr).await?, reads),
+            (Target::Etcd, _) => Session::Etcd(EtcdConn::connect(addr, peer_tls).await?, reads),
             _ => Session::Redis(
-                RedisConn::connect(addr, Duration::from_secs(2))
+                RedisConn::connect(addr, Duration::from_secs(2), peer_tls)
                     .await
                     .map_err(|e| e.to_string())?,
                 reads,

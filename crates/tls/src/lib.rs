@@ -327,7 +327,18 @@ impl ClientTls {
     where
         IO: AsyncRead + AsyncWrite + Unpin,
     {
-        let name = ServerName::try_from(SERVER_NAME).expect("a valid DNS name");
+        self.connect_to(SERVER_NAME, io).await
+    }
+
+    /// The TLS handshake with a server that is not a Strata node (the benchmark's Redis):
+    /// fails unless its certificate comes from the CA and names `server` (a DNS name or an IP
+    /// address).
+    pub async fn connect_to<IO>(&self, server: &str, io: IO) -> io::Result<ClientTlsStream<IO>>
+    where
+        IO: AsyncRead + AsyncWrite + Unpin,
+    {
+        let name = ServerName::try_from(server.to_string())
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, format!("{server:?}: {e}")))?;
         self.connector.connect(name, io).await
     }
 }
