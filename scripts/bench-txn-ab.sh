@@ -19,7 +19,8 @@
 # DURATION (3 s), WARMUP (0.5 s), WORKLOADS ("uni zipf one"), RESULTS, CARGO_TARGET_DIR;
 # TMPDIR (where the clusters keep their data: /dev/shm takes the disk out); CLIENT (`this`:
 # this build's `strata bench` drives both; `each`: each build drives its own cluster, for a
-# change of the client protocol that an older server does not decode).
+# change of the client protocol that an older server does not decode); THREADS (1: the load
+# generator's threads, `strata bench --threads`, as in bench-txn.sh; with CLIENT=this only).
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -30,6 +31,7 @@ DURATION=${DURATION:-3}
 WARMUP=${WARMUP:-0.5}
 WORKLOADS=${WORKLOADS:-"uni zipf one"}
 CLIENT=${CLIENT:-this}
+THREADS=${THREADS:-1}
 case $CLIENT in this | each) ;; *) echo "CLIENT is 'this' or 'each', not '$CLIENT'" >&2; exit 2 ;; esac
 RESULTS=${RESULTS:-${CARGO_TARGET_DIR:-$ROOT/target}/bench-results/txn-ab-$(date +%Y%m%d-%H%M%S)}
 NODES=3
@@ -68,13 +70,14 @@ one_run() {
     strata_cli table create one --txn rifl --shards 1 >/dev/null
     table_leader bank >/dev/null || die "table bank has no leader"
     table_leader one >/dev/null || die "table one has no leader"
-    [ "$CLIENT" = each ] || BIN=$own_bin
+    local threads=()
+    [ "$CLIENT" = each ] || { BIN=$own_bin; threads=(--threads "$THREADS"); }
     wait_quiet
     log "run $run: $name"
     s0=$(cpu_seconds "${STRATA_PIDS[@]}")
     # shellcheck disable=SC2046 # the flags are words
     bench_run "$name-r$run" --endpoints "$ENDPOINTS" --workload txn --quiet \
-        --warmup "$WARMUP" --duration "$DURATION" --seed "$run" $(workload_flags "$workload")
+        --warmup "$WARMUP" --duration "$DURATION" --seed "$run" "${threads[@]}" $(workload_flags "$workload")
     awk -v s0="$s0" -v s1="$(cpu_seconds "${STRATA_PIDS[@]}")" \
         'BEGIN { printf "{\"server_cpu_s\": %.2f}\n", s1 - s0 }' >"$RESULTS/$name-r$run.cpu.json"
     stop_strata

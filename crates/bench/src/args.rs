@@ -689,11 +689,21 @@ pub struct RunArgs {
     /// Seed of the key and operation choices (each session derives its own stream).
     #[arg(long, value_name = "N", default_value_t = 1)]
     pub seed: u64,
+
+    /// The load generator's threads (its tokio runtime's workers; 1: one thread runs every
+    /// session). On a machine the servers share, fewer leave them more of it.
+    #[arg(long, value_name = "N", default_value_t = 2, value_parser = clap::value_parser!(u16).range(1..=64))]
+    #[serde(default = "default_threads")]
+    pub threads: u16,
+}
+
+fn default_threads() -> u16 {
+    2
 }
 
 impl Default for RunArgs {
     fn default() -> Self {
-        RunArgs { duration: 10.0, ops: None, warmup: 1.0, seed: 1 }
+        RunArgs { duration: 10.0, ops: None, warmup: 1.0, seed: 1, threads: default_threads() }
     }
 }
 
@@ -1283,6 +1293,7 @@ mod tests {
             "structures",
             "table",
             "target",
+            "threads",
             "timeline",
             "timeline-bucket-ms",
             "tls-ca",
@@ -1482,6 +1493,18 @@ mod tests {
         let e =
             conn(Target::Redis, Some("/nonexistent/ca.pem"), false).conn.peer_tls().unwrap_err();
         assert!(matches!(e, BenchError::Credentials(_)) && e.to_string().contains("ca.pem"), "{e}");
+    }
+
+    #[test]
+    fn the_load_generators_threads_are_one_to_sixty_four() {
+        assert_eq!(Cli::try_parse_from(["bench"]).unwrap().bench.run.threads, 2);
+        assert_eq!(Cli::try_parse_from(["bench", "--threads", "1"]).unwrap().bench.run.threads, 1);
+        for bad in ["0", "65", "two"] {
+            let Err(e) = Cli::try_parse_from(["bench", "--threads", bad]) else {
+                panic!("--threads {bad} was taken")
+            };
+            assert!(e.to_string().contains("--threads"), "{bad}: {e}");
+        }
     }
 
     #[test]

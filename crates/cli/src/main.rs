@@ -304,12 +304,16 @@ fn bench(mut args: strata_bench::BenchArgs, data_dir: &std::path::Path) -> Resul
             (args.conn.tls_cert, args.conn.tls_key) = paths.cert_key.unzip();
         }
     }
-    // The load generator's sessions run as tasks: two workers use both cores of a small box.
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .map_err(|e| Failure::new(exit::FAILED, format!("cannot start the runtime: {e}")))?;
+    // The load generator's sessions run as tasks on `--threads` workers (one: tokio's
+    // current-thread runtime, no wake-ups between workers).
+    let rt = match args.run.threads {
+        1 => tokio::runtime::Builder::new_current_thread().enable_all().build(),
+        n => tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(usize::from(n))
+            .enable_all()
+            .build(),
+    }
+    .map_err(|e| Failure::new(exit::FAILED, format!("cannot start the runtime: {e}")))?;
     let report = rt.block_on(strata_bench::run(&args, endpoints)).map_err(|e| {
         let code = match e {
             strata_bench::BenchError::Connect { .. } | strata_bench::BenchError::NoEndpoints => {
