@@ -354,7 +354,11 @@ async fn preload(
     endpoints: &[SocketAddr],
     keys: &Keys,
 ) -> Result<(), BenchError> {
-    let fail = |e: String| BenchError::InvalidArgs(format!("preload: {e}"));
+    // A write refused or lost is the server's (exit: failed); a connection that cannot be
+    // opened, the address's or the credentials' (exit: unreachable).
+    let fail = BenchError::Preload;
+    let (target, addr) = (args.conn.target, endpoints[0]);
+    let unreachable = |message: String| BenchError::Connect { target, addr, message };
     match client {
         Some(c) => {
             let mut t = c
@@ -365,16 +369,16 @@ async fn preload(
                 t.put(k.clone(), "0").await.map_err(|e| fail(e.to_string()))?;
             }
         }
-        None if args.conn.target == Target::Etcd => {
-            let e = EtcdConn::connect(endpoints[0], peer_tls).await.map_err(fail)?;
+        None if target == Target::Etcd => {
+            let e = EtcdConn::connect(addr, peer_tls).await.map_err(unreachable)?;
             for k in &keys.names {
                 e.put(k, b"0").await.map_err(fail)?;
             }
         }
         None => {
-            let r = RedisConn::connect(endpoints[0], Duration::from_secs(2), peer_tls)
+            let r = RedisConn::connect(addr, Duration::from_secs(2), peer_tls)
                 .await
-                .map_err(|e| fail(e.to_string()))?;
+                .map_err(|e| unreachable(e.to_string()))?;
             for k in &keys.names {
                 let slot = r.send(&[b"SET", k, b"0"]).map_err(|e| fail(e.to_string()))?;
                 await_reply(slot, r.addr()).await.map_err(|e| fail(e.to_string()))?;
