@@ -241,5 +241,50 @@ def chart_fig13(results, n_runs, configs, ro_pcts, zipfs, statics, *_):
         series=[{"label": "committed txn/s", "values": [throughput(r) for r in reps]}])]}
 
 
+# ---- what the service-rate limits allow (docs/benchmarks.md, Kairos: "The ceiling") ----------------
+
+def hottest_share(keys, alpha, servers):
+    """The share of key draws (zipfian `alpha` over `keys` ranks; 0: uniform) that land on the
+    busiest of `servers`, modelled as the server holding rank 0 and a 1/servers share of the
+    rest (keys are placed by hash)."""
+    p0 = 1.0 / sum(i ** -alpha for i in range(1, keys + 1))
+    return p0 + (1.0 - p0) / servers
+
+
+def hot_spot_bounds(keys=200_000, servers=5, read_zipf=0.99, write_zipf=0.5, ro=0.9, txn_keys=4, rate=300.0):
+    """Upper bounds on committed transactions/s of each configuration, from the request rate
+    `rate` of the busiest server (bench-kairos.sh's `--shard-rate-limit`): the requests a
+    transaction sends there, on average, divided into `rate`. A read-only transaction reads
+    `txn_keys` keys (zipf `read_zipf`) and validates once at each server it read from; a
+    read-write one reads `txn_keys` keys (zipf `write_zipf`) and prepares and decides at each.
+    Returns {config: (requests per transaction at the busiest server, bound)} for Baseline
+    (reads and validation in the shards), CV only (validators apart: the busier of a data
+    shard and a validator), and caching with every read a hit, whose busiest server is the
+    one validating: a validator for Kairos, the shard itself for Ideal leases — the same
+    load, so one bound serves both."""
+    pr, pw = hottest_share(keys, read_zipf, servers), hottest_share(keys, write_zipf, servers)
+    touch_r, touch_w = 1 - (1 - pr) ** txn_keys, 1 - (1 - pw) ** txn_keys
+    rw = 1 - ro
+    validate = ro * touch_r + rw * 2 * touch_w
+    data_reads = ro * txn_keys * pr + rw * txn_keys * pw
+    loads = {
+        "baseline": data_reads + validate,
+        "cv": max(data_reads + rw * 2 * touch_w, validate),
+        "all hits": validate,
+    }
+    return {c: (load, rate / load) for c, load in loads.items()}
+
+
+def bounds_table(rate="300", zipfs="0.8 0.9 0.99 1.1 1.2"):
+    """`benchpy table kairos-bounds [RATE] [ZIPFS]`: the bounds of hot_spot_bounds by read skew."""
+    print(f"Upper bounds from the busiest server's {rate} requests/s (5 servers, 200,000 keys, 90 % read-only, 4 keys):\n")
+    print("| read zipf | Baseline | CV only | every read a hit (Kairos, Ideal) | CV / Baseline | hits / Baseline |")
+    print("|---:|---:|---:|---:|---:|---:|")
+    for z in zipfs.split():
+        b = hot_spot_bounds(read_zipf=float(z), rate=float(rate))
+        base, cv, hits = b["baseline"][1], b["cv"][1], b["all hits"][1]
+        print(f"| {z} | {base:,.0f} | {cv:,.0f} | {hits:,.0f} | {cv / base:.2f} | {hits / base:.2f} |")
+
+
 CHARTS = {"kairos-fig8": chart_fig8, "kairos-fig9a": chart_fig9a, "kairos-fig11": chart_fig11,
           "kairos-fig13": chart_fig13}

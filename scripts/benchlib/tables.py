@@ -486,7 +486,7 @@ def txn_read_many(results):
 
 
 TABLES = {"es": es, "log": log, "etcd": etcd, "zk": zk, "geo": geo, "kite": kite, "move": move, "rifl": rifl, "txn": txn,
-          "kairos": kairos.table}
+          "kairos": kairos.table, "kairos-bounds": kairos.bounds_table}
 
 
 def ab(results, prefix="baseline", after="after", before="before"):

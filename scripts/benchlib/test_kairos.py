@@ -54,6 +54,27 @@ class KairosTablesTest(unittest.TestCase):
             self.assertIn("lease caching (Ideal) / Baseline at 90 % read-only: **3.00×** (goal ≥ 2.5×): met", text)
             self.assertIn("Kairos / Baseline at 90 % read-only: not measured", text)
 
+class HotSpotBoundsTest(unittest.TestCase):
+    def test_uniform_keys_spread_evenly_and_the_loads_add_up(self):
+        # No skew: the busiest server is any one, a fifth of the draws (plus rank 0's 1/keys).
+        self.assertAlmostEqual(kairos.hottest_share(1000, 0.0, 5), 0.2 + 0.8 / 1000)
+        b = kairos.hot_spot_bounds(keys=10**6, read_zipf=0.0, write_zipf=0.0, rate=100.0)
+        touch = 1 - 0.8 ** 4  # a transaction of 4 keys touches a given server of 5
+        validate = 0.9 * touch + 0.1 * 2 * touch
+        self.assertAlmostEqual(b["all hits"][0], validate, places=4)
+        self.assertAlmostEqual(b["baseline"][0], 4 * 0.2 + validate, places=4)
+        self.assertAlmostEqual(b["baseline"][1], 100.0 / (4 * 0.2 + validate), places=2)
+
+    def test_skew_hurts_the_baseline_most(self):
+        flat = kairos.hot_spot_bounds(keys=20_000, read_zipf=0.8)
+        steep = kairos.hot_spot_bounds(keys=20_000, read_zipf=1.2)
+        self.assertLess(steep["baseline"][1], flat["baseline"][1])
+        gain = lambda b: b["all hits"][1] / b["baseline"][1]
+        self.assertGreater(gain(steep), gain(flat))
+        for b in (flat, steep):  # CV only lies between the two
+            self.assertLess(b["baseline"][1], b["cv"][1])
+            self.assertLessEqual(b["cv"][1], b["all hits"][1])
+
 
 if __name__ == "__main__":
     unittest.main()
