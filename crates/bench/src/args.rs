@@ -409,9 +409,11 @@ impl ConnArgs {
     }
 
     /// The TLS of a run's Redis or etcd connections: `--tls-ca` (and the client certificate)
-    /// when given, else plain TCP.
+    /// when given, else plain TCP; `None` for Strata, whose TLS is in [`Self::strata_options`].
     pub fn peer_tls(&self) -> Result<Option<PeerTls>, BenchError> {
-        let Some(ca) = &self.tls_ca else { return Ok(None) };
+        let Some(ca) = self.tls_ca.as_ref().filter(|_| self.target != Target::Strata) else {
+            return Ok(None);
+        };
         PeerTls::load(ca, self.cert_key()?).map(Some).map_err(BenchError::Credentials)
     }
 }
@@ -1493,6 +1495,9 @@ mod tests {
         let e =
             conn(Target::Redis, Some("/nonexistent/ca.pem"), false).conn.peer_tls().unwrap_err();
         assert!(matches!(e, BenchError::Credentials(_)) && e.to_string().contains("ca.pem"), "{e}");
+        // Strata's credentials are its own options', never loaded as a peer's.
+        let strata = conn(Target::Strata, Some("/nonexistent/ca.pem"), false);
+        assert!(strata.conn.peer_tls().unwrap().is_none());
     }
 
     #[test]

@@ -165,12 +165,13 @@ pub async fn run(args: &BenchArgs, endpoints: Vec<SocketAddr>) -> Result<BenchRe
     // The sessions connect through the relays (the endpoints themselves without a delay).
     let relays = relay::start(&endpoints, &args.client_delays_ms(endpoints.len())?)
         .map_err(BenchError::Relay)?;
-    // The cluster id and TLS of every Strata connection of the run.
-    let (strata, peer_tls) = if args.conn.target == Target::Strata {
-        (args.conn.strata_options()?, None)
+    // The cluster id and TLS of every Strata connection of the run, or Redis' and etcd's TLS.
+    let strata = if args.conn.target == Target::Strata {
+        args.conn.strata_options()?
     } else {
-        (strata_client::ClientOptions::default(), args.conn.peer_tls()?)
+        strata_client::ClientOptions::default()
     };
+    let peer_tls = args.conn.peer_tls()?;
     if args.rifl.lease_renewals || args.rifl.lease_creations {
         let report = lease::run(args, endpoints, &relays.addrs, &strata).await?;
         write_json(args, &report)?;

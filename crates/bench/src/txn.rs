@@ -215,7 +215,7 @@ pub(crate) async fn run(
     if spread && objects as u32 > shards {
         return Err(invalid("--txn-spread needs at least --txn-objects shards"));
     }
-    let peer_tls = if target == Target::Strata { None } else { args.conn.peer_tls()? };
+    let peer_tls = args.conn.peer_tls()?;
     let keys = Arc::new(Keys::new(args, shards));
     preload(args, &client, peer_tls.as_ref(), &endpoints, &keys).await?;
     let started = Instant::now();
