@@ -40,8 +40,6 @@ mod with_grpc {
     use std::net::SocketAddr;
 
     use bytes::Bytes;
-    use std::path::Path;
-
     use etcd_client::{
         Certificate, Client, Compare, CompareOp, ConnectOptions, Identity, TlsOptions, Txn, TxnOp,
         TxnOpResponse,
@@ -63,7 +61,7 @@ mod with_grpc {
             let scheme = match tls {
                 None => "http",
                 Some(t) => {
-                    opts = opts.with_tls(tls_options(t)?);
+                    opts = opts.with_tls(tls_options(t));
                     "https"
                 }
             };
@@ -78,16 +76,15 @@ mod with_grpc {
         }
     }
 
-    /// gRPC's TLS settings from the run's PEM files (the gRPC stack reads them itself).
-    fn tls_options(t: &PeerTls) -> Result<TlsOptions, String> {
-        let read = |p: &Path| std::fs::read(p).map_err(|e| format!("{}: {e}", p.display()));
-        let mut o = TlsOptions::new()
-            .ca_certificate(Certificate::from_pem(read(&t.ca)?))
+    /// gRPC's TLS settings from the run's PEM (the gRPC stack builds its own rustls client).
+    fn tls_options(t: &PeerTls) -> TlsOptions {
+        let o = TlsOptions::new()
+            .ca_certificate(Certificate::from_pem(&t.ca_pem))
             .domain_name(PEER_SERVER_NAME);
-        if let Some((cert, key)) = &t.cert_key {
-            o = o.identity(Identity::from_pem(read(cert)?, read(key)?));
+        match &t.identity_pem {
+            Some((cert, key)) => o.identity(Identity::from_pem(cert, key)),
+            None => o,
         }
-        Ok(o)
     }
 
     impl EtcdConn {

@@ -7,21 +7,21 @@
 //! (the `etcd` feature). `scripts/bench-lib.sh` issues the servers' certificates for
 //! [`PEER_SERVER_NAME`].
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use strata_client::ClientTls;
 
 /// The name a Redis or etcd server's certificate must carry.
 pub const PEER_SERVER_NAME: &str = "localhost";
 
-/// The credentials of a run's Redis or etcd connections.
+/// The credentials of a run's Redis or etcd connections, read once per run.
 #[derive(Clone, Debug)]
 pub struct PeerTls {
-    /// The CA's certificate (PEM).
-    pub ca: PathBuf,
-    /// The client certificate and its key (PEM), if the servers ask for one.
-    pub cert_key: Option<(PathBuf, PathBuf)>,
-    /// The rustls connector of Redis connections, loaded once per run.
+    /// The CA's certificate (PEM), for etcd's gRPC stack.
+    pub ca_pem: Vec<u8>,
+    /// The client certificate and its key (PEM), if the servers ask for one, for etcd's.
+    pub identity_pem: Option<(Vec<u8>, Vec<u8>)>,
+    /// The rustls connector of Redis connections.
     pub(crate) client: ClientTls,
 }
 
@@ -29,10 +29,11 @@ impl PeerTls {
     /// Loads the files (a missing or unreadable one fails here, before any connection).
     pub fn load(ca: &Path, cert_key: Option<(&Path, &Path)>) -> Result<PeerTls, String> {
         let client = ClientTls::load(ca, cert_key).map_err(|e| e.to_string())?;
-        Ok(PeerTls {
-            ca: ca.to_path_buf(),
-            cert_key: cert_key.map(|(c, k)| (c.to_path_buf(), k.to_path_buf())),
-            client,
-        })
+        let read = |p: &Path| std::fs::read(p).map_err(|e| format!("{}: {e}", p.display()));
+        let identity_pem = match cert_key {
+            Some((cert, key)) => Some((read(cert)?, read(key)?)),
+            None => None,
+        };
+        Ok(PeerTls { ca_pem: read(ca)?, identity_pem, client })
     }
 }

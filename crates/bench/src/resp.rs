@@ -3,9 +3,10 @@
 //! Written by hand on purpose: a full Redis client crate would bring its own connection
 //! handling, buffering and pipelining policy, and the comparison would then measure two load
 //! generators instead of two servers. This one mirrors `strata-client`'s connection exactly —
-//! one TCP connection per client (TLS with `--tls-ca`), shared by its sessions; requests are encoded into one output
-//! buffer that a writer task flushes with one `write` (opportunistic batching, `TCP_NODELAY`);
-//! a reader task completes requests in order — so both targets face the same harness.
+//! one TCP connection per client (TLS with `--tls-ca`), shared by its sessions; requests are
+//! encoded into one output buffer that a writer task flushes with one `write` (opportunistic
+//! batching, `TCP_NODELAY`); a reader task completes requests in order — so both targets face
+//! the same harness.
 //!
 //! RESP2 answers a connection's commands in order, so a FIFO of waiters replaces the
 //! correlation numbers Strata's protocol carries. The waiter is queued under the same lock
