@@ -101,8 +101,10 @@ struct NodeSlot {
 /// shares the connections and the lease, and keeps its own session token and leader guesses.
 #[derive(Clone)]
 pub struct Table {
-    def: TableDef,
-    opts: ClientOptions,
+    /// Shared by the handle's clones: a transaction clones a handle per request it sends
+    /// concurrently, so a clone copies no strings.
+    def: Arc<TableDef>,
+    opts: Arc<ClientOptions>,
     nodes: Vec<NodeSlot>,
     /// Per shard: the endpoint believed to lead it, shared by the handle's clones.
     leader: LeaderHints,
@@ -137,8 +139,8 @@ impl Table {
             last_write: vec![None; shards],
             cursor: spread % endpoints.len().max(1),
             keeper: LeaseKeeper::new(endpoints.to_vec(), opts.clone()),
-            def,
-            opts,
+            def: Arc::new(def),
+            opts: Arc::new(opts),
             client_id: 0,
             next_seq: 0,
             pushes: None,
@@ -182,6 +184,11 @@ impl Table {
 
     pub fn def(&self) -> &TableDef {
         &self.def
+    }
+
+    /// The definition, shared with the handle (no copy).
+    pub(crate) fn shared_def(&self) -> Arc<TableDef> {
+        self.def.clone()
     }
 
     /// The shard of `key`.
@@ -693,6 +700,12 @@ impl Table {
         if let Some(c) = self.nodes[i].conn.as_ref().filter(|c| c.is_usable()) {
             return Ok(c.clone());
         }
+        // Boxed: the handshake's state is large, and every request's future would carry it.
+        Box::pin(self.open_conn(i)).await
+    }
+
+    /// Opens the connection to endpoint `i`, learning the node's id on first use.
+    async fn open_conn(&mut self, i: usize) -> Result<Arc<ConnHandle>, ClientError> {
         let addr = self.nodes[i].addr;
         let conn = Conn::open_with_pushes(addr, &self.opts, self.pushes.clone())
             .await

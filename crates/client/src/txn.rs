@@ -36,6 +36,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
+use futures::future::try_join_all;
 use strata_rifl::SequenceError;
 use strata_wire::client::{
     shard_of, validators_table, Request, Response, TableDef, TableTxn, TableValidation,
@@ -47,7 +48,6 @@ use strata_wire::txn::{
 };
 use strata_wire::{LeaseInfo, Rifl, RpcId};
 use tokio::sync::Notify;
-use tokio::task::JoinSet;
 
 use crate::client::{Client, RiflClient};
 use crate::error::ClientError;
@@ -447,7 +447,7 @@ impl Transaction {
             .collect();
         let mut parts: BTreeMap<(String, u32), Part> = BTreeMap::new();
         for (obj, (_, (action, expect))) in all.iter().zip(objects) {
-            let shards = self.client.txn_table(&obj.table).await?.def().shards;
+            let shards = self.client.txn_def(&obj.table).await?.shards;
             let shard = shard_of(&obj.key, shards);
             let part = parts.entry((obj.table.clone(), shard)).or_insert_with(|| Part {
                 table: obj.table.clone(),
@@ -460,7 +460,7 @@ impl Transaction {
         }
         if kairos.is_some() {
             for (table, _) in parts.keys() {
-                self.kairos_report_to(self.client.txn_table(table).await?.def());
+                self.kairos_report_to(&*self.client.txn_def(table).await?);
             }
         }
         let stamps = kairos.map(|(commit_ts, freshness)| (commit_ts, freshness, read_only));
@@ -569,10 +569,10 @@ impl Transaction {
         all: &[TxnObject],
         parts: &BTreeMap<(String, u32), Part>,
     ) -> Result<(BTreeMap<u64, Vote>, bool), ClientError> {
-        let mut tasks = JoinSet::new();
+        // Polled together in this task: no task spawned (and no future moved) per participant.
+        let mut calls = Vec::with_capacity(parts.len());
         for part in parts.values() {
             let mut t = self.client.txn_table(&part.table).await?;
-            let shared = shared.clone();
             let (role, reads_from) = txn_sharded::part_role(t.def());
             let vts_of = |table: &str, key: &Bytes| {
                 self.reads.get(&(table.to_string(), key.clone())).map(|r| r.2)
@@ -598,14 +598,14 @@ impl Transaction {
                 kairos,
             };
             let shard = part.shard;
-            tasks.spawn(
+            calls.push(
                 async move { t.leader_call(shard, || shared.envelope(lease, base), req).await },
             );
         }
         let mut votes = BTreeMap::new();
         let mut decided = true;
-        while let Some(answer) = tasks.join_next().await {
-            match answer.map_err(|e| ClientError::UnexpectedReply(e.to_string()))?? {
+        for answer in try_join_all(calls).await? {
+            match answer {
                 Response::TxnVotes { votes: v, decided: d } => {
                     decided &= d;
                     votes.extend(v);
@@ -625,7 +625,7 @@ impl Transaction {
     ) -> Result<bool, ClientError> {
         let mut mode = None;
         for table in tables {
-            let kairos = self.client.txn_table(table).await?.def().txn == TableTxn::Kairos;
+            let kairos = self.client.txn_def(table).await?.txn == TableTxn::Kairos;
             if mode.is_some_and(|m| m != kairos) {
                 return Err(ClientError::InvalidArgument(
                     "a transaction spans either kairos tables or rifl tables, not both".into(),
@@ -647,22 +647,22 @@ async fn decide_all(
     decision: Decision,
     parts: BTreeMap<(String, u32), Part>,
 ) -> Result<(), ClientError> {
-    let mut tasks = JoinSet::new();
+    let mut calls = Vec::with_capacity(parts.len());
     for part in parts.into_values() {
         let mut t = client.txn_table(&part.table).await?;
-        let shared = shared.clone();
+        let shared = &shared;
         let req = Request::TxnDecide {
             table: part.table,
             shard: part.shard,
             decision,
             seqs: part.ops.iter().map(|o| o.seq).collect(),
         };
-        tasks.spawn(async move {
-            t.leader_call(part.shard, || shared.envelope(lease, base), req).await
-        });
+        calls.push(
+            async move { t.leader_call(part.shard, || shared.envelope(lease, base), req).await },
+        );
     }
-    while let Some(answer) = tasks.join_next().await {
-        match answer.map_err(|e| ClientError::UnexpectedReply(e.to_string()))?? {
+    for answer in try_join_all(calls).await? {
+        match answer {
             Response::TxnDecided => {}
             other => return Err(unexpected(other)),
         }
@@ -756,10 +756,22 @@ impl Client {
     /// refused unless the table takes transactions; connections shared by the client's
     /// transactions.
     pub(crate) async fn txn_table(&self, table: &str) -> Result<Table, ClientError> {
-        let shared = self.txns();
-        if let Some(t) = shared.tables.lock().unwrap_or_else(|e| e.into_inner()).get(table) {
+        if let Some(t) = self.txns().tables.lock().unwrap_or_else(|e| e.into_inner()).get(table) {
             return Ok(t.clone());
         }
+        self.load_txn_table(table).await
+    }
+
+    /// [`txn_table`](Self::txn_table)'s definition alone, without a handle's copy.
+    pub(crate) async fn txn_def(&self, table: &str) -> Result<Arc<TableDef>, ClientError> {
+        if let Some(t) = self.txns().tables.lock().unwrap_or_else(|e| e.into_inner()).get(table) {
+            return Ok(t.shared_def());
+        }
+        Ok(self.load_txn_table(table).await?.shared_def())
+    }
+
+    async fn load_txn_table(&self, table: &str) -> Result<Table, ClientError> {
+        let shared = self.txns();
         let mut t = self.table(table).await?;
         if t.def().txn == TableTxn::None {
             return Err(ClientError::InvalidArgument(format!(

@@ -34,7 +34,7 @@ pub(crate) async fn kairos_objects(
 ) -> Result<Objects, ClientError> {
     let mut out = Objects::new();
     for ((table, key), (action, _)) in objects {
-        let def = client.txn_table(&table).await?.def().clone();
+        let def = client.txn_def(&table).await?;
         if !matches!(def.validation, TableValidation::Sharded(_)) {
             out.insert((table, key), (action, None));
             continue;
