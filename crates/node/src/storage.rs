@@ -12,7 +12,9 @@
 //! commit across the node's shards. Appends stay in the WAL's user-space buffer until a
 //! flush, so a SIGKILL loses exactly what a power failure would. The core task hands over
 //! what one of its steps produced in one request ([`Disks::kick`]): the thread is woken once
-//! per step, not once per replica's batch (a wake-up is a futex call and a context switch).
+//! per step, not once per replica's batch (a wake-up is a futex call and a context switch),
+//! and only if it sleeps ([`Inbox`]: a mutex-guarded queue and a condition variable, which
+//! took a fifth fewer futex calls and context switches per transaction than a channel).
 //!
 //! Opening a replica (and, for a moved-in shard, writing its first entry) also goes through
 //! the thread, in order with the records before it; the core task waits for the answer. Those
@@ -34,9 +36,10 @@
 //! replica ignores every grant echoing a timestamp before its restart (`LogReplica::recover`),
 //! which is only sound if its clock keeps increasing across restarts.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::path::{Path, PathBuf};
 use std::sync::mpsc as std_mpsc;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::Duration;
 
 use strata_host::ShardId;
@@ -85,8 +88,81 @@ enum Job {
 }
 
 struct DiskThread {
-    tx: std_mpsc::Sender<Job>,
+    inbox: Arc<Inbox>,
     thread: std::thread::JoinHandle<()>,
+}
+
+/// The disk thread's requests, in order. The thread is woken (one futex call) only when it
+/// sleeps for want of work; a channel's waker bookkeeping cost several futex calls and
+/// context switches per group-commit round, each a hypervisor exit on a virtual machine.
+#[derive(Default)]
+struct Inbox {
+    state: Mutex<InboxState>,
+    wake: Condvar,
+}
+
+#[derive(Default)]
+struct InboxState {
+    jobs: VecDeque<Job>,
+    /// The thread waits on `wake`.
+    asleep: bool,
+    /// The sender is gone: the thread ends once `jobs` is empty.
+    closed: bool,
+    /// The thread ended (an IO error): jobs are refused, and those queued were dropped (an
+    /// `Open` waiting for its answer learns it from its dropped reply channel).
+    stopped: bool,
+}
+
+impl Inbox {
+    fn lock(&self) -> MutexGuard<'_, InboxState> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Queues `job`; gives it back if the thread has ended.
+    fn push(&self, job: Job) -> Result<(), Job> {
+        let mut s = self.lock();
+        if s.stopped {
+            return Err(job);
+        }
+        s.jobs.push_back(job);
+        let wake = std::mem::take(&mut s.asleep);
+        drop(s); // woken after the unlock, the thread does not block on the lock at once
+        if wake {
+            self.wake.notify_one();
+        }
+        Ok(())
+    }
+
+    /// The thread ended: drops what is queued and refuses what comes.
+    fn stop(&self) {
+        let dropped = {
+            let mut s = self.lock();
+            s.stopped = true;
+            std::mem::take(&mut s.jobs)
+        };
+        drop(dropped);
+    }
+
+    fn close(&self) {
+        self.lock().closed = true;
+        self.wake.notify_one();
+    }
+
+    /// The next round: at least one job, at most `max`, in order; `None` once closed and
+    /// drained.
+    fn take(&self, max: usize) -> Option<Vec<Job>> {
+        let mut s = self.lock();
+        while s.jobs.is_empty() {
+            if s.closed {
+                return None;
+            }
+            s.asleep = true;
+            s = self.wake.wait(s).unwrap_or_else(|e| e.into_inner());
+        }
+        s.asleep = false;
+        let n = s.jobs.len().min(max);
+        Some(s.jobs.drain(..n).collect())
+    }
 }
 
 /// The node's disk thread, its open replicas, and the catalog file. Replicas are filed by
@@ -175,7 +251,7 @@ impl Disks {
         let thread = self.thread()?;
         let (reply, answer) = std_mpsc::sync_channel(1);
         let gone = || "the node's disk thread stopped (an earlier IO error)".to_string();
-        thread.tx.send(Job::Open { shard: id, tag, install, reply }).map_err(|_| gone())?;
+        thread.inbox.push(Job::Open { shard: id, tag, install, reply }).map_err(|_| gone())?;
         let state = answer.recv().map_err(|_| gone())??;
         if has_legacy {
             // Imported (or superseded by the moved-in state) and durable in the node log.
@@ -194,13 +270,16 @@ impl Disks {
             let (store, report) = NodeStore::open(backend, WalConfig::default())
                 .map_err(|e| format!("{}: {e}", dir.display()))?;
             warn_repaired(&report, "the node log");
-            let (tx, rx) = std_mpsc::channel();
-            let done = self.done.clone();
+            let inbox = Arc::new(Inbox::default());
+            let (jobs, done) = (inbox.clone(), self.done.clone());
             let thread = std::thread::Builder::new()
                 .name("disk".into())
-                .spawn(move || run_disk(store, rx, done))
+                .spawn(move || {
+                    run_disk(store, &jobs, done);
+                    jobs.stop();
+                })
                 .map_err(|e| format!("cannot start the disk thread: {e}"))?;
-            self.thread = Some(DiskThread { tx, thread });
+            self.thread = Some(DiskThread { inbox, thread });
         }
         Ok(self.thread.as_ref().expect("just started"))
     }
@@ -220,7 +299,7 @@ impl Disks {
         }
         let Some(thread) = &self.thread else { return };
         let batches = std::mem::take(&mut self.queued);
-        if let Err(std_mpsc::SendError(Job::Log(batches))) = thread.tx.send(Job::Log(batches)) {
+        if let Err(Job::Log(batches)) = thread.inbox.push(Job::Log(batches)) {
             for (shard, _) in batches {
                 let error = "disk thread gone".into();
                 let _ = self.done.send(DiskDone::Failed { shard, error });
@@ -234,7 +313,7 @@ impl Disks {
         if self.open.remove(&id) {
             self.kick(); // its last records first
             if let Some(thread) = &self.thread {
-                let _ = thread.tx.send(Job::Close { shard: id, remove });
+                let _ = thread.inbox.push(Job::Close { shard: id, remove });
             }
         }
     }
@@ -245,7 +324,10 @@ impl Disks {
     pub fn close_all(&mut self) -> Option<std::thread::JoinHandle<()>> {
         self.open.clear();
         self.queued.clear();
-        self.thread.take().map(|t| t.thread)
+        self.thread.take().map(|t| {
+            t.inbox.close();
+            t.thread
+        })
     }
 }
 
@@ -286,15 +368,10 @@ fn remove_dir(dir: &Path) -> std::io::Result<()> {
 /// The node's disk thread: stages whatever queued since the last flush, flushes once, and
 /// reports each replica's barrier (module docs, group commit). An IO error fails every open
 /// replica and stops the thread.
-fn run_disk(
-    mut store: NodeStore<OsBackend>,
-    rx: std_mpsc::Receiver<Job>,
-    done: mpsc::UnboundedSender<DiskDone>,
-) {
+fn run_disk(mut store: NodeStore<OsBackend>, inbox: &Inbox, done: mpsc::UnboundedSender<DiskDone>) {
     let mut tags: BTreeMap<ShardId, ShardTag> = BTreeMap::new();
     let mut barriers: BTreeMap<ShardId, u64> = BTreeMap::new();
-    while let Ok(first) = rx.recv() {
-        let round = std::iter::once(first).chain(rx.try_iter().take(MAX_JOBS_PER_FLUSH - 1));
+    while let Some(round) = inbox.take(MAX_JOBS_PER_FLUSH) {
         let mut result = Ok(());
         for job in round {
             result = run_job(&mut store, &mut tags, &mut barriers, job);
@@ -422,6 +499,53 @@ mod tests {
 
     fn id(shard: u32) -> ShardId {
         ShardId { table: 9, shard, generation: 0 }
+    }
+
+    fn closes(round: Vec<Job>) -> Vec<u32> {
+        round
+            .into_iter()
+            .map(|j| match j {
+                Job::Close { shard, .. } => shard.shard,
+                _ => panic!("only closes were queued"),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn the_inbox_hands_over_jobs_in_order_and_ends_once_drained() {
+        let inbox = Arc::new(Inbox::default());
+        for n in 0..5 {
+            inbox.push(Job::Close { shard: id(n), remove: false }).map_err(|_| ()).unwrap();
+        }
+        assert_eq!(closes(inbox.take(3).unwrap()), [0, 1, 2]);
+        // A sleeping thread is woken by the next job.
+        assert_eq!(closes(inbox.take(3).unwrap()), [3, 4]);
+        let waiter = {
+            let inbox = inbox.clone();
+            std::thread::spawn(move || inbox.take(8).map(closes))
+        };
+        while !inbox.lock().asleep {
+            std::thread::yield_now();
+        }
+        inbox.push(Job::Close { shard: id(7), remove: false }).map_err(|_| ()).unwrap();
+        assert_eq!(waiter.join().unwrap(), Some(vec![7]));
+        // Closed by the sender: what is queued is still handed over, then the end.
+        inbox.push(Job::Close { shard: id(8), remove: false }).map_err(|_| ()).unwrap();
+        inbox.close();
+        assert_eq!(closes(inbox.take(8).unwrap()), [8]);
+        assert!(inbox.take(8).is_none());
+    }
+
+    #[test]
+    fn an_ended_disk_thread_refuses_jobs_and_drops_an_open_waiting_for_its_answer() {
+        let inbox = Inbox::default();
+        let (reply, answer) = std_mpsc::sync_channel(1);
+        let tag = ShardTag::new("t", 0, 0);
+        let open = Job::Open { shard: id(0), tag, install: None, reply };
+        inbox.push(open).map_err(|_| ()).unwrap();
+        inbox.stop();
+        assert!(answer.recv().is_err(), "the waiting opener learns the thread is gone");
+        assert!(inbox.push(Job::Close { shard: id(1), remove: false }).is_err());
     }
 
     /// Every report the disk thread sends until `want` replicas reported a token.
