@@ -331,6 +331,15 @@ impl Disks {
     }
 }
 
+impl Drop for Disks {
+    /// Lets the disk thread end once it has done what is queued (as a dropped channel did).
+    fn drop(&mut self) {
+        if let Some(t) = &self.thread {
+            t.inbox.close();
+        }
+    }
+}
+
 /// Reads a replica directory an earlier version wrote, for import into the node log.
 fn import_legacy(dir: &Path, table: &str, id: ShardId) -> Result<RecoveredState, String> {
     let backend =
