@@ -756,18 +756,23 @@ impl Client {
     /// refused unless the table takes transactions; connections shared by the client's
     /// transactions.
     pub(crate) async fn txn_table(&self, table: &str) -> Result<Table, ClientError> {
-        if let Some(t) = self.txns().tables.lock().unwrap_or_else(|e| e.into_inner()).get(table) {
-            return Ok(t.clone());
+        if let Some(t) = self.cached_txn_table(table, Table::clone) {
+            return Ok(t);
         }
         self.load_txn_table(table).await
     }
 
     /// [`txn_table`](Self::txn_table)'s definition alone, without a handle's copy.
     pub(crate) async fn txn_def(&self, table: &str) -> Result<Arc<TableDef>, ClientError> {
-        if let Some(t) = self.txns().tables.lock().unwrap_or_else(|e| e.into_inner()).get(table) {
-            return Ok(t.shared_def());
+        if let Some(def) = self.cached_txn_table(table, Table::shared_def) {
+            return Ok(def);
         }
         Ok(self.load_txn_table(table).await?.shared_def())
+    }
+
+    /// `f` of the client's handle on `table`, if it was loaded already.
+    fn cached_txn_table<R>(&self, table: &str, f: impl FnOnce(&Table) -> R) -> Option<R> {
+        self.txns().tables.lock().unwrap_or_else(|e| e.into_inner()).get(table).map(f)
     }
 
     async fn load_txn_table(&self, table: &str) -> Result<Table, ClientError> {
