@@ -28,7 +28,8 @@
 #
 # Knobs (environment): RUNS (3), DURATION (3 s), WARMUP (0.5 s), PARTICIPANTS ("1 2 3 4 5"),
 # KEYS (1000), ZKEYS (100), CONTENDED (2), READS ("each many"), TLS (on), THREADS (1: the load
-# generator's threads, `strata bench --threads`, the same for every system), ETCD (1), REDIS (1) (each also part b against
+# generator's threads, `strata bench --threads`, the same for every system), KEY_ORDER
+# (hot-first: the order of a transaction's reads, `--txn-key-order`, for every system), ETCD (1), REDIS (1) (each also part b against
 # that system; missing etcd-server, protobuf-compiler or redis-server are installed with
 # apt-get, and `strata` is built with `--features etcd`), RESULTS, CARGO_TARGET_DIR;
 # QUIET_* (the idle-machine gate, scripts/bench-lib.sh). Prints markdown tables (also in
@@ -50,6 +51,7 @@ REDIS=${REDIS:-1}
 ETCD=${ETCD:-1}
 TLS=${TLS:-on}
 THREADS=${THREADS:-1}
+KEY_ORDER=${KEY_ORDER:-hot-first}
 RESULTS=${RESULTS:-${CARGO_TARGET_DIR:-$ROOT/target}/bench-results/txn-$(date +%Y%m%d-%H%M%S)}
 REDIS_PORT=${REDIS_PORT:-6399}
 NODES=3
@@ -67,7 +69,7 @@ if [ "$ETCD" = 1 ]; then
 fi
 build_strata "${features[@]}"
 describe_machine | tee "$RESULTS/machine.txt" >&2
-echo "settings: runs=$RUNS duration=${DURATION}s participants=[$PARTICIPANTS] keys=$KEYS zkeys=$ZKEYS contended=$CONTENDED reads=[$READS] tls=$TLS threads=$THREADS etcd=$ETCD redis=$REDIS" \
+echo "settings: runs=$RUNS duration=${DURATION}s participants=[$PARTICIPANTS] keys=$KEYS zkeys=$ZKEYS contended=$CONTENDED reads=[$READS] tls=$TLS threads=$THREADS key_order=$KEY_ORDER etcd=$ETCD redis=$REDIS" \
     | tee -a "$RESULTS/machine.txt" >&2
 # The peers' flags for `strata bench` (their TLS credentials, or nothing).
 PEER_TLS_FLAGS=()
@@ -82,7 +84,7 @@ strata_cli table create bank --txn rifl --shards 5 >&2
 strata_cli table create one --txn rifl --shards 1 >&2
 table_leader bank >/dev/null || die "table bank has no leader"
 table_leader one >/dev/null || die "table one has no leader"
-common=(--workload txn --quiet --warmup "$WARMUP" --duration "$DURATION" --threads "$THREADS")
+common=(--workload txn --quiet --warmup "$WARMUP" --duration "$DURATION" --threads "$THREADS" --txn-key-order "$KEY_ORDER")
 txn=("${common[@]}" --table bank)
 # Part (b)'s two workloads, for every system: NAME and its bench flags.
 uniform=(--txn-objects "$CONTENDED" --keys "$KEYS" --clients 4 --sessions 4)

@@ -427,6 +427,9 @@ TXN_TRANSPORT = {
 }
 
 
+TXN_KEY_ORDER = {"hot-first": "the hottest first", "hot-last": "the hottest last"}
+
+
 def txn(results, n_runs, participants, contended, tls="on"):
     """scripts/bench-txn.sh: transactions by participant count, then the same read-modify-write
     against etcd's `txn` and Redis WATCH/MULTI/EXEC, uniform and under contention; TLS is the
@@ -451,7 +454,9 @@ def txn(results, n_runs, participants, contended, tls="on"):
             continue
         strata = throughput(runs(results, f"{prefix}-strata"))
         one = throughput(runs(results, f"{prefix}-strata-one"))
-        print(f"\nThe same read-modify-write of {contended} keys ({what}; {how}), 4 clients x 4 sessions, side by side, "
+        order = TXN_KEY_ORDER[runs(results, f"{prefix}-strata-one")[0]["args"].get("txn_key_order", "hot-first")]
+        order = f", {order}" if prefix.endswith("zipf") else ""
+        print(f"\nThe same read-modify-write of {contended} keys ({what}; {how}{order}), 4 clients x 4 sessions, side by side, "
               f"{TXN_TRANSPORT.get(tls, tls)}; median of {n_runs} runs:\n")
         print("| system | committed/s | Strata 5 shards / system | Strata 1 shard / system | aborted attempts per commit | transaction p50 / p99 µs | commit p50 µs | aborts by reason (all runs) |")
         print("|---|---:|---:|---:|---:|---:|---:|---|")

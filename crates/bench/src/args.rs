@@ -495,6 +495,22 @@ pub struct WorkloadArgs {
     #[arg(long)]
     #[serde(default)]
     pub txn_read_many: bool,
+
+    /// `--workload txn`: the one order in which every transaction reads its keys (one order
+    /// for all, so reads for update never wait for each other in a cycle) — `hot-first` by
+    /// popularity rank, the hottest key first (the index order), or `hot-last`, the reverse.
+    #[arg(long, value_enum, value_name = "ORDER", default_value_t = TxnKeyOrder::HotFirst)]
+    #[serde(default)]
+    pub txn_key_order: TxnKeyOrder,
+}
+
+/// The order of a transaction's keys (`--txn-key-order`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum TxnKeyOrder {
+    #[default]
+    HotFirst,
+    HotLast,
 }
 
 /// How a Strata read-modify-write transaction reads (`--txn-reads`).
@@ -523,6 +539,7 @@ impl Default for WorkloadArgs {
             txn_spread: false,
             txn_reads: TxnReads::ForUpdate,
             txn_read_many: false,
+            txn_key_order: TxnKeyOrder::HotFirst,
         }
     }
 }
@@ -1301,6 +1318,7 @@ mod tests {
             "tls-ca",
             "tls-cert",
             "tls-key",
+            "txn-key-order",
             "txn-keys",
             "txn-objects",
             "txn-read-many",

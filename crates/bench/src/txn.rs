@@ -40,7 +40,7 @@ use serde::{Deserialize, Serialize};
 use strata_client::{AbortReason, Client, RetryPolicy, TxnOutcome};
 use strata_wire::client::shard_of;
 
-use crate::args::{BenchArgs, Distribution, TxnReads};
+use crate::args::{BenchArgs, Distribution, TxnKeyOrder, TxnReads};
 use crate::etcd::EtcdConn;
 use crate::keys::Zipfian;
 use crate::peer_tls::PeerTls;
@@ -74,6 +74,8 @@ struct Keys {
     names: Vec<Bytes>,
     by_shard: Vec<Vec<usize>>,
     zipf: Option<Zipfian>,
+    /// A transaction's keys in index order (a zipfian draw's index is its popularity rank).
+    order: TxnKeyOrder,
 }
 
 impl Keys {
@@ -86,7 +88,7 @@ impl Keys {
         }
         let zipf = (args.workload.dist() == Distribution::Zipfian)
             .then(|| Zipfian::new(n, args.workload.zipf_theta));
-        Keys { names, by_shard, zipf }
+        Keys { names, by_shard, zipf, order: args.workload.txn_key_order }
     }
 
     fn draw(&self, rng: &mut StdRng) -> usize {
@@ -115,7 +117,10 @@ impl Keys {
                 }
             }
         }
-        out.sort_unstable();
+        match self.order {
+            TxnKeyOrder::HotFirst => out.sort_unstable(),
+            TxnKeyOrder::HotLast => out.sort_unstable_by(|a, b| b.cmp(a)),
+        }
         out.into_iter().map(|i| self.names[i].clone()).collect()
     }
 }
@@ -628,5 +633,34 @@ async fn redis_mget(r: &RedisConn, watch: &[&[u8]], keys: &[Bytes]) -> Result<Ve
             })
             .collect(),
         other => Err(format!("MGET: {other:?}")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn keys(order: TxnKeyOrder) -> Keys {
+        let mut args = BenchArgs::default();
+        args.workload.keys = Some(100);
+        args.workload.dist = Some(Distribution::Zipfian);
+        args.workload.txn_key_order = order;
+        Keys::new(&args, 1)
+    }
+
+    /// Every transaction reads its keys in one order: by popularity rank, the hottest first
+    /// or last (`--txn-key-order`).
+    #[test]
+    fn a_transactions_keys_come_in_the_chosen_order() {
+        let rank = |k: &Bytes| std::str::from_utf8(&k[3..]).unwrap().parse::<usize>().unwrap();
+        for (order, ascending) in [(TxnKeyOrder::HotFirst, true), (TxnKeyOrder::HotLast, false)] {
+            let keys = keys(order);
+            let mut rng = StdRng::seed_from_u64(7);
+            for _ in 0..200 {
+                let ranks: Vec<usize> = keys.pick(&mut rng, 3, false).iter().map(rank).collect();
+                let sorted = ranks.windows(2).all(|w| (w[0] < w[1]) == ascending);
+                assert!(sorted, "{order:?}: {ranks:?}");
+            }
+        }
     }
 }
