@@ -454,8 +454,8 @@ def txn(results, n_runs, participants, contended, tls="on"):
             continue
         strata = throughput(runs(results, f"{prefix}-strata"))
         one = throughput(runs(results, f"{prefix}-strata-one"))
-        order = TXN_KEY_ORDER[runs(results, f"{prefix}-strata-one")[0]["args"].get("txn_key_order", "hot-first")]
-        order = f", {order}" if prefix.endswith("zipf") else ""
+        key_order = runs(results, f"{prefix}-strata-one")[0]["args"].get("txn_key_order", "hot-first")
+        order = f", {TXN_KEY_ORDER[key_order]}" if prefix.endswith("zipf") else ""  # uniform keys: none hot
         print(f"\nThe same read-modify-write of {contended} keys ({what}; {how}{order}), 4 clients x 4 sessions, side by side, "
               f"{TXN_TRANSPORT.get(tls, tls)}; median of {n_runs} runs:\n")
         print("| system | committed/s | Strata 5 shards / system | Strata 1 shard / system | aborted attempts per commit | transaction p50 / p99 µs | commit p50 µs | aborts by reason (all runs) |")

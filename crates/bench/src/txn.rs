@@ -74,7 +74,8 @@ struct Keys {
     names: Vec<Bytes>,
     by_shard: Vec<Vec<usize>>,
     zipf: Option<Zipfian>,
-    /// A transaction's keys in index order (a zipfian draw's index is its popularity rank).
+    /// The order of a transaction's keys (`--txn-key-order`): by index, which for a zipfian
+    /// draw is the popularity rank.
     order: TxnKeyOrder,
 }
 
