@@ -53,7 +53,7 @@ fn main() {
         ("lease", vec![req(1, None, Request::RenewLease { lease_id: 0 }), req(2, None, Request::LeaseInfo { lease_id: 1 })]),
         ("log-write", vec![req(1, Some(rifl), Request::LogWrite { table: "__leases".into(), key: Bytes::from("k"), op: LogWriteOp::Put(Bytes::from("v")), immediate: true })]),
         ("log-read", vec![req(1, None, Request::LogRead { table: "__leases".into(), key: Bytes::from("k"), min_index: None, sharer: false, intent: strata_wire::txn::ReadIntent::Plain })]),
-        ("log-read-many", vec![req(1, None, Request::LogReadMany { table: "t".into(), keys: vec![Bytes::from("a"), Bytes::from("b")], min_index: None, intent: strata_wire::txn::ReadIntent::TxnForUpdate })]),
+        ("log-read-many", vec![req(1, None, Request::LogReadMany { table: "t".into(), keys: vec![Bytes::from("a"), Bytes::from("b")], min_index: None, intent: strata_wire::txn::ReadIntent::TxnForUpdate { reserver: 7 } }), req(2, None, Request::ReleaseReservations { table: "t".into(), keys: vec![Bytes::from("a")], reserver: 7 })]),
         ("admin", vec![req(1, None, Request::SetFault { peer: Some(NodeId(1)), fault: LinkFault::default() }), req(2, None, Request::ListTables)]),
     ];
     for (name, reqs) in requests {

@@ -58,6 +58,10 @@ pub struct UpArgs {
     #[arg(long, value_name = "N", default_value_t = 1,
         value_parser = strata_node::runtime_threads_parser())]
     pub runtime_threads: usize,
+    /// How long a transaction's read for update holds the key's other reads for update back,
+    /// waiting for its prepare (`strata node --txn-read-hold-ms`; default: the node's, 5 ms).
+    #[arg(long, value_name = "MS")]
+    pub txn_read_hold_ms: Option<u64>,
     /// No TLS: peer links are not authenticated and every client may do everything. Only on a
     /// trusted machine (e.g. to measure what TLS costs). Default: TLS, with certificates made
     /// in <data-dir>/tls.
@@ -240,6 +244,9 @@ fn spawn(exe: &Path, args: &UpArgs, me: &NodeEntry, plan: &[NodeEntry]) -> std::
         cmd.args(["--shard-rate-limit", &r.to_string()]);
     }
     cmd.args(["--runtime-threads", &args.runtime_threads.to_string()]);
+    if let Some(ms) = args.txn_read_hold_ms {
+        cmd.args(["--txn-read-hold-ms", &ms.to_string()]);
+    }
     if args.insecure_plaintext {
         cmd.arg("--insecure-plaintext");
     } else {

@@ -62,7 +62,8 @@ impl Client {
     /// [`crate::Transaction`]. Its decisions travel on this client's runtime after `commit`
     /// returns: keep the client until they are applied, or use `commit_and_sync`.
     pub fn transaction(&self) -> Transaction {
-        Transaction { inner: self.inner.transaction(), rt: self.rt.clone() }
+        let inner = self.inner.transaction().on_runtime(self.rt.handle().clone());
+        Transaction { inner, rt: self.rt.clone() }
     }
 
     /// Runs `body` in a transaction and commits it, again after [`RetryPolicy::pause_before`]

@@ -46,6 +46,9 @@ const RETRY_BACKOFF: Duration = Duration::from_millis(10);
 const LOCK_BACKOFF: Duration = Duration::from_millis(1);
 /// How long a call retries when the client options set no request timeout.
 const DEFAULT_RETRY_FOR: Duration = Duration::from_secs(10);
+/// How long a release of reads for update waits for its answer (`release_reservations`): past
+/// the longest hold it would end, it has nothing left to save.
+const RELEASE_TIMEOUT: Duration = Duration::from_secs(1);
 
 /// Options of one write (ORCA §2.1 `WriteOpts`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -169,17 +172,28 @@ impl Table {
     /// [`Table::get`] for a transaction of a RIFL table, at the believed leader, which may
     /// answer with the value a pending single-participant transaction will leave: the
     /// transaction's prepare validates the version either way (docs/design.md, departures).
-    /// `for_update`: the transaction means to write the key, and the leader holds the key's
-    /// other reads for update back until this one's prepare arrives ([`ReadIntent`]).
+    /// `intent` [`ReadIntent::TxnForUpdate`]: the transaction means to write the key, and the
+    /// leader holds the key's other reads for update back until this one's prepare arrives.
     pub(crate) async fn get_for_txn(
         &mut self,
         key: Bytes,
-        for_update: bool,
+        intent: ReadIntent,
     ) -> Result<LogRead, ClientError> {
         let shard = self.shard_of(&key) as usize;
         let start = self.leader.get(shard).unwrap_or(self.cursor);
-        let intent = if for_update { ReadIntent::TxnForUpdate } else { ReadIntent::Txn };
         self.read(key, start, ReadKind::Txn(intent)).await
+    }
+
+    /// Ends `reserver`'s reservations of `keys` (of one shard) at the shard's leader as last
+    /// seen: one attempt, no retry. A release that is lost, or reaches a node that is no
+    /// longer the leader (a new leader holds no reservations), costs only the hold.
+    pub(crate) async fn release_reservations(&mut self, keys: Vec<Bytes>, reserver: u64) {
+        let Some(target) = keys.first().and_then(|k| self.leader.get(self.shard_of(k) as usize))
+        else {
+            return;
+        };
+        let req = Request::ReleaseReservations { table: self.def.name.clone(), keys, reserver };
+        let _ = self.call(target, None, req, Instant::now() + RELEASE_TIMEOUT).await;
     }
 
     pub fn def(&self) -> &TableDef {
@@ -571,11 +585,10 @@ impl Table {
     pub(crate) async fn get_many_for_txn(
         &mut self,
         keys: Vec<Bytes>,
-        for_update: bool,
+        intent: ReadIntent,
     ) -> Result<Vec<LogRead>, ClientError> {
         let shard = self.shard_of(&keys[0]) as usize;
         let start = self.leader.get(shard).unwrap_or(self.cursor);
-        let intent = if for_update { ReadIntent::TxnForUpdate } else { ReadIntent::Txn };
         let (target, reply) = self
             .read_reply(start, |t: &Table| Request::LogReadMany {
                 table: t.def.name.clone(),

@@ -44,7 +44,7 @@ use strata_wire::client::{
 };
 use strata_wire::log::{Expect, LogIndex};
 use strata_wire::txn::{
-    AbortReason, Decision, KairosPrepare, Timestamp, TxnAction, TxnObject, TxnOp, Vote,
+    AbortReason, Decision, KairosPrepare, ReadIntent, Timestamp, TxnAction, TxnObject, TxnOp, Vote,
 };
 use strata_wire::{LeaseInfo, Rifl, RpcId};
 use tokio::sync::Notify;
@@ -160,6 +160,13 @@ pub struct Transaction {
     freshness: TxnFreshness,
     /// The reads served by the Kairos cache (`kairos_cache`).
     cache_hits: BTreeSet<(String, Bytes)>,
+    /// This transaction's name in its reads for update (random, nonzero): what lets it
+    /// release them if it is dropped without a prepare ([`ReadIntent::TxnForUpdate`]).
+    reserver: u64,
+    /// `(table, shard)` -> the keys read for update there and not yet named by a prepare.
+    reserved: BTreeMap<(String, u32), Vec<Bytes>>,
+    /// Where the releases run when dropped outside a runtime (a blocking client's).
+    runtime: Option<tokio::runtime::Handle>,
 }
 
 /// One participant's part: a shard of a table and its operations.
@@ -177,7 +184,60 @@ impl Transaction {
             writes: BTreeMap::new(),
             freshness: TxnFreshness::default(),
             cache_hits: BTreeSet::new(),
+            reserver: random_u64().max(1),
+            reserved: BTreeMap::new(),
+            runtime: None,
         }
+    }
+
+    /// Releases run on `runtime` (a blocking client's transaction is dropped outside it).
+    pub(crate) fn on_runtime(mut self, runtime: tokio::runtime::Handle) -> Transaction {
+        self.runtime = Some(runtime);
+        self
+    }
+
+    /// The intent of a read of a RIFL table: a transaction's, or for update under this
+    /// transaction's name.
+    fn intent(&self, for_update: bool) -> ReadIntent {
+        match for_update {
+            true => ReadIntent::TxnForUpdate { reserver: self.reserver },
+            false => ReadIntent::Txn,
+        }
+    }
+
+    /// Remembers `keys` of `table`'s `shard` as read for update, to release them if this
+    /// transaction sends no prepare.
+    fn reserved(&mut self, table: &str, shard: u32, keys: impl IntoIterator<Item = Bytes>) {
+        self.reserved.entry((table.to_string(), shard)).or_default().extend(keys);
+    }
+
+    /// Releases this transaction's reads for update in the background (docs/design.md,
+    /// "Reads for update"): the reads of its keys that other transactions make go on now
+    /// rather than when the hold lapses. Nothing to do once a prepare named them.
+    fn release_reservations(&mut self) {
+        if self.reserved.is_empty() {
+            return;
+        }
+        // Without a runtime the holds lapse on their own.
+        let Some(runtime) =
+            self.runtime.clone().or_else(|| tokio::runtime::Handle::try_current().ok())
+        else {
+            return;
+        };
+        let (client, reserver) = (self.client.clone(), self.reserver);
+        let reserved = std::mem::take(&mut self.reserved);
+        runtime.spawn(async move {
+            let releases = reserved.into_iter().map(|((table, _), keys)| {
+                let client = client.clone();
+                async move {
+                    let Ok(mut t) = client.txn_table(&table).await else { return };
+                    for chunk in keys.chunks(MAX_READ_MANY_KEYS) {
+                        t.release_reservations(chunk.to_vec(), reserver).await;
+                    }
+                }
+            });
+            futures::future::join_all(releases).await;
+        });
     }
 
     /// The value of `key` in `table` as this transaction sees it: its own buffered write, else
@@ -263,17 +323,21 @@ impl Transaction {
         }
         for group in by_shard.into_values() {
             for chunk in group.chunks(MAX_READ_MANY_KEYS).filter(|c| !c.is_empty()) {
-                let reads = match t.get_many_for_txn(chunk.to_vec(), for_update).await {
+                let intent = self.intent(for_update);
+                let reads = match t.get_many_for_txn(chunk.to_vec(), intent).await {
                     // Values too large for one frame together: one key at a time.
                     Err(ClientError::InvalidArgument(_)) if chunk.len() > 1 => {
                         let mut reads = Vec::with_capacity(chunk.len());
                         for key in chunk {
-                            reads.push(t.get_for_txn(key.clone(), for_update).await?);
+                            reads.push(t.get_for_txn(key.clone(), intent).await?);
                         }
                         reads
                     }
                     reads => reads?,
                 };
+                if for_update {
+                    self.reserved(table, t.shard_of(&chunk[0]), chunk.iter().cloned());
+                }
                 for (key, r) in chunk.iter().zip(reads) {
                     let id = (table.to_string(), key.clone());
                     self.reads.insert(id, (r.value, r.update_index, r.vts));
@@ -304,7 +368,10 @@ impl Transaction {
         }
         let mut t = self.client.txn_table(table).await?;
         let Some(wm) = self.kairos_before_read(&t).await else {
-            let r = t.get_for_txn(id.1.clone(), for_update).await?;
+            let r = t.get_for_txn(id.1.clone(), self.intent(for_update)).await?;
+            if for_update {
+                self.reserved(table, t.shard_of(&id.1), [id.1.clone()]);
+            }
             self.reads.insert(id, (r.value.clone(), r.update_index, r.vts));
             return Ok(r.value);
         };
@@ -405,7 +472,7 @@ impl Transaction {
     }
 
     /// The outcome and, for Kairos tables, the commit timestamp.
-    async fn run(self, sync: bool) -> Result<(TxnOutcome, Option<Timestamp>), ClientError> {
+    async fn run(mut self, sync: bool) -> Result<(TxnOutcome, Option<Timestamp>), ClientError> {
         // T1: every object, in (table, key) order, with its action and expected version.
         let mut objects: BTreeMap<(String, Bytes), (TxnAction, Option<Expect>)> = BTreeMap::new();
         for (id, (_, version, _)) in &self.reads {
@@ -473,7 +540,11 @@ impl Transaction {
         let stamps = kairos.map(|(commit_ts, freshness)| (commit_ts, freshness, read_only));
         let result = self.prepare(&shared, lease, base, read_only, stamps, &all, &parts).await;
         let (votes, decided) = match result {
-            Ok(v) => v,
+            // Every participant had a prepare naming its keys: nothing left to release.
+            Ok(v) => {
+                self.reserved.clear();
+                v
+            }
             Err(e) => {
                 // The block stays outstanding: recovery decides what was prepared, and the
                 // prepares' records must outlive it (§5.8.5); a lost lease restarts the ids.
@@ -799,8 +870,22 @@ impl Client {
     }
 }
 
-/// A number in `[0, 1)` for back-off jitter (no randomness crate for this alone).
+impl Drop for Transaction {
+    /// A transaction dropped before its prepare (its body failed or returned early) releases
+    /// its reads for update.
+    fn drop(&mut self) {
+        self.release_reservations();
+    }
+}
+
+/// A number in `[0, 1)` for back-off jitter.
 fn rand_unit() -> f64 {
+    (random_u64() >> 11) as f64 / (1u64 << 53) as f64
+}
+
+/// 64 random bits (no randomness crate for this alone): the standard library's randomly
+/// keyed hasher over the time.
+fn random_u64() -> u64 {
     use std::hash::{BuildHasher, Hasher};
     let mut h = std::collections::hash_map::RandomState::new().build_hasher();
     h.write_u64(
@@ -808,5 +893,5 @@ fn rand_unit() -> f64 {
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_nanos() as u64),
     );
-    (h.finish() >> 11) as f64 / (1u64 << 53) as f64
+    h.finish()
 }

@@ -1219,6 +1219,47 @@ async fn reads_for_update_queue_increments_of_one_key() {
     assert!(leader.txn_reads_foreseen > 0, "none read a pending prepare's value: {leader:?}");
 }
 
+/// A transaction dropped after its read for update releases the key: the next read for update
+/// of it is answered at once, not when the hold lapses (3 s on these nodes) — through the
+/// async API, and through the blocking one, dropped in a thread without a runtime. The
+/// control: a transaction that is never dropped (forgotten) holds the key for the hold.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dropped_transaction_releases_its_reads_for_update() {
+    const HOLD: Duration = Duration::from_secs(3);
+    let tune = |cfg: &mut strata_node::NodeConfig| cfg.txn_read_hold_ms = HOLD.as_millis() as u64;
+    let (_nodes, endpoints) = cluster_of_with_tuned(3, &[txn_table("ctr", 1)], tune).await;
+    let client = Client::connect(&endpoints, opts()).await.unwrap();
+    client.table("ctr").await.unwrap().put("c", "0").await.unwrap();
+    // A read for update of `c`, and how long it waited.
+    let reserve = |client: Client| async move {
+        let start = Instant::now();
+        let mut tx = client.transaction();
+        tx.read_for_update("ctr", "c").await.unwrap();
+        (tx, start.elapsed())
+    };
+    let (first, _) = reserve(client.clone()).await;
+    std::mem::forget(first);
+    let (second, waited) = reserve(client.clone()).await;
+    assert!(waited >= HOLD - Duration::from_millis(200), "not held back: {waited:?}");
+    drop(second);
+    let (third, waited) = reserve(client.clone()).await;
+    assert!(waited < HOLD / 3, "the dropped transaction's key was held {waited:?}");
+    drop(third);
+    let blocking_endpoints = endpoints.clone();
+    tokio::task::spawn_blocking(move || {
+        let c = strata_client::blocking::Client::connect(&blocking_endpoints, opts()).unwrap();
+        let mut tx = c.transaction();
+        tx.read_for_update("ctr", "c").unwrap();
+        drop(tx);
+        // Kept until the release was sent: it runs on this client's runtime.
+        std::thread::sleep(Duration::from_millis(300));
+    })
+    .await
+    .unwrap();
+    let (_, waited) = reserve(client.clone()).await;
+    assert!(waited < HOLD / 3, "the blocking transaction's key was held {waited:?}");
+}
+
 /// Runs `tasks` on tasks of their own, all at once, and waits for every one.
 async fn run_concurrently<F>(tasks: impl IntoIterator<Item = F>)
 where

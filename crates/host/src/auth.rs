@@ -14,7 +14,7 @@ use strata_wire::Role;
 ///
 /// | role | requests |
 /// |---|---|
-/// | `read` | sessions, `Get`, `Acquire`, `LogRead`, `LogReadMany`, `ListTables`, `LeaseInfo`, `Status`, `Ping` |
+/// | `read` | sessions, `Get`, `Acquire`, `LogRead`, `LogReadMany`, `ReleaseReservations` (a read for update's), `ListTables`, `LeaseInfo`, `Status`, `Ping` |
 /// | `write` | `Put`, `Delete`, `Release`, `Faa`, `Cas`, `LogWrite`, `RenewLease`, `TxnPrepare`, `TxnDecide` (read-only transactions too: they take a lease), `KairosReport` (a transaction client's watermarks: they move `ts_GC`, which can abort others' transactions `TooOld`) |
 /// | `admin` | `SetFault`, `CreateTable`, `FreezeShard`, `AdoptShard` (shard moves) |
 pub fn required_role(req: &Request) -> Role {
@@ -25,6 +25,7 @@ pub fn required_role(req: &Request) -> Role {
         | Request::Acquire { .. }
         | Request::LogRead { .. }
         | Request::LogReadMany { .. }
+        | Request::ReleaseReservations { .. }
         | Request::ListTables
         | Request::LeaseInfo { .. }
         | Request::Status
@@ -89,6 +90,7 @@ fn request_name(req: &Request) -> &'static str {
         Request::LogWrite { .. } => "a log-table write",
         Request::LogRead { .. } => "a log-table read",
         Request::LogReadMany { .. } => "a log-table read of several keys",
+        Request::ReleaseReservations { .. } => "releasing reads for update",
         Request::CreateTable { .. } => "creating a table",
         Request::ListTables => "listing tables",
         Request::RenewLease { .. } => "a lease",

@@ -76,7 +76,13 @@ pub struct HostConfig {
     /// Transaction recovery's `T_TX` per object of a transaction (rifl.md R-D15: RAMCloud's
     /// 50 ms): a lock held this long times the transaction's objects starts recovery.
     pub txn_timeout_per_object: std::time::Duration,
+    /// How long a transaction's read for update holds the key's other reads for update back
+    /// at its shard's leader (`LogConfig::txn_read_hold`; [`TXN_READ_HOLD`] by default; zero:
+    /// not at all), for every table whose configuration is not overridden.
+    pub txn_read_hold: std::time::Duration,
 }
+
+pub use strata_log::TXN_READ_HOLD;
 
 /// RAMCloud's `T_TX` per object (rifl.md R-D15).
 pub const TXN_TIMEOUT_PER_OBJECT: std::time::Duration = std::time::Duration::from_millis(50);
@@ -140,6 +146,7 @@ impl Host {
         let mut shards = Shards::new(me, nodes, cfg.seed, cfg.shard_rate_limit, limits);
         shards.audit = cfg.audit;
         shards.log_overrides = cfg.log_overrides;
+        shards.txn_read_hold = cfg.txn_read_hold;
         let mut out = HostEffects::default();
         shards.start_table(
             Catalogued { def: lease_table_def(), moved: Default::default() },
@@ -528,6 +535,10 @@ impl Host {
                 let out = &mut self.out;
                 self.shards.on_read_many(now, route, corr, &table, keys, min_index, intent, out)
             }
+            Request::ReleaseReservations { table, keys, reserver } => {
+                let out = &mut self.out;
+                self.shards.on_release_reservations(now, route, corr, &table, keys, reserver, out)
+            }
             Request::TxnPrepare { table, shard, read_only, all, ops, kairos } => {
                 let out = &mut self.out;
                 let p = crate::txn::PrepareReq { read_only, all, ops, kairos };
@@ -780,6 +791,7 @@ fn is_rc_request(req: &Request) -> bool {
             | Request::LogWrite { .. }
             | Request::LogRead { .. }
             | Request::LogReadMany { .. }
+            | Request::ReleaseReservations { .. }
             | Request::TxnPrepare { .. }
             | Request::TxnDecide { .. }
             | Request::KairosReport { .. }
@@ -850,6 +862,7 @@ mod tests {
             audit,
             log_overrides: [("t".to_string(), over)].into(),
             txn_timeout_per_object: TXN_TIMEOUT_PER_OBJECT,
+            txn_read_hold: TXN_READ_HOLD,
         };
         let mut host = Host::new(cfg, &stored).expect("starts");
         let (mut now, mut out, mut audits) =
@@ -894,7 +907,7 @@ mod tests {
                 table: table.to_string(),
                 keys,
                 min_index: None,
-                intent: ReadIntent::TxnForUpdate,
+                intent: ReadIntent::TxnForUpdate { reserver: 9 },
             };
             host.on_client_request(now, 1, ClientRequest::new(corr, body));
             let mut out = HostEffects::default();
@@ -919,6 +932,42 @@ mod tests {
         refused(ask(2, "t", 0), "1 to 64 keys, not 0");
         refused(ask(3, "t", MAX_READ_MANY_KEYS + 1), "not 65");
         refused(ask(4, "nope", 2), "no table named");
+    }
+
+    /// A dropped transaction's `ReleaseReservations` reaches its keys' shard leader: the
+    /// read for update held back by its reservation is answered at once, the clock unmoved.
+    #[test]
+    fn a_release_of_reservations_lets_the_held_read_go_on() {
+        use strata_wire::txn::ReadIntent;
+        let (mut host, _, now) = run_alone_until_leader(false);
+        host.on_connected(1, Some(Role::Read));
+        let keys = vec![bytes::Bytes::from("a"), bytes::Bytes::from("b")];
+        let read = |reserver| Request::LogReadMany {
+            table: "t".to_string(),
+            keys: keys.clone(),
+            min_index: None,
+            intent: ReadIntent::TxnForUpdate { reserver },
+        };
+        let mut send = |corr: u64, body: Request| {
+            host.on_client_request(now, 1, ClientRequest::new(corr, body));
+            let mut out = HostEffects::default();
+            host.poll_effects(&mut out);
+            out.reply.into_iter().map(|(_, r)| (r.corr, r.body)).collect::<Vec<_>>()
+        };
+        assert!(matches!(&send(1, read(7))[..], [(1, Response::LogValues { .. })]));
+        assert!(send(2, read(8)).is_empty(), "held back by transaction 7's reservation");
+        let release =
+            Request::ReleaseReservations { table: "t".into(), keys: keys.clone(), reserver: 7 };
+        let replies = send(3, release);
+        assert!(replies.contains(&(3, Response::ReservationsReleased)), "{replies:?}");
+        assert!(
+            replies
+                .iter()
+                .any(|(corr, body)| *corr == 2 && matches!(body, Response::LogValues { .. })),
+            "the held read is answered with the release: {replies:?}"
+        );
+        let empty = Request::ReleaseReservations { table: "t".into(), keys: vec![], reserver: 7 };
+        assert!(matches!(&send(4, empty)[..], [(4, Response::Error { .. })]));
     }
 
     #[test]

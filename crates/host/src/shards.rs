@@ -116,6 +116,8 @@ pub(crate) struct Shards {
     pub audit: bool,
     /// `HostConfig::log_overrides`.
     pub log_overrides: BTreeMap<String, strata_log::LogConfig>,
+    /// `HostConfig::txn_read_hold`, for the tables without an override.
+    pub txn_read_hold: std::time::Duration,
     /// Explicit invalidation's sharers of the Kairos shards this node leads (`sharers`).
     pub sharers: Sharers,
 }
@@ -145,6 +147,7 @@ impl Shards {
             limits,
             audit: false,
             log_overrides: BTreeMap::new(),
+            txn_read_hold: strata_log::TXN_READ_HOLD,
             sharers: Sharers::default(),
         }
     }
@@ -198,7 +201,8 @@ impl Shards {
         let n = placement.replicas.len();
         let mut cfg = match self.log_overrides.get(&def.name) {
             Some(cfg) => cfg.validate(n).map(|()| cfg.clone()),
-            None => log_config(&def, n),
+            None => log_config(&def, n)
+                .map(|cfg| strata_log::LogConfig { txn_read_hold: self.txn_read_hold, ..cfg }),
         }
         .map_err(|e| format!("table {} shard {}: {e}", def.name, id.shard))?;
         // Replication messages are packed to fit the peer frame limit (issue #17 item 5).
@@ -455,33 +459,62 @@ impl Shards {
         intent: ReadIntent,
         out: &mut HostEffects,
     ) {
-        let refuse = |out: &mut HostEffects, message: String| {
-            let body = Response::Error { code: ErrorCode::InvalidArgument, message };
-            out.reply.push((route, ClientResponse { corr, body }))
-        };
-        if keys.is_empty() || keys.len() > MAX_READ_MANY_KEYS {
-            let n = keys.len();
-            return refuse(
-                out,
-                format!("a read of several keys names 1 to {MAX_READ_MANY_KEYS} keys, not {n}"),
-            );
-        }
-        if let Some(e) = keys.iter().find_map(|k| self.limits.check_key(k).err()) {
-            return out.reply.push((route, ClientResponse { corr, body: limit_error(table, &e) }));
-        }
         if self.tables.get(table).is_some_and(|t| t.def.txn == TableTxn::Kairos) {
-            return refuse(out, format!("table {table:?} is a kairos table: read its keys one at a time (each read goes through the client's cache)"));
+            let message = format!("table {table:?} is a kairos table: read its keys one at a time (each read goes through the client's cache)");
+            let body = Response::Error { code: ErrorCode::InvalidArgument, message };
+            return out.reply.push((route, ClientResponse { corr, body }));
         }
-        let sk = match self.shard_key(table, &keys[0]) {
-            Ok(k) => k,
+        let sk = match self.shard_of_keys(table, &keys) {
+            Ok(sk) => sk,
             Err(body) => return out.reply.push((route, ClientResponse { corr, body })),
         };
-        if keys[1..].iter().any(|k| self.shard_key(table, k).ok() != Some(sk)) {
-            return refuse(out, format!("the keys of one read of table {table:?} must be in one shard (the client groups them by shard)"));
-        }
         let token = self.take_token();
         let req = LogRequest::ReadMany { token, keys, min_index, intent };
         self.request(now, sk, route, corr, req, out);
+    }
+
+    /// A client's `ReleaseReservations`: keys of one shard, to that shard's replica here (its
+    /// leader releases them; the reply comes through `out`).
+    #[allow(clippy::too_many_arguments)]
+    pub fn on_release_reservations(
+        &mut self,
+        now: Instant,
+        route: Route,
+        corr: u64,
+        table: &str,
+        keys: Vec<Bytes>,
+        reserver: u64,
+        out: &mut HostEffects,
+    ) {
+        let sk = match self.shard_of_keys(table, &keys) {
+            Ok(sk) => sk,
+            Err(body) => return out.reply.push((route, ClientResponse { corr, body })),
+        };
+        let token = self.take_token();
+        let req = LogRequest::ReleaseReservations { token, keys, reserver };
+        self.request(now, sk, route, corr, req, out);
+    }
+
+    /// The one shard of `keys` (1 to `MAX_READ_MANY_KEYS` keys of `table`, all in one shard,
+    /// as the client groups them), or the error to answer.
+    #[allow(clippy::result_large_err)] // built once per refused request, as `shard_key`'s
+    fn shard_of_keys(&self, table: &str, keys: &[Bytes]) -> Result<ShardKey, Response> {
+        let refuse =
+            |message: String| Response::Error { code: ErrorCode::InvalidArgument, message };
+        if keys.is_empty() || keys.len() > MAX_READ_MANY_KEYS {
+            let n = keys.len();
+            return Err(refuse(format!(
+                "a request of several keys names 1 to {MAX_READ_MANY_KEYS} keys, not {n}"
+            )));
+        }
+        if let Some(e) = keys.iter().find_map(|k| self.limits.check_key(k).err()) {
+            return Err(limit_error(table, &e));
+        }
+        let sk = self.shard_key(table, &keys[0])?;
+        if keys[1..].iter().any(|k| self.shard_key(table, k).ok() != Some(sk)) {
+            return Err(refuse(format!("the keys of one request of table {table:?} must be in one shard (the client groups them by shard)")));
+        }
+        Ok(sk)
     }
 
     pub fn take_token(&mut self) -> u64 {
@@ -920,6 +953,7 @@ pub(crate) fn reply_body(reply: LogReply) -> Response {
             epoch: values.first().map_or(0, |v| v.epoch),
             values: values.into_iter().map(|v| (v.value, v.update_index)).collect(),
         },
+        LogReply::ReservationsReleased { .. } => Response::ReservationsReleased,
         LogReply::Read { result: Err(e), .. } | LogReply::ReadMany { result: Err(e), .. } => {
             Response::LogRejected(match e {
                 ReadError::NotLeader { hint } => LogFailure::NotLeader { hint },

@@ -45,6 +45,14 @@ pub enum LogRequest {
         min_index: Option<LogIndex>,
         intent: ReadIntent,
     },
+    /// A dropped transaction's reads for update under `reserver` (`reservations.rs`): at the
+    /// leader, each of `keys` still reserved by `reserver` is free again. Answered
+    /// `ReservationsReleased` by any replica (only a leader holds reservations).
+    ReleaseReservations {
+        token: u64,
+        keys: Vec<Bytes>,
+        reserver: u64,
+    },
     /// rifl.md §5.7 steps 1-2, at the leader: freeze the shard for a move to `to`. Answered
     /// with the final state once the `Freeze` entry is committed, durable at a majority and
     /// applied (so every replica that serves reads has applied it too: it answers `Moved`).
@@ -105,6 +113,7 @@ impl LogRequest {
             LogRequest::Write { token, .. }
             | LogRequest::Read { token, .. }
             | LogRequest::ReadMany { token, .. }
+            | LogRequest::ReleaseReservations { token, .. }
             | LogRequest::Freeze { token, .. }
             | LogRequest::Prepare { token, .. }
             | LogRequest::Decide { token, .. }
@@ -210,6 +219,10 @@ pub enum LogReply {
         token: u64,
         result: Result<Vec<ReadValue>, ReadError>,
     },
+    /// The answer to `LogRequest::ReleaseReservations`.
+    ReservationsReleased {
+        token: u64,
+    },
     /// The answer to `LogRequest::Freeze`: the shard's final state.
     Frozen {
         token: u64,
@@ -228,6 +241,7 @@ impl LogReply {
             LogReply::Write { token, .. }
             | LogReply::Read { token, .. }
             | LogReply::ReadMany { token, .. }
+            | LogReply::ReservationsReleased { token }
             | LogReply::Frozen { token, .. }
             | LogReply::Txn { token, .. } => *token,
         }
@@ -490,6 +504,8 @@ pub struct LogStats {
     pub reads_foreseen: u64,
     /// Reads for update that waited for another's prepare (`reservations.rs`).
     pub reads_held: u64,
+    /// Reservations their dropped transaction released (`LogRequest::ReleaseReservations`).
+    pub reservations_released: u64,
     /// Single-participant prepares answered `Abort` without an entry (`foresight.rs`).
     pub prepares_foreseen_aborted: u64,
 }

@@ -5,6 +5,12 @@ use std::time::Duration;
 use strata_wire::NodeId;
 use thiserror::Error;
 
+/// The default of [`LogConfig::txn_read_hold`]: a transaction's reads and its prepare's
+/// arrival, a few round trips, while its other reads may wait on other keys' holds. With
+/// 2 ms, a loaded 1-shard table saw holds lapse (0.1-0.3 aborted attempts per commit on a hot
+/// key); with 5 ms, none (docs/benchmarks.md, "Reads for update").
+pub const TXN_READ_HOLD: Duration = Duration::from_millis(5);
+
 /// How writes replicate before they are acknowledged, inside CAD (ORCA §1.3 `ReplicationMode`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Replication {
@@ -249,11 +255,7 @@ impl LogConfig {
             catchup_wait: Duration::from_millis(20),
             read_timeout: Duration::from_secs(2),
             write_timeout: Duration::from_secs(2),
-            // A transaction's reads and its prepare's arrival, a few round trips, while its
-            // other reads may wait on other keys' holds: with 2 ms, a loaded 1-shard table
-            // saw holds lapse (0.1-0.3 aborted attempts per commit on a hot key); with 5 ms,
-            // none (docs/benchmarks.md, "Reads for update").
-            txn_read_hold: Duration::from_millis(5),
+            txn_read_hold: TXN_READ_HOLD,
             foresee_writes: true,
             max_batch_entries: 256,
             max_batch_bytes: 1 << 20,

@@ -1298,9 +1298,9 @@ fn a_read_for_update_waits_for_the_prepare_of_the_one_before_it() {
     use strata_wire::txn::Vote;
     let mut s = Solo::sync();
     assert!(matches!(s.write(env(1, 1), "a"), Some(Ok(_))));
-    let first = s.send_read_k(ReadIntent::TxnForUpdate);
+    let first = s.send_read_k(ReadIntent::TxnForUpdate { reserver: 1 });
     let v0 = s.read_reply(first).unwrap().unwrap().update_index;
-    let second = s.send_read_k(ReadIntent::TxnForUpdate);
+    let second = s.send_read_k(ReadIntent::TxnForUpdate { reserver: 2 });
     assert_eq!(s.read_reply(second), None, "held back by the first one's reservation");
     assert_eq!(s.r.stats().reads_held, 1);
     let plain_txn_read = s.read_k(true).unwrap().unwrap();
@@ -1328,10 +1328,10 @@ fn a_reservation_without_a_prepare_lapses_after_the_hold() {
     let mut s = Solo::sync();
     assert!(matches!(s.write(env(1, 1), "a"), Some(Ok(_))));
     let hold = s.r.config().txn_read_hold;
-    let first = s.send_read_k(ReadIntent::TxnForUpdate);
+    let first = s.send_read_k(ReadIntent::TxnForUpdate { reserver: 1 });
     assert!(s.read_reply(first).is_some());
     let held_at = s.now;
-    let held = s.send_read_k(ReadIntent::TxnForUpdate);
+    let held = s.send_read_k(ReadIntent::TxnForUpdate { reserver: 2 });
     assert_eq!(s.read_reply(held), None);
     // Only the core's own deadlines move time on.
     while s.read_reply(held).is_none() {
@@ -1345,9 +1345,43 @@ fn a_reservation_without_a_prepare_lapses_after_the_hold() {
     assert_eq!(s.read_reply(held).unwrap().unwrap().value.as_deref(), Some(&b"a"[..]));
 }
 
+/// A transaction dropped after its read for update releases the key (`reserver` names it):
+/// the read held back by its reservation is answered at once, not when the hold ends. A
+/// release by another transaction, or after the key was reserved again, frees nothing.
+#[test]
+fn a_dropped_transaction_releases_its_reservation() {
+    let mut s = Solo::sync();
+    assert!(matches!(s.write(env(1, 1), "a"), Some(Ok(_))));
+    let first = s.send_read_k(ReadIntent::TxnForUpdate { reserver: 7 });
+    assert!(s.read_reply(first).is_some());
+    let held = s.send_read_k(ReadIntent::TxnForUpdate { reserver: 8 });
+    assert_eq!(s.release_reservations(&["k"], 9), 1, "answered, whatever it releases");
+    assert_eq!(s.read_reply(held), None, "another transaction's release frees nothing");
+    s.release_reservations(&["k"], 7);
+    let read = s.read_reply(held).expect("answered at the release, the clock unmoved");
+    assert_eq!(read.unwrap().value.as_deref(), Some(&b"a"[..]));
+    // The key is reserved by the second reader now: the first one's late release is void.
+    let third = s.send_read_k(ReadIntent::TxnForUpdate { reserver: 10 });
+    s.release_reservations(&["k"], 7);
+    assert_eq!(s.read_reply(third), None, "still the second reader's");
+}
+
 // ---- reads of several keys (`LogRequest::ReadMany`) ----
 
 impl Solo {
+    /// Releases `reserver`'s reservations of `keys`; returns how many answers came.
+    fn release_reservations(&mut self, keys: &[&'static str], reserver: u64) -> usize {
+        let token = self.next_token;
+        self.next_token += 1;
+        let keys = keys.iter().map(|k| Bytes::from_static(k.as_bytes())).collect();
+        let req = LogRequest::ReleaseReservations { token, keys, reserver };
+        self.r.on_client_request(self.now, req);
+        self.drain();
+        let answered =
+            |r: &&LogReply| matches!(r, LogReply::ReservationsReleased { token: t } if *t == token);
+        self.replies.iter().filter(answered).count()
+    }
+
     /// Sends a read of `keys` with `intent`; returns its token.
     fn send_read_many(&mut self, keys: &[&'static str], intent: ReadIntent) -> u64 {
         let token = self.next_token;
@@ -1404,11 +1438,11 @@ fn a_read_of_several_keys_answers_each_in_order() {
 fn reads_for_update_of_several_keys_reserve_them_together() {
     let mut s = Solo::sync();
     assert!(matches!(s.write(env(1, 1), "a"), Some(Ok(_))));
-    let first = s.send_read_k(ReadIntent::TxnForUpdate); // reserves "k"
+    let first = s.send_read_k(ReadIntent::TxnForUpdate { reserver: 1 }); // reserves "k"
     assert!(s.read_reply(first).is_some());
-    let both = s.send_read_many(&["j", "k"], ReadIntent::TxnForUpdate);
+    let both = s.send_read_many(&["j", "k"], ReadIntent::TxnForUpdate { reserver: 2 });
     assert_eq!(s.read_many_reply(both), None, "held back by the reservation of k");
-    let j = s.send_read_many(&["j"], ReadIntent::TxnForUpdate);
+    let j = s.send_read_many(&["j"], ReadIntent::TxnForUpdate { reserver: 3 });
     assert!(s.read_many_reply(j).is_some(), "j is not reserved by a read still waiting");
     // The first transaction's prepare releases k; j stays reserved by the second read of j.
     let v0 = s.read_reply(first).unwrap().unwrap().update_index;

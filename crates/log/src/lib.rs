@@ -53,7 +53,9 @@ pub use api::{
     MarkOutReason, Persist, ReadError, ReadValue, RecoverError, RecoveredState, RevokeReason,
     Snapshot, StepDownReason, TxnAnswer, VoteRefusal, WriteAck, WriteError, WriteOp, WriteOutcome,
 };
-pub use config::{ConfigError, DurabilityMode, LogConfig, PlantedBug, ReadPolicy, Replication};
+pub use config::{
+    ConfigError, DurabilityMode, LogConfig, PlantedBug, ReadPolicy, Replication, TXN_READ_HOLD,
+};
 pub use replica::{LogEffects, LogReplica, Role};
 pub use state::TxnEvent;
 pub use strata_rifl::Verdict;

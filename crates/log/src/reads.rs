@@ -443,12 +443,32 @@ impl LogReplica {
     /// another's, so two never wait for each other.
     fn reserve_for(&mut self, now: Instant, r: &PendingRead) {
         let hold = self.cfg.txn_read_hold;
-        if r.intent.reserves() && !hold.is_zero() {
+        if let ReadIntent::TxnForUpdate { reserver } = r.intent {
+            if hold.is_zero() {
+                return;
+            }
             let l = self.leader.as_mut().expect("leader");
             for key in &r.keys {
-                l.reservations.reserve(key.clone(), now + hold);
+                l.reservations.reserve(key.clone(), now + hold, reserver);
             }
         }
+    }
+
+    /// A dropped transaction's reads for update (`reservations.rs`): the reads waiting for
+    /// its keys go on at once (the settle loop that follows every input answers them).
+    pub(crate) fn on_release_reservations(
+        &mut self,
+        now: Instant,
+        token: u64,
+        keys: &[Bytes],
+        reserver: u64,
+    ) {
+        if let Some(l) = self.leader.as_mut() {
+            let released = keys.iter().filter(|k| l.reservations.release_by(k, reserver)).count();
+            self.stats.reservations_released += released as u64;
+            self.settle_leader_reads(now);
+        }
+        self.effects.reply.push(LogReply::ReservationsReleased { token });
     }
 
     /// Catch-up waits and forwarded reads at a non-leader.

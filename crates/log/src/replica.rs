@@ -730,6 +730,9 @@ impl Node for LogReplica {
             LogRequest::ReadMany { token, keys, min_index, intent } => {
                 self.on_read_many(now, token, keys, min_index, intent)
             }
+            LogRequest::ReleaseReservations { token, keys, reserver } => {
+                self.on_release_reservations(now, token, &keys, reserver)
+            }
             LogRequest::Freeze { token, to } => self.on_freeze(now, token, to),
             LogRequest::Prepare { token, rifl, prepare, read_only } => {
                 self.on_prepare(now, token, rifl, prepare, read_only)

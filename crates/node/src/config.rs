@@ -47,6 +47,10 @@ pub const DEFAULT_LEASE_TERM_MS: u64 = 30 * 60 * 1000;
 /// Default `T_TX` per object (rifl.md R-D15, RAMCloud's 50 ms): a transaction lock held this
 /// long times the transaction's objects starts recovery.
 pub const DEFAULT_TXN_TIMEOUT_PER_OBJECT_MS: u64 = 50;
+/// `txn_read_hold_ms`: the log core's default hold (`strata_log::TXN_READ_HOLD`).
+pub const DEFAULT_TXN_READ_HOLD_MS: u64 = strata_log::TXN_READ_HOLD.as_millis() as u64;
+/// The longest `txn_read_hold_ms` accepted.
+pub const MAX_TXN_READ_HOLD_MS: u64 = 10_000;
 /// Default threads of a node's runtime: TLS and connections in parallel with the core task.
 pub const DEFAULT_RUNTIME_THREADS: usize = 2;
 /// The most runtime threads accepted (the core is one task; more only adds wake-ups).
@@ -136,6 +140,14 @@ pub struct NodeConfig {
     /// where a client's prepares can reach their shards far apart (a heavily loaded machine).
     #[serde(default = "default_txn_timeout_per_object_ms")]
     pub txn_timeout_per_object_ms: u64,
+    /// How long a transaction's read for update holds the key's other reads for update back
+    /// at its shard's leader, waiting for the transaction's prepare (docs/design.md, "Reads
+    /// for update"), milliseconds (default 5; 0: reads for update are plain transaction
+    /// reads). Longer keeps read-modify-writes of a hot key queued when their transactions
+    /// read other keys slowly; a transaction that never prepares (a crashed client) holds a
+    /// key back this long.
+    #[serde(default = "default_txn_read_hold_ms")]
+    pub txn_read_hold_ms: u64,
     /// Largest frame accepted from a client or peer, header included.
     #[serde(default = "default_max_frame_bytes")]
     pub max_frame_bytes: usize,
@@ -266,6 +278,9 @@ fn default_runtime_threads() -> usize {
 fn default_txn_timeout_per_object_ms() -> u64 {
     DEFAULT_TXN_TIMEOUT_PER_OBJECT_MS
 }
+fn default_txn_read_hold_ms() -> u64 {
+    DEFAULT_TXN_READ_HOLD_MS
+}
 fn default_max_frame_bytes() -> usize {
     DEFAULT_MAX_FRAME_BYTES
 }
@@ -371,6 +386,7 @@ impl Default for NodeConfig {
             shard_rate_limit: None,
             runtime_threads: DEFAULT_RUNTIME_THREADS,
             txn_timeout_per_object_ms: DEFAULT_TXN_TIMEOUT_PER_OBJECT_MS,
+            txn_read_hold_ms: DEFAULT_TXN_READ_HOLD_MS,
             max_frame_bytes: DEFAULT_MAX_FRAME_BYTES,
             max_value_bytes: DEFAULT_MAX_VALUE_BYTES,
             max_connections: DEFAULT_MAX_CONNECTIONS,
@@ -486,6 +502,15 @@ impl NodeConfig {
             return Err(ConfigError::Invalid {
                 what: "txn_timeout_per_object_ms",
                 why: "0 ms would start recovery for every transaction at its first prepare".into(),
+            });
+        }
+        if self.txn_read_hold_ms > MAX_TXN_READ_HOLD_MS {
+            return Err(ConfigError::Invalid {
+                what: "txn_read_hold_ms",
+                why: format!(
+                    "{} ms is above {MAX_TXN_READ_HOLD_MS} ms: a transaction that never prepares would hold its keys' other reads for update back that long",
+                    self.txn_read_hold_ms
+                ),
             });
         }
         if !(1..=MAX_RUNTIME_THREADS).contains(&self.runtime_threads) {
@@ -608,6 +633,10 @@ pub struct NodeArgs {
     /// before recovery finishes the transaction, times its objects.
     #[arg(long, value_name = "MS")]
     pub txn_timeout_per_object_ms: Option<u64>,
+    /// How long a transaction's read for update holds the key's other reads for update back,
+    /// waiting for its prepare, in milliseconds (default 5; 0: no hold).
+    #[arg(long, value_name = "MS")]
+    pub txn_read_hold_ms: Option<u64>,
     /// The cluster CA's certificate (PEM): peers and client certificates must chain to it.
     #[arg(long, value_name = "FILE", requires_all = ["tls_cert", "tls_key"])]
     pub tls_ca: Option<PathBuf>,
@@ -641,6 +670,7 @@ struct PartialConfig {
     shard_rate_limit: Option<u32>,
     runtime_threads: Option<usize>,
     txn_timeout_per_object_ms: Option<u64>,
+    txn_read_hold_ms: Option<u64>,
     max_frame_bytes: Option<usize>,
     max_value_bytes: Option<usize>,
     max_connections: Option<usize>,
@@ -723,6 +753,10 @@ impl NodeArgs {
                 .txn_timeout_per_object_ms
                 .or(file.txn_timeout_per_object_ms)
                 .unwrap_or(DEFAULT_TXN_TIMEOUT_PER_OBJECT_MS),
+            txn_read_hold_ms: self
+                .txn_read_hold_ms
+                .or(file.txn_read_hold_ms)
+                .unwrap_or(DEFAULT_TXN_READ_HOLD_MS),
             max_frame_bytes: file.max_frame_bytes.unwrap_or(DEFAULT_MAX_FRAME_BYTES),
             max_value_bytes: file.max_value_bytes.unwrap_or(DEFAULT_MAX_VALUE_BYTES),
             max_connections: file.max_connections.unwrap_or(DEFAULT_MAX_CONNECTIONS),

@@ -169,6 +169,7 @@ async fn start_on(
         audit: false,
         log_overrides: Default::default(),
         txn_timeout_per_object: Duration::from_millis(cfg.txn_timeout_per_object_ms),
+        txn_read_hold: Duration::from_millis(cfg.txn_read_hold_ms),
     };
     let host = Host::new(host_cfg, &catalog)?;
 

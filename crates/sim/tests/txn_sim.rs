@@ -20,7 +20,7 @@ fn summary(r: &TxnReport) -> String {
 #[test]
 fn transaction_runs_with_faults_are_clean() {
     let opts = TxnSimOptions::default();
-    let (mut committed, mut carried) = (0, 0);
+    let (mut committed, mut carried, mut released) = (0, 0, 0);
     for seed in 0..40 {
         let r = run(seed, &opts);
         assert!(r.violations.is_empty(), "{}", summary(&r));
@@ -28,9 +28,12 @@ fn transaction_runs_with_faults_are_clean() {
         assert!(r.prepare_crashes >= 1, "no leader crashed preparing: {}", summary(&r));
         committed += r.committed();
         carried += usize::from(r.moved_locks + r.moved_decisions > 0);
+        released += r.foreseen.reservations_released;
     }
     assert!(committed > 1000, "the runs committed only {committed} transactions");
     assert!(carried >= 30, "only {carried} of 40 moves carried a lock or a decision record");
+    // Dropped transactions' releases reach their leaders amid the faults (clean above).
+    assert!(released >= 20, "only {released} reservations released in 40 runs");
 }
 
 /// A move whose frozen state loses its locks and decision records (rifl.md §5.7 step 2

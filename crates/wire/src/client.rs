@@ -50,6 +50,8 @@ pub mod request_tag {
     pub const KAIROS_REPORT: u8 = 0x28;
     /// Several keys of one shard of a log table, read at its leader in one step.
     pub const LOG_READ_MANY: u8 = 0x29;
+    /// A dropped transaction's reservations of keys of one shard (reads for update).
+    pub const RELEASE_RESERVATIONS: u8 = 0x2a;
 }
 
 /// Response tags (0x40..=0x7f).
@@ -83,6 +85,8 @@ pub mod response_tag {
     pub const KAIROS_WATERMARKS: u8 = 0x68;
     /// The answer to `LogReadMany`.
     pub const LOG_VALUES: u8 = 0x69;
+    /// The answer to `ReleaseReservations`.
+    pub const RESERVATIONS_RELEASED: u8 = 0x6a;
     pub const ERROR: u8 = 0x7f;
 }
 
@@ -233,6 +237,16 @@ pub enum Request {
         keys: Vec<Bytes>,
         min_index: Option<LogIndex>,
         intent: ReadIntent,
+    },
+    /// A transaction that read `keys` (of one shard of a log table) for update under
+    /// `reserver` ([`ReadIntent::TxnForUpdate`]) and will send no prepare: the shard's leader
+    /// ends those keys' reservations that are still `reserver`'s, so the reads waiting for
+    /// them go on now rather than when the hold lapses (docs/design.md, "Reads for update").
+    /// Any node answers [`Response::ReservationsReleased`]; only a leader holds reservations.
+    ReleaseReservations {
+        table: String,
+        keys: Vec<Bytes>,
+        reserver: u64,
     },
     /// Admin: add a table to this node's catalog (idempotent for an identical definition).
     CreateTable {
@@ -624,6 +638,8 @@ pub enum Response {
         served_by: NodeId,
         epoch: u32,
     },
+    /// The answer to [`Request::ReleaseReservations`].
+    ReservationsReleased,
     /// ORCA §2.1 `ReadResult`.
     LogValue {
         value: Option<Bytes>,
@@ -1007,6 +1023,7 @@ impl Encode for ClientRequest {
             Request::LogWrite { .. } => LOG_WRITE,
             Request::LogRead { .. } => LOG_READ,
             Request::LogReadMany { .. } => LOG_READ_MANY,
+            Request::ReleaseReservations { .. } => RELEASE_RESERVATIONS,
             Request::CreateTable { .. } => CREATE_TABLE,
             Request::ListTables => LIST_TABLES,
             Request::RenewLease { .. } => RENEW_LEASE,
@@ -1078,14 +1095,19 @@ impl Encode for ClientRequest {
                     put_bool(out, *sharer);
                 }
                 if intent.foresees() {
-                    out.put_u8(intent.code());
+                    intent.encode(out);
                 }
             }
             Request::LogReadMany { table, keys, min_index, intent } => {
                 put_bytes(out, table.as_bytes());
                 put_seq(out, keys, |o, k| put_bytes(o, k));
                 put_option(out, min_index, |o, i| i.encode(o));
-                out.put_u8(intent.code());
+                intent.encode(out);
+            }
+            Request::ReleaseReservations { table, keys, reserver } => {
+                put_bytes(out, table.as_bytes());
+                put_seq(out, keys, |o, k| put_bytes(o, k));
+                out.put_u64_le(*reserver);
             }
             Request::CreateTable { def } => {
                 def.encode(out);
@@ -1211,7 +1233,7 @@ impl Decode for ClientRequest {
                 min_index: r.option(LogIndex::decode)?,
                 sharer: if r.has_more() { r.bool()? } else { false },
                 intent: match r.has_more() {
-                    true => ReadIntent::from_code(r.u8()?)?,
+                    true => ReadIntent::decode(r)?,
                     false => ReadIntent::Plain,
                 },
             },
@@ -1219,7 +1241,12 @@ impl Decode for ClientRequest {
                 table: r.string()?,
                 keys: r.seq(|r| r.bytes())?,
                 min_index: r.option(LogIndex::decode)?,
-                intent: ReadIntent::from_code(r.u8()?)?,
+                intent: ReadIntent::decode(r)?,
+            },
+            RELEASE_RESERVATIONS => Request::ReleaseReservations {
+                table: r.string()?,
+                keys: r.seq(|r| r.bytes())?,
+                reserver: r.u64()?,
             },
             CREATE_TABLE => {
                 let mut def = TableDef::decode(r)?;
@@ -1384,6 +1411,7 @@ impl Encode for ClientResponse {
             Response::LogWritten { .. } => LOG_WRITTEN,
             Response::LogValue { .. } => LOG_VALUE,
             Response::LogValues { .. } => LOG_VALUES,
+            Response::ReservationsReleased => RESERVATIONS_RELEASED,
             Response::LogRejected(_) => LOG_REJECTED,
             Response::TableCreated { .. } => TABLE_CREATED,
             Response::Tables(_) => TABLES,
@@ -1399,7 +1427,10 @@ impl Encode for ClientResponse {
         out.put_u64_le(self.corr);
         match &self.body {
             Response::SessionOpened { session } => session.encode(out),
-            Response::SessionClosed | Response::FaultSet | Response::Pong => {}
+            Response::SessionClosed
+            | Response::FaultSet
+            | Response::Pong
+            | Response::ReservationsReleased => {}
             Response::Value { value, cs } => {
                 put_value(out, value);
                 cs.encode(out);
@@ -1493,6 +1524,7 @@ impl Decode for ClientResponse {
             STATUS => Response::Status(NodeStatus::decode(r)?),
             FAULT_SET => Response::FaultSet,
             PONG => Response::Pong,
+            RESERVATIONS_RELEASED => Response::ReservationsReleased,
             ERROR => Response::Error { code: ErrorCode::from_u16(r.u16()?), message: r.string()? },
             LOG_WRITTEN => Response::LogWritten {
                 index: LogIndex::decode(r)?,

@@ -218,11 +218,13 @@ pub enum ReadIntent {
     Txn,
     /// A transaction's read of a key it means to write (`SELECT … FOR UPDATE`): as [`Txn`],
     /// and the leader holds the key's other for-update reads back until this transaction's
-    /// prepare arrives or a short hold passes. A scheduling hint, never a lock: the prepare's
-    /// version check still decides.
+    /// prepare arrives, `reserver` releases the key (`Request::ReleaseReservations`: the
+    /// transaction was dropped), or a short hold passes. A scheduling hint, never a lock: the
+    /// prepare's version check still decides. `reserver` is the transaction's random
+    /// nonzero name; 0 (a client before releases existed) cannot release.
     ///
     /// [`Txn`]: ReadIntent::Txn
-    TxnForUpdate,
+    TxnForUpdate { reserver: u64 },
 }
 
 impl ReadIntent {
@@ -233,23 +235,30 @@ impl ReadIntent {
 
     /// Reserves the key at the leader until this transaction's prepare arrives.
     pub fn reserves(self) -> bool {
-        self == ReadIntent::TxnForUpdate
+        matches!(self, ReadIntent::TxnForUpdate { .. })
     }
 
-    /// The wire byte (`0` is never sent: the extension is then absent).
-    pub fn code(self) -> u8 {
+    /// The wire form: one byte (`0` is never sent on `LogRead`: the extension is then
+    /// absent), `1` a transaction's read, `2` for update without a reserver, `3` for update
+    /// followed by the reserver (u64).
+    pub fn encode(self, out: &mut impl BufMut) {
         match self {
-            ReadIntent::Plain => 0,
-            ReadIntent::Txn => 1,
-            ReadIntent::TxnForUpdate => 2,
+            ReadIntent::Plain => out.put_u8(0),
+            ReadIntent::Txn => out.put_u8(1),
+            ReadIntent::TxnForUpdate { reserver: 0 } => out.put_u8(2),
+            ReadIntent::TxnForUpdate { reserver } => {
+                out.put_u8(3);
+                out.put_u64_le(reserver);
+            }
         }
     }
 
-    pub fn from_code(code: u8) -> Result<ReadIntent, DecodeError> {
-        Ok(match code {
+    pub fn decode(r: &mut Reader) -> Result<ReadIntent, DecodeError> {
+        Ok(match r.u8()? {
             0 => ReadIntent::Plain,
             1 => ReadIntent::Txn,
-            2 => ReadIntent::TxnForUpdate,
+            2 => ReadIntent::TxnForUpdate { reserver: 0 },
+            3 => ReadIntent::TxnForUpdate { reserver: r.u64()? },
             v => return Err(DecodeError::Invalid { what: "read intent", value: v as u64 }),
         })
     }

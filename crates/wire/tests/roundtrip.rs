@@ -183,6 +183,7 @@ fn response() -> impl Strategy<Value = ClientResponse> {
         status.prop_map(Response::Status),
         Just(Response::FaultSet),
         Just(Response::Pong),
+        Just(Response::ReservationsReleased),
         (1..=16u16, ".{0,30}")
             .prop_map(|(c, message)| Response::Error { code: ErrorCode::from_u16(c), message }),
     ];

@@ -53,7 +53,12 @@ fn name() -> impl Strategy<Value = String> {
 }
 
 fn read_intent() -> impl Strategy<Value = ReadIntent> {
-    prop_oneof![Just(ReadIntent::Plain), Just(ReadIntent::Txn), Just(ReadIntent::TxnForUpdate)]
+    prop_oneof![
+        Just(ReadIntent::Plain),
+        Just(ReadIntent::Txn),
+        Just(ReadIntent::TxnForUpdate { reserver: 0 }),
+        any::<u64>().prop_map(|reserver| ReadIntent::TxnForUpdate { reserver }),
+    ]
 }
 
 fn index() -> impl Strategy<Value = LogIndex> {
@@ -137,6 +142,9 @@ fn request() -> impl Strategy<Value = ClientRequest> {
                 min_index,
                 intent,
             }),
+        (name(), prop::collection::vec(bytes(), 0..4), any::<u64>()).prop_map(
+            |(table, keys, reserver)| Request::ReleaseReservations { table, keys, reserver }
+        ),
         table_def().prop_map(|def| Request::CreateTable { def }),
         Just(Request::ListTables),
         any::<u64>().prop_map(|lease_id| Request::RenewLease { lease_id }),
@@ -499,8 +507,10 @@ proptest! {
         let old = decode_message::<ClientRequest>(without_extension(&read(true, ReadIntent::Plain), 1)).unwrap();
         prop_assert_eq!(old, read(false, ReadIntent::Plain));
         // A reader that knows `sharer` but not the intent drops the second extension.
-        for intent in [ReadIntent::Txn, ReadIntent::TxnForUpdate] {
-            let old = decode_message::<ClientRequest>(without_extension(&read(false, intent), 1)).unwrap();
+        for intent in [ReadIntent::Txn, ReadIntent::TxnForUpdate { reserver: 0 }, ReadIntent::TxnForUpdate { reserver: shard as u64 + 1 }] {
+            let mut encoded = BytesMut::new();
+            intent.encode(&mut encoded);
+            let old = decode_message::<ClientRequest>(without_extension(&read(false, intent), encoded.len())).unwrap();
             prop_assert_eq!(old, read(false, ReadIntent::Plain));
         }
         let value = |w_mean_ns| ClientResponse { corr: 1, body: Response::LogValue { value: None, update_index: LogIndex::ZERO, served_by: NodeId(2), epoch: 3, vts: Some(vts), w_mean_ns } };

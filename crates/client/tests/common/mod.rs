@@ -48,10 +48,21 @@ pub fn opts() -> ClientOptions {
 
 /// `n` nodes whose configs (real addresses) are kept, so a node can be restarted.
 pub async fn cluster_of(n: u32) -> (Vec<NodeConfig>, Vec<Option<RunningNode>>) {
+    cluster_of_tuned(n, |_| {}).await
+}
+
+/// [`cluster_of`], each node's configuration changed by `tune` too.
+pub async fn cluster_of_tuned(
+    n: u32,
+    tune: impl Fn(&mut NodeConfig),
+) -> (Vec<NodeConfig>, Vec<Option<RunningNode>>) {
     // No scenario here is about recovery, and with every test binary's clusters on 2 cores a
     // transaction's prepares can reach their shards 100 ms apart: the default `T_TX` then
     // recovers (aborts) transactions whose client is alive and waiting.
-    let tune = |cfg: &mut NodeConfig| cfg.txn_timeout_per_object_ms = 1_000;
+    let tune = |cfg: &mut NodeConfig| {
+        cfg.txn_timeout_per_object_ms = 1_000;
+        tune(cfg)
+    };
     let (cfgs, nodes) = strata_node::testing::local_cluster_configs(n, tune).await;
     (cfgs, nodes.into_iter().map(Some).collect())
 }
@@ -67,7 +78,16 @@ pub async fn cluster_of_with(
     n: u32,
     defs: &[TableDef],
 ) -> (Vec<Option<RunningNode>>, Vec<SocketAddr>) {
-    let (cfgs, nodes) = cluster_of(n).await;
+    cluster_of_with_tuned(n, defs, |_| {}).await
+}
+
+/// [`cluster_of_with`], each node's configuration changed by `tune` too.
+pub async fn cluster_of_with_tuned(
+    n: u32,
+    defs: &[TableDef],
+    tune: impl Fn(&mut NodeConfig),
+) -> (Vec<Option<RunningNode>>, Vec<SocketAddr>) {
+    let (cfgs, nodes) = cluster_of_tuned(n, tune).await;
     let endpoints: Vec<SocketAddr> = cfgs.iter().map(|c| c.client_addr).collect();
     for &addr in &endpoints {
         let c = Client::connect_node(addr, opts()).await.unwrap();

@@ -455,6 +455,7 @@ impl HostCluster {
             audit: self.observe,
             log_overrides: Default::default(),
             txn_timeout_per_object: strata_host::TXN_TIMEOUT_PER_OBJECT,
+            txn_read_hold: strata_host::TXN_READ_HOLD,
         };
         if let Some(tune) = &self.tune {
             tune(i, &mut cfg);

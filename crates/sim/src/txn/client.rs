@@ -37,6 +37,8 @@ use crate::host::HostCluster;
 const RETRY_AFTER: Duration = Duration::from_millis(150);
 /// A client's pace: how often it looks at its requests.
 const STEP: Duration = Duration::from_millis(5);
+/// The share of RIFL transfers dropped after their reads for update (`drop_transaction`).
+const DROP_CHANCE: f64 = 0.05;
 
 /// What the client knew of a transaction's outcome.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -219,6 +221,9 @@ pub struct TxnClient {
     pub done: Vec<TxnRecord>,
     /// Reads of several keys answered (`LogReadMany`).
     pub reads_together: u64,
+    /// Transfers given up after their reads for update, before any prepare (as an
+    /// application drops a transaction): their reservations released.
+    pub dropped: u64,
 }
 
 impl TxnClient {
@@ -264,6 +269,7 @@ impl TxnClient {
             kairos,
             done: Vec::new(),
             reads_together: 0,
+            dropped: 0,
         }
     }
 
@@ -431,6 +437,7 @@ impl TxnClient {
         let view = self.kairos.as_ref().map_or(Timestamp::ZERO, KairosSide::wm_view);
         let plain = self.current.as_ref().is_some_and(|cur| cur.plain);
         let writes = self.current.as_ref().is_some_and(|cur| !cur.read_only);
+        let reserver = self.current.as_ref().map_or(0, |cur| self.reserver(cur));
         let Phase::Read { keys, next, wm } = &mut self.phase else { return };
         *wm = view;
         let key = keys[*next].clone();
@@ -453,7 +460,7 @@ impl TxnClient {
         // transfer writes what it reads: it reads for update (`strata_log`'s reservations).
         let intent = match (plain || self.kairos.is_some(), writes) {
             (true, _) => ReadIntent::Plain,
-            (false, true) => ReadIntent::TxnForUpdate,
+            (false, true) => ReadIntent::TxnForUpdate { reserver },
             (false, false) => ReadIntent::Txn,
         };
         // Half the time, a RIFL transaction's keys left to read that are all in one shard
@@ -741,8 +748,46 @@ impl TxnClient {
         }
     }
 
+    /// The transaction is given up before its prepare (`Transaction` dropped): a transfer of
+    /// a RIFL table releases the keys it read for update, one request per shard to the
+    /// leader that answered (fire and forget, as the library's; the answer is ignored).
+    fn drop_transaction(&mut self, c: &mut HostCluster) {
+        let Some(cur) = self.current.take() else { return };
+        self.phase = Phase::Think;
+        if cur.read_only || cur.plain || self.kairos.is_some() {
+            return;
+        }
+        self.dropped += 1;
+        let mut by_part: BTreeMap<Part, Vec<Bytes>> = BTreeMap::new();
+        for r in &cur.record.reads {
+            by_part.entry(self.layout.part(0, &r.key)).or_default().push(r.key.clone());
+        }
+        for (part, keys) in by_part {
+            let table = self.layout.name(0).to_string();
+            let body = Request::ReleaseReservations { table, keys, reserver: self.reserver(&cur) };
+            let node = self.node_for(part);
+            self.next_corr += 1;
+            c.send_request(
+                self.index,
+                node,
+                ClientRequest { corr: self.next_corr, rifl: None, body },
+            );
+        }
+    }
+
+    /// The name a transaction's reads for update carry: its start time and client, unique
+    /// among this run's transactions.
+    fn reserver(&self, cur: &Current) -> u64 {
+        (cur.record.invoked.as_nanos() << 8 | self.index as u64).max(1)
+    }
+
     /// §5.8.1 T1-T3.
     fn prepare(&mut self, c: &mut HostCluster, now: Instant) {
+        // One transfer in twenty is dropped after its reads, as an application gives up.
+        let transfer = self.current.as_ref().is_some_and(|cur| !cur.read_only && !cur.plain);
+        if transfer && self.kairos.is_none() && self.rng.chance(DROP_CHANCE) {
+            return self.drop_transaction(c);
+        }
         let cur = self.current.as_mut().expect("a transaction");
         let balance = |v: &Option<Bytes>| -> u64 {
             v.as_ref().and_then(|v| std::str::from_utf8(v).ok()?.parse().ok()).unwrap_or(0)
@@ -784,9 +829,7 @@ impl TxnClient {
         let n = objects.len() as u64;
         let Ok(base) = self.tracker.new_sequence_block(n + 1) else {
             // The window is full of transactions whose decisions are unacknowledged.
-            self.phase = Phase::Think;
-            self.current = None;
-            return;
+            return self.drop_transaction(c);
         };
         cur.base = base;
         cur.record.txn = Some(TxnId { client_id: self.lease.lease_id, base });

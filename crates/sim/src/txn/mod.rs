@@ -378,12 +378,12 @@ pub struct TxnReport {
     pub final_values: Vec<(Bytes, Option<Bytes>)>,
     /// Locks held by any replica after healing and recovery.
     pub locks_left: usize,
-    /// Transaction reads answered from a leader's foresight, prepares it answered `Abort`
-    /// without an entry, and reads for update held back by a reservation (live replicas at
-    /// the end).
-    pub foreseen: (u64, u64, u64),
+    /// What the leaders' foresight and reservations did (live replicas at the end).
+    pub foreseen: LeaderReads,
     /// Reads of several keys in one request the clients had answered.
     pub reads_together: u64,
+    /// Transfers the clients dropped after their reads for update (reservations released).
+    pub dropped: u64,
     /// Panics and broken invariants of the hosts.
     pub failures: Vec<String>,
     /// Shard moves finished: `(table, shard, where it went)`.
@@ -400,6 +400,40 @@ pub struct TxnReport {
     /// Kairos: the rest of what its checkers judge.
     pub kairos: Option<KairosTrace>,
     pub violations: Vec<Violation>,
+}
+
+/// The live replicas' foresight and reservation counters, summed (a crash resets a
+/// replica's): evidence that a run exercised them.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LeaderReads {
+    /// Transaction reads answered from a leader's foresight.
+    pub reads_foreseen: u64,
+    /// Prepares a leader answered `Abort` without an entry.
+    pub prepares_foreseen_aborted: u64,
+    /// Reads for update held back by a reservation.
+    pub reads_held: u64,
+    /// Reservations a dropped transaction released.
+    pub reservations_released: u64,
+}
+
+impl LeaderReads {
+    fn add(self, s: strata_log::LogStats) -> LeaderReads {
+        self.plus(LeaderReads {
+            reads_foreseen: s.reads_foreseen,
+            prepares_foreseen_aborted: s.prepares_foreseen_aborted,
+            reads_held: s.reads_held,
+            reservations_released: s.reservations_released,
+        })
+    }
+
+    fn plus(self, o: LeaderReads) -> LeaderReads {
+        LeaderReads {
+            reads_foreseen: self.reads_foreseen + o.reads_foreseen,
+            prepares_foreseen_aborted: self.prepares_foreseen_aborted + o.prepares_foreseen_aborted,
+            reads_held: self.reads_held + o.reads_held,
+            reservations_released: self.reservations_released + o.reservations_released,
+        }
+    }
 }
 
 impl TxnReport {
@@ -420,7 +454,8 @@ impl TxnReport {
             "{} — {} transactions and reads, {} committed, {} aborted, {} locks left; {} move(s) \
              carrying {} lock(s) and {} decision record(s), {} leader(s) crashed preparing, {} \
              other crash(es); foreseen: {} read(s), {} abort(s); {} read(s) for update held; {} \
-             read(s) of several keys{}",
+             read(s) of several keys; {} dropped before their prepare, {} reservation(s) \
+             released{}",
             if self.violations.is_empty() { "ok" } else { "FAILED" },
             self.records.len(),
             self.committed(),
@@ -431,10 +466,12 @@ impl TxnReport {
             self.moved_decisions,
             self.prepare_crashes,
             self.crashes,
-            self.foreseen.0,
-            self.foreseen.1,
-            self.foreseen.2,
+            self.foreseen.reads_foreseen,
+            self.foreseen.prepares_foreseen_aborted,
+            self.foreseen.reads_held,
             self.reads_together,
+            self.dropped,
+            self.foreseen.reservations_released,
             self.kairos_summary()
         )
     }
@@ -799,12 +836,10 @@ pub fn run(seed: u64, opts: &TxnSimOptions) -> TxnReport {
                     .into_iter()
                     .filter_map(|(t, s)| h.shard_replica(layout.name(t), s))
                     .map(|r| r.stats());
-                stats.fold((0, 0, 0), |(r, p, h), s| {
-                    (r + s.reads_foreseen, p + s.prepares_foreseen_aborted, h + s.reads_held)
-                })
+                stats.fold(LeaderReads::default(), LeaderReads::add)
             })
         })
-        .fold((0, 0, 0), |(r, p, h), ((r2, p2, h2), _)| (r + r2, p + p2, h + h2));
+        .fold(LeaderReads::default(), |sum, (node, _)| sum.plus(node));
     let failures = c.nodes.iter().filter_map(|n| n.failure.clone()).collect();
     let frozen = mover.as_ref().and_then(|(_, m)| m.frozen.as_ref());
     let moves = mover
@@ -812,6 +847,7 @@ pub fn run(seed: u64, opts: &TxnSimOptions) -> TxnReport {
         .filter_map(|(t, m)| Some((layout.name(*t).to_string(), m.shard, m.done.clone()?)))
         .collect();
     let reads_together = clients.iter().map(|cl| cl.reads_together).sum();
+    let dropped = clients.iter().map(|cl| cl.dropped).sum();
     let mut report = TxnReport {
         seed,
         layout,
@@ -823,6 +859,7 @@ pub fn run(seed: u64, opts: &TxnSimOptions) -> TxnReport {
         locks_left,
         foreseen,
         reads_together,
+        dropped,
         failures,
         moves,
         moved_locks: frozen.map_or(0, |s| s.locks.len()),
