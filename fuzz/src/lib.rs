@@ -19,6 +19,7 @@ pub fn host() -> (Host, HostEffects) {
         audit: false,
         log_overrides: Default::default(),
         txn_timeout_per_object: strata_host::TXN_TIMEOUT_PER_OBJECT,
+        txn_read_hold: strata_host::TXN_READ_HOLD,
     };
     let mut host = Host::new(cfg, b"").expect("a host starts without a catalog");
     // Connection 1 may do everything, so requests reach the validators behind the role check.
