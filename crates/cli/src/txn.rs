@@ -189,6 +189,8 @@ async fn once(client: &Client, lines: &[Line]) -> Result<Attempt, Failure> {
                     let held = now.map_or("no value".to_string(), |n| {
                         format!("{:?}", String::from_utf8_lossy(&n))
                     });
+                    // The process exits next: release the `add`s' reads for update now.
+                    tx.rollback().await;
                     return Ok(Attempt::CheckFailed(format!(
                         "check {k} failed: it holds {held}, not {:?}",
                         String::from_utf8_lossy(v)

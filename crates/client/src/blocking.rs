@@ -163,6 +163,11 @@ impl Transaction {
         self.rt.block_on(self.inner.commit_detailed())
     }
 
+    /// See [`crate::Transaction::rollback`].
+    pub fn rollback(self) {
+        self.rt.block_on(self.inner.rollback())
+    }
+
     /// See [`crate::Transaction::commit_and_sync`].
     pub fn commit_and_sync(self) -> Result<TxnOutcome, ClientError> {
         self.rt.block_on(self.inner.commit_and_sync())

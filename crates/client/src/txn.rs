@@ -224,20 +224,18 @@ impl Transaction {
         else {
             return;
         };
-        let (client, reserver) = (self.client.clone(), self.reserver);
         let reserved = std::mem::take(&mut self.reserved);
-        runtime.spawn(async move {
-            let releases = reserved.into_iter().map(|((table, _), keys)| {
-                let client = client.clone();
-                async move {
-                    let Ok(mut t) = client.txn_table(&table).await else { return };
-                    for chunk in keys.chunks(MAX_READ_MANY_KEYS) {
-                        t.release_reservations(chunk.to_vec(), reserver).await;
-                    }
-                }
-            });
-            futures::future::join_all(releases).await;
-        });
+        runtime.spawn(release(self.client.clone(), reserved, self.reserver));
+    }
+
+    /// Ends the transaction without committing: nothing it buffered is sent, and the keys it
+    /// read for update are released at their shards' leaders before this returns, so other
+    /// transactions' reads for update of them go on at once (docs/design.md, "Reads for
+    /// update"). Dropping a transaction does the same in the background; a process about to
+    /// exit wants this.
+    pub async fn rollback(mut self) {
+        let reserved = std::mem::take(&mut self.reserved);
+        release(self.client.clone(), reserved, self.reserver).await
     }
 
     /// The value of `key` in `table` as this transaction sees it: its own buffered write, else
@@ -868,6 +866,20 @@ impl Client {
         let mut tables = shared.tables.lock().unwrap_or_else(|e| e.into_inner());
         Ok(tables.entry(table.to_string()).or_insert(t).clone())
     }
+}
+
+/// Releases `reserver`'s reads for update of `reserved`, a request per shard, in parallel.
+async fn release(client: Client, reserved: BTreeMap<(String, u32), Vec<Bytes>>, reserver: u64) {
+    let releases = reserved.into_iter().map(|((table, _), keys)| {
+        let client = client.clone();
+        async move {
+            let Ok(mut t) = client.txn_table(&table).await else { return };
+            for chunk in keys.chunks(MAX_READ_MANY_KEYS) {
+                t.release_reservations(chunk.to_vec(), reserver).await;
+            }
+        }
+    });
+    futures::future::join_all(releases).await;
 }
 
 impl Drop for Transaction {

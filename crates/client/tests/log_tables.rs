@@ -1221,7 +1221,8 @@ async fn reads_for_update_queue_increments_of_one_key() {
 
 /// A transaction dropped after its read for update releases the key: the next read for update
 /// of it is answered at once, not when the hold lapses (3 s on these nodes) — through the
-/// async API, and through the blocking one, dropped in a thread without a runtime. The
+/// async API, through the blocking one (dropped in a thread without a runtime), and with
+/// an explicit `rollback`. The
 /// control: a transaction that is never dropped (forgotten) holds the key for the hold.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dropped_transaction_releases_its_reads_for_update() {
@@ -1256,8 +1257,12 @@ async fn a_dropped_transaction_releases_its_reads_for_update() {
     })
     .await
     .unwrap();
-    let (_, waited) = reserve(client.clone()).await;
+    let (fifth, waited) = reserve(client.clone()).await;
     assert!(waited < HOLD / 3, "the blocking transaction's key was held {waited:?}");
+    // A rollback has released the key when it returns.
+    fifth.rollback().await;
+    let (_, waited) = reserve(client.clone()).await;
+    assert!(waited < HOLD / 3, "the rolled-back transaction's key was held {waited:?}");
 }
 
 /// Runs `tasks` on tasks of their own, all at once, and waits for every one.
