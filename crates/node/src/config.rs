@@ -842,6 +842,7 @@ mod tests {
         assert_eq!((cfg.idle_timeout_ms, cfg.partial_frame_timeout_ms), (60_000, 10_000));
         assert_eq!(cfg.log_format, LogFormat::Text);
         assert_eq!(cfg.txn_timeout_per_object_ms, 50, "T_TX per object: RAMCloud's 50 ms");
+        assert_eq!(cfg.txn_read_hold_ms, 5, "the log core's hold");
         assert_eq!(cfg.runtime_threads, 2);
         let bounds = "max_connections = 10\nmax_connections_per_ip = 2\nidle_timeout_ms = 0\n";
         let cfg = NodeConfig::from_toml(&format!("{text}{bounds}")).unwrap();
@@ -898,6 +899,10 @@ mod tests {
         );
         assert_eq!(invalid(|c| c.partial_frame_timeout_ms = 0), "partial_frame_timeout_ms");
         assert_eq!(invalid(|c| c.txn_timeout_per_object_ms = 0), "txn_timeout_per_object_ms");
+        assert_eq!(invalid(|c| c.txn_read_hold_ms = 10_001), "txn_read_hold_ms");
+        let mut no_hold = three_node();
+        no_hold.txn_read_hold_ms = 0;
+        assert!(no_hold.validate().is_ok(), "0: reads for update reserve nothing");
         assert_eq!(invalid(|c| c.runtime_threads = 0), "runtime_threads");
         assert_eq!(invalid(|c| c.runtime_threads = MAX_RUNTIME_THREADS + 1), "runtime_threads");
     }
@@ -914,6 +919,7 @@ mod tests {
             peers: vec!["0=127.0.0.1:7100".parse().unwrap(), "2=127.0.0.1:7102".parse().unwrap()],
             cluster_id: Some(9),
             txn_timeout_per_object_ms: Some(400),
+            txn_read_hold_ms: Some(20),
             runtime_threads: Some(1),
             ..NodeArgs::default()
         };
@@ -921,6 +927,7 @@ mod tests {
         assert_eq!((cfg.node_id, cfg.cluster_id, cfg.peers.len()), (1, 9, 2));
         assert_eq!(cfg.runtime_threads, 1, "the flag over the file's 2");
         assert_eq!(cfg.txn_timeout_per_object_ms, 400, "the flag over the file's 50");
+        assert_eq!(cfg.txn_read_hold_ms, 20, "the flag over the file's 5");
         assert_eq!(cfg.client_addr, "127.0.0.1:7000".parse().unwrap(), "kept from the file");
         assert_eq!((cfg.release_timeout_ms, cfg.release_timeout_max_ms), (5, 100));
         // The file sets release_timeout_max_ms (100); a second file leaves it out.
