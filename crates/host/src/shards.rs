@@ -464,13 +464,8 @@ impl Shards {
             let body = Response::Error { code: ErrorCode::InvalidArgument, message };
             return out.reply.push((route, ClientResponse { corr, body }));
         }
-        let sk = match self.shard_of_keys(table, &keys) {
-            Ok(sk) => sk,
-            Err(body) => return out.reply.push((route, ClientResponse { corr, body })),
-        };
-        let token = self.take_token();
-        let req = LogRequest::ReadMany { token, keys, min_index, intent };
-        self.request(now, sk, route, corr, req, out);
+        let read = |token, keys| LogRequest::ReadMany { token, keys, min_index, intent };
+        self.request_on_keys(now, route, corr, table, keys, read, out);
     }
 
     /// A client's `ReleaseReservations`: keys of one shard, to that shard's replica here (its
@@ -486,13 +481,31 @@ impl Shards {
         reserver: u64,
         out: &mut HostEffects,
     ) {
-        let sk = match self.shard_of_keys(table, &keys) {
-            Ok(sk) => sk,
-            Err(body) => return out.reply.push((route, ClientResponse { corr, body })),
-        };
-        let token = self.take_token();
-        let req = LogRequest::ReleaseReservations { token, keys, reserver };
-        self.request(now, sk, route, corr, req, out);
+        let release = |token, keys| LogRequest::ReleaseReservations { token, keys, reserver };
+        self.request_on_keys(now, route, corr, table, keys, release, out);
+    }
+
+    /// A request on `keys` of one shard of `table` (`shard_of_keys`), made by `make` from its
+    /// token and the keys, to that shard's replica here; the reply, or the refusal, through
+    /// `out`.
+    #[allow(clippy::too_many_arguments)]
+    fn request_on_keys(
+        &mut self,
+        now: Instant,
+        route: Route,
+        corr: u64,
+        table: &str,
+        keys: Vec<Bytes>,
+        make: impl FnOnce(u64, Vec<Bytes>) -> LogRequest,
+        out: &mut HostEffects,
+    ) {
+        match self.shard_of_keys(table, &keys) {
+            Ok(sk) => {
+                let req = make(self.take_token(), keys);
+                self.request(now, sk, route, corr, req, out)
+            }
+            Err(body) => out.reply.push((route, ClientResponse { corr, body })),
+        }
     }
 
     /// The one shard of `keys` (1 to `MAX_READ_MANY_KEYS` keys of `table`, all in one shard,
