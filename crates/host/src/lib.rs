@@ -536,8 +536,13 @@ impl Host {
                 self.shards.on_read_many(now, route, corr, &table, keys, min_index, intent, out)
             }
             Request::ReleaseReservations { table, keys, reserver } => {
+                let release = |token, keys| strata_log::LogRequest::ReleaseReservations {
+                    token,
+                    keys,
+                    reserver,
+                };
                 let out = &mut self.out;
-                self.shards.on_release_reservations(now, route, corr, &table, keys, reserver, out)
+                self.shards.request_on_keys(now, route, corr, &table, keys, release, out)
             }
             Request::TxnPrepare { table, shard, read_only, all, ops, kairos } => {
                 let out = &mut self.out;

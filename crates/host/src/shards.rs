@@ -468,28 +468,11 @@ impl Shards {
         self.request_on_keys(now, route, corr, table, keys, read, out);
     }
 
-    /// A client's `ReleaseReservations`: keys of one shard, to that shard's replica here (its
-    /// leader releases them; the reply comes through `out`).
-    #[allow(clippy::too_many_arguments)]
-    pub fn on_release_reservations(
-        &mut self,
-        now: Instant,
-        route: Route,
-        corr: u64,
-        table: &str,
-        keys: Vec<Bytes>,
-        reserver: u64,
-        out: &mut HostEffects,
-    ) {
-        let release = |token, keys| LogRequest::ReleaseReservations { token, keys, reserver };
-        self.request_on_keys(now, route, corr, table, keys, release, out);
-    }
-
     /// A request on `keys` of one shard of `table` (`shard_of_keys`), made by `make` from its
     /// token and the keys, to that shard's replica here; the reply, or the refusal, through
-    /// `out`.
+    /// `out`. (A client's `ReleaseReservations` is one: its shard's leader releases the keys.)
     #[allow(clippy::too_many_arguments)]
-    fn request_on_keys(
+    pub fn request_on_keys(
         &mut self,
         now: Instant,
         route: Route,
